@@ -1,0 +1,35 @@
+//! # sluice-core
+//!
+//! The pure core of sluice, a distributed rate limiter on NATS. Everything
+//! here is free of I/O and takes time as an argument, so it can be tested
+//! exactly and shared by the worker, the client library and the gateway.
+//!
+//! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
+//! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
+//!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
+//! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
+//! - [`config`]: the TOML config of CONTRACT §4, validated.
+//! - [`key`]: percent-encoding of keys into one NATS subject token.
+//! - [`wire`]: request bodies, decision and error replies, RateLimit headers.
+//! - [`partition`]: the key → partition hash nats-server computes.
+//! - [`nats_config`]: the nats-server config with the partition mapping.
+//!
+//! ```
+//! use sluice_core::policy::Policy;
+//! use sluice_core::time::Nanos;
+//!
+//! let policy = Policy::builtin_default(); // 15 per second
+//! let mut state = policy.new_state();
+//! let now = Nanos::from_secs(1_000);
+//! let allowed = (0..16).filter(|_| policy.decide(&mut state, now, 1).allowed).count();
+//! assert_eq!(allowed, 15);
+//! ```
+
+pub mod algorithm;
+pub mod config;
+pub mod key;
+pub mod nats_config;
+pub mod partition;
+pub mod policy;
+pub mod time;
+pub mod wire;

@@ -1,0 +1,417 @@
+//! Policies: an algorithm and one or more limits that must all hold.
+//!
+//! A [`Policy`] is valid by construction ([`Policy::new`], [`Limit::new`]):
+//! no zero maxima, no zero windows, no empty limit list. Config and wire
+//! types are converted into these at the edge, so the deciding code never
+//! has to wonder.
+//!
+//! Decisions ([`Policy::decide`], [`Policy::record`]) are pure: the caller
+//! passes the key's state and `now`, and stores the state back. A denied
+//! request consumes nothing from any limit; an allowed one consumes from all.
+
+use crate::algorithm::{self, Algo, Check, Usage};
+use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::num::NonZeroU64;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The limiter algorithm of a policy (CONTRACT §4 names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    FixedWindow,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    Gcra,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// Token bucket and GCRA have a bucket size separate from the rate.
+    pub const fn has_burst(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Algorithm, PolicyError> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| PolicyError::UnknownAlgorithm(s.to_string()))
+    }
+}
+
+/// Why a policy or limit cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown algorithm {0:?}; use one of fixed_window, sliding_log, sliding_window, token_bucket, gcra")]
+    UnknownAlgorithm(String),
+    #[error(
+        "max must be at least 1 (a limit of 0 would deny everything; remove the policy instead)"
+    )]
+    ZeroMax,
+    #[error("the window must be longer than 0")]
+    ZeroWindow,
+    #[error("burst must be at least 1")]
+    ZeroBurst,
+    #[error("burst only applies to token_bucket and gcra; remove it or change the algorithm")]
+    BurstNotSupported,
+    #[error("a policy needs at least one limit")]
+    NoLimits,
+    #[error("sliding_log keeps one timestamp per allowed request, so max is capped at {max}; use sliding_window for larger limits")]
+    LogTooLarge { max: u64 },
+}
+
+/// `max` units per `per`; for token bucket and GCRA, a bucket of `burst` units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    max: NonZeroU64,
+    per: NonZeroU64,
+    burst: NonZeroU64,
+}
+
+impl Limit {
+    /// `burst` defaults to `max`.
+    pub fn new(max: u64, per: Duration, burst: Option<u64>) -> Result<Limit, PolicyError> {
+        let max = NonZeroU64::new(max).ok_or(PolicyError::ZeroMax)?;
+        let per = NonZeroU64::new(Nanos::from(per).as_u64()).ok_or(PolicyError::ZeroWindow)?;
+        let burst = match burst {
+            None => max,
+            Some(b) => NonZeroU64::new(b).ok_or(PolicyError::ZeroBurst)?,
+        };
+        Ok(Limit { max, per, burst })
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max.get()
+    }
+
+    /// The window (or, for rates, the period over which `max` units accrue).
+    pub fn per(&self) -> Nanos {
+        Nanos(self.per.get())
+    }
+
+    pub fn burst(&self) -> u64 {
+        self.burst.get()
+    }
+}
+
+/// The largest `max` a sliding log accepts: its state is one timestamp per unit.
+pub const SLIDING_LOG_MAX: u64 = 100_000;
+
+/// A named algorithm with limits that must all hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    name: String,
+    algorithm: Algorithm,
+    limits: Vec<Limit>,
+}
+
+impl Policy {
+    pub fn new(
+        name: impl Into<String>,
+        algorithm: Algorithm,
+        limits: Vec<Limit>,
+    ) -> Result<Policy, PolicyError> {
+        if limits.is_empty() {
+            return Err(PolicyError::NoLimits);
+        }
+        for l in &limits {
+            if !algorithm.has_burst() && l.burst != l.max {
+                return Err(PolicyError::BurstNotSupported);
+            }
+            if algorithm == Algorithm::SlidingLog && l.max() > SLIDING_LOG_MAX {
+                return Err(PolicyError::LogTooLarge {
+                    max: SLIDING_LOG_MAX,
+                });
+            }
+        }
+        Ok(Policy {
+            name: name.into(),
+            algorithm,
+            limits,
+        })
+    }
+
+    /// The built-in policy used without a config file: 15 per second, sliding window.
+    pub fn builtin_default() -> Policy {
+        Policy::new(
+            "default",
+            Algorithm::SlidingWindow,
+            vec![Limit::new(15, Duration::from_secs(1), None).expect("15/s is valid")],
+        )
+        .expect("the built-in default is valid")
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// The largest cost one `allow` can ever be granted. A larger cost is an
+    /// error ("can never pass"), not a denial ("retry later").
+    pub fn capacity(&self) -> u64 {
+        self.limits
+            .iter()
+            .map(|l| {
+                if self.algorithm.has_burst() {
+                    l.burst()
+                } else {
+                    l.max()
+                }
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// A fresh state for a key that has never been seen (or has gone idle).
+    pub fn new_state(&self) -> KeyState {
+        let n = self.limits.len();
+        match self.algorithm {
+            Algorithm::FixedWindow => KeyState::FixedWindow(vec![Default::default(); n]),
+            Algorithm::SlidingLog => KeyState::SlidingLog(vec![Default::default(); n]),
+            Algorithm::SlidingWindow => KeyState::SlidingWindow(vec![Default::default(); n]),
+            Algorithm::TokenBucket => KeyState::TokenBucket(vec![Default::default(); n]),
+            Algorithm::Gcra => KeyState::Gcra(vec![Default::default(); n]),
+        }
+    }
+
+    /// `allow`: takes `cost` from every limit if every limit has room, else
+    /// nothing from any. `cost = 0` takes nothing and answers whether a cost
+    /// of 1 would be allowed now (a "peek"). The caller must have refused
+    /// `cost > self.capacity()`.
+    pub fn decide(&self, state: &mut KeyState, now: Nanos, cost: u64) -> Decision {
+        self.run(state, now, cost, Mode::Allow)
+    }
+
+    /// `hit`: records `cost` whether or not it fits (usage already served),
+    /// then answers what a peek would answer.
+    pub fn record(&self, state: &mut KeyState, now: Nanos, cost: u64) -> Decision {
+        self.run(state, now, cost, Mode::Record)
+    }
+
+    /// How long until this state is indistinguishable from a fresh one, if no
+    /// more requests come: after that the key can be forgotten.
+    pub fn idle_expiry(&self, state: &mut KeyState, now: Nanos) -> Nanos {
+        self.run(state, now, 0, Mode::Expiry).reset
+    }
+
+    fn run(&self, state: &mut KeyState, now: Nanos, cost: u64, mode: Mode) -> Decision {
+        self.conform(state);
+        match state {
+            KeyState::FixedWindow(s) => {
+                run_limits::<algorithm::fixed_window::FixedWindow>(&self.limits, s, now, cost, mode)
+            }
+            KeyState::SlidingLog(s) => {
+                run_limits::<algorithm::sliding_log::SlidingLog>(&self.limits, s, now, cost, mode)
+            }
+            KeyState::SlidingWindow(s) => run_limits::<algorithm::sliding_window::SlidingWindow>(
+                &self.limits,
+                s,
+                now,
+                cost,
+                mode,
+            ),
+            KeyState::TokenBucket(s) => {
+                run_limits::<algorithm::token_bucket::TokenBucket>(&self.limits, s, now, cost, mode)
+            }
+            KeyState::Gcra(s) => {
+                run_limits::<algorithm::gcra::Gcra>(&self.limits, s, now, cost, mode)
+            }
+        }
+    }
+
+    /// Makes a state (possibly restored from a snapshot taken under another
+    /// config) fit this policy: another algorithm starts fresh; limits are
+    /// matched by position, extra ones dropped, missing ones fresh.
+    fn conform(&self, state: &mut KeyState) {
+        let n = self.limits.len();
+        let fits = match (self.algorithm, &mut *state) {
+            (Algorithm::FixedWindow, KeyState::FixedWindow(v)) => {
+                v.resize(n, Default::default());
+                true
+            }
+            (Algorithm::SlidingLog, KeyState::SlidingLog(v)) => {
+                v.resize(n, Default::default());
+                true
+            }
+            (Algorithm::SlidingWindow, KeyState::SlidingWindow(v)) => {
+                v.resize(n, Default::default());
+                true
+            }
+            (Algorithm::TokenBucket, KeyState::TokenBucket(v)) => {
+                v.resize(n, Default::default());
+                true
+            }
+            (Algorithm::Gcra, KeyState::Gcra(v)) => {
+                v.resize(n, Default::default());
+                true
+            }
+            _ => false,
+        };
+        if !fits {
+            *state = self.new_state();
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Allow,
+    Record,
+    Expiry,
+}
+
+fn run_limits<A: Algo>(
+    limits: &[Limit],
+    states: &mut [A::State],
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Decision {
+    for (limit, state) in limits.iter().zip(states.iter_mut()) {
+        A::advance(limit, state, now);
+    }
+    let take = match mode {
+        Mode::Allow => {
+            let fits = cost > 0
+                && limits
+                    .iter()
+                    .zip(states.iter())
+                    .all(|(l, s)| A::check(l, s, now, cost).allowed);
+            if fits {
+                cost
+            } else {
+                0
+            }
+        }
+        Mode::Record => cost,
+        Mode::Expiry => 0,
+    };
+    if take > 0 {
+        for (limit, state) in limits.iter().zip(states.iter_mut()) {
+            A::consume(limit, state, now, take);
+        }
+    }
+    // What the caller is told: for a consuming allow, the outcome of the
+    // request itself; otherwise (peek, hit) whether one more unit fits now.
+    let (asked, allowed) = if mode == Mode::Allow && cost > 0 {
+        (cost, take > 0)
+    } else {
+        let fits = limits
+            .iter()
+            .zip(states.iter())
+            .all(|(l, s)| A::check(l, s, now, 1).allowed);
+        (1, fits)
+    };
+    summarize::<A>(limits, states, now, asked, allowed, mode)
+}
+
+fn summarize<A: Algo>(
+    limits: &[Limit],
+    states: &[A::State],
+    now: Nanos,
+    asked: u64,
+    allowed: bool,
+    mode: Mode,
+) -> Decision {
+    let mut deciding: Option<(u64, Usage)> = None;
+    let mut retry_after = Nanos::ZERO;
+    let mut reset = Nanos::ZERO;
+    for (limit, state) in limits.iter().zip(states.iter()) {
+        let usage = A::usage(limit, state, now);
+        reset = reset.max(usage.reset);
+        if allowed {
+            // The most restrictive limit: the one with the least left.
+            if deciding.is_none_or(|(_, u)| usage.remaining < u.remaining) {
+                deciding = Some((limit.max(), usage));
+            }
+        } else {
+            let Check {
+                allowed: fits,
+                retry_after: wait,
+            } = A::check(limit, state, now, asked);
+            if !fits && (deciding.is_none() || wait > retry_after) {
+                retry_after = wait;
+                deciding = Some((limit.max(), usage));
+            }
+        }
+    }
+    let (limit, usage) = deciding.unwrap_or((
+        limits.first().map(|l| l.max()).unwrap_or(0),
+        Usage {
+            remaining: 0,
+            reset: Nanos::ZERO,
+        },
+    ));
+    Decision {
+        allowed,
+        limit,
+        remaining: usage.remaining,
+        reset: if mode == Mode::Expiry {
+            reset
+        } else {
+            usage.reset
+        },
+        retry_after: if allowed { Nanos::ZERO } else { retry_after },
+    }
+}
+
+/// The answer to one request, before wire encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// `max` of the limit that decided (the most restrictive one).
+    pub limit: u64,
+    /// What is left of that limit after this request.
+    pub remaining: u64,
+    /// Time until that limit is fully available again.
+    pub reset: Nanos,
+    /// Zero when allowed; otherwise the earliest wait after which the same request fits.
+    pub retry_after: Nanos,
+}
+
+/// One key's counters under one policy: a state per limit, for the policy's algorithm.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum KeyState {
+    FixedWindow(Vec<algorithm::fixed_window::State>),
+    SlidingLog(Vec<algorithm::sliding_log::State>),
+    SlidingWindow(Vec<algorithm::sliding_window::State>),
+    TokenBucket(Vec<algorithm::token_bucket::State>),
+    Gcra(Vec<algorithm::gcra::State>),
+}
