@@ -11,6 +11,7 @@
 //! - [`config`]: the TOML config of CONTRACT §4, validated.
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
 //! - [`wire`]: request bodies, decision and error replies, RateLimit headers.
+//! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`partition`]: the key → partition hash nats-server computes.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
 //!
@@ -26,6 +27,7 @@
 //! ```
 
 pub mod algorithm;
+pub mod assignment;
 pub mod config;
 pub mod key;
 pub mod nats_config;
