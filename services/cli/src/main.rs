@@ -1,1 +1,32 @@
-fn main() {}
+//! `sluice`: one binary for every role (CONTRACT §5).
+//!
+//! This file only parses the command line, sets up logging and the runtime,
+//! loads the config, and hands over to the library that does the work. Each
+//! command's code lives in its own module.
+
+mod cli;
+mod nats_config_cmd;
+mod signals;
+mod worker_cmd;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn")),
+        )
+        .init();
+    match cli.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the reason and its causes.
+            eprintln!("sluice: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,32 @@
-//! TODO
+//! # sluice-worker
+//!
+//! A limiter worker: owns a share of the partitions, answers `rl.allow.<key>`
+//! and counts `rl.hit.<key>` for the keys in them, and keeps their counters
+//! safe across handovers and crashes. docs/ARCHITECTURE.md tells the whole
+//! story; the modules, from the outside in:
+//!
+//! - [`worker`]: [`worker::run`], the controller that joins the fleet, claims
+//!   and hands over partitions, and shuts down cleanly.
+//! - [`probe`]: refuses to start when the server's partition mapping differs.
+//! - [`shard`]: the owner task of one partition (restore, answer, renew,
+//!   snapshot, hand over).
+//! - [`handler`]: one request in, one reply out; no counter changes on bad input.
+//! - [`counters`]: the moka cache of one partition's counters.
+//! - [`lease`]: partition leases in JetStream KV, the fencing token.
+//! - [`snapshot`]: chunked, fenced snapshots in JetStream KV.
+//! - [`journal`]: group-committed journal of counted requests (journal mode).
+//! - [`store`]: names and set-up of the buckets and the stream.
+//! - [`service`]: `$SRV` discovery and the status endpoint.
+
+pub mod counters;
+pub mod handler;
+pub mod journal;
+pub mod lease;
+pub mod probe;
+pub mod service;
+pub mod shard;
+pub mod snapshot;
+pub mod store;
+pub mod worker;
+
+pub use worker::{run, WorkerOptions};

@@ -1,0 +1,53 @@
+//! The command line: common flags and the subcommands.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use sluice_core::config::Config;
+use std::path::PathBuf;
+
+/// sluice: a distributed rate limiter and counting service on NATS.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Common {
+    /// NATS server URL.
+    #[arg(long, global = true, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats: String,
+    /// Config file (TOML). Without one, the built-in default policy (15 per second) applies.
+    #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl Common {
+    pub fn load_config(&self) -> Result<Config> {
+        match &self.config {
+            Some(path) => Ok(Config::load(path)?),
+            None => Ok(Config::default()),
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one limiter worker.
+    Worker(crate::worker_cmd::WorkerArgs),
+    /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
+    NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
+}
+
+impl Cli {
+    pub fn run(self) -> Result<()> {
+        match &self.command {
+            Command::Worker(args) => crate::worker_cmd::run(&self.common, args),
+            Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
+        }
+    }
+}

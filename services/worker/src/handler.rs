@@ -1,0 +1,210 @@
+//! One request in, one reply out.
+//!
+//! Validation happens before any counter is touched: the key token, the
+//! partition it belongs to, the body, the policy and the cost. A request that
+//! fails any of them gets an error reply (CONTRACT §1) and changes nothing.
+
+use crate::counters::{counter_key, Counters, Op};
+use crate::journal::Record;
+use crate::worker::Shared;
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use sluice_core::key;
+use sluice_core::partition::partition_of;
+use sluice_core::policy::Decision;
+use sluice_core::time::Nanos;
+use sluice_core::wire::{self, Encoding, ErrorCode, WireError};
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+/// A reply to send.
+pub struct Reply {
+    pub headers: HeaderMap,
+    pub payload: Bytes,
+}
+
+/// The outcome of one message: what to answer (if anyone asked), and what was
+/// counted (for the journal).
+pub struct Handled {
+    pub reply: Option<Reply>,
+    pub counted: Vec<Record>,
+}
+
+impl Handled {
+    fn ignored() -> Handled {
+        Handled {
+            reply: None,
+            counted: Vec::new(),
+        }
+    }
+}
+
+/// The subjects the owner of `partition` subscribes to.
+pub fn subjects(partition: u32) -> [String; 3] {
+    [
+        format!("rl.p.{partition}.allow.*"),
+        format!("rl.p.{partition}.hit.*"),
+        wire::batch_subject(partition),
+    ]
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Allow,
+    Hit,
+}
+
+/// Decides one message on `partition` at `now`.
+pub fn handle(
+    shared: &Shared,
+    partition: u32,
+    counters: &Counters,
+    msg: &async_nats::Message,
+    now: Nanos,
+) -> Handled {
+    let subject = msg.subject.as_str();
+    // rl.p.<n>.<kind>.<token> or rl.p.<n>.batch
+    let mut parts = subject.splitn(5, '.');
+    let (kind, token) = match (parts.nth(3), parts.next()) {
+        (Some("allow"), Some(token)) => (Kind::Allow, token),
+        (Some("hit"), Some(token)) => (Kind::Hit, token),
+        (Some("batch"), None) => return handle_batch(shared, partition, counters, msg, now),
+        _ => return Handled::ignored(),
+    };
+    // An allow nobody waits for is not a request (the mapping probe sends those).
+    if kind == Kind::Allow && msg.reply.is_none() {
+        return Handled::ignored();
+    }
+    let mut counted = Vec::new();
+    let encoding = wire::reply_encoding(&msg.payload);
+    let outcome = decide(shared, partition, counters, token, &msg.payload, kind, now, &mut counted);
+    let reply = msg.reply.as_ref().map(|_| match outcome {
+        Ok((decision, policy)) => decision_reply(&decision, policy, encoding),
+        Err(e) => error_reply(&e, encoding),
+    });
+    Handled { reply, counted }
+}
+
+/// Validates and applies one ask. `counted` receives the journal record when
+/// something was counted.
+fn decide<'a>(
+    shared: &'a Shared,
+    partition: u32,
+    counters: &Counters,
+    token: &str,
+    body: &[u8],
+    kind: Kind,
+    now: Nanos,
+    counted: &mut Vec<Record>,
+) -> Result<(Decision, &'a str), WireError> {
+    let stats = &shared.stats;
+    let result = (|| {
+        key::validate_token(token).map_err(WireError::from)?;
+        let home = partition_of(token, shared.config.partitions);
+        if home != partition {
+            return Err(WireError::bad_request(format!(
+                "key {token} belongs to partition {home}, not {partition}; send it to rl.allow.{token}"
+            )));
+        }
+        let request = wire::decode_request(body)?;
+        let policy_name = request.policy.as_deref().unwrap_or("default");
+        let Some(policy) = shared.config.policy(policy_name) else {
+            return Err(WireError::unknown_policy(policy_name));
+        };
+        let cost = request.cost.unwrap_or(1);
+        if kind == Kind::Allow && cost > policy.capacity() {
+            return Err(WireError::bad_request(format!(
+                "cost {cost} can never be allowed: policy {policy_name} allows at most {} at once",
+                policy.capacity()
+            )));
+        }
+        let op = match kind {
+            Kind::Allow => Op::Allow(cost),
+            Kind::Hit => Op::Record(cost),
+        };
+        let decision = KEY.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            counter_key(&mut buf, policy.name(), token);
+            counters.apply(policy, &buf, now, op)
+        });
+        let consumed = match op {
+            Op::Allow(c) => decision.allowed && c > 0,
+            Op::Record(c) => c > 0,
+        };
+        if consumed {
+            counted.push(Record {
+                p: policy.name().to_string(),
+                k: token.to_string(),
+                c: cost,
+                t: now.as_u64(),
+            });
+        }
+        Ok((decision, policy.name()))
+    })();
+    match (&result, kind) {
+        (Err(_), _) => stats.errors.fetch_add(1, Ordering::Relaxed),
+        (Ok(_), Kind::Hit) => stats.hits.fetch_add(1, Ordering::Relaxed),
+        (Ok((d, _)), Kind::Allow) if d.allowed => stats.allowed.fetch_add(1, Ordering::Relaxed),
+        (Ok(_), Kind::Allow) => stats.denied.fetch_add(1, Ordering::Relaxed),
+    };
+    result
+}
+
+thread_local! {
+    static KEY: RefCell<String> = RefCell::new(String::with_capacity(128));
+}
+
+fn decision_reply(decision: &Decision, policy: &str, encoding: Encoding) -> Reply {
+    let mut headers = HeaderMap::new();
+    for (name, value) in wire::decision_headers(decision) {
+        headers.insert(name, value.as_str());
+    }
+    Reply {
+        headers,
+        payload: wire::encode_decision(decision, policy, encoding).into(),
+    }
+}
+
+fn error_reply(error: &WireError, encoding: Encoding) -> Reply {
+    let mut headers = HeaderMap::new();
+    for (name, value) in wire::error_headers(error) {
+        headers.insert(name, value.as_str());
+    }
+    Reply {
+        headers,
+        payload: wire::encode_error(error, encoding).into(),
+    }
+}
+
+fn handle_batch(
+    shared: &Shared,
+    partition: u32,
+    counters: &Counters,
+    msg: &async_nats::Message,
+    now: Nanos,
+) -> Handled {
+    let mut counted = Vec::new();
+    let Some(_) = msg.reply else {
+        return Handled::ignored();
+    };
+    let reply = match wire::decode_batch(&msg.payload) {
+        Err(e) => error_reply(&e, Encoding::MessagePack),
+        Ok(items) => {
+            let results: Vec<Result<(Decision, &str), WireError>> = items
+                .iter()
+                .map(|item| {
+                    let kind = if item.hit { Kind::Hit } else { Kind::Allow };
+                    decide(shared, partition, counters, &item.key, &item.body, kind, now, &mut counted)
+                })
+                .collect();
+            Reply {
+                headers: HeaderMap::new(),
+                payload: wire::encode_batch_reply(&results).into(),
+            }
+        }
+    };
+    Handled {
+        reply: Some(reply),
+        counted,
+    }
+}

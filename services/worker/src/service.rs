@@ -1,0 +1,96 @@
+//! Discovery through NATS micro services: `$SRV.PING`, `$SRV.INFO`,
+//! `$SRV.STATS` for the `sluice-worker` service.
+//!
+//! The partition subjects are deliberately *not* service endpoints. Service
+//! endpoints are queue subscriptions, which could split one partition's
+//! requests between two subscribers, and the service API cannot remove an
+//! endpoint from `$SRV.INFO` once added, so INFO would go on listing
+//! partitions a worker handed over. Instead each worker registers one
+//! endpoint, `sluice.status.<worker>`, and its STATS `data` carries the
+//! facts: owned partitions with their decision counts, key counts and
+//! snapshot ages. `sluice status` reads those.
+
+use crate::worker::{Shared, ShardsView};
+use anyhow::{anyhow, Result};
+use async_nats::service::{self, ServiceExt};
+use futures::StreamExt;
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub const SERVICE_NAME: &str = "sluice-worker";
+
+/// What a worker reports about itself.
+#[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
+pub struct WorkerStatus {
+    pub worker: String,
+    pub allowed: u64,
+    pub denied: u64,
+    pub hits: u64,
+    pub errors: u64,
+    pub journal_errors: u64,
+    pub partitions: Vec<PartitionStatus>,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
+pub struct PartitionStatus {
+    pub partition: u32,
+    pub answering: bool,
+    pub decisions: u64,
+    pub keys: u64,
+    pub last_snapshot_ms: u64,
+}
+
+pub fn status(shared: &Shared, shards: &ShardsView) -> WorkerStatus {
+    let s = &shared.stats;
+    let partitions = shards
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(p, st)| PartitionStatus {
+            partition: *p,
+            answering: st.answering.load(Ordering::Relaxed),
+            decisions: st.decisions.load(Ordering::Relaxed),
+            keys: st.keys.load(Ordering::Relaxed),
+            last_snapshot_ms: st.last_snapshot_ms.load(Ordering::Relaxed),
+        })
+        .collect();
+    WorkerStatus {
+        worker: shared.worker_id.clone(),
+        allowed: s.allowed.load(Ordering::Relaxed),
+        denied: s.denied.load(Ordering::Relaxed),
+        hits: s.hits.load(Ordering::Relaxed),
+        errors: s.errors.load(Ordering::Relaxed),
+        journal_errors: s.journal_errors.load(Ordering::Relaxed),
+        partitions,
+    }
+}
+
+/// Registers the service and answers `sluice.status.<worker>` until stopped.
+pub async fn start(shared: Arc<Shared>, shards: ShardsView) -> Result<service::Service> {
+    let for_stats = (shared.clone(), shards.clone());
+    let svc = shared
+        .client
+        .service_builder()
+        .description("sluice limiter worker")
+        .stats_handler(move |_endpoint, _stats| {
+            serde_json::to_value(status(&for_stats.0, &for_stats.1)).unwrap_or_default()
+        })
+        .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
+        .await
+        .map_err(|e| anyhow!("cannot register the micro service: {e}"))?;
+    let mut endpoint = svc
+        .group("sluice.status")
+        .endpoint_builder()
+        .name("status")
+        .add(shared.worker_id.clone())
+        .await
+        .map_err(|e| anyhow!("cannot add the status endpoint: {e}"))?;
+    tokio::spawn(async move {
+        while let Some(req) = endpoint.next().await {
+            let body = serde_json::to_vec(&status(&shared, &shards)).unwrap_or_default();
+            let _ = req.respond(Ok(body.into())).await;
+        }
+    });
+    Ok(svc)
+}

@@ -1,0 +1,475 @@
+//! The owner of one partition: restores it, answers for it, snapshots it,
+//! keeps its lease, and hands it over.
+//!
+//! One task per owned partition. It is the only writer of the partition's
+//! counters, so every key is decided in order without locks across keys.
+//! Its loop, in priority order: a stop request (handover or shutdown), the
+//! lease deadline (stop answering before the lease can expire), renewal,
+//! snapshot, and finally requests, taken in batches of whatever is already
+//! waiting (so a journal append covers a whole batch).
+
+use crate::counters::Counters;
+use crate::handler::{self, Handled};
+use crate::journal;
+use crate::lease::{self, Lease, LeaseError};
+use crate::snapshot::{self, Manifest};
+use crate::store::journal_subject;
+use crate::worker::Shared;
+use anyhow::{Context as _, Result};
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::{HeaderMap, Subject, Subscriber};
+use bytes::Bytes;
+use futures::stream::SelectAll;
+use futures::{FutureExt, StreamExt};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{interval_at, Instant, MissedTickBehavior};
+
+/// How many waiting requests one batch takes at most.
+const MAX_BATCH: usize = 256;
+
+/// Why a shard ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Asked to stop; it snapshotted and released the lease.
+    Released,
+    /// Lost the lease (expired or taken): it stopped answering and dropped its state.
+    Lost,
+    /// Could not start (restore or subscribe failed); the lease was released.
+    Failed,
+}
+
+/// Facts about a shard for `sluice status` and metrics.
+#[derive(Debug, Default)]
+pub struct ShardStats {
+    pub decisions: AtomicU64,
+    pub changes: AtomicU64,
+    pub last_snapshot_ms: AtomicU64,
+    pub keys: AtomicU64,
+    pub answering: AtomicBool,
+}
+
+pub struct ShardHandle {
+    pub partition: u32,
+    pub stats: Arc<ShardStats>,
+    stop: Option<oneshot::Sender<()>>,
+    pub join: JoinHandle<Exit>,
+}
+
+impl ShardHandle {
+    /// Asks the shard to hand its partition over (snapshot, release).
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Starts owning `partition` under `lease`.
+pub fn spawn(shared: Arc<Shared>, partition: u32, lease: Lease) -> ShardHandle {
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let stats = Arc::new(ShardStats::default());
+    let join = tokio::spawn(run(shared, partition, lease, stop_rx, stats.clone()));
+    ShardHandle {
+        partition,
+        stats,
+        stop: Some(stop_tx),
+        join,
+    }
+}
+
+struct Shard {
+    shared: Arc<Shared>,
+    partition: u32,
+    lease: Lease,
+    counters: Counters,
+    stats: Arc<ShardStats>,
+    manifest: Manifest,
+    manifest_rev: u64,
+    /// Journal sequence known stored and applied (journal mode).
+    journal_seq: Arc<AtomicU64>,
+    journal_subject: String,
+    changes_at_snapshot: u64,
+}
+
+type Renewal = Pin<Box<dyn Future<Output = Result<Lease, LeaseError>> + Send>>;
+type SnapshotJob = JoinHandle<Result<(Manifest, u64)>>;
+
+async fn run(
+    shared: Arc<Shared>,
+    partition: u32,
+    lease: Lease,
+    mut stop: oneshot::Receiver<()>,
+    stats: Arc<ShardStats>,
+) -> Exit {
+    let mut shard = Shard {
+        journal_subject: journal_subject(partition),
+        shared,
+        partition,
+        lease,
+        counters: Counters::new(),
+        stats,
+        manifest: Manifest::default(),
+        manifest_rev: 0,
+        journal_seq: Arc::new(AtomicU64::new(0)),
+        changes_at_snapshot: 0,
+    };
+    let started = Instant::now();
+    let mut subs = match shard.start().await {
+        Ok(subs) => subs,
+        Err(e) => {
+            tracing::error!(partition, "cannot take the partition over: {e:#}");
+            let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
+            return Exit::Failed;
+        }
+    };
+    shard.stats.answering.store(true, Ordering::SeqCst);
+    tracing::info!(
+        partition,
+        keys = shard.counters.len(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "answering"
+    );
+
+    // Journal mode: replies wait for their batch's append to be acknowledged.
+    let (replier_tx, replier) = if shard.shared.stores.journal.is_some() {
+        let (tx, rx) = mpsc::channel(64);
+        let task = tokio::spawn(replier_loop(
+            rx,
+            shard.shared.client.clone(),
+            shard.journal_seq.clone(),
+            shard.partition,
+            shard.shared.clone(),
+        ));
+        (Some(tx), Some(task))
+    } else {
+        (None, None)
+    };
+
+    let ttl = shard.shared.lease_ttl;
+    let mut renew_tick = interval_at(Instant::now() + lease::renew_interval(ttl), lease::renew_interval(ttl));
+    renew_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let snap_every = shard.shared.config.snapshot_interval;
+    let mut snap_tick = interval_at(Instant::now() + snap_every, snap_every);
+    snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut renewal: Option<Renewal> = None;
+    let mut snapshot_job: Option<SnapshotJob> = None;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+
+    let exit = loop {
+        let deadline = Instant::from_std(shard.lease.valid_until);
+        tokio::select! {
+            biased;
+            _ = &mut stop => break Exit::Released,
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(partition, "lease could not be renewed in time; stopped answering");
+                break Exit::Lost;
+            }
+            result = async { renewal.as_mut().expect("guarded").await }, if renewal.is_some() => {
+                renewal = None;
+                match result {
+                    Ok(lease) => shard.lease = lease,
+                    Err(LeaseError::Taken) => {
+                        tracing::error!(partition, "lease was taken by another worker; stopped answering");
+                        break Exit::Lost;
+                    }
+                    Err(LeaseError::Transient(e)) => tracing::warn!(partition, "lease renewal failed, will retry: {e}"),
+                }
+            }
+            _ = renew_tick.tick(), if renewal.is_none() => {
+                let store = shard.shared.stores.leases.clone();
+                let holder = shard.shared.worker_id.clone();
+                let mut lease = shard.lease.clone();
+                renewal = Some(Box::pin(async move {
+                    lease::renew(&store, &mut lease, &holder, ttl).await.map(|_| lease)
+                }));
+            }
+            done = async { snapshot_job.as_mut().expect("guarded").await }, if snapshot_job.is_some() => {
+                snapshot_job = None;
+                match done {
+                    Ok(Ok((manifest, rev))) => shard.snapshot_written(manifest, rev).await,
+                    Ok(Err(e)) => {
+                        if shard.lost_to_someone_else().await {
+                            tracing::error!(partition, "another worker wrote this partition's snapshot; stopped answering: {e:#}");
+                            break Exit::Lost;
+                        }
+                        tracing::warn!(partition, "snapshot failed, will retry: {e:#}");
+                    }
+                    Err(e) => tracing::error!(partition, "snapshot task failed: {e}"),
+                }
+            }
+            _ = snap_tick.tick(), if snapshot_job.is_none() => {
+                if shard.dirty() {
+                    snapshot_job = Some(shard.start_snapshot());
+                }
+            }
+            first = subs.next() => {
+                let Some(first) = first else {
+                    tracing::error!(partition, "subscriptions closed; giving the partition up");
+                    break Exit::Lost;
+                };
+                batch.push(first);
+                while batch.len() < MAX_BATCH {
+                    match subs.next().now_or_never() {
+                        Some(Some(m)) => batch.push(m),
+                        _ => break,
+                    }
+                }
+                shard.process(&mut batch, replier_tx.as_ref()).await;
+            }
+        }
+    };
+
+    shard.stats.answering.store(false, Ordering::SeqCst);
+    for sub in subs.iter_mut() {
+        let _ = sub.unsubscribe().await;
+    }
+    if exit == Exit::Released {
+        // Answer what was already delivered to us before giving up.
+        while let Some(Some(m)) = subs.next().now_or_never() {
+            batch.push(m);
+            if batch.len() == MAX_BATCH {
+                shard.process(&mut batch, replier_tx.as_ref()).await;
+            }
+        }
+        shard.process(&mut batch, replier_tx.as_ref()).await;
+    }
+    drop(replier_tx);
+    if let Some(task) = replier {
+        let _ = task.await;
+    }
+    if let Some(job) = snapshot_job.take() {
+        if let Ok(Ok((manifest, rev))) = job.await {
+            shard.snapshot_written(manifest, rev).await;
+        }
+    }
+    if exit == Exit::Released {
+        shard.hand_over().await;
+    }
+    exit
+}
+
+impl Shard {
+    /// Restores the partition and subscribes to its subjects.
+    async fn start(&mut self) -> Result<SelectAll<Subscriber>> {
+        let kv = &self.shared.stores.snapshots;
+        let now = self.shared.clock.now();
+        let (manifest, rev) = snapshot::read_manifest(kv, self.partition).await?;
+        if let Some(m) = &manifest {
+            anyhow::ensure!(
+                m.lease_rev <= self.lease.revision,
+                "the snapshot was written under a newer lease ({} > {}); another worker owns this partition",
+                m.lease_rev,
+                self.lease.revision
+            );
+            let entries = snapshot::read_entries(kv, self.partition, m).await?;
+            let config = &self.shared.config;
+            self.counters
+                .import(entries, now, |name| config.policy(name));
+        }
+        let mut manifest = manifest.unwrap_or_default();
+        if let Some(journal) = &self.shared.stores.journal {
+            let (seq, applied) = journal::replay(
+                journal,
+                self.partition,
+                manifest.journal_seq,
+                &self.counters,
+                &self.shared.config,
+            )
+            .await?;
+            if applied > 0 {
+                tracing::info!(partition = self.partition, applied, "replayed the journal");
+            }
+            self.journal_seq.store(seq, Ordering::SeqCst);
+            manifest.journal_seq = manifest.journal_seq.max(seq);
+        }
+        // Fence: from now on a late snapshot by the previous owner fails its CAS.
+        manifest.lease_rev = self.lease.revision;
+        manifest.worker = self.shared.worker_id.clone();
+        self.manifest_rev = snapshot::write_manifest(kv, self.partition, &manifest, rev)
+            .await
+            .context("cannot fence the snapshot manifest")?;
+        self.manifest = manifest;
+        self.stats
+            .last_snapshot_ms
+            .store(self.manifest.taken_at_ms, Ordering::Relaxed);
+        self.stats.keys.store(self.counters.len(), Ordering::Relaxed);
+
+        let client = &self.shared.client;
+        let mut subs = SelectAll::new();
+        for subject in handler::subjects(self.partition) {
+            subs.push(client.subscribe(subject).await?);
+        }
+        client.flush().await?;
+        Ok(subs)
+    }
+
+    fn dirty(&self) -> bool {
+        self.stats.changes.load(Ordering::Relaxed) != self.changes_at_snapshot
+    }
+
+    fn start_snapshot(&mut self) -> SnapshotJob {
+        let changes = self.stats.changes.load(Ordering::Relaxed);
+        // Journal records up to here are applied; later ones may or may not
+        // make it into the copy (replay then counts them twice: the safe side).
+        let journal_seq = self.journal_seq.load(Ordering::SeqCst);
+        let counters = self.counters.clone();
+        let shared = self.shared.clone();
+        let partition = self.partition;
+        let expected = self.manifest_rev;
+        let previous_gen = self.manifest.gen.clone();
+        let manifest = Manifest {
+            gen: format!("{}x{}", self.lease.revision, changes),
+            lease_rev: self.lease.revision,
+            journal_seq,
+            taken_at_ms: shared.clock.now().as_u64() / 1_000_000,
+            worker: shared.worker_id.clone(),
+            ..Default::default()
+        };
+        self.changes_at_snapshot = changes;
+        tokio::spawn(async move {
+            let entries = counters.export();
+            let rev = snapshot::write(
+                &shared.stores.js,
+                &shared.stores.snapshots,
+                partition,
+                &entries,
+                manifest.clone(),
+                expected,
+                (!previous_gen.is_empty()).then_some(previous_gen.as_str()),
+            )
+            .await?;
+            let mut manifest = manifest;
+            manifest.entries = entries.len() as u64;
+            Ok((manifest, rev))
+        })
+    }
+
+    async fn snapshot_written(&mut self, manifest: Manifest, rev: u64) {
+        let covered = manifest.journal_seq;
+        self.stats
+            .last_snapshot_ms
+            .store(manifest.taken_at_ms, Ordering::Relaxed);
+        self.stats.keys.store(manifest.entries, Ordering::Relaxed);
+        self.manifest = manifest;
+        self.manifest_rev = rev;
+        if let Some(journal) = &self.shared.stores.journal {
+            journal::truncate(journal, self.partition, covered).await;
+        }
+    }
+
+    /// After a failed snapshot: is the manifest now someone else's?
+    async fn lost_to_someone_else(&self) -> bool {
+        match snapshot::read_manifest(&self.shared.stores.snapshots, self.partition).await {
+            Ok((Some(m), _)) => m.lease_rev > self.lease.revision,
+            _ => false,
+        }
+    }
+
+    /// Final snapshot, then release the lease, so the next owner starts at once.
+    async fn hand_over(&mut self) {
+        let partition = self.partition;
+        if self.dirty() && self.lease.is_valid() {
+            match self.start_snapshot().await {
+                Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev).await,
+                Ok(Err(e)) => tracing::error!(partition, "final snapshot failed; the next owner starts from the previous one: {e:#}"),
+                Err(e) => tracing::error!(partition, "final snapshot task failed: {e}"),
+            }
+        }
+        if let Err(e) = lease::release(&self.shared.stores.leases, &self.lease).await {
+            tracing::warn!(partition, "{e:#}; it will expire by itself");
+        }
+        tracing::info!(partition, "handed over");
+    }
+
+    /// Decides a batch and sends (or queues) the replies.
+    async fn process(&mut self, batch: &mut Vec<async_nats::Message>, replier: Option<&mpsc::Sender<PendingReplies>>) {
+        if batch.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now();
+        let mut replies = Vec::with_capacity(batch.len());
+        let mut records = Vec::new();
+        for msg in batch.drain(..) {
+            let Handled { reply, counted } = handler::handle(&self.shared, self.partition, &self.counters, &msg, now);
+            self.stats.decisions.fetch_add(1, Ordering::Relaxed);
+            if !counted.is_empty() {
+                self.stats.changes.fetch_add(1, Ordering::Relaxed);
+                records.extend(counted);
+            }
+            if let (Some(reply), Some(to)) = (reply, msg.reply) {
+                replies.push((to, reply.headers, reply.payload));
+            }
+        }
+        match replier {
+            Some(replier) if !records.is_empty() => {
+                let ack = match journal::encode(&records) {
+                    Ok(payload) => self
+                        .shared
+                        .stores
+                        .js
+                        .publish(self.journal_subject.clone(), payload.into())
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                let _ = replier.send(PendingReplies { ack: Some(ack), replies }).await;
+            }
+            Some(replier) => {
+                let _ = replier.send(PendingReplies { ack: None, replies }).await;
+            }
+            None => send_replies(&self.shared.client, replies).await,
+        }
+    }
+}
+
+struct PendingReplies {
+    ack: Option<Result<PublishAckFuture, String>>,
+    replies: Vec<(Subject, HeaderMap, Bytes)>,
+}
+
+async fn send_replies(client: &async_nats::Client, replies: Vec<(Subject, HeaderMap, Bytes)>) {
+    for (to, headers, payload) in replies {
+        if let Err(e) = client.publish_with_headers(to, headers, payload).await {
+            tracing::warn!("cannot send a reply: {e}");
+        }
+    }
+}
+
+/// Waits for each batch's journal append, in order, then answers the batch.
+async fn replier_loop(
+    mut rx: mpsc::Receiver<PendingReplies>,
+    client: async_nats::Client,
+    journal_seq: Arc<AtomicU64>,
+    partition: u32,
+    shared: Arc<Shared>,
+) {
+    while let Some(PendingReplies { ack, replies }) = rx.recv().await {
+        if let Some(ack) = ack {
+            let stored = match ack {
+                Ok(fut) => fut.await.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match stored {
+                Ok(ack) => {
+                    journal_seq.fetch_max(ack.sequence, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    // The counts are in memory and will be in the next
+                    // snapshot, but a crash before it would lose them.
+                    shared.stats.journal_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(partition, "journal append failed; counts are only in memory until the next snapshot: {e}");
+                }
+            }
+        }
+        send_replies(&client, replies).await;
+    }
+}
+
+/// How long a shard may take to hand over on shutdown before the worker gives up on it.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,0 +1,135 @@
+//! The JetStream resources a worker uses, created on first use by whichever
+//! worker starts first, and opened by the rest.
+//!
+//! - `sluice-leases` (KV): `w.<worker>` heartbeats and `p.<partition>` leases.
+//!   `history = 1` and `max_age = lease_ttl`: every renewal is a new message,
+//!   which restarts the age clock, and an unrenewed key is removed by the
+//!   server. `limit_markers` makes that removal visible to watchers as a
+//!   `Purge`, so survivors react at once instead of polling. (Per-key TTLs via
+//!   `create_with_ttl` are avoided: async-nats 0.51 drops the TTL when it
+//!   creates over a tombstone; see docs/ARCHITECTURE.md.)
+//! - `sluice-snapshots` (KV): per partition a manifest `p.<n>` and chunks
+//!   `p.<n>.g<gen>.c<i>`.
+//! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
+//!   requests per partition on `sluice.journal.p<n>`.
+
+use anyhow::{bail, Context as _, Result};
+use async_nats::jetstream::{self, kv, stream, Context};
+use std::time::Duration;
+
+pub const LEASE_BUCKET: &str = "sluice-leases";
+pub const SNAPSHOT_BUCKET: &str = "sluice-snapshots";
+pub const JOURNAL_STREAM: &str = "SLUICE_JOURNAL";
+
+/// Lease key of a partition.
+pub fn lease_key(partition: u32) -> String {
+    format!("p.{partition}")
+}
+
+/// Heartbeat key of a worker.
+pub fn worker_key(worker: &str) -> String {
+    format!("w.{worker}")
+}
+
+/// The journal subject of a partition.
+pub fn journal_subject(partition: u32) -> String {
+    format!("sluice.journal.p{partition}")
+}
+
+/// How the JetStream resources are laid out; `replicas` is 1 on a single
+/// server and 3 in the compose cluster.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub lease_ttl: Duration,
+    pub replicas: usize,
+    pub journal: bool,
+    /// How long journal records are kept at most. Records are also purged
+    /// once a snapshot covers them; this is only the backstop.
+    pub journal_max_age: Duration,
+}
+
+/// Handles to the buckets and the stream.
+#[derive(Clone)]
+pub struct Stores {
+    pub js: Context,
+    pub leases: kv::Store,
+    pub snapshots: kv::Store,
+    pub journal: Option<stream::Stream>,
+}
+
+impl Stores {
+    pub async fn open(client: async_nats::Client, opts: &StoreOptions) -> Result<Stores> {
+        let js = jetstream::ContextBuilder::new()
+            .timeout(Duration::from_secs(5))
+            .build(client);
+        let leases = open_bucket(
+            &js,
+            kv::Config {
+                bucket: LEASE_BUCKET.into(),
+                description: "sluice partition leases and worker heartbeats".into(),
+                history: 1,
+                max_age: opts.lease_ttl,
+                num_replicas: opts.replicas,
+                limit_markers: Some(Duration::from_secs(10)),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let actual = leases.status().await?.max_age();
+        if actual != opts.lease_ttl {
+            bail!(
+                "the lease bucket {LEASE_BUCKET} expires leases after {actual:?}, but this worker's lease_ttl is {:?}; \
+                 give every worker the same lease_ttl, or delete the bucket while no worker runs",
+                opts.lease_ttl
+            );
+        }
+        let snapshots = open_bucket(
+            &js,
+            kv::Config {
+                bucket: SNAPSHOT_BUCKET.into(),
+                description: "sluice partition snapshots".into(),
+                history: 1,
+                num_replicas: opts.replicas,
+                ..Default::default()
+            },
+        )
+        .await?;
+        let journal = if opts.journal {
+            Some(
+                js.get_or_create_stream(stream::Config {
+                    name: JOURNAL_STREAM.into(),
+                    description: Some("sluice counted requests since each partition's last snapshot".into()),
+                    subjects: vec!["sluice.journal.>".into()],
+                    max_age: opts.journal_max_age,
+                    num_replicas: opts.replicas,
+                    storage: stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .context("cannot open the journal stream")?,
+            )
+        } else {
+            None
+        };
+        Ok(Stores {
+            js,
+            leases,
+            snapshots,
+            journal,
+        })
+    }
+}
+
+async fn open_bucket(js: &Context, config: kv::Config) -> Result<kv::Store> {
+    let name = config.bucket.clone();
+    if let Ok(store) = js.get_key_value(&name).await {
+        return Ok(store);
+    }
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another worker created it between our get and create.
+        Err(create_err) => js.get_key_value(&name).await.with_context(|| {
+            format!("cannot create or open the KV bucket {name}: {create_err}; is JetStream enabled on the server?")
+        }),
+    }
+}

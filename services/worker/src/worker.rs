@@ -1,0 +1,372 @@
+//! The worker: joins the fleet, owns its share of partitions, and leaves
+//! cleanly.
+//!
+//! The controller here is the only place that decides which partitions this
+//! worker should own. It keeps a live view of the lease bucket (a KV watch
+//! with history: heartbeats `w.*`, leases `p.*`), computes the balanced
+//! assignment from the live workers ([`sluice_core::assignment`]), claims the
+//! partitions assigned to it that nobody holds, and asks shards it should no
+//! longer run to hand over. A partition nobody has held for
+//! [`ORPHAN_GRACE`] is claimed by whoever sees it first, so a crashed
+//! worker's partitions come back even while its heartbeat lingers.
+
+use crate::lease::{self, LeaseError};
+use crate::probe;
+use crate::service;
+use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
+use crate::store::{lease_key, worker_key, StoreOptions, Stores};
+use anyhow::{Context as _, Result};
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_core::assignment;
+use sluice_core::config::{Config, Durability};
+use sluice_core::time::{Clock, SystemClock};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::time::MissedTickBehavior;
+
+/// How long a partition may stay unowned before any worker claims it.
+pub const ORPHAN_GRACE: Duration = Duration::from_millis(500);
+
+/// Everything a worker needs to start.
+pub struct WorkerOptions {
+    pub nats_url: String,
+    pub config: Config,
+    /// Unique per process; generated when `None`.
+    pub worker_id: Option<String>,
+    /// JetStream replicas for the buckets and the journal (3 in a cluster).
+    pub replicas: usize,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl WorkerOptions {
+    pub fn new(nats_url: impl Into<String>, config: Config) -> WorkerOptions {
+        WorkerOptions {
+            nats_url: nats_url.into(),
+            config,
+            worker_id: None,
+            replicas: 1,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// Counters across the worker's partitions.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+    pub errors: AtomicU64,
+    pub hits: AtomicU64,
+    pub journal_errors: AtomicU64,
+}
+
+/// What every shard of this worker shares.
+pub struct Shared {
+    pub client: async_nats::Client,
+    pub stores: Stores,
+    pub config: Arc<Config>,
+    pub worker_id: String,
+    pub clock: Arc<dyn Clock>,
+    pub lease_ttl: Duration,
+    pub stats: WorkerStats,
+}
+
+/// A fresh worker id: valid as a KV key and a NATS token.
+pub fn new_worker_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    format!("w{}-{:08x}", std::process::id(), h.finish() as u32)
+}
+
+/// Runs a worker until `shutdown` completes, then hands its partitions over.
+pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let worker_id = opts.worker_id.clone().unwrap_or_else(new_worker_id);
+    let config = Arc::new(opts.config);
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("sluice-worker {worker_id}"))
+        .connection_timeout(Duration::from_secs(5))
+        .connect(&opts.nats_url)
+        .await
+        .with_context(|| format!("cannot connect to NATS at {}; is nats-server running there?", opts.nats_url))?;
+    probe::check_mapping(&client, config.partitions).await?;
+    let stores = Stores::open(
+        client.clone(),
+        &StoreOptions {
+            lease_ttl: config.lease_ttl,
+            replicas: opts.replicas,
+            journal: config.durability == Durability::Journal,
+            journal_max_age: Duration::from_secs(24 * 3600),
+        },
+    )
+    .await?;
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        stores,
+        lease_ttl: config.lease_ttl,
+        config,
+        worker_id: worker_id.clone(),
+        clock: opts.clock,
+        stats: WorkerStats::default(),
+    });
+    let mut controller = Controller::new(shared.clone());
+    let service = service::start(shared.clone(), controller.shards_view()).await?;
+    let strays = tokio::spawn({
+        let client = client.clone();
+        async move {
+            if let Err(e) = answer_unmapped(client).await {
+                tracing::warn!("cannot answer unmapped requests: {e:#}");
+            }
+        }
+    });
+    tracing::info!(worker = %worker_id, partitions = shared.config.partitions, "worker started");
+    let result = controller.run(shutdown).await;
+    strays.abort();
+    let _ = service.stop().await;
+    let _ = client.drain().await;
+    result
+}
+
+/// This worker's view of the lease bucket.
+#[derive(Default)]
+struct View {
+    workers: BTreeSet<String>,
+    owners: HashMap<u32, String>,
+    unowned_since: HashMap<u32, Instant>,
+    current: bool,
+}
+
+impl View {
+    fn apply(&mut self, entry: &kv::Entry, partitions: u32) {
+        let present = entry.operation == kv::Operation::Put;
+        if let Some(id) = entry.key.strip_prefix("w.") {
+            if present {
+                self.workers.insert(id.to_string());
+            } else {
+                self.workers.remove(id);
+            }
+        } else if let Some(p) = entry.key.strip_prefix("p.").and_then(|p| p.parse::<u32>().ok()) {
+            if p >= partitions {
+                return;
+            }
+            if present {
+                self.owners.insert(p, String::from_utf8_lossy(&entry.value).into_owned());
+                self.unowned_since.remove(&p);
+            } else {
+                self.owners.remove(&p);
+                self.unowned_since.insert(p, Instant::now());
+            }
+        }
+    }
+}
+
+/// Shared, read-only facts about this worker's shards (for status and metrics).
+pub type ShardsView = Arc<std::sync::Mutex<BTreeMap<u32, Arc<shard::ShardStats>>>>;
+
+struct Controller {
+    shared: Arc<Shared>,
+    view: View,
+    shards: BTreeMap<u32, ShardHandle>,
+    stopping: BTreeSet<u32>,
+    shards_view: ShardsView,
+    started: Instant,
+}
+
+impl Controller {
+    fn new(shared: Arc<Shared>) -> Controller {
+        Controller {
+            shared,
+            view: View::default(),
+            shards: BTreeMap::new(),
+            stopping: BTreeSet::new(),
+            shards_view: ShardsView::default(),
+            started: Instant::now(),
+        }
+    }
+
+    fn shards_view(&self) -> ShardsView {
+        self.shards_view.clone()
+    }
+
+    async fn run(&mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let leases = self.shared.stores.leases.clone();
+        let me = self.shared.worker_id.clone();
+        let ttl = self.shared.lease_ttl;
+        let heartbeat_key = worker_key(&me);
+        leases
+            .put(&heartbeat_key, Bytes::from(me.clone()))
+            .await
+            .context("cannot register in the lease bucket")?;
+        let mut watch = leases.watch_with_history(">").await.context("cannot watch the lease bucket")?;
+        let mut heartbeat = tokio::time::interval(lease::renew_interval(ttl));
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        // An empty bucket delivers nothing: start acting after a short wait.
+        let settle = tokio::time::sleep(Duration::from_millis(300));
+        tokio::pin!(settle);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                entry = watch.next() => match entry {
+                    Some(Ok(entry)) => {
+                        if entry.delta == 0 {
+                            self.view.current = true;
+                        }
+                        self.view.apply(&entry, self.shared.config.partitions);
+                        if self.view.current {
+                            self.reconcile().await;
+                        }
+                    }
+                    Some(Err(e)) => tracing::warn!("lease watch error: {e}"),
+                    None => {
+                        tracing::warn!("lease watch ended; restarting it");
+                        watch = leases.watch_with_history(">").await.context("cannot watch the lease bucket")?;
+                    }
+                },
+                _ = heartbeat.tick() => {
+                    if let Err(e) = leases.put(&heartbeat_key, Bytes::from(me.clone())).await {
+                        tracing::warn!("heartbeat failed: {e}");
+                    }
+                }
+                _ = &mut settle, if !self.view.current => {
+                    self.view.current = true;
+                    self.reconcile().await;
+                }
+                _ = tick.tick() => {
+                    self.reap();
+                    if self.view.current {
+                        self.reconcile().await;
+                    }
+                }
+            }
+        }
+        self.shutdown().await;
+        let _ = leases.delete(&heartbeat_key).await;
+        Ok(())
+    }
+
+    /// Forgets shards that ended on their own (lease lost, failed start).
+    fn reap(&mut self) {
+        let ended: Vec<u32> = self
+            .shards
+            .iter()
+            .filter(|(_, h)| h.join.is_finished())
+            .map(|(p, _)| *p)
+            .collect();
+        for p in ended {
+            self.shards.remove(&p);
+            self.stopping.remove(&p);
+            self.shards_view.lock().unwrap_or_else(|e| e.into_inner()).remove(&p);
+        }
+    }
+
+    async fn reconcile(&mut self) {
+        let shared = self.shared.clone();
+        let me = shared.worker_id.as_str();
+        let partitions = self.shared.config.partitions;
+        let mut live: Vec<&str> = self.view.workers.iter().map(String::as_str).collect();
+        if !live.contains(&me) {
+            live.push(me);
+        }
+        let owners = assignment::assign(partitions, &live);
+        // Hand over what is now someone else's.
+        for (&p, handle) in self.shards.iter_mut() {
+            if live[owners[p as usize]] != me && !self.stopping.contains(&p) {
+                tracing::info!(partition = p, to = live[owners[p as usize]], "handing over");
+                handle.stop();
+                self.stopping.insert(p);
+            }
+        }
+        // Claim what is ours and free, and orphans nobody claimed in time.
+        let now = Instant::now();
+        let to_claim: Vec<u32> = (0..partitions)
+            .filter(|p| !self.shards.contains_key(p) && !self.view.owners.contains_key(p))
+            .filter(|p| {
+                let mine = live[owners[*p as usize]] == me;
+                let orphaned = self
+                    .view
+                    .unowned_since
+                    .get(p)
+                    .map(|since| now.duration_since(*since) >= ORPHAN_GRACE)
+                    .unwrap_or(now.duration_since(self.started) >= ORPHAN_GRACE * 4);
+                mine || orphaned
+            })
+            .collect();
+        for p in to_claim {
+            self.claim(p).await;
+        }
+    }
+
+    async fn claim(&mut self, p: u32) {
+        let shared = &self.shared;
+        match lease::acquire(&shared.stores.leases, &lease_key(p), &shared.worker_id, shared.lease_ttl).await {
+            Ok(lease) => {
+                tracing::debug!(partition = p, revision = lease.revision, "lease acquired");
+                self.view.owners.insert(p, shared.worker_id.clone());
+                let handle = shard::spawn(shared.clone(), p, lease);
+                self.shards_view
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(p, handle.stats.clone());
+                self.shards.insert(p, handle);
+            }
+            Err(LeaseError::Taken) => {}
+            Err(LeaseError::Transient(e)) => tracing::warn!(partition = p, "cannot claim: {e}"),
+        }
+    }
+
+    /// Hands every partition over and waits (bounded) for the shards to finish.
+    async fn shutdown(&mut self) {
+        for handle in self.shards.values_mut() {
+            handle.stop();
+        }
+        let shards = std::mem::take(&mut self.shards);
+        let waits = shards.into_values().map(|h| async move {
+            let p = h.partition;
+            match tokio::time::timeout(HANDOVER_TIMEOUT, h.join).await {
+                Ok(Ok(Exit::Released)) => {}
+                Ok(Ok(exit)) => tracing::warn!(partition = p, ?exit, "partition ended without a handover"),
+                Ok(Err(e)) => tracing::error!(partition = p, "shard task failed: {e}"),
+                Err(_) => tracing::error!(partition = p, "handover timed out; its lease will expire"),
+            }
+        });
+        futures::future::join_all(waits).await;
+        tracing::info!("all partitions handed over");
+    }
+}
+
+/// Answers requests the partition mapping could not map: a key of several
+/// tokens (`rl.allow.a.b`) or the literal `>`. Mapped requests never reach
+/// `rl.allow.>` subscribers (the server rewrites them before routing), so this
+/// only sees the malformed ones. One worker of the queue group answers each.
+async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
+    let mut subs = futures::stream::select_all([
+        client.queue_subscribe("rl.allow.>", "sluice-unmapped".into()).await?,
+        client.queue_subscribe("rl.hit.>", "sluice-unmapped".into()).await?,
+    ]);
+    while let Some(msg) = subs.next().await {
+        let Some(reply) = msg.reply else { continue };
+        let encoding = sluice_core::wire::reply_encoding(&msg.payload);
+        let error = sluice_core::wire::WireError::bad_request(format!(
+            "{} is not a valid key subject: a key must be exactly one subject token; \
+             percent-encode '.', '*' and '>' (e.g. %2E) and send rl.allow.<key>",
+            msg.subject
+        ));
+        let mut headers = async_nats::HeaderMap::new();
+        for (name, value) in sluice_core::wire::error_headers(&error) {
+            headers.insert(name, value.as_str());
+        }
+        let payload = sluice_core::wire::encode_error(&error, encoding);
+        let _ = client.publish_with_headers(reply, headers, payload.into()).await;
+    }
+    Ok(())
+}
