@@ -262,8 +262,8 @@ pub enum DurationError {
 
 /// Parses a duration written as an integer and a unit: `ms`, `s`, `m`, `h` or
 /// `d` (`"1500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`). No sign, no fraction, no
-/// spaces. Anything that does not fit in `u64` nanoseconds (about 584 years)
-/// is refused.
+/// spaces. Anything longer than 213503 days (the most whole days that fit in
+/// `u64` nanoseconds) is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let invalid = || DurationError::Invalid(s.to_string());
     let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
@@ -573,26 +573,19 @@ impl Parser<'_> {
             v => Some(self.count(v, &burst_field, "burst = 20")?),
         };
 
-        let limit = Limit::new(max, per, burst).map_err(|e| {
-            let field = match e {
-                PolicyError::ZeroMax => &max_field,
-                PolicyError::ZeroWindow => &per_field,
-                PolicyError::ZeroBurst => &burst_field,
-                _ => path,
-            };
-            self.err(field, e.to_string())
-        })?;
+        // Which of this limit's fields a PolicyError is about.
+        let field_of = |e: &PolicyError| match e {
+            PolicyError::ZeroMax | PolicyError::LogTooLarge { .. } => max_field.as_str(),
+            PolicyError::ZeroWindow => per_field.as_str(),
+            PolicyError::ZeroBurst | PolicyError::BurstNotSupported => burst_field.as_str(),
+            PolicyError::UnknownAlgorithm(_) | PolicyError::NoLimits => path,
+        };
         // Policy::new holds the per-limit rules that depend on the algorithm
         // (e.g. the sliding log's cap on max); checking one limit at a time
         // lets the error name it.
-        Policy::new(name, algorithm, vec![limit]).map_err(|e| {
-            let field = match e {
-                PolicyError::LogTooLarge { .. } => &max_field,
-                PolicyError::BurstNotSupported | PolicyError::ZeroBurst => &burst_field,
-                _ => path,
-            };
-            self.err(field, e.to_string())
-        })?;
+        let limit = Limit::new(max, per, burst)
+            .and_then(|limit| Policy::new(name, algorithm, vec![limit]).map(|_| limit))
+            .map_err(|e| self.err(field_of(&e), e.to_string()))?;
         Ok(limit)
     }
 

@@ -18,7 +18,7 @@
 //! partitions depending on where their publisher is connected.
 
 use crate::config::DEFAULT_PARTITIONS;
-use std::fmt::Write as _;
+use std::fmt;
 
 /// Subject prefix of decision requests: `rl.allow.<key>` (CONTRACT §1).
 pub const ALLOW_PREFIX: &str = "rl.allow";
@@ -197,13 +197,16 @@ impl NatsServerConfig {
         }
     }
 
-    /// The config file's text.
+    /// The config file's text (the same as its `Display`).
     pub fn render(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for NatsServerConfig {
+    fn fmt(&self, w: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.partitions;
-        let mut out = String::new();
-        // `writeln!` into a String cannot fail; the results are ignored below.
-        let w = &mut out;
-        let _ = writeln!(
+        writeln!(
             w,
             "# nats-server config for sluice, printed by `sluice nats-config`.\n\
              #\n\
@@ -214,24 +217,24 @@ impl NatsServerConfig {
              #\n\
              # nats-server's command-line flags override this file: -p PORT, -js, -sd DIR.\n\
              # Check it with: nats-server -t -c FILE\n"
-        );
-        let _ = writeln!(w, "server_name: {}", quote(&self.server_name));
-        let _ = writeln!(w, "listen: {}", quote(&self.listen));
+        )?;
+        writeln!(w, "server_name: {}", quote(&self.server_name))?;
+        writeln!(w, "listen: {}", quote(&self.listen))?;
         if let Some(http) = &self.http {
-            let _ = writeln!(w, "http: {}  # monitoring", quote(http));
+            writeln!(w, "http: {}  # monitoring", quote(http))?;
         }
 
-        let _ = writeln!(w, "\njetstream {{");
+        writeln!(w, "\njetstream {{")?;
         match &self.store_dir {
             Some(dir) => {
-                let _ = writeln!(w, "  store_dir: {}", quote(dir));
+                writeln!(w, "  store_dir: {}", quote(dir))?;
             }
             None => {
-                let _ = writeln!(
+                writeln!(
                     w,
                     "  # store_dir is not set: nats-server uses a directory under the system's\n  \
                      # temp dir. Set one (or pass -sd DIR) to keep snapshots across reboots."
-                );
+                )?;
             }
         }
         for (name, bytes) in [
@@ -239,12 +242,12 @@ impl NatsServerConfig {
             ("max_file_store", self.max_file_store),
         ] {
             if let Some(bytes) = bytes {
-                let _ = writeln!(w, "  {name}: {bytes}  # {}", human_bytes(bytes));
+                writeln!(w, "  {name}: {bytes}  # {}", human_bytes(bytes))?;
             }
         }
-        let _ = writeln!(w, "}}");
+        writeln!(w, "}}")?;
 
-        let _ = writeln!(
+        writeln!(
             w,
             "\n# The partition mapping. N in partition(N,1) must equal `partitions` in\n\
              # sluice's config ({n}); the partition is FNV-1a of the key token mod N.\n\
@@ -255,33 +258,33 @@ impl NatsServerConfig {
              # Changing N moves most keys to another partition, where they start over.\n\
              # These apply to the default account ($G); with accounts configured, put\n\
              # this block into every account whose clients use sluice."
-        );
-        let _ = writeln!(w, "mappings = {{");
+        )?;
+        writeln!(w, "mappings = {{")?;
         for verb in Verb::ALL {
             let (from, to) = mapping(verb, n);
-            let _ = writeln!(w, "  {}: {}", quote(&from), quote(&to));
+            writeln!(w, "  {}: {}", quote(&from), quote(&to))?;
         }
-        let _ = writeln!(w, "}}");
+        writeln!(w, "}}")?;
 
         if let Some(cluster) = &self.cluster {
-            let _ = writeln!(
+            writeln!(
                 w,
                 "\n# Cluster: render this file once per server. server_name must differ on\n\
                  # every server (JetStream will not start clustered without it); the\n\
                  # cluster name and the mappings above must be the same everywhere. A\n\
                  # route to the server itself is dropped, so all servers can share routes."
-            );
-            let _ = writeln!(w, "cluster {{");
-            let _ = writeln!(w, "  name: {}", quote(&cluster.name));
-            let _ = writeln!(w, "  listen: {}", quote(&cluster.listen));
-            let _ = writeln!(w, "  routes: [");
+            )?;
+            writeln!(w, "cluster {{")?;
+            writeln!(w, "  name: {}", quote(&cluster.name))?;
+            writeln!(w, "  listen: {}", quote(&cluster.listen))?;
+            writeln!(w, "  routes: [")?;
             for route in &cluster.routes {
-                let _ = writeln!(w, "    {}", quote(route));
+                writeln!(w, "    {}", quote(route))?;
             }
-            let _ = writeln!(w, "  ]");
-            let _ = writeln!(w, "}}");
+            writeln!(w, "  ]")?;
+            writeln!(w, "}}")?;
         }
-        out
+        Ok(())
     }
 }
 
