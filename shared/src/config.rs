@@ -1,9 +1,740 @@
-//! TEMP stub until the config module lands.
-use crate::policy::Policy;
+//! The TOML config of CONTRACT §4, parsed and validated in one place.
+//!
+//! [`Config::from_toml`] is the only way a file becomes a [`Config`], and it
+//! either returns a config in which every value is usable or one
+//! [`ConfigError`] naming the file, the field path and the reason, e.g.
+//!
+//! ```text
+//! sluice.toml: policies.login.limits[1].per: "1x" is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. "10s"
+//! ```
+//!
+//! The document is first parsed into a plain [`toml::Table`] and then walked
+//! by hand rather than through `#[derive(Deserialize)]`: serde's errors do not
+//! carry the field path (`limits[1].per`), and walking the table ourselves
+//! lets every unknown key be reported with a suggestion, so a typo such as
+//! `partiton = 32` stops the program instead of being silently ignored.
+//!
+//! Policies are built with [`Limit::new`] and [`Policy::new`], so the rules
+//! for what makes a policy valid live in [`crate::policy`] and this module
+//! only attaches field paths to them.
+//!
+//! Without a file, [`Config::default`] applies: the built-in `default` policy
+//! ([`Policy::builtin_default`], 15/s sliding window) and the defaults below.
+//! A file that defines policies but no `default` gets the built-in one added.
+
+use crate::policy::{Algorithm, Limit, Policy, PolicyError};
 use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
 use std::time::Duration;
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability { Snapshot, Journal }
-#[derive(Clone, Debug)]
-pub struct Config { pub partitions: u32, pub durability: Durability, pub snapshot_interval: Duration, pub lease_ttl: Duration, pub policies: BTreeMap<String, Policy> }
-impl Config { pub fn policy(&self, name: &str) -> Option<&Policy> { self.policies.get(name) } }
+use toml::{Table, Value};
+
+/// Default number of partitions (CONTRACT §3).
+pub const DEFAULT_PARTITIONS: u32 = 64;
+/// The largest accepted partition count.
+pub const MAX_PARTITIONS: u32 = 1024;
+/// Default time between two snapshots of a partition's counters.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(2);
+/// The shortest accepted snapshot interval: every owned partition is written
+/// to JetStream KV once per interval, so shorter ones mostly add load.
+pub const MIN_SNAPSHOT_INTERVAL: Duration = Duration::from_millis(100);
+/// Default lifetime of a partition lease that is not renewed.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(3);
+/// The shortest accepted lease lifetime (JetStream's TTL granularity).
+pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
+/// The longest accepted lease lifetime: a dead worker's partitions stay
+/// unanswered for up to this long.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
+/// The name of the policy used when a request names none.
+pub const DEFAULT_POLICY: &str = "default";
+/// The longest accepted policy name.
+pub const MAX_POLICY_NAME_LEN: usize = 64;
+
+/// The environment variable naming the config file (CONTRACT §4).
+pub const CONFIG_ENV: &str = "SLUICE_CONFIG";
+
+/// What a partition owner persists besides periodic snapshots (CONTRACT §3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Counters are snapshotted every `snapshot_interval`; a crash loses the
+    /// counts since the last snapshot.
+    #[default]
+    Snapshot,
+    /// Counted requests since the last snapshot are also journaled and
+    /// replayed by the next owner, so a crash loses no counts.
+    Journal,
+}
+
+impl Durability {
+    pub const ALL: [Durability; 2] = [Durability::Snapshot, Durability::Journal];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Durability::Snapshot => "snapshot",
+            Durability::Journal => "journal",
+        }
+    }
+}
+
+/// What clients and the gateway do when no worker answers (CONTRACT §4, §6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fallback {
+    /// Allow the request.
+    Open,
+    /// Refuse it (the gateway answers 503).
+    #[default]
+    Closed,
+    /// Decide with a limiter local to the caller.
+    Local,
+}
+
+impl Fallback {
+    pub const ALL: [Fallback; 3] = [Fallback::Open, Fallback::Closed, Fallback::Local];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Open => "open",
+            Fallback::Closed => "closed",
+            Fallback::Local => "local",
+        }
+    }
+}
+
+macro_rules! str_enum_impls {
+    ($ty:ident, $what:literal) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            /// The reason, ready for [`ConfigError::reason`].
+            type Err = String;
+            fn from_str(s: &str) -> Result<$ty, String> {
+                $ty::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| {
+                        let names: Vec<String> = $ty::ALL
+                            .iter()
+                            .map(|v| format!("{:?}", v.as_str()))
+                            .collect();
+                        format!("{s:?} is not {}; use {}", $what, or_list(&names))
+                    })
+            }
+        }
+    };
+}
+
+str_enum_impls!(Durability, "a durability");
+str_enum_impls!(Fallback, "a fallback");
+
+/// A validated sluice configuration.
+///
+/// Build it with [`Config::from_toml`], [`Config::load`] or
+/// [`Config::resolve`]; [`Config::default`] is what runs without a file. The
+/// fields are public for reading; code that sets them directly must keep to
+/// the ranges documented on each (the parser enforces them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Number of partitions, 1 to [`MAX_PARTITIONS`]. Must equal the `N` in
+    /// the NATS server's `partition(N,1)` mapping.
+    pub partitions: u32,
+    pub durability: Durability,
+    /// At least [`MIN_SNAPSHOT_INTERVAL`].
+    pub snapshot_interval: Duration,
+    pub fallback: Fallback,
+    /// How long a worker's partition lease lives without renewal: whole
+    /// seconds from [`MIN_LEASE_TTL`] to [`MAX_LEASE_TTL`].
+    pub lease_ttl: Duration,
+    /// By name; always contains [`DEFAULT_POLICY`].
+    pub policies: BTreeMap<String, Policy>,
+}
+
+impl Default for Config {
+    /// The configuration without a file: every default and the built-in
+    /// `default` policy (15/s, sliding window).
+    fn default() -> Config {
+        let mut policies = BTreeMap::new();
+        policies.insert(DEFAULT_POLICY.to_string(), Policy::builtin_default());
+        Config {
+            partitions: DEFAULT_PARTITIONS,
+            durability: Durability::default(),
+            snapshot_interval: DEFAULT_SNAPSHOT_INTERVAL,
+            fallback: Fallback::default(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            policies,
+        }
+    }
+}
+
+/// Why a config cannot be used: the file, the field path and the reason.
+///
+/// `field` is empty when the problem is not one field's (a TOML syntax error,
+/// which gives its line and column in `reason`, or an unreadable file).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.display())]
+pub struct ConfigError {
+    pub file: String,
+    pub field: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(file: &str, field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn display(&self) -> String {
+        if self.field.is_empty() {
+            format!("{}: {}", self.file, self.reason)
+        } else {
+            format!("{}: {}: {}", self.file, self.field, self.reason)
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a config file's text. `file` is only used to name
+    /// the file in errors.
+    pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let table: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| syntax_error(file, text, &e))?;
+        Parser { file }.config(&table)
+    }
+
+    /// Reads and parses the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(&file, "", format!("cannot read the config file: {e}"))
+        })?;
+        Config::from_toml(&text, &file)
+    }
+
+    /// The config a command runs with: the file given by `--config FILE` or
+    /// `SLUICE_CONFIG` (the caller resolves which one and passes it), else
+    /// [`Config::default`].
+    pub fn resolve(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        match explicit {
+            Some(path) => Config::load(path),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// The policy called `name`, if configured.
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.policies.get(name)
+    }
+
+    /// The policy used when a request names none. Always present.
+    pub fn default_policy(&self) -> &Policy {
+        self.policies
+            .get(DEFAULT_POLICY)
+            .expect("a Config always has a default policy")
+    }
+}
+
+/// Whether `name` can name a policy: 1 to 64 characters from `[A-Za-z0-9_-]`.
+pub fn is_valid_policy_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_POLICY_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Why a string is not a duration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. \"10s\"")]
+    Invalid(String),
+    #[error("{0:?} is too long; the longest duration is {max}", max = format_duration(max_duration()))]
+    TooLong(String),
+}
+
+/// Parses a duration written as an integer and a unit: `ms`, `s`, `m`, `h` or
+/// `d` (`"1500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`). No sign, no fraction, no
+/// spaces. Anything longer than 213503 days (the most whole days that fit in
+/// `u64` nanoseconds) is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+    let invalid = || DurationError::Invalid(s.to_string());
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return Err(invalid());
+    }
+    let nanos_per_unit: u64 = match unit {
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60 * 1_000_000_000,
+        "h" => 3_600 * 1_000_000_000,
+        "d" => 86_400 * 1_000_000_000,
+        _ => return Err(invalid()),
+    };
+    // Only digits are left, so the one way to fail is overflow.
+    let too_long = || DurationError::TooLong(s.to_string());
+    let n: u64 = digits.parse().map_err(|_| too_long())?;
+    let nanos = n.checked_mul(nanos_per_unit).ok_or_else(too_long)?;
+    let d = Duration::from_nanos(nanos);
+    if d > max_duration() {
+        return Err(too_long());
+    }
+    Ok(d)
+}
+
+fn max_duration() -> Duration {
+    // The largest whole number of days that fits in u64 nanoseconds.
+    Duration::from_secs(u64::MAX / 86_400_000_000_000 * 86_400)
+}
+
+/// Formats a duration in the config's syntax, in the largest unit that
+/// represents it exactly (`"2s"`, `"1500ms"`, `"1h"`); sub-millisecond parts
+/// are rounded down, which config values never have.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, per) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms != 0 && ms.is_multiple_of(per) {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+const TOP_LEVEL_FIELDS: [&str; 6] = [
+    "partitions",
+    "durability",
+    "snapshot_interval",
+    "fallback",
+    "lease_ttl",
+    "policies",
+];
+const POLICY_FIELDS: [&str; 2] = ["algorithm", "limits"];
+const LIMIT_FIELDS: [&str; 3] = ["max", "per", "burst"];
+
+/// Walks a parsed document; every method returns the first problem found.
+struct Parser<'a> {
+    file: &'a str,
+}
+
+impl Parser<'_> {
+    fn err(&self, field: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError::new(self.file, field, reason)
+    }
+
+    fn config(&self, table: &Table) -> Result<Config, ConfigError> {
+        self.deny_unknown(table, "", &TOP_LEVEL_FIELDS)?;
+        let mut config = Config::default();
+        if let Some(v) = table.get("partitions") {
+            config.partitions = self.partitions(v)?;
+        }
+        if let Some(v) = table.get("durability") {
+            config.durability = self.string_enum(v, "durability")?;
+        }
+        if let Some(v) = table.get("snapshot_interval") {
+            let field = "snapshot_interval";
+            let (d, text) = self.duration(v, field)?;
+            if d < MIN_SNAPSHOT_INTERVAL {
+                return Err(self.err(
+                    field,
+                    format!(
+                        "must be at least {}, found {text:?}",
+                        format_duration(MIN_SNAPSHOT_INTERVAL)
+                    ),
+                ));
+            }
+            config.snapshot_interval = d;
+        }
+        if let Some(v) = table.get("fallback") {
+            config.fallback = self.string_enum(v, "fallback")?;
+        }
+        if let Some(v) = table.get("lease_ttl") {
+            config.lease_ttl = self.lease_ttl(v)?;
+        }
+        if let Some(v) = table.get("policies") {
+            let policies = v.as_table().ok_or_else(|| {
+                self.err(
+                    "policies",
+                    format!(
+                        "expected a table of policies ([policies.NAME] sections), found {}",
+                        describe(v)
+                    ),
+                )
+            })?;
+            for (name, v) in policies {
+                let policy = self.policy(name, v)?;
+                config.policies.insert(name.clone(), policy);
+            }
+        }
+        Ok(config)
+    }
+
+    fn partitions(&self, v: &Value) -> Result<u32, ConfigError> {
+        let field = "partitions";
+        let range = format!("from 1 to {MAX_PARTITIONS}");
+        let n = v.as_integer().ok_or_else(|| {
+            self.err(
+                field,
+                format!("expected an integer {range}, found {}", describe(v)),
+            )
+        })?;
+        match u32::try_from(n) {
+            Ok(n) if (1..=MAX_PARTITIONS).contains(&n) => Ok(n),
+            _ => Err(self.err(
+                field,
+                format!(
+                    "must be {range}, found {n} (it must also match the NATS server's partition mapping)"
+                ),
+            )),
+        }
+    }
+
+    fn lease_ttl(&self, v: &Value) -> Result<Duration, ConfigError> {
+        let field = "lease_ttl";
+        let (d, text) = self.duration(v, field)?;
+        if d < MIN_LEASE_TTL || d > MAX_LEASE_TTL {
+            return Err(self.err(
+                field,
+                format!(
+                    "must be from {} to {}, found {text:?}",
+                    format_duration(MIN_LEASE_TTL),
+                    format_duration(MAX_LEASE_TTL)
+                ),
+            ));
+        }
+        if d.subsec_nanos() != 0 {
+            return Err(self.err(
+                field,
+                format!(
+                    "must be a whole number of seconds (JetStream TTLs have one-second granularity), found {text:?}"
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
+    fn string_enum<T: FromStr<Err = String>>(
+        &self,
+        v: &Value,
+        field: &str,
+    ) -> Result<T, ConfigError> {
+        let s = v
+            .as_str()
+            .ok_or_else(|| self.err(field, format!("expected a string, found {}", describe(v))))?;
+        s.parse().map_err(|reason| self.err(field, reason))
+    }
+
+    /// The duration and the text it was written as.
+    fn duration<'v>(&self, v: &'v Value, field: &str) -> Result<(Duration, &'v str), ConfigError> {
+        let Some(s) = v.as_str() else {
+            let shown = match v {
+                // `per = 10`: show it the way the user wrote it.
+                Value::Integer(_) | Value::Float(_) => v.to_string(),
+                _ => describe(v),
+            };
+            return Err(self.err(
+                field,
+                format!(
+                    "{shown} is not a duration; use a string with an integer and a unit (ms, s, m, h, d), e.g. \"10s\""
+                ),
+            ));
+        };
+        let d = parse_duration(s).map_err(|e| self.err(field, e.to_string()))?;
+        Ok((d, s))
+    }
+
+    fn policy(&self, name: &str, v: &Value) -> Result<Policy, ConfigError> {
+        let path = format!("policies.{}", key_path(name));
+        if !is_valid_policy_name(name) {
+            return Err(self.err(
+                &path,
+                format!(
+                    "{name:?} is not a valid policy name; use 1 to {MAX_POLICY_NAME_LEN} characters from A-Z, a-z, 0-9, _ and -"
+                ),
+            ));
+        }
+        let table = v.as_table().ok_or_else(|| {
+            self.err(
+                &path,
+                format!(
+                    "expected a policy table ([{path}] with algorithm and limits), found {}",
+                    describe(v)
+                ),
+            )
+        })?;
+        self.deny_unknown(table, &path, &POLICY_FIELDS)?;
+
+        let algorithm_field = format!("{path}.algorithm");
+        let algorithm = match table.get("algorithm") {
+            None => {
+                return Err(self.err(
+                    &algorithm_field,
+                    format!("missing; use one of {}", algorithm_names()),
+                ))
+            }
+            Some(v) => {
+                let s = v.as_str().ok_or_else(|| {
+                    self.err(
+                        &algorithm_field,
+                        format!(
+                            "expected a string, one of {}, found {}",
+                            algorithm_names(),
+                            describe(v)
+                        ),
+                    )
+                })?;
+                Algorithm::from_str(s).map_err(|e| self.err(&algorithm_field, e.to_string()))?
+            }
+        };
+
+        let limits_field = format!("{path}.limits");
+        let example = "e.g. limits = [ { max = 10, per = \"1m\" } ]";
+        let list = match table.get("limits") {
+            None => {
+                return Err(self.err(
+                    &limits_field,
+                    format!("missing; a policy needs at least one limit, {example}"),
+                ))
+            }
+            Some(Value::Array(list)) => list,
+            Some(v) => {
+                return Err(self.err(
+                    &limits_field,
+                    format!(
+                        "expected a list of limits, {example}, found {}",
+                        describe(v)
+                    ),
+                ))
+            }
+        };
+        if list.is_empty() {
+            return Err(self.err(
+                &limits_field,
+                format!("{}, {example}", PolicyError::NoLimits),
+            ));
+        }
+        let mut limits = Vec::with_capacity(list.len());
+        for (i, v) in list.iter().enumerate() {
+            limits.push(self.limit(name, algorithm, &format!("{limits_field}[{i}]"), v)?);
+        }
+        // Each limit was checked against the algorithm above; what is left
+        // for Policy::new to refuse concerns the whole list.
+        Policy::new(name, algorithm, limits).map_err(|e| self.err(&limits_field, e.to_string()))
+    }
+
+    fn limit(
+        &self,
+        name: &str,
+        algorithm: Algorithm,
+        path: &str,
+        v: &Value,
+    ) -> Result<Limit, ConfigError> {
+        let table = v.as_table().ok_or_else(|| {
+            self.err(
+                path,
+                format!(
+                    "expected a limit like {{ max = 10, per = \"1m\" }}, found {}",
+                    describe(v)
+                ),
+            )
+        })?;
+        self.deny_unknown(table, path, &LIMIT_FIELDS)?;
+
+        let max_field = format!("{path}.max");
+        let max = self.count(table.get("max"), &max_field, "max = 10")?;
+        let per_field = format!("{path}.per");
+        let per = match table.get("per") {
+            None => {
+                return Err(self.err(
+                    &per_field,
+                    "missing; give the window or period, e.g. per = \"1m\"",
+                ))
+            }
+            Some(v) => self.duration(v, &per_field)?.0,
+        };
+        let burst_field = format!("{path}.burst");
+        let burst = match table.get("burst") {
+            None => None,
+            Some(_) if !algorithm.has_burst() => {
+                return Err(self.err(&burst_field, PolicyError::BurstNotSupported.to_string()))
+            }
+            v => Some(self.count(v, &burst_field, "burst = 20")?),
+        };
+
+        // Which of this limit's fields a PolicyError is about.
+        let field_of = |e: &PolicyError| match e {
+            PolicyError::ZeroMax | PolicyError::LogTooLarge { .. } => max_field.as_str(),
+            PolicyError::ZeroWindow => per_field.as_str(),
+            PolicyError::ZeroBurst | PolicyError::BurstNotSupported => burst_field.as_str(),
+            PolicyError::UnknownAlgorithm(_) | PolicyError::NoLimits => path,
+        };
+        // Policy::new holds the per-limit rules that depend on the algorithm
+        // (e.g. the sliding log's cap on max); checking one limit at a time
+        // lets the error name it.
+        let limit = Limit::new(max, per, burst)
+            .and_then(|limit| Policy::new(name, algorithm, vec![limit]).map(|_| limit))
+            .map_err(|e| self.err(field_of(&e), e.to_string()))?;
+        Ok(limit)
+    }
+
+    /// A non-negative integer; zero is left to `Limit::new` to refuse.
+    fn count(&self, v: Option<&Value>, field: &str, example: &str) -> Result<u64, ConfigError> {
+        let v = v.ok_or_else(|| self.err(field, format!("missing; e.g. {example}")))?;
+        let n = v.as_integer().ok_or_else(|| {
+            self.err(
+                field,
+                format!("expected a positive integer, found {}", describe(v)),
+            )
+        })?;
+        u64::try_from(n)
+            .map_err(|_| self.err(field, format!("must be a positive integer, found {n}")))
+    }
+
+    fn deny_unknown(&self, table: &Table, path: &str, known: &[&str]) -> Result<(), ConfigError> {
+        let Some(key) = table.keys().find(|k| !known.contains(&k.as_str())) else {
+            return Ok(());
+        };
+        let field = if path.is_empty() {
+            key_path(key)
+        } else {
+            format!("{path}.{}", key_path(key))
+        };
+        let expected = known.join(", ");
+        let reason = match suggest(key, known) {
+            Some(s) => format!("unknown field; did you mean {s:?}? (expected one of {expected})"),
+            None => format!("unknown field; expected one of {expected}"),
+        };
+        Err(self.err(&field, reason))
+    }
+}
+
+/// A key as it would be written in a TOML dotted path: bare when it can be.
+fn key_path(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// "a string (\"64\")", "an array", ...: what was found where something else
+/// was expected.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("a string ({s:?})"),
+        Value::Integer(n) => format!("an integer ({n})"),
+        Value::Float(x) => format!("a float ({x})"),
+        Value::Boolean(b) => format!("a boolean ({b})"),
+        Value::Datetime(d) => format!("a datetime ({d})"),
+        Value::Array(_) => "an array".to_string(),
+        Value::Table(_) => "a table".to_string(),
+    }
+}
+
+fn algorithm_names() -> String {
+    Algorithm::ALL.map(Algorithm::as_str).join(", ")
+}
+
+fn or_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+/// The known name closest to `key`, if it is close enough to be a typo.
+fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len().div_ceil(3)))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diag + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diag = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// A TOML syntax error as one line: its line and column, the parser's
+/// message and the offending line's text.
+fn syntax_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+    let message = e.message().trim().replace('\n', "; ");
+    let Some(span) = e.span() else {
+        return ConfigError::new(file, "", format!("invalid TOML: {message}"));
+    };
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line_no = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let source = text[line_start..line_end].trim_end_matches('\r').trim();
+    let mut reason = format!("line {line_no}, column {column}: invalid TOML: {message}");
+    if !source.is_empty() {
+        reason.push_str(&format!(" (in `{source}`)"));
+    }
+    ConfigError::new(file, "", reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance_counts_single_edits() {
+        assert_eq!(edit_distance("partitions", "partitions"), 0);
+        assert_eq!(edit_distance("partiton", "partitions"), 2);
+        assert_eq!(edit_distance("algoritm", "algorithm"), 1);
+        assert_eq!(edit_distance("", "max"), 3);
+    }
+
+    #[test]
+    fn suggestions_only_for_near_misses() {
+        assert_eq!(suggest("partiton", &TOP_LEVEL_FIELDS), Some("partitions"));
+        assert_eq!(suggest("colour", &TOP_LEVEL_FIELDS), None);
+    }
+
+    #[test]
+    fn max_duration_is_whole_days_within_u64_nanos() {
+        let max = max_duration();
+        assert_eq!(max.as_secs() % 86_400, 0);
+        assert!(max.as_nanos() <= u128::from(u64::MAX));
+        let days = max.as_secs() / 86_400;
+        assert_eq!(parse_duration(&format!("{days}d")), Ok(max));
+        assert!(matches!(
+            parse_duration(&format!("{}d", days + 1)),
+            Err(DurationError::TooLong(_))
+        ));
+    }
+}

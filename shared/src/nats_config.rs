@@ -1,1 +1,323 @@
-//! TODO
+//! The subjects sluice uses on NATS and the nats-server config that maps
+//! them onto partitions (CONTRACT §3, §5: `sluice nats-config`).
+//!
+//! Clients publish to `rl.allow.<key>` and `rl.hit.<key>`. The NATS server
+//! rewrites those, with its own deterministic partition function, to
+//! `rl.p.<n>.allow.<key>` and `rl.p.<n>.hit.<key>`, `n < partitions`, which is
+//! what the owning worker subscribes to. So clients never learn about
+//! partitions and no request takes an extra hop. This module is the one
+//! place that spells those subjects ([`Verb::client_subject`],
+//! [`allow_subject`], [`hit_subject`], [`PartitionSubject::parse`]) and the
+//! mapping that links them ([`mapping`], [`NatsServerConfig::render`]).
+//!
+//! The server applies a mapping only to messages that arrive from a client or
+//! leaf connection, using the config of the server that connection is on,
+//! and it never rewrites subscriptions: workers must subscribe to the
+//! per-partition subjects, and every server of a cluster (and every leaf
+//! node) must carry the same mapping, or keys silently land on different
+//! partitions depending on where their publisher is connected.
+
+use crate::config::DEFAULT_PARTITIONS;
+use std::fmt;
+
+/// Subject prefix of decision requests: `rl.allow.<key>` (CONTRACT §1).
+pub const ALLOW_PREFIX: &str = "rl.allow";
+/// Subject prefix of counted hits: `rl.hit.<key>` (CONTRACT §2).
+pub const HIT_PREFIX: &str = "rl.hit";
+/// Prefix of the per-partition subjects the server maps onto:
+/// `rl.p.<n>.<verb>.<key>`.
+pub const PARTITION_PREFIX: &str = "rl.p";
+
+/// The two kinds of client message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `rl.allow.<key>`: request-reply for a decision.
+    Allow,
+    /// `rl.hit.<key>`: publish, count whether or not it fits.
+    Hit,
+}
+
+impl Verb {
+    pub const ALL: [Verb; 2] = [Verb::Allow, Verb::Hit];
+
+    /// The verb's token in subjects: `allow` or `hit`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verb::Allow => "allow",
+            Verb::Hit => "hit",
+        }
+    }
+
+    /// [`ALLOW_PREFIX`] or [`HIT_PREFIX`].
+    pub const fn client_prefix(self) -> &'static str {
+        match self {
+            Verb::Allow => ALLOW_PREFIX,
+            Verb::Hit => HIT_PREFIX,
+        }
+    }
+
+    /// The subject a client sends to: `rl.allow.<key>` / `rl.hit.<key>`.
+    /// `key_token` must already be one encoded subject token (see
+    /// [`crate::key`]).
+    pub fn client_subject(self, key_token: &str) -> String {
+        format!("{}.{key_token}", self.client_prefix())
+    }
+
+    /// The subscription of partition `partition`'s owner for this verb:
+    /// `rl.p.<n>.allow.*` / `rl.p.<n>.hit.*`.
+    pub fn partition_subject(self, partition: u32) -> String {
+        format!("{PARTITION_PREFIX}.{partition}.{}.*", self.as_str())
+    }
+}
+
+/// `rl.p.<partition>.allow.*`: what a partition's owner subscribes to for decisions.
+pub fn allow_subject(partition: u32) -> String {
+    Verb::Allow.partition_subject(partition)
+}
+
+/// `rl.p.<partition>.hit.*`: what a partition's owner subscribes to for hits.
+pub fn hit_subject(partition: u32) -> String {
+    Verb::Hit.partition_subject(partition)
+}
+
+/// A mapped subject as a worker receives it: `rl.p.<n>.<verb>.<key>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionSubject<'a> {
+    pub partition: u32,
+    pub verb: Verb,
+    /// The key token as sent, still percent-encoded.
+    pub key_token: &'a str,
+}
+
+impl<'a> PartitionSubject<'a> {
+    /// Splits a received subject; `None` if it is not a per-partition
+    /// subject of exactly five tokens with a decimal partition number and a
+    /// known verb. Whether the key token is acceptable (e.g. not `*`) is for
+    /// the key decoder to say.
+    pub fn parse(subject: &'a str) -> Option<PartitionSubject<'a>> {
+        let rest = subject.strip_prefix(PARTITION_PREFIX)?.strip_prefix('.')?;
+        let mut tokens = rest.splitn(3, '.');
+        let partition = tokens.next()?;
+        if partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let partition = partition.parse().ok()?;
+        let verb = match tokens.next()? {
+            "allow" => Verb::Allow,
+            "hit" => Verb::Hit,
+            _ => return None,
+        };
+        let key_token = tokens.next()?;
+        if key_token.is_empty() || key_token.contains('.') {
+            return None;
+        }
+        Some(PartitionSubject {
+            partition,
+            verb,
+            key_token,
+        })
+    }
+}
+
+/// The server mapping for `verb` with `partitions` partitions, as (source,
+/// destination): `("rl.allow.*", "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`.
+///
+/// `partition(N,1)` hashes only the key token (FNV-1a mod N, see
+/// [`crate::partition`]), not the whole subject, so `rl.allow.k` and
+/// `rl.hit.k` land on the same partition.
+pub fn mapping(verb: Verb, partitions: u32) -> (String, String) {
+    (
+        format!("{}.*", verb.client_prefix()),
+        format!(
+            "{PARTITION_PREFIX}.{{{{partition({partitions},1)}}}}.{}.{{{{wildcard(1)}}}}",
+            verb.as_str()
+        ),
+    )
+}
+
+/// A nats-server config file for sluice: listen address, JetStream, the
+/// partition mapping, and optionally a cluster block.
+///
+/// [`render`](NatsServerConfig::render) writes the file; nats-server's own
+/// flags (`-p`, `-js`, `-sd`) override what it sets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NatsServerConfig {
+    /// Must equal `partitions` in sluice's config.
+    pub partitions: u32,
+    /// Must differ on every server of a cluster (JetStream refuses to start
+    /// clustered without one).
+    pub server_name: String,
+    /// Client listen address, `host:port`.
+    pub listen: String,
+    /// Monitoring HTTP listen address (`/varz`, `/accountz`, ...); off if `None`.
+    pub http: Option<String>,
+    /// JetStream's directory; `None` leaves it to nats-server, which uses a
+    /// directory under the system's temp dir.
+    pub store_dir: Option<String>,
+    /// JetStream memory storage limit in bytes; `None`: the server's default.
+    pub max_memory_store: Option<u64>,
+    /// JetStream file storage limit in bytes; `None`: the server's default.
+    pub max_file_store: Option<u64>,
+    /// Present for the cluster form.
+    pub cluster: Option<Cluster>,
+}
+
+/// The `cluster { }` block of one server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// The cluster's name, the same on every server.
+    pub name: String,
+    /// Route listen address, `host:port`, e.g. `0.0.0.0:6222`.
+    pub listen: String,
+    /// Route URLs of the servers, e.g. `nats-route://n1:6222`. Listing the
+    /// server itself is harmless (it drops that route as a duplicate), so
+    /// every server can be given the same list.
+    pub routes: Vec<String>,
+}
+
+impl Default for NatsServerConfig {
+    fn default() -> NatsServerConfig {
+        NatsServerConfig::new(DEFAULT_PARTITIONS)
+    }
+}
+
+impl NatsServerConfig {
+    /// A single server on `127.0.0.1:4222` named `sluice`, JetStream with the
+    /// server's default directory and limits, no monitoring, no cluster.
+    pub fn new(partitions: u32) -> NatsServerConfig {
+        NatsServerConfig {
+            partitions,
+            server_name: "sluice".to_string(),
+            listen: "127.0.0.1:4222".to_string(),
+            http: None,
+            store_dir: None,
+            max_memory_store: None,
+            max_file_store: None,
+            cluster: None,
+        }
+    }
+
+    /// The config file's text (the same as its `Display`).
+    pub fn render(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for NatsServerConfig {
+    fn fmt(&self, w: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.partitions;
+        writeln!(
+            w,
+            "# nats-server config for sluice, printed by `sluice nats-config`.\n\
+             #\n\
+             # It maps the subjects clients use (rl.allow.<key>, rl.hit.<key>) onto\n\
+             # {n} per-partition subjects (rl.p.<n>.allow.<key>, rl.p.<n>.hit.<key>) with\n\
+             # the server's own partition function, and enables JetStream, which sluice\n\
+             # uses for partition leases and counter snapshots.\n\
+             #\n\
+             # nats-server's command-line flags override this file: -p PORT, -js, -sd DIR.\n\
+             # Check it with: nats-server -t -c FILE\n"
+        )?;
+        writeln!(w, "server_name: {}", quote(&self.server_name))?;
+        writeln!(w, "listen: {}", quote(&self.listen))?;
+        if let Some(http) = &self.http {
+            writeln!(w, "http: {}  # monitoring", quote(http))?;
+        }
+
+        writeln!(w, "\njetstream {{")?;
+        match &self.store_dir {
+            Some(dir) => {
+                writeln!(w, "  store_dir: {}", quote(dir))?;
+            }
+            None => {
+                writeln!(
+                    w,
+                    "  # store_dir is not set: nats-server uses a directory under the system's\n  \
+                     # temp dir. Set one (or pass -sd DIR) to keep snapshots across reboots."
+                )?;
+            }
+        }
+        for (name, bytes) in [
+            ("max_memory_store", self.max_memory_store),
+            ("max_file_store", self.max_file_store),
+        ] {
+            if let Some(bytes) = bytes {
+                writeln!(w, "  {name}: {bytes}  # {}", human_bytes(bytes))?;
+            }
+        }
+        writeln!(w, "}}")?;
+
+        writeln!(
+            w,
+            "\n# The partition mapping. N in partition(N,1) must equal `partitions` in\n\
+             # sluice's config ({n}); the partition is FNV-1a of the key token mod N.\n\
+             # Every server in a cluster, and every leaf node, must carry these exact\n\
+             # mappings: a message is mapped by the server its publisher is connected\n\
+             # to, with that server's config, and a server with another N (or none)\n\
+             # sends keys to other partitions (or to no one) without any warning.\n\
+             # Changing N moves most keys to another partition, where they start over.\n\
+             # These apply to the default account ($G); with accounts configured, put\n\
+             # this block into every account whose clients use sluice."
+        )?;
+        writeln!(w, "mappings = {{")?;
+        for verb in Verb::ALL {
+            let (from, to) = mapping(verb, n);
+            writeln!(w, "  {}: {}", quote(&from), quote(&to))?;
+        }
+        writeln!(w, "}}")?;
+
+        if let Some(cluster) = &self.cluster {
+            writeln!(
+                w,
+                "\n# Cluster: render this file once per server. server_name must differ on\n\
+                 # every server (JetStream will not start clustered without it); the\n\
+                 # cluster name and the mappings above must be the same everywhere. A\n\
+                 # route to the server itself is dropped, so all servers can share routes."
+            )?;
+            writeln!(w, "cluster {{")?;
+            writeln!(w, "  name: {}", quote(&cluster.name))?;
+            writeln!(w, "  listen: {}", quote(&cluster.listen))?;
+            writeln!(w, "  routes: [")?;
+            for route in &cluster.routes {
+                writeln!(w, "    {}", quote(route))?;
+            }
+            writeln!(w, "  ]")?;
+            writeln!(w, "}}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A double-quoted nats-server config string.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `268435456` → `256 MiB`; sizes that are not a whole number of a binary
+/// unit are shown in bytes.
+fn human_bytes(bytes: u64) -> String {
+    for (unit, size) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
+}
