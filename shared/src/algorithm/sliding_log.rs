@@ -85,7 +85,8 @@ impl Algo for SlidingLog {
         let retry_after = match limit.max().checked_sub(cost) {
             Some(room) => {
                 let must_expire = live - room; // >= 1, since live + cost > max
-                let last = first + usize::try_from(must_expire - 1).unwrap_or(usize::MAX);
+                let last =
+                    first.saturating_add(usize::try_from(must_expire - 1).unwrap_or(usize::MAX));
                 Nanos(Self::expiry(limit, state, last).saturating_sub(now.0))
             }
             None => Nanos::MAX,
