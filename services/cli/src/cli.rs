@@ -19,7 +19,12 @@ pub struct Cli {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
     /// NATS server URL.
-    #[arg(long, global = true, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub nats: String,
     /// Config file (TOML). Without one, the built-in default policy (15 per second) applies.
     #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]

@@ -77,7 +77,16 @@ pub fn handle(
     }
     let mut counted = Vec::new();
     let encoding = wire::reply_encoding(&msg.payload);
-    let outcome = decide(shared, partition, counters, token, &msg.payload, kind, now, &mut counted);
+    let outcome = decide(
+        shared,
+        partition,
+        counters,
+        token,
+        &msg.payload,
+        kind,
+        now,
+        &mut counted,
+    );
     let reply = msg.reply.as_ref().map(|_| match outcome {
         Ok((decision, policy)) => decision_reply(&decision, policy, encoding),
         Err(e) => error_reply(&e, encoding),
@@ -194,7 +203,16 @@ fn handle_batch(
                 .iter()
                 .map(|item| {
                     let kind = if item.hit { Kind::Hit } else { Kind::Allow };
-                    decide(shared, partition, counters, &item.key, &item.body, kind, now, &mut counted)
+                    decide(
+                        shared,
+                        partition,
+                        counters,
+                        &item.key,
+                        &item.body,
+                        kind,
+                        now,
+                        &mut counted,
+                    )
                 })
                 .collect();
             Reply {
