@@ -46,6 +46,8 @@ pub enum Command {
     Worker(crate::worker_cmd::WorkerArgs),
     /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
+    /// Show partitions, their owners, snapshot ages and worker health.
+    Status(crate::status_cmd::StatusArgs),
 }
 
 impl Cli {
@@ -53,6 +55,7 @@ impl Cli {
         match &self.command {
             Command::Worker(args) => crate::worker_cmd::run(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
+            Command::Status(args) => crate::status_cmd::run(&self.common, args),
         }
     }
 }

@@ -9,11 +9,10 @@ use crate::journal::Record;
 use crate::worker::Shared;
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use sluice_core::key;
-use sluice_core::partition::partition_of;
+use sluice_core::key::KeyToken;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
-use sluice_core::wire::{self, Encoding, ErrorCode, WireError};
+use sluice_core::wire::{self, Encoding, ErrorReply};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
@@ -76,7 +75,7 @@ pub fn handle(
         return Handled::ignored();
     }
     let mut counted = Vec::new();
-    let encoding = wire::reply_encoding(&msg.payload);
+    let encoding = Encoding::of_body(&msg.payload);
     let outcome = decide(
         shared,
         partition,
@@ -105,27 +104,23 @@ fn decide<'a>(
     kind: Kind,
     now: Nanos,
     counted: &mut Vec<Record>,
-) -> Result<(Decision, &'a str), WireError> {
+) -> Result<(Decision, &'a str), ErrorReply> {
     let stats = &shared.stats;
     let result = (|| {
-        key::validate_token(token).map_err(WireError::from)?;
-        let home = partition_of(token, shared.config.partitions);
+        let key = KeyToken::parse(token)?;
+        let home = key.partition(shared.config.partitions);
         if home != partition {
-            return Err(WireError::bad_request(format!(
+            return Err(ErrorReply::bad_request(format!(
                 "key {token} belongs to partition {home}, not {partition}; send it to rl.allow.{token}"
             )));
         }
-        let request = wire::decode_request(body)?;
-        let policy_name = request.policy.as_deref().unwrap_or("default");
-        let Some(policy) = shared.config.policy(policy_name) else {
-            return Err(WireError::unknown_policy(policy_name));
+        let request = wire::decode_request(body).map_err(|e| e.reply)?;
+        let Some(policy) = shared.config.policy(&request.policy) else {
+            return Err(ErrorReply::unknown_policy(&request.policy));
         };
-        let cost = request.cost.unwrap_or(1);
+        let cost = request.cost;
         if kind == Kind::Allow && cost > policy.capacity() {
-            return Err(WireError::bad_request(format!(
-                "cost {cost} can never be allowed: policy {policy_name} allows at most {} at once",
-                policy.capacity()
-            )));
+            return Err(ErrorReply::cost_above_capacity(cost, policy.name(), policy.capacity()));
         }
         let op = match kind {
             Kind::Allow => Op::Allow(cost),
@@ -174,7 +169,7 @@ fn decision_reply(decision: &Decision, policy: &str, encoding: Encoding) -> Repl
     }
 }
 
-fn error_reply(error: &WireError, encoding: Encoding) -> Reply {
+fn error_reply(error: &ErrorReply, encoding: Encoding) -> Reply {
     let mut headers = HeaderMap::new();
     for (name, value) in wire::error_headers(error) {
         headers.insert(name, value.as_str());
@@ -199,7 +194,7 @@ fn handle_batch(
     let reply = match wire::decode_batch(&msg.payload) {
         Err(e) => error_reply(&e, Encoding::MessagePack),
         Ok(items) => {
-            let results: Vec<Result<(Decision, &str), WireError>> = items
+            let results: Vec<Result<(Decision, &str), ErrorReply>> = items
                 .iter()
                 .map(|item| {
                     let kind = if item.hit { Kind::Hit } else { Kind::Allow };

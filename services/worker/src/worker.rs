@@ -411,8 +411,8 @@ async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
     ]);
     while let Some(msg) = subs.next().await {
         let Some(reply) = msg.reply else { continue };
-        let encoding = sluice_core::wire::reply_encoding(&msg.payload);
-        let error = sluice_core::wire::WireError::bad_request(format!(
+        let encoding = sluice_core::wire::Encoding::of_body(&msg.payload);
+        let error = sluice_core::wire::ErrorReply::bad_request(format!(
             "{} is not a valid key subject: a key must be exactly one subject token; \
              percent-encode '.', '*' and '>' (e.g. %2E) and send rl.allow.<key>",
             msg.subject
