@@ -35,7 +35,10 @@
 //! type, so that the worker (NATS headers) and the gateway (HTTP headers)
 //! share one function each: [`decision_headers`] / [`DecisionReply::headers`]
 //! and [`error_headers`].
+//!
+//! The batch format used by the batching client is in [`batch`].
 
+pub mod batch;
 mod msgpack;
 
 use crate::key::KeyError;

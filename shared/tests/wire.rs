@@ -6,7 +6,7 @@ use sluice_core::key::KeyToken;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
 use sluice_core::wire::{
-    self, decision_headers, decode_reply, decode_request, encode_decision, encode_request,
+    self, batch, decision_headers, decode_reply, decode_request, encode_decision, encode_request,
     error_headers, DecisionReply, Encoding, ErrorCode, ErrorReply, Reply, MAX_BODY, MAX_COST,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -571,4 +571,173 @@ fn reply_headers_equal_decision_headers() {
             assert_eq!(from_reply, headers(&d), "at {ns} ns");
         }
     }
+}
+
+// --- batches ---------------------------------------------------------------
+
+fn item<'a>(key: &'a str, policy: &'a str, cost: u64) -> batch::Item<'a> {
+    batch::Item {
+        key: KeyToken::parse(key).unwrap(),
+        policy: Cow::Borrowed(policy),
+        cost,
+    }
+}
+
+#[test]
+fn a_batch_request_round_trips() {
+    let items = vec![
+        item("alice", "default", 1),
+        item("bob%40x%2Eio", "login", 0),
+    ];
+    let body = batch::encode_request(&items);
+    let decoded = batch::decode_request(&body).unwrap();
+    assert_eq!(decoded, items.into_iter().map(Ok).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_batch_request_is_a_named_map() {
+    let body = batch::encode_request(&[item("alice", "default", 1)]);
+    let v: Json = rmp_serde::from_slice(&body).unwrap();
+    assert_eq!(
+        v,
+        json!({"items": [{"key": "alice", "policy": "default", "cost": 1}]})
+    );
+}
+
+#[test]
+fn batch_items_take_the_single_request_defaults() {
+    let body = msgpack(&json!({"items": [{"key": "alice"}]}));
+    assert_eq!(
+        batch::decode_request(&body).unwrap(),
+        vec![Ok(item("alice", "default", 1))]
+    );
+}
+
+#[test]
+fn a_bad_item_gets_its_own_error_and_the_rest_are_decoded() {
+    let body = msgpack(&json!({"items": [
+        {"key": "alice"},
+        {"key": "bob@x"},
+        {"key": "carol", "policy": "a.b"},
+        {"key": "dave", "cost": MAX_COST + 1},
+        {"key": "%41"},
+    ]}));
+    let decoded = batch::decode_request(&body).unwrap();
+    assert_eq!(decoded.len(), 5);
+    assert_eq!(decoded[0], Ok(item("alice", "default", 1)));
+    for (i, needle) in [
+        (1, "%40"),
+        (2, "not valid"),
+        (3, "absurd"),
+        (4, "one spelling"),
+    ] {
+        let e = decoded[i].as_ref().unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(e.message.contains(needle), "item {i}: {}", e.message);
+    }
+}
+
+#[test]
+fn a_malformed_batch_is_refused_as_a_whole() {
+    let cases: [(Vec<u8>, &str); 9] = [
+        (vec![], "ends in the middle"),
+        (b"{\"items\":[]}".to_vec(), "MessagePack only"),
+        (msgpack(&json!([1])), "not a map"),
+        (msgpack(&json!({})), "no \"items\""),
+        (
+            msgpack(&json!({"items": [], "x": 1})),
+            "unknown field \"x\"",
+        ),
+        (
+            msgpack(&json!({"items": [{"policy": "p"}]})),
+            "batch item 0: the item has no \"key\"",
+        ),
+        (
+            msgpack(&json!({"items": [{"key": 5}]})),
+            "\"key\" must be a string",
+        ),
+        (
+            msgpack(&json!({"items": [{"key": "a", "cost": "1"}]})),
+            "\"cost\" must be an unsigned integer",
+        ),
+        (
+            msgpack(&json!({"items": [{"key": "a", "nope": 1}]})),
+            "unknown field \"nope\"",
+        ),
+    ];
+    for (body, needle) in cases {
+        let e = batch::decode_request(&body).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{needle}");
+        assert!(
+            e.message.contains(needle),
+            "{:?} lacks {needle:?}",
+            e.message
+        );
+    }
+    let mut trailing = msgpack(&json!({"items": []}));
+    trailing.push(0);
+    assert!(batch::decode_request(&trailing)
+        .unwrap_err()
+        .message
+        .contains("after the end"));
+}
+
+#[test]
+fn a_batch_over_the_item_limit_is_too_large() {
+    let keys: Vec<String> = (0..=batch::MAX_ITEMS).map(|i| format!("k{i}")).collect();
+    let items: Vec<_> = keys.iter().map(|k| item(k, "default", 1)).collect();
+    let body = batch::encode_request(&items);
+    assert_eq!(
+        batch::decode_request(&body).unwrap_err().code,
+        ErrorCode::TooLarge
+    );
+    let body = batch::encode_request(&items[..batch::MAX_ITEMS]);
+    assert_eq!(
+        batch::decode_request(&body).unwrap().len(),
+        batch::MAX_ITEMS
+    );
+}
+
+#[test]
+fn the_largest_possible_batch_fits_the_body_limit() {
+    let key = "%FF".repeat(85);
+    let policy = "p".repeat(64);
+    let items: Vec<_> = (0..batch::MAX_ITEMS)
+        .map(|_| item(&key, &policy, MAX_COST))
+        .collect();
+    let body = batch::encode_request(&items);
+    assert!(body.len() <= batch::MAX_BODY, "{} bytes", body.len());
+    assert!(batch::decode_request(&body).is_ok());
+}
+
+#[test]
+fn a_batch_reply_round_trips_with_decisions_and_errors() {
+    let results = vec![
+        Reply::Decision(DecisionReply::new(&allowed(), "default")),
+        Reply::Error(ErrorReply::unknown_policy("nope")),
+        Reply::Decision(DecisionReply::new(&denied(), "login")),
+    ];
+    let body = batch::encode_reply(&results);
+    let v: Json = rmp_serde::from_slice(&body).unwrap();
+    assert_eq!(v["results"][1]["error"], "unknown_policy");
+    assert_eq!(v["results"][2]["retry_after_ms"], 300);
+    assert_eq!(batch::decode_reply(&body, 3).unwrap(), results);
+    assert!(matches!(
+        batch::decode_reply(&body, 2),
+        Err(batch::ReplyError::Malformed(_))
+    ));
+}
+
+#[test]
+fn a_refused_batch_reply_is_the_plain_error_reply() {
+    let e = ErrorReply::new(ErrorCode::TooLarge, "too many");
+    let body = e.encode(Encoding::MsgPack);
+    assert_eq!(
+        batch::decode_reply(&body, 3),
+        Err(batch::ReplyError::Rejected(e))
+    );
+    assert!(matches!(
+        batch::decode_reply(&[0x80], 1),
+        Err(batch::ReplyError::Malformed(_))
+    ));
 }
