@@ -287,6 +287,17 @@ fn json_errors_do_not_carry_serde_positions_for_refused_fields() {
     assert!(!message.contains("line 1"), "{message}");
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The request example in docs/PROTOCOL.md.
+#[test]
+fn the_msgpack_request_example_is_byte_exact() {
+    let body = encode_request(Some("login"), Some(3), Encoding::MsgPack);
+    assert_eq!(hex(&body), "82a6706f6c696379a56c6f67696ea4636f737403");
+}
+
 #[test]
 fn requests_encode_and_decode_back() {
     assert!(encode_request(None, None, Encoding::MsgPack).is_empty());
@@ -331,9 +342,8 @@ fn denied() -> Decision {
 #[test]
 fn the_msgpack_decision_reply_is_byte_exact() {
     let body = encode_decision(&allowed(), "default", Encoding::MsgPack);
-    let hex: String = body.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(
-        hex,
+        hex(&body),
         concat!(
             "86",
             "a7616c6c6f776564",
@@ -601,6 +611,16 @@ fn a_batch_request_is_a_named_map() {
     assert_eq!(
         v,
         json!({"items": [{"key": "alice", "policy": "default", "cost": 1}]})
+    );
+}
+
+/// The batch example in docs/PROTOCOL.md.
+#[test]
+fn the_batch_request_example_is_byte_exact() {
+    let body = batch::encode_request(&[item("alice", "default", 1)]);
+    assert_eq!(
+        hex(&body),
+        "81a56974656d739183a36b6579a5616c696365a6706f6c696379a764656661756c74a4636f737401"
     );
 }
 
