@@ -47,7 +47,9 @@ pub struct PartitionRow {
 
 pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {
     let config = common.load_config()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let status = rt.block_on(collect(&common.nats, config.partitions, args.wait))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
@@ -149,7 +151,11 @@ fn table(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "WORKERS ({})", s.workers.len());
-    let _ = writeln!(out, "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}", "worker", "partitions", "allowed", "denied", "hits", "errors", "journal_err");
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}",
+        "worker", "partitions", "allowed", "denied", "hits", "errors", "journal_err"
+    );
     for w in &s.workers {
         let _ = writeln!(
             out,
@@ -163,8 +169,17 @@ fn table(s: &Status) -> String {
             w.journal_errors
         );
     }
-    let _ = writeln!(out, "\nPARTITIONS ({}, {} unowned)", s.partitions.len(), s.unowned.len());
-    let _ = writeln!(out, "  {:>4}  {:<20} {:>12} {:>10} {:>10}", "p", "owner", "snapshot_age", "keys", "decisions");
+    let _ = writeln!(
+        out,
+        "\nPARTITIONS ({}, {} unowned)",
+        s.partitions.len(),
+        s.unowned.len()
+    );
+    let _ = writeln!(
+        out,
+        "  {:>4}  {:<20} {:>12} {:>10} {:>10}",
+        "p", "owner", "snapshot_age", "keys", "decisions"
+    );
     for r in &s.partitions {
         let age = r
             .snapshot_age_ms
@@ -176,8 +191,12 @@ fn table(s: &Status) -> String {
             r.partition,
             r.owner.as_deref().unwrap_or("(none)"),
             age,
-            r.snapshot_keys.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
-            r.decisions.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
+            r.snapshot_keys
+                .map(|k| k.to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.decisions
+                .map(|k| k.to_string())
+                .unwrap_or_else(|| "-".into()),
         );
     }
     out

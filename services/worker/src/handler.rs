@@ -10,9 +10,9 @@ use crate::worker::Shared;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use sluice_core::key::KeyToken;
+use sluice_core::nats_config::batch_subject;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
-use sluice_core::nats_config::batch_subject;
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -77,7 +77,7 @@ pub fn handle(
     }
     let mut counted = Vec::new();
     let encoding = Encoding::of_body(&msg.payload);
-    let outcome = decide(
+    let outcome = decide_body(
         shared,
         partition,
         counters,
@@ -110,7 +110,17 @@ fn decide_body<'a>(
         .map_err(ErrorReply::from)
         .and_then(|key| {
             let request = wire::decode_request(body).map_err(|e| e.reply)?;
-            decide(shared, partition, counters, key, &request.policy, request.cost, kind, now, counted)
+            decide(
+                shared,
+                partition,
+                counters,
+                key,
+                &request.policy,
+                request.cost,
+                kind,
+                now,
+                counted,
+            )
         });
     count_outcome(shared, &result, kind);
     result
@@ -143,7 +153,11 @@ fn decide<'a>(
         return Err(ErrorReply::unknown_policy(policy_name));
     };
     if kind == Kind::Allow && cost > policy.capacity() {
-        return Err(ErrorReply::cost_above_capacity(cost, policy.name(), policy.capacity()));
+        return Err(ErrorReply::cost_above_capacity(
+            cost,
+            policy.name(),
+            policy.capacity(),
+        ));
     }
     let op = match kind {
         Kind::Allow => Op::Allow(cost),
@@ -226,6 +240,14 @@ fn handle_batch(
                 .into_iter()
                 .map(|item| {
                     let result = item.and_then(|item| {
+                        if item.key.partition(shared.config.partitions) != partition {
+                            // PROTOCOL.md: the client retries such an item unbatched.
+                            return Err(ErrorReply::unavailable(format!(
+                                "key {} is not in partition {partition} with {} partitions; \
+                                 ask it on rl.allow.{} (does the client use the workers' partition count?)",
+                                item.key, shared.config.partitions, item.key
+                            )));
+                        }
                         decide(shared, partition, counters, item.key, &item.policy, item.cost, Kind::Allow, now, &mut counted)
                     });
                     count_outcome(shared, &result, Kind::Allow);
