@@ -322,3 +322,47 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
     let restored = stack.restored_snapshot_times(&orphans).await;
     check(&results, &restored);
 }
+
+/// Starts `sluice worker` (partitions = 16) against a server with the given
+/// config and returns its exit status and log once it stops by itself.
+async fn worker_against(server_config: &str) -> (std::process::ExitStatus, String) {
+    let nats = sluice_tests::NatsServer::start(server_config).expect("nats-server starts");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, SLIDING_LOG_5_PER_10S).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["worker", "--nats", &nats.url(), "--config"])
+        .arg(&config);
+    let mut worker =
+        sluice_tests::ChildGuard::spawn_logged("worker", cmd, &dir.path().join("w.log")).unwrap();
+    let status = worker
+        .wait_within(Duration::from_secs(20))
+        .unwrap()
+        .expect("the worker refuses to run and exits");
+    (status, worker.log_tail(20))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_to_run_without_the_partition_mapping() {
+    let _serial = serial().await;
+    let (status, log) = worker_against("jetstream {}\n").await;
+    assert!(!status.success());
+    assert!(log.contains("no partition mapping"), "{log}");
+    assert!(
+        log.contains("sluice nats-config"),
+        "the message says what to fix: {log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_a_server_that_maps_onto_another_partition_count() {
+    let _serial = serial().await;
+    let other = sluice_core::nats_config::NatsServerConfig::new(32).render();
+    let (status, log) = worker_against(&other).await;
+    assert!(!status.success());
+    assert!(log.contains("different number of partitions"), "{log}");
+    assert!(
+        log.contains("partitions = 16"),
+        "the message names our count: {log}"
+    );
+}
