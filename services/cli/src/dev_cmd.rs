@@ -102,6 +102,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             dir.display(),
             args.listen,
         );
+        let check = tokio::spawn(self_check(url.to_string(), config.clone()));
         tokio::select! {
             _ = crate::signals::terminate() => {}
             Some(done) = tasks.join_next() => {
@@ -113,6 +114,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
                 }
             }
         }
+        check.abort();
         let _ = stop_tx.send(true);
         let mut first_error = None;
         while let Some(done) = tasks.join_next().await {
@@ -125,6 +127,34 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             None => Ok(()),
         }
     })
+}
+
+/// Shows the system working: once every partition is owned, asks 16 times
+/// for one key with the `default` policy and prints what came back.
+async fn self_check(url: String, config: Config) {
+    let opts = sluice_client::ClientOptions::from_config(&config)
+        .fallback(sluice_core::config::Fallback::Closed)
+        .deny_cache(false);
+    let Ok(client) = sluice_client::Client::connect_with(&url, opts).await else {
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Wait until the workers answer (peeks count nothing).
+    while Instant::now() < deadline {
+        match client.peek("sluice-dev-self-check", "default").await {
+            Ok(a) if a.source == sluice_client::Source::Worker => break,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let mut line = String::new();
+    for _ in 0..16 {
+        match client.allow("sluice-dev-self-check").await {
+            Ok(a) if a.allowed => line.push_str("allowed "),
+            Ok(_) => line.push_str("DENIED "),
+            Err(e) => line.push_str(&format!("error({e}) ")),
+        }
+    }
+    eprintln!("\nsluice dev: self-check, 16 asks for one key under the default policy (15 per second):\n  {line}\n");
 }
 
 /// nats-server on `$SLUICE_NATS_SERVER`, else on `$PATH`.
