@@ -1,8 +1,8 @@
 //! `sluice check <key>`: asks once and prints the decision.
 
 use crate::cli::Common;
-use anyhow::{bail, Result};
-use sluice_client::{Client, ClientOptions, Source};
+use anyhow::Result;
+use sluice_client::{Client, ClientOptions};
 use sluice_core::config::Fallback;
 
 #[derive(clap::Args, Debug)]
@@ -26,7 +26,8 @@ pub fn run(common: &Common, args: &CheckArgs) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        // A check must say when no worker answers, not hide it behind a fallback.
+        // A check must say when no worker answers (the closed fallback is an
+        // error naming the key), not hide it behind an open or local answer.
         let opts = ClientOptions::from_config(&config)
             .batching(false)
             .deny_cache(false)
@@ -35,12 +36,6 @@ pub fn run(common: &Common, args: &CheckArgs) -> Result<()> {
         let answer = client
             .ask(args.key.as_bytes(), &args.policy, args.cost)
             .await?;
-        if let Source::Fallback(_) = answer.source {
-            bail!(
-                "no worker answered for this key (is `sluice worker` running against {}?)",
-                common.nats
-            );
-        }
         if args.json {
             let body = answer.to_reply().encode(sluice_core::wire::Encoding::Json);
             println!("{}", String::from_utf8_lossy(&body));
