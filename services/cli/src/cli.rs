@@ -18,7 +18,7 @@ pub struct Cli {
 /// Flags every command takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
-    /// NATS server URL.
+    /// NATS server URL; several, comma-separated, for a cluster.
     #[arg(
         long,
         global = true,
