@@ -84,7 +84,8 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
         let stop = stopped(stop_rx.clone());
         tasks.spawn(async move { sluice_gateway::run(gateway, stop).await });
 
-        eprintln!(
+        wait_settled(url, config.partitions, args.workers).await;
+        let banner = format!(
             "sluice dev: running\n  \
              nats-server  {url}  (pid {}, JetStream and the partition mapping for {} partitions)\n  \
              workers      {}  (dev0..dev{})\n  \
@@ -93,7 +94,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
              try:\n  \
              curl -i http://{}/v1/allow/alice\n  \
              nats req --server {url} rl.allow.alice ''\n\n\
-             Ctrl-C stops everything.",
+             Ctrl-C stops everything.\n",
             nats.pid(),
             config.partitions,
             args.workers,
@@ -102,6 +103,8 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             dir.display(),
             args.listen,
         );
+        // One write, so a reader of the log never sees half of it.
+        eprint!("{banner}");
         let check = tokio::spawn(self_check(url.to_string(), config.clone()));
         tokio::select! {
             _ = crate::signals::terminate() => {}
@@ -127,6 +130,37 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             None => Ok(()),
         }
     })
+}
+
+/// Waits (up to 20 s) until every worker runs and every partition is
+/// answered, with even shares, so the first requests do not meet a handover.
+async fn wait_settled(url: &str, partitions: u32, workers: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(status) =
+            crate::status_cmd::collect(url, partitions, Duration::from_millis(200)).await
+        {
+            let answering: Vec<usize> = status
+                .workers
+                .iter()
+                .map(|w| w.partitions.iter().filter(|p| p.answering).count())
+                .collect();
+            let total: usize = answering.iter().sum();
+            let even = answering
+                .iter()
+                .max()
+                .zip(answering.iter().min())
+                .is_some_and(|(a, b)| a - b <= 1);
+            if answering.len() == workers
+                && total == partitions as usize
+                && even
+                && status.unowned.is_empty()
+            {
+                return;
+            }
+        }
+    }
+    eprintln!("sluice dev: the workers have not settled after 20 s; continuing anyway");
 }
 
 /// Shows the system working: once every partition is owned, asks 16 times

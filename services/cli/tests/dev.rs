@@ -50,19 +50,20 @@ async fn sluice_dev_answers_and_sigint_leaves_nothing_behind() {
     let log = dir.path().join("dev.log");
     let mut dev = ChildGuard::spawn_logged("sluice-dev", cmd, &log).unwrap();
 
-    // 15 per second by default: 15 × 200, then 429.
+    // The banner comes once the workers answer every partition.
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         Duration::from_millis(50),
         || async {
-            match http_status(http_port, "/v1/allow/warmup?cost=0") {
-                Ok(200) => Ok(()),
-                other => Err(anyhow::anyhow!("not ready: {other:?}")),
+            match std::fs::read_to_string(&log) {
+                Ok(t) if t.contains("Ctrl-C stops everything.") => Ok(()),
+                _ => Err(anyhow::anyhow!("no banner yet")),
             }
         },
     )
     .await
     .unwrap();
+    // 15 per second by default: 15 × 200, then 429.
     let codes: Vec<u16> = (0..16)
         .map(|_| http_status(http_port, "/v1/allow/alice").unwrap())
         .collect();
