@@ -268,7 +268,7 @@ async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_s
     // Journal mode, so the freeze itself loses no count: any excess could
     // only come from two owners answering for one partition.
     let config = SLIDING_LOG_5_PER_10S.replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
-    let mut stack = Stack::start(&config, 3).await;
+    let stack = Stack::start(&config, 3).await;
     let clients = stack.clients(2).await;
     let keys: Vec<String> = (0..300).map(|i| format!("z{i}")).collect();
     let rounds = |n: usize| -> Vec<(String, usize)> {
