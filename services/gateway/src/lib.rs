@@ -48,6 +48,7 @@ use sluice_client::{Client, ClientOptions};
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// What every handler shares.
@@ -133,7 +134,8 @@ pub async fn serve(
         }
     };
     served.context("the HTTP server failed")?;
-    let _ = client.nats().flush().await;
+    // Hits are publishes: give them a moment to leave (not forever, NATS may be gone).
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.nats().flush()).await;
     tracing::info!("gateway stopped");
     Ok(())
 }
