@@ -48,6 +48,8 @@ pub enum Command {
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
     /// Show partitions, their owners, snapshot ages and worker health.
     Status(crate::status_cmd::StatusArgs),
+    /// Load generator: throughput and latency percentiles against a running system.
+    Bench(crate::bench_cmd::BenchArgs),
 }
 
 impl Cli {
@@ -56,6 +58,7 @@ impl Cli {
             Command::Worker(args) => crate::worker_cmd::run(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
             Command::Status(args) => crate::status_cmd::run(&self.common, args),
+            Command::Bench(args) => crate::bench_cmd::run(&self.common, args),
         }
     }
 }
