@@ -119,14 +119,20 @@ async fn asks_are_allowed_then_denied_with_headers_policy_and_cost() {
     for remaining in (0..5).rev() {
         let a = client.allow("alice").await.unwrap();
         assert!(a.allowed);
-        assert_eq!((a.limit, a.remaining, a.source), (5, remaining, Source::Worker));
+        assert_eq!(
+            (a.limit, a.remaining, a.source),
+            (5, remaining, Source::Worker)
+        );
         assert_eq!(a.policy, "default");
         assert_eq!(a.retry_after, Duration::ZERO);
     }
     let denied = client.allow("alice").await.unwrap();
     assert!(!denied.allowed);
     assert_eq!(denied.source, Source::Worker);
-    assert!(denied.retry_after > Duration::from_secs(9) && denied.retry_after <= Duration::from_secs(10));
+    assert!(
+        denied.retry_after > Duration::from_secs(9)
+            && denied.retry_after <= Duration::from_secs(10)
+    );
     let headers: Vec<(&str, String)> = denied.headers().collect();
     assert_eq!(
         headers,
@@ -157,7 +163,10 @@ async fn asks_are_allowed_then_denied_with_headers_policy_and_cost() {
     let a = client.ask("alice", "tenper", 8).await.unwrap();
     assert!(!a.allowed, "8 more do not fit in the 7 left");
     let a = client.ask("alice", "tenper", 7).await.unwrap();
-    assert!(a.allowed, "a smaller cost is not answered by the deny cache");
+    assert!(
+        a.allowed,
+        "a smaller cost is not answered by the deny cache"
+    );
     assert_eq!(a.remaining, 0);
 
     // A peek consumes nothing.
@@ -204,7 +213,10 @@ async fn errors_are_typed_and_carry_the_workers_message() {
     assert_eq!(e.status(), 400);
     assert!(e.message().contains("256"), "{e}");
     assert!(matches!(client.allow("").await, Err(Error::BadRequest(_))));
-    assert!(matches!(client.ask("k", "a.b", 1).await, Err(Error::BadRequest(_))));
+    assert!(matches!(
+        client.ask("k", "a.b", 1).await,
+        Err(Error::BadRequest(_))
+    ));
     assert!(matches!(
         client.ask("k", "default", 1_000_000_001).await,
         Err(Error::BadRequest(_))
@@ -224,13 +236,23 @@ async fn the_deny_cache_answers_denied_keys_without_round_trips() {
         client.allow("dave").await.unwrap();
     }
     let after_denial = observer.seen(&client).await;
-    assert_eq!(after_denial, Seen { singles: 6, batches: 0 });
+    assert_eq!(
+        after_denial,
+        Seen {
+            singles: 6,
+            batches: 0
+        }
+    );
 
     for _ in 0..100 {
         let a = client.allow("dave").await.unwrap();
         assert!(!a.allowed);
         assert_eq!(a.source, Source::DenyCache);
-        assert!(a.retry_after > Duration::from_secs(8), "{:?}", a.retry_after);
+        assert!(
+            a.retry_after > Duration::from_secs(8),
+            "{:?}",
+            a.retry_after
+        );
         assert_eq!(a.headers().count(), 4, "with Retry-After");
     }
     assert_eq!(
@@ -254,7 +276,13 @@ async fn an_ask_with_nothing_to_batch_with_goes_alone_at_once() {
     for _ in 0..5 {
         client.ask("erin", "tenper", 1).await.unwrap();
     }
-    assert_eq!(observer.seen(&client).await, Seen { singles: 5, batches: 0 });
+    assert_eq!(
+        observer.seen(&client).await,
+        Seen {
+            singles: 5,
+            batches: 0
+        }
+    );
     let stats = client.stats();
     assert_eq!((stats.round_trips, stats.batches), (5, 0));
 }
@@ -320,7 +348,11 @@ async fn each_caller_in_a_batch_gets_the_decision_for_its_own_key_policy_and_cos
         .map(|(i, key)| {
             let client = client.clone();
             let key = key.clone();
-            let (policy, cost) = if i % 2 == 0 { ("default", 1 + i as u64 % 5) } else { ("tenper", 1 + i as u64 % 10) };
+            let (policy, cost) = if i % 2 == 0 {
+                ("default", 1 + i as u64 % 5)
+            } else {
+                ("tenper", 1 + i as u64 % 10)
+            };
             tokio::spawn(async move { (policy, cost, client.ask(&key, policy, cost).await) })
         })
         .collect();
@@ -329,7 +361,10 @@ async fn each_caller_in_a_batch_gets_the_decision_for_its_own_key_policy_and_cos
         let a = answer.expect("decided");
         let max = if policy == "default" { 5 } else { 10 };
         assert!(a.allowed);
-        assert_eq!((a.policy.as_str(), a.limit, a.remaining), (policy, max, max - cost));
+        assert_eq!(
+            (a.policy.as_str(), a.limit, a.remaining),
+            (policy, max, max - cost)
+        );
     }
     assert!(client.stats().batches >= 1, "{:?}", client.stats());
 }
@@ -349,7 +384,10 @@ async fn hits_count_without_asking() {
         (!a.allowed).then_some(a)
     })
     .await;
-    assert!(denied.is_some(), "the hit was counted even beyond the limit");
+    assert!(
+        denied.is_some(),
+        "the hit was counted even beyond the limit"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,16 +402,28 @@ async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout
 
     let started = Instant::now();
     let a = open.allow("henry").await.unwrap();
-    assert!(started.elapsed() < FAST, "open took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < FAST,
+        "open took {:?}",
+        started.elapsed()
+    );
     assert!(a.allowed);
     assert_eq!(a.source, Source::Fallback(Fallback::Open));
-    assert_eq!((a.limit, a.remaining), (5, 4), "the numbers a fresh key gets");
+    assert_eq!(
+        (a.limit, a.remaining),
+        (5, 4),
+        "the numbers a fresh key gets"
+    );
     assert!(open.stats().no_responders >= 1);
     assert!(open.stats().retries >= 1, "no-responders is retried first");
 
     let started = Instant::now();
     let e = closed.allow("henry").await.unwrap_err();
-    assert!(started.elapsed() < FAST, "closed took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < FAST,
+        "closed took {:?}",
+        started.elapsed()
+    );
     assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
     assert_eq!(e.status(), 503);
     assert!(e.message().contains("closed"), "{e}");
@@ -382,7 +432,11 @@ async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout
     for i in 0..8 {
         let started = Instant::now();
         let a = local.allow("henry").await.unwrap();
-        assert!(started.elapsed() < FAST, "local #{i} took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < FAST,
+            "local #{i} took {:?}",
+            started.elapsed()
+        );
         assert_eq!(a.source, Source::Fallback(Fallback::Local));
         if a.allowed {
             allowed += 1;
@@ -392,7 +446,11 @@ async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout
     }
     assert_eq!(allowed, 5, "the local limiter applies the policy");
     let e = local.ask("henry", "nope", 1).await.unwrap_err();
-    assert_eq!(e.status(), 404, "the local limiter knows the configured policies");
+    assert_eq!(
+        e.status(),
+        404,
+        "the local limiter knows the configured policies"
+    );
 
     // A batch of concurrent asks falls back too.
     let tasks: Vec<_> = (0..50)

@@ -123,7 +123,10 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
         let (status, headers, body) = call(http.get(gw.url("/v1/allow/alice"))).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(header(&headers, "ratelimit-limit"), Some("5"));
-        assert_eq!(header(&headers, "ratelimit-remaining"), Some(remaining.to_string().as_str()));
+        assert_eq!(
+            header(&headers, "ratelimit-remaining"),
+            Some(remaining.to_string().as_str())
+        );
         assert_eq!(header(&headers, "ratelimit-reset"), Some("10"));
         assert_eq!(header(&headers, "retry-after"), None);
         assert_eq!(header(&headers, "content-type"), Some("application/json"));
@@ -144,19 +147,33 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
 
     // Policy and cost in the query, or in a body in the NATS request format.
     let (status, _, body) = call(http.post(gw.url("/v1/allow/alice?policy=tenper&cost=3"))).await;
-    assert_eq!((status, &body["remaining"], &body["limit"]), (StatusCode::OK, &Value::from(7), &Value::from(10)));
+    assert_eq!(
+        (status, &body["remaining"], &body["limit"]),
+        (StatusCode::OK, &Value::from(7), &Value::from(10))
+    );
     let (status, _, body) = call(
         http.post(gw.url("/v1/allow/alice"))
             .body(r#"{"policy":"tenper","cost":2}"#),
     )
     .await;
-    assert_eq!((status, &body["remaining"]), (StatusCode::OK, &Value::from(5)));
+    assert_eq!(
+        (status, &body["remaining"]),
+        (StatusCode::OK, &Value::from(5))
+    );
     let (status, _, body) = call(http.get(gw.url("/v1/allow/alice?policy=tenper&cost=0"))).await;
-    assert_eq!((status, &body["remaining"]), (StatusCode::OK, &Value::from(5)), "a peek");
+    assert_eq!(
+        (status, &body["remaining"]),
+        (StatusCode::OK, &Value::from(5)),
+        "a peek"
+    );
 
     // The path segment is the raw key, URL-decoded (either hex case), then
     // encoded canonically for NATS: all three spellings are one key.
-    for path in ["/v1/allow/bob@x.io", "/v1/allow/bob%40x.io", "/v1/allow/bob%40x%2eio"] {
+    for path in [
+        "/v1/allow/bob@x.io",
+        "/v1/allow/bob%40x.io",
+        "/v1/allow/bob%40x%2eio",
+    ] {
         call(http.get(gw.url(path))).await;
     }
     let nats = stack.clients(1).await.remove(0);
@@ -173,29 +190,100 @@ async fn bad_input_is_400_404_or_413_with_a_json_error_body() {
     let http = http();
 
     let cases: Vec<(&str, reqwest::RequestBuilder, StatusCode, &str)> = vec![
-        ("bad cost", http.get(gw.url("/v1/allow/k?cost=abc")), StatusCode::BAD_REQUEST, "bad_request"),
-        ("negative cost", http.get(gw.url("/v1/allow/k?cost=-1")), StatusCode::BAD_REQUEST, "bad_request"),
-        ("typo", http.get(gw.url("/v1/allow/k?cots=1")), StatusCode::BAD_REQUEST, "bad_request"),
-        ("bad policy name", http.get(gw.url("/v1/allow/k?policy=a.b")), StatusCode::BAD_REQUEST, "bad_request"),
-        ("cost above capacity", http.get(gw.url("/v1/allow/k?cost=6")), StatusCode::BAD_REQUEST, "bad_request"),
-        ("key too long", http.get(gw.url(&format!("/v1/allow/{}", "%40".repeat(86)))), StatusCode::BAD_REQUEST, "bad_request"),
-        ("empty key", http.get(gw.url("/v1/allow/")), StatusCode::BAD_REQUEST, "bad_request"),
-        ("bad body", http.post(gw.url("/v1/allow/k")).body(r#"{"cots":1}"#), StatusCode::BAD_REQUEST, "bad_request"),
-        ("query and body", http.post(gw.url("/v1/allow/k?cost=1")).body(r#"{"cost":1}"#), StatusCode::BAD_REQUEST, "bad_request"),
-        ("unknown policy", http.get(gw.url("/v1/allow/k?policy=nope")), StatusCode::NOT_FOUND, "unknown_policy"),
-        ("large body", http.post(gw.url("/v1/allow/k")).body(vec![b' '; 5000]), StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-        ("no such path", http.get(gw.url("/v2/nothing")), StatusCode::NOT_FOUND, "not_found"),
+        (
+            "bad cost",
+            http.get(gw.url("/v1/allow/k?cost=abc")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "negative cost",
+            http.get(gw.url("/v1/allow/k?cost=-1")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "typo",
+            http.get(gw.url("/v1/allow/k?cots=1")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "bad policy name",
+            http.get(gw.url("/v1/allow/k?policy=a.b")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "cost above capacity",
+            http.get(gw.url("/v1/allow/k?cost=6")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "key too long",
+            http.get(gw.url(&format!("/v1/allow/{}", "%40".repeat(86)))),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "empty key",
+            http.get(gw.url("/v1/allow/")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "bad body",
+            http.post(gw.url("/v1/allow/k")).body(r#"{"cots":1}"#),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "query and body",
+            http.post(gw.url("/v1/allow/k?cost=1"))
+                .body(r#"{"cost":1}"#),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "unknown policy",
+            http.get(gw.url("/v1/allow/k?policy=nope")),
+            StatusCode::NOT_FOUND,
+            "unknown_policy",
+        ),
+        (
+            "large body",
+            http.post(gw.url("/v1/allow/k")).body(vec![b' '; 5000]),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+        ),
+        (
+            "no such path",
+            http.get(gw.url("/v2/nothing")),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
     ];
     for (what, req, status, word) in cases {
         let (got, headers, body) = call(req).await;
         assert_eq!(got, status, "{what}: {body}");
         assert_eq!(body["error"], word, "{what}: {body}");
-        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {body}");
-        assert_eq!(header(&headers, "content-type"), Some("application/json"), "{what}");
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {body}"
+        );
+        assert_eq!(
+            header(&headers, "content-type"),
+            Some("application/json"),
+            "{what}"
+        );
     }
     let (_, _, body) = call(http.get(gw.url("/v1/allow/k?policy=nope"))).await;
     assert!(
-        body["message"].as_str().unwrap().contains("no policy named \"nope\""),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("no policy named \"nope\""),
         "the worker's sentence: {body}"
     );
     let resp = http.put(gw.url("/v1/allow/k")).send().await.unwrap();
@@ -212,12 +300,19 @@ async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
     let local = Gateway::start(&stack.nats.url(), config(Fallback::Local), None).await;
     let http = http();
     let (status, headers, _) = call(http.get(open.url("/v1/allow/warmup"))).await;
-    assert_eq!((status, header(&headers, "sluice-source")), (StatusCode::OK, Some("worker")));
+    assert_eq!(
+        (status, header(&headers, "sluice-source")),
+        (StatusCode::OK, Some("worker"))
+    );
     stack.stop_workers();
 
     let started = Instant::now();
     let (status, headers, body) = call(http.get(open.url("/v1/allow/kate"))).await;
-    assert!(started.elapsed() < FAST, "open took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < FAST,
+        "open took {:?}",
+        started.elapsed()
+    );
     assert_eq!(status, StatusCode::OK);
     assert_eq!(header(&headers, "sluice-source"), Some("fallback_open"));
     assert_eq!(header(&headers, "ratelimit-limit"), Some("5"));
@@ -225,7 +320,11 @@ async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
 
     let started = Instant::now();
     let (status, _, body) = call(http.get(closed.url("/v1/allow/kate"))).await;
-    assert!(started.elapsed() < FAST, "closed took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < FAST,
+        "closed took {:?}",
+        started.elapsed()
+    );
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["error"], "unavailable");
 
@@ -233,7 +332,11 @@ async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
     for _ in 0..7 {
         let started = Instant::now();
         let (status, headers, _) = call(http.get(local.url("/v1/allow/kate"))).await;
-        assert!(started.elapsed() < FAST, "local took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < FAST,
+            "local took {:?}",
+            started.elapsed()
+        );
         assert_eq!(header(&headers, "sluice-source"), Some("fallback_local"));
         if status == StatusCode::TOO_MANY_REQUESTS {
             assert_eq!(header(&headers, "retry-after"), Some("10"));
@@ -242,8 +345,18 @@ async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
 
-    let metrics = http.get(local.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("sluice_gateway_fallbacks_total{fallback=\"local\"} 7\n"), "{metrics}");
+    let metrics = http
+        .get(local.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sluice_gateway_fallbacks_total{fallback=\"local\"} 7\n"),
+        "{metrics}"
+    );
     for gw in [open, closed, local] {
         gw.stop().await;
     }
@@ -263,7 +376,10 @@ async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
     for _ in 0..6 {
         http.get(gw.url("/v1/allow/leo")).send().await.unwrap();
     }
-    http.get(gw.url("/v1/allow/leo?cost=x")).send().await.unwrap();
+    http.get(gw.url("/v1/allow/leo?cost=x"))
+        .send()
+        .await
+        .unwrap();
     let resp = http.get(gw.url("/metrics")).send().await.unwrap();
     assert_eq!(
         resp.headers()["content-type"].to_str().unwrap(),
@@ -281,7 +397,10 @@ async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
         "# TYPE sluice_gateway_request_duration_seconds histogram",
         "sluice_gateway_nats_connected 1",
     ] {
-        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
 
     // NATS goes away: /healthz says so, and asks are answered by the
@@ -296,9 +415,22 @@ async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
     let started = Instant::now();
     let (status, headers, _) = call(http.get(gw.url("/v1/allow/leo2"))).await;
     assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
-    assert_eq!((status, header(&headers, "sluice-source")), (StatusCode::OK, Some("fallback_open")));
-    let text = http.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(text.lines().any(|l| l == "sluice_gateway_nats_connected 0"), "{text}");
+    assert_eq!(
+        (status, header(&headers, "sluice-source")),
+        (StatusCode::OK, Some("fallback_open"))
+    );
+    let text = http
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines().any(|l| l == "sluice_gateway_nats_connected 0"),
+        "{text}"
+    );
     gw.stop().await;
 }
 
@@ -338,9 +470,7 @@ async fn echo(
 
 async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
     let state = Arc::new(Upstream::default());
-    let app = axum::Router::new()
-        .fallback(echo)
-        .with_state(state.clone());
+    let app = axum::Router::new().fallback(echo).with_state(state.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -353,7 +483,12 @@ async fn the_proxy_forwards_allowed_requests_intact_and_answers_429_when_denied(
     let stack = Stack::start(CONFIG, 2).await;
     let (upstream_addr, upstream) = start_upstream().await;
     let upstream_url = Url::parse(&format!("http://{upstream_addr}")).unwrap();
-    let gw = Gateway::start(&stack.nats.url(), config(Fallback::Closed), Some(upstream_url)).await;
+    let gw = Gateway::start(
+        &stack.nats.url(),
+        config(Fallback::Closed),
+        Some(upstream_url),
+    )
+    .await;
     let http = http();
 
     let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
@@ -393,18 +528,36 @@ async fn the_proxy_forwards_allowed_requests_intact_and_answers_429_when_denied(
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&headers, "retry-after"), Some("10"));
     assert_eq!(body["allowed"], false);
-    assert_eq!(upstream.requests.load(Ordering::SeqCst), 5, "a denied request never reaches the upstream");
+    assert_eq!(
+        upstream.requests.load(Ordering::SeqCst),
+        5,
+        "a denied request never reaches the upstream"
+    );
 
     // Another key is not affected; without the header the key is the client's IP.
-    let resp = http.get(gw.url("/x")).header("X-User-Id", "nina").send().await.unwrap();
+    let resp = http
+        .get(gw.url("/x"))
+        .header("X-User-Id", "nina")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 201);
     let mut by_ip = Vec::new();
     for _ in 0..6 {
-        by_ip.push(http.get(gw.url("/x")).send().await.unwrap().status().as_u16());
+        by_ip.push(
+            http.get(gw.url("/x"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
     }
     assert_eq!(by_ip, [201, 201, 201, 201, 201, 429]);
     let nats = stack.clients(1).await.remove(0);
-    let d = ask(&nats, "127%2E0%2E0%2E1", br#"{"cost":0}"#).await.unwrap();
+    let d = ask(&nats, "127%2E0%2E0%2E1", br#"{"cost":0}"#)
+        .await
+        .unwrap();
     assert!(!d.allowed, "the IP key is 127.0.0.1");
 
     // The gateway's own endpoints are not proxied.
@@ -419,7 +572,11 @@ async fn an_unreachable_upstream_is_502() {
     let _serial = serial().await;
     let stack = Stack::start(CONFIG, 2).await;
     // A port nobody listens on: bind one, then close it.
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let upstream = Url::parse(&format!("http://{closed}/base")).unwrap();
     let gw = Gateway::start(&stack.nats.url(), config(Fallback::Closed), Some(upstream)).await;
     let (status, _, body) = call(http().get(gw.url("/x")).header("X-User-Id", "oscar")).await;

@@ -237,7 +237,11 @@ fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<Vec<Outcome>> {
                 subject = %msg.subject,
                 "the worker refused a batch of {n} asks (a sluice-client bug; please report it): {e}"
             );
-            Decoded::Done((0..n).map(|_| Outcome::Done(Ok(Reply::Error(e.clone())))).collect())
+            Decoded::Done(
+                (0..n)
+                    .map(|_| Outcome::Done(Ok(Reply::Error(e.clone()))))
+                    .collect(),
+            )
         }
         Err(ReplyError::Malformed(e)) => {
             tracing::warn!(subject = %msg.subject, "{e}");

@@ -155,7 +155,11 @@ impl Client {
         let inner = &self.inner;
         let token = prepare(key.as_ref(), policy, cost)?;
         inner.stats.asks.fetch_add(1, Ordering::Relaxed);
-        if let Some(answer) = inner.deny.as_ref().and_then(|d| d.get(policy, &token, cost)) {
+        if let Some(answer) = inner
+            .deny
+            .as_ref()
+            .and_then(|d| d.get(policy, &token, cost))
+        {
             inner.stats.deny_cache.fetch_add(1, Ordering::Relaxed);
             return Ok(answer);
         }
@@ -166,7 +170,9 @@ impl Client {
                 .ask_batched(&token, policy, cost, partition, deadline)
                 .await
         } else {
-            inner.single(&token, policy, cost, partition, deadline).await
+            inner
+                .single(&token, policy, cost, partition, deadline)
+                .await
         };
         inner.conclude(&token, policy, cost, outcome, Op::Allow)
     }
@@ -353,7 +359,8 @@ impl Inner {
                 },
             };
             let no_responders = matches!(why, NoAnswer::NoResponders);
-            if attempt >= self.opts.no_responders_retries || (no_responders && self.is_down(partition))
+            if attempt >= self.opts.no_responders_retries
+                || (no_responders && self.is_down(partition))
             {
                 if no_responders {
                     self.mark_down(partition);
@@ -401,7 +408,12 @@ impl Inner {
         why: NoAnswer,
         op: Op,
     ) -> Result<Answer, Error> {
-        tracing::debug!(key = token, policy, "no worker answered ({why}); fallback {}", self.opts.fallback);
+        tracing::debug!(
+            key = token,
+            policy,
+            "no worker answered ({why}); fallback {}",
+            self.opts.fallback
+        );
         match self.opts.fallback {
             Fallback::Open => {
                 self.stats.fallback_open.fetch_add(1, Ordering::Relaxed);
@@ -453,14 +465,20 @@ mod tests {
     #[test]
     fn prepare_encodes_keys_and_refuses_what_no_worker_accepts() {
         assert_eq!(prepare(b"bob@x.io", "default", 1).unwrap(), "bob%40x%2Eio");
-        assert!(matches!(prepare(b"", "default", 1), Err(Error::BadRequest(_))));
+        assert!(matches!(
+            prepare(b"", "default", 1),
+            Err(Error::BadRequest(_))
+        ));
         let long = vec![b'@'; 86]; // 258 bytes encoded
         let e = prepare(&long, "default", 1).unwrap_err();
         assert_eq!(e.status(), 400);
         assert!(e.message().contains("256"), "{e}");
         assert!(prepare(&[b'a'; 256], "default", 1).is_ok());
         assert!(matches!(prepare(b"a", "a.b", 1), Err(Error::BadRequest(_))));
-        assert!(matches!(prepare(b"a", "default", MAX_COST + 1), Err(Error::BadRequest(_))));
+        assert!(matches!(
+            prepare(b"a", "default", MAX_COST + 1),
+            Err(Error::BadRequest(_))
+        ));
     }
 
     #[test]
