@@ -414,8 +414,21 @@ async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout
         (5, 4),
         "the numbers a fresh key gets"
     );
-    assert!(open.stats().no_responders >= 1);
-    assert!(open.stats().retries >= 1, "no-responders is retried first");
+    let stats = open.stats();
+    assert_eq!(
+        (stats.round_trips - 1, stats.retries, stats.no_responders),
+        (5, 4, 5),
+        "a partition between owners is retried 4 times (within ~30 ms) first"
+    );
+
+    // A partition silent for longer than `down_after` is down: one try each.
+    let mut opts = options(Fallback::Open);
+    opts.down_after = Duration::ZERO;
+    let down = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
+    for _ in 0..10 {
+        assert!(down.allow("henry").await.unwrap().allowed);
+    }
+    assert_eq!((down.stats().round_trips, down.stats().retries), (10, 0));
 
     let started = Instant::now();
     let e = closed.allow("henry").await.unwrap_err();

@@ -50,8 +50,9 @@ pub(crate) struct Inner {
     deny: Option<DenyCache>,
     local: LocalLimiter,
     pub(crate) batcher: Option<Batcher>,
-    /// Per partition: until when (ms after `epoch`) it counts as down.
-    down_until: Box<[AtomicU64]>,
+    /// Per partition: since when (ms after `epoch`, plus 1; 0 = it answers)
+    /// it has answered only "no responders".
+    silent_since: Box<[AtomicU64]>,
     epoch: Instant,
     pub(crate) stats: Counters,
 }
@@ -127,7 +128,7 @@ impl Client {
                 .then(|| DenyCache::new(opts.deny_cache_capacity)),
             local: LocalLimiter::new(opts.policies.clone(), opts.clock.clone()),
             batcher: opts.batching.then(|| Batcher::new(opts.partitions)),
-            down_until: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            silent_since: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             stats: Counters::default(),
             nats,
@@ -349,6 +350,7 @@ impl Inner {
                 Err(e) => match e.kind() {
                     RequestErrorKind::NoResponders => {
                         self.stats.no_responders.fetch_add(1, Ordering::Relaxed);
+                        self.mark_silent(partition);
                         NoAnswer::NoResponders
                     }
                     RequestErrorKind::TimedOut => {
@@ -358,18 +360,16 @@ impl Inner {
                     _ => return Err(NoAnswer::Other(e.to_string())),
                 },
             };
-            let no_responders = matches!(why, NoAnswer::NoResponders);
-            if attempt >= self.opts.no_responders_retries
-                || (no_responders && self.is_down(partition))
-            {
-                if no_responders {
-                    self.mark_down(partition);
-                }
+            // A partition silent for longer than a handover takes is down:
+            // fall back after this one try instead of retrying.
+            let down = matches!(why, NoAnswer::NoResponders)
+                && self.silent_for(partition) >= self.opts.down_after;
+            if attempt >= self.opts.no_responders_retries || down {
                 return Err(why);
             }
             attempt += 1;
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            let pause = self.opts.no_responders_backoff * attempt;
+            let pause = self.opts.no_responders_backoff * (1u32 << (attempt - 1).min(16));
             tokio::time::sleep_until((Instant::now() + pause).min(deadline).into()).await;
         }
     }
@@ -436,26 +436,28 @@ impl Inner {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn is_down(&self, partition: u32) -> bool {
-        let until = self.down_until[partition as usize].load(Ordering::Relaxed);
-        until != 0 && self.now_ms() < until
+    /// How long the partition has answered only "no responders".
+    fn silent_for(&self, partition: u32) -> Duration {
+        match self.silent_since[partition as usize].load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since - 1)),
+        }
     }
 
-    pub(crate) fn mark_down(&self, partition: u32) {
-        let until = self.now_ms() + duration_ms(self.opts.down_for).max(1);
-        self.down_until[partition as usize].store(until, Ordering::Relaxed);
+    fn mark_silent(&self, partition: u32) {
+        let slot = &self.silent_since[partition as usize];
+        if slot.load(Ordering::Relaxed) == 0 {
+            let _ =
+                slot.compare_exchange(0, self.now_ms() + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     fn mark_up(&self, partition: u32) {
-        let slot = &self.down_until[partition as usize];
+        let slot = &self.silent_since[partition as usize];
         if slot.load(Ordering::Relaxed) != 0 {
             slot.store(0, Ordering::Relaxed);
         }
     }
-}
-
-fn duration_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
