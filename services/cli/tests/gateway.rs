@@ -34,7 +34,7 @@ algorithm = "sliding_log"
 limits = [ { max = 10, per = "5m" } ]
 "#;
 
-const FAST: Duration = Duration::from_millis(250);
+const FAST: Duration = Duration::from_millis(500);
 
 fn config(fallback: Fallback) -> Config {
     let mut c = Config::from_toml(CONFIG, "test.toml").unwrap();
