@@ -18,8 +18,16 @@ use std::time::{Duration, Instant};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let concurrency: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(256);
-    let asks: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200_000);
-    let keys: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100_000);
+    let asks: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(200_000);
+    let keys: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(100_000);
     let url = std::env::var("SLUICE_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     println!("{asks} asks over {keys} keys, {concurrency} in flight, one connection");
     for batching in [false, true, false, true] {
@@ -47,7 +55,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn run(client: &Client, concurrency: usize, asks: usize, keys: usize) -> (Duration, Vec<Duration>) {
+async fn run(
+    client: &Client,
+    concurrency: usize,
+    asks: usize,
+    keys: usize,
+) -> (Duration, Vec<Duration>) {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();

@@ -21,9 +21,8 @@
 //! Failures per item: a 503 in an item's slot (the worker does not own that
 //! key's partition, e.g. with a wrong partition count) makes that caller ask
 //! again on its own through the server's mapping; a batch that got no
-//! responders (after the quick retries) marks the partition down and every
-//! caller asks once on its own (which also covers workers without batch
-//! support), then falls back. A batch the worker refuses as malformed fails
+//! responders (after the quick retries) makes every caller ask on its own
+//! (which also covers workers without batch support), then fall back. A batch the worker refuses as malformed fails
 //! every item with the worker's error, loudly: that is a client bug.
 //!
 //! Cancellation: the turn is a guard, so a caller that gives up (or is
@@ -202,8 +201,9 @@ impl Inner {
                 }
             }
             Err(why) => {
-                // No responders: the partition is marked down, so each caller
-                // tries once alone and then falls back.
+                // No responders (or a reply that is not a batch reply): each
+                // caller asks alone, through the mapping, and falls back if
+                // that fails too.
                 let retry_alone = matches!(why, NoAnswer::NoResponders | NoAnswer::Malformed(_));
                 for w in waiters {
                     let _ = w.tx.send(if retry_alone {
@@ -237,7 +237,11 @@ fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<Vec<Outcome>> {
                 subject = %msg.subject,
                 "the worker refused a batch of {n} asks (a sluice-client bug; please report it): {e}"
             );
-            Decoded::Done((0..n).map(|_| Outcome::Done(Ok(Reply::Error(e.clone())))).collect())
+            Decoded::Done(
+                (0..n)
+                    .map(|_| Outcome::Done(Ok(Reply::Error(e.clone()))))
+                    .collect(),
+            )
         }
         Err(ReplyError::Malformed(e)) => {
             tracing::warn!(subject = %msg.subject, "{e}");

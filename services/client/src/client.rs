@@ -50,8 +50,9 @@ pub(crate) struct Inner {
     deny: Option<DenyCache>,
     local: LocalLimiter,
     pub(crate) batcher: Option<Batcher>,
-    /// Per partition: until when (ms after `epoch`) it counts as down.
-    down_until: Box<[AtomicU64]>,
+    /// Per partition: since when (ms after `epoch`, plus 1; 0 = it answers)
+    /// it has answered only "no responders".
+    silent_since: Box<[AtomicU64]>,
     epoch: Instant,
     pub(crate) stats: Counters,
 }
@@ -127,7 +128,7 @@ impl Client {
                 .then(|| DenyCache::new(opts.deny_cache_capacity)),
             local: LocalLimiter::new(opts.policies.clone(), opts.clock.clone()),
             batcher: opts.batching.then(|| Batcher::new(opts.partitions)),
-            down_until: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            silent_since: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             stats: Counters::default(),
             nats,
@@ -155,7 +156,11 @@ impl Client {
         let inner = &self.inner;
         let token = prepare(key.as_ref(), policy, cost)?;
         inner.stats.asks.fetch_add(1, Ordering::Relaxed);
-        if let Some(answer) = inner.deny.as_ref().and_then(|d| d.get(policy, &token, cost)) {
+        if let Some(answer) = inner
+            .deny
+            .as_ref()
+            .and_then(|d| d.get(policy, &token, cost))
+        {
             inner.stats.deny_cache.fetch_add(1, Ordering::Relaxed);
             return Ok(answer);
         }
@@ -166,7 +171,9 @@ impl Client {
                 .ask_batched(&token, policy, cost, partition, deadline)
                 .await
         } else {
-            inner.single(&token, policy, cost, partition, deadline).await
+            inner
+                .single(&token, policy, cost, partition, deadline)
+                .await
         };
         inner.conclude(&token, policy, cost, outcome, Op::Allow)
     }
@@ -343,6 +350,7 @@ impl Inner {
                 Err(e) => match e.kind() {
                     RequestErrorKind::NoResponders => {
                         self.stats.no_responders.fetch_add(1, Ordering::Relaxed);
+                        self.mark_silent(partition);
                         NoAnswer::NoResponders
                     }
                     RequestErrorKind::TimedOut => {
@@ -352,17 +360,16 @@ impl Inner {
                     _ => return Err(NoAnswer::Other(e.to_string())),
                 },
             };
-            let no_responders = matches!(why, NoAnswer::NoResponders);
-            if attempt >= self.opts.no_responders_retries || (no_responders && self.is_down(partition))
-            {
-                if no_responders {
-                    self.mark_down(partition);
-                }
+            // A partition silent for longer than a handover takes is down:
+            // fall back after this one try instead of retrying.
+            let down = matches!(why, NoAnswer::NoResponders)
+                && self.silent_for(partition) >= self.opts.down_after;
+            if attempt >= self.opts.no_responders_retries || down {
                 return Err(why);
             }
             attempt += 1;
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            let pause = self.opts.no_responders_backoff * attempt;
+            let pause = self.opts.no_responders_backoff * (1u32 << (attempt - 1).min(16));
             tokio::time::sleep_until((Instant::now() + pause).min(deadline).into()).await;
         }
     }
@@ -401,7 +408,12 @@ impl Inner {
         why: NoAnswer,
         op: Op,
     ) -> Result<Answer, Error> {
-        tracing::debug!(key = token, policy, "no worker answered ({why}); fallback {}", self.opts.fallback);
+        tracing::debug!(
+            key = token,
+            policy,
+            "no worker answered ({why}); fallback {}",
+            self.opts.fallback
+        );
         match self.opts.fallback {
             Fallback::Open => {
                 self.stats.fallback_open.fetch_add(1, Ordering::Relaxed);
@@ -424,26 +436,28 @@ impl Inner {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn is_down(&self, partition: u32) -> bool {
-        let until = self.down_until[partition as usize].load(Ordering::Relaxed);
-        until != 0 && self.now_ms() < until
+    /// How long the partition has answered only "no responders".
+    fn silent_for(&self, partition: u32) -> Duration {
+        match self.silent_since[partition as usize].load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since - 1)),
+        }
     }
 
-    pub(crate) fn mark_down(&self, partition: u32) {
-        let until = self.now_ms() + duration_ms(self.opts.down_for).max(1);
-        self.down_until[partition as usize].store(until, Ordering::Relaxed);
+    fn mark_silent(&self, partition: u32) {
+        let slot = &self.silent_since[partition as usize];
+        if slot.load(Ordering::Relaxed) == 0 {
+            let _ =
+                slot.compare_exchange(0, self.now_ms() + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     fn mark_up(&self, partition: u32) {
-        let slot = &self.down_until[partition as usize];
+        let slot = &self.silent_since[partition as usize];
         if slot.load(Ordering::Relaxed) != 0 {
             slot.store(0, Ordering::Relaxed);
         }
     }
-}
-
-fn duration_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -453,14 +467,20 @@ mod tests {
     #[test]
     fn prepare_encodes_keys_and_refuses_what_no_worker_accepts() {
         assert_eq!(prepare(b"bob@x.io", "default", 1).unwrap(), "bob%40x%2Eio");
-        assert!(matches!(prepare(b"", "default", 1), Err(Error::BadRequest(_))));
+        assert!(matches!(
+            prepare(b"", "default", 1),
+            Err(Error::BadRequest(_))
+        ));
         let long = vec![b'@'; 86]; // 258 bytes encoded
         let e = prepare(&long, "default", 1).unwrap_err();
         assert_eq!(e.status(), 400);
         assert!(e.message().contains("256"), "{e}");
         assert!(prepare(&[b'a'; 256], "default", 1).is_ok());
         assert!(matches!(prepare(b"a", "a.b", 1), Err(Error::BadRequest(_))));
-        assert!(matches!(prepare(b"a", "default", MAX_COST + 1), Err(Error::BadRequest(_))));
+        assert!(matches!(
+            prepare(b"a", "default", MAX_COST + 1),
+            Err(Error::BadRequest(_))
+        ));
     }
 
     #[test]

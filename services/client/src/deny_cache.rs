@@ -171,7 +171,10 @@ mod tests {
         assert!(a.retry_after <= Duration::from_millis(60_000));
         assert!(a.retry_after > Duration::from_millis(59_000));
         assert!(cache.get("default", "alice", 5).is_some());
-        assert!(cache.get("default", "alice", 1).is_none(), "a smaller cost may fit");
+        assert!(
+            cache.get("default", "alice", 1).is_none(),
+            "a smaller cost may fit"
+        );
         assert!(cache.get("other", "alice", 2).is_none(), "another policy");
         assert!(cache.get("default", "bob", 2).is_none(), "another key");
     }
@@ -188,7 +191,10 @@ mod tests {
     fn expired_denials_answer_nothing() {
         let cache = DenyCache::new(100);
         cache.insert("alice", 1, &denial(0));
-        assert!(cache.get("default", "alice", 1).is_none(), "no retry time, not cached");
+        assert!(
+            cache.get("default", "alice", 1).is_none(),
+            "no retry time, not cached"
+        );
         let mut short = denial(1);
         short.retry_after = Duration::from_nanos(1);
         cache.insert("alice", 1, &short);

@@ -53,6 +53,6 @@ pub use answer::{Answer, Source};
 pub use client::Client;
 pub use error::{ConnectError, Error};
 pub use options::ClientOptions;
-pub use stats::ClientStats;
 /// Re-exported for [`ClientOptions::fallback`] and [`Source::Fallback`].
 pub use sluice_core::config::Fallback;
+pub use stats::ClientStats;

@@ -42,16 +42,18 @@ pub struct ClientOptions {
     /// when full, new denials are not cached). Default 100 000.
     pub deny_cache_capacity: usize,
     /// How many times to re-send an ask that got "no responders" (its
-    /// partition is between owners for a few ms during a handover) before
-    /// the fallback decides. Default 2.
+    /// partition is between owners during a handover) before the fallback
+    /// decides. Default 4.
     pub no_responders_retries: u32,
-    /// The pause before the first such retry; the n-th waits n times this.
-    /// Default 2 ms (so at most ~6 ms in all with 2 retries).
+    /// The pause before the first such retry; each further one waits twice
+    /// as long. Default 2 ms: with 4 retries, at 2, 6, 14 and 30 ms after the
+    /// first try, covering the handover windows measured in docs/CLIENT.md.
     pub no_responders_backoff: Duration,
-    /// After the retries ran out, how long the partition counts as down:
-    /// asks for it then try once and fall back at once, without retrying.
-    /// Any answer from the partition ends this early. Default 500 ms.
-    pub down_for: Duration,
+    /// A partition that has answered only "no responders" for this long is
+    /// down (no owner: all workers stopped, or a crashed owner's lease has
+    /// not expired yet): asks for it fall back after one try, in well under
+    /// a millisecond, until it answers again. Default 200 ms.
+    pub down_after: Duration,
     /// The NATS connection name. Default `sluice-client`.
     pub name: String,
     /// The clock of the `local` fallback limiter. Default the system clock.
@@ -72,9 +74,9 @@ impl Default for ClientOptions {
             check_partitions: true,
             deny_cache: true,
             deny_cache_capacity: 100_000,
-            no_responders_retries: 2,
+            no_responders_retries: 4,
             no_responders_backoff: Duration::from_millis(2),
-            down_for: Duration::from_millis(500),
+            down_after: Duration::from_millis(200),
             name: "sluice-client".to_string(),
             clock: Arc::new(SystemClock),
         }
@@ -141,7 +143,7 @@ impl fmt::Debug for ClientOptions {
             .field("deny_cache_capacity", &self.deny_cache_capacity)
             .field("no_responders_retries", &self.no_responders_retries)
             .field("no_responders_backoff", &self.no_responders_backoff)
-            .field("down_for", &self.down_for)
+            .field("down_after", &self.down_after)
             .field("name", &self.name)
             .finish_non_exhaustive()
     }

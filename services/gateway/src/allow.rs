@@ -25,8 +25,11 @@ pub(crate) const PREFIX: &str = "/v1/allow/";
 pub(crate) async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
     let started = Instant::now();
     let result = decide(&app, request).await;
-    app.metrics
-        .observe(Route::Allow, respond::outcome_of(&result), started.elapsed());
+    app.metrics.observe(
+        Route::Allow,
+        respond::outcome_of(&result),
+        started.elapsed(),
+    );
     match result {
         Ok(answer) => respond::decision(&answer),
         Err(e) => respond::error(&e),
@@ -110,7 +113,10 @@ impl Query {
 /// Content-Length says so).
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Error> {
     let too_large = |len: Option<u64>| {
-        let size = len.map_or_else(|| "more than 4096 bytes".to_string(), |n| format!("{n} bytes"));
+        let size = len.map_or_else(
+            || "more than 4096 bytes".to_string(),
+            |n| format!("{n} bytes"),
+        );
         Error::TooLarge(format!(
             "the request body is {size}; the limit is {MAX_BODY} bytes (a request carries at most a policy name and a cost)"
         ))
@@ -157,7 +163,11 @@ mod tests {
     #[test]
     fn path_segments_decode_to_the_raw_key_bytes() {
         assert_eq!(percent_decode(b"bob%40x.io"), b"bob@x.io");
-        assert_eq!(percent_decode(b"bob%40x%2eio"), b"bob@x.io", "lower-case hex is legal in URLs");
+        assert_eq!(
+            percent_decode(b"bob%40x%2eio"),
+            b"bob@x.io",
+            "lower-case hex is legal in URLs"
+        );
         assert_eq!(percent_decode(b"%FF%fe"), [0xff, 0xfe]);
         assert_eq!(percent_decode(b"100%"), b"100%");
         assert_eq!(percent_decode(b"%zz%4"), b"%zz%4");
@@ -173,7 +183,14 @@ mod tests {
                 cost: Some(3)
             }
         );
-        for bad in ["cost=abc", "cost=-1", "cost=1.5", "cost=", "cots=5", "cost=1&cost=2"] {
+        for bad in [
+            "cost=abc",
+            "cost=-1",
+            "cost=1.5",
+            "cost=",
+            "cots=5",
+            "cost=1&cost=2",
+        ] {
             let e = Query::parse(Some(bad)).unwrap_err();
             assert_eq!(e.status(), 400, "{bad}: {e}");
         }

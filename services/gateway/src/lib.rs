@@ -48,6 +48,7 @@ use sluice_client::{Client, ClientOptions};
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// What every handler shares.
@@ -75,9 +76,17 @@ pub async fn serve(
     opts: GatewayOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let key_header = HeaderName::from_bytes(opts.key_header.as_bytes())
-        .with_context(|| format!("the key header {:?} is not a valid header name", opts.key_header))?;
-    let upstream = opts.upstream.as_ref().map(proxy::Upstream::new).transpose()?;
+    let key_header = HeaderName::from_bytes(opts.key_header.as_bytes()).with_context(|| {
+        format!(
+            "the key header {:?} is not a valid header name",
+            opts.key_header
+        )
+    })?;
+    let upstream = opts
+        .upstream
+        .as_ref()
+        .map(proxy::Upstream::new)
+        .transpose()?;
     if upstream.is_some() && opts.config.policy(&opts.proxy_policy).is_none() {
         bail!(
             "the proxy policy {:?} is not in the config; add [policies.{}] or choose a configured policy",
@@ -104,7 +113,10 @@ pub async fn serve(
         opts.nats_url,
         opts.config.fallback,
         match &opts.upstream {
-            Some(u) => format!("proxying other paths to {u} (key header {})", opts.key_header),
+            Some(u) => format!(
+                "proxying other paths to {u} (key header {})",
+                opts.key_header
+            ),
             None => "no upstream".to_string(),
         }
     );
@@ -133,17 +145,15 @@ pub async fn serve(
         }
     };
     served.context("the HTTP server failed")?;
-    let _ = client.nats().flush().await;
+    // Hits are publishes: give them a moment to leave (not forever, NATS may be gone).
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.nats().flush()).await;
     tracing::info!("gateway stopped");
     Ok(())
 }
 
 fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route(
-            "/v1/allow/{key}",
-            get(allow::allow).post(allow::allow),
-        )
+        .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
         .route(allow::PREFIX, any(allow::empty_key))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -163,8 +173,10 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
         )
     };
     let mut r = (status, body).into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 

@@ -115,7 +115,11 @@ impl Metrics {
     pub fn render(&self, client: &ClientStats, nats_connected: bool) -> String {
         let mut e = Exposition::new();
         let name = "sluice_gateway_requests_total";
-        e.family(name, Kind::Counter, "HTTP requests answered, by route and outcome.");
+        e.family(
+            name,
+            Kind::Counter,
+            "HTTP requests answered, by route and outcome.",
+        );
         for route in Route::ALL {
             for outcome in Outcome::ALL {
                 let n = self.requests[route as usize][outcome.index()].load(Ordering::Relaxed);
@@ -210,10 +214,16 @@ impl Metrics {
             let mut cumulative = 0;
             for (i, le) in BUCKETS.iter().enumerate() {
                 cumulative += h.counts[i].load(Ordering::Relaxed);
-                let _ = writeln!(out, "{name}_bucket{{route=\"{r}\",le=\"{le}\"}} {cumulative}");
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{route=\"{r}\",le=\"{le}\"}} {cumulative}"
+                );
             }
             cumulative += h.counts[BUCKETS.len()].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{route=\"{r}\",le=\"+Inf\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{route=\"{r}\",le=\"+Inf\"}} {cumulative}"
+            );
             let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
             let _ = writeln!(out, "{name}_sum{{route=\"{r}\"}} {sum}");
             let _ = writeln!(out, "{name}_count{{route=\"{r}\"}} {cumulative}");
@@ -232,10 +242,18 @@ mod tests {
         m.observe(Route::Allow, Outcome::Denied, Duration::from_millis(3));
         m.observe(Route::Allow, Outcome::Denied, Duration::from_secs(3));
         let text = m.render(&ClientStats::default(), true);
-        assert!(text.contains("sluice_gateway_requests_total{route=\"allow\",outcome=\"denied\"} 2\n"));
-        assert!(text.contains("sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"0.0005\"} 1\n"));
-        assert!(text.contains("sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"0.005\"} 2\n"));
-        assert!(text.contains("sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"+Inf\"} 3\n"));
+        assert!(
+            text.contains("sluice_gateway_requests_total{route=\"allow\",outcome=\"denied\"} 2\n")
+        );
+        assert!(text.contains(
+            "sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"0.0005\"} 1\n"
+        ));
+        assert!(text.contains(
+            "sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"0.005\"} 2\n"
+        ));
+        assert!(text.contains(
+            "sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"+Inf\"} 3\n"
+        ));
         assert!(text.contains("sluice_gateway_request_duration_seconds_count{route=\"allow\"} 3\n"));
         assert!(text.contains("sluice_gateway_nats_connected 1\n"));
     }

@@ -99,11 +99,8 @@ pub(crate) async fn proxy(
     let answer = match answer {
         Ok(a) if a.allowed => a,
         other => {
-            app.metrics.observe(
-                Route::Proxy,
-                respond::outcome_of(&other),
-                started.elapsed(),
-            );
+            app.metrics
+                .observe(Route::Proxy, respond::outcome_of(&other), started.elapsed());
             return match other {
                 Ok(denied) => respond::decision(&denied),
                 Err(e) => respond::error(&e),
@@ -127,7 +124,11 @@ pub(crate) async fn proxy(
     }
 }
 
-async fn forward(upstream: &Upstream, peer: SocketAddr, request: Request) -> Result<Response, String> {
+async fn forward(
+    upstream: &Upstream,
+    peer: SocketAddr,
+    request: Request,
+) -> Result<Response, String> {
     let (mut parts, body) = request.into_parts();
     parts.uri = upstream
         .target(&parts.uri)
@@ -135,7 +136,11 @@ async fn forward(upstream: &Upstream, peer: SocketAddr, request: Request) -> Res
     parts.version = Version::HTTP_11;
     let original_host = parts.headers.remove(header::HOST);
     strip_hop_by_hop(&mut parts.headers);
-    let forwarded_for = match parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+    let forwarded_for = match parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+    {
         Some(prior) => format!("{prior}, {}", peer.ip()),
         None => peer.ip().to_string(),
     };
