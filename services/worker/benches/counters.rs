@@ -54,11 +54,15 @@ fn bench(c: &mut Criterion) {
             },
             |j| {
                 let mut decision = None;
-                cache.entry_by_ref(keys[j].as_str()).and_compute_with(|entry| {
-                    let mut state = entry.map(|e| e.into_value()).unwrap_or_else(|| policy.new_state());
-                    decision = Some(policy.decide(&mut state, now, 0));
-                    MokaOp::Put(state)
-                });
+                cache
+                    .entry_by_ref(keys[j].as_str())
+                    .and_compute_with(|entry| {
+                        let mut state = entry
+                            .map(|e| e.into_value())
+                            .unwrap_or_else(|| policy.new_state());
+                        decision = Some(policy.decide(&mut state, now, 0));
+                        MokaOp::Put(state)
+                    });
                 decision
             },
             BatchSize::SmallInput,
