@@ -11,7 +11,6 @@
 
 mod support;
 
-use futures::stream::SelectAll;
 use futures::StreamExt;
 use sluice_client::{Client, ClientOptions, ConnectError, Error, Fallback, Source};
 use sluice_core::config::Config;
@@ -19,6 +18,7 @@ use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::partition::partition_of;
 use sluice_tests::NatsServer;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -56,9 +56,11 @@ async fn client(stack: &Stack, fallback: Fallback) -> Client {
 }
 
 /// Counts the requests that reach a key's partition, from outside the client.
+/// One subscription (`rl.p.<n>.>`), so that what it sees keeps the order
+/// the client sent it in.
 struct Observer {
     _nats: async_nats::Client,
-    subs: SelectAll<async_nats::Subscriber>,
+    sub: async_nats::Subscriber,
     token: String,
 }
 
@@ -73,20 +75,25 @@ impl Observer {
     async fn watch(stack: &Stack, token: &str) -> Observer {
         let nats = async_nats::connect(stack.nats.url()).await.unwrap();
         let p = partition_of(token, stack.partitions);
-        let allow = nats
-            .subscribe(format!("rl.p.{p}.allow.{token}"))
+        let mut sub = nats.subscribe(format!("rl.p.{p}.>")).await.unwrap();
+        // async-nats' flush() does not wait for the server, so wait for a
+        // message of our own: then the subscription is in place.
+        let ready = format!("rl.p.{p}.observer-ready");
+        nats.publish(ready.clone(), "".into()).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::timeout_at(deadline, sub.next())
             .await
-            .unwrap();
-        let batch = nats.subscribe(format!("rl.p.{p}.batch")).await.unwrap();
-        nats.flush().await.unwrap();
+            .expect("the observer's own message arrives")
+            .is_some_and(|m| m.subject.as_str() != ready)
+        {}
         Observer {
             _nats: nats,
-            subs: futures::stream::select_all([allow, batch]),
+            sub,
             token: token.to_string(),
         }
     }
 
-    /// Everything `client` sent to the partition since the last call.
+    /// Everything `client` sent for the key since the last call.
     async fn seen(&mut self, client: &Client) -> Seen {
         let nats = client.nats();
         nats.publish(format!("rl.allow.{}", self.token), "".into())
@@ -95,16 +102,20 @@ impl Observer {
         nats.flush().await.unwrap();
         let mut seen = Seen::default();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let allow = format!(".allow.{}", self.token);
         loop {
-            let msg = tokio::time::timeout_at(deadline, self.subs.next())
+            let msg = tokio::time::timeout_at(deadline, self.sub.next())
                 .await
                 .expect("the sentinel arrives")
-                .expect("the subscriptions stay open");
-            match (msg.reply.is_some(), msg.subject.ends_with(".batch")) {
-                (false, false) => return seen,
-                (true, true) => seen.batches += 1,
-                (true, false) => seen.singles += 1,
-                (false, true) => {}
+                .expect("the subscription stays open");
+            let subject = msg.subject.as_str();
+            if subject.ends_with(".batch") {
+                seen.batches += 1;
+            } else if subject.ends_with(&allow) {
+                if msg.reply.is_none() {
+                    return seen;
+                }
+                seen.singles += 1;
             }
         }
     }
@@ -291,13 +302,20 @@ async fn an_ask_with_nothing_to_batch_with_goes_alone_at_once() {
 async fn two_hundred_concurrent_asks_on_one_key_are_batched_and_exactly_five_pass() {
     let _serial = serial().await;
     let stack = Stack::start(CONFIG, 2).await;
-    let client = client(&stack, Fallback::Closed).await;
+    // No deny cache here, so that every ask goes to the worker.
+    let opts = options(Fallback::Closed).deny_cache(false);
+    let client = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
     let mut observer = Observer::watch(&stack, "hot-key").await;
 
+    let start = Arc::new(tokio::sync::Barrier::new(200));
     let tasks: Vec<_> = (0..200)
         .map(|_| {
             let client = client.clone();
-            tokio::spawn(async move { client.allow("hot-key").await })
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                client.allow("hot-key").await
+            })
         })
         .collect();
     let mut remaining_of_allowed = BTreeSet::new();

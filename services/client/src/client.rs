@@ -367,10 +367,15 @@ impl Inner {
             if attempt >= self.opts.no_responders_retries || down {
                 return Err(why);
             }
+            let pause = self.opts.no_responders_backoff * (1u32 << attempt.min(16));
+            let retry_at = Instant::now() + pause;
+            if retry_at >= deadline {
+                // No time left for another try: say why now rather than later.
+                return Err(why);
+            }
             attempt += 1;
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            let pause = self.opts.no_responders_backoff * (1u32 << (attempt - 1).min(16));
-            tokio::time::sleep_until((Instant::now() + pause).min(deadline).into()).await;
+            tokio::time::sleep_until(retry_at.into()).await;
         }
     }
 

@@ -6,8 +6,8 @@
 //!
 //! - [`Client`] (`client.rs`): `connect`, [`Client::allow`], [`Client::ask`]
 //!   (policy and cost), [`Client::peek`] (cost 0), [`Client::hit`]; keys are
-//!   percent-encoded for the caller; a per-ask timeout; a couple of quick
-//!   retries on "no responders" (a partition changing owners), then the
+//!   percent-encoded for the caller; a per-ask timeout; quick retries on
+//!   "no responders" (a partition changing owners, ≤ 30 ms), then the
 //!   fallback. Cheap to clone and safe to share between tasks.
 //! - [`Answer`] / [`Source`] (`answer.rs`): the decision, its RateLimit
 //!   headers, and who made it (worker, deny cache, fallback).
