@@ -103,7 +103,7 @@ impl Client {
         opts.validate().map_err(ConnectError::Options)?;
         let nats = async_nats::ConnectOptions::new()
             .name(&opts.name)
-            .connect(url)
+            .connect(sluice_core::nats_config::server_urls(url))
             .await
             .map_err(|source| ConnectError::Nats {
                 url: url.to_string(),
