@@ -13,6 +13,7 @@
 //! - [`wire`]: request bodies, decision and error replies, RateLimit headers.
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`partition`]: the key → partition hash nats-server computes.
+//! - [`metrics`]: the Prometheus text writer for `/metrics` pages.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
 //!
 //! ```
@@ -30,6 +31,7 @@ pub mod algorithm;
 pub mod assignment;
 pub mod config;
 pub mod key;
+pub mod metrics;
 pub mod nats_config;
 pub mod partition;
 pub mod policy;

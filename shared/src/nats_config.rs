@@ -321,3 +321,10 @@ fn human_bytes(bytes: u64) -> String {
     }
     format!("{bytes} bytes")
 }
+
+/// The subject on which the owner of `partition` takes batched asks from the
+/// batching client (`sluice_core::wire::batch` payloads). Batches bypass the
+/// server's mapping: the client computes the partition itself.
+pub fn batch_subject(partition: u32) -> String {
+    format!("{PARTITION_PREFIX}.{partition}.batch")
+}

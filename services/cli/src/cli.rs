@@ -19,7 +19,12 @@ pub struct Cli {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
     /// NATS server URL.
-    #[arg(long, global = true, env = "SLUICE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub nats: String,
     /// Config file (TOML). Without one, the built-in default policy (15 per second) applies.
     #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
@@ -41,6 +46,8 @@ pub enum Command {
     Worker(crate::worker_cmd::WorkerArgs),
     /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
+    /// Show partitions, their owners, snapshot ages and worker health.
+    Status(crate::status_cmd::StatusArgs),
 }
 
 impl Cli {
@@ -48,6 +55,7 @@ impl Cli {
         match &self.command {
             Command::Worker(args) => crate::worker_cmd::run(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
+            Command::Status(args) => crate::status_cmd::run(&self.common, args),
         }
     }
 }

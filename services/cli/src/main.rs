@@ -7,6 +7,7 @@
 mod cli;
 mod nats_config_cmd;
 mod signals;
+mod status_cmd;
 mod worker_cmd;
 
 use clap::Parser;

@@ -23,14 +23,12 @@ pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
     let mut opts = WorkerOptions::new(common.nats.clone(), config);
     opts.worker_id = args.worker_id.clone();
     opts.replicas = args.replicas;
+    opts.metrics_listen = args.metrics_listen;
     // One thread: on the 2-core machines this was measured on, a
     // current-thread runtime answers ~1.5x faster than the multi-thread one
     // (docs/BENCHMARKS.md). Run more workers to use more cores.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        if let Some(addr) = args.metrics_listen {
-            tracing::warn!(%addr, "--metrics-listen is not served yet");
-        }
-        sluice_worker::run(opts, crate::signals::terminate()).await
-    })
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(sluice_worker::run(opts, crate::signals::terminate()))
 }

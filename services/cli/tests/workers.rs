@@ -36,7 +36,9 @@ async fn one_key_under_200_concurrent_requests_from_4_connections_gets_exactly_5
     for client in &clients {
         for _ in 0..50 {
             let client = client.clone();
-            tasks.push(tokio::spawn(async move { ask(&client, "hot-key", b"").await }));
+            tasks.push(tokio::spawn(
+                async move { ask(&client, "hot-key", b"").await },
+            ));
         }
     }
     let mut allowed = 0;
@@ -57,7 +59,9 @@ async fn a_thousand_keys_under_concurrent_load_never_exceed_their_limit() {
     let asks: Vec<(String, usize)> = (0..15)
         .flat_map(|round| keys.iter().map(move |k| (k.clone(), round)))
         .collect();
-    let results = Load::start(&clients, asks, 64, br#"{"policy":"tenper"}"#).finish().await;
+    let results = Load::start(&clients, asks, 64, br#"{"policy":"tenper"}"#)
+        .finish()
+        .await;
     let mut allowed: HashMap<&str, usize> = HashMap::new();
     for r in &results {
         assert!(r.answered, "every request is answered: {r:?}");
@@ -66,7 +70,11 @@ async fn a_thousand_keys_under_concurrent_load_never_exceed_their_limit() {
         }
     }
     for key in &keys {
-        assert_eq!(allowed.get(key.as_str()).copied().unwrap_or(0), 10, "key {key}");
+        assert_eq!(
+            allowed.get(key.as_str()).copied().unwrap_or(0),
+            10,
+            "key {key}"
+        );
     }
 }
 
@@ -79,24 +87,76 @@ async fn malformed_requests_get_the_documented_error_and_change_no_counter() {
         ("rl.allow.*".into(), vec![], 400, "bad_request"),
         ("rl.allow.a.b".into(), vec![], 400, "bad_request"),
         ("rl.allow.>".into(), vec![], 400, "bad_request"),
-        (format!("rl.allow.{}", "k".repeat(257)), vec![], 400, "bad_request"),
+        (
+            format!("rl.allow.{}", "k".repeat(257)),
+            vec![],
+            400,
+            "bad_request",
+        ),
         ("rl.allow.bob@x".into(), vec![], 400, "bad_request"),
         ("rl.allow.bad%4".into(), vec![], 400, "bad_request"),
         ("rl.allow.bad%zz".into(), vec![], 400, "bad_request"),
-        ("rl.allow.non%41canonical".into(), vec![], 400, "bad_request"),
-        ("rl.allow.victim".into(), b"\xc1garbage".to_vec(), 400, "bad_request"),
-        ("rl.allow.victim".into(), br#"{"cost":-1}"#.to_vec(), 400, "bad_request"),
-        ("rl.allow.victim".into(), br#"{"polcy":"default"}"#.to_vec(), 400, "bad_request"),
-        ("rl.allow.victim".into(), br#"{"cost":1000000000000}"#.to_vec(), 400, "bad_request"),
-        ("rl.allow.victim".into(), br#"{"cost":6}"#.to_vec(), 400, "bad_request"),
-        ("rl.allow.victim".into(), br#"{"policy":"nope"}"#.to_vec(), 404, "unknown_policy"),
+        (
+            "rl.allow.non%41canonical".into(),
+            vec![],
+            400,
+            "bad_request",
+        ),
+        (
+            "rl.allow.victim".into(),
+            b"\xc1garbage".to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "rl.allow.victim".into(),
+            br#"{"cost":-1}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "rl.allow.victim".into(),
+            br#"{"polcy":"default"}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "rl.allow.victim".into(),
+            br#"{"cost":1000000000000}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "rl.allow.victim".into(),
+            br#"{"cost":6}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "rl.allow.victim".into(),
+            br#"{"policy":"nope"}"#.to_vec(),
+            404,
+            "unknown_policy",
+        ),
         ("rl.allow.victim".into(), vec![b' '; 4097], 413, "too_large"),
-        ("rl.hit.victim".into(), br#"{"policy":"nope"}"#.to_vec(), 404, "unknown_policy"),
+        (
+            "rl.hit.victim".into(),
+            br#"{"policy":"nope"}"#.to_vec(),
+            404,
+            "unknown_policy",
+        ),
     ];
     for (subject, body, code, word) in &cases {
-        let reply = request(client, subject, body).await.unwrap_or_else(|e| panic!("{subject}: {e}"));
+        let reply = request(client, subject, body)
+            .await
+            .unwrap_or_else(|e| panic!("{subject}: {e}"));
         let got = error_of(&reply).unwrap_or_else(|| panic!("{subject}: expected an error reply"));
-        assert_eq!((got.0, got.1.as_str()), (*code, *word), "{subject} {:?}", String::from_utf8_lossy(body));
+        assert_eq!(
+            (got.0, got.1.as_str()),
+            (*code, *word),
+            "{subject} {:?}",
+            String::from_utf8_lossy(body)
+        );
         assert!(!got.2.is_empty(), "{subject}: the error says what is wrong");
     }
     // Nothing above counted: the victim still has all 5.
@@ -120,7 +180,10 @@ async fn limits_hold_after_every_worker_is_stopped_and_started_again() {
         }
     }
     stack.stop_workers();
-    assert!(stack.no_partition_answers(&client).await, "all workers are gone");
+    assert!(
+        stack.no_partition_answers(&client).await,
+        "all workers are gone"
+    );
     stack.start_workers(3).await;
     for key in &keys {
         let d = ask(&client, key, br#"{"policy":"tenper"}"#).await.unwrap();
@@ -135,17 +198,28 @@ async fn a_fourth_worker_joining_under_load_takes_partitions_and_no_key_goes_ove
     let mut stack = Stack::start(SLIDING_LOG_5_PER_10S, 3).await;
     let clients = stack.clients(2).await;
     let keys: Vec<String> = (0..300).map(|i| format!("j{i}")).collect();
-    let asks: Vec<(String, usize)> =
-        (0..20).flat_map(|r| keys.iter().map(move |k| (k.clone(), r))).collect();
+    let asks: Vec<(String, usize)> = (0..20)
+        .flat_map(|r| keys.iter().map(move |k| (k.clone(), r)))
+        .collect();
     let mut load = Load::start(&clients, asks, 32, br#"{"policy":"tenper"}"#);
     load.reached(500).await;
     let before = stack.owners().await;
     stack.start_workers(1).await;
     let results = load.finish().await;
     let after = stack.owners().await;
-    let newcomer = stack.worker_ids().await.into_iter().find(|w| !before.values().any(|o| o == w));
-    let taken = after.values().filter(|o| Some(*o) == newcomer.as_ref()).count();
-    assert_eq!(taken, 4, "the newcomer owns its share (16 partitions / 4 workers): {after:?}");
+    let newcomer = stack
+        .worker_ids()
+        .await
+        .into_iter()
+        .find(|w| !before.values().any(|o| o == w));
+    let taken = after
+        .values()
+        .filter(|o| Some(*o) == newcomer.as_ref())
+        .count();
+    assert_eq!(
+        taken, 4,
+        "the newcomer owns its share (16 partitions / 4 workers): {after:?}"
+    );
     assert_no_key_over(&results, 10);
 }
 
@@ -165,7 +239,8 @@ async fn killing_a_worker_in_snapshot_mode_over_admits_at_most_what_came_after_i
         for r in results {
             if r.allowed {
                 *allowed.entry(&r.key).or_default() += 1;
-                if let Some(t) = restored_at.get(&sluice_core::partition::partition_of(&r.key, 16)) {
+                if let Some(t) = restored_at.get(&sluice_core::partition::partition_of(&r.key, 16))
+                {
                     if r.answered_at_ms >= *t {
                         *since_snapshot.entry(&r.key).or_default() += 1;
                     }
@@ -191,13 +266,18 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
     let mut stack = Stack::start(config, 3).await;
     let clients = stack.clients(2).await;
     let keys: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
-    let asks: Vec<(String, usize)> =
-        (0..20).flat_map(|r| keys.iter().map(move |k| (k.clone(), r))).collect();
+    let asks: Vec<(String, usize)> = (0..20)
+        .flat_map(|r| keys.iter().map(move |k| (k.clone(), r)))
+        .collect();
     let mut load = Load::start(&clients, asks, 32, br#"{"policy":"tenper"}"#);
     load.reached(600).await;
     let owners = stack.owners().await;
     let victim = stack.worker_ids().await.remove(0);
-    let orphans: Vec<u32> = owners.iter().filter(|(_, o)| **o == victim).map(|(p, _)| *p).collect();
+    let orphans: Vec<u32> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim)
+        .map(|(p, _)| *p)
+        .collect();
     assert!(!orphans.is_empty());
     let killed_at = Instant::now();
     stack.kill_worker(&victim);
@@ -213,7 +293,10 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
     }
     let slowest = back.values().max().copied().unwrap_or_default();
     eprintln!("partitions of the killed worker answered again after at most {slowest:?}");
-    assert!(slowest <= Duration::from_secs(2) + Duration::from_secs(1), "lease TTL + 1 s");
+    assert!(
+        slowest <= Duration::from_secs(2) + Duration::from_secs(1),
+        "lease TTL + 1 s"
+    );
     let results = load.finish().await;
     let restored = stack.restored_snapshot_times(&orphans).await;
     check(&results, &restored);

@@ -9,11 +9,11 @@ use crate::journal::Record;
 use crate::worker::Shared;
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use sluice_core::key;
-use sluice_core::partition::partition_of;
+use sluice_core::key::KeyToken;
+use sluice_core::nats_config::batch_subject;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
-use sluice_core::wire::{self, Encoding, ErrorCode, WireError};
+use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
@@ -44,7 +44,7 @@ pub fn subjects(partition: u32) -> [String; 3] {
     [
         format!("rl.p.{partition}.allow.*"),
         format!("rl.p.{partition}.hit.*"),
-        wire::batch_subject(partition),
+        batch_subject(partition),
     ]
 }
 
@@ -76,8 +76,17 @@ pub fn handle(
         return Handled::ignored();
     }
     let mut counted = Vec::new();
-    let encoding = wire::reply_encoding(&msg.payload);
-    let outcome = decide(shared, partition, counters, token, &msg.payload, kind, now, &mut counted);
+    let encoding = Encoding::of_body(&msg.payload);
+    let outcome = decide_body(
+        shared,
+        partition,
+        counters,
+        token,
+        &msg.payload,
+        kind,
+        now,
+        &mut counted,
+    );
     let reply = msg.reply.as_ref().map(|_| match outcome {
         Ok((decision, policy)) => decision_reply(&decision, policy, encoding),
         Err(e) => error_reply(&e, encoding),
@@ -85,9 +94,9 @@ pub fn handle(
     Handled { reply, counted }
 }
 
-/// Validates and applies one ask. `counted` receives the journal record when
-/// something was counted.
-fn decide<'a>(
+/// Validates and applies one ask whose body is still encoded.
+#[allow(clippy::too_many_arguments)]
+fn decide_body<'a>(
     shared: &'a Shared,
     partition: u32,
     counters: &Counters,
@@ -96,58 +105,92 @@ fn decide<'a>(
     kind: Kind,
     now: Nanos,
     counted: &mut Vec<Record>,
-) -> Result<(Decision, &'a str), WireError> {
-    let stats = &shared.stats;
-    let result = (|| {
-        key::validate_token(token).map_err(WireError::from)?;
-        let home = partition_of(token, shared.config.partitions);
-        if home != partition {
-            return Err(WireError::bad_request(format!(
-                "key {token} belongs to partition {home}, not {partition}; send it to rl.allow.{token}"
-            )));
-        }
-        let request = wire::decode_request(body)?;
-        let policy_name = request.policy.as_deref().unwrap_or("default");
-        let Some(policy) = shared.config.policy(policy_name) else {
-            return Err(WireError::unknown_policy(policy_name));
-        };
-        let cost = request.cost.unwrap_or(1);
-        if kind == Kind::Allow && cost > policy.capacity() {
-            return Err(WireError::bad_request(format!(
-                "cost {cost} can never be allowed: policy {policy_name} allows at most {} at once",
-                policy.capacity()
-            )));
-        }
-        let op = match kind {
-            Kind::Allow => Op::Allow(cost),
-            Kind::Hit => Op::Record(cost),
-        };
-        let decision = KEY.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            counter_key(&mut buf, policy.name(), token);
-            counters.apply(policy, &buf, now, op)
+) -> Result<(Decision, &'a str), ErrorReply> {
+    let result = KeyToken::parse(token)
+        .map_err(ErrorReply::from)
+        .and_then(|key| {
+            let request = wire::decode_request(body).map_err(|e| e.reply)?;
+            decide(
+                shared,
+                partition,
+                counters,
+                key,
+                &request.policy,
+                request.cost,
+                kind,
+                now,
+                counted,
+            )
         });
-        let consumed = match op {
-            Op::Allow(c) => decision.allowed && c > 0,
-            Op::Record(c) => c > 0,
-        };
-        if consumed {
-            counted.push(Record {
-                p: policy.name().to_string(),
-                k: token.to_string(),
-                c: cost,
-                t: now.as_u64(),
-            });
-        }
-        Ok((decision, policy.name()))
-    })();
-    match (&result, kind) {
+    count_outcome(shared, &result, kind);
+    result
+}
+
+/// Applies one validated-as-far-as-the-wire-goes ask: checks the partition,
+/// the policy and the cost, then counts. Nothing changes unless every check passed.
+#[allow(clippy::too_many_arguments)]
+fn decide<'a>(
+    shared: &'a Shared,
+    partition: u32,
+    counters: &Counters,
+    key: KeyToken<'_>,
+    policy_name: &str,
+    cost: u64,
+    kind: Kind,
+    now: Nanos,
+    counted: &mut Vec<Record>,
+) -> Result<(Decision, &'a str), ErrorReply> {
+    let token = key.as_str();
+    let home = key.partition(shared.config.partitions);
+    if home != partition {
+        return Err(ErrorReply::bad_request(format!(
+            "key {token} belongs to partition {home}, not {partition}; send it to rl.allow.{token} \
+             (a batching client must use the workers' partition count, {})",
+            shared.config.partitions
+        )));
+    }
+    let Some(policy) = shared.config.policy(policy_name) else {
+        return Err(ErrorReply::unknown_policy(policy_name));
+    };
+    if kind == Kind::Allow && cost > policy.capacity() {
+        return Err(ErrorReply::cost_above_capacity(
+            cost,
+            policy.name(),
+            policy.capacity(),
+        ));
+    }
+    let op = match kind {
+        Kind::Allow => Op::Allow(cost),
+        Kind::Hit => Op::Record(cost),
+    };
+    let decision = KEY.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        counter_key(&mut buf, policy.name(), token);
+        counters.apply(policy, &buf, now, op)
+    });
+    let consumed = match op {
+        Op::Allow(c) => decision.allowed && c > 0,
+        Op::Record(c) => c > 0,
+    };
+    if consumed {
+        counted.push(Record {
+            p: policy.name().to_string(),
+            k: token.to_string(),
+            c: cost,
+            t: now.as_u64(),
+        });
+    }
+    Ok((decision, policy.name()))
+}
+
+fn count_outcome(shared: &Shared, result: &Result<(Decision, &str), ErrorReply>, kind: Kind) {
+    let stats = &shared.stats;
+    match (result, kind) {
         (Err(_), _) => stats.errors.fetch_add(1, Ordering::Relaxed),
         (Ok(_), Kind::Hit) => stats.hits.fetch_add(1, Ordering::Relaxed),
         (Ok((d, _)), Kind::Allow) if d.allowed => stats.allowed.fetch_add(1, Ordering::Relaxed),
         (Ok(_), Kind::Allow) => stats.denied.fetch_add(1, Ordering::Relaxed),
     };
-    result
 }
 
 thread_local! {
@@ -165,7 +208,7 @@ fn decision_reply(decision: &Decision, policy: &str, encoding: Encoding) -> Repl
     }
 }
 
-fn error_reply(error: &WireError, encoding: Encoding) -> Reply {
+fn error_reply(error: &ErrorReply, encoding: Encoding) -> Reply {
     let mut headers = HeaderMap::new();
     for (name, value) in wire::error_headers(error) {
         headers.insert(name, value.as_str());
@@ -184,22 +227,39 @@ fn handle_batch(
     now: Nanos,
 ) -> Handled {
     let mut counted = Vec::new();
-    let Some(_) = msg.reply else {
+    if msg.reply.is_none() {
         return Handled::ignored();
-    };
-    let reply = match wire::decode_batch(&msg.payload) {
-        Err(e) => error_reply(&e, Encoding::MessagePack),
+    }
+    let reply = match batch::decode_request(&msg.payload) {
+        Err(e) => {
+            shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+            error_reply(&e, Encoding::MsgPack)
+        }
         Ok(items) => {
-            let results: Vec<Result<(Decision, &str), WireError>> = items
-                .iter()
+            let results: Vec<wire::Reply> = items
+                .into_iter()
                 .map(|item| {
-                    let kind = if item.hit { Kind::Hit } else { Kind::Allow };
-                    decide(shared, partition, counters, &item.key, &item.body, kind, now, &mut counted)
+                    let result = item.and_then(|item| {
+                        if item.key.partition(shared.config.partitions) != partition {
+                            // PROTOCOL.md: the client retries such an item unbatched.
+                            return Err(ErrorReply::unavailable(format!(
+                                "key {} is not in partition {partition} with {} partitions; \
+                                 ask it on rl.allow.{} (does the client use the workers' partition count?)",
+                                item.key, shared.config.partitions, item.key
+                            )));
+                        }
+                        decide(shared, partition, counters, item.key, &item.policy, item.cost, Kind::Allow, now, &mut counted)
+                    });
+                    count_outcome(shared, &result, Kind::Allow);
+                    match result {
+                        Ok((decision, policy)) => wire::Reply::Decision(DecisionReply::new(&decision, policy)),
+                        Err(e) => wire::Reply::Error(e),
+                    }
                 })
                 .collect();
             Reply {
                 headers: HeaderMap::new(),
-                payload: wire::encode_batch_reply(&results).into(),
+                payload: batch::encode_reply(&results).into(),
             }
         }
     };

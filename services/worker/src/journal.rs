@@ -51,7 +51,9 @@ pub async fn replay(
     let subject = journal_subject(partition);
     let last = match journal.get_last_raw_message_by_subject(&subject).await {
         Ok(m) => m.sequence,
-        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => return Ok((after_seq, 0)),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+            return Ok((after_seq, 0))
+        }
         Err(e) => return Err(e).context("cannot read the journal"),
     };
     if last <= after_seq {
@@ -67,7 +69,10 @@ pub async fn replay(
         })
         .await
         .context("cannot read the journal")?;
-    let mut messages = consumer.messages().await.context("cannot read the journal")?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .context("cannot read the journal")?;
     let mut key = String::new();
     let mut applied = 0;
     let mut seq = after_seq;
@@ -77,11 +82,18 @@ pub async fn replay(
             .await
             .context("the journal ended early")?
             .context("cannot read the journal")?;
-        seq = msg.info().map_err(|e| anyhow::anyhow!("{e}"))?.stream_sequence;
+        seq = msg
+            .info()
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .stream_sequence;
         let records: Vec<Record> = match rmp_serde::from_slice(&msg.payload) {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(partition, seq, "skipping an unreadable journal message: {e}");
+                tracing::error!(
+                    partition,
+                    seq,
+                    "skipping an unreadable journal message: {e}"
+                );
                 continue;
             }
         };

@@ -49,9 +49,17 @@ impl Lease {
 }
 
 /// Tries to take `key`, writing `holder` as its value.
-pub async fn acquire(store: &kv::Store, key: &str, holder: &str, ttl: Duration) -> Result<Lease, LeaseError> {
+pub async fn acquire(
+    store: &kv::Store,
+    key: &str,
+    holder: &str,
+    ttl: Duration,
+) -> Result<Lease, LeaseError> {
     let sent = Instant::now();
-    match store.create(key, Bytes::copy_from_slice(holder.as_bytes())).await {
+    match store
+        .create(key, Bytes::copy_from_slice(holder.as_bytes()))
+        .await
+    {
         Ok(revision) => Ok(Lease {
             key: key.to_string(),
             revision,
@@ -63,10 +71,19 @@ pub async fn acquire(store: &kv::Store, key: &str, holder: &str, ttl: Duration) 
 }
 
 /// Extends `lease`; on success its revision and validity move forward.
-pub async fn renew(store: &kv::Store, lease: &mut Lease, holder: &str, ttl: Duration) -> Result<(), LeaseError> {
+pub async fn renew(
+    store: &kv::Store,
+    lease: &mut Lease,
+    holder: &str,
+    ttl: Duration,
+) -> Result<(), LeaseError> {
     let sent = Instant::now();
     match store
-        .update(&lease.key, Bytes::copy_from_slice(holder.as_bytes()), lease.revision)
+        .update(
+            &lease.key,
+            Bytes::copy_from_slice(holder.as_bytes()),
+            lease.revision,
+        )
         .await
     {
         Ok(revision) => {

@@ -17,11 +17,13 @@
 //! - [`journal`]: group-committed journal of counted requests (journal mode).
 //! - [`store`]: names and set-up of the buckets and the stream.
 //! - [`service`]: `$SRV` discovery and the status endpoint.
+//! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
 
 pub mod counters;
 pub mod handler;
 pub mod journal;
 pub mod lease;
+pub mod metrics;
 pub mod probe;
 pub mod service;
 pub mod shard;

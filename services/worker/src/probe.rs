@@ -21,8 +21,17 @@ use std::time::Duration;
 const PROBES: usize = 8;
 
 pub async fn check_mapping(client: &async_nats::Client, partitions: u32) -> Result<()> {
-    let nonce = format!("{:x}", std::process::id() as u64 ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64));
-    let keys: Vec<String> = (0..PROBES).map(|i| format!("_sluice-probe-{nonce}-{i}")).collect();
+    let nonce = format!(
+        "{:x}",
+        std::process::id() as u64
+            ^ (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos() as u64)
+    );
+    let keys: Vec<String> = (0..PROBES)
+        .map(|i| format!("_sluice-probe-{nonce}-{i}"))
+        .collect();
     let mut mapped = futures::stream::select_all(Vec::new());
     let mut unmapped = futures::stream::select_all(Vec::new());
     for key in &keys {
@@ -31,7 +40,9 @@ pub async fn check_mapping(client: &async_nats::Client, partitions: u32) -> Resu
     }
     client.flush().await?;
     for key in &keys {
-        client.publish(format!("rl.allow.{key}"), bytes::Bytes::new()).await?;
+        client
+            .publish(format!("rl.allow.{key}"), bytes::Bytes::new())
+            .await?;
     }
     client.flush().await?;
 

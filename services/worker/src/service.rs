@@ -10,7 +10,7 @@
 //! facts: owned partitions with their decision counts, key counts and
 //! snapshot ages. `sluice status` reads those.
 
-use crate::worker::{Shared, ShardsView};
+use crate::worker::{ShardsView, Shared};
 use anyhow::{anyhow, Result};
 use async_nats::service::{self, ServiceExt};
 use futures::StreamExt;

@@ -152,7 +152,10 @@ async fn run(
     };
 
     let ttl = shard.shared.lease_ttl;
-    let mut renew_tick = interval_at(Instant::now() + lease::renew_interval(ttl), lease::renew_interval(ttl));
+    let mut renew_tick = interval_at(
+        Instant::now() + lease::renew_interval(ttl),
+        lease::renew_interval(ttl),
+    );
     renew_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let snap_every = shard.shared.config.snapshot_interval;
     let mut snap_tick = interval_at(Instant::now() + snap_every, snap_every);
@@ -298,7 +301,9 @@ impl Shard {
         self.stats
             .last_snapshot_ms
             .store(self.manifest.taken_at_ms, Ordering::Relaxed);
-        self.stats.keys.store(self.counters.len(), Ordering::Relaxed);
+        self.stats
+            .keys
+            .store(self.counters.len(), Ordering::Relaxed);
 
         let client = &self.shared.client;
         let mut subs = SelectAll::new();
@@ -377,7 +382,10 @@ impl Shard {
         if self.dirty() && self.lease.is_valid() {
             match self.start_snapshot().await {
                 Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev).await,
-                Ok(Err(e)) => tracing::error!(partition, "final snapshot failed; the next owner starts from the previous one: {e:#}"),
+                Ok(Err(e)) => tracing::error!(
+                    partition,
+                    "final snapshot failed; the next owner starts from the previous one: {e:#}"
+                ),
                 Err(e) => tracing::error!(partition, "final snapshot task failed: {e}"),
             }
         }
@@ -388,7 +396,11 @@ impl Shard {
     }
 
     /// Decides a batch and sends (or queues) the replies.
-    async fn process(&mut self, batch: &mut Vec<async_nats::Message>, replier: Option<&mpsc::Sender<PendingReplies>>) {
+    async fn process(
+        &mut self,
+        batch: &mut Vec<async_nats::Message>,
+        replier: Option<&mpsc::Sender<PendingReplies>>,
+    ) {
         if batch.is_empty() {
             return;
         }
@@ -396,7 +408,8 @@ impl Shard {
         let mut replies = Vec::with_capacity(batch.len());
         let mut records = Vec::new();
         for msg in batch.drain(..) {
-            let Handled { reply, counted } = handler::handle(&self.shared, self.partition, &self.counters, &msg, now);
+            let Handled { reply, counted } =
+                handler::handle(&self.shared, self.partition, &self.counters, &msg, now);
             self.stats.decisions.fetch_add(1, Ordering::Relaxed);
             if !counted.is_empty() {
                 self.stats.changes.fetch_add(1, Ordering::Relaxed);
@@ -418,7 +431,12 @@ impl Shard {
                         .map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 };
-                let _ = replier.send(PendingReplies { ack: Some(ack), replies }).await;
+                let _ = replier
+                    .send(PendingReplies {
+                        ack: Some(ack),
+                        replies,
+                    })
+                    .await;
             }
             Some(replier) => {
                 let _ = replier.send(PendingReplies { ack: None, replies }).await;

@@ -54,8 +54,9 @@ fn chunk_key(partition: u32, gen: &str, index: u32) -> String {
 pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Manifest>, u64)> {
     match kv.entry(manifest_key(partition)).await? {
         Some(e) if e.operation == kv::Operation::Put => {
-            let m: Manifest = serde_json::from_slice(&e.value)
-                .with_context(|| format!("snapshot manifest of partition {partition} is unreadable"))?;
+            let m: Manifest = serde_json::from_slice(&e.value).with_context(|| {
+                format!("snapshot manifest of partition {partition} is unreadable")
+            })?;
             Ok((Some(m), e.revision))
         }
         Some(e) => Ok((None, e.revision)),
@@ -86,7 +87,12 @@ pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Resul
 }
 
 /// CAS-writes `m` as the manifest; `expected` is the revision read before (0 = none).
-pub async fn write_manifest(kv: &kv::Store, partition: u32, m: &Manifest, expected: u64) -> Result<u64> {
+pub async fn write_manifest(
+    kv: &kv::Store,
+    partition: u32,
+    m: &Manifest,
+    expected: u64,
+) -> Result<u64> {
     let value = Bytes::from(serde_json::to_vec(m)?);
     let key = manifest_key(partition);
     let rev = if expected == 0 {

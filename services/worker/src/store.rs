@@ -98,7 +98,9 @@ impl Stores {
             Some(
                 js.get_or_create_stream(stream::Config {
                     name: JOURNAL_STREAM.into(),
-                    description: Some("sluice counted requests since each partition's last snapshot".into()),
+                    description: Some(
+                        "sluice counted requests since each partition's last snapshot".into(),
+                    ),
                     subjects: vec!["sluice.journal.>".into()],
                     max_age: opts.journal_max_age,
                     num_replicas: opts.replicas,

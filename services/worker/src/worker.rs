@@ -41,6 +41,8 @@ pub struct WorkerOptions {
     /// JetStream replicas for the buckets and the journal (3 in a cluster).
     pub replicas: usize,
     pub clock: Arc<dyn Clock>,
+    /// Serve Prometheus metrics on this address.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl WorkerOptions {
@@ -51,6 +53,7 @@ impl WorkerOptions {
             worker_id: None,
             replicas: 1,
             clock: Arc::new(SystemClock),
+            metrics_listen: None,
         }
     }
 }
@@ -80,7 +83,12 @@ pub struct Shared {
 pub fn new_worker_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
     h.write_u32(std::process::id());
     format!("w{}-{:08x}", std::process::id(), h.finish() as u32)
 }
@@ -94,7 +102,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         .connection_timeout(Duration::from_secs(5))
         .connect(&opts.nats_url)
         .await
-        .with_context(|| format!("cannot connect to NATS at {}; is nats-server running there?", opts.nats_url))?;
+        .with_context(|| {
+            format!(
+                "cannot connect to NATS at {}; is nats-server running there?",
+                opts.nats_url
+            )
+        })?;
     probe::check_mapping(&client, config.partitions).await?;
     let stores = Stores::open(
         client.clone(),
@@ -117,6 +130,20 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     });
     let mut controller = Controller::new(shared.clone());
     let service = service::start(shared.clone(), controller.shards_view()).await?;
+    let metrics = match opts.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+            tracing::info!(%addr, "serving /metrics");
+            Some(tokio::spawn(crate::metrics::serve(
+                listener,
+                shared.clone(),
+                controller.shards_view(),
+            )))
+        }
+        None => None,
+    };
     let strays = tokio::spawn({
         let client = client.clone();
         async move {
@@ -128,6 +155,9 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     tracing::info!(worker = %worker_id, partitions = shared.config.partitions, "worker started");
     let result = controller.run(shutdown).await;
     strays.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     let _ = service.stop().await;
     let _ = client.drain().await;
     result
@@ -151,12 +181,17 @@ impl View {
             } else {
                 self.workers.remove(id);
             }
-        } else if let Some(p) = entry.key.strip_prefix("p.").and_then(|p| p.parse::<u32>().ok()) {
+        } else if let Some(p) = entry
+            .key
+            .strip_prefix("p.")
+            .and_then(|p| p.parse::<u32>().ok())
+        {
             if p >= partitions {
                 return;
             }
             if present {
-                self.owners.insert(p, String::from_utf8_lossy(&entry.value).into_owned());
+                self.owners
+                    .insert(p, String::from_utf8_lossy(&entry.value).into_owned());
                 self.unowned_since.remove(&p);
             } else {
                 self.owners.remove(&p);
@@ -203,7 +238,10 @@ impl Controller {
             .put(&heartbeat_key, Bytes::from(me.clone()))
             .await
             .context("cannot register in the lease bucket")?;
-        let mut watch = leases.watch_with_history(">").await.context("cannot watch the lease bucket")?;
+        let mut watch = leases
+            .watch_with_history(">")
+            .await
+            .context("cannot watch the lease bucket")?;
         let mut heartbeat = tokio::time::interval(lease::renew_interval(ttl));
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -265,7 +303,10 @@ impl Controller {
         for p in ended {
             self.shards.remove(&p);
             self.stopping.remove(&p);
-            self.shards_view.lock().unwrap_or_else(|e| e.into_inner()).remove(&p);
+            self.shards_view
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&p);
         }
     }
 
@@ -308,7 +349,14 @@ impl Controller {
 
     async fn claim(&mut self, p: u32) {
         let shared = &self.shared;
-        match lease::acquire(&shared.stores.leases, &lease_key(p), &shared.worker_id, shared.lease_ttl).await {
+        match lease::acquire(
+            &shared.stores.leases,
+            &lease_key(p),
+            &shared.worker_id,
+            shared.lease_ttl,
+        )
+        .await
+        {
             Ok(lease) => {
                 tracing::debug!(partition = p, revision = lease.revision, "lease acquired");
                 self.view.owners.insert(p, shared.worker_id.clone());
@@ -334,9 +382,13 @@ impl Controller {
             let p = h.partition;
             match tokio::time::timeout(HANDOVER_TIMEOUT, h.join).await {
                 Ok(Ok(Exit::Released)) => {}
-                Ok(Ok(exit)) => tracing::warn!(partition = p, ?exit, "partition ended without a handover"),
+                Ok(Ok(exit)) => {
+                    tracing::warn!(partition = p, ?exit, "partition ended without a handover")
+                }
                 Ok(Err(e)) => tracing::error!(partition = p, "shard task failed: {e}"),
-                Err(_) => tracing::error!(partition = p, "handover timed out; its lease will expire"),
+                Err(_) => {
+                    tracing::error!(partition = p, "handover timed out; its lease will expire")
+                }
             }
         });
         futures::future::join_all(waits).await;
@@ -350,13 +402,17 @@ impl Controller {
 /// only sees the malformed ones. One worker of the queue group answers each.
 async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
     let mut subs = futures::stream::select_all([
-        client.queue_subscribe("rl.allow.>", "sluice-unmapped".into()).await?,
-        client.queue_subscribe("rl.hit.>", "sluice-unmapped".into()).await?,
+        client
+            .queue_subscribe("rl.allow.>", "sluice-unmapped".into())
+            .await?,
+        client
+            .queue_subscribe("rl.hit.>", "sluice-unmapped".into())
+            .await?,
     ]);
     while let Some(msg) = subs.next().await {
         let Some(reply) = msg.reply else { continue };
-        let encoding = sluice_core::wire::reply_encoding(&msg.payload);
-        let error = sluice_core::wire::WireError::bad_request(format!(
+        let encoding = sluice_core::wire::Encoding::of_body(&msg.payload);
+        let error = sluice_core::wire::ErrorReply::bad_request(format!(
             "{} is not a valid key subject: a key must be exactly one subject token; \
              percent-encode '.', '*' and '>' (e.g. %2E) and send rl.allow.<key>",
             msg.subject
@@ -366,7 +422,9 @@ async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
             headers.insert(name, value.as_str());
         }
         let payload = sluice_core::wire::encode_error(&error, encoding);
-        let _ = client.publish_with_headers(reply, headers, payload.into()).await;
+        let _ = client
+            .publish_with_headers(reply, headers, payload.into())
+            .await;
     }
     Ok(())
 }

