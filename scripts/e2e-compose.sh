@@ -317,6 +317,9 @@ say "     continuous asks through gateway1 around the stop: $decided of $total a
 rm -f "$LOG.probe"
 dc start "$leader" >>"$LOG" 2>&1 || fail "docker-compose start $leader failed"
 wait_healthy 60 8
+# A restarted container gets a new host port (they are picked by Docker).
+MON=()
+for n in nats1 nats2 nats3; do MON+=("$(published "$n" 8222)"); done
 for m in "${MON[@]}"; do
     [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$m/healthz")" = 200 ] || fail "NATS at $m is not healthy after $leader came back"
 done
