@@ -17,6 +17,7 @@
 use crate::counters::Entry;
 use crate::store::SNAPSHOT_BUCKET;
 use anyhow::{anyhow, bail, Context as _, Result};
+
 use async_nats::jetstream::{kv, Context};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,9 @@ pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Man
 
 /// Reads the chunks a manifest names and decodes the entries.
 pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Result<Vec<Entry>> {
+    if m.chunks == 0 {
+        return Ok(Vec::new());
+    }
     let mut bytes = Vec::with_capacity(m.bytes as usize);
     for i in 0..m.chunks {
         let key = chunk_key(partition, &m.gen, i);
@@ -82,8 +86,19 @@ pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Resul
             m.bytes
         );
     }
-    rmp_serde::from_slice(&bytes)
-        .with_context(|| format!("snapshot of partition {partition} cannot be decoded"))
+    match rmp_serde::from_slice(&bytes) {
+        Ok(entries) => Ok(entries),
+        Err(e) => {
+            // Retrying cannot fix it, and refusing would leave the partition
+            // unanswered for good: start from nothing, loudly.
+            tracing::error!(
+                partition,
+                "snapshot generation {} cannot be decoded ({e}); starting the partition with no counters",
+                m.gen
+            );
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// CAS-writes `m` as the manifest; `expected` is the revision read before (0 = none).

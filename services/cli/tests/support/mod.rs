@@ -105,11 +105,10 @@ impl Stack {
     /// Partition → owning worker id, from the lease bucket.
     pub async fn owners(&self) -> BTreeMap<u32, String> {
         let client = async_nats::connect(self.nats.url()).await.unwrap();
-        let kv = jetstream::new(client)
-            .get_key_value("sluice-leases")
-            .await
-            .unwrap();
         let mut owners = BTreeMap::new();
+        let Ok(kv) = jetstream::new(client).get_key_value("sluice-leases").await else {
+            return owners; // no worker has created it yet
+        };
         for p in 0..self.partitions {
             if let Some(v) = kv.get(format!("p.{p}")).await.unwrap() {
                 owners.insert(p, String::from_utf8_lossy(&v).into_owned());
@@ -182,7 +181,7 @@ impl Stack {
         let ids: Vec<String> = self.workers.iter().map(|(id, _)| id.clone()).collect();
         let client = async_nats::connect(self.nats.url()).await.unwrap();
         let partitions = self.partitions;
-        let fair = (partitions as usize).div_ceil(ids.len().max(1));
+        let floor = partitions as usize / ids.len().max(1);
         let stable = eventually(Duration::from_secs(30), || async {
             let owners = self.owners().await;
             if owners.len() != partitions as usize {
@@ -194,7 +193,7 @@ impl Stack {
             }
             let balanced = ids.iter().all(|id| {
                 let n = shares.get(id.as_str()).copied().unwrap_or(0);
-                n + 1 >= fair && n <= fair
+                n == floor || n == floor + 1
             }) && shares.len() == ids.len();
             if !balanced {
                 return None;
