@@ -8,7 +8,9 @@
 #    `docker compose`) must be installed; otherwise it prints why and exits 0
 #    ("skipped"), or 1 with SLUICE_REQUIRE_DOCKER=1.
 # 2. scripts/build-images.sh: sluice:local and sluice-nats:local, from local
-#    binaries, no registry (the first run builds sluice in release mode).
+#    binaries, no registry. With the dev profile by default
+#    (SLUICE_IMAGE_PROFILE=release to test the release build): .ci/run has
+#    just built the dev binary for the tests, so this costs little compile.
 # 3. scripts/nats-configs.sh --check: deploy/nats/*.conf are exactly what
 #    `sluice nats-config` prints.
 # 4. scripts/e2e-compose.sh, bounded by a 10-minute timeout (it tears the
@@ -35,13 +37,16 @@ timeout 20 docker info >/dev/null 2>&1 || skip "the Docker engine does not answe
 command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 ||
     skip "neither docker-compose nor docker compose is installed"
 
-step "build images"
+PROFILE="${SLUICE_IMAGE_PROFILE:-dev}"
+case "$PROFILE" in dev) dir=debug ;; *) dir="$PROFILE" ;; esac
+
+step "build images (cargo profile $PROFILE)"
 t=$SECONDS
-"$ROOT/scripts/build-images.sh"
+"$ROOT/scripts/build-images.sh" --profile "$PROFILE"
 took "building the images" "$t"
 
 step "check deploy/nats/*.conf against sluice nats-config"
-"$ROOT/scripts/nats-configs.sh" --check
+SLUICE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$dir/sluice" "$ROOT/scripts/nats-configs.sh" --check
 
 step "end-to-end test of compose.yaml"
 t=$SECONDS

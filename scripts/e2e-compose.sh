@@ -28,7 +28,7 @@
 # Environment: SLUICE_IMAGE, SLUICE_NATS_IMAGE (as compose.yaml),
 # SLUICE_E2E_PROJECT (project name), SLUICE_E2E_KEEP=1 (leave the stack up
 # after a failure, to look at it; then tear it down yourself).
-set -euo pipefail
+set -Eeuo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROJECT="${SLUICE_E2E_PROJECT:-sluice-e2e-$(date +%s)-$$}"
@@ -119,6 +119,8 @@ teardown() {
 }
 trap teardown EXIT
 trap 'say "interrupted"; FAILED=1; exit 1' INT TERM
+# Anything that fails outside a check (set -e) is a failure too, and says where.
+trap 'say "FAIL unexpected error (status $?) at line $LINENO: $BASH_COMMAND"; FAILED=1' ERR
 
 # --- helpers -------------------------------------------------------------------
 # PART = FNV-1a 32 of a key, mod N: the NATS server's partition(N,1) (ASCII keys).
@@ -233,6 +235,14 @@ wait_healthy() { # <seconds> <expected container count>
     done
 }
 
+# The JetStream meta leader's name, as the NATS node at <monitoring addr> knows it.
+meta_leader() {
+    local jsz
+    jsz="$(curl -s --max-time 5 "http://$1/jsz" || true)"
+    [[ "$jsz" =~ \"leader\":\ *\"([^\"]*)\" ]] && echo "${BASH_REMATCH[1]}"
+    return 0
+}
+
 published() { # <service> <container port>
     local a
     a="$(dc port "$1" "$2" 2>/dev/null | tail -n 1)"
@@ -252,9 +262,9 @@ shared_limit_holds() { # <key> <when>
     [ "$c" = "$(printf '200 %.0s' $(seq "$LIMIT"))429 " ] ||
         fail "$2: $((LIMIT + 1)) requests alternating between the gateways for $key: expected $LIMIT x 200 then 429, got: $c"
     hdr="$(curl -s -i --max-time 10 "http://$GW2$(allow "$key")" | tr -d '\r')"
-    echo "$hdr" | head -n 1 | grep -q ' 429' || fail "$2: a further request for $key was not denied: $(echo "$hdr" | head -n 1)"
-    echo "$hdr" | grep -qi '^retry-after: [0-9]' || fail "$2: the 429 for $key has no Retry-After header"
-    echo "$hdr" | grep -qi '^ratelimit-remaining: 0$' || fail "$2: the 429 for $key does not say RateLimit-Remaining: 0"
+    [[ "${hdr%%$'\n'*}" == *" 429"* ]] || fail "$2: a further request for $key was not denied: ${hdr%%$'\n'*}"
+    grep -qi '^retry-after: [0-9]' <<<"$hdr" || fail "$2: the 429 for $key has no Retry-After header"
+    grep -qi '^ratelimit-remaining: 0$' <<<"$hdr" || fail "$2: the 429 for $key does not say RateLimit-Remaining: 0"
     pass "$2: key $key, $((LIMIT + 1)) requests alternating between the 2 gateways: $LIMIT x 200, then 429 (Retry-After, RateLimit-Remaining: 0)"
 }
 
@@ -301,7 +311,8 @@ res="$(pcodes "$GW2" "${paths2[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
 pass "on every partition: a key's whole limit taken through gateway1 (cost $LIMIT: 200), one more through gateway2: 429"
 
 # --- 4. kill a worker --------------------------------------------------------------
-victim="$(dc ps -q worker | head -n 1)"
+mapfile -t workers < <(dc ps -q worker)
+victim="${workers[0]:-}"
 [ -n "$victim" ] || fail "no worker container"
 vname="$(docker inspect -f '{{.Name}}' "$victim")"
 docker kill -s KILL "$victim" >>"$LOG" 2>&1 || fail "docker kill $vname failed"
@@ -318,7 +329,7 @@ pass "worker ${vname#/} restarted: 3 workers again, all partitions answer"
 limits_hold "after the restart and handover"
 
 # --- 5. stop a NATS node -------------------------------------------------------------
-leader="$(curl -s --max-time 5 "http://${MON[0]}/jsz" | sed -n 's/.*"leader": *"\([^"]*\)".*/\1/p' | head -n 1)"
+leader="$(meta_leader "${MON[0]}")"
 case "$leader" in nats1 | nats2 | nats3) ;; *) leader=nats1 ;; esac
 # Around the stop, sweep all partitions continuously (one look, cost 0, per
 # partition, through gateway1) and keep how many answered each time.
@@ -373,7 +384,7 @@ done
 # Only the meta leader knows whether its peers are current: ask it.
 t0=$SECONDS
 while :; do
-    now_leader="$(curl -s --max-time 5 "http://${MON[0]}/jsz" | sed -n 's/.*"leader": *"\([^"]*\)".*/\1/p' | head -n 1)"
+    now_leader="$(meta_leader "${MON[0]}")"
     current=0
     case "$now_leader" in
         nats[123]) current="$(curl -s --max-time 5 "http://${MON[${now_leader#nats} - 1]}/jsz" | grep -c '"current": *true' || true)" ;;
