@@ -43,7 +43,6 @@ FROM scratch AS sluice
 COPY --from=base /rootfs/ /
 COPY --from=build /sluice /sluice
 USER 65534:65534
-EXPOSE 8080
 ENTRYPOINT ["/sluice"]
 
 # --- sluice-nats:local ----------------------------------------------------------

@@ -31,8 +31,8 @@
 #     into .tools/busybox-static/.
 #
 # Idempotent and quick when nothing changed: each image carries the sha256
-# of its root tree as the label sluice.rootfs-sha256, and is re-imported only
-# when that changes (the image it replaces is removed if nothing uses it).
+# of its root tree and settings as the label sluice.rootfs-sha256, and is
+# re-imported only when that changes (the image it replaces is removed if nothing uses it).
 # A no-change run takes a few seconds (cargo's no-op check included).
 set -euo pipefail
 
@@ -138,7 +138,8 @@ make_image() {
     tarball="$(mktemp)"
     # Deterministic: sorted, fixed times and owners, so equal trees give equal sums.
     tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$rootfs" -cf "$tarball" .
-    sum="$(sha256sum "$tarball" | cut -d' ' -f1)"
+    # The sum covers the tree and the image settings (entrypoint, user, labels).
+    sum="$( { sha256sum <"$tarball"; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1)"
     current="$(docker image inspect -f "{{index .Config.Labels \"$LABEL\"}}" "$image" 2>/dev/null || true)"
     if [ "$current" = "$sum" ]; then
         say "$image is up to date (${sum:0:12})"
@@ -190,7 +191,6 @@ if [ "$want_sluice" = 1 ]; then
     make_image "$SLUICE_IMAGE" "$dir" \
         'ENTRYPOINT ["/sluice"]' \
         'USER 65534:65534' \
-        'EXPOSE 8080' \
         "LABEL org.opencontainers.image.title=sluice" \
         "LABEL sluice.cargo-profile=$PROFILE" \
         "LABEL org.opencontainers.image.revision=$version"
