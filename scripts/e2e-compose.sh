@@ -269,6 +269,12 @@ shared_limit_holds() { # <key> <when>
 }
 
 # --- 0. preflight --------------------------------------------------------------
+for cmd in curl awk docker; do
+    command -v "$cmd" >/dev/null 2>&1 || fail "$cmd is not installed"
+done
+# curl 7.75 or later: parallel transfers (-Z) and %{url}.
+printf '%s\n7.75.0\n' "$(curl -V | awk 'NR == 1 { print $2 }')" | sort -V -C -r ||
+    fail "curl $(curl -V | awk 'NR == 1 { print $2 }') is too old (need 7.75 or later)"
 for image in "${SLUICE_IMAGE:-sluice:local}" "${SLUICE_NATS_IMAGE:-sluice-nats:local}"; do
     docker image inspect "$image" >/dev/null 2>&1 || fail "image $image is missing: run scripts/build-images.sh"
 done
@@ -294,6 +300,11 @@ say "gateways at $GW1 and $GW2; NATS monitoring at ${MON[*]}"
 # --- 2. every partition answers ------------------------------------------------
 wait_partitions "after start" 60
 pass "all $PARTITIONS partitions answer through both gateways (${WAITED}s after healthy)"
+for gw in "$GW1" "$GW2"; do
+    metrics="$(curl -s --max-time 10 "http://$gw/metrics" || true)"
+    grep -q '^sluice_gateway_requests_total{' <<<"$metrics" || fail "GET /metrics on $gw has no sluice_gateway_requests_total"
+done
+pass "GET /metrics on both gateways is Prometheus text (sluice_gateway_requests_total)"
 
 # --- 3. limits hold across gateways ---------------------------------------------
 shared_limit_holds "shared-$RUN" "across gateways"
