@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Writes (or checks) the nats-server configs of compose.yaml's 3-node cluster.
+#
+#   scripts/nats-configs.sh           write deploy/nats/nats{1,2,3}.conf
+#   scripts/nats-configs.sh --check   exit 1 with a diff if they differ from
+#                                     what `sluice nats-config` prints now
+#
+# Each file is exactly `sluice nats-config` for that node: the same partition
+# mapping on every server (a server with another mapping would silently send
+# keys to other partitions), JetStream in /data, a route to each node. The
+# partition count comes from config/sluice.toml; --check also makes sure every
+# other sluice config that compose may mount (deploy/*/sluice.toml, e.g. the
+# e2e one) gives the same files, i.e. has the same `partitions`.
+#
+# The sluice binary: $SLUICE_BIN, else `cargo run -p sluice-cli`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$ROOT/deploy/nats"
+NODES=(nats1 nats2 nats3)
+CONFIG="$ROOT/config/sluice.toml"
+
+check=0
+case "${1:-}" in
+    --check) check=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
+
+sluice() {
+    if [ -n "${SLUICE_BIN:-}" ]; then
+        "$SLUICE_BIN" "$@"
+    else
+        (cd "$ROOT" && cargo run --quiet -p sluice-cli -- "$@")
+    fi
+}
+
+render() { # <sluice config> <node>
+    local routes=()
+    for n in "${NODES[@]}"; do routes+=(--route "nats-route://$n:6222"); done
+    sluice nats-config --config "$1" \
+        --server-name "$2" --listen 0.0.0.0:4222 --http 0.0.0.0:8222 \
+        --store-dir /data/jetstream \
+        --cluster-name sluice --cluster-listen 0.0.0.0:6222 "${routes[@]}"
+}
+
+status=0
+if [ "$check" = 0 ]; then
+    mkdir -p "$OUT"
+    for n in "${NODES[@]}"; do
+        render "$CONFIG" "$n" >"$OUT/$n.conf.tmp"
+        mv "$OUT/$n.conf.tmp" "$OUT/$n.conf"
+        echo "wrote deploy/nats/$n.conf"
+    done
+else
+    for cfg in "$CONFIG" "$ROOT"/deploy/*/sluice.toml; do
+        [ -f "$cfg" ] || continue
+        for n in "${NODES[@]}"; do
+            if ! diff -u "$OUT/$n.conf" <(render "$cfg" "$n") >&2; then
+                echo "nats-configs: deploy/nats/$n.conf differs from \`sluice nats-config\` for ${cfg#"$ROOT"/} (run scripts/nats-configs.sh, or make partitions match)" >&2
+                status=1
+            fi
+        done
+    done
+    [ "$status" = 0 ] && echo "nats-configs: deploy/nats/*.conf match \`sluice nats-config\`"
+fi
+exit "$status"
