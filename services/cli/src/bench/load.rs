@@ -204,17 +204,19 @@ pub fn run(spec: TargetSpec, keys: Keys, opts: &LoadOptions) -> Result<Measured>
                 .min(Duration::from_millis(100)),
         );
         let now = Instant::now();
-        if now >= next_tick && opts.progress {
+        if now >= next_tick {
             let done = shared.done.load(Ordering::Relaxed);
-            let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-            let phase = if now < window_start { " (warm-up)" } else { "" };
-            eprintln!(
-                "[bench] {:>5.1} s  {:>8.0} req/s  decided {}  errors {}{phase}",
-                now.duration_since(at).as_secs_f64(),
-                rate,
-                shared.decided.load(Ordering::Relaxed),
-                shared.errors.load(Ordering::Relaxed),
-            );
+            if opts.progress {
+                let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
+                let phase = if now < window_start { " (warm-up)" } else { "" };
+                eprintln!(
+                    "[bench] {:>5.1} s  {:>8.0} req/s  decided {}  errors {}{phase}",
+                    now.duration_since(at).as_secs_f64(),
+                    rate,
+                    shared.decided.load(Ordering::Relaxed),
+                    shared.errors.load(Ordering::Relaxed),
+                );
+            }
             last = (now, done);
         }
     }
