@@ -328,3 +328,29 @@ fn human_bytes(bytes: u64) -> String {
 pub fn batch_subject(partition: u32) -> String {
     format!("{PARTITION_PREFIX}.{partition}.batch")
 }
+
+/// The servers named by a `--nats` value: one URL, or several separated by
+/// commas (`nats://n1:4222,nats://n2:4222`), so clients and workers of a
+/// cluster can fail over between its nodes.
+pub fn server_urls(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod server_url_tests {
+    use super::server_urls;
+
+    #[test]
+    fn one_or_several_comma_separated_urls() {
+        assert_eq!(server_urls("nats://a:4222"), ["nats://a:4222"]);
+        assert_eq!(
+            server_urls("nats://a:4222, nats://b:4222,"),
+            ["nats://a:4222", "nats://b:4222"]
+        );
+    }
+}

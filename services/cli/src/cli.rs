@@ -18,7 +18,7 @@ pub struct Cli {
 /// Flags every command takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
-    /// NATS server URL.
+    /// NATS server URL; several, comma-separated, for a cluster.
     #[arg(
         long,
         global = true,
@@ -44,6 +44,12 @@ impl Common {
 pub enum Command {
     /// Run one limiter worker.
     Worker(crate::worker_cmd::WorkerArgs),
+    /// Run the HTTP gateway (GET/POST /v1/allow/{key}, /healthz, /metrics; --upstream for proxy mode).
+    Gateway(crate::gateway_cmd::GatewayArgs),
+    /// Run everything on this machine for trying it out: nats-server, workers and a gateway.
+    Dev(crate::dev_cmd::DevArgs),
+    /// Ask once for a key and print the decision.
+    Check(crate::check_cmd::CheckArgs),
     /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
     /// Show partitions, their owners, snapshot ages and worker health.
@@ -56,6 +62,9 @@ impl Cli {
     pub fn run(self) -> Result<()> {
         match &self.command {
             Command::Worker(args) => crate::worker_cmd::run(&self.common, args),
+            Command::Gateway(args) => crate::gateway_cmd::run(&self.common, args),
+            Command::Dev(args) => crate::dev_cmd::run(&self.common, args),
+            Command::Check(args) => crate::check_cmd::run(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
             Command::Status(args) => crate::status_cmd::run(&self.common, args),
             Command::Bench(args) => crate::bench_cmd::run(&self.common, args),

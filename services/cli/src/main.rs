@@ -5,7 +5,10 @@
 //! command's code lives in its own module.
 
 mod bench_cmd;
+mod check_cmd;
 mod cli;
+mod dev_cmd;
+mod gateway_cmd;
 mod nats_config_cmd;
 mod signals;
 mod status_cmd;

@@ -60,7 +60,7 @@ pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {
 }
 
 pub async fn collect(url: &str, partitions: u32, wait: Duration) -> Result<Status> {
-    let client = async_nats::connect(url)
+    let client = async_nats::connect(sluice_core::nats_config::server_urls(url))
         .await
         .with_context(|| format!("cannot connect to NATS at {url}"))?;
     let js = jetstream::new(client.clone());

@@ -262,6 +262,60 @@ async fn killing_a_worker_in_snapshot_mode_over_admits_at_most_what_came_after_i
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_second_owner() {
+    let _serial = serial().await;
+    // Journal mode, so the freeze itself loses no count: any excess could
+    // only come from two owners answering for one partition.
+    let config = SLIDING_LOG_5_PER_10S.replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let stack = Stack::start(&config, 3).await;
+    let clients = stack.clients(2).await;
+    let keys: Vec<String> = (0..300).map(|i| format!("z{i}")).collect();
+    let rounds = |n: usize| -> Vec<(String, usize)> {
+        (0..n)
+            .flat_map(|r| keys.iter().map(move |k| (k.clone(), r)))
+            .collect()
+    };
+    let mut results = Load::start(&clients, rounds(4), 32, br#"{"policy":"tenper"}"#)
+        .finish()
+        .await;
+    let owners = stack.owners().await;
+    let sleeper = stack.worker_ids().await.remove(0);
+    let its: Vec<u32> = owners
+        .iter()
+        .filter(|(_, o)| **o == sleeper)
+        .map(|(p, _)| *p)
+        .collect();
+    stack.signal_worker(&sleeper, sluice_tests::Signal::SIGSTOP);
+    // Its partitions move to the others while it sleeps...
+    for &p in &its {
+        let key = key_in_partition(p, stack.partitions);
+        eventually(Duration::from_secs(15), || async {
+            ask(&clients[0], &key, br#"{"cost":0}"#).await.ok()
+        })
+        .await
+        .unwrap_or_else(|| panic!("partition {p} was not taken over"));
+    }
+    let moved = stack.owners().await;
+    assert!(
+        its.iter().all(|p| moved.get(p) != Some(&sleeper)),
+        "{moved:?}"
+    );
+    // ...and when it wakes up, under load, no key is allowed beyond its limit.
+    let mut load = Load::start(&clients, rounds(12), 32, br#"{"policy":"tenper"}"#);
+    load.reached(300).await;
+    stack.signal_worker(&sleeper, sluice_tests::Signal::SIGCONT);
+    results.extend(load.finish().await);
+    assert_no_key_over(&results, 10);
+    // Asks lost while partitions move back, and journal records replayed on
+    // top of a snapshot that already held them, can only deny early.
+    let allowed: usize = results.iter().filter(|r| r.allowed).count();
+    assert!(
+        allowed >= 300 * 9,
+        "nearly every key got its 10: {allowed} of 3000"
+    );
+}
+
 /// The crash tests snapshot rarely, so that at the kill most counts exist
 /// only in the dead worker's memory (and, in journal mode, in the journal).
 fn crash_config() -> String {
@@ -321,4 +375,48 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
     );
     let restored = stack.restored_snapshot_times(&orphans).await;
     check(&results, &restored);
+}
+
+/// Starts `sluice worker` (partitions = 16) against a server with the given
+/// config and returns its exit status and log once it stops by itself.
+async fn worker_against(server_config: &str) -> (std::process::ExitStatus, String) {
+    let nats = sluice_tests::NatsServer::start(server_config).expect("nats-server starts");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, SLIDING_LOG_5_PER_10S).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["worker", "--nats", &nats.url(), "--config"])
+        .arg(&config);
+    let mut worker =
+        sluice_tests::ChildGuard::spawn_logged("worker", cmd, &dir.path().join("w.log")).unwrap();
+    let status = worker
+        .wait_within(Duration::from_secs(20))
+        .unwrap()
+        .expect("the worker refuses to run and exits");
+    (status, worker.log_tail(20))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_to_run_without_the_partition_mapping() {
+    let _serial = serial().await;
+    let (status, log) = worker_against("jetstream {}\n").await;
+    assert!(!status.success());
+    assert!(log.contains("no partition mapping"), "{log}");
+    assert!(
+        log.contains("sluice nats-config"),
+        "the message says what to fix: {log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_a_server_that_maps_onto_another_partition_count() {
+    let _serial = serial().await;
+    let other = sluice_core::nats_config::NatsServerConfig::new(32).render();
+    let (status, log) = worker_against(&other).await;
+    assert!(!status.success());
+    assert!(log.contains("different number of partitions"), "{log}");
+    assert!(
+        log.contains("partitions = 16"),
+        "the message names our count: {log}"
+    );
 }

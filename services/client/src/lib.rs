@@ -1,1 +1,58 @@
-//! TODO
+//! # sluice-client
+//!
+//! The Rust client of sluice, for API servers: asks "may this key do this
+//! now?" over NATS and gets a decision from the key's owning worker. See
+//! `docs/CLIENT.md` for the whole story.
+//!
+//! - [`Client`] (`client.rs`): `connect`, [`Client::allow`], [`Client::ask`]
+//!   (policy and cost), [`Client::peek`] (cost 0), [`Client::hit`]; keys are
+//!   percent-encoded for the caller; a per-ask timeout; quick retries on
+//!   "no responders" (a partition changing owners, ≤ 30 ms), then the
+//!   fallback. Cheap to clone and safe to share between tasks.
+//! - [`Answer`] / [`Source`] (`answer.rs`): the decision, its RateLimit
+//!   headers, and who made it (worker, deny cache, fallback).
+//! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
+//! - [`ClientOptions`] (`options.rs`): timeout, fallback, batching, cache.
+//! - `batch.rs`: concurrent asks of one partition share one request, with no
+//!   added delay for an ask that has nothing to share with.
+//! - `deny_cache.rs`: a denied key is answered locally until its retry time.
+//! - `local.rs`: the `local` fallback, the workers' algorithms in-process.
+//! - `probe.rs`: the startup check of the partition count.
+//!
+//! ```no_run
+//! use sluice_client::{Client, ClientOptions, Source};
+//! use sluice_core::config::Fallback;
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let opts = ClientOptions::default()
+//!     .timeout(Duration::from_millis(50))
+//!     .fallback(Fallback::Open);
+//! let client = Client::connect_with("nats://127.0.0.1:4222", opts).await?;
+//! let answer = client.ask("bob@x.io", "default", 1).await?;
+//! for (name, value) in answer.headers() {
+//!     println!("{name}: {value}");
+//! }
+//! if answer.source != Source::Worker {
+//!     println!("decided by {}", answer.source);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod answer;
+mod batch;
+mod client;
+mod deny_cache;
+mod error;
+mod local;
+mod options;
+mod probe;
+mod stats;
+
+pub use answer::{Answer, Source};
+pub use client::Client;
+pub use error::{ConnectError, Error};
+pub use options::ClientOptions;
+/// Re-exported for [`ClientOptions::fallback`] and [`Source::Fallback`].
+pub use sluice_core::config::Fallback;
+pub use stats::ClientStats;

@@ -1,1 +1,193 @@
-//! TODO
+//! # sluice-gateway
+//!
+//! The HTTP face of sluice (CONTRACT §6), `sluice gateway`: an axum server
+//! that asks the workers through [`sluice_client`] and answers in HTTP.
+//! `docs/GATEWAY.md` has the endpoints, status codes and metrics.
+//!
+//! - [`run`] / [`serve`]: start with [`GatewayOptions`] and a shutdown
+//!   future; returns when the shutdown future completes and in-flight
+//!   requests are answered.
+//! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`.
+//! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
+//!   other path.
+//! - `respond.rs`: decision and error responses, one set of headers
+//!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
+//! - `metrics.rs`: `/metrics`.
+//! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
+//!   not ask any worker: with no worker, the gateway still answers by its
+//!   fallback, so it is healthy as long as it can reach NATS.
+//!
+//! ```no_run
+//! use sluice_gateway::{run, GatewayOptions};
+//!
+//! # async fn demo() -> anyhow::Result<()> {
+//! let config = sluice_core::config::Config::default();
+//! let opts = GatewayOptions::new("nats://127.0.0.1:4222", config);
+//! run(opts, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+mod allow;
+mod metrics;
+mod options;
+mod proxy;
+mod respond;
+
+pub use options::{GatewayOptions, DEFAULT_KEY_HEADER, DEFAULT_LISTEN};
+pub use respond::SOURCE_HEADER;
+/// The type of [`GatewayOptions::upstream`].
+pub use url::Url;
+
+use anyhow::{bail, Context};
+use axum::extract::State;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+use sluice_client::{Client, ClientOptions};
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// What every handler shares.
+struct App {
+    client: Client,
+    metrics: metrics::Metrics,
+    upstream: Option<proxy::Upstream>,
+    key_header: HeaderName,
+    proxy_policy: String,
+}
+
+/// Binds `opts.listen` and serves until `shutdown` completes.
+pub async fn run(opts: GatewayOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    serve(listener, opts, shutdown).await
+}
+
+/// Serves on an already bound listener (`opts.listen` is ignored), until
+/// `shutdown` completes; then stops accepting, finishes the requests in
+/// flight and flushes the NATS connection.
+pub async fn serve(
+    listener: TcpListener,
+    opts: GatewayOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let key_header = HeaderName::from_bytes(opts.key_header.as_bytes()).with_context(|| {
+        format!(
+            "the key header {:?} is not a valid header name",
+            opts.key_header
+        )
+    })?;
+    let upstream = opts
+        .upstream
+        .as_ref()
+        .map(proxy::Upstream::new)
+        .transpose()?;
+    if upstream.is_some() && opts.config.policy(&opts.proxy_policy).is_none() {
+        bail!(
+            "the proxy policy {:?} is not in the config; add [policies.{}] or choose a configured policy",
+            opts.proxy_policy,
+            opts.proxy_policy
+        );
+    }
+    let mut client_opts = ClientOptions::from_config(&opts.config).timeout(opts.timeout);
+    client_opts.batching = opts.batching;
+    client_opts.name = "sluice-gateway".into();
+    let client = Client::connect_with(&opts.nats_url, client_opts)
+        .await
+        .context("the gateway cannot start")?;
+    let app = Arc::new(App {
+        client: client.clone(),
+        metrics: metrics::Metrics::default(),
+        upstream,
+        key_header,
+        proxy_policy: opts.proxy_policy.clone(),
+    });
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        "gateway listening on http://{addr}, NATS {}, fallback {}, {}",
+        opts.nats_url,
+        opts.config.fallback,
+        match &opts.upstream {
+            Some(u) => format!(
+                "proxying other paths to {u} (key header {})",
+                opts.key_header
+            ),
+            None => "no upstream".to_string(),
+        }
+    );
+    // axum wants a `Send` shutdown future; ours need not be, so it stays in
+    // this task and is relayed through a channel.
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    })
+    .into_future();
+    tokio::pin!(server, shutdown);
+    let mut stop_tx = Some(stop_tx);
+    let served = loop {
+        tokio::select! {
+            served = &mut server => break served,
+            () = &mut shutdown, if stop_tx.is_some() => {
+                tracing::info!("gateway stopping: finishing the requests in flight");
+                if let Some(tx) = stop_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    };
+    served.context("the HTTP server failed")?;
+    // Hits are publishes: give them a moment to leave (not forever, NATS may be gone).
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.nats().flush()).await;
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
+        .route(allow::PREFIX, any(allow::empty_key))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(proxy::proxy)
+        .with_state(app)
+}
+
+/// 200 while the NATS connection is up; 503 while it is down (asks are then
+/// answered by the fallback, without waiting).
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    let (status, body) = if app.client.is_connected() {
+        (StatusCode::OK, r#"{"status":"ok","nats":"connected"}"#)
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"unavailable","nats":"disconnected"}"#,
+        )
+    };
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let text = app
+        .metrics
+        .render(&app.client.stats(), app.client.is_connected());
+    let mut r = text.into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}

@@ -100,7 +100,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let client = async_nats::ConnectOptions::new()
         .name(format!("sluice-worker {worker_id}"))
         .connection_timeout(Duration::from_secs(5))
-        .connect(&opts.nats_url)
+        .connect(sluice_core::nats_config::server_urls(&opts.nats_url))
         .await
         .with_context(|| {
             format!(

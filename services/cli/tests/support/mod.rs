@@ -145,6 +145,18 @@ impl Stack {
         process.kill().expect("SIGKILL reaches the worker");
     }
 
+    /// Sends `signal` to one worker (e.g. SIGSTOP / SIGCONT to freeze it).
+    pub fn signal_worker(&self, id: &str, signal: sluice_tests::Signal) {
+        let (_, process) = self
+            .workers
+            .iter()
+            .find(|(w, _)| w == id)
+            .expect("known worker");
+        process
+            .signal(signal)
+            .expect("the signal reaches the worker");
+    }
+
     /// SIGTERM to every worker; each must exit 0 after handing over.
     pub fn stop_workers(&mut self) {
         for (id, mut process) in self.workers.drain(..) {

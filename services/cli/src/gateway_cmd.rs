@@ -1,0 +1,36 @@
+//! `sluice gateway`: the HTTP API server (CONTRACT §6).
+
+use crate::cli::Common;
+use anyhow::Result;
+use sluice_gateway::GatewayOptions;
+use std::net::SocketAddr;
+
+#[derive(clap::Args, Debug)]
+pub struct GatewayArgs {
+    /// Where to listen for HTTP.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Rate-limit and forward every other request to this upstream (reverse proxy mode).
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<sluice_gateway::Url>,
+    /// In proxy mode, the header that names the key (the client IP when absent).
+    #[arg(long, default_value = sluice_gateway::DEFAULT_KEY_HEADER)]
+    pub key_header: String,
+    /// In proxy mode, the policy every forwarded request counts under.
+    #[arg(long, default_value = "default")]
+    pub proxy_policy: String,
+}
+
+pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
+    let config = common.load_config()?;
+    let mut opts = GatewayOptions::new(common.nats.clone(), config);
+    opts.listen = args.listen;
+    opts.upstream = args.upstream.clone();
+    opts.key_header = args.key_header.clone();
+    opts.proxy_policy = args.proxy_policy.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(sluice_gateway::run(opts, crate::signals::terminate()))
+}

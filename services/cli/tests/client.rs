@@ -1,0 +1,530 @@
+//! The Rust client (`sluice-client`) against a real nats-server and real
+//! `sluice worker` processes: decisions, typed errors, the deny cache,
+//! batching, and the fallbacks with every worker stopped.
+//!
+//! Round trips are counted independently of the client: an observer
+//! connection subscribes to the partition subjects (`rl.p.<n>.allow.<key>`,
+//! `rl.p.<n>.batch`) next to the owning worker and counts what arrives, up
+//! to a sentinel the client's own connection publishes last (NATS keeps one
+//! connection's messages in order, and workers ignore an allow without a
+//! reply subject).
+
+mod support;
+
+use futures::StreamExt;
+use sluice_client::{Client, ClientOptions, ConnectError, Error, Fallback, Source};
+use sluice_core::config::Config;
+use sluice_core::nats_config::NatsServerConfig;
+use sluice_core::partition::partition_of;
+use sluice_tests::NatsServer;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+
+const CONFIG: &str = r#"
+partitions = 16
+lease_ttl = "2s"
+snapshot_interval = "500ms"
+
+[policies.default]
+algorithm = "sliding_log"
+limits = [ { max = 5, per = "10s" } ]
+
+[policies.tenper]
+algorithm = "sliding_log"
+limits = [ { max = 10, per = "5m" } ]
+"#;
+
+/// "Well under the timeout" (2 s in these tests): the fallback must not wait for it.
+const FAST: Duration = Duration::from_millis(500);
+
+fn config() -> Config {
+    Config::from_toml(CONFIG, "test.toml").unwrap()
+}
+
+fn options(fallback: Fallback) -> ClientOptions {
+    ClientOptions::from_config(&config())
+        .fallback(fallback)
+        .timeout(Duration::from_secs(2))
+}
+
+async fn client(stack: &Stack, fallback: Fallback) -> Client {
+    Client::connect_with(&stack.nats.url(), options(fallback))
+        .await
+        .expect("the client connects")
+}
+
+/// Counts the requests that reach a key's partition, from outside the client.
+/// One subscription (`rl.p.<n>.>`), so that what it sees keeps the order
+/// the client sent it in.
+struct Observer {
+    _nats: async_nats::Client,
+    sub: async_nats::Subscriber,
+    token: String,
+}
+
+/// Requests seen by an [`Observer`].
+#[derive(Debug, Default, PartialEq)]
+struct Seen {
+    singles: usize,
+    batches: usize,
+}
+
+impl Observer {
+    async fn watch(stack: &Stack, token: &str) -> Observer {
+        let nats = async_nats::connect(stack.nats.url()).await.unwrap();
+        let p = partition_of(token, stack.partitions);
+        let mut sub = nats.subscribe(format!("rl.p.{p}.>")).await.unwrap();
+        // async-nats' flush() does not wait for the server, so wait for a
+        // message of our own: then the subscription is in place.
+        let ready = format!("rl.p.{p}.observer-ready");
+        nats.publish(ready.clone(), "".into()).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::timeout_at(deadline, sub.next())
+            .await
+            .expect("the observer's own message arrives")
+            .is_some_and(|m| m.subject.as_str() != ready)
+        {}
+        Observer {
+            _nats: nats,
+            sub,
+            token: token.to_string(),
+        }
+    }
+
+    /// Everything `client` sent for the key since the last call.
+    async fn seen(&mut self, client: &Client) -> Seen {
+        let nats = client.nats();
+        nats.publish(format!("rl.allow.{}", self.token), "".into())
+            .await
+            .unwrap();
+        nats.flush().await.unwrap();
+        let mut seen = Seen::default();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let allow = format!(".allow.{}", self.token);
+        loop {
+            let msg = tokio::time::timeout_at(deadline, self.sub.next())
+                .await
+                .expect("the sentinel arrives")
+                .expect("the subscription stays open");
+            let subject = msg.subject.as_str();
+            if subject.ends_with(".batch") {
+                seen.batches += 1;
+            } else if subject.ends_with(&allow) {
+                if msg.reply.is_none() {
+                    return seen;
+                }
+                seen.singles += 1;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_are_allowed_then_denied_with_headers_policy_and_cost() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Closed).await;
+
+    for remaining in (0..5).rev() {
+        let a = client.allow("alice").await.unwrap();
+        assert!(a.allowed);
+        assert_eq!(
+            (a.limit, a.remaining, a.source),
+            (5, remaining, Source::Worker)
+        );
+        assert_eq!(a.policy, "default");
+        assert_eq!(a.retry_after, Duration::ZERO);
+    }
+    let denied = client.allow("alice").await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.source, Source::Worker);
+    assert!(
+        denied.retry_after > Duration::from_secs(9)
+            && denied.retry_after <= Duration::from_secs(10)
+    );
+    let headers: Vec<(&str, String)> = denied.headers().collect();
+    assert_eq!(
+        headers,
+        [
+            ("RateLimit-Limit", "5".to_string()),
+            ("RateLimit-Remaining", "0".to_string()),
+            ("RateLimit-Reset", "10".to_string()),
+            ("Retry-After", "10".to_string()),
+        ]
+    );
+    let allowed_headers: Vec<&str> = client
+        .allow("alice-2")
+        .await
+        .unwrap()
+        .headers()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        allowed_headers,
+        ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"],
+        "no Retry-After when allowed"
+    );
+
+    // Another policy, with a cost.
+    let a = client.ask("alice", "tenper", 3).await.unwrap();
+    assert!(a.allowed);
+    assert_eq!((a.policy.as_str(), a.limit, a.remaining), ("tenper", 10, 7));
+    let a = client.ask("alice", "tenper", 8).await.unwrap();
+    assert!(!a.allowed, "8 more do not fit in the 7 left");
+    let a = client.ask("alice", "tenper", 7).await.unwrap();
+    assert!(
+        a.allowed,
+        "a smaller cost is not answered by the deny cache"
+    );
+    assert_eq!(a.remaining, 0);
+
+    // A peek consumes nothing.
+    let p1 = client.peek("bob", "tenper").await.unwrap();
+    let p2 = client.peek("bob", "tenper").await.unwrap();
+    assert!(p1.allowed && p2.allowed);
+    assert_eq!((p1.remaining, p2.remaining), (10, 10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_percent_encoded_for_the_caller() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Closed).await;
+    client.allow("bob@x.io").await.unwrap();
+    client.allow(b"\xff\x00 key".as_slice()).await.unwrap();
+    // Any NATS client sees the same counters under the canonical tokens.
+    let nats = stack.clients(1).await.remove(0);
+    let d = ask(&nats, "bob%40x%2Eio", br#"{"cost":0}"#).await.unwrap();
+    assert_eq!(d.remaining, 4);
+    let d = ask(&nats, "%FF%00%20key", br#"{"cost":0}"#).await.unwrap();
+    assert_eq!(d.remaining, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_typed_and_carry_the_workers_message() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Open).await;
+
+    let e = client.ask("carol", "nope", 1).await.unwrap_err();
+    assert!(matches!(e, Error::UnknownPolicy(_)), "{e:?}");
+    assert_eq!(e.status(), 404);
+    assert!(e.message().contains("no policy named \"nope\""), "{e}");
+
+    let e = client.ask("carol", "default", 6).await.unwrap_err();
+    assert!(matches!(e, Error::BadRequest(_)), "{e:?}");
+    assert!(e.message().contains("can never be allowed"), "{e}");
+    assert_eq!(client.stats().round_trips, 2, "both came from the worker");
+
+    // Refused before sending: no round trip.
+    let long_key = "@".repeat(86); // 258 bytes once encoded
+    let e = client.allow(&long_key).await.unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert!(e.message().contains("256"), "{e}");
+    assert!(matches!(client.allow("").await, Err(Error::BadRequest(_))));
+    assert!(matches!(
+        client.ask("k", "a.b", 1).await,
+        Err(Error::BadRequest(_))
+    ));
+    assert!(matches!(
+        client.ask("k", "default", 1_000_000_001).await,
+        Err(Error::BadRequest(_))
+    ));
+    assert_eq!(client.stats().round_trips, 2);
+    assert_eq!(client.stats().fallbacks(), 0, "errors are not fallbacks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deny_cache_answers_denied_keys_without_round_trips() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Closed).await;
+    let mut observer = Observer::watch(&stack, "dave").await;
+
+    for _ in 0..6 {
+        client.allow("dave").await.unwrap();
+    }
+    let after_denial = observer.seen(&client).await;
+    assert_eq!(
+        after_denial,
+        Seen {
+            singles: 6,
+            batches: 0
+        }
+    );
+
+    for _ in 0..100 {
+        let a = client.allow("dave").await.unwrap();
+        assert!(!a.allowed);
+        assert_eq!(a.source, Source::DenyCache);
+        assert!(
+            a.retry_after > Duration::from_secs(8),
+            "{:?}",
+            a.retry_after
+        );
+        assert_eq!(a.headers().count(), 4, "with Retry-After");
+    }
+    assert_eq!(
+        observer.seen(&client).await,
+        Seen::default(),
+        "no request reached the worker"
+    );
+    let stats = client.stats();
+    assert_eq!((stats.deny_cache, stats.round_trips), (100, 6));
+
+    // Another policy of the same key is asked for real.
+    assert!(client.ask("dave", "tenper", 1).await.unwrap().allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_with_nothing_to_batch_with_goes_alone_at_once() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Closed).await;
+    let mut observer = Observer::watch(&stack, "erin").await;
+    for _ in 0..5 {
+        client.ask("erin", "tenper", 1).await.unwrap();
+    }
+    assert_eq!(
+        observer.seen(&client).await,
+        Seen {
+            singles: 5,
+            batches: 0
+        }
+    );
+    let stats = client.stats();
+    assert_eq!((stats.round_trips, stats.batches), (5, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_asks_on_one_key_are_batched_and_exactly_five_pass() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    // No deny cache here, so that every ask goes to the worker.
+    let opts = options(Fallback::Closed).deny_cache(false);
+    let client = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
+    let mut observer = Observer::watch(&stack, "hot-key").await;
+
+    let start = Arc::new(tokio::sync::Barrier::new(200));
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let client = client.clone();
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                client.allow("hot-key").await
+            })
+        })
+        .collect();
+    let mut remaining_of_allowed = BTreeSet::new();
+    let mut allowed = 0;
+    for t in tasks {
+        let a = t.await.unwrap().expect("every ask is decided");
+        assert_ne!(a.source, Source::Fallback(Fallback::Open));
+        if a.allowed {
+            allowed += 1;
+            remaining_of_allowed.insert(a.remaining);
+        }
+    }
+    assert_eq!(allowed, 5, "a sliding log of 5 per 10 s allows exactly 5");
+    assert_eq!(
+        remaining_of_allowed,
+        BTreeSet::from([0, 1, 2, 3, 4]),
+        "each allowed caller got its own decision"
+    );
+    let seen = observer.seen(&client).await;
+    let stats = client.stats();
+    assert!(seen.batches >= 1, "{seen:?}");
+    assert!(
+        seen.singles + seen.batches < 20,
+        "200 asks travelled in a few requests: {seen:?}"
+    );
+    assert_eq!(
+        stats.round_trips as usize,
+        seen.singles + seen.batches,
+        "{stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_caller_in_a_batch_gets_the_decision_for_its_own_key_policy_and_cost() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Closed).await;
+    // 120 distinct fresh keys of one partition, with different policies and
+    // costs: each answer must be the one for its own ask.
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("mixed-{i}"))
+        .filter(|k| partition_of(k, stack.partitions) == 3)
+        .take(120)
+        .collect();
+    let tasks: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let client = client.clone();
+            let key = key.clone();
+            let (policy, cost) = if i % 2 == 0 {
+                ("default", 1 + i as u64 % 5)
+            } else {
+                ("tenper", 1 + i as u64 % 10)
+            };
+            tokio::spawn(async move { (policy, cost, client.ask(&key, policy, cost).await) })
+        })
+        .collect();
+    for t in tasks {
+        let (policy, cost, answer) = t.await.unwrap();
+        let a = answer.expect("decided");
+        let max = if policy == "default" { 5 } else { 10 };
+        assert!(a.allowed);
+        assert_eq!(
+            (a.policy.as_str(), a.limit, a.remaining),
+            (policy, max, max - cost)
+        );
+    }
+    assert!(client.stats().batches >= 1, "{:?}", client.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_count_without_asking() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let client = client(&stack, Fallback::Closed).await;
+    let a = client.hit_and_peek("frank", "default", 5).await.unwrap();
+    assert!(!a.allowed, "after 5 hits a 5-per-10s key has no room");
+    assert_eq!((a.remaining, a.source), (0, Source::Worker));
+    // A plain hit is a publish; its count shows up at the worker shortly.
+    client.hit("grace", "default", 7).await.unwrap();
+    let denied = eventually(Duration::from_secs(5), || async {
+        let a = client.peek("grace", "default").await.ok()?;
+        (!a.allowed).then_some(a)
+    })
+    .await;
+    assert!(
+        denied.is_some(),
+        "the hit was counted even beyond the limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(CONFIG, 2).await;
+    let open = client(&stack, Fallback::Open).await;
+    let closed = client(&stack, Fallback::Closed).await;
+    let local = client(&stack, Fallback::Local).await;
+    assert_eq!(open.allow("before").await.unwrap().source, Source::Worker);
+    stack.stop_workers();
+
+    let started = Instant::now();
+    let a = open.allow("henry").await.unwrap();
+    assert!(
+        started.elapsed() < FAST,
+        "open took {:?}",
+        started.elapsed()
+    );
+    assert!(a.allowed);
+    assert_eq!(a.source, Source::Fallback(Fallback::Open));
+    assert_eq!(
+        (a.limit, a.remaining),
+        (5, 4),
+        "the numbers a fresh key gets"
+    );
+    // Retried first (4 times within ~30 ms, fewer only if this box stalls
+    // past `down_after`), then the fallback.
+    let stats = open.stats();
+    assert!((1..=4).contains(&stats.retries), "{stats:?}");
+    assert_eq!(stats.round_trips - 1, stats.retries + 1, "{stats:?}");
+    assert_eq!(stats.no_responders, stats.retries + 1, "{stats:?}");
+    assert_eq!(
+        (stats.round_trips - 1, stats.retries, stats.no_responders),
+        (5, 4, 5),
+        "a partition between owners is retried 4 times (within ~30 ms) first"
+    );
+
+    // A partition silent for longer than `down_after` is down: one try each.
+    let mut opts = options(Fallback::Open);
+    opts.down_after = Duration::ZERO;
+    let down = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
+    for _ in 0..10 {
+        assert!(down.allow("henry").await.unwrap().allowed);
+    }
+    assert_eq!((down.stats().round_trips, down.stats().retries), (10, 0));
+
+    let started = Instant::now();
+    let e = closed.allow("henry").await.unwrap_err();
+    assert!(
+        started.elapsed() < FAST,
+        "closed took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    assert_eq!(e.status(), 503);
+    assert!(e.message().contains("closed"), "{e}");
+
+    let mut allowed = 0;
+    for i in 0..8 {
+        let started = Instant::now();
+        let a = local.allow("henry").await.unwrap();
+        assert!(
+            started.elapsed() < FAST,
+            "local #{i} took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(a.source, Source::Fallback(Fallback::Local));
+        if a.allowed {
+            allowed += 1;
+        } else {
+            assert!(a.retry_after > Duration::ZERO);
+        }
+    }
+    assert_eq!(allowed, 5, "the local limiter applies the policy");
+    let e = local.ask("henry", "nope", 1).await.unwrap_err();
+    assert_eq!(
+        e.status(),
+        404,
+        "the local limiter knows the configured policies"
+    );
+
+    // A batch of concurrent asks falls back too.
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let open = open.clone();
+            tokio::spawn(async move { open.allow("ivy").await })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(
+            t.await.unwrap().unwrap().source,
+            Source::Fallback(Fallback::Open)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_another_partition_count_is_refused_at_connect() {
+    let server = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let opts = |partitions| options(Fallback::Closed).partitions(partitions);
+    Client::connect_with(&server.url(), opts(16))
+        .await
+        .expect("the same count connects");
+    for wrong in [8, 32, 64] {
+        match Client::connect_with(&server.url(), opts(wrong)).await {
+            Err(ConnectError::Partitions(m)) => assert!(m.contains("partition"), "{m}"),
+            other => panic!("partitions = {wrong}: {other:?}"),
+        }
+    }
+    let mut unchecked = opts(32);
+    unchecked.check_partitions = false;
+    Client::connect_with(&server.url(), unchecked)
+        .await
+        .expect("the check can be turned off");
+
+    let bare = NatsServer::start("").unwrap();
+    match Client::connect_with(&bare.url(), opts(16)).await {
+        Err(ConnectError::Partitions(m)) => assert!(m.contains("mapping"), "{m}"),
+        other => panic!("no mapping: {other:?}"),
+    }
+}

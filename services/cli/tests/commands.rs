@@ -1,0 +1,149 @@
+//! The small commands: `check`, `status`, `nats-config`, and `--help` on
+//! every command, run as a user would run them.
+
+mod support;
+
+use std::process::{Command, Output};
+use support::*;
+
+const CONFIG: &str = r#"
+partitions = 8
+lease_ttl = "2s"
+
+[policies.default]
+algorithm = "fixed_window"
+limits = [ { max = 2, per = "1h" } ]
+"#;
+
+fn sluice(args: &[&str], nats: &str, config: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .args(["--nats", nats])
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_status_and_nats_config_work_against_a_running_stack() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(CONFIG, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let url = stack.nats.url();
+
+    let first = sluice(&["check", "bob@example.com", "--json"], &url, &config);
+    assert!(first.status.success(), "{}", text(&first));
+    let reply: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(reply["allowed"], true);
+    assert_eq!(reply["remaining"], 1);
+    sluice(&["check", "bob@example.com"], &url, &config);
+    let third = sluice(&["check", "bob@example.com"], &url, &config);
+    assert!(
+        third.status.success(),
+        "a denial is a successful check: {}",
+        text(&third)
+    );
+    assert!(
+        String::from_utf8_lossy(&third.stdout).starts_with("denied"),
+        "{}",
+        text(&third)
+    );
+
+    let bad = sluice(&["check", "bob", "--policy", "nope"], &url, &config);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("nope"), "{}", text(&bad));
+
+    let status = sluice(&["status", "--json"], &url, &config);
+    assert!(status.status.success(), "{}", text(&status));
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(s["partitions"].as_array().unwrap().len(), 8);
+    assert_eq!(s["unowned"].as_array().unwrap().len(), 0);
+    assert_eq!(s["workers"].as_array().unwrap().len(), 2, "{s}");
+    let decisions: u64 = s["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["allowed"].as_u64().unwrap() + w["denied"].as_u64().unwrap())
+        .sum();
+    assert!(decisions >= 3, "the three checks were counted: {s}");
+    let table = sluice(&["status"], &url, &config);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("PARTITIONS (8, 0 unowned)"),
+        "{}",
+        text(&table)
+    );
+
+    stack.stop_workers();
+    let none = sluice(&["check", "bob"], &url, &config);
+    assert!(!none.status.success());
+    assert!(
+        text(&none).contains("no sluice worker answered"),
+        "{}",
+        text(&none)
+    );
+}
+
+#[test]
+fn nats_config_prints_a_config_that_nats_server_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["nats-config"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(&conf, &out.stdout).unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("partition(64,1)"));
+    let check = Command::new(sluice_tests::nats_server_binary().unwrap())
+        .args(["-t", "-c"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+}
+
+#[test]
+fn every_command_has_help_and_a_bad_config_is_one_line_with_file_and_field() {
+    for cmd in [
+        "worker",
+        "gateway",
+        "dev",
+        "check",
+        "bench",
+        "status",
+        "nats-config",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "sluice {cmd} --help");
+        assert!(!out.stdout.is_empty());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "partitions = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["nats-config", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.toml") && err.contains("partitions"),
+        "{err}"
+    );
+}

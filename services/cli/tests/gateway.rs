@@ -1,0 +1,586 @@
+//! The HTTP gateway (`sluice-gateway`, CONTRACT §6) through a real HTTP
+//! client, against a real nats-server and real `sluice worker` processes.
+//! The gateway runs in the test process (`sluice_gateway::serve` on a
+//! 127.0.0.1:0 listener); in proxy mode the upstream is a small axum app in
+//! the test process too.
+
+mod support;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::IntoResponse;
+use serde_json::Value;
+use sluice_core::config::{Config, Fallback};
+use sluice_gateway::{GatewayOptions, Url};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const CONFIG: &str = r#"
+partitions = 16
+lease_ttl = "2s"
+snapshot_interval = "500ms"
+
+[policies.default]
+algorithm = "sliding_log"
+limits = [ { max = 5, per = "10s" } ]
+
+[policies.tenper]
+algorithm = "sliding_log"
+limits = [ { max = 10, per = "5m" } ]
+"#;
+
+const FAST: Duration = Duration::from_millis(500);
+
+fn config(fallback: Fallback) -> Config {
+    let mut c = Config::from_toml(CONFIG, "test.toml").unwrap();
+    c.fallback = fallback;
+    c
+}
+
+/// A gateway served from this process; stopped (gracefully) on drop.
+struct Gateway {
+    base: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Gateway {
+    async fn start(nats_url: &str, config: Config, upstream: Option<Url>) -> Gateway {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut opts = GatewayOptions::new(nats_url, config);
+        opts.upstream = upstream;
+        opts.timeout = Duration::from_secs(2);
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(sluice_gateway::serve(listener, opts, async move {
+            let _ = rx.await;
+        }));
+        Gateway {
+            base: format!("http://{addr}"),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the gateway stops")
+            .unwrap()
+            .expect("the gateway ran cleanly");
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Status, headers and JSON body.
+async fn call(req: reqwest::RequestBuilder) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let resp = req.send().await.expect("the gateway answers");
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
+    let headers = resp.headers().clone();
+    let body = resp.bytes().await.unwrap();
+    let json = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("a JSON body ({e}): {}", String::from_utf8_lossy(&body)));
+    (status, headers, json)
+}
+
+fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let gw = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
+    let http = http();
+
+    for remaining in (0..5).rev() {
+        let (status, headers, body) = call(http.get(gw.url("/v1/allow/alice"))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&headers, "ratelimit-limit"), Some("5"));
+        assert_eq!(
+            header(&headers, "ratelimit-remaining"),
+            Some(remaining.to_string().as_str())
+        );
+        assert_eq!(header(&headers, "ratelimit-reset"), Some("10"));
+        assert_eq!(header(&headers, "retry-after"), None);
+        assert_eq!(header(&headers, "content-type"), Some("application/json"));
+        assert_eq!(header(&headers, "sluice-source"), Some("worker"));
+        assert_eq!(body["allowed"], true);
+        assert_eq!(body["remaining"], remaining);
+        assert_eq!(body["policy"], "default");
+    }
+    let (status, headers, body) = call(http.post(gw.url("/v1/allow/alice"))).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "retry-after"), Some("10"));
+    assert_eq!(header(&headers, "ratelimit-remaining"), Some("0"));
+    assert_eq!(body["allowed"], false);
+    assert!(body["retry_after_ms"].as_u64().unwrap() > 9_000, "{body}");
+    let (status, headers, _) = call(http.get(gw.url("/v1/allow/alice"))).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "sluice-source"), Some("deny_cache"));
+
+    // Policy and cost in the query, or in a body in the NATS request format.
+    let (status, _, body) = call(http.post(gw.url("/v1/allow/alice?policy=tenper&cost=3"))).await;
+    assert_eq!(
+        (status, &body["remaining"], &body["limit"]),
+        (StatusCode::OK, &Value::from(7), &Value::from(10))
+    );
+    let (status, _, body) = call(
+        http.post(gw.url("/v1/allow/alice"))
+            .body(r#"{"policy":"tenper","cost":2}"#),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["remaining"]),
+        (StatusCode::OK, &Value::from(5))
+    );
+    let (status, _, body) = call(http.get(gw.url("/v1/allow/alice?policy=tenper&cost=0"))).await;
+    assert_eq!(
+        (status, &body["remaining"]),
+        (StatusCode::OK, &Value::from(5)),
+        "a peek"
+    );
+
+    // The path segment is the raw key, URL-decoded (either hex case), then
+    // encoded canonically for NATS: all three spellings are one key.
+    for path in [
+        "/v1/allow/bob@x.io",
+        "/v1/allow/bob%40x.io",
+        "/v1/allow/bob%40x%2eio",
+    ] {
+        call(http.get(gw.url(path))).await;
+    }
+    let nats = stack.clients(1).await.remove(0);
+    let d = ask(&nats, "bob%40x%2Eio", br#"{"cost":0}"#).await.unwrap();
+    assert_eq!(d.remaining, 2);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_400_404_or_413_with_a_json_error_body() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let gw = Gateway::start(&stack.nats.url(), config(Fallback::Open), None).await;
+    let http = http();
+
+    let cases: Vec<(&str, reqwest::RequestBuilder, StatusCode, &str)> = vec![
+        (
+            "bad cost",
+            http.get(gw.url("/v1/allow/k?cost=abc")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "negative cost",
+            http.get(gw.url("/v1/allow/k?cost=-1")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "typo",
+            http.get(gw.url("/v1/allow/k?cots=1")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "bad policy name",
+            http.get(gw.url("/v1/allow/k?policy=a.b")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "cost above capacity",
+            http.get(gw.url("/v1/allow/k?cost=6")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "key too long",
+            http.get(gw.url(&format!("/v1/allow/{}", "%40".repeat(86)))),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "empty key",
+            http.get(gw.url("/v1/allow/")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "bad body",
+            http.post(gw.url("/v1/allow/k")).body(r#"{"cots":1}"#),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "query and body",
+            http.post(gw.url("/v1/allow/k?cost=1"))
+                .body(r#"{"cost":1}"#),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "unknown policy",
+            http.get(gw.url("/v1/allow/k?policy=nope")),
+            StatusCode::NOT_FOUND,
+            "unknown_policy",
+        ),
+        (
+            "large body",
+            http.post(gw.url("/v1/allow/k")).body(vec![b' '; 5000]),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+        ),
+        (
+            "no such path",
+            http.get(gw.url("/v2/nothing")),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+    ];
+    for (what, req, status, word) in cases {
+        let (got, headers, body) = call(req).await;
+        assert_eq!(got, status, "{what}: {body}");
+        assert_eq!(body["error"], word, "{what}: {body}");
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {body}"
+        );
+        assert_eq!(
+            header(&headers, "content-type"),
+            Some("application/json"),
+            "{what}"
+        );
+    }
+    let (_, _, body) = call(http.get(gw.url("/v1/allow/k?policy=nope"))).await;
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("no policy named \"nope\""),
+        "the worker's sentence: {body}"
+    );
+    let resp = http.put(gw.url("/v1/allow/k")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(CONFIG, 2).await;
+    let open = Gateway::start(&stack.nats.url(), config(Fallback::Open), None).await;
+    let closed = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
+    let local = Gateway::start(&stack.nats.url(), config(Fallback::Local), None).await;
+    let http = http();
+    let (status, headers, _) = call(http.get(open.url("/v1/allow/warmup"))).await;
+    assert_eq!(
+        (status, header(&headers, "sluice-source")),
+        (StatusCode::OK, Some("worker"))
+    );
+    stack.stop_workers();
+
+    let started = Instant::now();
+    let (status, headers, body) = call(http.get(open.url("/v1/allow/kate"))).await;
+    assert!(
+        started.elapsed() < FAST,
+        "open took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "sluice-source"), Some("fallback_open"));
+    assert_eq!(header(&headers, "ratelimit-limit"), Some("5"));
+    assert_eq!(body["allowed"], true);
+
+    let started = Instant::now();
+    let (status, _, body) = call(http.get(closed.url("/v1/allow/kate"))).await;
+    assert!(
+        started.elapsed() < FAST,
+        "closed took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["error"], "unavailable");
+
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        let started = Instant::now();
+        let (status, headers, _) = call(http.get(local.url("/v1/allow/kate"))).await;
+        assert!(
+            started.elapsed() < FAST,
+            "local took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(header(&headers, "sluice-source"), Some("fallback_local"));
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(header(&headers, "retry-after"), Some("10"));
+        }
+        statuses.push(status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+
+    let metrics = http
+        .get(local.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sluice_gateway_fallbacks_total{fallback=\"local\"} 7\n"),
+        "{metrics}"
+    );
+    for gw in [open, closed, local] {
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(CONFIG, 2).await;
+    let gw = Gateway::start(&stack.nats.url(), config(Fallback::Open), None).await;
+    let http = http();
+
+    let (status, _, body) = call(http.get(gw.url("/healthz"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["nats"], "connected");
+
+    for _ in 0..6 {
+        http.get(gw.url("/v1/allow/leo")).send().await.unwrap();
+    }
+    http.get(gw.url("/v1/allow/leo?cost=x"))
+        .send()
+        .await
+        .unwrap();
+    let resp = http.get(gw.url("/metrics")).send().await.unwrap();
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = resp.text().await.unwrap();
+    for line in [
+        "sluice_gateway_requests_total{route=\"allow\",outcome=\"allowed\"} 5",
+        "sluice_gateway_requests_total{route=\"allow\",outcome=\"denied\"} 1",
+        "sluice_gateway_requests_total{route=\"allow\",outcome=\"bad_request\"} 1",
+        "sluice_gateway_decisions_total{source=\"worker\"} 6",
+        "sluice_gateway_fallbacks_total{fallback=\"open\"} 0",
+        "sluice_gateway_request_duration_seconds_count{route=\"allow\"} 7",
+        "sluice_gateway_request_duration_seconds_bucket{route=\"allow\",le=\"+Inf\"} 7",
+        "# TYPE sluice_gateway_request_duration_seconds histogram",
+        "sluice_gateway_nats_connected 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+
+    // NATS goes away: /healthz says so, and asks are answered by the
+    // fallback at once (no waiting for the timeout).
+    stack.nats.stop().unwrap();
+    let unhealthy = eventually(Duration::from_secs(10), || async {
+        let r = http.get(gw.url("/healthz")).send().await.ok()?;
+        (r.status().as_u16() == 503).then_some(())
+    })
+    .await;
+    assert!(unhealthy.is_some(), "/healthz turns 503 without NATS");
+    let started = Instant::now();
+    let (status, headers, _) = call(http.get(gw.url("/v1/allow/leo2"))).await;
+    assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
+    assert_eq!(
+        (status, header(&headers, "sluice-source")),
+        (StatusCode::OK, Some("fallback_open"))
+    );
+    let text = http
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines().any(|l| l == "sluice_gateway_nats_connected 0"),
+        "{text}"
+    );
+    gw.stop().await;
+}
+
+/// What the upstream saw of a request.
+#[derive(Default)]
+struct Upstream {
+    requests: AtomicUsize,
+}
+
+async fn echo(
+    State(upstream): State<Arc<Upstream>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> impl IntoResponse {
+    upstream.requests.fetch_add(1, Ordering::SeqCst);
+    let h = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_string());
+    let seen = serde_json::json!({
+        "method": method.as_str(),
+        "path": uri.path(),
+        "query": uri.query(),
+        "x_custom": h("x-custom"),
+        "x_user_id": h("x-user-id"),
+        "x_forwarded_for": h("x-forwarded-for"),
+        "host": h("host"),
+        "body_len": body.len(),
+        "body_sum": body.iter().map(|&b| b as u64).sum::<u64>(),
+        "body_head": String::from_utf8_lossy(&body[..body.len().min(32)]),
+    });
+    (
+        StatusCode::CREATED,
+        [("x-upstream", "yes"), ("content-type", "application/json")],
+        seen.to_string(),
+    )
+}
+
+async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
+    let state = Arc::new(Upstream::default());
+    let app = axum::Router::new().fallback(echo).with_state(state.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_forwards_allowed_requests_intact_and_answers_429_when_denied() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    let (upstream_addr, upstream) = start_upstream().await;
+    let upstream_url = Url::parse(&format!("http://{upstream_addr}")).unwrap();
+    let gw = Gateway::start(
+        &stack.nats.url(),
+        config(Fallback::Closed),
+        Some(upstream_url),
+    )
+    .await;
+    let http = http();
+
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let sum: u64 = body.iter().map(|&b| b as u64).sum();
+    let (status, headers, seen) = call(
+        http.post(gw.url("/things/7?x=1&y=two%20words"))
+            .header("X-User-Id", "mallory")
+            .header("X-Custom", "kept")
+            .body(body.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "the upstream's status: {seen}");
+    assert_eq!(header(&headers, "x-upstream"), Some("yes"));
+    assert_eq!(header(&headers, "ratelimit-remaining"), Some("4"));
+    assert_eq!(header(&headers, "ratelimit-limit"), Some("5"));
+    assert_eq!(seen["method"], "POST");
+    assert_eq!(seen["path"], "/things/7");
+    assert_eq!(seen["query"], "x=1&y=two%20words");
+    assert_eq!(seen["x_custom"], "kept");
+    assert_eq!(seen["x_user_id"], "mallory");
+    assert_eq!(seen["x_forwarded_for"], "127.0.0.1");
+    assert_eq!(seen["host"], upstream_addr.to_string());
+    assert_eq!(seen["body_len"], body.len());
+    assert_eq!(seen["body_sum"], sum);
+
+    for _ in 0..4 {
+        let resp = http
+            .get(gw.url("/anything"))
+            .header("X-User-Id", "mallory")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 201);
+    }
+    let (status, headers, body) =
+        call(http.get(gw.url("/anything")).header("X-User-Id", "mallory")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "retry-after"), Some("10"));
+    assert_eq!(body["allowed"], false);
+    assert_eq!(
+        upstream.requests.load(Ordering::SeqCst),
+        5,
+        "a denied request never reaches the upstream"
+    );
+
+    // Another key is not affected; without the header the key is the client's IP.
+    let resp = http
+        .get(gw.url("/x"))
+        .header("X-User-Id", "nina")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let mut by_ip = Vec::new();
+    for _ in 0..6 {
+        by_ip.push(
+            http.get(gw.url("/x"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(by_ip, [201, 201, 201, 201, 201, 429]);
+    let nats = stack.clients(1).await.remove(0);
+    let d = ask(&nats, "127%2E0%2E0%2E1", br#"{"cost":0}"#)
+        .await
+        .unwrap();
+    assert!(!d.allowed, "the IP key is 127.0.0.1");
+
+    // The gateway's own endpoints are not proxied.
+    let (status, _, _) = call(http.get(gw.url("/healthz"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(upstream.requests.load(Ordering::SeqCst), 11);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_502() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 2).await;
+    // A port nobody listens on: bind one, then close it.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let upstream = Url::parse(&format!("http://{closed}/base")).unwrap();
+    let gw = Gateway::start(&stack.nats.url(), config(Fallback::Closed), Some(upstream)).await;
+    let (status, _, body) = call(http().get(gw.url("/x")).header("X-User-Id", "oscar")).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(body["error"], "bad_gateway");
+    gw.stop().await;
+}

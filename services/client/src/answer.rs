@@ -1,0 +1,110 @@
+//! [`Answer`]: a decision and where it came from.
+
+use sluice_core::config::Fallback;
+use sluice_core::policy::Decision;
+use sluice_core::time::Nanos;
+use sluice_core::wire::{self, DecisionReply};
+use std::fmt;
+use std::time::Duration;
+
+/// Who decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The key's owning worker (one NATS round trip, alone or in a batch).
+    Worker,
+    /// The client's deny cache: the key and policy were denied earlier and
+    /// the retry time has not passed yet; no network was used.
+    DenyCache,
+    /// No worker answered; the configured fallback decided: `Open` (allowed)
+    /// or `Local` (the in-process limiter). `Closed` gives an
+    /// [`Error::Unavailable`](crate::Error::Unavailable) instead of an answer.
+    Fallback(Fallback),
+}
+
+impl Source {
+    /// `worker`, `deny_cache`, `fallback_open`, `fallback_local`
+    /// (metrics labels, the gateway's `Sluice-Source` header).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Source::Worker => "worker",
+            Source::DenyCache => "deny_cache",
+            Source::Fallback(Fallback::Open) => "fallback_open",
+            Source::Fallback(Fallback::Local) => "fallback_local",
+            Source::Fallback(Fallback::Closed) => "fallback_closed",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A decision (CONTRACT §1 reply fields) and its [`Source`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The request may proceed; when true, its cost was consumed.
+    pub allowed: bool,
+    /// The limit that decided (the most restrictive one).
+    pub limit: u64,
+    /// What is left of that limit after this request.
+    pub remaining: u64,
+    /// Until that limit is fully available again.
+    pub reset: Duration,
+    /// Zero when allowed; otherwise the earliest time after which the same
+    /// request can be allowed.
+    pub retry_after: Duration,
+    /// The policy applied.
+    pub policy: String,
+    pub source: Source,
+}
+
+impl Answer {
+    pub(crate) fn from_reply(r: DecisionReply, source: Source) -> Answer {
+        Answer {
+            allowed: r.allowed,
+            limit: r.limit,
+            remaining: r.remaining,
+            reset: Duration::from_millis(r.reset_ms),
+            retry_after: Duration::from_millis(r.retry_after_ms),
+            policy: r.policy,
+            source,
+        }
+    }
+
+    pub(crate) fn from_decision(d: &Decision, policy: &str, source: Source) -> Answer {
+        Answer {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset: d.reset.into(),
+            retry_after: d.retry_after.into(),
+            policy: policy.to_string(),
+            source,
+        }
+    }
+
+    /// The core [`Decision`] this answer carries.
+    pub fn decision(&self) -> Decision {
+        Decision {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset: Nanos::from(self.reset),
+            retry_after: Nanos::from(self.retry_after),
+        }
+    }
+
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and, when
+    /// denied, `Retry-After` (whole seconds, rounded up), exactly as a worker
+    /// sets them on its NATS reply ([`wire::decision_headers`]).
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
+        wire::decision_headers(&self.decision())
+    }
+
+    /// The CONTRACT §1 reply body (durations in ms, rounded up).
+    pub fn to_reply(&self) -> DecisionReply {
+        DecisionReply::new(&self.decision(), self.policy.clone())
+    }
+}

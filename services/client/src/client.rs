@@ -1,0 +1,501 @@
+//! [`Client`]: asks, retries, fallback.
+//!
+//! One ask goes: validate and encode the key → the deny cache → the network
+//! (alone, or queued into its partition's next batch, see [`crate::batch`])
+//! → on "no responders" a couple of quick retries → the fallback. Every step
+//! that can end the ask says so in the answer's [`Source`].
+
+use crate::answer::{Answer, Source};
+use crate::batch::Batcher;
+use crate::deny_cache::DenyCache;
+use crate::error::{ConnectError, Error};
+use crate::local::{LocalLimiter, Op};
+use crate::options::ClientOptions;
+use crate::probe;
+use crate::stats::{ClientStats, Counters};
+use async_nats::client::RequestErrorKind;
+use async_nats::connection::State;
+use bytes::Bytes;
+use sluice_core::config::Fallback;
+use sluice_core::key::try_encode_key;
+use sluice_core::nats_config::Verb;
+use sluice_core::partition::partition_of;
+use sluice_core::wire::{self, Encoding, ErrorCode, Reply, DEFAULT_POLICY, MAX_COST};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A sluice client over one NATS connection. Cheap to clone; all clones
+/// share the connection, the deny cache, the batch queues and the local
+/// limiter, so one `Client` serves any number of tasks.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = sluice_client::Client::connect("nats://127.0.0.1:4222").await?;
+/// let answer = client.allow("bob@x.io").await?;
+/// if !answer.allowed {
+///     println!("slow down; retry in {:?}", answer.retry_after);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) nats: async_nats::Client,
+    pub(crate) opts: ClientOptions,
+    deny: Option<DenyCache>,
+    local: LocalLimiter,
+    pub(crate) batcher: Option<Batcher>,
+    /// Per partition: since when (ms after `epoch`, plus 1; 0 = it answers)
+    /// it has answered only "no responders".
+    silent_since: Box<[AtomicU64]>,
+    epoch: Instant,
+    pub(crate) stats: Counters,
+}
+
+/// Why no worker decided.
+#[derive(Clone, Debug)]
+pub(crate) enum NoAnswer {
+    NoResponders,
+    TimedOut,
+    Disconnected,
+    /// A worker answered 503 (e.g. it does not own the key's partition).
+    Unavailable(String),
+    Malformed(String),
+    Other(String),
+}
+
+impl fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoAnswer::NoResponders => f.write_str("no responders: no worker owns the partition"),
+            NoAnswer::TimedOut => f.write_str("timed out"),
+            NoAnswer::Disconnected => f.write_str("not connected to NATS"),
+            NoAnswer::Unavailable(m) => write!(f, "the worker is unavailable: {m}"),
+            NoAnswer::Malformed(m) => write!(f, "malformed reply: {m}"),
+            NoAnswer::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// What a reply decoder makes of one reply.
+pub(crate) enum Decoded<T> {
+    Done(T),
+    /// Worth another try (a 503 reply).
+    Retry(NoAnswer),
+    Fail(NoAnswer),
+}
+
+impl Client {
+    /// Connects with [`ClientOptions::default`].
+    pub async fn connect(url: &str) -> Result<Client, ConnectError> {
+        Client::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to NATS at `url` (a comma-separated list is fine) and, with
+    /// batching on and [`ClientOptions::check_partitions`], checks that the
+    /// server maps keys with [`ClientOptions::partitions`].
+    pub async fn connect_with(url: &str, opts: ClientOptions) -> Result<Client, ConnectError> {
+        opts.validate().map_err(ConnectError::Options)?;
+        let nats = async_nats::ConnectOptions::new()
+            .name(&opts.name)
+            .connect(sluice_core::nats_config::server_urls(url))
+            .await
+            .map_err(|source| ConnectError::Nats {
+                url: url.to_string(),
+                source,
+            })?;
+        Client::with_connection(nats, opts).await
+    }
+
+    /// Uses an existing NATS connection (for custom connect options).
+    pub async fn with_connection(
+        nats: async_nats::Client,
+        opts: ClientOptions,
+    ) -> Result<Client, ConnectError> {
+        opts.validate().map_err(ConnectError::Options)?;
+        if opts.batching && opts.check_partitions {
+            probe::check_partitions(&nats, opts.partitions).await?;
+        }
+        let partitions = opts.partitions as usize;
+        let inner = Inner {
+            deny: opts
+                .deny_cache
+                .then(|| DenyCache::new(opts.deny_cache_capacity)),
+            local: LocalLimiter::new(opts.policies.clone(), opts.clock.clone()),
+            batcher: opts.batching.then(|| Batcher::new(opts.partitions)),
+            silent_since: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
+            stats: Counters::default(),
+            nats,
+            opts,
+        };
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Asks for one unit of the `default` policy.
+    pub async fn allow(&self, key: impl AsRef<[u8]>) -> Result<Answer, Error> {
+        self.ask(key, DEFAULT_POLICY, 1).await
+    }
+
+    /// Asks for `cost` units of `policy` for `key` (any bytes; the client
+    /// percent-encodes it). A cost of 0 looks without consuming
+    /// ([`Client::peek`]).
+    pub async fn ask(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+    ) -> Result<Answer, Error> {
+        let inner = &self.inner;
+        let token = prepare(key.as_ref(), policy, cost)?;
+        inner.stats.asks.fetch_add(1, Ordering::Relaxed);
+        if let Some(answer) = inner
+            .deny
+            .as_ref()
+            .and_then(|d| d.get(policy, &token, cost))
+        {
+            inner.stats.deny_cache.fetch_add(1, Ordering::Relaxed);
+            return Ok(answer);
+        }
+        let deadline = Instant::now() + inner.opts.timeout;
+        let partition = partition_of(&token, inner.opts.partitions);
+        let outcome = if inner.batcher.is_some() {
+            inner
+                .ask_batched(&token, policy, cost, partition, deadline)
+                .await
+        } else {
+            inner
+                .single(&token, policy, cost, partition, deadline)
+                .await
+        };
+        inner.conclude(&token, policy, cost, outcome, Op::Allow)
+    }
+
+    /// Whether one unit of `policy` would be allowed for `key` now, without
+    /// consuming anything (cost 0).
+    pub async fn peek(&self, key: impl AsRef<[u8]>, policy: &str) -> Result<Answer, Error> {
+        self.ask(key, policy, 0).await
+    }
+
+    /// Counts `cost` units of usage already served (CONTRACT §2): one
+    /// publish to `rl.hit.<key>`, no reply, no fallback (a hit published
+    /// while no worker owns the key's partition is lost).
+    pub async fn hit(&self, key: impl AsRef<[u8]>, policy: &str, cost: u64) -> Result<(), Error> {
+        let token = prepare(key.as_ref(), policy, cost)?;
+        let body = request_body(policy, cost);
+        self.inner
+            .nats
+            .publish(Verb::Hit.client_subject(&token), body)
+            .await
+            .map_err(|e| Error::Unavailable(format!("cannot publish the hit: {e}")))?;
+        self.inner.stats.hits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Counts `cost` units like [`Client::hit`], but as a request: the answer
+    /// is what a peek would say after the hit. When no worker answers, the
+    /// fallback applies (`local` records the hit locally).
+    pub async fn hit_and_peek(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+    ) -> Result<Answer, Error> {
+        let inner = &self.inner;
+        let token = prepare(key.as_ref(), policy, cost)?;
+        inner.stats.hits.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + inner.opts.timeout;
+        let partition = partition_of(&token, inner.opts.partitions);
+        let subject = Verb::Hit.client_subject(&token);
+        let outcome = inner
+            .round_trip(
+                &subject,
+                &request_body(policy, cost),
+                partition,
+                deadline,
+                decode_single,
+            )
+            .await;
+        // The answer is a peek's: cache a denial as one of cost 0.
+        inner.conclude(&token, policy, 0, outcome, Op::Record)
+    }
+
+    /// Counters of what this client (and its clones) did.
+    pub fn stats(&self) -> ClientStats {
+        self.inner.stats.snapshot()
+    }
+
+    /// True while the NATS connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.inner.nats.connection_state() == State::Connected
+    }
+
+    /// The NATS connection (e.g. to flush or to read its statistics).
+    pub fn nats(&self) -> &async_nats::Client {
+        &self.inner.nats
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.opts
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("options", &self.inner.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks what can be checked before sending; returns the key token.
+fn prepare(key: &[u8], policy: &str, cost: u64) -> Result<String, Error> {
+    let token = try_encode_key(key).map_err(|e| Error::BadRequest(e.to_string()))?;
+    if !wire::is_valid_policy_name(policy) {
+        return Err(Error::BadRequest(format!(
+            "the policy name {policy:?} is not valid; policy names are 1 to {} characters of A-Z, a-z, 0-9, '_' and '-'",
+            wire::MAX_POLICY_NAME
+        )));
+    }
+    if cost > MAX_COST {
+        return Err(Error::BadRequest(format!(
+            "cost {cost} is absurd; no request may cost more than {MAX_COST}"
+        )));
+    }
+    Ok(token)
+}
+
+/// The request body: empty for the defaults (the cheapest request), else a
+/// MessagePack map with what differs.
+pub(crate) fn request_body(policy: &str, cost: u64) -> Bytes {
+    let policy = (policy != DEFAULT_POLICY).then_some(policy);
+    let cost = (cost != wire::DEFAULT_COST).then_some(cost);
+    wire::encode_request(policy, cost, Encoding::MsgPack).into()
+}
+
+/// A single reply: a decision or an error; a 503 is worth a retry.
+pub(crate) fn decode_single(msg: &async_nats::Message) -> Decoded<Reply> {
+    match wire::decode_reply(&msg.payload) {
+        Ok(Reply::Error(e)) if e.code == ErrorCode::Unavailable => {
+            Decoded::Retry(NoAnswer::Unavailable(e.message))
+        }
+        Ok(reply) => Decoded::Done(reply),
+        Err(e) => {
+            tracing::warn!(subject = %msg.subject, "{e}");
+            Decoded::Fail(NoAnswer::Malformed(e.to_string()))
+        }
+    }
+}
+
+impl Inner {
+    /// One ask on its own: `rl.allow.<key>`, through the server's mapping.
+    pub(crate) async fn single(
+        &self,
+        token: &str,
+        policy: &str,
+        cost: u64,
+        partition: u32,
+        deadline: Instant,
+    ) -> Result<Reply, NoAnswer> {
+        let subject = Verb::Allow.client_subject(token);
+        self.round_trip(
+            &subject,
+            &request_body(policy, cost),
+            partition,
+            deadline,
+            decode_single,
+        )
+        .await
+    }
+
+    /// One request with the no-responders retries, until `deadline`.
+    pub(crate) async fn round_trip<T>(
+        &self,
+        subject: &str,
+        body: &Bytes,
+        partition: u32,
+        deadline: Instant,
+        decode: impl Fn(&async_nats::Message) -> Decoded<T>,
+    ) -> Result<T, NoAnswer> {
+        let mut attempt = 0;
+        loop {
+            if self.nats.connection_state() != State::Connected {
+                return Err(NoAnswer::Disconnected);
+            }
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
+            if left.is_zero() {
+                return Err(NoAnswer::TimedOut);
+            }
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+            let request = async_nats::Request::new()
+                .payload(body.clone())
+                .timeout(Some(left));
+            let why = match self.nats.send_request(subject.to_string(), request).await {
+                Ok(msg) => {
+                    self.mark_up(partition);
+                    match decode(&msg) {
+                        Decoded::Done(t) => return Ok(t),
+                        Decoded::Fail(why) => return Err(why),
+                        Decoded::Retry(why) => why,
+                    }
+                }
+                Err(e) => match e.kind() {
+                    RequestErrorKind::NoResponders => {
+                        self.stats.no_responders.fetch_add(1, Ordering::Relaxed);
+                        self.mark_silent(partition);
+                        NoAnswer::NoResponders
+                    }
+                    RequestErrorKind::TimedOut => {
+                        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                        return Err(NoAnswer::TimedOut);
+                    }
+                    _ => return Err(NoAnswer::Other(e.to_string())),
+                },
+            };
+            // A partition silent for longer than a handover takes is down:
+            // fall back after this one try instead of retrying.
+            let down = matches!(why, NoAnswer::NoResponders)
+                && self.silent_for(partition) >= self.opts.down_after;
+            if attempt >= self.opts.no_responders_retries || down {
+                return Err(why);
+            }
+            let pause = self.opts.no_responders_backoff * (1u32 << attempt.min(16));
+            let retry_at = Instant::now() + pause;
+            if retry_at >= deadline {
+                // No time left for another try: say why now rather than later.
+                return Err(why);
+            }
+            attempt += 1;
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep_until(retry_at.into()).await;
+        }
+    }
+
+    /// Turns a worker's reply (or its absence) into the caller's result.
+    pub(crate) fn conclude(
+        &self,
+        token: &str,
+        policy: &str,
+        cost: u64,
+        outcome: Result<Reply, NoAnswer>,
+        op: Op,
+    ) -> Result<Answer, Error> {
+        match outcome {
+            Ok(Reply::Decision(d)) => {
+                self.stats.worker.fetch_add(1, Ordering::Relaxed);
+                let answer = Answer::from_reply(d, Source::Worker);
+                if let Some(deny) = &self.deny {
+                    deny.insert(token, cost, &answer);
+                }
+                Ok(answer)
+            }
+            Ok(Reply::Error(e)) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e.into())
+            }
+            Err(why) => self.fallback(token, policy, cost, why, op),
+        }
+    }
+
+    fn fallback(
+        &self,
+        token: &str,
+        policy: &str,
+        cost: u64,
+        why: NoAnswer,
+        op: Op,
+    ) -> Result<Answer, Error> {
+        tracing::debug!(
+            key = token,
+            policy,
+            "no worker answered ({why}); fallback {}",
+            self.opts.fallback
+        );
+        match self.opts.fallback {
+            Fallback::Open => {
+                self.stats.fallback_open.fetch_add(1, Ordering::Relaxed);
+                Ok(self.local.open(policy, cost))
+            }
+            Fallback::Local => {
+                self.stats.fallback_local.fetch_add(1, Ordering::Relaxed);
+                self.local.decide(token, policy, cost, op)
+            }
+            Fallback::Closed => {
+                self.stats.fallback_closed.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Unavailable(format!(
+                    "no sluice worker answered for key {token} ({why}), and the fallback is \"closed\""
+                )))
+            }
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How long the partition has answered only "no responders".
+    fn silent_for(&self, partition: u32) -> Duration {
+        match self.silent_since[partition as usize].load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since - 1)),
+        }
+    }
+
+    fn mark_silent(&self, partition: u32) {
+        let slot = &self.silent_since[partition as usize];
+        if slot.load(Ordering::Relaxed) == 0 {
+            let _ =
+                slot.compare_exchange(0, self.now_ms() + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn mark_up(&self, partition: u32) {
+        let slot = &self.silent_since[partition as usize];
+        if slot.load(Ordering::Relaxed) != 0 {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepare_encodes_keys_and_refuses_what_no_worker_accepts() {
+        assert_eq!(prepare(b"bob@x.io", "default", 1).unwrap(), "bob%40x%2Eio");
+        assert!(matches!(
+            prepare(b"", "default", 1),
+            Err(Error::BadRequest(_))
+        ));
+        let long = vec![b'@'; 86]; // 258 bytes encoded
+        let e = prepare(&long, "default", 1).unwrap_err();
+        assert_eq!(e.status(), 400);
+        assert!(e.message().contains("256"), "{e}");
+        assert!(prepare(&[b'a'; 256], "default", 1).is_ok());
+        assert!(matches!(prepare(b"a", "a.b", 1), Err(Error::BadRequest(_))));
+        assert!(matches!(
+            prepare(b"a", "default", MAX_COST + 1),
+            Err(Error::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn the_default_ask_has_an_empty_body() {
+        assert!(request_body("default", 1).is_empty());
+        let body = request_body("login", 3);
+        let r = wire::decode_request(&body).unwrap();
+        assert_eq!((&*r.policy, r.cost), ("login", 3));
+        let peek = request_body("default", 0);
+        let r = wire::decode_request(&peek).unwrap();
+        assert_eq!((&*r.policy, r.cost), ("default", 0));
+    }
+}

@@ -1,0 +1,213 @@
+//! The deny cache: a denial with a retry time is remembered, and asks for the
+//! same key and policy are answered from it until then, with no network.
+//!
+//! Why this is safe: `retry_after` is the earliest time at which *the same
+//! request* can be allowed, and nothing but time makes a key less used (other
+//! callers only use it up further). So until then, any ask of that key and
+//! policy with at least the denied cost would be denied by the worker too.
+//! An ask with a *smaller* cost might fit earlier, so it goes to the worker;
+//! a peek (cost 0) asks about one unit, so it counts as cost 1 here.
+//!
+//! What it does not see: a config change that raises the limit, or counters
+//! lost in a crash of a worker in snapshot mode. Both can only make the
+//! worker allow sooner, so the cache errs on the side of denying, for at most
+//! the retry time it was told.
+//!
+//! The retry time is counted from when the reply arrived, which is a little
+//! after the worker decided (and `retry_after_ms` is rounded up), so the
+//! cache never answers past the real retry time.
+//!
+//! Storage: sharded `Mutex<HashMap>`s (the lookup runs on every ask, so it
+//! must be cheap and rarely contended); expired entries are dropped when a
+//! shard grows, and a full cache stops caching rather than evicting.
+
+use crate::answer::{Answer, Source};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Mutex;
+use std::time::Instant;
+
+const SHARDS: usize = 16;
+
+#[derive(Clone, Debug)]
+struct Denied {
+    until: Instant,
+    cost: u64,
+    limit: u64,
+    remaining: u64,
+    reset_at: Instant,
+}
+
+pub(crate) struct DenyCache {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    per_shard: usize,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<String, Denied>,
+    /// Prune expired entries when the map reaches this size.
+    prune_at: usize,
+}
+
+impl DenyCache {
+    pub(crate) fn new(capacity: usize) -> DenyCache {
+        let per_shard = capacity.div_ceil(SHARDS).max(1);
+        DenyCache {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        map: HashMap::new(),
+                        prune_at: 64.min(per_shard),
+                    })
+                })
+                .collect(),
+            hasher: RandomState::new(),
+            per_shard,
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        let i = self.hasher.hash_one(key) as usize % SHARDS;
+        &self.shards[i]
+    }
+
+    /// The cached denial for `policy`/`token` that covers `cost`, if any.
+    pub(crate) fn get(&self, policy: &str, token: &str, cost: u64) -> Option<Answer> {
+        let key = cache_key(policy, token);
+        let now = Instant::now();
+        let shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
+        let d = shard.map.get(&key)?;
+        if now >= d.until || cost.max(1) < d.cost {
+            return None;
+        }
+        Some(Answer {
+            allowed: false,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset: d.reset_at.saturating_duration_since(now),
+            retry_after: d.until - now,
+            policy: policy.to_string(),
+            source: Source::DenyCache,
+        })
+    }
+
+    /// Remembers a worker's denial of `cost` (a peek counts as 1).
+    pub(crate) fn insert(&self, token: &str, cost: u64, answer: &Answer) {
+        if answer.allowed || answer.retry_after.is_zero() {
+            return;
+        }
+        let key = cache_key(&answer.policy, token);
+        let now = Instant::now();
+        let denied = Denied {
+            until: now + answer.retry_after,
+            cost: cost.max(1),
+            limit: answer.limit,
+            remaining: answer.remaining,
+            reset_at: now + answer.reset,
+        };
+        let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
+        if shard.map.len() >= shard.prune_at && !shard.map.contains_key(&key) {
+            shard.map.retain(|_, d| d.until > now);
+            shard.prune_at = (shard.map.len() * 2).clamp(64.min(self.per_shard), self.per_shard);
+            if shard.map.len() >= self.per_shard {
+                return;
+            }
+        }
+        // A smaller denied cost covers more asks; keep the smallest one that
+        // is still in force, or the later one for equal costs.
+        match shard.map.get_mut(&key) {
+            Some(old) if old.until > now && old.cost < denied.cost => {}
+            Some(old) => *old = denied,
+            None => {
+                shard.map.insert(key, denied);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap().map.len())
+            .sum()
+    }
+}
+
+/// Policy names have no `/` (CONTRACT: `[A-Za-z0-9_-]`), so this is unambiguous.
+fn cache_key(policy: &str, token: &str) -> String {
+    let mut k = String::with_capacity(policy.len() + 1 + token.len());
+    k.push_str(policy);
+    k.push('/');
+    k.push_str(token);
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn denial(retry_ms: u64) -> Answer {
+        Answer {
+            allowed: false,
+            limit: 5,
+            remaining: 0,
+            reset: Duration::from_millis(retry_ms * 2),
+            retry_after: Duration::from_millis(retry_ms),
+            policy: "default".into(),
+            source: Source::Worker,
+        }
+    }
+
+    #[test]
+    fn a_denial_answers_the_same_or_a_larger_cost_until_its_retry_time() {
+        let cache = DenyCache::new(100);
+        cache.insert("alice", 2, &denial(60_000));
+        let a = cache.get("default", "alice", 2).expect("cached");
+        assert_eq!(a.source, Source::DenyCache);
+        assert!(!a.allowed);
+        assert!(a.retry_after <= Duration::from_millis(60_000));
+        assert!(a.retry_after > Duration::from_millis(59_000));
+        assert!(cache.get("default", "alice", 5).is_some());
+        assert!(
+            cache.get("default", "alice", 1).is_none(),
+            "a smaller cost may fit"
+        );
+        assert!(cache.get("other", "alice", 2).is_none(), "another policy");
+        assert!(cache.get("default", "bob", 2).is_none(), "another key");
+    }
+
+    #[test]
+    fn a_peek_counts_as_one_unit() {
+        let cache = DenyCache::new(100);
+        cache.insert("alice", 0, &denial(60_000));
+        assert!(cache.get("default", "alice", 0).is_some());
+        assert!(cache.get("default", "alice", 1).is_some());
+    }
+
+    #[test]
+    fn expired_denials_answer_nothing() {
+        let cache = DenyCache::new(100);
+        cache.insert("alice", 1, &denial(0));
+        assert!(
+            cache.get("default", "alice", 1).is_none(),
+            "no retry time, not cached"
+        );
+        let mut short = denial(1);
+        short.retry_after = Duration::from_nanos(1);
+        cache.insert("alice", 1, &short);
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(cache.get("default", "alice", 1).is_none());
+    }
+
+    #[test]
+    fn a_full_cache_drops_expired_entries_then_stops_caching() {
+        let cache = DenyCache::new(SHARDS * 4);
+        for i in 0..1000 {
+            cache.insert(&format!("k{i}"), 1, &denial(60_000));
+        }
+        assert!(cache.len() <= SHARDS * 4, "bounded: {}", cache.len());
+    }
+}

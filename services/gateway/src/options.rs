@@ -1,0 +1,52 @@
+//! [`GatewayOptions`]: what `sluice gateway` is started with.
+
+use sluice_core::config::Config;
+use sluice_core::wire::DEFAULT_POLICY;
+use std::net::SocketAddr;
+use std::time::Duration;
+use url::Url;
+
+/// The default listen address (CONTRACT §5).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// The default header that names the key in proxy mode.
+pub const DEFAULT_KEY_HEADER: &str = "X-User-Id";
+
+/// How to run a gateway. [`GatewayOptions::new`] gives the defaults.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// Where to listen for HTTP. Default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+    /// The NATS server(s), e.g. `nats://127.0.0.1:4222`.
+    pub nats_url: String,
+    /// The sluice config: `partitions`, `fallback`, and the policies the
+    /// `local` fallback decides with. Use the workers' config file.
+    pub config: Config,
+    /// Proxy mode: every path other than the gateway's own is rate-limited
+    /// and forwarded to this `http://` URL (its path, if any, is a prefix).
+    pub upstream: Option<Url>,
+    /// Proxy mode: the request header that names the key; without it (or
+    /// when it is empty) the key is the client's IP address. Default `X-User-Id`.
+    pub key_header: String,
+    /// Proxy mode: the policy every forwarded request is counted under
+    /// (cost 1). Default `default`.
+    pub proxy_policy: String,
+    /// The most one decision may take before the fallback decides. Default 100 ms.
+    pub timeout: Duration,
+    /// Batch concurrent asks of one partition (see sluice-client). Default true.
+    pub batching: bool,
+}
+
+impl GatewayOptions {
+    pub fn new(nats_url: impl Into<String>, config: Config) -> GatewayOptions {
+        GatewayOptions {
+            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            nats_url: nats_url.into(),
+            config,
+            upstream: None,
+            key_header: DEFAULT_KEY_HEADER.to_string(),
+            proxy_policy: DEFAULT_POLICY.to_string(),
+            timeout: Duration::from_millis(100),
+            batching: true,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Proxy mode (`--upstream URL`): every path that is not the gateway's own
+//! is rate-limited, then forwarded.
+//!
+//! - The key is the value of the key header (default `X-User-Id`), or, when
+//!   the request has none (or an empty one), the client's IP address as seen
+//!   on the TCP connection. `X-Forwarded-For` is not trusted for the key: any
+//!   client could set it.
+//! - Every request costs 1 of the proxy policy (default `default`).
+//! - Denied: 429 with the RateLimit headers, `Retry-After` and the decision
+//!   as JSON; the upstream never sees the request. No worker and fallback
+//!   `closed`: 503. Otherwise the request (method, path, query, headers,
+//!   body) goes to the upstream, and its response (status, headers, body) is
+//!   streamed back with the RateLimit headers added.
+//! - Hop-by-hop headers (`Connection` and the ones it names, `Keep-Alive`,
+//!   `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`, `Proxy-*`) are not
+//!   forwarded either way; `Host` becomes the upstream's; `X-Forwarded-For`
+//!   (appended), `X-Forwarded-Host` and `X-Forwarded-Proto` are set. No
+//!   protocol upgrades (WebSocket) and no TLS.
+
+use crate::metrics::{Outcome, Route};
+use crate::respond;
+use crate::App;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use axum::response::Response;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use url::Url;
+
+/// Where proxied requests go.
+pub(crate) struct Upstream {
+    /// `host:port`
+    authority: String,
+    /// The URL's path without its trailing `/`, prefixed to every request path.
+    prefix: String,
+    http: HttpClient<HttpConnector, Body>,
+}
+
+impl Upstream {
+    pub(crate) fn new(url: &Url) -> anyhow::Result<Upstream> {
+        if url.scheme() != "http" {
+            anyhow::bail!(
+                "upstream {url}: only http:// upstreams are supported (the gateway does no TLS)"
+            );
+        }
+        let host = url
+            .host_str()
+            .ok_or_else(|| anyhow::anyhow!("upstream {url} has no host"))?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        if url.query().is_some() || url.fragment().is_some() {
+            anyhow::bail!("upstream {url}: give a base URL without a query or fragment");
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_nodelay(true);
+        Ok(Upstream {
+            authority: format!("{host}:{port}"),
+            prefix: url.path().trim_end_matches('/').to_string(),
+            http: HttpClient::builder(TokioExecutor::new()).build(connector),
+        })
+    }
+
+    fn target(&self, uri: &Uri) -> Result<Uri, axum::http::Error> {
+        let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+        Uri::builder()
+            .scheme("http")
+            .authority(self.authority.as_str())
+            .path_and_query(format!("{}{path_and_query}", self.prefix))
+            .build()
+    }
+}
+
+pub(crate) async fn proxy(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let Some(upstream) = &app.upstream else {
+        return respond::json_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!(
+                "no such endpoint: {}; the gateway serves /v1/allow/{{key}}, /healthz and /metrics (and proxies other paths when started with --upstream)",
+                request.uri().path()
+            ),
+        );
+    };
+    let started = Instant::now();
+    let key = match request.headers().get(&app.key_header) {
+        Some(v) if !v.is_empty() => v.as_bytes().to_vec(),
+        _ => peer.ip().to_string().into_bytes(),
+    };
+    let answer = app.client.ask(&key, &app.proxy_policy, 1).await;
+    let answer = match answer {
+        Ok(a) if a.allowed => a,
+        other => {
+            app.metrics
+                .observe(Route::Proxy, respond::outcome_of(&other), started.elapsed());
+            return match other {
+                Ok(denied) => respond::decision(&denied),
+                Err(e) => respond::error(&e),
+            };
+        }
+    };
+    let response = forward(upstream, peer, request).await;
+    let outcome = if response.is_ok() {
+        Outcome::Allowed
+    } else {
+        Outcome::UpstreamError
+    };
+    app.metrics
+        .observe(Route::Proxy, outcome, started.elapsed());
+    match response {
+        Ok(mut response) => {
+            respond::put_decision_headers(response.headers_mut(), &answer);
+            response
+        }
+        Err(message) => respond::json_error(StatusCode::BAD_GATEWAY, "bad_gateway", &message),
+    }
+}
+
+async fn forward(
+    upstream: &Upstream,
+    peer: SocketAddr,
+    request: Request,
+) -> Result<Response, String> {
+    let (mut parts, body) = request.into_parts();
+    parts.uri = upstream
+        .target(&parts.uri)
+        .map_err(|e| format!("cannot build the upstream URL: {e}"))?;
+    parts.version = Version::HTTP_11;
+    let original_host = parts.headers.remove(header::HOST);
+    strip_hop_by_hop(&mut parts.headers);
+    let forwarded_for = match parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(prior) => format!("{prior}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+        parts.headers.insert("x-forwarded-for", v);
+    }
+    if let Some(host) = original_host {
+        parts.headers.insert("x-forwarded-host", host);
+    }
+    parts
+        .headers
+        .insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    let response = upstream
+        .http
+        .request(Request::from_parts(parts, body))
+        .await
+        .map_err(|e| format!("the upstream {} did not answer: {e}", upstream.authority))?;
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Ok(Response::from_parts(parts, Body::new(body)))
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Removes the headers that describe one connection, not the message
+/// (RFC 9110 §7.6.1), including those the `Connection` header names.
+/// `Transfer-Encoding` goes too: hyper frames the body itself.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::TRANSFER_ENCODING);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_keep_path_and_query_under_the_upstream_prefix() {
+        let u = Upstream::new(&Url::parse("http://127.0.0.1:9000/api/").unwrap()).unwrap();
+        let t = u.target(&"/users/7?x=1&y=%20".parse().unwrap()).unwrap();
+        assert_eq!(t.to_string(), "http://127.0.0.1:9000/api/users/7?x=1&y=%20");
+        let u = Upstream::new(&Url::parse("http://localhost").unwrap()).unwrap();
+        assert_eq!(
+            u.target(&"/".parse().unwrap()).unwrap().to_string(),
+            "http://localhost:80/"
+        );
+        assert!(Upstream::new(&Url::parse("https://example.com").unwrap()).is_err());
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_not_forwarded() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("close, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-user-id", HeaderValue::from_static("alice"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-user-id"));
+    }
+}

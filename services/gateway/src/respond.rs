@@ -1,0 +1,84 @@
+//! Responses: decisions (200 / 429 with RateLimit headers) and errors
+//! (`{error, message}` with the CONTRACT §1 status), always JSON.
+
+use crate::metrics::Outcome;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sluice_client::{Answer, Error};
+use sluice_core::wire::{Encoding, ErrorCode, ErrorReply};
+
+/// Says who decided: `worker`, `deny_cache`, `fallback_open`, `fallback_local`.
+pub const SOURCE_HEADER: &str = "Sluice-Source";
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// Puts the RateLimit headers of `answer` (and, when denied, Retry-After)
+/// and the source header into `headers`, replacing any of the same name.
+pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
+    for (name, value) in answer.headers() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(lower(name)), value);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static("sluice-source"),
+        HeaderValue::from_static(answer.source.as_str()),
+    );
+}
+
+/// `HeaderName::from_static` wants lower case.
+fn lower(name: &'static str) -> &'static str {
+    match name {
+        "RateLimit-Limit" => "ratelimit-limit",
+        "RateLimit-Remaining" => "ratelimit-remaining",
+        "RateLimit-Reset" => "ratelimit-reset",
+        "Retry-After" => "retry-after",
+        _ => "x-sluice-unknown",
+    }
+}
+
+/// 200 when allowed, 429 when denied; the decision as JSON.
+pub(crate) fn decision(answer: &Answer) -> Response {
+    let status = if answer.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = (status, answer.to_reply().encode(Encoding::Json)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, JSON);
+    put_decision_headers(headers, answer);
+    response
+}
+
+/// An error reply with its status.
+pub(crate) fn error(e: &Error) -> Response {
+    error_reply(&e.to_reply())
+}
+
+pub(crate) fn error_reply(reply: &ErrorReply) -> Response {
+    let status = StatusCode::from_u16(reply.code.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    json_error(status, reply.code.word(), &reply.message)
+}
+
+/// A JSON `{error, message}` body with any status (e.g. 404 `not_found`,
+/// 502 `bad_gateway`, which are not sluice error codes).
+pub(crate) fn json_error(status: StatusCode, word: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "error": word, "message": message }).to_string();
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+    response
+}
+
+pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
+    match result {
+        Ok(a) if a.allowed => Outcome::Allowed,
+        Ok(_) => Outcome::Denied,
+        Err(e) => match e.code() {
+            ErrorCode::BadRequest => Outcome::BadRequest,
+            ErrorCode::UnknownPolicy => Outcome::UnknownPolicy,
+            ErrorCode::TooLarge => Outcome::TooLarge,
+            ErrorCode::Unavailable => Outcome::Unavailable,
+        },
+    }
+}

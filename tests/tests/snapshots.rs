@@ -1,0 +1,187 @@
+//! Snapshots against a real nats-server: a partition far larger than the
+//! 1 MiB max payload round-trips through chunks, generations replace each
+//! other without leftovers, and a stale writer is fenced off.
+
+use sluice_core::config::Config;
+use sluice_core::nats_config::NatsServerConfig;
+use sluice_core::policy::Policy;
+use sluice_core::time::Nanos;
+use sluice_tests::NatsServer;
+use sluice_worker::counters::{counter_key, Counters, Op};
+use sluice_worker::snapshot::{self, Manifest, CHUNK_BYTES};
+use sluice_worker::store::{StoreOptions, Stores};
+use std::time::Duration;
+
+async fn stores(nats: &NatsServer) -> Stores {
+    let client = nats.connect().await.unwrap();
+    Stores::open(
+        client,
+        &StoreOptions {
+            lease_ttl: Duration::from_secs(3),
+            replicas: 1,
+            journal: false,
+            journal_max_age: Duration::from_secs(3600),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn filled(policy: &Policy, keys: usize, now: Nanos) -> Counters {
+    let counters = Counters::new();
+    let mut key = String::new();
+    for i in 0..keys {
+        counter_key(&mut key, policy.name(), &format!("user-{i}"));
+        counters.apply(policy, &key, now, Op::Allow(1));
+    }
+    counters
+}
+
+/// Counters stay cached for as long as their window (real time), so a
+/// long window keeps them while the test fills 120 000 of them.
+fn hourly() -> Config {
+    Config::from_toml(
+        "[policies.default]\nalgorithm = \"sliding_window\"\nlimits = [ { max = 10, per = \"1h\" } ]\n",
+        "test.toml",
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload() {
+    let nats = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let stores = stores(&nats).await;
+    let config = hourly();
+    let policy = config.default_policy();
+    let now = Nanos::from_secs(1_800_000_000);
+    let counters = filled(policy, 120_000, now);
+    let entries = counters.export();
+    assert_eq!(entries.len(), 120_000);
+
+    let manifest = Manifest {
+        gen: "1x1".into(),
+        lease_rev: 7,
+        ..Default::default()
+    };
+    snapshot::write(
+        &stores.js,
+        &stores.snapshots,
+        3,
+        &entries,
+        manifest,
+        0,
+        None,
+    )
+    .await
+    .unwrap();
+    let (read, _) = snapshot::read_manifest(&stores.snapshots, 3).await.unwrap();
+    let read = read.expect("a manifest was written");
+    assert!(
+        read.bytes as usize > 1024 * 1024,
+        "bigger than one message: {} bytes",
+        read.bytes
+    );
+    assert_eq!(
+        read.chunks as usize,
+        (read.bytes as usize).div_ceil(CHUNK_BYTES)
+    );
+    assert_eq!(read.entries, 120_000);
+
+    let restored = snapshot::read_entries(&stores.snapshots, 3, &read)
+        .await
+        .unwrap();
+    let fresh = Counters::new();
+    assert_eq!(
+        fresh.import(restored, now, |name| config.policy(name)),
+        120_000
+    );
+    // The restored counters carry the counts: every key has one request fewer left.
+    let mut key = String::new();
+    counter_key(&mut key, policy.name(), "user-119999");
+    let d = fresh.apply(policy, &key, now, Op::Allow(0));
+    assert_eq!(d.remaining, policy.limits()[0].max() - 1);
+}
+
+#[tokio::test]
+async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
+    let nats = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let stores = stores(&nats).await;
+    let config = hourly();
+    let now = Nanos::from_secs(1_800_000_000);
+    let entries = filled(config.default_policy(), 50_000, now).export();
+    let first = Manifest {
+        gen: "1x1".into(),
+        lease_rev: 1,
+        ..Default::default()
+    };
+    let rev1 = snapshot::write(&stores.js, &stores.snapshots, 5, &entries, first, 0, None)
+        .await
+        .unwrap();
+    let second = Manifest {
+        gen: "1x2".into(),
+        lease_rev: 1,
+        ..Default::default()
+    };
+    snapshot::write(
+        &stores.js,
+        &stores.snapshots,
+        5,
+        &entries[..10],
+        second,
+        rev1,
+        Some("1x1"),
+    )
+    .await
+    .unwrap();
+    let (m, _) = snapshot::read_manifest(&stores.snapshots, 5).await.unwrap();
+    assert_eq!(m.unwrap().gen, "1x2");
+    assert_eq!(
+        stores.snapshots.get("p.5.g1x1.c0").await.unwrap(),
+        None,
+        "old chunks are gone"
+    );
+    assert!(stores.snapshots.get("p.5.g1x2.c0").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapshot() {
+    let nats = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let stores = stores(&nats).await;
+    let old = Manifest {
+        gen: "1x1".into(),
+        lease_rev: 1,
+        ..Default::default()
+    };
+    let rev = snapshot::write(&stores.js, &stores.snapshots, 9, &[], old, 0, None)
+        .await
+        .unwrap();
+    // The new owner fences the manifest with its lease revision.
+    let fenced = Manifest {
+        gen: "1x1".into(),
+        lease_rev: 40,
+        worker: "new".into(),
+        ..Default::default()
+    };
+    snapshot::write_manifest(&stores.snapshots, 9, &fenced, rev)
+        .await
+        .unwrap();
+    // The old owner's late snapshot still expects the revision it knew.
+    let late = Manifest {
+        gen: "1x9".into(),
+        lease_rev: 1,
+        ..Default::default()
+    };
+    let err = snapshot::write(
+        &stores.js,
+        &stores.snapshots,
+        9,
+        &[],
+        late,
+        rev,
+        Some("1x1"),
+    )
+    .await;
+    assert!(err.is_err(), "the stale write must fail");
+    let (m, _) = snapshot::read_manifest(&stores.snapshots, 9).await.unwrap();
+    assert_eq!(m.unwrap().worker, "new");
+}
