@@ -82,7 +82,6 @@ pub struct TargetSpec {
     /// The raw keys, by key number (batching client, Redis).
     pub keys: Arc<Vec<String>>,
     pub body: Bytes,
-    #[allow(dead_code)] // read by the batching client target
     pub policy: String,
     pub cost: u64,
     /// Script arguments (Redis): derived from the policy's first limit.
