@@ -127,6 +127,23 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
     let rate = r["throughput"].as_f64().unwrap();
     assert!((350.0..=650.0).contains(&rate), "about 500/s: {r}");
 
+    // The batching client: same report, plus what the client did.
+    let r = bench(
+        &url,
+        &[
+            "--client", "batching", "-d", "1s", "--warmup", "0s", "-c", "32", "-m", "1",
+        ],
+    );
+    assert_report(&r);
+    assert_eq!(r["client"], "batching");
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+    let stats = &r["client_stats"];
+    assert!(
+        stats["asks"].as_u64().unwrap() >= r["requests"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert!(stats["batches"].is_u64(), "{r}");
+
     // Only wait until every partition answers.
     let r = bench(&url, &["-n", "0"]);
     assert!(r["ready_ms"].is_u64(), "{r}");
