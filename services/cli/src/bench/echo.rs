@@ -1,0 +1,158 @@
+//! `sluice bench --serve-echo`: a bare responder on the workers' subjects
+//! that decides nothing, for the ceiling of NATS request-reply on this
+//! machine. It answers every `rl.p.<n>.allow.<key>` with the same canned
+//! decision (same headers and body size as a worker's first answer under
+//! the default policy), and every `rl.p.<n>.batch` with that decision once
+//! per item, so both the plain subject and the batching client can be
+//! measured against it. Several echo processes share the load (one queue
+//! group). One connection, one current-thread runtime, like a worker.
+
+use anyhow::{Context as _, Result};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_core::policy::Decision;
+use sluice_core::time::Nanos;
+use sluice_core::wire::{self, batch, DecisionReply, Encoding, Reply};
+
+const QUEUE: &str = "sluice-echo";
+
+pub fn serve(url: &str) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = async_nats::ConnectOptions::new()
+            .name("sluice-bench-echo")
+            .connect(url)
+            .await
+            .with_context(|| format!("cannot connect to NATS at {url}"))?;
+        let mut subs = futures::stream::select_all([
+            client
+                .queue_subscribe("rl.p.*.allow.*", QUEUE.into())
+                .await?,
+            client.queue_subscribe("rl.p.*.hit.*", QUEUE.into()).await?,
+            client.queue_subscribe("rl.p.*.batch", QUEUE.into()).await?,
+        ]);
+        client.flush().await?;
+        tracing::info!(%url, "echo responder answering rl.p.*.allow.*, rl.p.*.hit.*, rl.p.*.batch");
+        let canned = Canned::new();
+        let stop = crate::signals::terminate();
+        tokio::pin!(stop);
+        let mut answered: u64 = 0;
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                msg = subs.next() => {
+                    let Some(msg) = msg else { break };
+                    let Some(reply) = msg.reply else { continue };
+                    answered += 1;
+                    let result = if msg.subject.ends_with(".batch") {
+                        let n = batch_len(&msg.payload).unwrap_or(0);
+                        client.publish(reply, canned.batch(n)).await
+                    } else {
+                        client
+                            .publish_with_headers(reply, canned.headers.clone(), canned.body.clone())
+                            .await
+                    };
+                    if let Err(e) = result {
+                        tracing::warn!("cannot reply: {e}");
+                    }
+                }
+            }
+        }
+        tracing::info!(answered, "echo responder stopped");
+        let _ = client.drain().await;
+        Ok(())
+    })
+}
+
+struct Canned {
+    headers: HeaderMap,
+    body: Bytes,
+    /// Batch replies by item count, made on first use.
+    batches: std::cell::RefCell<Vec<Option<Bytes>>>,
+    decision: DecisionReply,
+}
+
+impl Canned {
+    fn new() -> Canned {
+        let decision = Decision {
+            allowed: true,
+            limit: 15,
+            remaining: 14,
+            reset: Nanos::from_millis(67),
+            retry_after: Nanos::ZERO,
+        };
+        let mut headers = HeaderMap::new();
+        for (name, value) in wire::decision_headers(&decision) {
+            headers.insert(name, value.as_str());
+        }
+        Canned {
+            headers,
+            body: wire::encode_decision(&decision, "default", Encoding::MsgPack).into(),
+            batches: std::cell::RefCell::new(vec![None; batch::MAX_ITEMS + 1]),
+            decision: DecisionReply::new(&decision, "default"),
+        }
+    }
+
+    fn batch(&self, n: usize) -> Bytes {
+        let n = n.min(batch::MAX_ITEMS);
+        let mut cache = self.batches.borrow_mut();
+        cache[n]
+            .get_or_insert_with(|| {
+                let results = vec![Reply::Decision(self.decision.clone()); n];
+                batch::encode_reply(&results).into()
+            })
+            .clone()
+    }
+}
+
+/// The item count of a batch body (`{"items": [...]}`), read from the
+/// array header without decoding the items.
+fn batch_len(body: &[u8]) -> Option<usize> {
+    let rest = body.strip_prefix(b"\x81\xa5items")?;
+    match *rest.first()? {
+        b @ 0x90..=0x9f => Some((b & 0x0f) as usize),
+        0xdc => Some(u16::from_be_bytes([*rest.get(1)?, *rest.get(2)?]) as usize),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::key::KeyToken;
+    use std::borrow::Cow;
+
+    #[test]
+    fn batch_len_reads_the_item_count_of_real_batches() {
+        for n in [1usize, 15, 16, 255, 256] {
+            let tokens: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            let items: Vec<batch::Item<'_>> = tokens
+                .iter()
+                .map(|t| batch::Item {
+                    key: KeyToken::parse(t).unwrap(),
+                    policy: Cow::Borrowed("default"),
+                    cost: 1,
+                })
+                .collect();
+            let body = batch::encode_request(&items);
+            assert_eq!(batch_len(&body), Some(n));
+        }
+        assert_eq!(batch_len(b""), None);
+    }
+
+    #[test]
+    fn canned_replies_decode_as_decisions() {
+        let c = Canned::new();
+        match wire::decode_reply(&c.body).unwrap() {
+            Reply::Decision(d) => assert!(d.allowed),
+            other => panic!("{other:?}"),
+        }
+        let replies = batch::decode_reply(&c.batch(3), 3).unwrap();
+        assert_eq!(replies.len(), 3);
+        assert_eq!(c.body.len(), 69);
+    }
+}

@@ -1,0 +1,119 @@
+//! Waiting until every partition answers: before a load (so a run does not
+//! measure a stack that is still starting), and to time a restore after a
+//! crash (`--requests 0`).
+
+use anyhow::{bail, Result};
+use async_nats::client::RequestErrorKind;
+use futures::future::join_all;
+use sluice_core::partition::partition_of;
+use sluice_core::wire::{self, Encoding, SERVICE_ERROR, SERVICE_ERROR_CODE};
+use std::time::{Duration, Instant};
+
+/// A key token of each partition (`ready-<i>`), by partition.
+pub fn probe_keys(partitions: u32) -> Vec<String> {
+    let mut keys = vec![None; partitions as usize];
+    let mut left = partitions;
+    let mut i = 0u64;
+    while left > 0 {
+        let k = format!("ready-{i}");
+        let p = partition_of(&k, partitions) as usize;
+        if keys[p].is_none() {
+            keys[p] = Some(k);
+            left -= 1;
+        }
+        i += 1;
+    }
+    keys.into_iter().map(|k| k.expect("filled")).collect()
+}
+
+/// Asks every partition (cost 0, so nothing is consumed) until each has
+/// given a decision; returns how long that took. A 503 or no responders
+/// means "not yet"; any other error reply (say, an unknown policy) is fatal.
+pub async fn wait_ready(
+    url: &str,
+    partitions: u32,
+    policy: &str,
+    timeout: Duration,
+) -> Result<Duration> {
+    let started = Instant::now();
+    let client = async_nats::connect(url).await?;
+    let body: bytes::Bytes = wire::encode_request(
+        (policy != wire::DEFAULT_POLICY).then_some(policy),
+        Some(0),
+        Encoding::MsgPack,
+    )
+    .into();
+    let mut pending: Vec<(u32, String)> = probe_keys(partitions)
+        .into_iter()
+        .enumerate()
+        .map(|(p, k)| (p as u32, k))
+        .collect();
+    let mut last_problem = String::new();
+    loop {
+        let asks = pending.iter().map(|(_, key)| {
+            let req = async_nats::Request::new()
+                .payload(body.clone())
+                .timeout(Some(Duration::from_millis(500)));
+            client.send_request(format!("rl.allow.{key}"), req)
+        });
+        let results = join_all(asks).await;
+        let mut still = Vec::new();
+        for ((p, key), result) in pending.into_iter().zip(results) {
+            match result {
+                Ok(msg) => {
+                    let headers = msg.headers.as_ref();
+                    match headers.and_then(|h| h.get(SERVICE_ERROR_CODE)) {
+                        None => {}
+                        Some(code) if code.as_str() == "503" => {
+                            last_problem = format!("partition {p} answers 503");
+                            still.push((p, key));
+                        }
+                        Some(code) => {
+                            let why = headers
+                                .and_then(|h| h.get(SERVICE_ERROR))
+                                .map(|v| v.as_str().to_string())
+                                .unwrap_or_default();
+                            bail!("partition {p} answered error {}: {why}", code.as_str());
+                        }
+                    }
+                }
+                Err(e) => {
+                    last_problem = match e.kind() {
+                        RequestErrorKind::NoResponders => {
+                            format!("no responders for partition {p}")
+                        }
+                        RequestErrorKind::TimedOut => format!("partition {p} timed out"),
+                        _ => format!("partition {p}: {e}"),
+                    };
+                    still.push((p, key));
+                }
+            }
+        }
+        pending = still;
+        if pending.is_empty() {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() >= timeout {
+            bail!(
+                "{} of {partitions} partitions still do not answer after {:.1} s ({last_problem}); are the workers running with the same config?",
+                pending.len(),
+                timeout.as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_probe_key_per_partition() {
+        let keys = probe_keys(64);
+        assert_eq!(keys.len(), 64);
+        for (p, k) in keys.iter().enumerate() {
+            assert_eq!(partition_of(k, 64) as usize, p);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! `sluice bench` against a real stack (nats-server + a `sluice worker`
+//! process), and against its own echo responder: a short run each, checking
+//! that the JSON report has its fields and that decisions were made.
+
+mod support;
+
+use serde_json::Value;
+use sluice_tests::{ChildGuard, NatsServer};
+use std::process::Command;
+use std::time::Duration;
+use support::*;
+
+const CONFIG: &str = r#"
+[policies.default]
+algorithm = "sliding_window"
+limits = [ { max = 100, per = "1s" } ]
+
+[policies.log]
+algorithm = "sliding_log"
+limits = [ { max = 5, per = "10s" } ]
+"#;
+
+/// Runs `sluice bench <args> --json -q` and returns the report.
+fn bench(url: &str, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "--nats", url, "--json", "-q"])
+        .args(args)
+        .output()
+        .expect("sluice bench runs");
+    assert!(
+        out.status.success(),
+        "sluice bench {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+fn assert_report(r: &Value) {
+    for field in [
+        "target",
+        "client",
+        "mode",
+        "concurrency",
+        "connections",
+        "threads",
+        "keys",
+        "dist",
+        "duration_s",
+        "requests",
+        "throughput",
+        "allowed",
+        "denied",
+        "errors",
+        "latency_us",
+    ] {
+        assert!(r.get(field).is_some(), "no {field} in {r}");
+    }
+    for field in [
+        "total",
+        "no_responders",
+        "timeouts",
+        "error_replies",
+        "other",
+    ] {
+        assert!(r["errors"].get(field).is_some(), "no errors.{field} in {r}");
+    }
+    for field in ["p50", "p90", "p99", "p999", "max", "mean"] {
+        assert!(
+            r["latency_us"].get(field).is_some(),
+            "no latency_us.{field} in {r}"
+        );
+    }
+    assert!(
+        r["throughput"].as_f64().unwrap() > 0.0,
+        "no throughput: {r}"
+    );
+    let p50 = r["latency_us"]["p50"].as_u64().unwrap();
+    let p99 = r["latency_us"]["p99"].as_u64().unwrap();
+    assert!(p50 > 0 && p50 <= p99, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_against_a_worker_reports_decisions_and_percentiles() {
+    let _serial = serial().await;
+    let stack = Stack::start(CONFIG, 1).await;
+    let url = stack.nats.url();
+
+    // Closed loop, uniform keys: all under the limit.
+    let r = bench(
+        &url,
+        &[
+            "-d", "1s", "--warmup", "200ms", "-c", "8", "-m", "2", "-k", "100",
+        ],
+    );
+    assert_report(&r);
+    assert_eq!(r["target"], "sluice");
+    assert_eq!(r["client"], "plain");
+    assert_eq!(r["mode"], "closed");
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+    assert!(r["ready_ms"].is_u64(), "{r}");
+    assert_eq!(
+        r["allowed"].as_u64().unwrap() + r["denied"].as_u64().unwrap(),
+        r["requests"].as_u64().unwrap()
+    );
+
+    // A fixed number of requests on one hot key under 5 per 10 s: exactly 5 allowed.
+    let r = bench(
+        &url,
+        &[
+            "-n", "40", "-c", "4", "-m", "1", "-k", "1", "--policy", "log",
+        ],
+    );
+    assert_eq!(r["requests"], 40, "{r}");
+    assert_eq!(r["allowed"], 5, "{r}");
+    assert_eq!(r["denied"], 35, "{r}");
+
+    // Open loop at a fixed rate, Zipf keys.
+    let r = bench(
+        &url,
+        &[
+            "--rate", "500", "-d", "1s", "--warmup", "0s", "--dist", "zipf", "-c", "16",
+        ],
+    );
+    assert_report(&r);
+    assert_eq!(r["mode"], "open");
+    let rate = r["throughput"].as_f64().unwrap();
+    assert!((350.0..=650.0).contains(&rate), "about 500/s: {r}");
+
+    // The batching client: same report, plus what the client did.
+    let r = bench(
+        &url,
+        &[
+            "--client", "batching", "-d", "1s", "--warmup", "0s", "-c", "32", "-m", "1",
+        ],
+    );
+    assert_report(&r);
+    assert_eq!(r["client"], "batching");
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+    let stats = &r["client_stats"];
+    assert!(
+        stats["asks"].as_u64().unwrap() >= r["requests"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert!(stats["batches"].is_u64(), "{r}");
+
+    // Only wait until every partition answers.
+    let r = bench(&url, &["-n", "0"]);
+    assert!(r["ready_ms"].is_u64(), "{r}");
+
+    // An unknown policy is refused before any load.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "bench", "--nats", &url, "-n", "10", "--policy", "nope", "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("404") || err.contains("nope"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_against_the_echo_responder_and_with_no_one_answering() {
+    let _serial = serial().await;
+    let server_config = sluice_core::nats_config::NatsServerConfig::new(64).render();
+    let nats = NatsServer::start(&server_config).expect("nats-server starts");
+    let url = nats.url();
+
+    // Nobody answers: the report counts no-responders errors and the exit status says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "bench",
+            "--nats",
+            &url,
+            "-n",
+            "20",
+            "--wait-ready",
+            "0s",
+            "--json",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let r: Value = serde_json::from_slice(&out.stdout).expect("a report even so");
+    assert_eq!(r["errors"]["no_responders"], 20, "{r}");
+    assert_eq!(r["throughput"], 0.0);
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["bench", "--serve-echo", "--nats", &url]);
+    let mut echo = ChildGuard::spawn("echo", cmd).expect("echo responder starts");
+    let r = bench(
+        &url,
+        &[
+            "--target",
+            "echo",
+            "-d",
+            "1s",
+            "--warmup",
+            "0s",
+            "-c",
+            "8",
+            "--wait-ready",
+            "5s",
+        ],
+    );
+    assert_report(&r);
+    assert_eq!(r["target"], "echo");
+    assert_eq!(r["denied"], 0);
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+    let status = echo.terminate_within(Duration::from_secs(5)).unwrap();
+    assert!(
+        status.success(),
+        "the echo responder stops cleanly on SIGTERM"
+    );
+}
