@@ -16,7 +16,9 @@
 #      and the limits still hold;
 #   5. the JetStream meta leader's NATS node stopped: decisions keep flowing
 #      (the R3 buckets and journal keep a quorum; clients reconnect) and the
-#      limits hold; started again, it rejoins and all is well;
+#      limits hold; started again, it rejoins and all is well; then another
+#      worker killed: the survivors (whose lease watches went through the
+#      failover) still take its partitions over, and the limits hold;
 #   6. the stack goes down with `down -v`, and no container, network or
 #      volume of the project is left (checked, also after a failure).
 #
@@ -408,6 +410,21 @@ pass "$leader started again: all 3 NATS nodes healthy (/healthz 200); the meta l
 wait_partitions "after $leader came back" 30
 limits_hold "after $leader came back"
 shared_limit_holds "shared3-$RUN" "after $leader came back"
+LIMITED+=("shared3-$RUN")
+
+# --- 5b. the workers still coordinate after the failover ---------------------------
+# Their lease watches and heartbeats went through the NATS failover: kill
+# another worker and the survivors must still see it go and take over.
+mapfile -t workers < <(dc ps -q worker)
+victim2=""
+for w in "${workers[@]}"; do [ "$w" != "$victim" ] && victim2="$w" && break; done
+[ -n "$victim2" ] || fail "no second worker container"
+v2name="$(docker inspect -f '{{.Name}}' "$victim2")"
+docker kill -s KILL "$victim2" >>"$LOG" 2>&1 || fail "docker kill $v2name failed"
+say "killed worker ${v2name#/} (SIGKILL), after the NATS failover"
+wait_partitions "after killing a second worker" 30
+pass "after the NATS failover, SIGKILL of worker ${v2name#/}: all $PARTITIONS partitions answer again within ${WAITED}s"
+limits_hold "after the second kill"
 
 # --- 6. down (in the trap) -------------------------------------------------------
 exit 0
