@@ -316,6 +316,49 @@ async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_s
     );
 }
 
+/// Regression: a new owner that restored counts from the journal and handed
+/// the partition over before any snapshot of its own used to advance the
+/// manifest's journal position past records its snapshot did not hold, so
+/// the third owner skipped them (found by the compose e2e under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover() {
+    let _serial = serial().await;
+    let config = crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let mut stack = Stack::start(&config, 3).await;
+    let client = stack.clients(1).await.remove(0);
+    let keys: Vec<String> = (0..64).map(|i| format!("r{i}")).collect();
+    for key in &keys {
+        let d = ask(&client, key, br#"{"policy":"tenper","cost":10}"#)
+            .await
+            .unwrap();
+        assert!(d.allowed);
+    }
+    // Crash one worker: its partitions come back from the journal alone.
+    let ids = stack.worker_ids().await;
+    stack.kill_worker(&ids[0]);
+    for p in 0..stack.partitions {
+        let key = key_in_partition(p, stack.partitions);
+        eventually(Duration::from_secs(15), || async {
+            ask(&client, &key, br#"{"cost":0}"#).await.ok()
+        })
+        .await
+        .unwrap_or_else(|| panic!("partition {p} never answered again"));
+    }
+    // At once, a clean stop of a second worker hands everything it has to the last one.
+    stack.stop_worker(&ids[1]);
+    for key in &keys {
+        let d = eventually(Duration::from_secs(15), || async {
+            ask(&client, key, br#"{"policy":"tenper"}"#).await.ok()
+        })
+        .await
+        .unwrap();
+        assert!(
+            !d.allowed,
+            "{key} was allowed again after the second handover"
+        );
+    }
+}
+
 /// The crash tests snapshot rarely, so that at the kill most counts exist
 /// only in the dead worker's memory (and, in journal mode, in the journal).
 fn crash_config() -> String {

@@ -287,9 +287,16 @@ impl Shard {
             .await?;
             if applied > 0 {
                 tracing::info!(partition = self.partition, applied, "replayed the journal");
+                // The replayed counts are only in memory: the next snapshot
+                // (periodic or at handover) must persist them.
+                self.stats
+                    .changes
+                    .fetch_add(applied as u64, Ordering::Relaxed);
             }
+            // Applied through `seq`; the manifest keeps claiming only what its
+            // chunks hold, so a next owner replays these records again until
+            // a snapshot of ours covers them.
             self.journal_seq.store(seq, Ordering::SeqCst);
-            manifest.journal_seq = manifest.journal_seq.max(seq);
         }
         // Fence: from now on a late snapshot by the previous owner fails its CAS.
         manifest.lease_rev = self.lease.revision;

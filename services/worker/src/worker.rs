@@ -166,7 +166,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
 /// This worker's view of the lease bucket.
 #[derive(Default)]
 struct View {
-    workers: BTreeSet<String>,
+    /// Workers with a heartbeat in the bucket, and when we last saw one.
+    workers: BTreeMap<String, Instant>,
     owners: HashMap<u32, String>,
     unowned_since: HashMap<u32, Instant>,
     current: bool,
@@ -177,7 +178,7 @@ impl View {
         let present = entry.operation == kv::Operation::Put;
         if let Some(id) = entry.key.strip_prefix("w.") {
             if present {
-                self.workers.insert(id.to_string());
+                self.workers.insert(id.to_string(), Instant::now());
             } else {
                 self.workers.remove(id);
             }
@@ -314,7 +315,18 @@ impl Controller {
         let shared = self.shared.clone();
         let me = shared.worker_id.as_str();
         let partitions = self.shared.config.partitions;
-        let mut live: Vec<&str> = self.view.workers.iter().map(String::as_str).collect();
+        // A worker whose heartbeats stopped (two missed, at ttl/3 each) is
+        // about to expire: assigning it partitions would hand them to a dead
+        // worker, so it is left out already.
+        let fresh = lease::renew_interval(shared.lease_ttl) * 2 + Duration::from_millis(250);
+        let now = Instant::now();
+        let mut live: Vec<&str> = self
+            .view
+            .workers
+            .iter()
+            .filter(|(_, seen)| now.duration_since(**seen) <= fresh)
+            .map(|(id, _)| id.as_str())
+            .collect();
         if !live.contains(&me) {
             live.push(me);
         }
@@ -328,7 +340,6 @@ impl Controller {
             }
         }
         // Claim what is ours and free, and orphans nobody claimed in time.
-        let now = Instant::now();
         let to_claim: Vec<u32> = (0..partitions)
             .filter(|p| !self.shards.contains_key(p) && !self.view.owners.contains_key(p))
             .filter(|p| {

@@ -157,6 +157,21 @@ impl Stack {
             .expect("the signal reaches the worker");
     }
 
+    /// SIGTERM to one worker; it must exit 0 after handing over.
+    pub fn stop_worker(&mut self, id: &str) {
+        let i = self
+            .workers
+            .iter()
+            .position(|(w, _)| w == id)
+            .expect("known worker");
+        let (_, mut process) = self.workers.remove(i);
+        let status = process.terminate_within(Duration::from_secs(20));
+        assert!(
+            status.as_ref().map(|s| s.success()).unwrap_or(false),
+            "worker {id}: {status:?}"
+        );
+    }
+
     /// SIGTERM to every worker; each must exit 0 after handing over.
     pub fn stop_workers(&mut self) {
         for (id, mut process) in self.workers.drain(..) {
