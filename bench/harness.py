@@ -312,9 +312,9 @@ class Harness:
         self.batching = None
         log(f"logs and scratch in {self.workdir}")
 
-    def load_flags(self, c=None):
+    def load_flags(self, c=None, m=None):
         a = self.args
-        return ["-c", str(c or a.concurrency), "-m", str(a.connections), "-k", str(a.keys),
+        return ["-c", str(c or a.concurrency), "-m", str(m or a.connections), "-k", str(a.keys),
                 "--duration", f"{round(a.duration * 1000)}ms", "--warmup", f"{round(a.warmup * 1000)}ms"]
 
     def run_bench(self, argv, label):
@@ -415,6 +415,11 @@ class Harness:
                                   self.load_flags(c) + ["--target", target, "--redis", url, "--policy", policy,
                                                         "--dist", dist],
                                   kind=target, policy=policy, dist=dist, c=c)
+                # The load under which the batching client batches well (see batching()).
+                if self.batching and target != "redis-bucket" and "batching" in a.parts:
+                    self.cell(url, cfg, f"{target} uniform C=1024 M=1",
+                              self.load_flags(1024, 1) + ["--target", target, "--redis", url, "--policy", policy],
+                              kind=target, policy=policy, dist="uniform", c=1024, m=1)
         finally:
             PROCS.stop(p)
 
@@ -444,6 +449,23 @@ class Harness:
                                           algorithm=algo, client="batching", dist="uniform", c=c)
                 finally:
                     stack.stop()
+
+    def batching_grid(self):
+        """How much the batching client batches, and what that buys: it groups
+        asks per partition, so it needs many asks in flight per connection."""
+        if not self.batching:
+            return
+        stack = Stack(self, matrix_config("snapshot"), 1, "batching")
+        try:
+            grid = [(64, 2), (64, 1), (256, 2), (256, 1), (1024, 1)]
+            for algo in ("fixed_window", "sliding_log"):
+                for c, m in grid if algo == "fixed_window" else [(1024, 1)]:
+                    for client in (["plain", "batching"] if algo == "fixed_window" else ["batching"]):
+                        self.cell(stack, None, f"batching grid {algo} {client} C={c} M={m}",
+                                  self.load_flags(c, m) + ["--client", client, "--policy", algo],
+                                  kind="grid", algorithm=algo, client=client, c=c, m=m, workers=1, dist="uniform")
+        finally:
+            stack.stop()
 
     def best(self, client):
         rows = [r for r in self.results if "error" not in r and r["tags"].get("kind") == "sluice"
@@ -586,6 +608,8 @@ class Harness:
             self.redis()
         if "matrix" in a.parts:
             self.sluice_matrix()
+        if "batching" in a.parts:
+            self.batching_grid()
         if "rate" in a.parts:
             self.half_load()
         if "million" in a.parts:
@@ -647,8 +671,8 @@ def main():
     p.add_argument("--connections", type=int, default=2)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
-    p.add_argument("--parts", default="ceiling,redis,matrix,rate,million",
-                   help="comma-separated subset of ceiling,redis,matrix,rate,million")
+    p.add_argument("--parts", default="ceiling,redis,matrix,batching,rate,million",
+                   help="comma-separated subset of ceiling,redis,matrix,batching,rate,million")
     p.add_argument("--no-batching", action="store_true", help="leave the batching client out")
     p.add_argument("--no-docs", action="store_true", help="print results; do not touch docs/")
     p.add_argument("--results", help="write the raw results JSON here (default docs/bench/results.json)")

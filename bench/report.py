@@ -213,11 +213,14 @@ def render(data, chart_rel):
         if t.get("kind") == "echo" or str(t.get("kind", "")).startswith("redis"):
             name = "echo (ceiling)" if t["kind"] == "echo" else f"{t['kind']} ({t.get('policy')})"
             p50, p99, p999 = lat(r)
-            w(f"| {name} | {t.get('client', '–')} | {t['dist']} | {t['c']} | {thr(r)} | {p50} | {p99} | {p999} | "
+            cm = f"{t['c']}" + (f" (M={t['m']})" if t.get("m") else "")
+            w(f"| {name} | {t.get('client', '–')} | {t['dist']} | {cm} | {thr(r)} | {p50} | {p99} | {p999} | "
               f"{denied_pct(r)} |")
     w("")
 
     for durability in a["durabilities"]:
+        if not picks(res, kind="sluice", durability=durability):
+            continue
         w(f"### sluice, `durability = \"{durability}\"` (C={c})")
         w("")
         dists = a["dists"]
@@ -260,6 +263,30 @@ def render(data, chart_rel):
             q = ratio(r, rd)
             p50, p99, p999 = lat(r)
             w(f"| {t['algorithm']} | {t['workers']} | {t['c']} | {thr(r)} | {p50} | {p99} | {p999} | "
+              f"{f'{q:.2f}× {redis}' if q else '–'} |")
+        w("")
+
+    grid = picks(res, kind="grid")
+    if grid:
+        w("### How much the batching client batches")
+        w("")
+        w("The batching client groups concurrent asks *per partition* and per client (connection): with 64 "
+          "partitions, C=64 over M=2 clients leaves about one ask per partition in flight, so almost every ask "
+          "travels alone. One worker, snapshot mode, uniform keys; Redis at the same C and M where measured:")
+        w("")
+        w("| algorithm | C | M | client | decisions/s | p50 | p99 | asks per round trip | vs Redis (same C, M) |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for r in grid:
+            t = r["tags"]
+            s_ = r.get("client_stats") or {}
+            per_rt = f"{s_['asks'] / s_['round_trips']:.2f}" if s_.get("round_trips") else ("1" if t["client"] == "plain" else "–")
+            redis = {"sliding_log": "redis-zset", "fixed_window": "redis-incr"}[t["algorithm"]]
+            rd = pick(res, kind=redis, dist="uniform", c=t["c"], m=t["m"]) if t["m"] == 1 else \
+                pick(res, kind=redis, dist="uniform", c=t["c"])
+            rd = rd if (rd and (rd["tags"].get("m", data["args"]["connections"]) == t["m"])) else None
+            q = ratio(r, rd)
+            p50, p99, _ = lat(r)
+            w(f"| {t['algorithm']} | {t['c']} | {t['m']} | {t['client']} | {thr(r)} | {p50} | {p99} | {per_rt} | "
               f"{f'{q:.2f}× {redis}' if q else '–'} |")
         w("")
 
