@@ -423,6 +423,8 @@ def chart(data, path):
         if ok(r):
             ax.axhline(r["throughput"] / 1000, color=color, linestyle=style, linewidth=1.2,
                        label=f"{name} {r['throughput'] / 1000:.0f}k")
+    top = max([v for _, vals in series for v in vals] + [ln.get_ydata()[0] for ln in ax.get_lines()] + [1])
+    ax.set_ylim(0, top * 1.45)
     ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(algos))])
     ax.set_xticklabels(algos, rotation=15)
     ax.set_ylabel("decisions per second (thousands)")
