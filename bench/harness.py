@@ -467,6 +467,26 @@ class Harness:
         finally:
             stack.stop()
 
+    def snapshot_stall(self):
+        """What snapshots do to latency: one worker holding many keys, a
+        light open-loop load over them, snapshots every 2 s vs never."""
+        n = self.args.stall_keys
+        for interval in ("2s", "1h"):
+            cfg = MILLION_CONFIG.replace('durability = "snapshot"',
+                                         f'durability = "snapshot"\nsnapshot_interval = "{interval}"')
+            stack = Stack(self, cfg, 1, f"stall-{interval}")
+            try:
+                client = "batching" if self.batching else "plain"
+                self.sluice_bench(stack, ["--client", client, "--dist", "seq", "-k", str(n), "-n", str(n),
+                                          "-c", "256", "--key-prefix", "s-", "--timeout", "10s"], f"fill {n} keys")
+                self.cell(stack, None, f"snapshots every {interval}: {n} keys, 5000/s",
+                          ["-k", str(n), "--key-prefix", "s-", "--rate", "5000", "-c", "512", "-m", "2",
+                           "--duration", f"{round(self.args.duration * 1000) + 2000}ms",
+                           "--warmup", f"{round(self.args.warmup * 1000)}ms"],
+                          kind="stall", interval=interval, keys=n, rate=5000)
+            finally:
+                stack.stop()
+
     def best(self, client):
         rows = [r for r in self.results if "error" not in r and r["tags"].get("kind") == "sluice"
                 and r["tags"]["client"] == client and r["tags"]["durability"] == "snapshot"
@@ -612,6 +632,8 @@ class Harness:
             self.batching_grid()
         if "rate" in a.parts:
             self.half_load()
+        if "stall" in a.parts:
+            self.snapshot_stall()
         if "million" in a.parts:
             self.million()
         self.extra["total"] = f.done()
@@ -671,8 +693,9 @@ def main():
     p.add_argument("--connections", type=int, default=2)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
-    p.add_argument("--parts", default="ceiling,redis,matrix,batching,rate,million",
-                   help="comma-separated subset of ceiling,redis,matrix,batching,rate,million")
+    p.add_argument("--parts", default="ceiling,redis,matrix,batching,rate,stall,million",
+                   help="comma-separated subset of ceiling,redis,matrix,batching,rate,stall,million")
+    p.add_argument("--stall-keys", type=int, help="keys held while measuring snapshot stalls (default 300000, quick 100000)")
     p.add_argument("--no-batching", action="store_true", help="leave the batching client out")
     p.add_argument("--no-docs", action="store_true", help="print results; do not touch docs/")
     p.add_argument("--results", help="write the raw results JSON here (default docs/bench/results.json)")
@@ -691,6 +714,7 @@ def main():
         a.duration = a.duration or 2.0
         a.warmup = a.warmup if a.warmup is not None else 0.5
         a.million_keys = a.million_keys or 200_000
+        a.stall_keys = a.stall_keys or 100_000
         a.algorithms = ["fixed_window", "sliding_log", "sliding_window"]
         a.dists = ["uniform"]
         a.workers = [1, 2]
@@ -700,6 +724,7 @@ def main():
         a.duration = a.duration or 4.0
         a.warmup = a.warmup if a.warmup is not None else 1.0
         a.million_keys = a.million_keys or 1_000_000
+        a.stall_keys = a.stall_keys or 300_000
         a.algorithms = ALGORITHMS
         a.dists = ["uniform", "zipf"]
         a.workers = [1, 2]

@@ -328,6 +328,22 @@ def render(data, chart_rel):
               f"{us(l.get('p99'))} | {us(l.get('p999'))} | {us(l.get('max'))} |")
         w("")
 
+    stall = picks(res, kind="stall")
+    if stall:
+        w("### What snapshots do to latency")
+        w("")
+        w("One worker holding many keys (policy as in the next section), a light open-loop load of 5000 asks per "
+          "second over those keys; snapshots every 2 s (the default) against snapshots effectively off (1 h):")
+        w("")
+        w("| snapshot_interval | keys | rate | p50 | p90 | p99 | p99.9 | max |")
+        w("|---|---|---|---|---|---|---|---|")
+        for r in stall:
+            t = r["tags"]
+            l = r.get("latency_us", {})
+            w(f"| {t['interval']} | {t['keys']:,} | {t['rate']}/s | {us(l.get('p50'))} | {us(l.get('p90'))} | "
+              f"{us(l.get('p99'))} | {us(l.get('p999'))} | {us(l.get('max'))} |")
+        w("")
+
     m = data.get("million")
     if m:
         w(f"### {m['keys']:,} active keys: memory and restore")
