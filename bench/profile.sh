@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Where the CPU goes while `sluice bench` loads one worker through the plain
+# subject (or the batching client), with perf's software cpu-clock sampling
+# (hardware counters are not available on this VM: `perf stat -e
+# instructions true` says <not supported>).
+#
+#   bench/profile.sh [plain|batching] [policy] [seconds]   (defaults: plain sliding_window 4)
+#
+# Writes to target/bench-profile/ (or $OUT):
+#   by-process.txt   CPU share of every process on the machine (perf -a)
+#   worker-self.txt  the worker's hottest functions, self time
+#   worker-incl.txt  the worker's functions with callees included (the
+#                    interesting ones: sluice, moka, async-nats, malloc, serde)
+#   echo-by-process.txt  the same load against the echo responder
+# Needs perf (Debian: linux-perf) and the release build (bench/run.sh builds it).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CLIENT="${1:-plain}"; POLICY="${2:-sliding_window}"; SECS="${3:-4}"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+SLUICE="${SLUICE_BIN:-$TARGET/release/sluice}"
+NATS_SERVER="$ROOT/.tools/venv/bin/nats-server"
+OUT="${OUT:-$TARGET/bench-profile}"
+mkdir -p "$OUT"
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+command -v perf >/dev/null || { echo "perf not found (apt-get install linux-perf)" >&2; exit 1; }
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cat > "$WORK/sluice.toml" <<TOML
+[policies.default]
+algorithm = "sliding_window"
+limits = [ { max = 100, per = "1s" } ]
+[policies.$POLICY]
+algorithm = "$POLICY"
+limits = [ { max = 100, per = "1s" } ]
+TOML
+start_nats() {
+    PORT=$(port); URL="nats://127.0.0.1:$PORT"
+    "$SLUICE" nats-config --config "$WORK/sluice.toml" > "$WORK/nats.conf"
+    "$NATS_SERVER" -c "$WORK/nats.conf" -a 127.0.0.1 -p "$PORT" -js -sd "$WORK/js-$PORT" > "$WORK/nats-$PORT.log" 2>&1 &
+    NATS_PID=$!; PIDS+=("$NATS_PID"); sleep 0.5
+}
+load() { # extra bench args...; perf runs for the middle of the load
+    "$SLUICE" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$CLIENT" --policy "$POLICY" \
+        -d "$((SECS + 2))s" --warmup 0s -q "$@" > "$WORK/bench.txt" 2>&1 &
+    local b=$!; sleep 1
+    echo $b
+}
+
+# 1. The worker.
+start_nats
+SLUICE_LOG=warn "$SLUICE" worker --nats "$URL" --config "$WORK/sluice.toml" > "$WORK/worker.log" 2>&1 &
+W=$!; PIDS+=("$W")
+"$SLUICE" bench --nats "$URL" --config "$WORK/sluice.toml" -n 0 -q --wait-ready 30s > /dev/null
+B=$(load)
+perf record -q -a -e cpu-clock -F 999 -o "$WORK/all.data" -- sleep "$SECS" 2>/dev/null
+while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
+cp "$WORK/bench.txt" "$OUT/bench.txt"
+B=$(load)
+perf record -q -e cpu-clock -F 999 -g --call-graph dwarf,16384 -p "$W" -o "$WORK/worker.data" -- sleep "$SECS" 2>/dev/null
+while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
+{ echo "# $CLIENT client, policy $POLICY, one worker; the load:"; sed -n 1,3p "$WORK/bench.txt"; echo
+  perf report -i "$WORK/all.data" --stdio --sort comm --percent-limit 0.5 2>/dev/null | grep '%'; } > "$OUT/by-process.txt"
+perf report -i "$WORK/worker.data" --no-children --stdio --sort symbol --percent-limit 0.7 -g none 2>/dev/null \
+    | grep '%' | sed -E 's/ +- +- *$//' > "$OUT/worker-self.txt"
+perf report -i "$WORK/worker.data" --children --stdio --sort symbol --percent-limit 0.5 -g none 2>/dev/null \
+    | grep '%' | grep -E 'sluice|moka|async_nats::(header|client|connection)|malloc|free|rmp|serde|HeaderMap|Subject|crossbeam|mpsc|epoll|writev|recvfrom|read' \
+    | grep -v 'LocalKey\|tokio::runtime' | sed -E 's/ +- +- *$//' > "$OUT/worker-incl.txt"
+kill "$W"; wait "$W" 2>/dev/null || true
+kill "$NATS_PID"; wait "$NATS_PID" 2>/dev/null || true
+
+# 2. The same load against the echo responder (the ceiling).
+start_nats
+"$SLUICE" bench --serve-echo --nats "$URL" > "$WORK/echo.log" 2>&1 &
+E=$!; PIDS+=("$E"); sleep 0.3
+B=$(load --target echo)
+perf record -q -a -e cpu-clock -F 999 -o "$WORK/echo.data" -- sleep "$SECS" 2>/dev/null
+while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
+{ echo "# echo responder, $CLIENT client; the load:"; sed -n 1,3p "$WORK/bench.txt"; echo
+  perf report -i "$WORK/echo.data" --stdio --sort comm --percent-limit 0.5 2>/dev/null | grep '%'; } > "$OUT/echo-by-process.txt"
+echo "profiles in $OUT" >&2
