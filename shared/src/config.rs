@@ -23,6 +23,8 @@
 //! A file that defines policies but no `default` gets the built-in one added.
 
 use crate::policy::{Algorithm, Limit, Policy, PolicyError};
+/// One rule for policy names, shared with the wire protocol.
+pub use crate::wire::is_valid_policy_name;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -48,8 +50,9 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
 /// The name of the policy used when a request names none.
 pub const DEFAULT_POLICY: &str = "default";
-/// The longest accepted policy name.
-pub const MAX_POLICY_NAME_LEN: usize = 64;
+/// The longest accepted policy name (the wire protocol's rule: a policy
+/// that can be configured can always be asked for).
+pub const MAX_POLICY_NAME_LEN: usize = crate::wire::MAX_POLICY_NAME;
 
 /// The environment variable naming the config file (CONTRACT §4).
 pub const CONFIG_ENV: &str = "SLUICE_CONFIG";
@@ -240,15 +243,6 @@ impl Config {
             .get(DEFAULT_POLICY)
             .expect("a Config always has a default policy")
     }
-}
-
-/// Whether `name` can name a policy: 1 to 64 characters from `[A-Za-z0-9_-]`.
-pub fn is_valid_policy_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_POLICY_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Why a string is not a duration.

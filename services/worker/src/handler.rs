@@ -10,7 +10,7 @@ use crate::worker::Shared;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use sluice_core::key::KeyToken;
-use sluice_core::nats_config::batch_subject;
+use sluice_core::nats_config::{allow_subject, batch_subject, hit_subject};
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
@@ -42,8 +42,8 @@ impl Handled {
 /// The subjects the owner of `partition` subscribes to.
 pub fn subjects(partition: u32) -> [String; 3] {
     [
-        format!("rl.p.{partition}.allow.*"),
-        format!("rl.p.{partition}.hit.*"),
+        allow_subject(partition),
+        hit_subject(partition),
         batch_subject(partition),
     ]
 }
