@@ -90,11 +90,9 @@ ensure_cargo_tool clippy clippy
 
 # --- More dependencies go here -----------------------------------------------
 # Keep each one idempotent, installed into .tools/ where possible, and printed.
-# Planned, not installed yet:
-#   - redis-server for the comparison benchmarks:
-#       command -v redis-server || as_root apt-get install -y -qq redis-server
-#   - docker images for multi-host tests (docker pull <image>@<digest>), only
-#     when docker is present.
+# Not installed here, on purpose: redis-server (only the benchmarks compare
+# against it: bench/install.sh installs it) and docker images (the compose
+# e2e builds its own: scripts/build-images.sh).
 # Put optional ones behind a flag or env var so that CI and `scripts/test.sh`
 # only install what the default test suite uses.
 
