@@ -583,15 +583,14 @@ async fn two_hundred_concurrent_asks_on_one_key_are_batched_and_exactly_five_pas
     let seen = observer.seen(&client).await;
     let stats = client.stats();
     assert!(seen.batches >= 1, "{seen:?}");
+    // Asks that came after the first reply named the owner went to the
+    // worker's subject, which the observer does not watch.
+    let requests = seen.singles + seen.batches + stats.worker_batches as usize;
     assert!(
-        seen.singles + seen.batches < 20,
-        "200 asks travelled in a few requests: {seen:?}"
+        requests < 20,
+        "200 asks travelled in a few requests: {seen:?} {stats:?}"
     );
-    assert_eq!(
-        stats.round_trips as usize,
-        seen.singles + seen.batches,
-        "{stats:?}"
-    );
+    assert_eq!(stats.round_trips as usize, requests, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
