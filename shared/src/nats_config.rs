@@ -27,6 +27,8 @@ pub const HIT_PREFIX: &str = "rl.hit";
 /// Prefix of the per-partition subjects the server maps onto:
 /// `rl.p.<n>.<verb>.<key>`.
 pub const PARTITION_PREFIX: &str = "rl.p";
+/// Prefix of the per-worker subjects (`rl.w.<worker-id>.batch`), internal.
+pub const WORKER_PREFIX: &str = "rl.w";
 
 /// The two kinds of client message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -327,6 +329,24 @@ fn human_bytes(bytes: u64) -> String {
 /// server's mapping: the client computes the partition itself.
 pub fn batch_subject(partition: u32) -> String {
     format!("{PARTITION_PREFIX}.{partition}.batch")
+}
+
+/// The subject on which worker `worker_id` takes batches whose items may
+/// belong to any of its partitions (same payloads as [`batch_subject`]). The
+/// batching client learns which worker owns a partition from the
+/// [`crate::wire::batch::WORKER_HEADER`] of batch replies, so one request
+/// carries the asks of all of that worker's partitions.
+pub fn worker_batch_subject(worker_id: &str) -> String {
+    format!("{WORKER_PREFIX}.{worker_id}.batch")
+}
+
+/// Whether `id` can name a worker: it is a NATS subject token (and a KV
+/// key), 1 to 64 characters of `A-Z`, `a-z`, `0-9`, `_` and `-`.
+pub fn is_valid_worker_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// The servers named by a `--nats` value: one URL, or several separated by

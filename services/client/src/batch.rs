@@ -1,29 +1,48 @@
-//! Batching: concurrent asks of one partition share one NATS request.
+//! Batching: concurrent asks for one worker share one NATS request.
 //!
-//! Each partition has a queue and a "turn" (at most one request of this
-//! client in flight per partition):
+//! A NATS round trip costs about as much as a worker's decision, so the
+//! more asks travel per request, the more decisions a connection carries.
+//! Grouping by partition is not enough: with 64 partitions and a few dozen
+//! asks in flight, a partition rarely has two. So the unit of batching (a
+//! "destination") is the worker that owns the asks' partitions:
 //!
-//! - An ask that finds its partition idle takes the turn and is sent at once,
-//!   alone, on `rl.allow.<key>` like any other client's ask. So an ask with
-//!   nothing to batch with waits for nothing.
+//! - Every batch reply names the worker that decided it (header
+//!   [`batch::WORKER_HEADER`]), and the client keeps a partition → worker
+//!   map from them. Asks of a partition with a known owner go to that
+//!   worker, all its partitions together, on `rl.w.<worker-id>.batch`.
+//! - Asks of a partition whose owner is unknown go to that partition, on
+//!   `rl.p.<n>.batch` (even a lone ask, so that its reply teaches the owner).
+//!
+//! Each destination has a queue and a "turn" (at most one request of this
+//! client in flight per destination):
+//!
+//! - An ask that finds its destination idle takes the turn and is sent at
+//!   once, alone. So an ask with nothing to batch with waits for nothing.
 //! - Asks that arrive while the turn is taken queue up (FIFO).
 //! - When the request in flight returns, whoever held the turn hands it on:
-//!   if the queue is empty the partition is idle again; otherwise up to
-//!   [`batch::MAX_ITEMS`] queued asks leave together as one request to
-//!   `rl.p.<n>.batch`, sent by a task spawned for it, and the same happens
-//!   when that one returns.
+//!   if the queue is empty the destination is idle again; otherwise up to
+//!   [`batch::MAX_ITEMS`] queued asks leave together as one request, sent by
+//!   a task spawned for it, and the same happens when that one returns.
 //!
-//! The worker decides a batch's items in order, as if they had been sent one
-//! after the other, and answers them in one reply; each waiting caller gets
-//! its own result, in queue order. Under load, a partition's asks thus travel
-//! in as many requests as there are round trips, instead of one each.
+//! The worker decides a batch's items of one partition in order, as if they
+//! had been sent one after the other, and answers all items in one reply;
+//! each waiting caller gets its own result, in queue order. Under load, a
+//! worker's asks thus travel in as many requests as there are round trips,
+//! instead of one each.
 //!
 //! Failures per item: a 503 in an item's slot (the worker does not own that
-//! key's partition, e.g. with a wrong partition count) makes that caller ask
-//! again on its own through the server's mapping; a batch that got no
-//! responders (after the quick retries) makes every caller ask on its own
-//! (which also covers workers without batch support), then fall back. A batch the worker refuses as malformed fails
-//! every item with the worker's error, loudly: that is a client bug.
+//! key's partition: a handover moved it, it is still being restored, or the
+//! client's partition count is wrong) makes the client forget that
+//! partition's owner, and that caller ask again on its own through the
+//! server's mapping. A worker's subject with no responders means the worker
+//! is gone: the client forgets every partition it owned and every caller
+//! asks again on its own (no quick retries on that subject: they cannot
+//! help), so a dead worker costs each ask the same retries as a dead
+//! partition. A partition's batch subject with no responders (after the
+//! quick retries) means the partition has no owner right now: its callers
+//! fall back at once, as a lone ask would. A batch the worker refuses as
+//! malformed fails every item with the worker's error, loudly: that is a
+//! client bug.
 //!
 //! Cancellation: the turn is a guard, so a caller that gives up (or is
 //! dropped) mid-request still hands the turn on; a queued caller that gave
@@ -33,31 +52,43 @@
 use crate::client::{Decoded, Inner, NoAnswer};
 use bytes::Bytes;
 use sluice_core::key::KeyToken;
-use sluice_core::nats_config::batch_subject;
+use sluice_core::nats_config::{batch_subject, worker_batch_subject};
 use sluice_core::wire::batch::{self, Item, ReplyError};
 use sluice_core::wire::{ErrorCode, Reply};
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
 pub(crate) struct Batcher {
-    queues: Box<[Mutex<Queue>]>,
+    state: Mutex<State>,
 }
 
-#[derive(Default)]
-struct Queue {
-    /// A request of this partition is in flight (or being formed).
-    busy: bool,
-    waiting: VecDeque<Waiter>,
+struct State {
+    /// Per partition: the worker whose batch reply last answered for it.
+    owners: Box<[Option<Arc<str>>]>,
+    /// The destinations with a request in flight (or being formed), and
+    /// the asks waiting for their next one.
+    busy: HashMap<Destination, VecDeque<Waiter>>,
+}
+
+/// Where a batch goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Destination {
+    /// All asks of the partitions this worker owns: `rl.w.<id>.batch`.
+    Worker(Arc<str>),
+    /// A partition whose owner is unknown: `rl.p.<n>.batch`.
+    Partition(u32),
 }
 
 struct Waiter {
     token: String,
     policy: String,
     cost: u64,
+    partition: u32,
     tx: oneshot::Sender<Outcome>,
 }
 
@@ -71,30 +102,34 @@ enum Outcome {
 impl Batcher {
     pub(crate) fn new(partitions: u32) -> Batcher {
         Batcher {
-            queues: (0..partitions).map(|_| Mutex::default()).collect(),
+            state: Mutex::new(State {
+                owners: (0..partitions).map(|_| None).collect(),
+                busy: HashMap::new(),
+            }),
         }
     }
 
-    fn queue(&self, partition: u32) -> std::sync::MutexGuard<'_, Queue> {
-        self.queues[partition as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Holding the turn of a partition; dropping it hands the turn on.
+/// Holding the turn of a destination; dropping it hands the turn on.
 struct Turn {
     inner: Arc<Inner>,
-    partition: u32,
+    destination: Destination,
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
         let batcher = self.inner.batcher.as_ref().expect("batching is on");
-        let mut queue = batcher.queue(self.partition);
+        let mut state = batcher.state();
+        let Some(queue) = state.busy.get_mut(&self.destination) else {
+            return;
+        };
         let mut next = Vec::new();
         while next.len() < batch::MAX_ITEMS {
-            match queue.waiting.pop_front() {
+            match queue.pop_front() {
                 // A caller that gave up is not asked for.
                 Some(w) if w.tx.is_closed() => {}
                 Some(w) => next.push(w),
@@ -102,30 +137,33 @@ impl Drop for Turn {
             }
         }
         if next.is_empty() {
-            queue.busy = false;
+            state.busy.remove(&self.destination);
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                drop(queue);
+                drop(state);
                 let turn = Turn {
                     inner: self.inner.clone(),
-                    partition: self.partition,
+                    destination: self.destination.clone(),
                 };
                 rt.spawn(async move {
-                    turn.inner.send_batch(turn.partition, next).await;
+                    turn.inner.send_batch(&turn.destination, next).await;
                     drop(turn);
                 });
             }
             // No runtime to send from: the callers ask alone (their
             // channels close when `next` is dropped).
-            Err(_) => queue.busy = false,
+            Err(_) => {
+                state.busy.remove(&self.destination);
+            }
         }
     }
 }
 
 impl Inner {
-    /// Asks alone if the partition is idle, else joins its next batch.
+    /// Sends the ask at once if its destination is idle, else joins the
+    /// destination's next batch.
     pub(crate) async fn ask_batched(
         self: &Arc<Self>,
         token: &str,
@@ -135,29 +173,39 @@ impl Inner {
         deadline: Instant,
     ) -> Result<Reply, NoAnswer> {
         let batcher = self.batcher.as_ref().expect("batching is on");
-        let rx = {
-            let mut queue = batcher.queue(partition);
-            if queue.busy {
-                let (tx, rx) = oneshot::channel();
-                queue.waiting.push_back(Waiter {
-                    token: token.to_string(),
-                    policy: policy.to_string(),
-                    cost,
-                    tx,
-                });
-                Some(rx)
-            } else {
-                queue.busy = true;
-                None
+        let (tx, rx) = oneshot::channel();
+        let waiter = Waiter {
+            token: token.to_string(),
+            policy: policy.to_string(),
+            cost,
+            partition,
+            tx,
+        };
+        let idle = {
+            let mut state = batcher.state();
+            let destination = match &state.owners[partition as usize] {
+                Some(worker) => Destination::Worker(worker.clone()),
+                None => Destination::Partition(partition),
+            };
+            match state.busy.entry(destination) {
+                Entry::Occupied(mut queue) => {
+                    queue.get_mut().push_back(waiter);
+                    None
+                }
+                Entry::Vacant(slot) => {
+                    let destination = slot.key().clone();
+                    slot.insert(VecDeque::new());
+                    Some((destination, waiter))
+                }
             }
         };
-        let Some(rx) = rx else {
-            let _turn = Turn {
+        if let Some((destination, waiter)) = idle {
+            let turn = Turn {
                 inner: self.clone(),
-                partition,
+                destination,
             };
-            return self.single(token, policy, cost, partition, deadline).await;
-        };
+            self.send_batch(&turn.destination, vec![waiter]).await;
+        }
         match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(Outcome::Done(outcome))) => outcome,
             Ok(Ok(Outcome::AskAlone)) | Ok(Err(_)) => {
@@ -170,8 +218,8 @@ impl Inner {
         }
     }
 
-    /// Sends `waiters` as one batch and tells each its result.
-    async fn send_batch(&self, partition: u32, waiters: Vec<Waiter>) {
+    /// Sends `waiters` as one batch to `destination` and tells each its result.
+    async fn send_batch(&self, destination: &Destination, waiters: Vec<Waiter>) {
         let items: Vec<Item<'_>> = waiters
             .iter()
             .map(|w| Item {
@@ -188,23 +236,45 @@ impl Inner {
             .batched_asks
             .fetch_add(n as u64, Ordering::Relaxed);
         let deadline = Instant::now() + self.opts.timeout;
-        let subject = batch_subject(partition);
-        let result = self
-            .round_trip(&subject, &body, partition, deadline, |msg| {
-                decode_batch(msg, n)
-            })
-            .await;
+        let decode = |msg: &async_nats::Message| decode_batch(msg, n);
+        let result = match destination {
+            Destination::Worker(id) => {
+                self.stats.worker_batches.fetch_add(1, Ordering::Relaxed);
+                let subject = worker_batch_subject(id);
+                self.round_trip(&subject, &body, None, deadline, decode)
+                    .await
+            }
+            Destination::Partition(p) => {
+                let subject = batch_subject(*p);
+                self.round_trip(&subject, &body, Some(*p), deadline, decode)
+                    .await
+            }
+        };
+        let batcher = self.batcher.as_ref().expect("batching is on");
         match result {
-            Ok(results) => {
+            Ok((worker, results)) => {
+                batcher
+                    .state()
+                    .learn(destination, worker, &waiters, &results);
                 for (w, r) in waiters.into_iter().zip(results) {
                     let _ = w.tx.send(r);
                 }
             }
             Err(why) => {
-                // No responders (or a reply that is not a batch reply): each
-                // caller asks alone, through the mapping, and falls back if
-                // that fails too.
-                let retry_alone = matches!(why, NoAnswer::NoResponders | NoAnswer::Malformed(_));
+                if let (NoAnswer::NoResponders, Destination::Worker(gone)) = (&why, destination) {
+                    batcher.state().forget_worker(gone);
+                }
+                // A worker that is gone, or a reply that is not a batch
+                // reply: each caller asks alone, through the mapping, and
+                // falls back if that fails too. A partition's batch subject
+                // has the same owner as its mapped subjects, so after the
+                // quick retries of `round_trip` it is down: fall back now.
+                let retry_alone = match (&why, destination) {
+                    (NoAnswer::NoResponders, Destination::Worker(_)) => true,
+                    (NoAnswer::NoResponders, Destination::Partition(_)) => false,
+                    (NoAnswer::Malformed(_), _) => true,
+                    _ => false,
+                };
                 for w in waiters {
                     let _ = w.tx.send(if retry_alone {
                         Outcome::AskAlone
@@ -217,10 +287,60 @@ impl Inner {
     }
 }
 
-/// A batch reply: one outcome per item.
-fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<Vec<Outcome>> {
+impl State {
+    /// Takes in who answered a batch: the replying worker owns the
+    /// partitions of the items it decided, and whoever was thought to own
+    /// an item answered 503 does not.
+    fn learn(
+        &mut self,
+        destination: &Destination,
+        worker: Option<Arc<str>>,
+        waiters: &[Waiter],
+        results: &[Outcome],
+    ) {
+        for (w, r) in waiters.iter().zip(results) {
+            let owner = &mut self.owners[w.partition as usize];
+            match r {
+                Outcome::AskAlone => {
+                    let thought = match destination {
+                        Destination::Worker(id) => Some(id),
+                        Destination::Partition(_) => worker.as_ref(),
+                    };
+                    if owner.is_some() && owner.as_ref() == thought {
+                        *owner = None;
+                    }
+                }
+                Outcome::Done(_) => {
+                    if let Some(worker) = &worker {
+                        if owner.as_ref() != Some(worker) {
+                            *owner = Some(worker.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The worker is gone: its partitions' owners are unknown again.
+    fn forget_worker(&mut self, gone: &Arc<str>) {
+        for owner in self.owners.iter_mut() {
+            if owner.as_ref() == Some(gone) {
+                *owner = None;
+            }
+        }
+    }
+}
+
+/// A batch reply: who decided it, and one outcome per item.
+fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<(Option<Arc<str>>, Vec<Outcome>)> {
+    let worker = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(batch::WORKER_HEADER))
+        .map(|v| Arc::<str>::from(v.as_str()));
     match batch::decode_reply(&msg.payload, n) {
-        Ok(results) => Decoded::Done(
+        Ok(results) => Decoded::Done((
+            worker,
             results
                 .into_iter()
                 .map(|r| match r {
@@ -228,7 +348,7 @@ fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<Vec<Outcome>> {
                     r => Outcome::Done(Ok(r)),
                 })
                 .collect(),
-        ),
+        )),
         Err(ReplyError::Rejected(e)) if e.code == ErrorCode::Unavailable => {
             Decoded::Retry(NoAnswer::Unavailable(e.message))
         }
@@ -237,11 +357,12 @@ fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<Vec<Outcome>> {
                 subject = %msg.subject,
                 "the worker refused a batch of {n} asks (a sluice-client bug; please report it): {e}"
             );
-            Decoded::Done(
+            Decoded::Done((
+                worker,
                 (0..n)
                     .map(|_| Outcome::Done(Ok(Reply::Error(e.clone()))))
                     .collect(),
-            )
+            ))
         }
         Err(ReplyError::Malformed(e)) => {
             tracing::warn!(subject = %msg.subject, "{e}");

@@ -1,7 +1,7 @@
 //! [`Client`]: asks, retries, fallback.
 //!
 //! One ask goes: validate and encode the key → the deny cache → the network
-//! (alone, or queued into its partition's next batch, see [`crate::batch`])
+//! (alone, or queued into its worker's or partition's next batch, see [`crate::batch`])
 //! → on "no responders" a couple of quick retries → the fallback. Every step
 //! that can end the ask says so in the answer's [`Source`].
 
@@ -218,7 +218,7 @@ impl Client {
             .round_trip(
                 &subject,
                 &request_body(policy, cost),
-                partition,
+                Some(partition),
                 deadline,
                 decode_single,
             )
@@ -308,7 +308,7 @@ impl Inner {
         self.round_trip(
             &subject,
             &request_body(policy, cost),
-            partition,
+            Some(partition),
             deadline,
             decode_single,
         )
@@ -316,11 +316,14 @@ impl Inner {
     }
 
     /// One request with the no-responders retries, until `deadline`.
+    /// `partition` is the partition whose owner the subject reaches; `None`
+    /// for a worker's own subject, where "no responders" means that worker
+    /// is gone, so a retry cannot help.
     pub(crate) async fn round_trip<T>(
         &self,
         subject: &str,
         body: &Bytes,
-        partition: u32,
+        partition: Option<u32>,
         deadline: Instant,
         decode: impl Fn(&async_nats::Message) -> Decoded<T>,
     ) -> Result<T, NoAnswer> {
@@ -340,7 +343,9 @@ impl Inner {
                 .timeout(Some(left));
             let why = match self.nats.send_request(subject.to_string(), request).await {
                 Ok(msg) => {
-                    self.mark_up(partition);
+                    if let Some(p) = partition {
+                        self.mark_up(p);
+                    }
                     match decode(&msg) {
                         Decoded::Done(t) => return Ok(t),
                         Decoded::Fail(why) => return Err(why),
@@ -350,7 +355,10 @@ impl Inner {
                 Err(e) => match e.kind() {
                     RequestErrorKind::NoResponders => {
                         self.stats.no_responders.fetch_add(1, Ordering::Relaxed);
-                        self.mark_silent(partition);
+                        let Some(p) = partition else {
+                            return Err(NoAnswer::NoResponders);
+                        };
+                        self.mark_silent(p);
                         NoAnswer::NoResponders
                     }
                     RequestErrorKind::TimedOut => {
@@ -363,7 +371,7 @@ impl Inner {
             // A partition silent for longer than a handover takes is down:
             // fall back after this one try instead of retrying.
             let down = matches!(why, NoAnswer::NoResponders)
-                && self.silent_for(partition) >= self.opts.down_after;
+                && partition.is_some_and(|p| self.silent_for(p) >= self.opts.down_after);
             if attempt >= self.opts.no_responders_retries || down {
                 return Err(why);
             }

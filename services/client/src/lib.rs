@@ -13,7 +13,7 @@
 //!   headers, and who made it (worker, deny cache, fallback).
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //! - [`ClientOptions`] (`options.rs`): timeout, fallback, batching, cache.
-//! - `batch.rs`: concurrent asks of one partition share one request, with no
+//! - `batch.rs`: concurrent asks for one worker share one request, with no
 //!   added delay for an ask that has nothing to share with.
 //! - `deny_cache.rs`: a denied key is answered locally until its retry time.
 //! - `local.rs`: the `local` fallback, the workers' algorithms in-process.

@@ -29,7 +29,7 @@ pub struct ClientOptions {
     /// client checks it at connect time ([`ClientOptions::check_partitions`]).
     /// Default 64.
     pub partitions: u32,
-    /// Send concurrent asks of one partition together as one request.
+    /// Send concurrent asks for one worker together as one request.
     /// Default true (see the crate docs for the design and the measurements).
     pub batching: bool,
     /// With batching, probe the server's mapping at connect time and refuse

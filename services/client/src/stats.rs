@@ -15,6 +15,7 @@ pub(crate) struct Counters {
     pub(crate) round_trips: AtomicU64,
     pub(crate) batches: AtomicU64,
     pub(crate) batched_asks: AtomicU64,
+    pub(crate) worker_batches: AtomicU64,
     pub(crate) no_responders: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) timeouts: AtomicU64,
@@ -46,6 +47,9 @@ pub struct ClientStats {
     pub batches: u64,
     /// Asks that travelled in a batch.
     pub batched_asks: u64,
+    /// Batches sent to a worker's subject (asks of all its partitions
+    /// together); the others went to a partition whose owner was unknown.
+    pub worker_batches: u64,
     /// "No responders" answers from NATS.
     pub no_responders: u64,
     /// Requests re-sent after "no responders" or a 503.
@@ -76,6 +80,7 @@ impl Counters {
             round_trips: get(&self.round_trips),
             batches: get(&self.batches),
             batched_asks: get(&self.batched_asks),
+            worker_batches: get(&self.worker_batches),
             no_responders: get(&self.no_responders),
             retries: get(&self.retries),
             timeouts: get(&self.timeouts),

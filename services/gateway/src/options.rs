@@ -32,7 +32,7 @@ pub struct GatewayOptions {
     pub proxy_policy: String,
     /// The most one decision may take before the fallback decides. Default 100 ms.
     pub timeout: Duration,
-    /// Batch concurrent asks of one partition (see sluice-client). Default true.
+    /// Batch concurrent asks for one worker (see sluice-client). Default true.
     pub batching: bool,
 }
 

@@ -208,7 +208,7 @@ fn decision_reply(decision: &Decision, policy: &str, encoding: Encoding) -> Repl
     }
 }
 
-fn error_reply(error: &ErrorReply, encoding: Encoding) -> Reply {
+pub fn error_reply(error: &ErrorReply, encoding: Encoding) -> Reply {
     let mut headers = HeaderMap::new();
     for (name, value) in wire::error_headers(error) {
         headers.insert(name, value.as_str());
@@ -236,35 +236,75 @@ fn handle_batch(
             error_reply(&e, Encoding::MsgPack)
         }
         Ok(items) => {
-            let results: Vec<wire::Reply> = items
-                .into_iter()
-                .map(|item| {
-                    let result = item.and_then(|item| {
-                        if item.key.partition(shared.config.partitions) != partition {
-                            // PROTOCOL.md: the client retries such an item unbatched.
-                            return Err(ErrorReply::unavailable(format!(
-                                "key {} is not in partition {partition} with {} partitions; \
-                                 ask it on rl.allow.{} (does the client use the workers' partition count?)",
-                                item.key, shared.config.partitions, item.key
-                            )));
-                        }
-                        decide(shared, partition, counters, item.key, &item.policy, item.cost, Kind::Allow, now, &mut counted)
-                    });
-                    count_outcome(shared, &result, Kind::Allow);
-                    match result {
-                        Ok((decision, policy)) => wire::Reply::Decision(DecisionReply::new(&decision, policy)),
-                        Err(e) => wire::Reply::Error(e),
-                    }
-                })
-                .collect();
-            Reply {
-                headers: HeaderMap::new(),
-                payload: batch::encode_reply(&results).into(),
-            }
+            let results = decide_items(shared, partition, counters, items, now, &mut counted);
+            batch_reply(shared, &results)
         }
     };
     Handled {
         reply: Some(reply),
         counted,
+    }
+}
+
+/// Decides batch items of `partition` in order, as if sent one after the
+/// other: those of an `rl.p.<n>.batch` request, and a worker batch's share
+/// for this partition (see [`crate::worker_batch`]).
+pub fn decide_items<'a>(
+    shared: &Shared,
+    partition: u32,
+    counters: &Counters,
+    items: impl IntoIterator<Item = Result<batch::Item<'a>, ErrorReply>>,
+    now: Nanos,
+    counted: &mut Vec<Record>,
+) -> Vec<wire::Reply> {
+    items
+        .into_iter()
+        .map(|item| {
+            let result = item.and_then(|item| {
+                if item.key.partition(shared.config.partitions) != partition {
+                    return Err(not_in_partition(shared, item.key, partition));
+                }
+                decide(
+                    shared,
+                    partition,
+                    counters,
+                    item.key,
+                    &item.policy,
+                    item.cost,
+                    Kind::Allow,
+                    now,
+                    counted,
+                )
+            });
+            count_outcome(shared, &result, Kind::Allow);
+            match result {
+                Ok((decision, policy)) => {
+                    wire::Reply::Decision(DecisionReply::new(&decision, policy))
+                }
+                Err(e) => wire::Reply::Error(e),
+            }
+        })
+        .collect()
+}
+
+/// The item error for a key that is not in `partition` (or whose partition
+/// this worker does not answer for right now): a 503, so the client asks it
+/// again on its own through the server's mapping (PROTOCOL.md §5).
+fn not_in_partition(shared: &Shared, key: KeyToken<'_>, partition: u32) -> ErrorReply {
+    ErrorReply::unavailable(format!(
+        "key {key} is not in partition {partition} with {} partitions; \
+         ask it on rl.allow.{key} (does the client use the workers' partition count?)",
+        shared.config.partitions
+    ))
+}
+
+/// A batch reply with its results, naming this worker (so the client learns
+/// who owns the items' partitions).
+pub fn batch_reply(shared: &Shared, results: &[wire::Reply]) -> Reply {
+    let mut headers = HeaderMap::new();
+    headers.insert(batch::WORKER_HEADER, shared.worker_id.as_str());
+    Reply {
+        headers,
+        payload: batch::encode_reply(results).into(),
     }
 }

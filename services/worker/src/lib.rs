@@ -10,6 +10,8 @@
 //! - [`probe`]: refuses to start when the server's partition mapping differs.
 //! - [`shard`]: the owner task of one partition (restore, answer, renew,
 //!   snapshot, hand over).
+//! - [`worker_batch`]: batches for any of the worker's partitions, split
+//!   among its shards.
 //! - [`handler`]: one request in, one reply out; no counter changes on bad input.
 //! - [`counters`]: the moka cache of one partition's counters.
 //! - [`lease`]: partition leases in JetStream KV, the fencing token.
@@ -30,5 +32,6 @@ pub mod shard;
 pub mod snapshot;
 pub mod store;
 pub mod worker;
+pub mod worker_batch;
 
 pub use worker::{run, WorkerOptions};

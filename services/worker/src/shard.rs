@@ -6,7 +6,8 @@
 //! Its loop, in priority order: a stop request (handover or shutdown), the
 //! lease deadline (stop answering before the lease can expire), renewal,
 //! snapshot, and finally requests, taken in batches of whatever is already
-//! waiting (so a journal append covers a whole batch).
+//! waiting (so a journal append covers a whole batch), and the shares of
+//! worker batches ([`crate::worker_batch`]) for this partition.
 
 use crate::counters::Counters;
 use crate::handler::{self, Handled};
@@ -15,6 +16,7 @@ use crate::lease::{self, Lease, LeaseError};
 use crate::snapshot::{self, Manifest};
 use crate::store::journal_subject;
 use crate::worker::Shared;
+use crate::worker_batch::{Decided, SubBatch};
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::{HeaderMap, Subject, Subscriber};
@@ -129,6 +131,9 @@ async fn run(
         }
     };
     shard.stats.answering.store(true, Ordering::SeqCst);
+    // Worker batches' shares for this partition (crate::worker_batch).
+    let (sub_batches_tx, mut sub_batches) = mpsc::channel::<SubBatch>(64);
+    shard.shared.routes.open(partition, sub_batches_tx.clone());
     tracing::info!(
         partition,
         keys = shard.counters.len(),
@@ -224,11 +229,18 @@ async fn run(
                     }
                 }
                 shard.process(&mut batch, replier_tx.as_ref()).await;
+                // Worker batches' shares that waited meanwhile (so that a
+                // stream of requests cannot starve them, nor they it).
+                while let Ok(sub) = sub_batches.try_recv() {
+                    shard.decide_sub_batch(sub, replier_tx.as_ref()).await;
+                }
             }
+            Some(sub) = sub_batches.recv() => shard.decide_sub_batch(sub, replier_tx.as_ref()).await,
         }
     };
 
     shard.stats.answering.store(false, Ordering::SeqCst);
+    shard.shared.routes.close(partition, &sub_batches_tx);
     for sub in subs.iter_mut() {
         let _ = sub.unsubscribe().await;
     }
@@ -241,7 +253,12 @@ async fn run(
             }
         }
         shard.process(&mut batch, replier_tx.as_ref()).await;
+        while let Ok(sub) = sub_batches.try_recv() {
+            shard.decide_sub_batch(sub, replier_tx.as_ref()).await;
+        }
     }
+    // Shares still queued are dropped undecided: their items get a 503.
+    drop(sub_batches);
     drop(replier_tx);
     if let Some(task) = replier {
         let _ = task.await;
@@ -426,6 +443,42 @@ impl Shard {
                 replies.push((to, reply.headers, reply.payload));
             }
         }
+        self.answer(replies, None, records, replier).await;
+    }
+
+    /// Decides a worker batch's share for this partition like an
+    /// `rl.p.<n>.batch` request, and hands the results back.
+    async fn decide_sub_batch(
+        &mut self,
+        sub: SubBatch,
+        replier: Option<&mpsc::Sender<PendingReplies>>,
+    ) {
+        let now = self.shared.clock.now();
+        let mut records = Vec::new();
+        let decided = sub.decide(
+            &self.shared,
+            self.partition,
+            &self.counters,
+            now,
+            &mut records,
+        );
+        self.stats.decisions.fetch_add(1, Ordering::Relaxed);
+        if !records.is_empty() {
+            self.stats.changes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.answer(Vec::new(), Some(decided), records, replier)
+            .await;
+    }
+
+    /// Sends the replies (and hands a worker batch's share back), in
+    /// journal mode only once `records` are stored.
+    async fn answer(
+        &self,
+        replies: Vec<(Subject, HeaderMap, Bytes)>,
+        decided: Option<Decided>,
+        records: Vec<journal::Record>,
+        replier: Option<&mpsc::Sender<PendingReplies>>,
+    ) {
         match replier {
             Some(replier) if !records.is_empty() => {
                 let ack = match journal::encode(&records) {
@@ -442,13 +495,25 @@ impl Shard {
                     .send(PendingReplies {
                         ack: Some(ack),
                         replies,
+                        decided,
                     })
                     .await;
             }
             Some(replier) => {
-                let _ = replier.send(PendingReplies { ack: None, replies }).await;
+                let _ = replier
+                    .send(PendingReplies {
+                        ack: None,
+                        replies,
+                        decided,
+                    })
+                    .await;
             }
-            None => send_replies(&self.shared.client, replies).await,
+            None => {
+                send_replies(&self.shared.client, replies).await;
+                if let Some(decided) = decided {
+                    decided.send();
+                }
+            }
         }
     }
 }
@@ -456,6 +521,8 @@ impl Shard {
 struct PendingReplies {
     ack: Option<Result<PublishAckFuture, String>>,
     replies: Vec<(Subject, HeaderMap, Bytes)>,
+    /// A worker batch's share, handed back with the replies.
+    decided: Option<Decided>,
 }
 
 async fn send_replies(client: &async_nats::Client, replies: Vec<(Subject, HeaderMap, Bytes)>) {
@@ -474,7 +541,12 @@ async fn replier_loop(
     partition: u32,
     shared: Arc<Shared>,
 ) {
-    while let Some(PendingReplies { ack, replies }) = rx.recv().await {
+    while let Some(PendingReplies {
+        ack,
+        replies,
+        decided,
+    }) = rx.recv().await
+    {
         if let Some(ack) = ack {
             let stored = match ack {
                 Ok(fut) => fut.await.map_err(|e| e.to_string()),
@@ -493,6 +565,9 @@ async fn replier_loop(
             }
         }
         send_replies(&client, replies).await;
+        if let Some(decided) = decided {
+            decided.send();
+        }
     }
 }
 

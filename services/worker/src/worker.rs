@@ -15,12 +15,14 @@ use crate::probe;
 use crate::service;
 use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
 use crate::store::{lease_key, worker_key, StoreOptions, Stores};
+use crate::worker_batch::Routes;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::assignment;
 use sluice_core::config::{Config, Durability};
+use sluice_core::nats_config::{is_valid_worker_id, WORKER_PREFIX};
 use sluice_core::time::{Clock, SystemClock};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -77,6 +79,8 @@ pub struct Shared {
     pub clock: Arc<dyn Clock>,
     pub lease_ttl: Duration,
     pub stats: WorkerStats,
+    /// The shards answering now, for worker batches.
+    pub routes: Routes,
 }
 
 /// A fresh worker id: valid as a KV key and a NATS token.
@@ -96,6 +100,11 @@ pub fn new_worker_id() -> String {
 /// Runs a worker until `shutdown` completes, then hands its partitions over.
 pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Result<()> {
     let worker_id = opts.worker_id.clone().unwrap_or_else(new_worker_id);
+    anyhow::ensure!(
+        is_valid_worker_id(&worker_id),
+        "the worker id {worker_id:?} is not valid: it names the worker's NATS subject \
+         {WORKER_PREFIX}.<worker-id>.batch, so it must be 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'"
+    );
     let config = Arc::new(opts.config);
     let client = async_nats::ConnectOptions::new()
         .name(format!("sluice-worker {worker_id}"))
@@ -127,6 +136,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         worker_id: worker_id.clone(),
         clock: opts.clock,
         stats: WorkerStats::default(),
+        routes: Routes::default(),
     });
     let mut controller = Controller::new(shared.clone());
     let service = service::start(shared.clone(), controller.shards_view()).await?;
@@ -152,9 +162,18 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
             }
         }
     });
+    let worker_batches = tokio::spawn({
+        let shared = shared.clone();
+        async move {
+            if let Err(e) = crate::worker_batch::serve(shared).await {
+                tracing::warn!("cannot answer worker batches: {e:#}");
+            }
+        }
+    });
     tracing::info!(worker = %worker_id, partitions = shared.config.partitions, "worker started");
     let result = controller.run(shutdown).await;
     strays.abort();
+    worker_batches.abort();
     if let Some(m) = metrics {
         m.abort();
     }

@@ -21,6 +21,11 @@
 //! - An item whose key token, policy name or cost is invalid gets an error
 //!   in its own slot; the other items are decided.
 //!
+//! Every batch reply names the worker that decided it in the header
+//! [`WORKER_HEADER`], so a client learns partition owners from any batch
+//! reply and can send the asks of all of one worker's partitions together
+//! (`rl.w.<worker-id>.batch`, see [`crate::nats_config::worker_batch_subject`]).
+//!
 //! Because a batch bypasses the server's mapping, the worker must check that
 //! every key belongs to the partition the batch was sent to (and answer
 //! that item with an error if not): otherwise a client configured with a
@@ -34,6 +39,9 @@ use super::{
 use crate::key::KeyToken;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
+
+/// The header of a batch reply naming the worker that decided it.
+pub const WORKER_HEADER: &str = "Sluice-Worker";
 
 /// The most items one batch may carry.
 pub const MAX_ITEMS: usize = 256;

@@ -76,6 +76,7 @@ impl BatchingTarget {
             "round_trips": s.round_trips,
             "batches": s.batches,
             "batched_asks": s.batched_asks,
+            "worker_batches": s.worker_batches,
             "no_responders": s.no_responders,
             "retries": s.retries,
             "timeouts": s.timeouts,

@@ -4,13 +4,18 @@
 //! decision (same headers and body size as a worker's first answer under
 //! the default policy), and every `rl.p.<n>.batch` with that decision once
 //! per item, so both the plain subject and the batching client can be
-//! measured against it. Several echo processes share the load (one queue
-//! group). One connection, one current-thread runtime, like a worker.
+//! measured against it. Like a worker, each echo process names itself in
+//! its batch replies and also answers batches on its own worker subject
+//! (`rl.w.<echo-id>.batch`), so the batching client sends it the asks of
+//! many partitions at once, as it would a worker. Several echo processes
+//! share the load (one queue group). One connection, one current-thread
+//! runtime, like a worker.
 
 use anyhow::{Context as _, Result};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
+use sluice_core::nats_config::worker_batch_subject;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, Reply};
@@ -21,6 +26,8 @@ pub fn serve(url: &str) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let id = format!("echo{}", std::process::id());
+    let canned = Canned::new();
     rt.block_on(async {
         let client = async_nats::ConnectOptions::new()
             .name("sluice-bench-echo")
@@ -33,10 +40,12 @@ pub fn serve(url: &str) -> Result<()> {
                 .await?,
             client.queue_subscribe("rl.p.*.hit.*", QUEUE.into()).await?,
             client.queue_subscribe("rl.p.*.batch", QUEUE.into()).await?,
+            client.subscribe(worker_batch_subject(&id)).await?,
         ]);
         client.flush().await?;
-        tracing::info!(%url, "echo responder answering rl.p.*.allow.*, rl.p.*.hit.*, rl.p.*.batch");
-        let canned = Canned::new();
+        tracing::info!(%url, id, "echo responder answering rl.p.*.allow.*, rl.p.*.hit.*, rl.p.*.batch, rl.w.<id>.batch");
+        let mut batch_headers = HeaderMap::new();
+        batch_headers.insert(batch::WORKER_HEADER, id.as_str());
         let stop = crate::signals::terminate();
         tokio::pin!(stop);
         let mut answered: u64 = 0;
@@ -50,7 +59,9 @@ pub fn serve(url: &str) -> Result<()> {
                     answered += 1;
                     let result = if msg.subject.ends_with(".batch") {
                         let n = batch_len(&msg.payload).unwrap_or(0);
-                        client.publish(reply, canned.batch(n)).await
+                        client
+                            .publish_with_headers(reply, batch_headers.clone(), canned.batch(n))
+                            .await
                     } else {
                         client
                             .publish_with_headers(reply, canned.headers.clone(), canned.body.clone())

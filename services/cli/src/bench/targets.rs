@@ -56,7 +56,7 @@ impl TargetKind {
 pub enum ClientKind {
     /// One NATS request per ask on `rl.allow.<key>` (any NATS client can do this).
     Plain,
-    /// `sluice-client` with batching: concurrent asks of one partition share a request.
+    /// `sluice-client` with batching: concurrent asks for one worker share a request.
     Batching,
 }
 
