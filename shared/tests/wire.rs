@@ -1,6 +1,7 @@
 //! Request bodies, decision and error replies, headers and batches, byte by
 //! byte where the format is promised (docs/PROTOCOL.md).
 
+use proptest::prelude::*;
 use serde_json::{json, Value as Json};
 use sluice_core::key::KeyToken;
 use sluice_core::policy::Decision;
@@ -760,4 +761,79 @@ fn a_refused_batch_reply_is_the_plain_error_reply() {
         batch::decode_reply(&[0x80], 1),
         Err(batch::ReplyError::Malformed(_))
     ));
+}
+
+// --- the hand-written MessagePack writer against rmp-serde ------------------
+
+/// Replies as the worker wrote them through rmp-serde before the writer:
+/// maps with named fields.
+fn rmp_named<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    rmp_serde::to_vec_named(value).unwrap()
+}
+
+fn any_decision() -> impl Strategy<Value = Decision> {
+    // Integers near every encoding boundary, and anywhere.
+    let uint = prop_oneof![
+        0u64..300,
+        60_000u64..70_000,
+        (u64::from(u32::MAX) - 5)..(u64::from(u32::MAX) + 5),
+        any::<u64>(),
+    ];
+    (
+        any::<bool>(),
+        uint.clone(),
+        uint.clone(),
+        uint.clone(),
+        uint,
+    )
+        .prop_map(|(allowed, limit, remaining, reset, retry_after)| Decision {
+            allowed,
+            limit,
+            remaining,
+            reset: Nanos(reset),
+            retry_after: Nanos(retry_after),
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn decision_replies_are_byte_for_byte_what_rmp_serde_writes(
+        d in any_decision(),
+        // Any string, and lengths around the fixstr/str8/str16 boundaries.
+        policy in proptest::prop_oneof![
+            "\\PC{0,40}".boxed(),
+            (250usize..300).prop_map(|n| "p".repeat(n)).boxed(),
+            (65_530usize..65_540).prop_map(|n| "p".repeat(n)).boxed(),
+        ],
+    ) {
+        let reply = DecisionReply::new(&d, policy.as_str());
+        proptest::prop_assert_eq!(encode_decision(&d, &policy, Encoding::MsgPack), rmp_named(&reply));
+        proptest::prop_assert_eq!(reply.encode(Encoding::MsgPack), rmp_named(&reply));
+        proptest::prop_assert_eq!(encode_decision(&d, &policy, Encoding::Json), serde_json::to_vec(&reply).unwrap());
+    }
+
+    #[test]
+    fn error_and_batch_replies_are_byte_for_byte_what_rmp_serde_writes(
+        decisions in proptest::collection::vec(any_decision(), 0..40),
+        message in "\\PC{0,300}",
+    ) {
+        let error = ErrorReply::bad_request(message);
+        let serde_error = serde_json::json!({"error": error.code.word(), "message": error.message});
+        proptest::prop_assert_eq!(error.encode(Encoding::MsgPack), rmp_named(&serde_error));
+        let results: Vec<Reply> = decisions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match i % 3 {
+                2 => Reply::Error(error.clone()),
+                _ => Reply::Decision(DecisionReply::new(d, "default")),
+            })
+            .collect();
+        #[derive(serde::Serialize)]
+        struct Batch<'a> {
+            results: &'a [Reply],
+        }
+        proptest::prop_assert_eq!(batch::encode_reply(&results), rmp_named(&Batch { results: &results }));
+    }
 }

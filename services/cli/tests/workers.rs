@@ -359,6 +359,59 @@ async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover()
     }
 }
 
+/// Group commit: asks that arrive while a partition's journal append is in
+/// flight share the next append, so 400 concurrent counted asks are stored
+/// in fewer messages; and every answered count is stored before its answer,
+/// so a worker killed right after answering loses none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
+    let _serial = serial().await;
+    let config = crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let mut stack = Stack::start(&config, 1).await;
+    let clients = stack.clients(4).await;
+    let keys: Vec<String> = (0..40).map(|i| format!("g{i}")).collect();
+    let mut tasks = Vec::new();
+    for (i, key) in keys.iter().cycle().take(400).enumerate() {
+        let client = clients[i % clients.len()].clone();
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move {
+            ask(&client, &key, br#"{"policy":"tenper"}"#).await
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap().unwrap().allowed, "10 asks per key fit");
+    }
+    let js = async_nats::jetstream::new(clients[0].clone());
+    let stored = js
+        .get_stream("SLUICE_JOURNAL")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    eprintln!("400 counted asks were stored in {stored} journal messages");
+    assert!(
+        (1..400).contains(&stored),
+        "{stored} journal messages for 400 concurrent asks"
+    );
+    // Killed right after answering: the new worker has every answered count.
+    let id = stack.worker_ids().await.remove(0);
+    stack.kill_worker(&id);
+    stack.start_workers(1).await;
+    for key in &keys {
+        let d = eventually(Duration::from_secs(15), || async {
+            ask(&clients[0], key, br#"{"policy":"tenper","cost":0}"#)
+                .await
+                .ok()
+        })
+        .await
+        .unwrap();
+        assert_eq!(d.remaining, 0, "{key} lost answered counts in the crash");
+    }
+}
+
 /// The crash tests snapshot rarely, so that at the kill most counts exist
 /// only in the dead worker's memory (and, in journal mode, in the journal).
 fn crash_config() -> String {

@@ -7,13 +7,13 @@
 use crate::counters::{counter_key, Counters, Op};
 use crate::journal::Record;
 use crate::worker::Shared;
-use async_nats::HeaderMap;
+use async_nats::{HeaderMap, HeaderName};
 use bytes::Bytes;
 use sluice_core::key::KeyToken;
 use sluice_core::nats_config::{allow_subject, batch_subject, hit_subject};
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
-use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
+use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply, RateLimitHeaders};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
@@ -197,10 +197,24 @@ thread_local! {
     static KEY: RefCell<String> = RefCell::new(String::with_capacity(128));
 }
 
-fn decision_reply(decision: &Decision, policy: &str, encoding: Encoding) -> Reply {
+/// Header names are parsed once; a clone is a pointer copy.
+static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static(wire::RATELIMIT_LIMIT);
+static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static(wire::RATELIMIT_REMAINING);
+static RATELIMIT_RESET: HeaderName = HeaderName::from_static(wire::RATELIMIT_RESET);
+static RETRY_AFTER: HeaderName = HeaderName::from_static(wire::RETRY_AFTER);
+
+/// The reply to a decided request: headers as [`wire::decision_headers`]
+/// gives them, formatted without a `String` per number (a reply is built
+/// for every request).
+pub fn decision_reply(decision: &Decision, policy: &str, encoding: Encoding) -> Reply {
+    let values = RateLimitHeaders::of(decision);
+    let mut number = itoa::Buffer::new();
     let mut headers = HeaderMap::new();
-    for (name, value) in wire::decision_headers(decision) {
-        headers.insert(name, value.as_str());
+    headers.insert(RATELIMIT_LIMIT.clone(), number.format(values.limit));
+    headers.insert(RATELIMIT_REMAINING.clone(), number.format(values.remaining));
+    headers.insert(RATELIMIT_RESET.clone(), number.format(values.reset_s));
+    if let Some(retry_after) = values.retry_after_s {
+        headers.insert(RETRY_AFTER.clone(), number.format(retry_after));
     }
     Reply {
         headers,

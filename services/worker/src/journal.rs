@@ -1,12 +1,14 @@
 //! The journal (`durability = "journal"`): what was counted since the last
 //! snapshot, so a new owner can replay it after a crash.
 //!
-//! A partition's owner decides a batch of requests, appends one journal
-//! message holding every counted request of the batch (group commit), and
-//! answers the batch only once JetStream acknowledged that message. So an
-//! answer a client saw always has its count stored, and `kill -9` loses no
-//! counts. Acks are awaited in order by a separate task, so the next batch is
-//! decided while the previous one is being stored.
+//! Group commit: a partition has at most one append in flight. While it is,
+//! the owner keeps deciding, and the records and replies of every batch
+//! decided meanwhile wait; when the ack arrives they all go out as the next
+//! append (one message, or several of at most [`MAX_APPEND`] bytes), so the
+//! more load, the more records per stored message, with no timer. A reply
+//! is sent only once JetStream acknowledged the append holding its records,
+//! so an answer a client saw always has its count stored, and `kill -9`
+//! loses no counts. (`shard::replier_loop` runs this, beside the shard task.)
 //!
 //! A replayed record is applied with `record` at its original time: it was
 //! counted, so it is counted again regardless of the limit. Records that a
@@ -35,8 +37,54 @@ pub struct Record {
     pub t: u64,
 }
 
+/// The most record bytes one journal message carries. A group commit under
+/// heavy load can hold thousands of records; nats-server refuses messages
+/// over its `max_payload` (1 MiB by default), so a bigger group is split
+/// into several messages of at most about this size.
+pub const MAX_APPEND: usize = 512 * 1024;
+
 pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
     Ok(rmp_serde::to_vec(records)?)
+}
+
+/// A record's encoded size, at most: four fields of at most 9 bytes plus a
+/// 5-byte string header each, and the strings.
+fn encoded_len_bound(r: &Record) -> usize {
+    1 + 4 * 9 + 2 * 5 + r.p.len() + r.k.len()
+}
+
+/// Appends `records` to `subject` as messages of at most [`MAX_APPEND`]
+/// bytes each, all published before any ack is awaited. Returns the stream
+/// sequence of the last one once every one is acknowledged.
+pub async fn append(
+    js: async_nats::jetstream::Context,
+    subject: String,
+    records: Vec<Record>,
+) -> Result<u64, String> {
+    let mut acks = Vec::new();
+    let mut start = 0;
+    while start < records.len() {
+        let mut end = start;
+        let mut size = 5;
+        while end < records.len()
+            && (end == start || size + encoded_len_bound(&records[end]) <= MAX_APPEND)
+        {
+            size += encoded_len_bound(&records[end]);
+            end += 1;
+        }
+        let payload = encode(&records[start..end]).map_err(|e| e.to_string())?;
+        let ack = js
+            .publish(subject.clone(), payload.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        acks.push(ack);
+        start = end;
+    }
+    let mut last = 0;
+    for ack in acks {
+        last = ack.await.map_err(|e| e.to_string())?.sequence;
+    }
+    Ok(last)
 }
 
 /// Replays every record of `partition` after `after_seq` into `counters`.

@@ -18,7 +18,6 @@ use crate::store::journal_subject;
 use crate::worker::Shared;
 use crate::worker_batch::{Decided, SubBatch};
 use anyhow::{Context as _, Result};
-use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::{HeaderMap, Subject, Subscriber};
 use bytes::Bytes;
 use futures::stream::SelectAll;
@@ -141,7 +140,7 @@ async fn run(
         "answering"
     );
 
-    // Journal mode: replies wait for their batch's append to be acknowledged.
+    // Journal mode: replies wait for their records' append to be acknowledged.
     let (replier_tx, replier) = if shard.shared.stores.journal.is_some() {
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(replier_loop(
@@ -149,6 +148,7 @@ async fn run(
             shard.shared.client.clone(),
             shard.journal_seq.clone(),
             shard.partition,
+            shard.journal_subject.clone(),
             shard.shared.clone(),
         ));
         (Some(tx), Some(task))
@@ -480,31 +480,12 @@ impl Shard {
         replier: Option<&mpsc::Sender<PendingReplies>>,
     ) {
         match replier {
-            Some(replier) if !records.is_empty() => {
-                let ack = match journal::encode(&records) {
-                    Ok(payload) => self
-                        .shared
-                        .stores
-                        .js
-                        .publish(self.journal_subject.clone(), payload.into())
-                        .await
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                let _ = replier
-                    .send(PendingReplies {
-                        ack: Some(ack),
-                        replies,
-                        decided,
-                    })
-                    .await;
-            }
             Some(replier) => {
                 let _ = replier
                     .send(PendingReplies {
-                        ack: None,
+                        records,
                         replies,
-                        decided,
+                        decided: decided.into_iter().collect(),
                     })
                     .await;
             }
@@ -518,12 +499,32 @@ impl Shard {
     }
 }
 
+/// A decided batch in journal mode: what it counted, and its replies, which
+/// wait until those records are stored.
+#[derive(Default)]
 struct PendingReplies {
-    ack: Option<Result<PublishAckFuture, String>>,
-    replies: Vec<(Subject, HeaderMap, Bytes)>,
-    /// A worker batch's share, handed back with the replies.
-    decided: Option<Decided>,
+    records: Vec<journal::Record>,
+    replies: Vec<OutgoingReply>,
+    /// Worker batches' shares, handed back with the replies.
+    decided: Vec<Decided>,
 }
+
+type OutgoingReply = (Subject, HeaderMap, Bytes);
+
+impl PendingReplies {
+    fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.replies.is_empty() && self.decided.is_empty()
+    }
+
+    fn add(&mut self, mut batch: PendingReplies) {
+        self.records.append(&mut batch.records);
+        self.replies.append(&mut batch.replies);
+        self.decided.append(&mut batch.decided);
+    }
+}
+
+/// One group's journal append: the stream sequence of its last message.
+type Append = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
 
 async fn send_replies(client: &async_nats::Client, replies: Vec<(Subject, HeaderMap, Bytes)>) {
     for (to, headers, payload) in replies {
@@ -533,40 +534,67 @@ async fn send_replies(client: &async_nats::Client, replies: Vec<(Subject, Header
     }
 }
 
-/// Waits for each batch's journal append, in order, then answers the batch.
+/// Group commit: a partition has at most one journal append in flight.
+/// Batches decided meanwhile accumulate, and when the append is acknowledged
+/// everything accumulated goes out as the next append, so the append grows
+/// with the load (no timer). Replies are sent only after their records are
+/// stored; a batch that counted nothing is answered at once when no append
+/// is in flight, else with the next group, in order.
 async fn replier_loop(
     mut rx: mpsc::Receiver<PendingReplies>,
     client: async_nats::Client,
     journal_seq: Arc<AtomicU64>,
     partition: u32,
+    subject: String,
     shared: Arc<Shared>,
 ) {
-    while let Some(PendingReplies {
-        ack,
-        replies,
-        decided,
-    }) = rx.recv().await
-    {
-        if let Some(ack) = ack {
-            let stored = match ack {
-                Ok(fut) => fut.await.map_err(|e| e.to_string()),
-                Err(e) => Err(e),
-            };
-            match stored {
-                Ok(ack) => {
-                    journal_seq.fetch_max(ack.sequence, Ordering::SeqCst);
+    let mut waiting = PendingReplies::default();
+    let mut in_flight: Option<(Append, Vec<OutgoingReply>, Vec<Decided>)> = None;
+    let mut open = true;
+    loop {
+        tokio::select! {
+            biased;
+            stored = async { in_flight.as_mut().expect("guarded").0.as_mut().await }, if in_flight.is_some() => {
+                let (_, replies, decided) = in_flight.take().expect("guarded");
+                match stored {
+                    // Every record up to `seq` is applied: they were applied
+                    // before being appended.
+                    Ok(seq) => {
+                        journal_seq.fetch_max(seq, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        // The counts are in memory and will be in the next
+                        // snapshot, but a crash before it would lose them.
+                        shared.stats.journal_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(partition, "journal append failed; counts are only in memory until the next snapshot: {e}");
+                    }
                 }
-                Err(e) => {
-                    // The counts are in memory and will be in the next
-                    // snapshot, but a crash before it would lose them.
-                    shared.stats.journal_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(partition, "journal append failed; counts are only in memory until the next snapshot: {e}");
-                }
+                send_replies(&client, replies).await;
+                decided.into_iter().for_each(Decided::send);
+            }
+            batch = rx.recv(), if open => match batch {
+                Some(batch) => waiting.add(batch),
+                // The shard is done: drain what is waiting, then stop.
+                None => open = false,
+            },
+        }
+        if in_flight.is_none() && !waiting.is_empty() {
+            let PendingReplies {
+                records,
+                replies,
+                decided,
+            } = std::mem::take(&mut waiting);
+            if records.is_empty() {
+                send_replies(&client, replies).await;
+                decided.into_iter().for_each(Decided::send);
+            } else {
+                let js = shared.stores.js.clone();
+                let append = journal::append(js, subject.clone(), records);
+                in_flight = Some((Box::pin(append), replies, decided));
             }
         }
-        send_replies(&client, replies).await;
-        if let Some(decided) = decided {
-            decided.send();
+        if !open && in_flight.is_none() && waiting.is_empty() {
+            break;
         }
     }
 }

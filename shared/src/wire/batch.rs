@@ -31,10 +31,10 @@
 //! that item with an error if not): otherwise a client configured with a
 //! different partition count would split counters.
 
-use super::msgpack::{Reader, Value};
+use super::msgpack::{Reader, Value, Writer};
 use super::{
-    encode_body, error_reply, quoted, read_msgpack_field, read_msgpack_name, ErrorCode, ErrorReply,
-    Fields, MalformedReply, RawReply, Reply, Scalar,
+    encode_body, encode_reply_body, error_reply, quoted, read_msgpack_field, read_msgpack_name,
+    ErrorCode, ErrorReply, Fields, MalformedReply, RawReply, Reply, ReplyBody, Scalar,
 };
 use crate::key::KeyToken;
 use serde::{Deserialize, Serialize};
@@ -216,7 +216,23 @@ pub fn encode_reply(results: &[Reply]) -> Vec<u8> {
     struct BatchReplyOut<'a> {
         results: &'a [Reply],
     }
-    encode_body(&BatchReplyOut { results }, super::Encoding::MsgPack)
+    impl ReplyBody for BatchReplyOut<'_> {
+        fn msgpack_len(&self) -> usize {
+            let header = 1 + (1 + "results".len()) + 5;
+            header + self.results.iter().map(Reply::msgpack_len).sum::<usize>()
+        }
+
+        fn write_msgpack(&self, w: &mut Writer<'_>) {
+            w.map(1);
+            w.str("results");
+            let len = u32::try_from(self.results.len()).expect("at most MAX_ITEMS results");
+            w.array(len);
+            for result in self.results {
+                result.write_msgpack(w);
+            }
+        }
+    }
+    encode_reply_body(&BatchReplyOut { results }, super::Encoding::MsgPack)
 }
 
 /// Why a batch got no per-item results.

@@ -1,4 +1,4 @@
-//! A minimal MessagePack reader for request bodies.
+//! A minimal MessagePack reader for request bodies, and writer for replies.
 //!
 //! Requests are tiny maps of strings and integers, read on every request, and
 //! every way they can be wrong needs its own sentence (CONTRACT §1: errors say
@@ -7,6 +7,12 @@
 //! ignores. Maps and arrays are read as headers only; their contents are read
 //! by the caller, item by item. Nothing here is needed to skip unknown
 //! values: an unexpected value is always an error.
+//!
+//! Replies are written by hand too: a decision is built for every request,
+//! and going through serde (`rmp_serde::to_vec_named`) cost several times
+//! more than pushing its ~70 bytes. The writer picks the same (smallest)
+//! encodings as rmp-serde, so the bytes are identical (a property test in
+//! `wire` checks it).
 
 /// One MessagePack value. Containers carry their length; their contents
 /// follow in the stream.
@@ -201,6 +207,81 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Appends MessagePack values to a buffer, each in its smallest encoding
+/// (as rmp-serde does). Containers are written as headers; the caller writes
+/// their contents after them.
+pub(crate) struct Writer<'b> {
+    buf: &'b mut Vec<u8>,
+}
+
+impl<'b> Writer<'b> {
+    pub(crate) fn new(buf: &'b mut Vec<u8>) -> Writer<'b> {
+        Writer { buf }
+    }
+
+    pub(crate) fn map(&mut self, len: u32) {
+        self.container(len, 0x80, 0xde);
+    }
+
+    pub(crate) fn array(&mut self, len: u32) {
+        self.container(len, 0x90, 0xdc);
+    }
+
+    /// `fix` holds up to 15 entries in its low bits, `marker16` is followed
+    /// by a u16 length and `marker16 + 1` by a u32 one.
+    fn container(&mut self, len: u32, fix: u8, marker16: u8) {
+        if len < 16 {
+            self.buf.push(fix | len as u8);
+        } else if let Ok(len) = u16::try_from(len) {
+            self.buf.push(marker16);
+            self.buf.extend_from_slice(&len.to_be_bytes());
+        } else {
+            self.buf.push(marker16 + 1);
+            self.buf.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+
+    pub(crate) fn bool(&mut self, v: bool) {
+        self.buf.push(if v { 0xc3 } else { 0xc2 });
+    }
+
+    pub(crate) fn uint(&mut self, v: u64) {
+        if v < 0x80 {
+            self.buf.push(v as u8);
+        } else if let Ok(v) = u8::try_from(v) {
+            self.buf.extend_from_slice(&[0xcc, v]);
+        } else if let Ok(v) = u16::try_from(v) {
+            self.buf.push(0xcd);
+            self.buf.extend_from_slice(&v.to_be_bytes());
+        } else if let Ok(v) = u32::try_from(v) {
+            self.buf.push(0xce);
+            self.buf.extend_from_slice(&v.to_be_bytes());
+        } else {
+            self.buf.push(0xcf);
+            self.buf.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+
+    /// Strings longer than `u32::MAX` bytes cannot be MessagePack; nothing
+    /// sluice writes comes near (error sentences are a few hundred bytes).
+    pub(crate) fn str(&mut self, s: &str) {
+        let len = s.len();
+        if len < 32 {
+            self.buf.push(0xa0 | len as u8);
+        } else if let Ok(len) = u8::try_from(len) {
+            self.buf.extend_from_slice(&[0xd9, len]);
+        } else if let Ok(len) = u16::try_from(len) {
+            self.buf.push(0xda);
+            self.buf.extend_from_slice(&len.to_be_bytes());
+        } else {
+            let len = u32::try_from(len).expect("a string under 4 GiB");
+            self.buf.push(0xdb);
+            self.buf.extend_from_slice(&len.to_be_bytes());
+        }
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +326,46 @@ mod tests {
             one(&[0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0]),
             Ok(Value::Float(1.5))
         );
+    }
+
+    #[test]
+    fn the_writer_uses_the_smallest_encoding_and_the_reader_reads_it_back() {
+        let uints = [
+            0,
+            127,
+            128,
+            255,
+            256,
+            65535,
+            65536,
+            u64::from(u32::MAX),
+            1 << 32,
+            u64::MAX,
+        ];
+        let sizes = [1, 1, 2, 2, 3, 3, 5, 5, 9, 9];
+        for (v, size) in uints.into_iter().zip(sizes) {
+            let mut buf = Vec::new();
+            Writer::new(&mut buf).uint(v);
+            assert_eq!(buf.len(), size, "{v}");
+            assert_eq!(one(&buf), Ok(Value::Uint(v)));
+        }
+        for len in [0, 31, 32, 255, 256, 65535, 65536] {
+            let s = "x".repeat(len);
+            let mut buf = Vec::new();
+            Writer::new(&mut buf).str(&s);
+            assert_eq!(one(&buf), Ok(Value::Str(s.as_str())));
+        }
+        for len in [0, 15, 16, 65535, 65536] {
+            let (mut map, mut array) = (Vec::new(), Vec::new());
+            Writer::new(&mut map).map(len);
+            Writer::new(&mut array).array(len);
+            assert_eq!(one(&map), Ok(Value::Map(len)));
+            assert_eq!(one(&array), Ok(Value::Array(len)));
+        }
+        let mut buf = Vec::new();
+        Writer::new(&mut buf).bool(true);
+        Writer::new(&mut buf).bool(false);
+        assert_eq!(buf, [0xc3, 0xc2]);
     }
 
     #[test]
