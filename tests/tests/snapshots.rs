@@ -8,7 +8,7 @@ use sluice_core::policy::Policy;
 use sluice_core::time::Nanos;
 use sluice_tests::NatsServer;
 use sluice_worker::counters::{counter_key, Counters, Op};
-use sluice_worker::snapshot::{self, Manifest, CHUNK_BYTES};
+use sluice_worker::snapshot::{self, Encoded, Manifest, CHUNK_BYTES};
 use sluice_worker::store::{StoreOptions, Stores};
 use std::time::Duration;
 
@@ -55,25 +55,17 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
     let policy = config.default_policy();
     let now = Nanos::from_secs(1_800_000_000);
     let counters = filled(policy, 120_000, now);
-    let entries = counters.export();
-    assert_eq!(entries.len(), 120_000);
+    let encoded = snapshot::encode(&counters).unwrap();
+    assert_eq!(encoded.entries, 120_000);
 
     let manifest = Manifest {
         gen: "1x1".into(),
         lease_rev: 7,
         ..Default::default()
     };
-    snapshot::write(
-        &stores.js,
-        &stores.snapshots,
-        3,
-        &entries,
-        manifest,
-        0,
-        None,
-    )
-    .await
-    .unwrap();
+    snapshot::write(&stores.js, &stores.snapshots, 3, encoded, manifest, 0, None)
+        .await
+        .unwrap();
     let (read, _) = snapshot::read_manifest(&stores.snapshots, 3).await.unwrap();
     let read = read.expect("a manifest was written");
     assert!(
@@ -108,13 +100,14 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     let stores = stores(&nats).await;
     let config = hourly();
     let now = Nanos::from_secs(1_800_000_000);
-    let entries = filled(config.default_policy(), 50_000, now).export();
+    let policy = config.default_policy();
+    let encoded = snapshot::encode(&filled(policy, 50_000, now)).unwrap();
     let first = Manifest {
         gen: "1x1".into(),
         lease_rev: 1,
         ..Default::default()
     };
-    let rev1 = snapshot::write(&stores.js, &stores.snapshots, 5, &entries, first, 0, None)
+    let rev1 = snapshot::write(&stores.js, &stores.snapshots, 5, encoded, first, 0, None)
         .await
         .unwrap();
     let second = Manifest {
@@ -126,7 +119,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
         &stores.js,
         &stores.snapshots,
         5,
-        &entries[..10],
+        snapshot::encode(&filled(policy, 10, now)).unwrap(),
         second,
         rev1,
         Some("1x1"),
@@ -152,9 +145,17 @@ async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapsh
         lease_rev: 1,
         ..Default::default()
     };
-    let rev = snapshot::write(&stores.js, &stores.snapshots, 9, &[], old, 0, None)
-        .await
-        .unwrap();
+    let rev = snapshot::write(
+        &stores.js,
+        &stores.snapshots,
+        9,
+        Encoded::default(),
+        old,
+        0,
+        None,
+    )
+    .await
+    .unwrap();
     // The new owner fences the manifest with its lease revision.
     let fenced = Manifest {
         gen: "1x1".into(),
@@ -175,7 +176,7 @@ async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapsh
         &stores.js,
         &stores.snapshots,
         9,
-        &[],
+        Encoded::default(),
         late,
         rev,
         Some("1x1"),

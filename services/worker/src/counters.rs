@@ -8,8 +8,9 @@
 //!
 //! Entries expire once idle for as long as it takes the state to become
 //! equivalent to a fresh one ([`sluice_core::policy::Policy::idle_expiry`]),
-//! so idle keys cost nothing and expiry never forgets a count that still
-//! matters. The cache has no size bound: evicting a live counter would
+//! give or take some slack (at most four times that long, so that the entry
+//! need not be re-inserted on every request), so idle keys cost nothing for
+//! long and expiry never forgets a count that still matters. The cache has no size bound: evicting a live counter would
 //! under-count (docs/ARCHITECTURE.md, "memory").
 
 use moka::sync::Cache;
@@ -123,15 +124,26 @@ impl Counters {
             Op::Allow(cost) => policy.decide(&mut state, now, cost),
             Op::Record(cost) => policy.record(&mut state, now, cost),
         };
-        let ttl = policy.idle_expiry(&mut state, now).as_u64();
+        let needed = policy.idle_expiry(&mut state, now).as_u64();
         drop(state);
-        let old_ttl = cell.idle_ttl_ns.swap(ttl, Ordering::Relaxed);
-        // moka fixed this entry's expiry when we read it, from the old ttl.
-        // Re-insert when the state now needs longer (or is new), so a key in
-        // debt is not forgotten early; a fresh key that took nothing
-        // (a peek or a denial) is not stored at all.
-        if (fresh && ttl > 0) || (!fresh && ttl > old_ttl) {
-            self.cache.insert(key.to_string(), cell);
+        // moka fixed this entry's expiry when we read it, from the stored
+        // ttl; only a re-insert makes it longer. So a ttl that must grow is
+        // stored with a quarter of slack, and is not lowered while the need
+        // stays above a quarter of it: a key asked for again and again is
+        // re-inserted a few times, not on every request (the ttl of a
+        // sliding window grows at every window change). A fresh key that
+        // took nothing (a peek or a denial) is not stored at all.
+        let stored = cell.idle_ttl_ns.load(Ordering::Relaxed);
+        let with_slack = needed.saturating_add(needed / 4);
+        if fresh || needed > stored {
+            cell.idle_ttl_ns.store(with_slack, Ordering::Relaxed);
+            if needed > 0 {
+                self.cache.insert(key.to_string(), cell);
+            }
+        } else if needed.saturating_mul(4) < stored {
+            // Lowering is always safe; it keeps an idle key from staying
+            // much longer than it matters (after a debt is paid, say).
+            cell.idle_ttl_ns.store(with_slack, Ordering::Relaxed);
         }
         decision
     }
@@ -146,16 +158,14 @@ impl Counters {
         self.len() == 0
     }
 
-    /// Copies every counter out, for a snapshot. Not a point-in-time view:
-    /// a counter changed during the copy may be seen before or after.
-    pub fn export(&self) -> Vec<Entry> {
-        self.cache
-            .iter()
-            .map(|(key, cell)| Entry {
-                key: key.as_str().to_string(),
-                state: cell.state.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            })
-            .collect()
+    /// Calls `f` with every counter, for a snapshot, without copying any.
+    /// Not a point-in-time view: a counter changed meanwhile may be seen
+    /// before or after the change. Each state is locked only while `f` runs.
+    pub fn for_each(&self, mut f: impl FnMut(&str, &KeyState)) {
+        for (key, cell) in self.cache.iter() {
+            let state = cell.state.lock().unwrap_or_else(|e| e.into_inner());
+            f(key.as_str(), &state);
+        }
     }
 
     /// Loads restored counters (before the partition answers anything).
@@ -189,5 +199,58 @@ impl Counters {
             kept += 1;
         }
         kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// The stored idle ttl of `key`, if the cache holds it.
+    fn stored_ttl(counters: &Counters, key: &str) -> Option<u64> {
+        counters
+            .cache
+            .get(key)
+            .map(|cell| cell.idle_ttl_ns.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn a_peek_or_a_denial_on_a_fresh_key_stores_nothing() {
+        let policy = Policy::builtin_default();
+        let counters = Counters::new();
+        counters.apply(&policy, "default/a", Nanos::from_secs(100), Op::Allow(0));
+        assert_eq!(stored_ttl(&counters, "default/a"), None);
+    }
+
+    #[test]
+    fn the_stored_ttl_covers_the_need_and_only_grows_when_the_need_outgrows_it() {
+        // 15 per second, sliding window: a counted key matters until the end
+        // of the window after its own.
+        let policy = Policy::builtin_default();
+        let counters = Counters::new();
+        let key = "default/a";
+        // Counted late in the window [100 s, 101 s): needed until 102 s.
+        counters.apply(&policy, key, Nanos(100 * SEC + 9 * SEC / 10), Op::Allow(1));
+        let first = stored_ttl(&counters, key).expect("a counted key is stored");
+        assert_eq!(
+            first,
+            (11 * SEC / 10) * 5 / 4,
+            "1.1 s needed, plus a quarter"
+        );
+
+        // Counted at the start of the next window: needed until 103 s, 2 s,
+        // more than stored, so the ttl grows, with slack.
+        counters.apply(&policy, key, Nanos(101 * SEC), Op::Allow(1));
+        let grown = stored_ttl(&counters, key).unwrap();
+        assert_eq!(grown, 2 * SEC + SEC / 2);
+
+        // Later the need shrinks (1.5 s, then 1.9 s in the window after):
+        // covered, so the ttl stays and the entry is not re-inserted.
+        counters.apply(&policy, key, Nanos(101 * SEC + SEC / 2), Op::Allow(1));
+        assert_eq!(stored_ttl(&counters, key), Some(grown));
+        counters.apply(&policy, key, Nanos(102 * SEC + SEC / 10), Op::Allow(1));
+        assert_eq!(stored_ttl(&counters, key), Some(grown));
     }
 }

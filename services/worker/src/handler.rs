@@ -23,18 +23,33 @@ pub struct Reply {
     pub payload: Bytes,
 }
 
-/// The outcome of one message: what to answer (if anyone asked), and what was
-/// counted (for the journal).
-pub struct Handled {
-    pub reply: Option<Reply>,
-    pub counted: Vec<Record>,
+/// What decisions counted: how many asks changed a counter (which makes the
+/// partition's snapshot stale) and, in journal mode only, the records to
+/// store. Snapshot mode builds no records: they would be dropped unread.
+pub struct Counted {
+    pub changes: u64,
+    pub records: Vec<Record>,
+    journal: bool,
 }
 
-impl Handled {
-    fn ignored() -> Handled {
-        Handled {
-            reply: None,
-            counted: Vec::new(),
+impl Counted {
+    pub fn new(journal: bool) -> Counted {
+        Counted {
+            changes: 0,
+            records: Vec::new(),
+            journal,
+        }
+    }
+
+    fn add(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
+        self.changes += 1;
+        if self.journal {
+            self.records.push(Record {
+                p: policy.to_string(),
+                k: token.to_string(),
+                c: cost,
+                t: now.as_u64(),
+            });
         }
     }
 }
@@ -54,28 +69,31 @@ enum Kind {
     Hit,
 }
 
-/// Decides one message on `partition` at `now`.
+/// Decides one message on `partition` at `now`; returns the reply, if
+/// anyone asked.
 pub fn handle(
     shared: &Shared,
     partition: u32,
     counters: &Counters,
     msg: &async_nats::Message,
     now: Nanos,
-) -> Handled {
+    counted: &mut Counted,
+) -> Option<Reply> {
     let subject = msg.subject.as_str();
     // rl.p.<n>.<kind>.<token> or rl.p.<n>.batch
     let mut parts = subject.splitn(5, '.');
     let (kind, token) = match (parts.nth(3), parts.next()) {
         (Some("allow"), Some(token)) => (Kind::Allow, token),
         (Some("hit"), Some(token)) => (Kind::Hit, token),
-        (Some("batch"), None) => return handle_batch(shared, partition, counters, msg, now),
-        _ => return Handled::ignored(),
+        (Some("batch"), None) => {
+            return handle_batch(shared, partition, counters, msg, now, counted)
+        }
+        _ => return None,
     };
     // An allow nobody waits for is not a request (the mapping probe sends those).
     if kind == Kind::Allow && msg.reply.is_none() {
-        return Handled::ignored();
+        return None;
     }
-    let mut counted = Vec::new();
     let encoding = Encoding::of_body(&msg.payload);
     let outcome = decide_body(
         shared,
@@ -85,13 +103,12 @@ pub fn handle(
         &msg.payload,
         kind,
         now,
-        &mut counted,
+        counted,
     );
-    let reply = msg.reply.as_ref().map(|_| match outcome {
+    msg.reply.as_ref().map(|_| match outcome {
         Ok((decision, policy)) => decision_reply(&decision, policy, encoding),
         Err(e) => error_reply(&e, encoding),
-    });
-    Handled { reply, counted }
+    })
 }
 
 /// Validates and applies one ask whose body is still encoded.
@@ -104,7 +121,7 @@ fn decide_body<'a>(
     body: &[u8],
     kind: Kind,
     now: Nanos,
-    counted: &mut Vec<Record>,
+    counted: &mut Counted,
 ) -> Result<(Decision, &'a str), ErrorReply> {
     let result = KeyToken::parse(token)
         .map_err(ErrorReply::from)
@@ -138,7 +155,7 @@ fn decide<'a>(
     cost: u64,
     kind: Kind,
     now: Nanos,
-    counted: &mut Vec<Record>,
+    counted: &mut Counted,
 ) -> Result<(Decision, &'a str), ErrorReply> {
     let token = key.as_str();
     let home = key.partition(shared.config.partitions);
@@ -173,12 +190,7 @@ fn decide<'a>(
         Op::Record(c) => c > 0,
     };
     if consumed {
-        counted.push(Record {
-            p: policy.name().to_string(),
-            k: token.to_string(),
-            c: cost,
-            t: now.as_u64(),
-        });
+        counted.add(policy.name(), token, cost, now);
     }
     Ok((decision, policy.name()))
 }
@@ -239,25 +251,21 @@ fn handle_batch(
     counters: &Counters,
     msg: &async_nats::Message,
     now: Nanos,
-) -> Handled {
-    let mut counted = Vec::new();
-    if msg.reply.is_none() {
-        return Handled::ignored();
-    }
+    counted: &mut Counted,
+) -> Option<Reply> {
+    // A batch nobody waits for is not decided (nothing is counted).
+    msg.reply.as_ref()?;
     let reply = match batch::decode_request(&msg.payload) {
         Err(e) => {
             shared.stats.errors.fetch_add(1, Ordering::Relaxed);
             error_reply(&e, Encoding::MsgPack)
         }
         Ok(items) => {
-            let results = decide_items(shared, partition, counters, items, now, &mut counted);
+            let results = decide_items(shared, partition, counters, items, now, counted);
             batch_reply(shared, &results)
         }
     };
-    Handled {
-        reply: Some(reply),
-        counted,
-    }
+    Some(reply)
 }
 
 /// Decides batch items of `partition` in order, as if sent one after the
@@ -269,7 +277,7 @@ pub fn decide_items<'a>(
     counters: &Counters,
     items: impl IntoIterator<Item = Result<batch::Item<'a>, ErrorReply>>,
     now: Nanos,
-    counted: &mut Vec<Record>,
+    counted: &mut Counted,
 ) -> Vec<wire::Reply> {
     items
         .into_iter()

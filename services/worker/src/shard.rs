@@ -10,7 +10,7 @@
 //! worker batches ([`crate::worker_batch`]) for this partition.
 
 use crate::counters::Counters;
-use crate::handler::{self, Handled};
+use crate::handler::{self, Counted};
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
 use crate::snapshot::{self, Manifest};
@@ -163,18 +163,30 @@ async fn run(
     );
     renew_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let snap_every = shard.shared.config.snapshot_interval;
-    let mut snap_tick = interval_at(Instant::now() + snap_every, snap_every);
+    // Partitions restored together would otherwise snapshot together, every
+    // time: spread their first ticks over one interval.
+    let partitions = shard.shared.config.partitions.max(1);
+    let first_snapshot =
+        snap_every.mul_f64(f64::from(partition % partitions + 1) / f64::from(partitions));
+    let mut snap_tick = interval_at(Instant::now() + first_snapshot, snap_every);
     snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut renewal: Option<Renewal> = None;
     let mut snapshot_job: Option<SnapshotJob> = None;
     let mut batch = Vec::with_capacity(MAX_BATCH);
 
+    // One timer for the lease deadline, moved when a renewal moves it (not
+    // one registered anew on every turn of the loop).
+    let lease_deadline = tokio::time::sleep_until(Instant::from_std(shard.lease.valid_until));
+    tokio::pin!(lease_deadline);
     let exit = loop {
         let deadline = Instant::from_std(shard.lease.valid_until);
+        if lease_deadline.deadline() != deadline {
+            lease_deadline.as_mut().reset(deadline);
+        }
         tokio::select! {
             biased;
             _ = &mut stop => break Exit::Released,
-            _ = tokio::time::sleep_until(deadline) => {
+            _ = &mut lease_deadline => {
                 tracing::warn!(partition, "lease could not be renewed in time; stopped answering");
                 break Exit::Lost;
             }
@@ -362,19 +374,23 @@ impl Shard {
         };
         self.changes_at_snapshot = changes;
         tokio::spawn(async move {
-            let entries = counters.export();
+            // Off the thread that answers requests (a worker's runtime has one).
+            let encoded = tokio::task::spawn_blocking(move || snapshot::encode(&counters))
+                .await
+                .context("the snapshot encoder panicked")??;
+            let entries = encoded.entries;
             let rev = snapshot::write(
                 &shared.stores.js,
                 &shared.stores.snapshots,
                 partition,
-                &entries,
+                encoded,
                 manifest.clone(),
                 expected,
                 (!previous_gen.is_empty()).then_some(previous_gen.as_str()),
             )
             .await?;
             let mut manifest = manifest;
-            manifest.entries = entries.len() as u64;
+            manifest.entries = entries;
             Ok((manifest, rev))
         })
     }
@@ -430,20 +446,27 @@ impl Shard {
         }
         let now = self.shared.clock.now();
         let mut replies = Vec::with_capacity(batch.len());
-        let mut records = Vec::new();
+        let mut counted = self.counted();
+        self.stats
+            .decisions
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         for msg in batch.drain(..) {
-            let Handled { reply, counted } =
-                handler::handle(&self.shared, self.partition, &self.counters, &msg, now);
-            self.stats.decisions.fetch_add(1, Ordering::Relaxed);
-            if !counted.is_empty() {
-                self.stats.changes.fetch_add(1, Ordering::Relaxed);
-                records.extend(counted);
-            }
+            let reply = handler::handle(
+                &self.shared,
+                self.partition,
+                &self.counters,
+                &msg,
+                now,
+                &mut counted,
+            );
             if let (Some(reply), Some(to)) = (reply, msg.reply) {
                 replies.push((to, reply.headers, reply.payload));
             }
         }
-        self.answer(replies, None, records, replier).await;
+        self.stats
+            .changes
+            .fetch_add(counted.changes, Ordering::Relaxed);
+        self.answer(replies, None, counted.records, replier).await;
     }
 
     /// Decides a worker batch's share for this partition like an
@@ -454,20 +477,24 @@ impl Shard {
         replier: Option<&mpsc::Sender<PendingReplies>>,
     ) {
         let now = self.shared.clock.now();
-        let mut records = Vec::new();
+        let mut counted = self.counted();
         let decided = sub.decide(
             &self.shared,
             self.partition,
             &self.counters,
             now,
-            &mut records,
+            &mut counted,
         );
         self.stats.decisions.fetch_add(1, Ordering::Relaxed);
-        if !records.is_empty() {
-            self.stats.changes.fetch_add(1, Ordering::Relaxed);
-        }
-        self.answer(Vec::new(), Some(decided), records, replier)
+        self.stats
+            .changes
+            .fetch_add(counted.changes, Ordering::Relaxed);
+        self.answer(Vec::new(), Some(decided), counted.records, replier)
             .await;
+    }
+
+    fn counted(&self) -> Counted {
+        Counted::new(self.shared.stores.journal.is_some())
     }
 
     /// Sends the replies (and hands a worker batch's share back), in

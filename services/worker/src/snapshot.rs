@@ -14,13 +14,14 @@
 //! lease revision before it answers, so the CAS of any late write by the old
 //! owner fails.
 
-use crate::counters::Entry;
+use crate::counters::{Counters, Entry};
 use crate::store::SNAPSHOT_BUCKET;
 use anyhow::{anyhow, bail, Context as _, Result};
 
 use async_nats::jetstream::{kv, Context};
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+use sluice_core::policy::KeyState;
 
 /// Chunk payload size: well under the 1 MiB default max payload, leaving room
 /// for headers (a CAS update adds ~52 bytes; see the notes).
@@ -120,6 +121,87 @@ pub async fn write_manifest(
     Ok(rev)
 }
 
+/// A partition's counters, encoded and cut into chunks, ready to be written.
+#[derive(Debug, Default)]
+pub struct Encoded {
+    chunks: Vec<Bytes>,
+    pub bytes: u64,
+    pub entries: u64,
+}
+
+/// What `rmp_serde` writes for an [`Entry`], from borrowed parts.
+#[derive(Serialize)]
+struct EntryRef<'a> {
+    key: &'a str,
+    state: &'a KeyState,
+}
+
+/// MessagePack's array header with a 32-bit count, which any count may use.
+const ARRAY32: u8 = 0xdd;
+
+/// Encodes the counters while iterating over them, straight into chunk-sized
+/// buffers. No copy of the keys and states is made, so a snapshot costs
+/// about its encoded size in memory (~50 bytes a key) instead of a second
+/// copy of the counters. The bytes are what `rmp_serde` writes for a
+/// `Vec<Entry>`, except that the array header always has the 32-bit form,
+/// so the count can be filled in once it is known.
+///
+/// Synchronous and CPU-bound: run it with `spawn_blocking`, off the thread
+/// that answers requests.
+pub fn encode(counters: &Counters) -> Result<Encoded> {
+    let mut buf = BytesMut::with_capacity(CHUNK_BYTES);
+    buf.put_u8(ARRAY32);
+    buf.put_u32(0);
+    let mut first: Option<BytesMut> = None;
+    let mut rest = Vec::new();
+    let mut entries: u64 = 0;
+    let mut failed = None;
+    counters.for_each(|key, state| {
+        if failed.is_some() {
+            return;
+        }
+        if let Err(e) = rmp_serde::encode::write(&mut (&mut buf).writer(), &EntryRef { key, state })
+        {
+            failed = Some(e);
+            return;
+        }
+        entries += 1;
+        while buf.len() >= CHUNK_BYTES {
+            let chunk = buf.split_to(CHUNK_BYTES);
+            match first {
+                None => first = Some(chunk),
+                Some(_) => rest.push(chunk.freeze()),
+            }
+        }
+    });
+    if let Some(e) = failed {
+        return Err(anyhow!(e).context("cannot encode a counter for the snapshot"));
+    }
+    if entries == 0 {
+        return Ok(Encoded::default());
+    }
+    let count = u32::try_from(entries).context("too many counters for one snapshot")?;
+    let mut first = match first {
+        Some(first) => {
+            if !buf.is_empty() {
+                rest.push(buf.freeze());
+            }
+            first
+        }
+        None => buf,
+    };
+    first[1..5].copy_from_slice(&count.to_be_bytes());
+    let mut chunks = Vec::with_capacity(rest.len() + 1);
+    chunks.push(first.freeze());
+    chunks.append(&mut rest);
+    let bytes = chunks.iter().map(|c| c.len() as u64).sum();
+    Ok(Encoded {
+        chunks,
+        bytes,
+        entries,
+    })
+}
+
 /// Writes a new generation and switches the manifest to it. Returns the new
 /// manifest revision. Fails without switching when the manifest moved on
 /// (someone else owns the partition now).
@@ -127,31 +209,25 @@ pub async fn write(
     js: &Context,
     kv: &kv::Store,
     partition: u32,
-    entries: &[Entry],
+    encoded: Encoded,
     mut manifest: Manifest,
     expected_rev: u64,
     previous_gen: Option<&str>,
 ) -> Result<u64> {
-    let bytes = rmp_serde::to_vec(entries)?;
-    let chunks: Vec<&[u8]> = if bytes.is_empty() {
-        Vec::new()
-    } else {
-        bytes.chunks(CHUNK_BYTES).collect()
-    };
-    let mut acks = Vec::with_capacity(chunks.len());
-    for (i, chunk) in chunks.iter().enumerate() {
+    let mut acks = Vec::with_capacity(encoded.chunks.len());
+    for (i, chunk) in encoded.chunks.iter().enumerate() {
         let subject = format!(
             "$KV.{SNAPSHOT_BUCKET}.{}",
             chunk_key(partition, &manifest.gen, i as u32)
         );
-        acks.push(js.publish(subject, Bytes::copy_from_slice(chunk)).await?);
+        acks.push(js.publish(subject, chunk.clone()).await?);
     }
     for ack in acks {
         ack.await.context("snapshot chunk was not stored")?;
     }
-    manifest.chunks = chunks.len() as u32;
-    manifest.bytes = bytes.len() as u64;
-    manifest.entries = entries.len() as u64;
+    manifest.chunks = encoded.chunks.len() as u32;
+    manifest.bytes = encoded.bytes;
+    manifest.entries = encoded.entries;
     match write_manifest(kv, partition, &manifest, expected_rev).await {
         Ok(rev) => {
             if let Some(old) = previous_gen.filter(|g| *g != manifest.gen) {
@@ -181,5 +257,73 @@ async fn purge_generation(js: &Context, partition: u32, gen: &str) {
     };
     if let Err(e) = stream.purge().filter(filter).await {
         tracing::warn!(partition, "cannot purge old snapshot chunks: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::{counter_key, Op};
+    use sluice_core::policy::Policy;
+    use sluice_core::time::Nanos;
+
+    fn counters_with(keys: usize) -> Counters {
+        let counters = Counters::new();
+        let policy = Policy::builtin_default();
+        let mut key = String::new();
+        for i in 0..keys {
+            counter_key(&mut key, policy.name(), &format!("user-{i}"));
+            counters.apply(&policy, &key, Nanos::from_secs(1_000), Op::Allow(1));
+        }
+        counters
+    }
+
+    fn decoded(encoded: &Encoded) -> Vec<Entry> {
+        let bytes: Vec<u8> = encoded
+            .chunks
+            .iter()
+            .flat_map(|c| c.iter().copied())
+            .collect();
+        assert_eq!(bytes.len() as u64, encoded.bytes);
+        rmp_serde::from_slice(&bytes).expect("rmp_serde reads what encode wrote")
+    }
+
+    #[test]
+    fn no_counters_make_no_chunks() {
+        let encoded = encode(&Counters::new()).unwrap();
+        assert_eq!(
+            (encoded.chunks.len(), encoded.bytes, encoded.entries),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn the_encoding_is_a_vec_of_entries_split_into_full_chunks() {
+        // Enough keys for several chunks.
+        let counters = counters_with(30_000);
+        let encoded = encode(&counters).unwrap();
+        assert_eq!(encoded.entries, 30_000);
+        assert!(encoded.chunks.len() >= 2, "{} chunks", encoded.chunks.len());
+        let (last, full) = encoded.chunks.split_last().unwrap();
+        assert!(full.iter().all(|c| c.len() == CHUNK_BYTES));
+        assert!(!last.is_empty() && last.len() <= CHUNK_BYTES);
+        let mut entries = decoded(&encoded);
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut expected = Vec::new();
+        counters.for_each(|key, state| {
+            expected.push(Entry {
+                key: key.to_string(),
+                state: state.clone(),
+            })
+        });
+        expected.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(entries, expected);
+    }
+
+    #[test]
+    fn a_small_partition_is_one_chunk() {
+        let encoded = encode(&counters_with(3)).unwrap();
+        assert_eq!((encoded.chunks.len(), encoded.entries), (1, 3));
+        assert_eq!(decoded(&encoded).len(), 3);
     }
 }

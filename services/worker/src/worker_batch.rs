@@ -17,8 +17,7 @@
 //! the per-item 503 of the partition path, and replies once, in item order.
 
 use crate::counters::Counters;
-use crate::handler::{self, decide_items};
-use crate::journal::Record;
+use crate::handler::{self, decide_items, Counted};
 use crate::worker::Shared;
 use anyhow::Result;
 use futures::StreamExt;
@@ -55,7 +54,7 @@ impl SubBatch {
         partition: u32,
         counters: &Counters,
         now: Nanos,
-        counted: &mut Vec<Record>,
+        counted: &mut Counted,
     ) -> Decided {
         let items = self.items.iter().map(|i| {
             Ok(batch::Item {
