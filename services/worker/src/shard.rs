@@ -300,9 +300,15 @@ impl Shard {
                 self.lease.revision
             );
             let entries = snapshot::read_entries(kv, self.partition, m).await?;
-            let config = &self.shared.config;
-            self.counters
-                .import(entries, now, |name| config.policy(name));
+            // Inserting is most of a restore's CPU: off the answering thread,
+            // and on the other core while another partition restores.
+            let counters = self.counters.clone();
+            let shared = self.shared.clone();
+            tokio::task::spawn_blocking(move || {
+                counters.import(entries, now, |name| shared.config.policy(name))
+            })
+            .await
+            .context("restoring the counters panicked")?;
         }
         let mut manifest = manifest.unwrap_or_default();
         if let Some(journal) = &self.shared.stores.journal {
