@@ -452,7 +452,8 @@ class Harness:
 
     def batching_grid(self):
         """How much the batching client batches, and what that buys: it groups
-        asks per partition, so it needs many asks in flight per connection."""
+        asks per worker and connection, so a batch grows with the asks in
+        flight per connection."""
         if not self.batching:
             return
         stack = Stack(self, matrix_config("snapshot"), 1, "batching")

@@ -270,9 +270,9 @@ def render(data, chart_rel):
     if grid:
         w("### How much the batching client batches")
         w("")
-        w("The batching client groups concurrent asks *per partition* and per client (connection): with 64 "
-          "partitions, C=64 over M=2 clients leaves about one ask per partition in flight, so almost every ask "
-          "travels alone. One worker, snapshot mode, uniform keys; Redis at the same C and M where measured:")
+        w("The batching client groups the asks that wait while a batch is in flight *per worker* and per client "
+          "(connection), so a batch grows with the asks in flight per connection: about C/M with one worker. "
+          "One worker, snapshot mode, uniform keys; Redis at the same C and M where measured:")
         w("")
         w("| algorithm | C | M | client | decisions/s | p50 | p99 | asks per round trip | vs Redis (same C, M) |")
         w("|---|---|---|---|---|---|---|---|---|")
@@ -294,8 +294,9 @@ def render(data, chart_rel):
     if rs:
         w("### What journal mode costs")
         w("")
-        w("Journal mode appends one JetStream message per decided batch and answers the batch only after the "
-          "append is acknowledged (docs/ARCHITECTURE.md, \"The journal\"). Same cells as above, journal vs snapshot:")
+        w("Journal mode answers a request only after JetStream acknowledged the append holding its record; a "
+          "partition has at most one append in flight and the records decided meanwhile share the next one "
+          "(group commit, docs/ARCHITECTURE.md, \"The journal\"). Same cells as above, journal vs snapshot:")
         w("")
         w("| algorithm | client | workers | keys | snapshot /s | journal /s | journal ÷ snapshot | p99 snapshot | p99 journal |")
         w("|---|---|---|---|---|---|---|---|---|")
