@@ -63,7 +63,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
         lease_rev: 7,
         ..Default::default()
     };
-    snapshot::write(&stores.js, &stores.snapshots, 3, encoded, manifest, 0, None)
+    snapshot::write(&stores, 3, encoded, manifest, 0, None)
         .await
         .unwrap();
     let (read, _) = snapshot::read_manifest(&stores.snapshots, 3).await.unwrap();
@@ -107,7 +107,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
         lease_rev: 1,
         ..Default::default()
     };
-    let rev1 = snapshot::write(&stores.js, &stores.snapshots, 5, encoded, first, 0, None)
+    let rev1 = snapshot::write(&stores, 5, encoded, first, 0, None)
         .await
         .unwrap();
     let second = Manifest {
@@ -116,8 +116,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
         ..Default::default()
     };
     snapshot::write(
-        &stores.js,
-        &stores.snapshots,
+        &stores,
         5,
         snapshot::encode(&filled(policy, 10, now)).unwrap(),
         second,
@@ -145,17 +144,9 @@ async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapsh
         lease_rev: 1,
         ..Default::default()
     };
-    let rev = snapshot::write(
-        &stores.js,
-        &stores.snapshots,
-        9,
-        Encoded::default(),
-        old,
-        0,
-        None,
-    )
-    .await
-    .unwrap();
+    let rev = snapshot::write(&stores, 9, Encoded::default(), old, 0, None)
+        .await
+        .unwrap();
     // The new owner fences the manifest with its lease revision.
     let fenced = Manifest {
         gen: "1x1".into(),
@@ -172,16 +163,7 @@ async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapsh
         lease_rev: 1,
         ..Default::default()
     };
-    let err = snapshot::write(
-        &stores.js,
-        &stores.snapshots,
-        9,
-        Encoded::default(),
-        late,
-        rev,
-        Some("1x1"),
-    )
-    .await;
+    let err = snapshot::write(&stores, 9, Encoded::default(), late, rev, Some("1x1")).await;
     assert!(err.is_err(), "the stale write must fail");
     let (m, _) = snapshot::read_manifest(&stores.snapshots, 9).await.unwrap();
     assert_eq!(m.unwrap().worker, "new");

@@ -386,8 +386,7 @@ impl Shard {
                 .context("the snapshot encoder panicked")??;
             let entries = encoded.entries;
             let rev = snapshot::write(
-                &shared.stores.js,
-                &shared.stores.snapshots,
+                &shared.stores,
                 partition,
                 encoded,
                 manifest.clone(),

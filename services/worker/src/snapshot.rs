@@ -15,10 +15,10 @@
 //! owner fails.
 
 use crate::counters::{Counters, Entry};
-use crate::store::SNAPSHOT_BUCKET;
+use crate::store::{Stores, SNAPSHOT_BUCKET};
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use async_nats::jetstream::{kv, Context};
+use async_nats::jetstream::{kv, stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use sluice_core::policy::KeyState;
@@ -206,8 +206,7 @@ pub fn encode(counters: &Counters) -> Result<Encoded> {
 /// manifest revision. Fails without switching when the manifest moved on
 /// (someone else owns the partition now).
 pub async fn write(
-    js: &Context,
-    kv: &kv::Store,
+    stores: &Stores,
     partition: u32,
     encoded: Encoded,
     mut manifest: Manifest,
@@ -220,7 +219,7 @@ pub async fn write(
             "$KV.{SNAPSHOT_BUCKET}.{}",
             chunk_key(partition, &manifest.gen, i as u32)
         );
-        acks.push(js.publish(subject, chunk.clone()).await?);
+        acks.push(stores.js.publish(subject, chunk.clone()).await?);
     }
     for ack in acks {
         ack.await.context("snapshot chunk was not stored")?;
@@ -228,15 +227,15 @@ pub async fn write(
     manifest.chunks = encoded.chunks.len() as u32;
     manifest.bytes = encoded.bytes;
     manifest.entries = encoded.entries;
-    match write_manifest(kv, partition, &manifest, expected_rev).await {
+    match write_manifest(&stores.snapshots, partition, &manifest, expected_rev).await {
         Ok(rev) => {
             if let Some(old) = previous_gen.filter(|g| *g != manifest.gen) {
-                purge_generation(js, partition, old).await;
+                purge_generation(&stores.snapshot_stream, partition, old).await;
             }
             Ok(rev)
         }
         Err(e) => {
-            purge_generation(js, partition, &manifest.gen).await;
+            purge_generation(&stores.snapshot_stream, partition, &manifest.gen).await;
             Err(e.context(format!(
                 "snapshot of partition {partition} lost the race for its manifest"
             )))
@@ -246,15 +245,8 @@ pub async fn write(
 
 /// Removes a generation's chunks, markers included (a stream purge, so no
 /// tombstones pile up). Best effort: a leftover generation only costs space.
-async fn purge_generation(js: &Context, partition: u32, gen: &str) {
+async fn purge_generation(stream: &stream::Stream, partition: u32, gen: &str) {
     let filter = format!("$KV.{SNAPSHOT_BUCKET}.p.{partition}.g{gen}.>");
-    let stream = match js.get_stream(format!("KV_{SNAPSHOT_BUCKET}")).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(partition, "cannot purge old snapshot chunks: {e}");
-            return;
-        }
-    };
     if let Err(e) = stream.purge().filter(filter).await {
         tracing::warn!(partition, "cannot purge old snapshot chunks: {e}");
     }

@@ -54,6 +54,9 @@ pub struct Stores {
     pub js: Context,
     pub leases: kv::Store,
     pub snapshots: kv::Store,
+    /// The stream under `snapshots`, kept to purge old generations without
+    /// looking it up for every snapshot.
+    pub snapshot_stream: stream::Stream,
     pub journal: Option<stream::Stream>,
 }
 
@@ -94,6 +97,12 @@ impl Stores {
             },
         )
         .await?;
+        let snapshot_stream = js
+            .get_stream(format!("KV_{SNAPSHOT_BUCKET}"))
+            .await
+            .with_context(|| {
+                format!("cannot open the stream of the KV bucket {SNAPSHOT_BUCKET}")
+            })?;
         let journal = if opts.journal {
             Some(
                 js.get_or_create_stream(stream::Config {
@@ -117,6 +126,7 @@ impl Stores {
             js,
             leases,
             snapshots,
+            snapshot_stream,
             journal,
         })
     }
