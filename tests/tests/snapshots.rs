@@ -107,7 +107,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
         lease_rev: 1,
         ..Default::default()
     };
-    let rev1 = snapshot::write(&stores, 5, encoded, first, 0, None)
+    let (_, rev1) = snapshot::write(&stores, 5, encoded, first, 0, None)
         .await
         .unwrap();
     let second = Manifest {
@@ -144,7 +144,7 @@ async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapsh
         lease_rev: 1,
         ..Default::default()
     };
-    let rev = snapshot::write(&stores, 9, Encoded::default(), old, 0, None)
+    let (_, rev) = snapshot::write(&stores, 9, Encoded::default(), old, 0, None)
         .await
         .unwrap();
     // The new owner fences the manifest with its lease revision.

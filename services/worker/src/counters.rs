@@ -10,8 +10,9 @@
 //! equivalent to a fresh one ([`sluice_core::policy::Policy::idle_expiry`]),
 //! give or take some slack (at most four times that long, so that the entry
 //! need not be re-inserted on every request), so idle keys cost nothing for
-//! long and expiry never forgets a count that still matters. The cache has no size bound: evicting a live counter would
-//! under-count (docs/ARCHITECTURE.md, "memory").
+//! long and expiry never forgets a count that still matters. The cache has
+//! no size bound: evicting a live counter would under-count
+//! (docs/ARCHITECTURE.md, "memory").
 
 use moka::sync::Cache;
 use moka::Expiry;

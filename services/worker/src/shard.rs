@@ -145,7 +145,6 @@ async fn run(
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(replier_loop(
             rx,
-            shard.shared.client.clone(),
             shard.journal_seq.clone(),
             shard.partition,
             shard.journal_subject.clone(),
@@ -165,9 +164,8 @@ async fn run(
     let snap_every = shard.shared.config.snapshot_interval;
     // Partitions restored together would otherwise snapshot together, every
     // time: spread their first ticks over one interval.
-    let partitions = shard.shared.config.partitions.max(1);
     let first_snapshot =
-        snap_every.mul_f64(f64::from(partition % partitions + 1) / f64::from(partitions));
+        snap_every.mul_f64(f64::from(partition + 1) / f64::from(shard.shared.config.partitions));
     let mut snap_tick = interval_at(Instant::now() + first_snapshot, snap_every);
     snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut renewal: Option<Renewal> = None;
@@ -384,19 +382,15 @@ impl Shard {
             let encoded = tokio::task::spawn_blocking(move || snapshot::encode(&counters))
                 .await
                 .context("the snapshot encoder panicked")??;
-            let entries = encoded.entries;
-            let rev = snapshot::write(
+            snapshot::write(
                 &shared.stores,
                 partition,
                 encoded,
-                manifest.clone(),
+                manifest,
                 expected,
                 (!previous_gen.is_empty()).then_some(previous_gen.as_str()),
             )
-            .await?;
-            let mut manifest = manifest;
-            manifest.entries = entries;
-            Ok((manifest, rev))
+            .await
         })
     }
 
@@ -506,7 +500,7 @@ impl Shard {
     /// journal mode only once `records` are stored.
     async fn answer(
         &self,
-        replies: Vec<(Subject, HeaderMap, Bytes)>,
+        replies: Vec<OutgoingReply>,
         decided: Option<Decided>,
         records: Vec<journal::Record>,
         replier: Option<&mpsc::Sender<PendingReplies>>,
@@ -521,12 +515,7 @@ impl Shard {
                     })
                     .await;
             }
-            None => {
-                send_replies(&self.shared.client, replies).await;
-                if let Some(decided) = decided {
-                    decided.send();
-                }
-            }
+            None => deliver(&self.shared.client, replies, decided).await,
         }
     }
 }
@@ -558,12 +547,18 @@ impl PendingReplies {
 /// One group's journal append: the stream sequence of its last message.
 type Append = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
 
-async fn send_replies(client: &async_nats::Client, replies: Vec<(Subject, HeaderMap, Bytes)>) {
+/// Sends the replies, then hands worker batches' shares back.
+async fn deliver(
+    client: &async_nats::Client,
+    replies: Vec<OutgoingReply>,
+    decided: impl IntoIterator<Item = Decided>,
+) {
     for (to, headers, payload) in replies {
         if let Err(e) = client.publish_with_headers(to, headers, payload).await {
             tracing::warn!("cannot send a reply: {e}");
         }
     }
+    decided.into_iter().for_each(Decided::send);
 }
 
 /// Group commit: a partition has at most one journal append in flight.
@@ -574,7 +569,6 @@ async fn send_replies(client: &async_nats::Client, replies: Vec<(Subject, Header
 /// is in flight, else with the next group, in order.
 async fn replier_loop(
     mut rx: mpsc::Receiver<PendingReplies>,
-    client: async_nats::Client,
     journal_seq: Arc<AtomicU64>,
     partition: u32,
     subject: String,
@@ -601,8 +595,7 @@ async fn replier_loop(
                         tracing::error!(partition, "journal append failed; counts are only in memory until the next snapshot: {e}");
                     }
                 }
-                send_replies(&client, replies).await;
-                decided.into_iter().for_each(Decided::send);
+                deliver(&shared.client, replies, decided).await;
             }
             batch = rx.recv(), if open => match batch {
                 Some(batch) => waiting.add(batch),
@@ -617,8 +610,7 @@ async fn replier_loop(
                 decided,
             } = std::mem::take(&mut waiting);
             if records.is_empty() {
-                send_replies(&client, replies).await;
-                decided.into_iter().for_each(Decided::send);
+                deliver(&shared.client, replies, decided).await;
             } else {
                 let js = shared.stores.js.clone();
                 let append = journal::append(js, subject.clone(), records);

@@ -202,8 +202,9 @@ pub fn encode(counters: &Counters) -> Result<Encoded> {
     })
 }
 
-/// Writes a new generation and switches the manifest to it. Returns the new
-/// manifest revision. Fails without switching when the manifest moved on
+/// Writes a new generation and switches the manifest to it. Returns the
+/// manifest as written (with its chunks, bytes and entries) and its new
+/// revision. Fails without switching when the manifest moved on
 /// (someone else owns the partition now).
 pub async fn write(
     stores: &Stores,
@@ -212,7 +213,7 @@ pub async fn write(
     mut manifest: Manifest,
     expected_rev: u64,
     previous_gen: Option<&str>,
-) -> Result<u64> {
+) -> Result<(Manifest, u64)> {
     let mut acks = Vec::with_capacity(encoded.chunks.len());
     for (i, chunk) in encoded.chunks.iter().enumerate() {
         let subject = format!(
@@ -232,7 +233,7 @@ pub async fn write(
             if let Some(old) = previous_gen.filter(|g| *g != manifest.gen) {
                 purge_generation(&stores.snapshot_stream, partition, old).await;
             }
-            Ok(rev)
+            Ok((manifest, rev))
         }
         Err(e) => {
             purge_generation(&stores.snapshot_stream, partition, &manifest.gen).await;
