@@ -1,6 +1,6 @@
 //! The cost of one counted decision in a partition's cache: sluice's
-//! `Counters::apply` (one owner task per partition; `get` an `Arc<Cell>`,
-//! mutate in place) against moka's `and_compute_with` (per-key lock; the
+//! `Counters::apply` (one owner task per partition; `get` the key's bucket,
+//! mutate its slot in place) against moka's `and_compute_with` (per-key lock; the
 //! value is cloned out and put back). 10 000 live keys, sliding window,
 //! fake time. Results are in docs/BENCHMARKS.md.
 

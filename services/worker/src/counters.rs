@@ -1,39 +1,120 @@
-//! One partition's counters: a moka cache from (policy, key) to the key's state.
+//! One partition's counters: a moka cache of buckets, each a small map from
+//! (policy, key) to the key's state.
+//!
+//! Why buckets: a moka entry costs 340–385 bytes of its own
+//! (docs/BENCHMARKS.md, "Memory"), several times a key's
+//! state, so one entry per key put a million keys at ~560 bytes each. Keys
+//! are spread by hash over [`BUCKETS`] buckets per partition; moka holds the
+//! buckets (and forgets a bucket once all of its keys have gone idle), and a
+//! key costs only its slot in its bucket's map (~230 bytes of RSS in all).
 //!
 //! Each partition has one owner task, so all counting for a key happens in one
 //! place and in order; the cache is shared only with the snapshot writer,
-//! which reads. Values are `Arc<Cell>` so a decision mutates the state in
-//! place (no clone per request, which `and_compute_with` would make), and the
-//! per-cell mutex is uncontended except while a snapshot copies that cell.
+//! which reads. A bucket is an `Arc` with a mutex, so a decision mutates the
+//! state in place (no clone per request, which `and_compute_with` would
+//! make); the mutex is uncontended except while a snapshot reads that bucket.
 //!
-//! Entries expire once idle for as long as it takes the state to become
-//! equivalent to a fresh one ([`sluice_core::policy::Policy::idle_expiry`]),
-//! give or take some slack (at most four times that long, so that the entry
-//! need not be re-inserted on every request), so idle keys cost nothing for
-//! long and expiry never forgets a count that still matters. The cache has
-//! no size bound: evicting a live counter would under-count
-//! (docs/ARCHITECTURE.md, "memory").
+//! A key may be forgotten once idle for as long as it takes its state to
+//! become equivalent to a fresh one
+//! ([`sluice_core::policy::Policy::idle_expiry`]); each slot remembers that
+//! instant. A bucket that is used drops its forgettable slots at most once
+//! every [`PRUNE_EVERY`]; a bucket that is not used expires in moka when its
+//! longest-needed key could be forgotten, give or take some slack (at most
+//! four times that long, so that the bucket need not be re-inserted on every
+//! request). So idle keys cost nothing for long and expiry never forgets a
+//! count that still matters. The cache has no size bound: evicting a live
+//! counter would under-count (docs/ARCHITECTURE.md, "Counters").
 
 use moka::sync::Cache;
 use moka::Expiry;
 use serde::{Deserialize, Serialize};
 use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::time::Nanos;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// A key's state plus how long it may stay idle before it can be forgotten.
+/// Buckets per partition. With the default 64 partitions a worker holding
+/// all of them has at most 65 536 moka entries (~25 MB), and a million keys
+/// are ~15 to a bucket.
+pub const BUCKETS: u64 = 1024;
+
+/// How often a bucket in use looks for slots it may forget.
+pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
+
+/// A key's state and the instant from which it equals a fresh one.
 #[derive(Debug)]
-pub struct Cell {
-    state: Mutex<KeyState>,
+struct Slot {
+    state: KeyState,
+    forgettable_at: Nanos,
+}
+
+/// The hasher of the bucket maps and of the choice of bucket: foldhash, the
+/// one hashbrown uses, several times cheaper than std's SipHash on short keys
+/// and seeded per process, so keys cannot be made to collide in advance.
+type Hasher = foldhash::fast::RandomState;
+
+#[derive(Debug, Default)]
+struct Slots {
+    by_key: HashMap<Box<str>, Slot, Hasher>,
+    /// No prune before this: none is due (no slot is forgettable yet, as
+    /// far as inserts tell) or the last one was less than PRUNE_EVERY ago.
+    next_prune: Nanos,
+}
+
+impl Slots {
+    /// Drops the slots that may be forgotten at `now`, if a prune is due,
+    /// and returns how long the remaining slots are needed at most.
+    fn prune(&mut self, now: Nanos) -> Option<u64> {
+        if now < self.next_prune {
+            return None;
+        }
+        let mut earliest = u64::MAX;
+        let mut latest = now.as_u64();
+        self.by_key.retain(|_, slot| {
+            let at = slot.forgettable_at.as_u64();
+            earliest = earliest.min(at);
+            latest = latest.max(at);
+            at > now.as_u64()
+        });
+        self.next_prune = Nanos(earliest).max(now.saturating_add(PRUNE_EVERY));
+        Some(latest - now.as_u64())
+    }
+
+    fn remember(&mut self, key: Box<str>, slot: Slot, now: Nanos) {
+        let first_prune = slot.forgettable_at.max(now.saturating_add(PRUNE_EVERY));
+        self.next_prune = self.next_prune.min(first_prune);
+        if self.by_key.is_empty() {
+            self.next_prune = first_prune;
+        }
+        self.by_key.insert(key, slot);
+    }
+}
+
+/// Some keys' slots plus how long the bucket may stay unused before all of
+/// them can be forgotten.
+#[derive(Debug, Default)]
+pub struct Bucket {
+    slots: Mutex<Slots>,
     idle_ttl_ns: AtomicU64,
 }
 
-impl Cell {
+impl Bucket {
     fn idle_ttl(&self) -> Duration {
         Duration::from_nanos(self.idle_ttl_ns.load(Ordering::Relaxed))
     }
+
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The idle ttl stored for a need: a quarter more, so that a need that grows
+/// a little (a sliding window's, at every window change) stays covered.
+fn with_slack(needed: u64) -> u64 {
+    needed.saturating_add(needed / 4)
 }
 
 /// What a request does to a counter.
@@ -63,14 +144,14 @@ pub struct Entry {
 
 struct IdleExpiry;
 
-impl Expiry<String, Arc<Cell>> for IdleExpiry {
-    fn expire_after_create(&self, _k: &String, v: &Arc<Cell>, _now: Instant) -> Option<Duration> {
+impl Expiry<u64, Arc<Bucket>> for IdleExpiry {
+    fn expire_after_create(&self, _k: &u64, v: &Arc<Bucket>, _now: Instant) -> Option<Duration> {
         Some(v.idle_ttl())
     }
     fn expire_after_read(
         &self,
-        _k: &String,
-        v: &Arc<Cell>,
+        _k: &u64,
+        v: &Arc<Bucket>,
         _now: Instant,
         _current: Option<Duration>,
         _last_modified: Instant,
@@ -79,8 +160,8 @@ impl Expiry<String, Arc<Cell>> for IdleExpiry {
     }
     fn expire_after_update(
         &self,
-        _k: &String,
-        v: &Arc<Cell>,
+        _k: &u64,
+        v: &Arc<Bucket>,
         _now: Instant,
         _current: Option<Duration>,
     ) -> Option<Duration> {
@@ -91,7 +172,8 @@ impl Expiry<String, Arc<Cell>> for IdleExpiry {
 /// The counters of one partition.
 #[derive(Clone)]
 pub struct Counters {
-    cache: Cache<String, Arc<Cell>>,
+    buckets: Cache<u64, Arc<Bucket>, Hasher>,
+    hasher: Hasher,
 }
 
 impl Default for Counters {
@@ -103,56 +185,92 @@ impl Default for Counters {
 impl Counters {
     pub fn new() -> Counters {
         Counters {
-            cache: Cache::builder().expire_after(IdleExpiry).build(),
+            buckets: Cache::builder()
+                .expire_after(IdleExpiry)
+                .build_with_hasher(Hasher::default()),
+            hasher: Hasher::default(),
         }
+    }
+
+    fn bucket_of(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key) % BUCKETS
     }
 
     /// Applies `op` to the counter `key` (built with [`counter_key`]) under
     /// `policy` at `now`. The caller has validated the cost.
     pub fn apply(&self, policy: &Policy, key: &str, now: Nanos, op: Op) -> Decision {
-        let (cell, fresh) = match self.cache.get(key) {
-            Some(cell) => (cell, false),
-            None => (
-                Arc::new(Cell {
-                    state: Mutex::new(policy.new_state()),
-                    idle_ttl_ns: AtomicU64::new(0),
-                }),
-                true,
-            ),
+        let id = self.bucket_of(key);
+        let (bucket, fresh) = match self.buckets.get(&id) {
+            Some(bucket) => (bucket, false),
+            None => (Arc::new(Bucket::default()), true),
         };
-        let mut state = cell.state.lock().unwrap_or_else(|e| e.into_inner());
-        let decision = match op {
-            Op::Allow(cost) => policy.decide(&mut state, now, cost),
-            Op::Record(cost) => policy.record(&mut state, now, cost),
+        let mut slots = bucket.lock();
+        let pruned = slots.prune(now);
+        let run = |state: &mut KeyState| {
+            let decision = match op {
+                Op::Allow(cost) => policy.decide(state, now, cost),
+                Op::Record(cost) => policy.record(state, now, cost),
+            };
+            (decision, policy.idle_expiry(state, now))
         };
-        let needed = policy.idle_expiry(&mut state, now).as_u64();
-        drop(state);
-        // moka fixed this entry's expiry when we read it, from the stored
-        // ttl; only a re-insert makes it longer. So a ttl that must grow is
-        // stored with a quarter of slack, and is not lowered while the need
-        // stays above a quarter of it: a key asked for again and again is
-        // re-inserted a few times, not on every request (the ttl of a
-        // sliding window grows at every window change). A fresh key that
-        // took nothing (a peek or a denial) is not stored at all.
-        let stored = cell.idle_ttl_ns.load(Ordering::Relaxed);
-        let with_slack = needed.saturating_add(needed / 4);
-        if fresh || needed > stored {
-            cell.idle_ttl_ns.store(with_slack, Ordering::Relaxed);
-            if needed > 0 {
-                self.cache.insert(key.to_string(), cell);
+        let (decision, needed) = match slots.by_key.get_mut(key) {
+            Some(slot) => {
+                let (decision, needed) = run(&mut slot.state);
+                slot.forgettable_at = now.saturating_add(needed);
+                if needed == Nanos::ZERO {
+                    slots.by_key.remove(key);
+                }
+                (decision, needed.as_u64())
             }
-        } else if needed.saturating_mul(4) < stored {
-            // Lowering is always safe; it keeps an idle key from staying
-            // much longer than it matters (after a debt is paid, say).
-            cell.idle_ttl_ns.store(with_slack, Ordering::Relaxed);
+            None => {
+                let mut state = policy.new_state();
+                let (decision, needed) = run(&mut state);
+                // A fresh key that took nothing (a peek or a denial) is not
+                // stored at all.
+                if needed > Nanos::ZERO {
+                    let slot = Slot {
+                        state,
+                        forgettable_at: now.saturating_add(needed),
+                    };
+                    slots.remember(key.into(), slot, now);
+                }
+                (decision, needed.as_u64())
+            }
+        };
+        let empty = slots.by_key.is_empty();
+        drop(slots);
+        // moka fixed this bucket's expiry when we read it, from the stored
+        // ttl; only a re-insert makes it longer. So a ttl that must grow is
+        // stored with a quarter of slack, and is lowered (when a prune shows
+        // every slot needs less than a quarter of it) but not raised while
+        // the need stays under it: a bucket in use is re-inserted a few
+        // times, not on every request.
+        let stored = bucket.idle_ttl_ns.load(Ordering::Relaxed);
+        if (fresh || needed > stored) && !empty {
+            bucket
+                .idle_ttl_ns
+                .store(with_slack(needed), Ordering::Relaxed);
+            self.buckets.insert(id, bucket);
+        } else if let Some(longest) = pruned {
+            // Lowering is always safe: the stored ttl then still covers the
+            // longest need of the bucket's slots, from this read on.
+            let longest = longest.max(needed);
+            if longest.saturating_mul(4) < stored {
+                bucket
+                    .idle_ttl_ns
+                    .store(with_slack(longest), Ordering::Relaxed);
+            }
         }
         decision
     }
 
     /// The number of live counters (approximate while requests are running).
     pub fn len(&self) -> u64 {
-        self.cache.run_pending_tasks();
-        self.cache.entry_count()
+        let mut keys = 0;
+        for (_, bucket) in self.buckets.iter() {
+            keys += bucket.lock().by_key.len() as u64;
+        }
+        keys
     }
 
     pub fn is_empty(&self) -> bool {
@@ -161,23 +279,28 @@ impl Counters {
 
     /// Calls `f` with every counter, for a snapshot, without copying any.
     /// Not a point-in-time view: a counter changed meanwhile may be seen
-    /// before or after the change. Each state is locked only while `f` runs.
+    /// before or after the change. Each bucket is locked only while `f` runs
+    /// over its keys.
     pub fn for_each(&self, mut f: impl FnMut(&str, &KeyState)) {
-        for (key, cell) in self.cache.iter() {
-            let state = cell.state.lock().unwrap_or_else(|e| e.into_inner());
-            f(key.as_str(), &state);
+        for (_, bucket) in self.buckets.iter() {
+            for (key, slot) in &bucket.lock().by_key {
+                f(key, &slot.state);
+            }
         }
     }
 
     /// Loads restored counters (before the partition answers anything).
     /// Entries that went idle meanwhile, or whose policy no longer exists,
-    /// are dropped.
+    /// are dropped. Returns how many were kept.
     pub fn import<'p>(
         &self,
         entries: Vec<Entry>,
         now: Nanos,
         policy_of: impl Fn(&str) -> Option<&'p Policy>,
     ) -> usize {
+        // Grouped by bucket first, so that each bucket is looked up, locked
+        // and inserted into moka once, not once per key.
+        let mut grouped: HashMap<u64, (Vec<(String, Slot)>, u64)> = HashMap::new();
         let mut kept = 0;
         for Entry { key, mut state } in entries {
             let Some((policy_name, _)) = key.split_once('/') else {
@@ -186,18 +309,35 @@ impl Counters {
             let Some(policy) = policy_of(policy_name) else {
                 continue;
             };
-            let ttl = policy.idle_expiry(&mut state, now).as_u64();
-            if ttl == 0 {
+            let needed = policy.idle_expiry(&mut state, now);
+            if needed == Nanos::ZERO {
                 continue;
             }
-            self.cache.insert(
+            let (slots, longest) = grouped.entry(self.bucket_of(&key)).or_default();
+            *longest = (*longest).max(needed.as_u64());
+            let forgettable_at = now.saturating_add(needed);
+            slots.push((
                 key,
-                Arc::new(Cell {
-                    state: Mutex::new(state),
-                    idle_ttl_ns: AtomicU64::new(ttl),
-                }),
-            );
+                Slot {
+                    state,
+                    forgettable_at,
+                },
+            ));
             kept += 1;
+        }
+        for (id, (new_slots, longest)) in grouped {
+            let bucket = self.buckets.get(&id).unwrap_or_default();
+            let mut slots = bucket.lock();
+            slots.by_key.reserve(new_slots.len());
+            for (key, slot) in new_slots {
+                slots.remember(key.into_boxed_str(), slot, now);
+            }
+            drop(slots);
+            let stored = bucket.idle_ttl_ns.load(Ordering::Relaxed);
+            bucket
+                .idle_ttl_ns
+                .store(with_slack(longest).max(stored), Ordering::Relaxed);
+            self.buckets.insert(id, bucket);
         }
         kept
     }
@@ -209,12 +349,29 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
-    /// The stored idle ttl of `key`, if the cache holds it.
+    /// The stored idle ttl of the bucket holding `key`, if the cache holds
+    /// it (read without `get`, which would restart the bucket's expiry).
     fn stored_ttl(counters: &Counters, key: &str) -> Option<u64> {
+        let id = counters.bucket_of(key);
         counters
-            .cache
-            .get(key)
-            .map(|cell| cell.idle_ttl_ns.load(Ordering::Relaxed))
+            .buckets
+            .iter()
+            .find(|(k, _)| **k == id)
+            .map(|(_, bucket)| bucket.idle_ttl_ns.load(Ordering::Relaxed))
+    }
+
+    /// `n` keys of the builtin policy that share `key`'s bucket.
+    fn neighbours(counters: &Counters, key: &str, n: usize) -> Vec<String> {
+        let bucket = counters.bucket_of(key);
+        let mut buf = String::new();
+        (0..)
+            .map(|i| {
+                counter_key(&mut buf, "default", &format!("n-{i}"));
+                buf.clone()
+            })
+            .filter(|k| counters.bucket_of(k) == bucket)
+            .take(n)
+            .collect()
     }
 
     #[test]
@@ -223,6 +380,7 @@ mod tests {
         let counters = Counters::new();
         counters.apply(&policy, "default/a", Nanos::from_secs(100), Op::Allow(0));
         assert_eq!(stored_ttl(&counters, "default/a"), None);
+        assert_eq!(counters.len(), 0);
     }
 
     #[test]
@@ -248,10 +406,132 @@ mod tests {
         assert_eq!(grown, 2 * SEC + SEC / 2);
 
         // Later the need shrinks (1.5 s, then 1.9 s in the window after):
-        // covered, so the ttl stays and the entry is not re-inserted.
+        // covered, so the ttl stays and the bucket is not re-inserted.
         counters.apply(&policy, key, Nanos(101 * SEC + SEC / 2), Op::Allow(1));
         assert_eq!(stored_ttl(&counters, key), Some(grown));
         counters.apply(&policy, key, Nanos(102 * SEC + SEC / 10), Op::Allow(1));
         assert_eq!(stored_ttl(&counters, key), Some(grown));
+    }
+
+    #[test]
+    fn keys_sharing_a_bucket_keep_their_own_counts() {
+        // 15 per second: each of the neighbours takes 15, then is denied,
+        // whatever the others did.
+        let policy = Policy::builtin_default();
+        let counters = Counters::new();
+        let keys = neighbours(&counters, "default/a", 20);
+        let now = Nanos::from_secs(100);
+        for round in 0..16 {
+            for key in &keys {
+                let decision = counters.apply(&policy, key, now, Op::Allow(1));
+                assert_eq!(decision.allowed, round < 15, "{key} in round {round}");
+            }
+        }
+        assert_eq!(counters.len(), 20);
+        // The bucket's ttl covers the need of every key in it (until 102 s).
+        assert!(stored_ttl(&counters, &keys[0]).unwrap() >= 2 * SEC);
+    }
+
+    #[test]
+    fn a_bucket_in_use_forgets_its_idle_keys_and_lowers_its_ttl() {
+        let policy = Policy::builtin_default();
+        let counters = Counters::new();
+        let keys = neighbours(&counters, "default/a", 3);
+        // Counted at 100 s: each needed until 102 s.
+        for key in &keys {
+            counters.apply(&policy, key, Nanos::from_secs(100), Op::Allow(1));
+        }
+        assert_eq!(counters.len(), 3);
+        let before = stored_ttl(&counters, &keys[0]).unwrap();
+
+        assert_eq!(before, 2 * SEC + SEC / 2);
+
+        // At 200 s the first is peeked at: all three have been forgettable
+        // for long, so the bucket drops them, and its ttl falls to zero.
+        counters.apply(&policy, &keys[0], Nanos::from_secs(200), Op::Allow(0));
+        assert_eq!(counters.len(), 0, "a peek on a stale key leaves no need");
+        assert_eq!(stored_ttl(&counters, &keys[0]), Some(0));
+
+        // Counted again, the key is stored again and the ttl covers it.
+        counters.apply(&policy, &keys[1], Nanos::from_secs(300), Op::Allow(1));
+        let mut left = Vec::new();
+        counters.for_each(|key, _| left.push(key.to_string()));
+        assert_eq!(left, vec![keys[1].clone()]);
+        assert_eq!(stored_ttl(&counters, &keys[1]), Some(before));
+    }
+
+    #[test]
+    fn a_prune_keeps_the_keys_that_still_matter() {
+        // Prunes drop only slots whose state equals a fresh one.
+        let policy = Policy::builtin_default();
+        let counters = Counters::new();
+        let keys = neighbours(&counters, "default/a", 2);
+        // keys[1] counted at 100 s: needed until 102 s. keys[0] takes all 15
+        // at 101.9 s: needed until 103 s.
+        counters.apply(&policy, &keys[1], Nanos::from_secs(100), Op::Allow(1));
+        let late = Nanos(101 * SEC + 9 * SEC / 10);
+        for _ in 0..15 {
+            assert!(
+                counters
+                    .apply(&policy, &keys[0], late, Op::Allow(1))
+                    .allowed
+            );
+        }
+        // At 102.05 s a peek at keys[1] prunes the bucket: keys[1] goes,
+        // keys[0] stays and still weighs 95 % of its 15.
+        let t = Nanos(102 * SEC + SEC / 20);
+        counters.apply(&policy, &keys[1], t, Op::Allow(0));
+        let mut left = Vec::new();
+        counters.for_each(|key, _| left.push(key.to_string()));
+        assert_eq!(left, vec![keys[0].clone()]);
+        let fresh = counters.apply(&policy, &keys[1], t, Op::Allow(0));
+        let kept = counters.apply(&policy, &keys[0], t, Op::Allow(0));
+        assert_eq!(fresh.remaining, 15);
+        assert!(kept.remaining <= 1, "remaining {}", kept.remaining);
+    }
+
+    #[test]
+    fn import_restores_live_entries_and_drops_stale_ones() {
+        let policy = Policy::builtin_default();
+        let source = Counters::new();
+        let now = Nanos::from_secs(100);
+        let mut buf = String::new();
+        for i in 0..500 {
+            counter_key(&mut buf, "default", &format!("user-{i}"));
+            for _ in 0..15 {
+                source.apply(&policy, &buf, now, Op::Allow(1));
+            }
+        }
+        let mut entries = Vec::new();
+        source.for_each(|key, state| {
+            entries.push(Entry {
+                key: key.to_string(),
+                state: state.clone(),
+            })
+        });
+        entries.push(Entry {
+            key: "gone-policy/user-1".to_string(),
+            state: policy.new_state(),
+        });
+
+        let restored = Counters::new();
+        let kept = restored.import(entries, now, |name| {
+            (name == policy.name()).then_some(&policy)
+        });
+        assert_eq!((kept, restored.len()), (500, 500));
+        counter_key(&mut buf, "default", "user-7");
+        assert!(!restored.apply(&policy, &buf, now, Op::Allow(1)).allowed);
+
+        // Much later, everything restored is stale.
+        let mut entries = Vec::new();
+        source.for_each(|key, state| {
+            entries.push(Entry {
+                key: key.to_string(),
+                state: state.clone(),
+            })
+        });
+        let late = Counters::new();
+        let kept = late.import(entries, Nanos::from_secs(1_000), |_| Some(&policy));
+        assert_eq!((kept, late.len()), (0, 0));
     }
 }

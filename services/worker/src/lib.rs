@@ -13,7 +13,7 @@
 //! - [`worker_batch`]: batches for any of the worker's partitions, split
 //!   among its shards.
 //! - [`handler`]: one request in, one reply out; no counter changes on bad input.
-//! - [`counters`]: the moka cache of one partition's counters.
+//! - [`counters`]: one partition's counters, in key buckets held by moka.
 //! - [`lease`]: partition leases in JetStream KV, the fencing token.
 //! - [`snapshot`]: chunked, fenced snapshots in JetStream KV.
 //! - [`journal`]: group-committed journal of counted requests (journal mode).
