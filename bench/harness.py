@@ -525,8 +525,12 @@ class Harness:
     def million(self):
         a = self.args
         n = a.million_keys
-        out = {"keys": n, "policy": "sliding_window, 10 per minute and 500 per hour"}
-        stack = Stack(self, MILLION_CONFIG, 1, "million")
+        out = {"keys": n, "policy": "sliding_window, 10 per minute and 500 per hour",
+               "lease_ttl": a.lease_ttl or "3s"}
+        config = MILLION_CONFIG
+        if a.lease_ttl:
+            config = config.replace("\n[policies", f'lease_ttl = "{a.lease_ttl}"\n\n[policies', 1)
+        stack = Stack(self, config, 1, "million")
         try:
             (wid,) = list(stack.workers)
             out["rss_empty_kib"] = stack.rss_kib(wid)["VmRSS"]
@@ -696,6 +700,8 @@ def main():
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
     p.add_argument("--parts", default="ceiling,redis,matrix,batching,rate,stall,million",
                    help="comma-separated subset of ceiling,redis,matrix,batching,rate,stall,million")
+    p.add_argument("--lease-ttl", help="lease_ttl of the memory/restore test's worker (default: the worker's, 3s); "
+                   "the kill -9 -> answering time is about lease_ttl plus the restore")
     p.add_argument("--stall-keys", type=int, help="keys held while measuring snapshot stalls (default 300000, quick 100000)")
     p.add_argument("--no-batching", action="store_true", help="leave the batching client out")
     p.add_argument("--no-docs", action="store_true", help="print results; do not touch docs/")

@@ -365,7 +365,8 @@ def render(data, chart_rel):
         w(f"| RSS of a worker that restored them | {m.get('rss_after_restore_kib', 0) / 1024:.0f} MiB |")
         cl = m.get("crash_log", {})
         w(f"| kill -9, new worker started at once → every partition answers | {m.get('crash_to_answering_s', '?')} s "
-          f"(the dead worker's leases must expire first: `lease_ttl` 3 s + 0.5 s orphan grace) |")
+          f"(the dead worker's leases must expire first: `lease_ttl` {m.get('lease_ttl', '3s')}, "
+          "then up to 0.5 s of orphan grace) |")
         if cl.get("partitions"):
             w(f"| … of which restoring (new worker's first → last partition answering) | "
               f"{cl.get('first_answering_s', 0):.2f} s → {cl.get('last_answering_s', 0):.2f} s after its start; "
