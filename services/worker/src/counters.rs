@@ -169,11 +169,40 @@ impl Expiry<u64, Arc<Bucket>> for IdleExpiry {
     }
 }
 
+/// A bucket the owner task used lately, and until when moka keeps it at
+/// least: its expiry as of our last `get` or `insert`, computed from a clock
+/// read before that call, so never later than moka's own.
+struct Recent {
+    bucket: Arc<Bucket>,
+    kept_until: Instant,
+}
+
+/// How close to `kept_until` the owner stops trusting [`Recent`] and asks
+/// moka again (moka's clock is read a little after ours).
+const KEPT_MARGIN: Duration = Duration::from_millis(5);
+
+fn deadline(from: Instant, ttl_ns: u64) -> Instant {
+    // A ttl too long for `Instant` is cut to a year: earlier is always safe.
+    from.checked_add(Duration::from_nanos(ttl_ns))
+        .unwrap_or(from + Duration::from_secs(365 * 24 * 3600))
+}
+
 /// The counters of one partition.
+///
+/// `recent` is the owner task's look-aside: moka's `get` was the largest
+/// single cost of a decision (a hash probe, read recording and expiry
+/// housekeeping, ~20 % of the worker's CPU), and a bucket in use is found
+/// again long before its moka expiry is near. So the owner keeps each
+/// bucket it used with the moka deadline it then had, and skips moka while
+/// that deadline is safely ahead and covers the key's new need; otherwise it
+/// reads (or re-inserts) as without the look-aside, which moves the deadline.
+/// moka evicts only by expiry here (no size bound, no invalidation), so a
+/// bucket is in moka until its deadline: the snapshot sees every write.
 #[derive(Clone)]
 pub struct Counters {
     buckets: Cache<u64, Arc<Bucket>, Hasher>,
     hasher: Hasher,
+    recent: Arc<[Mutex<Option<Recent>>]>,
 }
 
 impl Default for Counters {
@@ -189,6 +218,7 @@ impl Counters {
                 .expire_after(IdleExpiry)
                 .build_with_hasher(Hasher::default()),
             hasher: Hasher::default(),
+            recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
         }
     }
 
@@ -200,9 +230,19 @@ impl Counters {
     /// `policy` at `now`. The caller has validated the cost.
     pub fn apply(&self, policy: &Policy, key: &str, now: Nanos, op: Op) -> Decision {
         let id = self.bucket_of(key);
-        let (bucket, fresh) = match self.buckets.get(&id) {
-            Some(bucket) => (bucket, false),
-            None => (Arc::new(Bucket::default()), true),
+        let t = Instant::now();
+        let mut recent = self.recent[id as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (bucket, fresh, mut kept_until) = match recent.as_ref() {
+            Some(r) if t + KEPT_MARGIN < r.kept_until => (r.bucket.clone(), false, r.kept_until),
+            _ => match self.buckets.get(&id) {
+                Some(bucket) => {
+                    let kept_until = deadline(t, bucket.idle_ttl_ns.load(Ordering::Relaxed));
+                    (bucket, false, kept_until)
+                }
+                None => (Arc::new(Bucket::default()), true, t),
+            },
         };
         let mut slots = bucket.lock();
         let pruned = slots.prune(now);
@@ -247,20 +287,33 @@ impl Counters {
         // times, not on every request.
         let stored = bucket.idle_ttl_ns.load(Ordering::Relaxed);
         if (fresh || needed > stored) && !empty {
-            bucket
-                .idle_ttl_ns
-                .store(with_slack(needed), Ordering::Relaxed);
-            self.buckets.insert(id, bucket);
-        } else if let Some(longest) = pruned {
-            // Lowering is always safe: the stored ttl then still covers the
-            // longest need of the bucket's slots, from this read on.
-            let longest = longest.max(needed);
-            if longest.saturating_mul(4) < stored {
-                bucket
-                    .idle_ttl_ns
-                    .store(with_slack(longest), Ordering::Relaxed);
+            let ttl = with_slack(needed);
+            bucket.idle_ttl_ns.store(ttl, Ordering::Relaxed);
+            self.buckets.insert(id, bucket.clone());
+            kept_until = deadline(t, ttl);
+        } else {
+            if let Some(longest) = pruned {
+                // Lowering is always safe: the stored ttl then still covers
+                // the longest need of the bucket's slots, from the next read
+                // on, and until then the deadline set by the last one holds.
+                let longest = longest.max(needed);
+                if longest.saturating_mul(4) < stored {
+                    bucket
+                        .idle_ttl_ns
+                        .store(with_slack(longest), Ordering::Relaxed);
+                }
+            }
+            // Taken from the look-aside, the bucket's deadline may not cover
+            // this key's new need: a read moves it as it would have.
+            if !fresh && !empty && deadline(t, needed) + KEPT_MARGIN > kept_until {
+                let ttl = bucket.idle_ttl_ns.load(Ordering::Relaxed);
+                if self.buckets.get(&id).is_none() {
+                    self.buckets.insert(id, bucket.clone());
+                }
+                kept_until = deadline(t, ttl);
             }
         }
+        *recent = (!fresh || !empty).then_some(Recent { bucket, kept_until });
         decision
     }
 
@@ -326,6 +379,9 @@ impl Counters {
             kept += 1;
         }
         for (id, (new_slots, longest)) in grouped {
+            *self.recent[id as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
             let bucket = self.buckets.get(&id).unwrap_or_default();
             let mut slots = bucket.lock();
             slots.by_key.reserve(new_slots.len());
