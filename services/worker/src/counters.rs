@@ -547,6 +547,81 @@ mod tests {
     }
 
     #[test]
+    fn decisions_match_a_map_that_never_forgets_while_moka_expires_buckets() {
+        // Limits of a few milliseconds, so that while this runs real time
+        // crosses bucket deadlines: moka expires idle buckets, the
+        // look-aside goes stale, buckets are read again, refreshed and
+        // re-inserted, slots are pruned. Policy time is real time, as in the
+        // worker. Forgetting may only drop a state that equals a fresh one,
+        // so every decision must equal that of a map that forgets nothing.
+        use sluice_core::policy::{Algorithm, Limit};
+        let algorithms = [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+            Algorithm::SlidingWindow,
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+        ];
+        for algorithm in algorithms {
+            let limits = vec![
+                Limit::new(3, Duration::from_millis(4), None).unwrap(),
+                Limit::new(5, Duration::from_millis(15), None).unwrap(),
+            ];
+            let policy = Policy::new("default", algorithm, limits).unwrap();
+            let counters = Counters::new();
+            // Three groups of keys, two of them sharing one bucket each,
+            // asked in turn: 7 ms each (a bucket comes back 14 ms later,
+            // inside its moka ttl of ~20 ms but maybe past the deadline the
+            // look-aside knows), then, every other 200 ms, 40 ms each (idle
+            // long enough for moka to expire the bucket).
+            let mut keys = neighbours(&counters, "default/a", 3);
+            keys.extend(neighbours(&counters, "default/b", 3));
+            keys.extend(["default/c1", "default/c2", "default/c3"].map(String::from));
+            let mut reference: HashMap<String, KeyState> = HashMap::new();
+            let start = Instant::now();
+            let base = Nanos::from_secs(1_000_000);
+            let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut ops = 0u64;
+            while ops < 1_000_000 && (ops < 5_000 || start.elapsed() < Duration::from_millis(600)) {
+                ops += 1;
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let r = seed >> 33;
+                let ms = start.elapsed().as_millis();
+                let turn = if (ms / 200).is_multiple_of(2) { 7 } else { 40 };
+                let group = (ms / turn % 3) as usize;
+                let key = &keys[group * 3 + (r % 3) as usize];
+                let op = match r % 10 {
+                    0 => Op::Allow(0),
+                    1 => Op::Record(2),
+                    _ => Op::Allow(1),
+                };
+                let now = base.saturating_add(Nanos::from(start.elapsed()));
+                let got = counters.apply(&policy, key, now, op);
+                let state = reference
+                    .entry(key.clone())
+                    .or_insert_with(|| policy.new_state());
+                let want = match op {
+                    Op::Allow(cost) => policy.decide(state, now, cost),
+                    Op::Record(cost) => policy.record(state, now, cost),
+                };
+                assert_eq!(got, want, "{algorithm:?}, op {ops} {op:?} on {key}");
+                // What still matters is in moka, where a snapshot reads it
+                // (`iter` does not move moka's expiry, as `get` would): if
+                // the key is live after the look, the look must have found it.
+                let id = counters.bucket_of(key);
+                let in_moka = counters
+                    .buckets
+                    .iter()
+                    .any(|(k, bucket)| *k == id && bucket.lock().by_key.contains_key(key.as_str()));
+                let after = base.saturating_add(Nanos::from(start.elapsed()));
+                if !in_moka && policy.idle_expiry(state, after) > Nanos::ZERO {
+                    panic!("{algorithm:?}, op {ops}: {key} is live but not in moka");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn import_restores_live_entries_and_drops_stale_ones() {
         let policy = Policy::builtin_default();
         let source = Counters::new();
