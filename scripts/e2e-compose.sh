@@ -189,37 +189,60 @@ wait_partitions() { # <what> <seconds>
     WAITED=$((SECONDS - t0))
 }
 
+# remaining <gw> <key>: RateLimit-Remaining of a look (cost 0) at <key>
+# through <gw>; empty when no worker decided.
+remaining() {
+    curl -s --max-time 5 -o /dev/null -D - "http://$1$(allow "$2" 0)" |
+        tr -d '\r' | awk -F': ' 'tolower($1) == "ratelimit-remaining" { print $2 }'
+}
+
 # asks_get <gw> <want> <cost> <what> <key>...: asks for each key once, with
-# <cost>, through <gw>; each must get HTTP <want>. A 503 (no worker answered:
-# a partition moving between workers; nothing was counted) is asked again,
-# for up to 30 s; a 200 where a denial was wanted is over-admission and any
-# other code fails at once. Adds the repeated asks to RETRIED.
+# <cost>, through <gw>; each must get HTTP <want>. A 503 means no worker
+# decided in time: a partition moving between workers (nothing counted), or
+# a reply later than the gateway's timeout (a journal append slow while the
+# cluster settles: the ask may have been counted). So a 503 is asked again,
+# for up to 30 s, where that is sound: asks that want a denial (a denied ask
+# counts nothing), and asks that want 200 once a look shows nothing of the
+# key was used (remaining = <cost>); remaining 0 means the first ask was
+# counted, which is what was asked for. A 200 where a denial was wanted is
+# over-admission and any other code fails at once. Adds the repeated asks to
+# RETRIED.
 asks_get() {
-    local gw="$1" want="$2" cost="$3" what="$4" k code url t0=$SECONDS
+    local gw="$1" want="$2" cost="$3" what="$4" k code url r t0=$SECONDS
     shift 4
-    local pending=("$@")
-    while [ "${#pending[@]}" -gt 0 ]; do
-        local paths=() again=()
+    local pending=("$@") unsure=()
+    while [ "${#pending[@]}" -gt 0 ] || [ "${#unsure[@]}" -gt 0 ]; do
+        local paths=() again=() still=()
+        for k in "${unsure[@]}"; do
+            r="$(remaining "$gw" "$k")"
+            case "$r" in
+                0) ;;
+                "$cost") again+=("$k") ;;
+                "") still+=("$k") ;;
+                *) fail "$what: key $k has $r of $cost left after an ask of $cost that got no answer" ;;
+            esac
+        done
         for k in "${pending[@]}"; do paths+=("$(allow "$k" "$cost")"); done
         while read -r code url; do
             k="${url##*/v1/allow/}"
             k="${k%%\?*}"
             case "$code" in
                 "$want") ;;
-                503 | 000) again+=("$k") ;;
+                503 | 000) if [ "$want" = 200 ]; then still+=("$k"); else again+=("$k"); fi ;;
                 200) fail "$what: key $k, whose limit was used up, was allowed again through $gw (over-admission)" ;;
                 *) fail "$what: key $k through $gw: expected HTTP $want, got $code" ;;
             esac
-        done < <(pcodes_urls "$gw" "${paths[@]}")
-        [ "${#again[@]}" -eq 0 ] && break
-        RETRIED=$((RETRIED + ${#again[@]}))
+        done < <([ "${#paths[@]}" -eq 0 ] || pcodes_urls "$gw" "${paths[@]}")
+        [ "${#again[@]}" -eq 0 ] && [ "${#still[@]}" -eq 0 ] && break
+        RETRIED=$((RETRIED + ${#again[@]} + ${#still[@]}))
         [ $((SECONDS - t0)) -lt 30 ] ||
-            fail "$what: ${#again[@]} keys still get no decision (503) through $gw after 30s: ${again[*]:0:5}"
+            fail "$what: keys still get no decision (503) through $gw after 30s: ${again[*]:0:5} ${still[*]:0:5}"
         pending=("${again[@]}")
+        unsure=("${still[@]}")
         sleep 0.5
     done
 }
-retried_note() { [ "$RETRIED" = 0 ] || echo " ($RETRIED asks got 503 first and were repeated)"; }
+retried_note() { [ "$RETRIED" = 0 ] || echo " ($RETRIED asks got 503 first and were looked at again or repeated)"; }
 
 # Every key in LIMITED is exhausted: through both gateways, a request is
 # denied (429).
