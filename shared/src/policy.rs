@@ -122,6 +122,13 @@ impl Limit {
     pub fn burst(&self) -> u64 {
         self.burst.get()
     }
+
+    /// The `limit` a decision reports for this limit: `max`, or `burst`
+    /// when bigger (a token bucket or GCRA then holds more than `max` at
+    /// once), so that `remaining` never exceeds `limit`.
+    pub fn reported(&self) -> u64 {
+        self.max().max(self.burst())
+    }
 }
 
 /// The largest `max` a sliding log accepts: its state is one timestamp per unit.
@@ -359,7 +366,7 @@ fn summarize<A: Algo>(
         if allowed {
             // The most restrictive limit: the one with the least left.
             if deciding.is_none_or(|(_, u)| usage.remaining < u.remaining) {
-                deciding = Some((limit.max(), usage));
+                deciding = Some((limit.reported(), usage));
             }
         } else {
             let Check {
@@ -368,12 +375,12 @@ fn summarize<A: Algo>(
             } = A::check(limit, state, now, asked);
             if !fits && (deciding.is_none() || wait > retry_after) {
                 retry_after = wait;
-                deciding = Some((limit.max(), usage));
+                deciding = Some((limit.reported(), usage));
             }
         }
     }
     let (limit, usage) = deciding.unwrap_or((
-        limits.first().map(|l| l.max()).unwrap_or(0),
+        limits.first().map(|l| l.reported()).unwrap_or(0),
         Usage {
             remaining: 0,
             reset: Nanos::ZERO,
@@ -396,7 +403,8 @@ fn summarize<A: Algo>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub allowed: bool,
-    /// `max` of the limit that decided (the most restrictive one).
+    /// [`Limit::reported`] of the limit that decided (the most restrictive
+    /// one): its `max`, or its `burst` when bigger.
     pub limit: u64,
     /// What is left of that limit after this request.
     pub remaining: u64,

@@ -132,6 +132,31 @@ fn two_per_minute_token_bucket_and_gcra_refill_one_every_30s() {
 // --- Sliding window estimate ------------------------------------------------
 
 #[test]
+fn a_burst_bigger_than_max_is_the_reported_limit_so_remaining_never_exceeds_it() {
+    // 10 per second, bucket of 50: a fresh key can take 50 at once, so the
+    // limit a decision reports is 50, not 10.
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let p = policy(algorithm, vec![Limit::new(10, secs(1), Some(50)).unwrap()]);
+        let mut state = p.new_state();
+        let look = p.decide(&mut state, at(0), 0);
+        assert_eq!((look.limit, look.remaining), (50, 50), "{algorithm:?}");
+        let took = p.decide(&mut state, at(0), 30);
+        assert_eq!(
+            (took.allowed, took.limit, took.remaining),
+            (true, 50, 20),
+            "{algorithm:?}"
+        );
+        // A smaller burst leaves the reported limit at max.
+        let p = policy(
+            algorithm,
+            vec![Limit::new(100, secs(60), Some(20)).unwrap()],
+        );
+        let look = p.decide(&mut p.new_state(), at(0), 0);
+        assert_eq!((look.limit, look.remaining), (100, 20), "{algorithm:?}");
+    }
+}
+
+#[test]
 fn sliding_window_previous_10_current_6_at_20s_estimates_12_7_and_denies() {
     let p = policy(Algorithm::SlidingWindow, vec![limit(10, secs(60))]);
     let start = mmss(1, 0).0;
@@ -736,6 +761,12 @@ fn restored_garbage_states_never_panic() {
                         let mut s = state.clone();
                         let d = p.decide(&mut s, Nanos(t), cost);
                         assert!(d.remaining <= most);
+                        assert!(
+                            d.remaining <= d.limit,
+                            "remaining {} over limit {}",
+                            d.remaining,
+                            d.limit
+                        );
                         p.decide(&mut s, Nanos(t / 2), cost);
                         p.record(&mut s.clone(), Nanos(t), cost);
                         p.idle_expiry(&mut s, Nanos(t));

@@ -454,6 +454,7 @@ proptest! {
             policy.decide(&mut s, Nanos(now), cost)
         };
         prop_assert!(d.remaining <= most);
+        prop_assert!(d.remaining <= d.limit, "remaining {} over limit {}", d.remaining, d.limit);
         if d.allowed {
             prop_assert_eq!(d.retry_after, Nanos::ZERO);
         }
