@@ -6,7 +6,7 @@
 //! state, so one entry per key put a million keys at ~560 bytes each. Keys
 //! are spread by hash over [`BUCKETS`] buckets per partition; moka holds the
 //! buckets (and forgets a bucket once all of its keys have gone idle), and a
-//! key costs only its slot in its bucket's map (~230 bytes of RSS in all).
+//! key costs only its slot in its bucket's map (230–260 bytes of RSS in all).
 //!
 //! Each partition has one owner task, so all counting for a key happens in one
 //! place and in order; the cache is shared only with the snapshot writer,
