@@ -85,10 +85,11 @@ impl Slots {
 
     fn remember(&mut self, key: Box<str>, slot: Slot, now: Nanos) {
         let first_prune = slot.forgettable_at.max(now.saturating_add(PRUNE_EVERY));
-        self.next_prune = self.next_prune.min(first_prune);
-        if self.by_key.is_empty() {
-            self.next_prune = first_prune;
-        }
+        self.next_prune = if self.by_key.is_empty() {
+            first_prune
+        } else {
+            self.next_prune.min(first_prune)
+        };
         self.by_key.insert(key, slot);
     }
 }
@@ -102,8 +103,16 @@ pub struct Bucket {
 }
 
 impl Bucket {
+    fn idle_ttl_ns(&self) -> u64 {
+        self.idle_ttl_ns.load(Ordering::Relaxed)
+    }
+
+    fn set_idle_ttl_ns(&self, ns: u64) {
+        self.idle_ttl_ns.store(ns, Ordering::Relaxed);
+    }
+
     fn idle_ttl(&self) -> Duration {
-        Duration::from_nanos(self.idle_ttl_ns.load(Ordering::Relaxed))
+        Duration::from_nanos(self.idle_ttl_ns())
     }
 
     fn lock(&self) -> MutexGuard<'_, Slots> {
@@ -226,19 +235,23 @@ impl Counters {
         self.hasher.hash_one(key) % BUCKETS
     }
 
+    fn recent(&self, id: u64) -> MutexGuard<'_, Option<Recent>> {
+        self.recent[id as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Applies `op` to the counter `key` (built with [`counter_key`]) under
     /// `policy` at `now`. The caller has validated the cost.
     pub fn apply(&self, policy: &Policy, key: &str, now: Nanos, op: Op) -> Decision {
         let id = self.bucket_of(key);
         let t = Instant::now();
-        let mut recent = self.recent[id as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent(id);
         let (bucket, fresh, mut kept_until) = match recent.as_ref() {
             Some(r) if t + KEPT_MARGIN < r.kept_until => (r.bucket.clone(), false, r.kept_until),
             _ => match self.buckets.get(&id) {
                 Some(bucket) => {
-                    let kept_until = deadline(t, bucket.idle_ttl_ns.load(Ordering::Relaxed));
+                    let kept_until = deadline(t, bucket.idle_ttl_ns());
                     (bucket, false, kept_until)
                 }
                 None => (Arc::new(Bucket::default()), true, t),
@@ -285,10 +298,10 @@ impl Counters {
         // every slot needs less than a quarter of it) but not raised while
         // the need stays under it: a bucket in use is re-inserted a few
         // times, not on every request.
-        let stored = bucket.idle_ttl_ns.load(Ordering::Relaxed);
+        let stored = bucket.idle_ttl_ns();
         if (fresh || needed > stored) && !empty {
             let ttl = with_slack(needed);
-            bucket.idle_ttl_ns.store(ttl, Ordering::Relaxed);
+            bucket.set_idle_ttl_ns(ttl);
             self.buckets.insert(id, bucket.clone());
             kept_until = deadline(t, ttl);
         } else {
@@ -298,15 +311,13 @@ impl Counters {
                 // on, and until then the deadline set by the last one holds.
                 let longest = longest.max(needed);
                 if longest.saturating_mul(4) < stored {
-                    bucket
-                        .idle_ttl_ns
-                        .store(with_slack(longest), Ordering::Relaxed);
+                    bucket.set_idle_ttl_ns(with_slack(longest));
                 }
             }
             // Taken from the look-aside, the bucket's deadline may not cover
             // this key's new need: a read moves it as it would have.
             if !fresh && !empty && deadline(t, needed) + KEPT_MARGIN > kept_until {
-                let ttl = bucket.idle_ttl_ns.load(Ordering::Relaxed);
+                let ttl = bucket.idle_ttl_ns();
                 if self.buckets.get(&id).is_none() {
                     self.buckets.insert(id, bucket.clone());
                 }
@@ -379,9 +390,7 @@ impl Counters {
             kept += 1;
         }
         for (id, (new_slots, longest)) in grouped {
-            *self.recent[id as usize]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = None;
+            *self.recent(id) = None;
             let bucket = self.buckets.get(&id).unwrap_or_default();
             let mut slots = bucket.lock();
             slots.by_key.reserve(new_slots.len());
@@ -389,10 +398,7 @@ impl Counters {
                 slots.remember(key.into_boxed_str(), slot, now);
             }
             drop(slots);
-            let stored = bucket.idle_ttl_ns.load(Ordering::Relaxed);
-            bucket
-                .idle_ttl_ns
-                .store(with_slack(longest).max(stored), Ordering::Relaxed);
+            bucket.set_idle_ttl_ns(with_slack(longest).max(bucket.idle_ttl_ns()));
             self.buckets.insert(id, bucket);
         }
         kept
@@ -413,7 +419,7 @@ mod tests {
             .buckets
             .iter()
             .find(|(k, _)| **k == id)
-            .map(|(_, bucket)| bucket.idle_ttl_ns.load(Ordering::Relaxed))
+            .map(|(_, bucket)| bucket.idle_ttl_ns())
     }
 
     /// `n` keys of the builtin policy that share `key`'s bucket.
