@@ -14,20 +14,12 @@
 #   echo-by-process.txt  the same load against the echo responder
 # Needs perf (Debian: linux-perf) and the release build (bench/run.sh builds it).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CLIENT="${1:-plain}"; POLICY="${2:-sliding_window}"; SECS="${3:-4}"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-SLUICE="${SLUICE_BIN:-$TARGET/release/sluice}"
-NATS_SERVER="$ROOT/.tools/venv/bin/nats-server"
 OUT="${OUT:-$TARGET/bench-profile}"
 mkdir -p "$OUT"
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 command -v perf >/dev/null || { echo "perf not found (apt-get install linux-perf)" >&2; exit 1; }
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cat > "$WORK/sluice.toml" <<TOML
 [policies.default]
 algorithm = "sliding_window"
@@ -36,12 +28,6 @@ limits = [ { max = 100, per = "1s" } ]
 algorithm = "$POLICY"
 limits = [ { max = 100, per = "1s" } ]
 TOML
-start_nats() {
-    PORT=$(port); URL="nats://127.0.0.1:$PORT"
-    "$SLUICE" nats-config --config "$WORK/sluice.toml" > "$WORK/nats.conf"
-    "$NATS_SERVER" -c "$WORK/nats.conf" -a 127.0.0.1 -p "$PORT" -js -sd "$WORK/js-$PORT" > "$WORK/nats-$PORT.log" 2>&1 &
-    NATS_PID=$!; PIDS+=("$NATS_PID"); sleep 0.5
-}
 load() { # extra bench args...; perf runs for the middle of the load
     "$SLUICE" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$CLIENT" --policy "$POLICY" \
         -d "$((SECS + 2))s" --warmup 0s -q "$@" > "$WORK/bench.txt" 2>&1 &
@@ -51,9 +37,7 @@ load() { # extra bench args...; perf runs for the middle of the load
 
 # 1. The worker.
 start_nats
-SLUICE_LOG=warn "$SLUICE" worker --nats "$URL" --config "$WORK/sluice.toml" > "$WORK/worker.log" 2>&1 &
-W=$!; PIDS+=("$W")
-"$SLUICE" bench --nats "$URL" --config "$WORK/sluice.toml" -n 0 -q --wait-ready 30s > /dev/null
+start_worker
 B=$(load)
 perf record -q -a -e cpu-clock -F 999 -o "$WORK/all.data" -- sleep "$SECS" 2>/dev/null
 while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
@@ -73,8 +57,7 @@ kill "$NATS_PID"; wait "$NATS_PID" 2>/dev/null || true
 
 # 2. The same load against the echo responder (the ceiling).
 start_nats
-"$SLUICE" bench --serve-echo --nats "$URL" > "$WORK/echo.log" 2>&1 &
-E=$!; PIDS+=("$E"); sleep 0.3
+start_echo
 B=$(load --target echo)
 perf record -q -a -e cpu-clock -F 999 -o "$WORK/echo.data" -- sleep "$SECS" 2>/dev/null
 while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
