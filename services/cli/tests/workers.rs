@@ -226,7 +226,7 @@ async fn a_fourth_worker_joining_under_load_takes_partitions_and_no_key_goes_ove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_in_journal_mode_loses_no_count_and_its_partitions_come_back() {
     let _serial = serial().await;
-    let config = crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let config = journal_crash_config();
     crash_under_load(&config, |results, _| assert_no_key_over(results, 10)).await;
 }
 
@@ -323,7 +323,7 @@ async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover() {
     let _serial = serial().await;
-    let config = crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let config = journal_crash_config();
     let mut stack = Stack::start(&config, 3).await;
     let client = stack.clients(1).await.remove(0);
     let keys: Vec<String> = (0..64).map(|i| format!("r{i}")).collect();
@@ -366,7 +366,7 @@ async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
     let _serial = serial().await;
-    let config = crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let config = journal_crash_config();
     let mut stack = Stack::start(&config, 1).await;
     let clients = stack.clients(4).await;
     let keys: Vec<String> = (0..40).map(|i| format!("g{i}")).collect();
@@ -400,15 +400,102 @@ async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
     let id = stack.worker_ids().await.remove(0);
     stack.kill_worker(&id);
     stack.start_workers(1).await;
+    assert_every_tenper_used_up(&clients[0], &keys, "lost answered counts in the crash").await;
+}
+
+/// Journal mode, no snapshot in between: a partition counted by a first
+/// owner that is killed, then by the worker that took it over, which is
+/// killed too, still has every count at its third owner: its manifest lists
+/// both writers' journals, and the third owner replays both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_survive_two_crashes_in_a_row_through_both_workers_journals() {
+    let _serial = serial().await;
+    let config = journal_crash_config();
+    let mut stack = Stack::start(&config, 3).await;
+    let client = stack.clients(1).await.remove(0);
+    let keys: Vec<String> = (0..stack.partitions)
+        .map(|p| key_in_partition(p, stack.partitions))
+        .collect();
+    let ask_all = |body: &'static [u8]| {
+        let client = client.clone();
+        let keys = keys.clone();
+        async move {
+            for key in &keys {
+                let d = eventually(Duration::from_secs(15), || async {
+                    ask(&client, key, body).await.ok()
+                })
+                .await
+                .unwrap_or_else(|| panic!("{key} never answered"));
+                assert!(d.allowed, "{key}: {d:?}");
+            }
+        }
+    };
+    let ids = stack.worker_ids().await;
+    ask_all(br#"{"policy":"tenper","cost":5}"#).await;
+    let before = stack.owners().await;
+    stack.kill_worker(&ids[0]);
+    ask_all(br#"{"policy":"tenper","cost":5}"#).await;
+    let between = stack.owners().await;
+    let chained = (0..stack.partitions)
+        .filter(|p| before.get(p) == Some(&ids[0]) && between.get(p) == Some(&ids[1]))
+        .count();
+    assert!(
+        chained > 0,
+        "some partition must go from the first victim to the second: {before:?} {between:?}"
+    );
+    stack.kill_worker(&ids[1]);
+    assert_every_tenper_used_up(&client, &keys, "lost counts across two crashes").await;
+}
+
+/// Journal records are dropped once every partition's snapshot covers them,
+/// also when most partitions are idle (their manifests' journal position is
+/// moved on without a snapshot); the counts stay, in the snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_is_purged_once_snapshots_cover_it_and_counts_stay() {
+    let _serial = serial().await;
+    let config = SLIDING_LOG_5_PER_10S.replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
+    let mut stack = Stack::start(&config, 1).await;
+    let client = stack.clients(1).await.remove(0);
+    // Two busy partitions of 16; the other 14 never count anything.
+    let keys = [
+        key_in_partition(0, stack.partitions),
+        key_in_partition(1, stack.partitions),
+    ];
     for key in &keys {
+        for _ in 0..10 {
+            let d = ask(&client, key, br#"{"policy":"tenper"}"#).await.unwrap();
+            assert!(d.allowed);
+        }
+    }
+    let js = async_nats::jetstream::new(client.clone());
+    let journal = js.get_stream("SLUICE_JOURNAL").await.unwrap();
+    let written = journal.get_info().await.unwrap().state.last_sequence;
+    assert!(written > 0, "the asks were journaled");
+    let purged = eventually(Duration::from_secs(20), || async {
+        let state = journal.get_info().await.ok()?.state;
+        (state.messages == 0 && state.first_sequence > written).then_some(state)
+    })
+    .await;
+    assert!(purged.is_some(), "the journal was never purged");
+    // A crash now restores from the snapshots alone.
+    let id = stack.worker_ids().await.remove(0);
+    stack.kill_worker(&id);
+    stack.start_workers(1).await;
+    assert_every_tenper_used_up(&client, &keys, "lost counts with the purge").await;
+}
+
+/// Asserts that each key's `tenper` limit is used up (asked at cost 0, once
+/// its partition answers again), as all of them were counted.
+async fn assert_every_tenper_used_up(client: &async_nats::Client, keys: &[String], what: &str) {
+    for key in keys {
         let d = eventually(Duration::from_secs(15), || async {
-            ask(&clients[0], key, br#"{"policy":"tenper","cost":0}"#)
+            ask(client, key, br#"{"policy":"tenper","cost":0}"#)
                 .await
                 .ok()
         })
         .await
-        .unwrap();
-        assert_eq!(d.remaining, 0, "{key} lost answered counts in the crash");
+        .unwrap_or_else(|| panic!("{key} never answered again"));
+        assert_eq!(d.remaining, 0, "{key} {what}");
     }
 }
 
@@ -419,6 +506,11 @@ fn crash_config() -> String {
         "snapshot_interval = \"500ms\"",
         "snapshot_interval = \"60s\"",
     )
+}
+
+/// [`crash_config`] in journal mode.
+fn journal_crash_config() -> String {
+    crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl")
 }
 
 /// Runs load, kills one of 3 workers mid-way, checks that its partitions

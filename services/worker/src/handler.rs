@@ -29,14 +29,16 @@ pub struct Reply {
 pub struct Counted {
     pub changes: u64,
     pub records: Vec<Record>,
+    partition: u32,
     journal: bool,
 }
 
 impl Counted {
-    pub fn new(journal: bool) -> Counted {
+    pub fn new(partition: u32, journal: bool) -> Counted {
         Counted {
             changes: 0,
             records: Vec::new(),
+            partition,
             journal,
         }
     }
@@ -45,6 +47,7 @@ impl Counted {
         self.changes += 1;
         if self.journal {
             self.records.push(Record {
+                n: self.partition,
                 p: policy.to_string(),
                 k: token.to_string(),
                 c: cost,

@@ -1,21 +1,25 @@
 //! The journal (`durability = "journal"`): what was counted since the last
 //! snapshot, so a new owner can replay it after a crash.
 //!
-//! Group commit: a partition has at most one append in flight. While it is,
-//! the owner keeps deciding, and the records and replies of every batch
-//! decided meanwhile wait; when the ack arrives they all go out as the next
-//! append (one message, or several of at most [`MAX_APPEND`] bytes), so the
-//! more load, the more records per stored message, with no timer. A reply
-//! is sent only once JetStream acknowledged the append holding its records,
-//! so an answer a client saw always has its count stored, and `kill -9`
-//! loses no counts. (`shard::replier_loop` runs this, beside the shard task.)
+//! Each worker appends to its own subject, `sluice.journal.w.<worker-id>`,
+//! for all its partitions ([`crate::group_commit`] batches the appends);
+//! every record names its partition. A partition's manifest says where
+//! replay starts (a stream sequence: every record of the partition at or
+//! below it is in the snapshot) and which workers may have appended records
+//! of the partition since (`journal_writers`): the owners since that
+//! snapshot. A new owner reads those subjects from that sequence and applies
+//! the records of its partition.
 //!
 //! A replayed record is applied with `record` at its original time: it was
 //! counted, so it is counted again regardless of the limit. Records that a
 //! snapshot may already contain (those appended while the snapshot was
 //! copying) can be counted twice: replay errs on the side of denying.
+//!
+//! Records are dropped once every partition's snapshot covers them
+//! ([`purge_covered`]); the stream's `max_age` is only the backstop.
 
 use crate::counters::{counter_key, Counters, Op};
+use crate::snapshot;
 use crate::store::journal_subject;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{consumer, stream};
@@ -27,6 +31,8 @@ use sluice_core::time::Nanos;
 /// One counted request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
+    /// Partition.
+    pub n: u32,
     /// Policy name.
     pub p: String,
     /// Key token.
@@ -47,10 +53,10 @@ pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
     Ok(rmp_serde::to_vec(records)?)
 }
 
-/// A record's encoded size, at most: four fields of at most 9 bytes plus a
+/// A record's encoded size, at most: five fields of at most 9 bytes plus a
 /// 5-byte string header each, and the strings.
 fn encoded_len_bound(r: &Record) -> usize {
-    1 + 4 * 9 + 2 * 5 + r.p.len() + r.k.len()
+    1 + 5 * 9 + 2 * 5 + r.p.len() + r.k.len()
 }
 
 /// Appends `records` to `subject` as messages of at most [`MAX_APPEND`]
@@ -87,29 +93,32 @@ pub async fn append(
     Ok(last)
 }
 
-/// Replays every record of `partition` after `after_seq` into `counters`.
-/// Returns the last sequence applied (or `after_seq` when there was none).
+/// Replays every record of `partition` after `after_seq` that the workers
+/// `writers` appended, into `counters`. Returns the last sequence read (or
+/// `after_seq` when there was none) and how many records were applied.
 pub async fn replay(
     journal: &stream::Stream,
     partition: u32,
+    writers: &[String],
     after_seq: u64,
     counters: &Counters,
     config: &Config,
 ) -> Result<(u64, usize)> {
-    let subject = journal_subject(partition);
-    let last = match journal.get_last_raw_message_by_subject(&subject).await {
-        Ok(m) => m.sequence,
-        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-            return Ok((after_seq, 0))
+    let subjects: Vec<String> = writers.iter().map(|w| journal_subject(w)).collect();
+    let mut last = after_seq;
+    for subject in &subjects {
+        match journal.get_last_raw_message_by_subject(subject).await {
+            Ok(m) => last = last.max(m.sequence),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {}
+            Err(e) => return Err(e).context("cannot read the journal"),
         }
-        Err(e) => return Err(e).context("cannot read the journal"),
-    };
+    }
     if last <= after_seq {
         return Ok((after_seq, 0));
     }
     let consumer = journal
         .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject,
+            filter_subjects: subjects,
             deliver_policy: consumer::DeliverPolicy::ByStartSequence {
                 start_sequence: after_seq + 1,
             },
@@ -145,7 +154,7 @@ pub async fn replay(
                 continue;
             }
         };
-        for r in records {
+        for r in records.into_iter().filter(|r| r.n == partition) {
             if let Some(policy) = config.policy(&r.p) {
                 counter_key(&mut key, &r.p, &r.k);
                 counters.apply(policy, &key, Nanos(r.t), Op::Record(r.c));
@@ -156,17 +165,31 @@ pub async fn replay(
     Ok((seq, applied))
 }
 
-/// Drops the records a snapshot now covers.
-pub async fn truncate(journal: &stream::Stream, partition: u32, up_to_seq: u64) {
-    if up_to_seq == 0 {
-        return;
+/// Drops the records every partition's snapshot covers: those at or below
+/// the lowest journal position of the manifests. A partition with no
+/// manifest has no records (an owner writes the manifest before it
+/// answers). Any worker may run it; running it twice is harmless.
+pub async fn purge_covered(
+    journal: &stream::Stream,
+    snapshots: &async_nats::jetstream::kv::Store,
+    partitions: u32,
+) -> Result<()> {
+    let mut covered = None::<u64>;
+    for partition in 0..partitions {
+        if let (Some(m), _) = snapshot::read_manifest(snapshots, partition).await? {
+            covered = Some(covered.map_or(m.journal_seq, |c| c.min(m.journal_seq)));
+        }
     }
-    if let Err(e) = journal
-        .purge()
-        .filter(journal_subject(partition))
-        .sequence(up_to_seq + 1)
-        .await
-    {
-        tracing::warn!(partition, "cannot truncate the journal: {e}");
+    match covered {
+        Some(seq) if seq > 0 => {
+            // Purges every message below `seq + 1`.
+            journal
+                .purge()
+                .sequence(seq + 1)
+                .await
+                .context("cannot purge the journal")?;
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }

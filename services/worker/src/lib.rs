@@ -16,12 +16,15 @@
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
 //! - [`lease`]: partition leases in JetStream KV, the fencing token.
 //! - [`snapshot`]: chunked, fenced snapshots in JetStream KV.
-//! - [`journal`]: group-committed journal of counted requests (journal mode).
+//! - [`journal`]: the journal of counted requests (journal mode): format,
+//!   replay, purge.
+//! - [`group_commit`]: the worker's journal writer; answers wait for it.
 //! - [`store`]: names and set-up of the buckets and the stream.
 //! - [`service`]: `$SRV` discovery and the status endpoint.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
 
 pub mod counters;
+pub mod group_commit;
 pub mod handler;
 pub mod journal;
 pub mod lease;

@@ -6,20 +6,21 @@
 //! Its loop, in priority order: a stop request (handover or shutdown), the
 //! lease deadline (stop answering before the lease can expire), renewal,
 //! snapshot, and finally requests, taken in batches of whatever is already
-//! waiting (so a journal append covers a whole batch), and the shares of
-//! worker batches ([`crate::worker_batch`]) for this partition.
+//! waiting, and the shares of worker batches ([`crate::worker_batch`]) for
+//! this partition. In journal mode the answers go to the worker's journal
+//! writer ([`crate::group_commit`]), which sends them once their records are
+//! stored.
 
 use crate::counters::Counters;
+use crate::group_commit::{self, OutgoingReply, Pending};
 use crate::handler::{self, Counted};
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
 use crate::snapshot::{self, Manifest};
-use crate::store::journal_subject;
 use crate::worker::Shared;
 use crate::worker_batch::{Decided, SubBatch};
 use anyhow::{Context as _, Result};
-use async_nats::{HeaderMap, Subject, Subscriber};
-use bytes::Bytes;
+use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
 use std::future::Future;
@@ -92,10 +93,13 @@ struct Shard {
     stats: Arc<ShardStats>,
     manifest: Manifest,
     manifest_rev: u64,
-    /// Journal sequence known stored and applied (journal mode).
-    journal_seq: Arc<AtomicU64>,
-    journal_subject: String,
+    /// When the manifest was last written (journal mode refreshes an idle
+    /// partition's journal position, so the journal can be purged).
+    manifest_written_at: Instant,
+    /// `stats.changes` that the last written snapshot holds...
     changes_at_snapshot: u64,
+    /// ...and that the snapshot being written holds.
+    changes_in_flight: u64,
 }
 
 type Renewal = Pin<Box<dyn Future<Output = Result<Lease, LeaseError>> + Send>>;
@@ -109,7 +113,6 @@ async fn run(
     stats: Arc<ShardStats>,
 ) -> Exit {
     let mut shard = Shard {
-        journal_subject: journal_subject(partition),
         shared,
         partition,
         lease,
@@ -117,8 +120,9 @@ async fn run(
         stats,
         manifest: Manifest::default(),
         manifest_rev: 0,
-        journal_seq: Arc::new(AtomicU64::new(0)),
+        manifest_written_at: Instant::now(),
         changes_at_snapshot: 0,
+        changes_in_flight: 0,
     };
     let started = Instant::now();
     let mut subs = match shard.start().await {
@@ -139,21 +143,6 @@ async fn run(
         took_ms = started.elapsed().as_millis() as u64,
         "answering"
     );
-
-    // Journal mode: replies wait for their records' append to be acknowledged.
-    let (replier_tx, replier) = if shard.shared.stores.journal.is_some() {
-        let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(replier_loop(
-            rx,
-            shard.journal_seq.clone(),
-            shard.partition,
-            shard.journal_subject.clone(),
-            shard.shared.clone(),
-        ));
-        (Some(tx), Some(task))
-    } else {
-        (None, None)
-    };
 
     let ttl = shard.shared.lease_ttl;
     let mut renew_tick = interval_at(
@@ -210,7 +199,7 @@ async fn run(
             done = async { snapshot_job.as_mut().expect("guarded").await }, if snapshot_job.is_some() => {
                 snapshot_job = None;
                 match done {
-                    Ok(Ok((manifest, rev))) => shard.snapshot_written(manifest, rev).await,
+                    Ok(Ok((manifest, rev))) => shard.snapshot_written(manifest, rev),
                     Ok(Err(e)) => {
                         if shard.lost_to_someone_else().await {
                             tracing::error!(partition, "another worker wrote this partition's snapshot; stopped answering: {e:#}");
@@ -224,6 +213,8 @@ async fn run(
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
                 if shard.dirty() {
                     snapshot_job = Some(shard.start_snapshot());
+                } else if shard.journal_position_stale() {
+                    snapshot_job = Some(shard.refresh_journal_position());
                 }
             }
             first = subs.next() => {
@@ -238,14 +229,14 @@ async fn run(
                         _ => break,
                     }
                 }
-                shard.process(&mut batch, replier_tx.as_ref()).await;
+                shard.process(&mut batch).await;
                 // Worker batches' shares that waited meanwhile (so that a
                 // stream of requests cannot starve them, nor they it).
                 while let Ok(sub) = sub_batches.try_recv() {
-                    shard.decide_sub_batch(sub, replier_tx.as_ref()).await;
+                    shard.decide_sub_batch(sub).await;
                 }
             }
-            Some(sub) = sub_batches.recv() => shard.decide_sub_batch(sub, replier_tx.as_ref()).await,
+            Some(sub) = sub_batches.recv() => shard.decide_sub_batch(sub).await,
         }
     };
 
@@ -259,23 +250,24 @@ async fn run(
         while let Some(Some(m)) = subs.next().now_or_never() {
             batch.push(m);
             if batch.len() == MAX_BATCH {
-                shard.process(&mut batch, replier_tx.as_ref()).await;
+                shard.process(&mut batch).await;
             }
         }
-        shard.process(&mut batch, replier_tx.as_ref()).await;
+        shard.process(&mut batch).await;
         while let Ok(sub) = sub_batches.try_recv() {
-            shard.decide_sub_batch(sub, replier_tx.as_ref()).await;
+            shard.decide_sub_batch(sub).await;
         }
     }
     // Shares still queued are dropped undecided: their items get a 503.
     drop(sub_batches);
-    drop(replier_tx);
-    if let Some(task) = replier {
-        let _ = task.await;
+    // Every record of ours stored (so the final snapshot's journal position
+    // covers them) and every answer sent.
+    if let Some(writer) = &shard.shared.journal {
+        writer.flush().await;
     }
     if let Some(job) = snapshot_job.take() {
         if let Ok(Ok((manifest, rev))) = job.await {
-            shard.snapshot_written(manifest, rev).await;
+            shard.snapshot_written(manifest, rev);
         }
     }
     if exit == Exit::Released {
@@ -310,9 +302,10 @@ impl Shard {
         }
         let mut manifest = manifest.unwrap_or_default();
         if let Some(journal) = &self.shared.stores.journal {
-            let (seq, applied) = journal::replay(
+            let (_, applied) = journal::replay(
                 journal,
                 self.partition,
+                &manifest.journal_writers,
                 manifest.journal_seq,
                 &self.counters,
                 &self.shared.config,
@@ -326,10 +319,14 @@ impl Shard {
                     .changes
                     .fetch_add(applied as u64, Ordering::Relaxed);
             }
-            // Applied through `seq`; the manifest keeps claiming only what its
-            // chunks hold, so a next owner replays these records again until
-            // a snapshot of ours covers them.
-            self.journal_seq.store(seq, Ordering::SeqCst);
+            // The manifest keeps claiming only what its chunks hold, and the
+            // previous writers stay listed, so a next owner replays their
+            // records again until a snapshot of ours covers them; our own
+            // records from now on are on our subject.
+            let me = &self.shared.worker_id;
+            if !manifest.journal_writers.contains(me) {
+                manifest.journal_writers.push(me.clone());
+            }
         }
         // Fence: from now on a late snapshot by the previous owner fails its CAS.
         manifest.lease_rev = self.lease.revision;
@@ -338,6 +335,7 @@ impl Shard {
             .await
             .context("cannot fence the snapshot manifest")?;
         self.manifest = manifest;
+        self.manifest_written_at = Instant::now();
         self.stats
             .last_snapshot_ms
             .store(self.manifest.taken_at_ms, Ordering::Relaxed);
@@ -354,15 +352,57 @@ impl Shard {
         Ok(subs)
     }
 
+    /// Changed since the last snapshot that was written (a failed one
+    /// leaves the partition dirty, so the next tick tries again).
     fn dirty(&self) -> bool {
         self.stats.changes.load(Ordering::Relaxed) != self.changes_at_snapshot
     }
 
+    /// The journal position and writers a snapshot taken now may claim.
+    /// Every record at or below the writer's acknowledged sequence was
+    /// applied before it was appended, so the copy about to be made holds
+    /// it; records appended later may or may not make it into the copy
+    /// (replay then counts them twice: the safe side). Records of earlier
+    /// owners were replayed at takeover, so only we are left as a writer.
+    fn journal_position(&self) -> (u64, Vec<String>) {
+        match &self.shared.journal {
+            Some(writer) => (
+                self.manifest.journal_seq.max(writer.acked()),
+                vec![self.shared.worker_id.clone()],
+            ),
+            None => (0, Vec::new()),
+        }
+    }
+
+    /// Journal mode, nothing counted since the last snapshot, but our
+    /// journal moved on: a manifest still claiming an old position keeps
+    /// every worker's records from being purged.
+    fn journal_position_stale(&self) -> bool {
+        let Some(writer) = &self.shared.journal else {
+            return false;
+        };
+        writer.acked() > self.manifest.journal_seq
+            && self.manifest_written_at.elapsed() >= 4 * self.shared.config.snapshot_interval
+    }
+
+    /// Rewrites the manifest with the current journal position: the chunks
+    /// are unchanged, as nothing changed since they were written.
+    fn refresh_journal_position(&mut self) -> SnapshotJob {
+        let mut manifest = self.manifest.clone();
+        (manifest.journal_seq, manifest.journal_writers) = self.journal_position();
+        self.changes_in_flight = self.changes_at_snapshot;
+        let kv = self.shared.stores.snapshots.clone();
+        let partition = self.partition;
+        let expected = self.manifest_rev;
+        tokio::spawn(async move {
+            let rev = snapshot::write_manifest(&kv, partition, &manifest, expected).await?;
+            Ok((manifest, rev))
+        })
+    }
+
     fn start_snapshot(&mut self) -> SnapshotJob {
         let changes = self.stats.changes.load(Ordering::Relaxed);
-        // Journal records up to here are applied; later ones may or may not
-        // make it into the copy (replay then counts them twice: the safe side).
-        let journal_seq = self.journal_seq.load(Ordering::SeqCst);
+        let (journal_seq, journal_writers) = self.journal_position();
         let counters = self.counters.clone();
         let shared = self.shared.clone();
         let partition = self.partition;
@@ -372,11 +412,12 @@ impl Shard {
             gen: format!("{}x{}", self.lease.revision, changes),
             lease_rev: self.lease.revision,
             journal_seq,
+            journal_writers,
             taken_at_ms: shared.clock.now().as_u64() / 1_000_000,
             worker: shared.worker_id.clone(),
             ..Default::default()
         };
-        self.changes_at_snapshot = changes;
+        self.changes_in_flight = changes;
         tokio::spawn(async move {
             // Off the thread that answers requests (a worker's runtime has one).
             let encoded = tokio::task::spawn_blocking(move || snapshot::encode(&counters))
@@ -394,17 +435,15 @@ impl Shard {
         })
     }
 
-    async fn snapshot_written(&mut self, manifest: Manifest, rev: u64) {
-        let covered = manifest.journal_seq;
+    fn snapshot_written(&mut self, manifest: Manifest, rev: u64) {
+        self.changes_at_snapshot = self.changes_in_flight;
+        self.manifest_written_at = Instant::now();
         self.stats
             .last_snapshot_ms
             .store(manifest.taken_at_ms, Ordering::Relaxed);
         self.stats.keys.store(manifest.entries, Ordering::Relaxed);
         self.manifest = manifest;
         self.manifest_rev = rev;
-        if let Some(journal) = &self.shared.stores.journal {
-            journal::truncate(journal, self.partition, covered).await;
-        }
     }
 
     /// After a failed snapshot: is the manifest now someone else's?
@@ -420,7 +459,7 @@ impl Shard {
         let partition = self.partition;
         if self.dirty() && self.lease.is_valid() {
             match self.start_snapshot().await {
-                Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev).await,
+                Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev),
                 Ok(Err(e)) => tracing::error!(
                     partition,
                     "final snapshot failed; the next owner starts from the previous one: {e:#}"
@@ -435,11 +474,7 @@ impl Shard {
     }
 
     /// Decides a batch and sends (or queues) the replies.
-    async fn process(
-        &mut self,
-        batch: &mut Vec<async_nats::Message>,
-        replier: Option<&mpsc::Sender<PendingReplies>>,
-    ) {
+    async fn process(&mut self, batch: &mut Vec<async_nats::Message>) {
         if batch.is_empty() {
             return;
         }
@@ -465,16 +500,12 @@ impl Shard {
         self.stats
             .changes
             .fetch_add(counted.changes, Ordering::Relaxed);
-        self.answer(replies, None, counted.records, replier).await;
+        self.answer(replies, None, counted.records).await;
     }
 
     /// Decides a worker batch's share for this partition like an
     /// `rl.p.<n>.batch` request, and hands the results back.
-    async fn decide_sub_batch(
-        &mut self,
-        sub: SubBatch,
-        replier: Option<&mpsc::Sender<PendingReplies>>,
-    ) {
+    async fn decide_sub_batch(&mut self, sub: SubBatch) {
         let now = self.shared.clock.now();
         let mut counted = self.counted();
         let decided = sub.decide(
@@ -488,12 +519,12 @@ impl Shard {
         self.stats
             .changes
             .fetch_add(counted.changes, Ordering::Relaxed);
-        self.answer(Vec::new(), Some(decided), counted.records, replier)
+        self.answer(Vec::new(), Some(decided), counted.records)
             .await;
     }
 
     fn counted(&self) -> Counted {
-        Counted::new(self.shared.stores.journal.is_some())
+        Counted::new(self.partition, self.shared.journal.is_some())
     }
 
     /// Sends the replies (and hands a worker batch's share back), in
@@ -503,122 +534,10 @@ impl Shard {
         replies: Vec<OutgoingReply>,
         decided: Option<Decided>,
         records: Vec<journal::Record>,
-        replier: Option<&mpsc::Sender<PendingReplies>>,
     ) {
-        match replier {
-            Some(replier) => {
-                let _ = replier
-                    .send(PendingReplies {
-                        records,
-                        replies,
-                        decided: decided.into_iter().collect(),
-                    })
-                    .await;
-            }
-            None => deliver(&self.shared.client, replies, decided).await,
-        }
-    }
-}
-
-/// A decided batch in journal mode: what it counted, and its replies, which
-/// wait until those records are stored.
-#[derive(Default)]
-struct PendingReplies {
-    records: Vec<journal::Record>,
-    replies: Vec<OutgoingReply>,
-    /// Worker batches' shares, handed back with the replies.
-    decided: Vec<Decided>,
-}
-
-type OutgoingReply = (Subject, HeaderMap, Bytes);
-
-impl PendingReplies {
-    fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.replies.is_empty() && self.decided.is_empty()
-    }
-
-    fn add(&mut self, mut batch: PendingReplies) {
-        self.records.append(&mut batch.records);
-        self.replies.append(&mut batch.replies);
-        self.decided.append(&mut batch.decided);
-    }
-}
-
-/// One group's journal append: the stream sequence of its last message.
-type Append = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
-
-/// Sends the replies, then hands worker batches' shares back.
-async fn deliver(
-    client: &async_nats::Client,
-    replies: Vec<OutgoingReply>,
-    decided: impl IntoIterator<Item = Decided>,
-) {
-    for (to, headers, payload) in replies {
-        if let Err(e) = client.publish_with_headers(to, headers, payload).await {
-            tracing::warn!("cannot send a reply: {e}");
-        }
-    }
-    decided.into_iter().for_each(Decided::send);
-}
-
-/// Group commit: a partition has at most one journal append in flight.
-/// Batches decided meanwhile accumulate, and when the append is acknowledged
-/// everything accumulated goes out as the next append, so the append grows
-/// with the load (no timer). Replies are sent only after their records are
-/// stored; a batch that counted nothing is answered at once when no append
-/// is in flight, else with the next group, in order.
-async fn replier_loop(
-    mut rx: mpsc::Receiver<PendingReplies>,
-    journal_seq: Arc<AtomicU64>,
-    partition: u32,
-    subject: String,
-    shared: Arc<Shared>,
-) {
-    let mut waiting = PendingReplies::default();
-    let mut in_flight: Option<(Append, Vec<OutgoingReply>, Vec<Decided>)> = None;
-    let mut open = true;
-    loop {
-        tokio::select! {
-            biased;
-            stored = async { in_flight.as_mut().expect("guarded").0.as_mut().await }, if in_flight.is_some() => {
-                let (_, replies, decided) = in_flight.take().expect("guarded");
-                match stored {
-                    // Every record up to `seq` is applied: they were applied
-                    // before being appended.
-                    Ok(seq) => {
-                        journal_seq.fetch_max(seq, Ordering::SeqCst);
-                    }
-                    Err(e) => {
-                        // The counts are in memory and will be in the next
-                        // snapshot, but a crash before it would lose them.
-                        shared.stats.journal_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(partition, "journal append failed; counts are only in memory until the next snapshot: {e}");
-                    }
-                }
-                deliver(&shared.client, replies, decided).await;
-            }
-            batch = rx.recv(), if open => match batch {
-                Some(batch) => waiting.add(batch),
-                // The shard is done: drain what is waiting, then stop.
-                None => open = false,
-            },
-        }
-        if in_flight.is_none() && !waiting.is_empty() {
-            let PendingReplies {
-                records,
-                replies,
-                decided,
-            } = std::mem::take(&mut waiting);
-            if records.is_empty() {
-                deliver(&shared.client, replies, decided).await;
-            } else {
-                let js = shared.stores.js.clone();
-                let append = journal::append(js, subject.clone(), records);
-                in_flight = Some((Box::pin(append), replies, decided));
-            }
-        }
-        if !open && in_flight.is_none() && waiting.is_empty() {
-            break;
+        match &self.shared.journal {
+            Some(writer) => writer.send(Pending::new(records, replies, decided)).await,
+            None => group_commit::deliver(&self.shared.client, replies, decided).await,
         }
     }
 }

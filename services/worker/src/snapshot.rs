@@ -39,6 +39,10 @@ pub struct Manifest {
     pub lease_rev: u64,
     /// Journal sequence covered by the snapshot: replay starts after it.
     pub journal_seq: u64,
+    /// Workers that may have journaled records of the partition after
+    /// `journal_seq`: the owners since the snapshot (journal mode).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub journal_writers: Vec<String>,
     /// Wall-clock ms when it was taken.
     pub taken_at_ms: u64,
     pub worker: String,

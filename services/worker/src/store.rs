@@ -11,7 +11,7 @@
 //! - `sluice-snapshots` (KV): per partition a manifest `p.<n>` and chunks
 //!   `p.<n>.g<gen>.c<i>`.
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
-//!   requests per partition on `sluice.journal.p<n>`.
+//!   requests, each worker's on `sluice.journal.w.<worker>`.
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
@@ -31,9 +31,9 @@ pub fn worker_key(worker: &str) -> String {
     format!("w.{worker}")
 }
 
-/// The journal subject of a partition.
-pub fn journal_subject(partition: u32) -> String {
-    format!("sluice.journal.p{partition}")
+/// The journal subject a worker appends to.
+pub fn journal_subject(worker: &str) -> String {
+    format!("sluice.journal.w.{worker}")
 }
 
 /// How the JetStream resources are laid out; `replicas` is 1 on a single

@@ -10,11 +10,12 @@
 //! [`ORPHAN_GRACE`] is claimed by whoever sees it first, so a crashed
 //! worker's partitions come back even while its heartbeat lingers.
 
+use crate::group_commit;
 use crate::lease::{self, LeaseError};
 use crate::probe;
 use crate::service;
 use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
-use crate::store::{lease_key, worker_key, StoreOptions, Stores};
+use crate::store::{journal_subject, lease_key, worker_key, StoreOptions, Stores};
 use crate::worker_batch::Routes;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::kv;
@@ -78,9 +79,11 @@ pub struct Shared {
     pub worker_id: String,
     pub clock: Arc<dyn Clock>,
     pub lease_ttl: Duration,
-    pub stats: WorkerStats,
+    pub stats: Arc<WorkerStats>,
     /// The shards answering now, for worker batches.
     pub routes: Routes,
+    /// The journal writer (journal mode).
+    pub journal: Option<group_commit::Writer>,
 }
 
 /// A fresh worker id: valid as a KV key and a NATS token.
@@ -128,6 +131,36 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         },
     )
     .await?;
+    let stats = Arc::new(WorkerStats::default());
+    let (journal, journal_writer) = match &stores.journal {
+        Some(_) => {
+            let (writer, task) = group_commit::Writer::spawn(
+                client.clone(),
+                stores.js.clone(),
+                journal_subject(&worker_id),
+                stats.clone(),
+            );
+            (Some(writer), Some(task))
+        }
+        None => (None, None),
+    };
+    let journal_purge = stores.journal.clone().map(|journal| {
+        let snapshots = stores.snapshots.clone();
+        let partitions = config.partitions;
+        let every = (config.snapshot_interval * 5).max(Duration::from_secs(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) =
+                    crate::journal::purge_covered(&journal, &snapshots, partitions).await
+                {
+                    tracing::warn!("{e:#}; will retry");
+                }
+            }
+        })
+    });
     let shared = Arc::new(Shared {
         client: client.clone(),
         stores,
@@ -135,8 +168,9 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         config,
         worker_id: worker_id.clone(),
         clock: opts.clock,
-        stats: WorkerStats::default(),
+        stats,
         routes: Routes::default(),
+        journal,
     });
     let mut controller = Controller::new(shared.clone());
     let service = service::start(shared.clone(), controller.shards_view()).await?;
@@ -174,6 +208,13 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let result = controller.run(shutdown).await;
     strays.abort();
     worker_batches.abort();
+    if let Some(task) = journal_purge {
+        task.abort();
+    }
+    // Every shard flushed the journal writer before it handed over.
+    if let Some(task) = journal_writer {
+        task.abort();
+    }
     if let Some(m) = metrics {
         m.abort();
     }
