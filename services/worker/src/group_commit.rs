@@ -4,8 +4,8 @@
 //! about the same whatever it carries, and a partition rarely has more than
 //! one ask in flight, so one append per partition (the first design) stored
 //! about one record per message and capped a worker near 20k asks/s whatever
-//! its CPU could do. Here every shard hands its decided batch (records,
-//! replies, worker batches' shares) to the worker's writer; at most one
+//! its CPU could do. Here every shard hands its decided batch (records and
+//! replies) to the worker's writer, and a worker batch its records; at most one
 //! append is in flight, and everything decided meanwhile, on any partition,
 //! goes out as the next one once the ack arrives. The more load, the more
 //! records per message, with no timer. A reply is sent only once JetStream
@@ -18,7 +18,6 @@
 
 use crate::journal::{self, Record};
 use crate::worker::WorkerStats;
-use crate::worker_batch::Decided;
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
 use std::future::Future;
@@ -31,48 +30,29 @@ use tokio::task::JoinHandle;
 /// A reply to publish: subject, headers, payload.
 pub type OutgoingReply = (Subject, HeaderMap, Bytes);
 
-/// A shard's decided batch: what it counted, and the answers that wait for it.
+/// Decided asks: what they counted, and what waits for it to be stored.
 #[derive(Default)]
-pub(crate) struct Pending {
+struct Pending {
     records: Vec<Record>,
     replies: Vec<OutgoingReply>,
-    /// Worker batches' shares, handed back with the replies.
-    decided: Vec<Decided>,
-    /// Told once everything sent before it is stored and answered.
-    flushed: Vec<oneshot::Sender<()>>,
+    /// Told once this (and everything sent before it) is stored and answered.
+    stored: Vec<oneshot::Sender<()>>,
 }
 
 impl Pending {
-    pub(crate) fn new(
-        records: Vec<Record>,
-        replies: Vec<OutgoingReply>,
-        decided: Option<Decided>,
-    ) -> Pending {
-        Pending {
-            records,
-            replies,
-            decided: decided.into_iter().collect(),
-            flushed: Vec::new(),
-        }
-    }
-
     fn is_empty(&self) -> bool {
-        self.records.is_empty()
-            && self.replies.is_empty()
-            && self.decided.is_empty()
-            && self.flushed.is_empty()
+        self.records.is_empty() && self.replies.is_empty() && self.stored.is_empty()
     }
 
     fn add(&mut self, mut other: Pending) {
         self.records.append(&mut other.records);
         self.replies.append(&mut other.replies);
-        self.decided.append(&mut other.decided);
-        self.flushed.append(&mut other.flushed);
+        self.stored.append(&mut other.stored);
     }
 
     async fn deliver(self, client: &async_nats::Client) {
-        deliver(client, self.replies, self.decided).await;
-        for done in self.flushed {
+        deliver(client, self.replies).await;
+        for done in self.stored {
             let _ = done.send(());
         }
     }
@@ -99,22 +79,39 @@ impl Writer {
         (Writer { tx, acked }, task)
     }
 
-    /// Queues a decided batch; its answers go out once its records are stored.
-    pub(crate) async fn send(&self, pending: Pending) {
-        // Fails only once the writer task is gone (worker shutting down):
-        // then nothing would be answered anyway.
-        let _ = self.tx.send(pending).await;
+    /// Queues a shard's decided batch: its replies go out once its records
+    /// are stored.
+    pub(crate) async fn send(&self, records: Vec<Record>, replies: Vec<OutgoingReply>) {
+        self.queue(Pending {
+            records,
+            replies,
+            stored: Vec::new(),
+        })
+        .await;
+    }
+
+    /// Returns once `records` (and everything sent before them) are stored,
+    /// or their append failed.
+    pub(crate) async fn store(&self, records: Vec<Record>) {
+        let (done, stored) = oneshot::channel();
+        self.queue(Pending {
+            records,
+            replies: Vec::new(),
+            stored: vec![done],
+        })
+        .await;
+        let _ = stored.await;
     }
 
     /// Waits until everything sent before is stored and answered.
     pub async fn flush(&self) {
-        let (done, stored) = oneshot::channel();
-        self.send(Pending {
-            flushed: vec![done],
-            ..Pending::default()
-        })
-        .await;
-        let _ = stored.await;
+        self.store(Vec::new()).await;
+    }
+
+    async fn queue(&self, pending: Pending) {
+        // Fails only once the writer task is gone (worker shutting down):
+        // then nothing would be answered anyway.
+        let _ = self.tx.send(pending).await;
     }
 
     /// The stream sequence of the last acknowledged append (0: none yet).
@@ -123,18 +120,13 @@ impl Writer {
     }
 }
 
-/// Sends the replies, then hands worker batches' shares back.
-pub(crate) async fn deliver(
-    client: &async_nats::Client,
-    replies: Vec<OutgoingReply>,
-    decided: impl IntoIterator<Item = Decided>,
-) {
+/// Sends the replies.
+pub(crate) async fn deliver(client: &async_nats::Client, replies: Vec<OutgoingReply>) {
     for (to, headers, payload) in replies {
         if let Err(e) = client.publish_with_headers(to, headers, payload).await {
             tracing::warn!("cannot send a reply: {e}");
         }
     }
-    decided.into_iter().for_each(Decided::send);
 }
 
 /// One group's append: the stream sequence of its last message.

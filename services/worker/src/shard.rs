@@ -6,19 +6,18 @@
 //! Its loop, in priority order: a stop request (handover or shutdown), the
 //! lease deadline (stop answering before the lease can expire), renewal,
 //! snapshot, and finally requests, taken in batches of whatever is already
-//! waiting, and the shares of worker batches ([`crate::worker_batch`]) for
-//! this partition. In journal mode the answers go to the worker's journal
-//! writer ([`crate::group_commit`]), which sends them once their records are
-//! stored.
+//! waiting. In journal mode the answers go to the worker's journal writer
+//! ([`crate::group_commit`]), which sends them once their records are
+//! stored. Worker batches ([`crate::worker_batch`]) decide on its counters
+//! from their own tasks while its route is open.
 
 use crate::counters::Counters;
-use crate::group_commit::{self, OutgoingReply, Pending};
+use crate::group_commit::{self, OutgoingReply};
 use crate::handler::{self, Counted};
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
 use crate::snapshot::{self, Manifest};
 use crate::worker::Shared;
-use crate::worker_batch::{Decided, SubBatch};
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
@@ -28,7 +27,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
@@ -134,9 +133,10 @@ async fn run(
         }
     };
     shard.stats.answering.store(true, Ordering::SeqCst);
-    // Worker batches' shares for this partition (crate::worker_batch).
-    let (sub_batches_tx, mut sub_batches) = mpsc::channel::<SubBatch>(64);
-    shard.shared.routes.open(partition, sub_batches_tx.clone());
+    shard
+        .shared
+        .routes
+        .open(partition, shard.counters.clone(), shard.stats.clone());
     tracing::info!(
         partition,
         keys = shard.counters.len(),
@@ -230,18 +230,12 @@ async fn run(
                     }
                 }
                 shard.process(&mut batch).await;
-                // Worker batches' shares that waited meanwhile (so that a
-                // stream of requests cannot starve them, nor they it).
-                while let Ok(sub) = sub_batches.try_recv() {
-                    shard.decide_sub_batch(sub).await;
-                }
             }
-            Some(sub) = sub_batches.recv() => shard.decide_sub_batch(sub).await,
         }
     };
 
     shard.stats.answering.store(false, Ordering::SeqCst);
-    shard.shared.routes.close(partition, &sub_batches_tx);
+    shard.shared.routes.close(partition, &shard.stats);
     for sub in subs.iter_mut() {
         let _ = sub.unsubscribe().await;
     }
@@ -254,12 +248,7 @@ async fn run(
             }
         }
         shard.process(&mut batch).await;
-        while let Ok(sub) = sub_batches.try_recv() {
-            shard.decide_sub_batch(sub).await;
-        }
     }
-    // Shares still queued are dropped undecided: their items get a 503.
-    drop(sub_batches);
     // Every record of ours stored (so the final snapshot's journal position
     // covers them) and every answer sent.
     if let Some(writer) = &shard.shared.journal {
@@ -401,7 +390,8 @@ impl Shard {
     }
 
     fn start_snapshot(&mut self) -> SnapshotJob {
-        let changes = self.stats.changes.load(Ordering::Relaxed);
+        // Acquire: the counters changed before these counts are in the copy.
+        let changes = self.stats.changes.load(Ordering::Acquire);
         let (journal_seq, journal_writers) = self.journal_position();
         let counters = self.counters.clone();
         let shared = self.shared.clone();
@@ -499,45 +489,19 @@ impl Shard {
         }
         self.stats
             .changes
-            .fetch_add(counted.changes, Ordering::Relaxed);
-        self.answer(replies, None, counted.records).await;
-    }
-
-    /// Decides a worker batch's share for this partition like an
-    /// `rl.p.<n>.batch` request, and hands the results back.
-    async fn decide_sub_batch(&mut self, sub: SubBatch) {
-        let now = self.shared.clock.now();
-        let mut counted = self.counted();
-        let decided = sub.decide(
-            &self.shared,
-            self.partition,
-            &self.counters,
-            now,
-            &mut counted,
-        );
-        self.stats.decisions.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .changes
-            .fetch_add(counted.changes, Ordering::Relaxed);
-        self.answer(Vec::new(), Some(decided), counted.records)
-            .await;
+            .fetch_add(counted.changes, Ordering::Release);
+        self.answer(replies, counted.records).await;
     }
 
     fn counted(&self) -> Counted {
         Counted::new(self.partition, self.shared.journal.is_some())
     }
 
-    /// Sends the replies (and hands a worker batch's share back), in
-    /// journal mode only once `records` are stored.
-    async fn answer(
-        &self,
-        replies: Vec<OutgoingReply>,
-        decided: Option<Decided>,
-        records: Vec<journal::Record>,
-    ) {
+    /// Sends the replies, in journal mode only once `records` are stored.
+    async fn answer(&self, replies: Vec<OutgoingReply>, records: Vec<journal::Record>) {
         match &self.shared.journal {
-            Some(writer) => writer.send(Pending::new(records, replies, decided)).await,
-            None => group_commit::deliver(&self.shared.client, replies, decided).await,
+            Some(writer) => writer.send(records, replies).await,
+            None => group_commit::deliver(&self.shared.client, replies).await,
         }
     }
 }
