@@ -21,8 +21,8 @@
 //! every [`PRUNE_EVERY`]; a bucket that is not used expires in moka when its
 //! longest-needed key could be forgotten, give or take some slack (at most
 //! four times that long, so that the bucket need not be re-inserted on every
-//! request). So idle keys cost nothing for long and expiry never forgets a
-//! count that still matters. The cache has no size bound: evicting a live
+//! request), and never sooner than [`MIN_IDLE_TTL`]. So idle keys cost
+//! nothing for long and expiry never forgets a count that still matters. The cache has no size bound: evicting a live
 //! counter would under-count (docs/ARCHITECTURE.md, "Counters").
 
 use moka::sync::Cache;
@@ -43,6 +43,15 @@ pub const BUCKETS: u64 = 1024;
 
 /// How often a bucket in use looks for slots it may forget.
 pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
+
+/// The shortest idle ttl a bucket gets. A token bucket or GCRA key at a
+/// rate of 100/s may be forgotten ~10 ms after its last request; a bucket
+/// that expired that soon was gone again by the next request for any of its
+/// keys, which then paid a new bucket, a moka insert and an eviction (a
+/// fifth of a worker's CPU in a GCRA profile). Keeping buckets this long
+/// costs at most the 64 × 1024 bucket entries a worker may hold anyway
+/// (~25 MB), plus forgettable slots until the bucket's next prune.
+pub const MIN_IDLE_TTL: Duration = Duration::from_secs(2);
 
 /// A key's state and the instant from which it equals a fresh one.
 #[derive(Debug)]
@@ -118,12 +127,6 @@ impl Bucket {
     fn lock(&self) -> MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// The idle ttl stored for a need: a quarter more, so that a need that grows
-/// a little (a sliding window's, at every window change) stays covered.
-fn with_slack(needed: u64) -> u64 {
-    needed.saturating_add(needed / 4)
 }
 
 /// What a request does to a counter.
@@ -212,6 +215,8 @@ pub struct Counters {
     buckets: Cache<u64, Arc<Bucket>, Hasher>,
     hasher: Hasher,
     recent: Arc<[Mutex<Option<Recent>>]>,
+    /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
+    min_idle_ttl_ns: u64,
 }
 
 impl Default for Counters {
@@ -222,13 +227,26 @@ impl Default for Counters {
 
 impl Counters {
     pub fn new() -> Counters {
+        Counters::with_min_idle_ttl(MIN_IDLE_TTL)
+    }
+
+    /// Counters whose buckets may expire after `min` idle (see [`MIN_IDLE_TTL`]).
+    pub fn with_min_idle_ttl(min: Duration) -> Counters {
         Counters {
             buckets: Cache::builder()
                 .expire_after(IdleExpiry)
                 .build_with_hasher(Hasher::default()),
             hasher: Hasher::default(),
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
+            min_idle_ttl_ns: u64::try_from(min.as_nanos()).unwrap_or(u64::MAX),
         }
+    }
+
+    /// The idle ttl stored for a need: a quarter more, so that a need that
+    /// grows a little (a sliding window's, at every window change) stays
+    /// covered, and at least the minimum.
+    fn ttl_for(&self, needed: u64) -> u64 {
+        needed.saturating_add(needed / 4).max(self.min_idle_ttl_ns)
     }
 
     fn bucket_of(&self, key: &str) -> u64 {
@@ -300,7 +318,7 @@ impl Counters {
         // times, not on every request.
         let stored = bucket.idle_ttl_ns();
         if (fresh || needed > stored) && !empty {
-            let ttl = with_slack(needed);
+            let ttl = self.ttl_for(needed);
             bucket.set_idle_ttl_ns(ttl);
             self.buckets.insert(id, bucket.clone());
             kept_until = deadline(t, ttl);
@@ -310,8 +328,9 @@ impl Counters {
                 // the longest need of the bucket's slots, from the next read
                 // on, and until then the deadline set by the last one holds.
                 let longest = longest.max(needed);
-                if longest.saturating_mul(4) < stored {
-                    bucket.set_idle_ttl_ns(with_slack(longest));
+                let lowered = self.ttl_for(longest);
+                if longest.saturating_mul(4) < stored && lowered < stored {
+                    bucket.set_idle_ttl_ns(lowered);
                 }
             }
             // Taken from the look-aside, the bucket's deadline may not cover
@@ -398,7 +417,7 @@ impl Counters {
                 slots.remember(key.into_boxed_str(), slot, now);
             }
             drop(slots);
-            bucket.set_idle_ttl_ns(with_slack(longest).max(bucket.idle_ttl_ns()));
+            bucket.set_idle_ttl_ns(self.ttl_for(longest).max(bucket.idle_ttl_ns()));
             self.buckets.insert(id, bucket);
         }
         kept
@@ -450,7 +469,7 @@ mod tests {
         // 15 per second, sliding window: a counted key matters until the end
         // of the window after its own.
         let policy = Policy::builtin_default();
-        let counters = Counters::new();
+        let counters = Counters::with_min_idle_ttl(Duration::ZERO);
         let key = "default/a";
         // Counted late in the window [100 s, 101 s): needed until 102 s.
         counters.apply(&policy, key, Nanos(100 * SEC + 9 * SEC / 10), Op::Allow(1));
@@ -476,6 +495,27 @@ mod tests {
     }
 
     #[test]
+    fn a_bucket_of_short_lived_keys_is_kept_for_the_minimum_idle_ttl() {
+        // GCRA at 100/s: a key that took one may be forgotten ~10 ms later.
+        use sluice_core::policy::{Algorithm, Limit};
+        let limits = vec![Limit::new(100, Duration::from_secs(1), None).unwrap()];
+        let policy = Policy::new("fast", Algorithm::Gcra, limits).unwrap();
+        let now = Nanos::from_secs(100);
+        let unfloored = Counters::with_min_idle_ttl(Duration::ZERO);
+        unfloored.apply(&policy, "fast/a", now, Op::Allow(1));
+        let need = stored_ttl(&unfloored, "fast/a").unwrap();
+        assert!(need < SEC / 10, "the key's own need is short: {need} ns");
+        // By default its bucket stays for the minimum, so that the next
+        // request for any of its keys finds it instead of building it anew.
+        let counters = Counters::new();
+        counters.apply(&policy, "fast/a", now, Op::Allow(1));
+        assert_eq!(
+            stored_ttl(&counters, "fast/a"),
+            Some(MIN_IDLE_TTL.as_nanos() as u64)
+        );
+    }
+
+    #[test]
     fn keys_sharing_a_bucket_keep_their_own_counts() {
         // 15 per second: each of the neighbours takes 15, then is denied,
         // whatever the others did.
@@ -497,7 +537,7 @@ mod tests {
     #[test]
     fn a_bucket_in_use_forgets_its_idle_keys_and_lowers_its_ttl() {
         let policy = Policy::builtin_default();
-        let counters = Counters::new();
+        let counters = Counters::with_min_idle_ttl(Duration::ZERO);
         let keys = neighbours(&counters, "default/a", 3);
         // Counted at 100 s: each needed until 102 s.
         for key in &keys {
@@ -574,7 +614,7 @@ mod tests {
                 Limit::new(5, Duration::from_millis(15), None).unwrap(),
             ];
             let policy = Policy::new("default", algorithm, limits).unwrap();
-            let counters = Counters::new();
+            let counters = Counters::with_min_idle_ttl(Duration::ZERO);
             // Three groups of keys, two of them sharing one bucket each,
             // asked in turn: 7 ms each (a bucket comes back 14 ms later,
             // inside its moka ttl of ~20 ms but maybe past the deadline the
