@@ -47,6 +47,17 @@ start_worker() {
     "$SLUICE" bench --nats "$URL" --config "$WORK/sluice.toml" -n 0 -q --wait-ready 30s > /dev/null
 }
 
+# balanced <n>: true once n workers share every partition evenly, all answering.
+balanced() {
+    "$SLUICE" status --json --nats "$URL" --config "$WORK/sluice.toml" 2>/dev/null | python3 -c '
+import json, sys
+s, n = json.load(sys.stdin), int(sys.argv[1])
+shares = [len(w["partitions"]) for w in s["workers"]]
+sys.exit(0 if not s["unowned"] and len(shares) == n and sum(shares) == len(s["partitions"])
+         and max(shares) - min(shares) <= 1
+         and all(p["answering"] for w in s["workers"] for p in w["partitions"]) else 1)' "$1"
+}
+
 # start_echo: the echo responder (the ceiling) on $URL, until it has
 # subscribed; sets E.
 start_echo() {

@@ -5,6 +5,8 @@
 # instructions true` says <not supported>).
 #
 #   bench/profile.sh [plain|batching] [policy] [seconds]   (defaults: plain sliding_window 4)
+#   DURABILITY=journal WORKERS=2 bench/profile.sh plain gcra   # journal mode, two workers
+#                                (worker-*.txt then profile the last one started)
 #
 # Writes to target/bench-profile/ (or $OUT):
 #   by-process.txt   CPU share of every process on the machine (perf -a)
@@ -20,7 +22,9 @@ OUT="${OUT:-$TARGET/bench-profile}"
 mkdir -p "$OUT"
 command -v perf >/dev/null || { echo "perf not found (apt-get install linux-perf)" >&2; exit 1; }
 
+DURABILITY="${DURABILITY:-snapshot}"; WORKERS="${WORKERS:-1}"
 cat > "$WORK/sluice.toml" <<TOML
+durability = "$DURABILITY"
 [policies.default]
 algorithm = "sliding_window"
 limits = [ { max = 100, per = "1s" } ]
@@ -37,7 +41,8 @@ load() { # extra bench args...; perf runs for the middle of the load
 
 # 1. The worker.
 start_nats
-start_worker
+for _ in $(seq "$WORKERS"); do start_worker; done
+[ "$WORKERS" = 1 ] || until_ok "$WORKERS workers sharing the partitions" balanced "$WORKERS"
 B=$(load)
 perf record -q -a -e cpu-clock -F 999 -o "$WORK/all.data" -- sleep "$SECS" 2>/dev/null
 while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
@@ -45,14 +50,15 @@ cp "$WORK/bench.txt" "$OUT/bench.txt"
 B=$(load)
 perf record -q -e cpu-clock -F 999 -g --call-graph dwarf,16384 -p "$W" -o "$WORK/worker.data" -- sleep "$SECS" 2>/dev/null
 while kill -0 "$B" 2>/dev/null; do sleep 0.1; done
-{ echo "# $CLIENT client, policy $POLICY, one worker; the load:"; sed -n 1,3p "$WORK/bench.txt"; echo
+{ echo "# $CLIENT client, policy $POLICY, $WORKERS worker(s), durability $DURABILITY; the load:"; sed -n 1,3p "$WORK/bench.txt"; echo
   perf report -i "$WORK/all.data" --stdio --sort comm --percent-limit 0.5 2>/dev/null | grep '%'; } > "$OUT/by-process.txt"
 perf report -i "$WORK/worker.data" --no-children --stdio --sort symbol --percent-limit 0.7 -g none 2>/dev/null \
     | grep '%' | sed -E 's/ +- +- *$//' > "$OUT/worker-self.txt"
 perf report -i "$WORK/worker.data" --children --stdio --sort symbol --percent-limit 0.5 -g none 2>/dev/null \
     | grep '%' | grep -E 'sluice|moka|async_nats::(header|client|connection)|malloc|free|rmp|serde|HeaderMap|Subject|crossbeam|mpsc|epoll|writev|recvfrom|read' \
     | grep -v 'LocalKey\|tokio::runtime' | sed -E 's/ +- +- *$//' > "$OUT/worker-incl.txt"
-kill "$W"; wait "$W" 2>/dev/null || true
+for p in "${PIDS[@]}"; do [ "$p" = "$NATS_PID" ] || kill "$p" 2>/dev/null || true; done
+wait "$W" 2>/dev/null || true
 kill "$NATS_PID"; wait "$NATS_PID" 2>/dev/null || true
 
 # 2. The same load against the echo responder (the ceiling).
