@@ -295,7 +295,8 @@ def render(data, chart_rel):
         w("### What journal mode costs")
         w("")
         w("Journal mode answers a request only after JetStream acknowledged the append holding its record; a "
-          "partition has at most one append in flight and the records decided meanwhile share the next one "
+          "worker has at most one append in flight, and the records decided meanwhile on any of its partitions "
+          "share the next one "
           "(group commit, docs/ARCHITECTURE.md, \"The journal\"). Same cells as above, journal vs snapshot:")
         w("")
         w("| algorithm | client | workers | keys | snapshot /s | journal /s | journal ÷ snapshot | p99 snapshot | p99 journal |")
