@@ -379,6 +379,7 @@ impl Shard {
     fn refresh_journal_position(&mut self) -> SnapshotJob {
         let mut manifest = self.manifest.clone();
         (manifest.journal_seq, manifest.journal_writers) = self.journal_position();
+        manifest.lease_rev = self.lease.revision;
         self.changes_in_flight = self.changes_at_snapshot;
         let kv = self.shared.stores.snapshots.clone();
         let partition = self.partition;
