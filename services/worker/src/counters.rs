@@ -8,11 +8,13 @@
 //! buckets (and forgets a bucket once all of its keys have gone idle), and a
 //! key costs only its slot in its bucket's map (230–260 bytes of RSS in all).
 //!
-//! Each partition has one owner task, so all counting for a key happens in one
-//! place and in order; the cache is shared only with the snapshot writer,
-//! which reads. A bucket is an `Arc` with a mutex, so a decision mutates the
-//! state in place (no clone per request, which `and_compute_with` would
-//! make); the mutex is uncontended except while a snapshot reads that bucket.
+//! A partition's counters are written by its owner task and, while the owner
+//! answers, by worker-batch tasks ([`crate::worker_batch`]), and read by the
+//! snapshot writer. A bucket is an `Arc` with a mutex: a decision is one
+//! read-modify-write of the key's state under it, in place (no clone per
+//! request, which `and_compute_with` would make), so each key is decided
+//! exactly whichever task asks. On a worker's one-thread runtime the mutex
+//! is contended only while a snapshot reads that bucket.
 //!
 //! A key may be forgotten once idle for as long as it takes its state to
 //! become equivalent to a fresh one
@@ -22,8 +24,9 @@
 //! longest-needed key could be forgotten, give or take some slack (at most
 //! four times that long, so that the bucket need not be re-inserted on every
 //! request), and never sooner than [`MIN_IDLE_TTL`]. So idle keys cost
-//! nothing for long and expiry never forgets a count that still matters. The cache has no size bound: evicting a live
-//! counter would under-count (docs/ARCHITECTURE.md, "Counters").
+//! nothing for long and expiry never forgets a count that still matters. The
+//! cache has no size bound: evicting a live counter would under-count
+//! (docs/ARCHITECTURE.md, "Counters").
 
 use moka::sync::Cache;
 use moka::Expiry;
@@ -181,15 +184,15 @@ impl Expiry<u64, Arc<Bucket>> for IdleExpiry {
     }
 }
 
-/// A bucket the owner task used lately, and until when moka keeps it at
-/// least: its expiry as of our last `get` or `insert`, computed from a clock
-/// read before that call, so never later than moka's own.
+/// A bucket used lately, and until when moka keeps it at least: its expiry
+/// as of our last `get` or `insert`, computed from a clock read before that
+/// call, so never later than moka's own.
 struct Recent {
     bucket: Arc<Bucket>,
     kept_until: Instant,
 }
 
-/// How close to `kept_until` the owner stops trusting [`Recent`] and asks
+/// How close to `kept_until` a decision stops trusting [`Recent`] and asks
 /// moka again (moka's clock is read a little after ours).
 const KEPT_MARGIN: Duration = Duration::from_millis(5);
 
@@ -201,15 +204,16 @@ fn deadline(from: Instant, ttl_ns: u64) -> Instant {
 
 /// The counters of one partition.
 ///
-/// `recent` is the owner task's look-aside: moka's `get` was the largest
-/// single cost of a decision (a hash probe, read recording and expiry
-/// housekeeping, ~20 % of the worker's CPU), and a bucket in use is found
-/// again long before its moka expiry is near. So the owner keeps each
-/// bucket it used with the moka deadline it then had, and skips moka while
-/// that deadline is safely ahead and covers the key's new need; otherwise it
-/// reads (or re-inserts) as without the look-aside, which moves the deadline.
-/// moka evicts only by expiry here (no size bound, no invalidation), so a
-/// bucket is in moka until its deadline: the snapshot sees every write.
+/// `recent` is a look-aside, one lock per bucket: moka's `get` was the
+/// largest single cost of a decision (a hash probe, read recording and
+/// expiry housekeeping, ~20 % of the worker's CPU), and a bucket in use is
+/// found again long before its moka expiry is near. So each bucket used is
+/// kept with the moka deadline it then had, and moka is skipped while that
+/// deadline is safely ahead and covers the key's new need; otherwise a
+/// decision reads (or re-inserts) as without the look-aside, which moves the
+/// deadline. moka evicts only by expiry here (no size bound, no
+/// invalidation), so a bucket is in moka until its deadline: the snapshot
+/// sees every write.
 #[derive(Clone)]
 pub struct Counters {
     buckets: Cache<u64, Arc<Bucket>, Hasher>,

@@ -27,6 +27,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_core::config::Config;
 use sluice_core::time::Nanos;
+use std::time::Duration;
 
 /// One counted request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -94,8 +95,7 @@ pub async fn append(
 }
 
 /// Replays every record of `partition` after `after_seq` that the workers
-/// `writers` appended, into `counters`. Returns the last sequence read (or
-/// `after_seq` when there was none) and how many records were applied.
+/// `writers` appended, into `counters`. Returns how many were applied.
 pub async fn replay(
     journal: &stream::Stream,
     partition: u32,
@@ -103,7 +103,7 @@ pub async fn replay(
     after_seq: u64,
     counters: &Counters,
     config: &Config,
-) -> Result<(u64, usize)> {
+) -> Result<usize> {
     let subjects: Vec<String> = writers.iter().map(|w| journal_subject(w)).collect();
     let mut last = after_seq;
     for subject in &subjects {
@@ -114,7 +114,7 @@ pub async fn replay(
         }
     }
     if last <= after_seq {
-        return Ok((after_seq, 0));
+        return Ok(0);
     }
     let consumer = journal
         .create_consumer(consumer::pull::OrderedConfig {
@@ -162,7 +162,24 @@ pub async fn replay(
             }
         }
     }
-    Ok((seq, applied))
+    Ok(applied)
+}
+
+/// Runs [`purge_covered`] every `every`, for ever (the worker aborts it).
+pub async fn purge_covered_every(
+    every: Duration,
+    journal: stream::Stream,
+    snapshots: async_nats::jetstream::kv::Store,
+    partitions: u32,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = purge_covered(&journal, &snapshots, partitions).await {
+            tracing::warn!("{e:#}; will retry");
+        }
+    }
 }
 
 /// Drops the records every partition's snapshot covers: those at or below

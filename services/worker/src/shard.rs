@@ -55,6 +55,20 @@ pub struct ShardStats {
     pub answering: AtomicBool,
 }
 
+impl ShardStats {
+    /// Adds `n` counter changes, made by this task or a worker batch's.
+    /// Release, paired with [`ShardStats::changes`]: a snapshot that sees
+    /// these changes counted also sees the counters they wrote.
+    pub(crate) fn add_changes(&self, n: u64) {
+        self.changes.fetch_add(n, Ordering::Release);
+    }
+
+    /// The counter changes so far.
+    fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+}
+
 pub struct ShardHandle {
     pub partition: u32,
     pub stats: Arc<ShardStats>,
@@ -291,7 +305,7 @@ impl Shard {
         }
         let mut manifest = manifest.unwrap_or_default();
         if let Some(journal) = &self.shared.stores.journal {
-            let (_, applied) = journal::replay(
+            let applied = journal::replay(
                 journal,
                 self.partition,
                 &manifest.journal_writers,
@@ -304,9 +318,7 @@ impl Shard {
                 tracing::info!(partition = self.partition, applied, "replayed the journal");
                 // The replayed counts are only in memory: the next snapshot
                 // (periodic or at handover) must persist them.
-                self.stats
-                    .changes
-                    .fetch_add(applied as u64, Ordering::Relaxed);
+                self.stats.add_changes(applied as u64);
             }
             // The manifest keeps claiming only what its chunks hold, and the
             // previous writers stay listed, so a next owner replays their
@@ -344,7 +356,7 @@ impl Shard {
     /// Changed since the last snapshot that was written (a failed one
     /// leaves the partition dirty, so the next tick tries again).
     fn dirty(&self) -> bool {
-        self.stats.changes.load(Ordering::Relaxed) != self.changes_at_snapshot
+        self.stats.changes() != self.changes_at_snapshot
     }
 
     /// The journal position and writers a snapshot taken now may claim.
@@ -391,8 +403,7 @@ impl Shard {
     }
 
     fn start_snapshot(&mut self) -> SnapshotJob {
-        // Acquire: the counters changed before these counts are in the copy.
-        let changes = self.stats.changes.load(Ordering::Acquire);
+        let changes = self.stats.changes();
         let (journal_seq, journal_writers) = self.journal_position();
         let counters = self.counters.clone();
         let shared = self.shared.clone();
@@ -488,9 +499,7 @@ impl Shard {
                 replies.push((to, reply.headers, reply.payload));
             }
         }
-        self.stats
-            .changes
-            .fetch_add(counted.changes, Ordering::Release);
+        self.stats.add_changes(counted.changes);
         self.answer(replies, counted.records).await;
     }
 

@@ -145,21 +145,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         None => (None, None),
     };
     let journal_purge = stores.journal.clone().map(|journal| {
-        let snapshots = stores.snapshots.clone();
-        let partitions = config.partitions;
-        let every = (config.snapshot_interval * 5).max(Duration::from_secs(1));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) =
-                    crate::journal::purge_covered(&journal, &snapshots, partitions).await
-                {
-                    tracing::warn!("{e:#}; will retry");
-                }
-            }
-        })
+        tokio::spawn(crate::journal::purge_covered_every(
+            (config.snapshot_interval * 5).max(Duration::from_secs(1)),
+            journal,
+            stores.snapshots.clone(),
+            config.partitions,
+        ))
     });
     let shared = Arc::new(Shared {
         client: client.clone(),

@@ -144,11 +144,7 @@ async fn decide(shared: &Shared, items: batch::Items<'_>) -> Vec<wire::Reply> {
                 &mut counted,
             );
             route.stats.decisions.fetch_add(1, Ordering::Relaxed);
-            // Release: a snapshot that sees this count also sees the counters it changed.
-            route
-                .stats
-                .changes
-                .fetch_add(counted.changes, Ordering::Release);
+            route.stats.add_changes(counted.changes);
             records.append(&mut counted.records);
             for (i, result) in places.zip(decided) {
                 results[i] = Some(result);
