@@ -1,8 +1,9 @@
 //! The owner of one partition: restores it, answers for it, snapshots it,
 //! keeps its lease, and hands it over.
 //!
-//! One task per owned partition. It is the only writer of the partition's
-//! counters, so every key is decided in order without locks across keys.
+//! One task per owned partition. It decides the partition's requests (worker
+//! batches decide on the same counters while its route is open; each key
+//! under its bucket's lock), without locks across keys.
 //! Its loop, in priority order: a stop request (handover or shutdown), the
 //! lease deadline (stop answering before the lease can expire), renewal,
 //! snapshot, and finally requests, taken in batches of whatever is already
