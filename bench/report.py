@@ -270,8 +270,9 @@ def render(data, chart_rel):
     if grid:
         w("### How much the batching client batches")
         w("")
-        w("The batching client groups the asks that wait while a batch is in flight *per worker* and per client "
-          "(connection), so a batch grows with the asks in flight per connection: about C/M with one worker. "
+        w("The batching client groups asks *per worker* and per client (connection), with at most two batches of one "
+          "client in flight per worker (docs/CLIENT.md, \"Batching\"), so a batch grows with the asks in flight per "
+          "connection: with one worker, two batches of about C/(2M) asks each. "
           "One worker, snapshot mode, uniform keys; Redis at the same C and M where measured:")
         w("")
         w("| algorithm | C | M | client | decisions/s | p50 | p99 | asks per round trip | vs Redis (same C, M) |")

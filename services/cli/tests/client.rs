@@ -780,3 +780,131 @@ async fn a_client_with_another_partition_count_is_refused_at_connect() {
         other => panic!("no mapping: {other:?}"),
     }
 }
+
+/// A hand-made responder on `rl.p.*.batch` that answers only when told, so
+/// the test sees what the client sends while its requests are unanswered.
+/// Each item's decision has `remaining` = the number in its key
+/// (`turns-<n>`), so a caller can tell it got its own item's answer.
+#[tokio::test]
+async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request() {
+    use sluice_core::wire::{batch, DecisionReply, Reply};
+    let server = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let responder = server.connect().await.unwrap();
+    let mut requests = responder.subscribe("rl.p.*.batch").await.unwrap();
+    responder.flush().await.unwrap();
+    // Asks wait far longer than the test waits for a request: a request
+    // that comes only because an earlier one timed out fails the test.
+    let opts = options(Fallback::Closed)
+        .deny_cache(false)
+        .timeout(Duration::from_secs(60));
+    let client = Client::connect_with(&server.url(), opts).await.unwrap();
+
+    let p = partition_of("turns-0", 16);
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("turns-{i}"))
+        .filter(|k| partition_of(k, 16) == p)
+        .take(12)
+        .collect();
+    let ask = |key: &String| {
+        let (client, key) = (client.clone(), key.clone());
+        tokio::spawn(async move { (key.clone(), client.allow(&key).await) })
+    };
+    async fn next_request(
+        requests: &mut async_nats::Subscriber,
+    ) -> (async_nats::Subject, Vec<String>) {
+        let msg = tokio::time::timeout(Duration::from_secs(10), requests.next())
+            .await
+            .expect("a request arrives while the others are unanswered")
+            .unwrap();
+        let items: Vec<String> = batch::decode_request(&msg.payload)
+            .unwrap()
+            .into_iter()
+            .map(|i| i.unwrap().key.as_str().to_string())
+            .collect();
+        (msg.reply.unwrap(), items)
+    }
+    let answer = |to: async_nats::Subject, items: Vec<String>| {
+        let results: Vec<Reply> = items
+            .iter()
+            .map(|k| {
+                Reply::Decision(DecisionReply {
+                    allowed: true,
+                    limit: 100,
+                    remaining: k["turns-".len()..].parse().unwrap(),
+                    reset_ms: 1,
+                    retry_after_ms: 0,
+                    policy: "default".into(),
+                })
+            })
+            .collect();
+        let responder = responder.clone();
+        async move {
+            responder
+                .publish(to, batch::encode_reply(&results).into())
+                .await
+                .unwrap()
+        }
+    };
+
+    // An ask that finds its destination idle goes alone, at once.
+    let mut tasks = vec![ask(&keys[0])];
+    let (first_to, first) = next_request(&mut requests).await;
+    assert_eq!(first, keys[..1]);
+    // The asks that arrive while it is unanswered do not wait for it: they
+    // go together, in a second request.
+    tasks.extend(keys[1..11].iter().map(ask));
+    let (second_to, second) = next_request(&mut requests).await;
+    assert_eq!(
+        second,
+        keys[1..11],
+        "the ten asks of one tick share one request"
+    );
+
+    // Two requests in flight: the next ask waits for one of them. A message
+    // the client's connection publishes after it is queued arrives before
+    // any third request (NATS keeps one connection's order).
+    tasks.push(ask(&keys[11]));
+    for _ in 0..100 {
+        if client.stats().asks == 12 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(client.stats().asks, 12, "the twelfth ask has started");
+    // It found two turns taken and queued; had it taken a turn, it would
+    // send after one yield of its own.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let sentinel = format!("rl.p.{p}.batch");
+    client.nats().publish(sentinel, "".into()).await.unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(10), requests.next())
+        .await
+        .expect("the sentinel arrives")
+        .unwrap();
+    assert!(
+        msg.reply.is_none(),
+        "no third request while two are in flight"
+    );
+
+    answer(first_to, first).await;
+    let (third_to, third) = next_request(&mut requests).await;
+    assert_eq!(
+        third,
+        keys[11..],
+        "an answer hands the turn to the queued ask"
+    );
+    answer(second_to, second).await;
+    answer(third_to, third).await;
+    for t in tasks {
+        let (key, answer) = t.await.unwrap();
+        let answer = answer.expect("every ask is answered");
+        assert_eq!(
+            answer.remaining.to_string(),
+            key["turns-".len()..],
+            "{key} got its own decision"
+        );
+    }
+    let stats = client.stats();
+    assert_eq!((stats.batches, stats.batched_asks), (3, 12), "{stats:?}");
+}

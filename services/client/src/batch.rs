@@ -13,16 +13,30 @@
 //! - Asks of a partition whose owner is unknown go to that partition, on
 //!   `rl.p.<n>.batch` (even a lone ask, so that its reply teaches the owner).
 //!
-//! Each destination has a queue and a "turn" (at most one request of this
-//! client in flight per destination):
+//! Each destination has a queue and two "turns" (at most two requests of
+//! this client in flight per destination, [`MAX_IN_FLIGHT`]):
 //!
-//! - An ask that finds its destination idle takes the turn and is sent at
+//! - An ask that finds its destination idle takes a turn and is sent at
 //!   once, alone. So an ask with nothing to batch with waits for nothing.
-//! - Asks that arrive while the turn is taken queue up (FIFO).
-//! - When the request in flight returns, whoever held the turn hands it on:
-//!   if the queue is empty the destination is idle again; otherwise up to
+//! - An ask that finds one request in flight takes the second turn, queues,
+//!   and yields once to the scheduler, so that the asks arriving in the same
+//!   tick (typically the callers the last reply woke) queue behind it; then
+//!   it sends everything queued as one request. So the asks that arrive
+//!   during a round trip do not wait for it to end.
+//! - Asks that arrive while both turns are taken queue up (FIFO).
+//! - When a request returns, whoever held its turn hands it on: if the
+//!   queue is empty the turn is free again; otherwise up to
 //!   [`batch::MAX_ITEMS`] queued asks leave together as one request, sent by
 //!   a task spawned for it, and the same happens when that one returns.
+//!
+//! Why two: with one turn, an ask that arrived during a round trip waited
+//! for it to end and then for its own, about two round trips; with two, a
+//! closed loop of N asks per connection keeps two requests of about N/2
+//! asks in flight, and each ask waits about one. The batches are as large
+//! as with one turn (each holds what arrived during half a round trip, as
+//! before), so nats-server and the worker see as many messages per ask;
+//! only the waiting goes. Three or four turns measured no faster than two
+//! (docs/BENCHMARKS.md, "Changes made").
 //!
 //! The worker decides a batch's items of one partition in order, as if they
 //! had been sent one after the other, and answers all items in one reply;
@@ -44,10 +58,11 @@
 //! malformed fails every item with the worker's error, loudly: that is a
 //! client bug.
 //!
-//! Cancellation: the turn is a guard, so a caller that gives up (or is
-//! dropped) mid-request still hands the turn on; a queued caller that gave
-//! up is skipped when the next batch is formed; and a queued caller whose
-//! batch task vanished (runtime shutting down) asks on its own.
+//! Cancellation: a turn is a guard, so a caller that gives up (or is
+//! dropped) mid-request, or while it gathers its batch, still hands the
+//! turn on; a queued caller that gave up is skipped when the next batch is
+//! formed; and a queued caller whose batch task vanished (runtime shutting
+//! down) asks on its own.
 
 use crate::client::{Decoded, Inner, NoAnswer};
 use bytes::Bytes;
@@ -56,7 +71,6 @@ use sluice_core::nats_config::{batch_subject, worker_batch_subject};
 use sluice_core::wire::batch::{self, Item, ReplyError};
 use sluice_core::wire::{ErrorCode, Reply};
 use std::borrow::Cow;
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -72,8 +86,20 @@ struct State {
     owners: Box<[Option<Arc<str>>]>,
     /// The destinations with a request in flight (or being formed), and
     /// the asks waiting for their next one.
-    busy: HashMap<Destination, VecDeque<Waiter>>,
+    busy: HashMap<Destination, Lane>,
 }
+
+/// A busy destination.
+#[derive(Default)]
+struct Lane {
+    /// Turns taken: requests in flight or being formed, at most
+    /// [`MAX_IN_FLIGHT`].
+    turns: usize,
+    queue: VecDeque<Waiter>,
+}
+
+/// Requests of one client in flight to one destination at a time.
+const MAX_IN_FLIGHT: usize = 2;
 
 /// Where a batch goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -114,7 +140,7 @@ impl Batcher {
     }
 }
 
-/// Holding the turn of a destination; dropping it hands the turn on.
+/// Holding one of a destination's turns; dropping it hands the turn on.
 struct Turn {
     inner: Arc<Inner>,
     destination: Destination,
@@ -124,20 +150,15 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let batcher = self.inner.batcher.as_ref().expect("batching is on");
         let mut state = batcher.state();
-        let Some(queue) = state.busy.get_mut(&self.destination) else {
+        let Some(lane) = state.busy.get_mut(&self.destination) else {
             return;
         };
-        let mut next = Vec::new();
-        while next.len() < batch::MAX_ITEMS {
-            match queue.pop_front() {
-                // A caller that gave up is not asked for.
-                Some(w) if w.tx.is_closed() => {}
-                Some(w) => next.push(w),
-                None => break,
-            }
-        }
+        let next = lane.take_batch();
         if next.is_empty() {
-            state.busy.remove(&self.destination);
+            lane.turns -= 1;
+            if lane.turns == 0 {
+                state.busy.remove(&self.destination);
+            }
             return;
         }
         match tokio::runtime::Handle::try_current() {
@@ -161,6 +182,22 @@ impl Drop for Turn {
     }
 }
 
+impl Lane {
+    /// Up to [`batch::MAX_ITEMS`] queued asks, oldest first, skipping
+    /// callers that gave up.
+    fn take_batch(&mut self) -> Vec<Waiter> {
+        let mut next = Vec::new();
+        while next.len() < batch::MAX_ITEMS {
+            match self.queue.pop_front() {
+                Some(w) if w.tx.is_closed() => {}
+                Some(w) => next.push(w),
+                None => break,
+            }
+        }
+        next
+    }
+}
+
 impl Inner {
     /// Sends the ask at once if its destination is idle, else joins the
     /// destination's next batch.
@@ -181,30 +218,59 @@ impl Inner {
             partition,
             tx,
         };
-        let idle = {
+        let turn = {
             let mut state = batcher.state();
             let destination = match &state.owners[partition as usize] {
                 Some(worker) => Destination::Worker(worker.clone()),
                 None => Destination::Partition(partition),
             };
-            match state.busy.entry(destination) {
-                Entry::Occupied(mut queue) => {
-                    queue.get_mut().push_back(waiter);
-                    None
-                }
-                Entry::Vacant(slot) => {
-                    let destination = slot.key().clone();
-                    slot.insert(VecDeque::new());
-                    Some((destination, waiter))
-                }
+            let lane = state.busy.entry(destination.clone()).or_default();
+            if lane.turns == 0 {
+                lane.turns = 1;
+                Some((
+                    Turn {
+                        inner: self.clone(),
+                        destination,
+                    },
+                    Some(waiter),
+                ))
+            } else if lane.turns < MAX_IN_FLIGHT {
+                lane.turns += 1;
+                lane.queue.push_back(waiter);
+                Some((
+                    Turn {
+                        inner: self.clone(),
+                        destination,
+                    },
+                    None,
+                ))
+            } else {
+                lane.queue.push_back(waiter);
+                None
             }
         };
-        if let Some((destination, waiter)) = idle {
-            let turn = Turn {
-                inner: self.clone(),
-                destination,
-            };
-            self.send_batch(&turn.destination, vec![waiter]).await;
+        match turn {
+            // The destination is idle: this ask goes at once, alone.
+            Some((turn, Some(waiter))) => {
+                self.send_batch(&turn.destination, vec![waiter]).await;
+            }
+            // A request is in flight and there is room for another: let the
+            // asks that arrive in the same scheduler tick (the callers the
+            // last reply woke) queue up, then send them all.
+            Some((turn, None)) => {
+                tokio::task::yield_now().await;
+                let next = {
+                    let mut state = batcher.state();
+                    match state.busy.get_mut(&turn.destination) {
+                        Some(lane) => lane.take_batch(),
+                        None => Vec::new(),
+                    }
+                };
+                if !next.is_empty() {
+                    self.send_batch(&turn.destination, next).await;
+                }
+            }
+            None => {}
         }
         match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(Outcome::Done(outcome))) => outcome,
