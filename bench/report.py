@@ -296,7 +296,7 @@ def render(data, chart_rel):
         w("### What journal mode costs")
         w("")
         w("Journal mode answers a request only after JetStream acknowledged the append holding its record; a "
-          "worker has at most one append in flight, and the records decided meanwhile on any of its partitions "
+          "worker has at most two appends in flight, and the records decided meanwhile on any of its partitions "
           "share the next one "
           "(group commit, docs/ARCHITECTURE.md, \"The journal\"). Same cells as above, journal vs snapshot:")
         w("")

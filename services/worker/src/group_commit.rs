@@ -5,23 +5,31 @@
 //! one ask in flight, so one append per partition (the first design) stored
 //! about one record per message and capped a worker near 20k asks/s whatever
 //! its CPU could do. Here every shard hands its decided batch (records and
-//! replies) to the worker's writer, and a worker batch its records; at most one
-//! append is in flight, and everything decided meanwhile, on any partition,
-//! goes out as the next one once the ack arrives. The more load, the more
-//! records per message, with no timer. A reply is sent only once JetStream
-//! acknowledged the append holding its records, so an answer a client saw
-//! always has its count stored, and `kill -9` loses no counts.
+//! replies) to the worker's writer, and a worker batch its records; at most two
+//! appends are in flight, and everything decided meanwhile, on any partition,
+//! goes out as the next one once an ack frees a place. The more load, the
+//! more records per message, with no timer. Two, not one: with one, what was
+//! decided during an append waited for that append's ack and then for its
+//! own, and with two workers on two cores the journal halved what snapshot
+//! mode did (docs/BENCHMARKS.md, "Changes made").
 //!
-//! [`Writer::acked`] is the stream sequence of the last acknowledged append:
-//! every record at or below it was applied to its partition's counters before
-//! it was appended, which is what a snapshot's journal position claims.
+//! A reply is sent only once JetStream acknowledged the append holding its
+//! records *and every append before it*, so an answer a client saw always
+//! has its count stored, answers keep their order, and `kill -9` loses no
+//! counts.
+//!
+//! [`Writer::acked`] is the highest stream sequence acknowledged: every
+//! record handed to the writer was applied to its partition's counters
+//! before it was appended, so every record at or below it is in the
+//! counters, which is what a snapshot's journal position claims (whatever
+//! order two appends in flight got their sequences in).
 
 use crate::journal::{self, Record};
 use crate::worker::WorkerStats;
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
-use std::future::Future;
-use std::pin::Pin;
+use futures::future::BoxFuture;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -50,8 +58,8 @@ impl Pending {
         self.stored.append(&mut other.stored);
     }
 
-    async fn deliver(self, client: &async_nats::Client) {
-        deliver(client, self.replies).await;
+    async fn deliver(self, send_replies: &mut impl SendReplies) {
+        send_replies(self.replies).await;
         for done in self.stored {
             let _ = done.send(());
         }
@@ -73,9 +81,25 @@ impl Writer {
         subject: String,
         stats: Arc<WorkerStats>,
     ) -> (Writer, JoinHandle<()>) {
+        let append =
+            move |records| tokio::spawn(journal::append(js.clone(), subject.clone(), records));
+        let send_replies = move |replies| -> BoxFuture<'static, ()> {
+            let client = client.clone();
+            Box::pin(async move { deliver(&client, replies).await })
+        };
+        Writer::start(append, send_replies, stats)
+    }
+
+    /// [`Writer::spawn`] with the journal and NATS replaced by `append` and
+    /// `send_replies`.
+    fn start(
+        append: impl StartAppend,
+        send_replies: impl SendReplies,
+        stats: Arc<WorkerStats>,
+    ) -> (Writer, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(1024);
         let acked = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(run(rx, acked.clone(), client, js, subject, stats));
+        let task = tokio::spawn(run(rx, acked.clone(), append, send_replies, stats));
         (Writer { tx, acked }, task)
     }
 
@@ -129,28 +153,43 @@ pub(crate) async fn deliver(client: &async_nats::Client, replies: Vec<OutgoingRe
     }
 }
 
-/// One group's append: the stream sequence of its last message.
-type Append = Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
+/// Appends of one worker in flight at a time.
+const APPENDS_IN_FLIGHT: usize = 2;
 
-/// At most one append in flight; what arrives meanwhile waits and goes out
-/// as the next one. A group that counted nothing is answered at once when no
-/// append is in flight, else after it, so answers keep their order.
+/// One group's append, running on its own task (so that a second one is
+/// published while the first waits for its ack): the stream sequence of its
+/// last message.
+type Append = JoinHandle<Result<u64, String>>;
+
+/// Starts appending records to the journal.
+trait StartAppend: FnMut(Vec<Record>) -> Append + Send + 'static {}
+impl<F: FnMut(Vec<Record>) -> Append + Send + 'static> StartAppend for F {}
+
+/// Sends replies.
+trait SendReplies: FnMut(Vec<OutgoingReply>) -> BoxFuture<'static, ()> + Send + 'static {}
+impl<F: FnMut(Vec<OutgoingReply>) -> BoxFuture<'static, ()> + Send + 'static> SendReplies for F {}
+
+/// At most [`APPENDS_IN_FLIGHT`] appends in flight; what arrives meanwhile
+/// waits and goes out as the next one. Acks are taken in append order, so
+/// answers keep their order. A group that counted nothing is answered at
+/// once when no append is in flight, else once those in flight are
+/// acknowledged.
 async fn run(
     mut rx: mpsc::Receiver<Pending>,
     acked: Arc<AtomicU64>,
-    client: async_nats::Client,
-    js: async_nats::jetstream::Context,
-    subject: String,
+    mut append: impl StartAppend,
+    mut send_replies: impl SendReplies,
     stats: Arc<WorkerStats>,
 ) {
     let mut waiting = Pending::default();
-    let mut in_flight: Option<(Append, usize, Pending)> = None;
+    let mut in_flight: VecDeque<(Append, usize, Pending)> = VecDeque::new();
     let mut open = true;
     loop {
         tokio::select! {
             biased;
-            stored = async { in_flight.as_mut().expect("guarded").0.as_mut().await }, if in_flight.is_some() => {
-                let (_, records, answers) = in_flight.take().expect("guarded");
+            stored = async { (&mut in_flight.front_mut().expect("guarded").0).await }, if !in_flight.is_empty() => {
+                let (_, records, answers) = in_flight.pop_front().expect("guarded");
+                let stored = stored.unwrap_or_else(|e| Err(format!("the append task failed: {e}")));
                 match stored {
                     Ok(seq) => {
                         acked.fetch_max(seq, Ordering::SeqCst);
@@ -163,27 +202,152 @@ async fn run(
                         tracing::error!(records, "journal append failed; these counts are only in memory until their partitions' next snapshots: {e}");
                     }
                 }
-                answers.deliver(&client).await;
+                answers.deliver(&mut send_replies).await;
             }
             batch = rx.recv(), if open => match batch {
-                Some(batch) => waiting.add(batch),
+                Some(batch) => {
+                    waiting.add(batch);
+                    // Everything already queued joins the same group.
+                    while let Ok(more) = rx.try_recv() {
+                        waiting.add(more);
+                    }
+                }
                 // Every shard and the worker are done: drain, then stop.
                 None => open = false,
             },
         }
-        if in_flight.is_none() && !waiting.is_empty() {
+        if in_flight.len() < APPENDS_IN_FLIGHT && !waiting.is_empty() {
             let mut group = std::mem::take(&mut waiting);
             if group.records.is_empty() {
-                group.deliver(&client).await;
+                if let Some((_, _, last)) = in_flight.back_mut() {
+                    // Answered after what was counted before it.
+                    last.add(group);
+                } else {
+                    group.deliver(&mut send_replies).await;
+                }
             } else {
                 let records = std::mem::take(&mut group.records);
                 let count = records.len();
-                let append = journal::append(js.clone(), subject.clone(), records);
-                in_flight = Some((Box::pin(append), count, group));
+                in_flight.push_back((append(records), count, group));
             }
         }
-        if !open && in_flight.is_none() && waiting.is_empty() {
+        if !open && in_flight.is_empty() && waiting.is_empty() {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn group(n: u64) -> (Vec<Record>, Vec<OutgoingReply>) {
+        let record = Record {
+            n: 0,
+            p: "default".into(),
+            k: format!("key-{n}"),
+            c: 1,
+            t: n,
+        };
+        let reply = (
+            Subject::from(format!("reply.{n}")),
+            HeaderMap::new(),
+            Bytes::new(),
+        );
+        (vec![record], vec![reply])
+    }
+
+    /// Lets the writer and the append tasks run (a current-thread runtime
+    /// runs them when the test task yields).
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The journal and NATS replaced by channels: the test sees each append
+    /// (its record count) and completes it when it chooses, and sees each
+    /// reply's subject as it is sent.
+    #[tokio::test]
+    async fn two_appends_are_in_flight_and_answers_wait_for_every_earlier_ack() {
+        type Ack = oneshot::Sender<Result<u64, String>>;
+        let (appends_tx, mut appends) = mpsc::unbounded_channel::<(usize, Ack)>();
+        let append = move |records: Vec<Record>| {
+            let (ack, acked) = oneshot::channel();
+            appends_tx.send((records.len(), ack)).unwrap();
+            tokio::spawn(async move { acked.await.unwrap_or(Err("no ack".into())) })
+        };
+        let (replies_tx, mut replies) = mpsc::unbounded_channel::<String>();
+        let send_replies = move |sent: Vec<OutgoingReply>| -> BoxFuture<'static, ()> {
+            for (to, _, _) in sent {
+                replies_tx.send(to.to_string()).unwrap();
+            }
+            Box::pin(async {})
+        };
+        let (writer, task) = Writer::start(append, send_replies, Arc::new(WorkerStats::default()));
+        let (records, answers) = group(1);
+        writer.send(records, answers).await;
+        settle().await;
+        let (n, first) = appends
+            .try_recv()
+            .expect("the first group is appended at once");
+        assert_eq!(n, 1);
+        // While the first waits for its ack, the next group goes out too.
+        let (records, answers) = group(2);
+        writer.send(records, answers).await;
+        settle().await;
+        let (_, second) = appends
+            .try_recv()
+            .expect("a second append starts while the first waits for its ack");
+        // Two in flight: what comes now waits, as one group.
+        for n in [3, 4] {
+            let (records, answers) = group(n);
+            writer.send(records, answers).await;
+        }
+        settle().await;
+        assert!(
+            appends.try_recv().is_err(),
+            "no third append while two are in flight"
+        );
+
+        // The second is acknowledged first: nothing is answered before the
+        // first is stored too.
+        second.send(Ok(20)).unwrap();
+        settle().await;
+        assert!(
+            replies.try_recv().is_err(),
+            "the second's answers wait for the first's ack"
+        );
+        assert_eq!(writer.acked(), 0);
+        first.send(Ok(10)).unwrap();
+        settle().await;
+        assert_eq!(replies.try_recv().unwrap(), "reply.1");
+        assert_eq!(replies.try_recv().unwrap(), "reply.2");
+        assert_eq!(writer.acked(), 20);
+
+        // The waiting groups went out together once a turn was free.
+        let (n, third) = appends.try_recv().expect("the waiting groups are appended");
+        assert_eq!(n, 2, "groups 3 and 4 share one append");
+        // A flush returns once everything before it is stored and answered.
+        let flushed = tokio::spawn(async move {
+            writer.flush().await;
+            writer
+        });
+        settle().await;
+        assert!(
+            !flushed.is_finished(),
+            "the flush waits for the third append"
+        );
+        third.send(Ok(30)).unwrap();
+        let writer = tokio::time::timeout(Duration::from_secs(10), flushed)
+            .await
+            .expect("the flush returns once the third append is stored")
+            .unwrap();
+        assert_eq!(replies.try_recv().unwrap(), "reply.3");
+        assert_eq!(replies.try_recv().unwrap(), "reply.4");
+        assert_eq!(writer.acked(), 30);
+        drop(writer);
+        task.await.unwrap();
     }
 }
