@@ -218,46 +218,41 @@ impl Inner {
             partition,
             tx,
         };
-        let turn = {
+        // A turn if one was free; `alone` if the destination was idle.
+        let (turn, alone) = {
             let mut state = batcher.state();
             let destination = match &state.owners[partition as usize] {
                 Some(worker) => Destination::Worker(worker.clone()),
                 None => Destination::Partition(partition),
             };
             let lane = state.busy.entry(destination.clone()).or_default();
-            if lane.turns == 0 {
-                lane.turns = 1;
-                Some((
-                    Turn {
-                        inner: self.clone(),
-                        destination,
-                    },
-                    Some(waiter),
-                ))
-            } else if lane.turns < MAX_IN_FLIGHT {
-                lane.turns += 1;
+            if lane.turns >= MAX_IN_FLIGHT {
                 lane.queue.push_back(waiter);
-                Some((
-                    Turn {
-                        inner: self.clone(),
-                        destination,
-                    },
-                    None,
-                ))
+                (None, None)
             } else {
-                lane.queue.push_back(waiter);
-                None
+                lane.turns += 1;
+                let alone = if lane.turns == 1 {
+                    Some(waiter)
+                } else {
+                    lane.queue.push_back(waiter);
+                    None
+                };
+                let turn = Turn {
+                    inner: self.clone(),
+                    destination,
+                };
+                (Some(turn), alone)
             }
         };
-        match turn {
+        match (turn, alone) {
             // The destination is idle: this ask goes at once, alone.
-            Some((turn, Some(waiter))) => {
+            (Some(turn), Some(waiter)) => {
                 self.send_batch(&turn.destination, vec![waiter]).await;
             }
             // A request is in flight and there is room for another: let the
             // asks that arrive in the same scheduler tick (the callers the
             // last reply woke) queue up, then send them all.
-            Some((turn, None)) => {
+            (Some(turn), None) => {
                 tokio::task::yield_now().await;
                 let next = {
                     let mut state = batcher.state();
@@ -270,7 +265,8 @@ impl Inner {
                     self.send_batch(&turn.destination, next).await;
                 }
             }
-            None => {}
+            // Both turns taken: queued for the next batch.
+            (None, _) => {}
         }
         match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(Outcome::Done(outcome))) => outcome,

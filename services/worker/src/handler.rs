@@ -34,12 +34,13 @@ pub struct Counted {
 }
 
 impl Counted {
-    pub fn new(partition: u32, journal: bool) -> Counted {
+    /// Records are kept only in journal mode.
+    pub fn new(shared: &Shared, partition: u32) -> Counted {
         Counted {
             changes: 0,
             records: Vec::new(),
             partition,
-            journal,
+            journal: shared.journal.is_some(),
         }
     }
 

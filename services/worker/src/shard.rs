@@ -505,7 +505,7 @@ impl Shard {
     }
 
     fn counted(&self) -> Counted {
-        Counted::new(self.partition, self.shared.journal.is_some())
+        Counted::new(&self.shared, self.partition)
     }
 
     /// Sends the replies, in journal mode only once `records` are stored.

@@ -35,7 +35,7 @@ use sluice_core::nats_config::worker_batch_subject;
 use sluice_core::wire::{self, batch, Encoding, ErrorReply};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An answering shard's counters and stats, for worker batches.
 pub(crate) struct Route {
@@ -50,23 +50,28 @@ pub struct Routes(RwLock<HashMap<u32, Route>>);
 
 impl Routes {
     pub(crate) fn open(&self, partition: u32, counters: Counters, stats: Arc<ShardStats>) {
-        self.0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(partition, Route { counters, stats });
+        self.write().insert(partition, Route { counters, stats });
     }
 
     /// Closes `partition`'s route if it is still this shard's (`stats`; a
     /// newer shard of the same partition may already have opened its own).
     /// Once it returns, no worker batch decides for this shard.
     pub(crate) fn close(&self, partition: u32, stats: &Arc<ShardStats>) {
-        let mut routes = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.write();
         if routes
             .get(&partition)
             .is_some_and(|r| Arc::ptr_eq(&r.stats, stats))
         {
             routes.remove(&partition);
         }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<u32, Route>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<u32, Route>> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -126,7 +131,7 @@ async fn decide(shared: &Shared, items: batch::Items<'_>) -> Vec<wire::Reply> {
     let mut records = Vec::new();
     {
         // No await while it is held: a shard that stops waits for it.
-        let routes = shared.routes.0.read().unwrap_or_else(|e| e.into_inner());
+        let routes = shared.routes.read();
         for share in asks.chunk_by(|a, b| a.0 == b.0) {
             let partition = share[0].0;
             let places = share.iter().map(|(_, i, _)| *i);
@@ -134,7 +139,7 @@ async fn decide(shared: &Shared, items: batch::Items<'_>) -> Vec<wire::Reply> {
                 not_answering(shared, partition, places, &mut results);
                 continue;
             };
-            let mut counted = Counted::new(partition, shared.journal.is_some());
+            let mut counted = Counted::new(shared, partition);
             let decided = decide_items(
                 shared,
                 partition,
