@@ -15,6 +15,9 @@ K keys uniform and Zipf, the same duration per cell):
 - sluice through the plain subject and through the batching client, with 1
   and 2 workers, for each algorithm, in snapshot and journal durability;
 - Redis + Lua (sorted-set sliding log, INCR fixed window, token bucket hash);
+- the Redis targets again back to back (`paired`): rounds of the batching
+  echo, sluice and Redis one right after the other, so that the machine's
+  drift during the run does not decide them;
 - p99 at half of sluice's best throughput, open loop, against the ceiling's
   p99 at the same rate;
 - worker RSS with 1M active keys, and the time to restore them after kill -9.
@@ -382,26 +385,29 @@ class Harness:
             PROCS.stop(echo)
             nats.stop()
 
-    def redis(self):
-        a = self.args
+    def start_redis(self):
+        """A redis-server with persistence off on a free port: (url, process)."""
         port = free_port()
-        rdir = self.workdir / "redis"
-        rdir.mkdir()
-        cfg = self.workdir / "redis.toml"
-        cfg.write_text(matrix_config("snapshot"))
+        rdir = Path(tempfile.mkdtemp(prefix="redis-", dir=self.workdir))
         p = PROCS.start("redis-server", ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                                          "--save", "", "--appendonly", "no", "--dir", str(rdir)],
                         rdir / "redis.log")
-        url = f"redis://127.0.0.1:{port}/"
         deadline = time.time() + 10
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
+                return f"redis://127.0.0.1:{port}/", p
             except OSError:
                 if time.time() > deadline:
+                    PROCS.stop(p)
                     raise
                 time.sleep(0.05)
+
+    def redis(self):
+        a = self.args
+        cfg = self.workdir / "redis.toml"
+        cfg.write_text(matrix_config("snapshot"))
+        url, p = self.start_redis()
         try:
             version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
             self.extra["redis_version"] = next((v.split("=")[1] for v in version if v.startswith("v=")), "?")
@@ -493,6 +499,44 @@ class Harness:
                 and r["tags"]["client"] == client and r["tags"]["durability"] == "snapshot"
                 and r["tags"]["dist"] == "uniform" and r["tags"]["c"] == self.args.concurrency]
         return max(rows, key=lambda r: r["throughput"]) if rows else None
+
+    def paired(self):
+        """The Redis targets measured back to back. On this VM the same cell
+        can differ by 20 % between two runs ten minutes apart, and the matrix
+        measures Redis minutes before sluice. Here each round runs the
+        batching echo (the ceiling), sluice (one worker, snapshot mode) and
+        Redis one right after the other, in an order that rotates by round,
+        with all three already running, so a drift moves all three alike."""
+        if not self.batching:
+            return
+        a = self.args
+        cfg = self.workdir / "paired.toml"
+        cfg.write_text(matrix_config("snapshot"))
+        echo_nats = Nats(self.nats_server, self.sluice, self.workdir, cfg)
+        echo = PROCS.start("echo", [self.sluice, "bench", "--serve-echo", "--nats", echo_nats.url],
+                           self.workdir / "echo-paired.log")
+        stack = Stack(self, matrix_config("snapshot"), 1, "paired")
+        redis_url, redis = self.start_redis()
+        try:
+            for algo, target in (("sliding_log", "redis-zset"), ("fixed_window", "redis-incr")):
+                for c in a.concurrencies:
+                    members = [
+                        ("echo", echo_nats.url, ["--target", "echo", "--client", "batching"]),
+                        ("sluice", stack.nats.url, ["--client", "batching"]),
+                        (target, redis_url, ["--target", target, "--redis", redis_url]),
+                    ]
+                    for rnd in range(a.rounds):
+                        k = rnd % len(members)
+                        for member, url, argv in members[k:] + members[:k]:
+                            self.cell(url, cfg, f"paired {algo} C={c} round {rnd + 1}: {member}",
+                                      self.load_flags(c) + argv + ["--policy", algo],
+                                      kind="paired", member=member, algorithm=algo, redis=target, c=c,
+                                      round=rnd + 1)
+        finally:
+            PROCS.stop(redis)
+            stack.stop()
+            PROCS.stop(echo)
+            echo_nats.stop()
 
     def half_load(self):
         """p99 at half of sluice's best throughput, sluice vs the ceiling."""
@@ -635,6 +679,8 @@ class Harness:
             self.sluice_matrix()
         if "batching" in a.parts:
             self.batching_grid()
+        if "paired" in a.parts:
+            self.paired()
         if "rate" in a.parts:
             self.half_load()
         if "stall" in a.parts:
@@ -698,8 +744,9 @@ def main():
     p.add_argument("--connections", type=int, default=2)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
-    p.add_argument("--parts", default="ceiling,redis,matrix,batching,rate,stall,million",
-                   help="comma-separated subset of ceiling,redis,matrix,batching,rate,stall,million")
+    p.add_argument("--parts", default="ceiling,redis,matrix,batching,paired,rate,stall,million",
+                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,rate,stall,million")
+    p.add_argument("--rounds", type=int, help="rounds of the back-to-back Redis comparison (default 3, quick 2)")
     p.add_argument("--lease-ttl", help="lease_ttl of the memory/restore test's worker (default: the worker's, 3s); "
                    "the kill -9 -> answering time is about lease_ttl plus the restore")
     p.add_argument("--stall-keys", type=int, help="keys held while measuring snapshot stalls (default 300000, quick 100000)")
@@ -722,6 +769,7 @@ def main():
         a.warmup = a.warmup if a.warmup is not None else 0.5
         a.million_keys = a.million_keys or 200_000
         a.stall_keys = a.stall_keys or 100_000
+        a.rounds = a.rounds or 2
         a.algorithms = ["fixed_window", "sliding_log", "sliding_window"]
         a.dists = ["uniform"]
         a.workers = [1, 2]
@@ -732,6 +780,7 @@ def main():
         a.warmup = a.warmup if a.warmup is not None else 1.0
         a.million_keys = a.million_keys or 1_000_000
         a.stall_keys = a.stall_keys or 300_000
+        a.rounds = a.rounds or 3
         a.algorithms = ALGORITHMS
         a.dists = ["uniform", "zipf"]
         a.workers = [1, 2]
