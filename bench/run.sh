@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark harness, one command:
 #
-#   bench/run.sh            # the full matrix (~10 minutes), rewrites docs/BENCHMARKS.md
+#   bench/run.sh            # the full matrix (~14 minutes), rewrites docs/BENCHMARKS.md
 #   bench/run.sh --quick    # a smaller, shorter matrix (a smoke run, ~3 minutes)
 #   bench/run.sh --help     # every option (bench/harness.py)
 #
