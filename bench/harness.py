@@ -369,9 +369,7 @@ class Harness:
         a = self.args
         cfg = self.workdir / "echo.toml"
         cfg.write_text(matrix_config("snapshot"))
-        nats = Nats(self.nats_server, self.sluice, self.workdir, cfg)
-        echo = PROCS.start("echo", [self.sluice, "bench", "--serve-echo", "--nats", nats.url],
-                           self.workdir / "echo.log")
+        nats, echo = self.start_echo(cfg)
         try:
             for client in self.clients():
                 for dist in a.dists:
@@ -384,6 +382,12 @@ class Harness:
         finally:
             PROCS.stop(echo)
             nats.stop()
+
+    def start_echo(self, cfg):
+        """A nats-server for `cfg` and the echo responder on it: (nats, process)."""
+        nats = Nats(self.nats_server, self.sluice, self.workdir, cfg)
+        echo = PROCS.start("echo", [self.sluice, "bench", "--serve-echo", "--nats", nats.url], nats.dir / "echo.log")
+        return nats, echo
 
     def start_redis(self):
         """A redis-server with persistence off on a free port: (url, process)."""
@@ -512,9 +516,7 @@ class Harness:
         a = self.args
         cfg = self.workdir / "paired.toml"
         cfg.write_text(matrix_config("snapshot"))
-        echo_nats = Nats(self.nats_server, self.sluice, self.workdir, cfg)
-        echo = PROCS.start("echo", [self.sluice, "bench", "--serve-echo", "--nats", echo_nats.url],
-                           self.workdir / "echo-paired.log")
+        echo_nats, echo = self.start_echo(cfg)
         stack = Stack(self, matrix_config("snapshot"), 1, "paired")
         redis_url, redis = self.start_redis()
         try:
@@ -549,9 +551,7 @@ class Harness:
             t = best["tags"]
             flags = self.load_flags(512) + ["--rate", str(rate), "--client", client]
             cfg = self.workdir / "echo.toml"
-            nats = Nats(self.nats_server, self.sluice, self.workdir, cfg)
-            echo = PROCS.start("echo", [self.sluice, "bench", "--serve-echo", "--nats", nats.url],
-                               self.workdir / "echo.log")
+            nats, echo = self.start_echo(cfg)
             try:
                 self.cell(nats.url, cfg, f"echo {client} open loop {rate}/s", flags + ["--target", "echo"],
                           kind="echo-rate", client=client, rate=rate, dist="uniform")
@@ -702,9 +702,7 @@ class Harness:
         # The stub build says so when asked.
         cfg = self.workdir / "probe.toml"
         cfg.write_text(matrix_config("snapshot"))
-        nats = Nats(self.nats_server, self.sluice, self.workdir, cfg)
-        echo = PROCS.start("echo", [self.sluice, "bench", "--serve-echo", "--nats", nats.url],
-                           self.workdir / "echo.log")
+        nats, echo = self.start_echo(cfg)
         try:
             r = subprocess.run([self.sluice, "bench", "--nats", nats.url, "--config", str(cfg), "--target", "echo",
                                 "--client", "batching", "-n", "100", "-q", "--json"],
