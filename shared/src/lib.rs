@@ -8,12 +8,17 @@
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
+//! - [`ask`]: the rules an ask passes before it touches a counter, and what it
+//!   does to it; the same at a worker and in a client's local limiter.
 //! - [`config`]: the TOML config of CONTRACT §4, validated.
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
 //! - [`wire`]: request bodies, decision and error replies, RateLimit headers.
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`partition`]: the key → partition hash nats-server computes.
 //! - [`metrics`]: the Prometheus text writer for `/metrics` pages.
+//! - [`subject`]: every NATS subject, built and parsed; the [`subject::Verb`]s;
+//!   the mapping probe's pure part.
+//! - [`storage`]: names of the JetStream buckets, keys and streams.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
 //!
 //! ```
@@ -28,6 +33,7 @@
 //! ```
 
 pub mod algorithm;
+pub mod ask;
 pub mod assignment;
 pub mod config;
 pub mod key;
@@ -35,5 +41,7 @@ pub mod metrics;
 pub mod nats_config;
 pub mod partition;
 pub mod policy;
+pub mod storage;
+pub mod subject;
 pub mod time;
 pub mod wire;

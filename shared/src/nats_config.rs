@@ -1,13 +1,12 @@
-//! The subjects sluice uses on NATS and the nats-server config that maps
-//! them onto partitions (CONTRACT §3, §5: `sluice nats-config`).
+//! The nats-server config that maps sluice's subjects onto partitions
+//! (CONTRACT §3, §5: `sluice nats-config`). The subjects themselves are
+//! spelled in [`crate::subject`].
 //!
 //! Clients publish to `rl.allow.<key>` and `rl.hit.<key>`. The NATS server
 //! rewrites those, with its own deterministic partition function, to
 //! `rl.p.<n>.allow.<key>` and `rl.p.<n>.hit.<key>`, `n < partitions`, which is
 //! what the owning worker subscribes to. So clients never learn about
-//! partitions and no request takes an extra hop. This module is the one
-//! place that spells those subjects ([`Verb::client_subject`],
-//! [`allow_subject`], [`hit_subject`], [`PartitionSubject::parse`]) and the
+//! partitions and no request takes an extra hop. This module renders the
 //! mapping that links them ([`mapping`], [`NatsServerConfig::render`]).
 //!
 //! The server applies a mapping only to messages that arrive from a client or
@@ -18,108 +17,8 @@
 //! partitions depending on where their publisher is connected.
 
 use crate::config::DEFAULT_PARTITIONS;
+use crate::subject::Verb;
 use std::fmt;
-
-/// Subject prefix of decision requests: `rl.allow.<key>` (CONTRACT §1).
-pub const ALLOW_PREFIX: &str = "rl.allow";
-/// Subject prefix of counted hits: `rl.hit.<key>` (CONTRACT §2).
-pub const HIT_PREFIX: &str = "rl.hit";
-/// Prefix of the per-partition subjects the server maps onto:
-/// `rl.p.<n>.<verb>.<key>`.
-pub const PARTITION_PREFIX: &str = "rl.p";
-/// Prefix of the per-worker subjects (`rl.w.<worker-id>.batch`), internal.
-pub const WORKER_PREFIX: &str = "rl.w";
-
-/// The two kinds of client message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Verb {
-    /// `rl.allow.<key>`: request-reply for a decision.
-    Allow,
-    /// `rl.hit.<key>`: publish, count whether or not it fits.
-    Hit,
-}
-
-impl Verb {
-    pub const ALL: [Verb; 2] = [Verb::Allow, Verb::Hit];
-
-    /// The verb's token in subjects: `allow` or `hit`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Verb::Allow => "allow",
-            Verb::Hit => "hit",
-        }
-    }
-
-    /// [`ALLOW_PREFIX`] or [`HIT_PREFIX`].
-    pub const fn client_prefix(self) -> &'static str {
-        match self {
-            Verb::Allow => ALLOW_PREFIX,
-            Verb::Hit => HIT_PREFIX,
-        }
-    }
-
-    /// The subject a client sends to: `rl.allow.<key>` / `rl.hit.<key>`.
-    /// `key_token` must already be one encoded subject token (see
-    /// [`crate::key`]).
-    pub fn client_subject(self, key_token: &str) -> String {
-        format!("{}.{key_token}", self.client_prefix())
-    }
-
-    /// The subscription of partition `partition`'s owner for this verb:
-    /// `rl.p.<n>.allow.*` / `rl.p.<n>.hit.*`.
-    pub fn partition_subject(self, partition: u32) -> String {
-        format!("{PARTITION_PREFIX}.{partition}.{}.*", self.as_str())
-    }
-}
-
-/// `rl.p.<partition>.allow.*`: what a partition's owner subscribes to for decisions.
-pub fn allow_subject(partition: u32) -> String {
-    Verb::Allow.partition_subject(partition)
-}
-
-/// `rl.p.<partition>.hit.*`: what a partition's owner subscribes to for hits.
-pub fn hit_subject(partition: u32) -> String {
-    Verb::Hit.partition_subject(partition)
-}
-
-/// A mapped subject as a worker receives it: `rl.p.<n>.<verb>.<key>`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PartitionSubject<'a> {
-    pub partition: u32,
-    pub verb: Verb,
-    /// The key token as sent, still percent-encoded.
-    pub key_token: &'a str,
-}
-
-impl<'a> PartitionSubject<'a> {
-    /// Splits a received subject; `None` if it is not a per-partition
-    /// subject of exactly five tokens with a decimal partition number and a
-    /// known verb. Whether the key token is acceptable (e.g. not `*`) is for
-    /// the key decoder to say.
-    pub fn parse(subject: &'a str) -> Option<PartitionSubject<'a>> {
-        let rest = subject.strip_prefix(PARTITION_PREFIX)?.strip_prefix('.')?;
-        let mut tokens = rest.splitn(3, '.');
-        let partition = tokens.next()?;
-        if partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let partition = partition.parse().ok()?;
-        let verb = match tokens.next()? {
-            "allow" => Verb::Allow,
-            "hit" => Verb::Hit,
-            _ => return None,
-        };
-        let key_token = tokens.next()?;
-        if key_token.is_empty() || key_token.contains('.') {
-            return None;
-        }
-        Some(PartitionSubject {
-            partition,
-            verb,
-            key_token,
-        })
-    }
-}
 
 /// The server mapping for `verb` with `partitions` partitions, as (source,
 /// destination): `("rl.allow.*", "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`.
@@ -128,13 +27,7 @@ impl<'a> PartitionSubject<'a> {
 /// [`crate::partition`]), not the whole subject, so `rl.allow.k` and
 /// `rl.hit.k` land on the same partition.
 pub fn mapping(verb: Verb, partitions: u32) -> (String, String) {
-    (
-        format!("{}.*", verb.client_prefix()),
-        format!(
-            "{PARTITION_PREFIX}.{{{{partition({partitions},1)}}}}.{}.{{{{wildcard(1)}}}}",
-            verb.as_str()
-        ),
-    )
+    (verb.client_wildcard(), verb.mapped_destination(partitions))
 }
 
 /// A nats-server config file for sluice: listen address, JetStream, the
@@ -262,7 +155,7 @@ impl fmt::Display for NatsServerConfig {
              # this block into every account whose clients use sluice."
         )?;
         writeln!(w, "mappings = {{")?;
-        for verb in Verb::ALL {
+        for verb in Verb::ANSWERED {
             let (from, to) = mapping(verb, n);
             writeln!(w, "  {}: {}", quote(&from), quote(&to))?;
         }
@@ -322,31 +215,6 @@ fn human_bytes(bytes: u64) -> String {
         }
     }
     format!("{bytes} bytes")
-}
-
-/// The subject on which the owner of `partition` takes batched asks from the
-/// batching client (`sluice_core::wire::batch` payloads). Batches bypass the
-/// server's mapping: the client computes the partition itself.
-pub fn batch_subject(partition: u32) -> String {
-    format!("{PARTITION_PREFIX}.{partition}.batch")
-}
-
-/// The subject on which worker `worker_id` takes batches whose items may
-/// belong to any of its partitions (same payloads as [`batch_subject`]). The
-/// batching client learns which worker owns a partition from the
-/// [`crate::wire::batch::WORKER_HEADER`] of batch replies, so one request
-/// carries the asks of all of that worker's partitions.
-pub fn worker_batch_subject(worker_id: &str) -> String {
-    format!("{WORKER_PREFIX}.{worker_id}.batch")
-}
-
-/// Whether `id` can name a worker: it is a NATS subject token (and a KV
-/// key), 1 to 64 characters of `A-Z`, `a-z`, `0-9`, `_` and `-`.
-pub fn is_valid_worker_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// The servers named by a `--nats` value: one URL, or several separated by

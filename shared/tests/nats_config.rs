@@ -2,9 +2,9 @@
 //! check the text only; the harness runs the real server.
 
 use sluice_core::config::Config;
-use sluice_core::nats_config::{
-    allow_subject, hit_subject, mapping, Cluster, NatsServerConfig, PartitionSubject, Verb,
-    ALLOW_PREFIX, HIT_PREFIX, PARTITION_PREFIX,
+use sluice_core::nats_config::{mapping, Cluster, NatsServerConfig};
+use sluice_core::subject::{
+    allow_subject, hit_subject, PartitionSubject, Verb, ALLOW_PREFIX, HIT_PREFIX, PARTITION_PREFIX,
 };
 
 fn cluster_server(i: u32) -> NatsServerConfig {

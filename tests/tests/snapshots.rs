@@ -2,12 +2,13 @@
 //! 1 MiB max payload round-trips through chunks, generations replace each
 //! other without leftovers, and a stale writer is fenced off.
 
+use sluice_core::ask::{counter_key, Op};
 use sluice_core::config::Config;
 use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::policy::Policy;
 use sluice_core::time::Nanos;
 use sluice_tests::NatsServer;
-use sluice_worker::counters::{counter_key, Counters, Op};
+use sluice_worker::counters::Counters;
 use sluice_worker::snapshot::{self, Encoded, Manifest, CHUNK_BYTES};
 use sluice_worker::store::{StoreOptions, Stores};
 use std::time::Duration;

@@ -9,9 +9,10 @@ use anyhow::{Context as _, Result};
 use async_nats::jetstream;
 use futures::StreamExt;
 use serde::Serialize;
-use sluice_worker::service::{WorkerStatus, SERVICE_NAME};
+use sluice_core::storage::{partition_key, LEASE_BUCKET, SNAPSHOT_BUCKET};
+use sluice_core::subject::{status_ping, status_stats};
+use sluice_worker::service::WorkerStatus;
 use sluice_worker::snapshot::{read_manifest, Manifest};
-use sluice_worker::store::{lease_key, LEASE_BUCKET, SNAPSHOT_BUCKET};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -79,7 +80,7 @@ pub async fn collect(url: &str, partitions: u32, wait: Duration) -> Result<Statu
     let mut unowned = Vec::new();
     for p in 0..partitions {
         let owner = leases
-            .get(lease_key(p))
+            .get(partition_key(p))
             .await?
             .map(|v| String::from_utf8_lossy(&v).into_owned());
         if owner.is_none() {
@@ -112,7 +113,7 @@ async fn worker_statuses(client: &async_nats::Client, wait: Duration) -> Result<
     let inbox = client.new_inbox();
     let mut replies = client.subscribe(inbox.clone()).await?;
     client
-        .publish_with_reply(format!("$SRV.PING.{SERVICE_NAME}"), inbox, "".into())
+        .publish_with_reply(status_ping(), inbox, "".into())
         .await?;
     client.flush().await?;
     let mut ids = Vec::new();
@@ -132,9 +133,7 @@ async fn worker_statuses(client: &async_nats::Client, wait: Duration) -> Result<
     }
     let mut statuses = Vec::new();
     for id in ids {
-        let info = client
-            .request(format!("$SRV.STATS.{SERVICE_NAME}.{id}"), "".into())
-            .await;
+        let info = client.request(status_stats(&id), "".into()).await;
         let Ok(info) = info else { continue };
         let v: serde_json::Value = serde_json::from_slice(&info.payload).unwrap_or_default();
         if let Some(data) = v["endpoints"].get(0).and_then(|e| e.get("data")) {

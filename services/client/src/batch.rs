@@ -67,7 +67,7 @@
 use crate::client::{Decoded, Inner, NoAnswer};
 use bytes::Bytes;
 use sluice_core::key::KeyToken;
-use sluice_core::nats_config::{batch_subject, worker_batch_subject};
+use sluice_core::subject::{batch_subject, worker_batch_subject};
 use sluice_core::wire::batch::{self, Item, ReplyError};
 use sluice_core::wire::{ErrorCode, Reply};
 use std::borrow::Cow;

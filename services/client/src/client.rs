@@ -9,17 +9,18 @@ use crate::answer::{Answer, Source};
 use crate::batch::Batcher;
 use crate::deny_cache::DenyCache;
 use crate::error::{ConnectError, Error};
-use crate::local::{LocalLimiter, Op};
+use crate::local::LocalLimiter;
 use crate::options::ClientOptions;
 use crate::probe;
 use crate::stats::{ClientStats, Counters};
 use async_nats::client::RequestErrorKind;
 use async_nats::connection::State;
 use bytes::Bytes;
+use sluice_core::ask::Op;
 use sluice_core::config::Fallback;
 use sluice_core::key::try_encode_key;
-use sluice_core::nats_config::Verb;
 use sluice_core::partition::partition_of;
+use sluice_core::subject::Verb;
 use sluice_core::wire::{self, Encoding, ErrorCode, Reply, DEFAULT_POLICY, MAX_COST};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,7 +176,7 @@ impl Client {
                 .single(&token, policy, cost, partition, deadline)
                 .await
         };
-        inner.conclude(&token, policy, cost, outcome, Op::Allow)
+        inner.conclude(&token, policy, outcome, Op::Allow(cost))
     }
 
     /// Whether one unit of `policy` would be allowed for `key` now, without
@@ -223,8 +224,7 @@ impl Client {
                 decode_single,
             )
             .await;
-        // The answer is a peek's: cache a denial as one of cost 0.
-        inner.conclude(&token, policy, 0, outcome, Op::Record)
+        inner.conclude(&token, policy, outcome, Op::Record(cost))
     }
 
     /// Counters of what this client (and its clones) did.
@@ -392,10 +392,14 @@ impl Inner {
         &self,
         token: &str,
         policy: &str,
-        cost: u64,
         outcome: Result<Reply, NoAnswer>,
         op: Op,
     ) -> Result<Answer, Error> {
+        // A hit's answer is a peek's: a denial is cached as one of cost 0.
+        let cost = match op {
+            Op::Allow(cost) => cost,
+            Op::Record(_) => 0,
+        };
         match outcome {
             Ok(Reply::Decision(d)) => {
                 self.stats.worker.fetch_add(1, Ordering::Relaxed);
@@ -434,7 +438,7 @@ impl Inner {
             }
             Fallback::Local => {
                 self.stats.fallback_local.fetch_add(1, Ordering::Relaxed);
-                self.local.decide(token, policy, cost, op)
+                self.local.decide(token, policy, op)
             }
             Fallback::Closed => {
                 self.stats.fallback_closed.fetch_add(1, Ordering::Relaxed);

@@ -13,10 +13,10 @@
 
 use crate::answer::{Answer, Source};
 use crate::error::Error;
+use sluice_core::ask::{self, Op};
 use sluice_core::config::Fallback;
 use sluice_core::policy::{KeyState, Policy};
 use sluice_core::time::{Clock, Nanos};
-use sluice_core::wire::ErrorReply;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -39,12 +39,6 @@ struct Entry {
 
 const MIN_PRUNE_AT: usize = 1024;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Allow,
-    Record,
-}
-
 impl LocalLimiter {
     pub(crate) fn new(policies: BTreeMap<String, Policy>, clock: Arc<dyn Clock>) -> LocalLimiter {
         LocalLimiter {
@@ -57,29 +51,13 @@ impl LocalLimiter {
         }
     }
 
-    /// Decides (or records) `cost` for `token` under `policy`, with the
-    /// same refusals a worker would give.
-    pub(crate) fn decide(
-        &self,
-        token: &str,
-        policy_name: &str,
-        cost: u64,
-        op: Op,
-    ) -> Result<Answer, Error> {
-        let policy = self
-            .policies
-            .get(policy_name)
-            .ok_or_else(|| Error::from(ErrorReply::unknown_policy(policy_name)))?;
-        if op == Op::Allow && cost > policy.capacity() {
-            return Err(
-                ErrorReply::cost_above_capacity(cost, policy_name, policy.capacity()).into(),
-            );
-        }
+    /// Applies `op` to `token` under `policy`, with the same refusals a
+    /// worker would give ([`ask::admit`]).
+    pub(crate) fn decide(&self, token: &str, policy_name: &str, op: Op) -> Result<Answer, Error> {
+        let policy = ask::admit(|name| self.policies.get(name), policy_name, op)?;
         let now = self.clock.now();
-        let mut key = String::with_capacity(policy_name.len() + 1 + token.len());
-        key.push_str(policy_name);
-        key.push('/');
-        key.push_str(token);
+        let mut key = String::new();
+        ask::counter_key(&mut key, policy_name, token);
 
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         if keys.map.len() >= keys.prune_at {
@@ -90,10 +68,7 @@ impl LocalLimiter {
             state: policy.new_state(),
             idle_at: Nanos::ZERO,
         });
-        let decision = match op {
-            Op::Allow => policy.decide(&mut entry.state, now, cost),
-            Op::Record => policy.record(&mut entry.state, now, cost),
-        };
+        let decision = op.apply(policy, &mut entry.state, now);
         entry.idle_at = now.saturating_add(policy.idle_expiry(&mut entry.state, now));
         Ok(Answer::from_decision(
             &decision,
@@ -157,15 +132,15 @@ mod tests {
         let clock = ManualClock::new(Nanos::from_secs(1_000));
         let l = limiter(&clock);
         let allowed: Vec<bool> = (0..5)
-            .map(|_| l.decide("alice", "default", 1, Op::Allow).unwrap().allowed)
+            .map(|_| l.decide("alice", "default", Op::Allow(1)).unwrap().allowed)
             .collect();
         assert_eq!(allowed, [true, true, true, false, false]);
-        let denied = l.decide("alice", "default", 1, Op::Allow).unwrap();
+        let denied = l.decide("alice", "default", Op::Allow(1)).unwrap();
         assert_eq!(denied.retry_after, Duration::from_secs(10));
         assert_eq!(denied.source, Source::Fallback(Fallback::Local));
-        assert!(l.decide("bob", "default", 1, Op::Allow).unwrap().allowed);
+        assert!(l.decide("bob", "default", Op::Allow(1)).unwrap().allowed);
         clock.advance(Duration::from_secs(10));
-        assert!(l.decide("alice", "default", 1, Op::Allow).unwrap().allowed);
+        assert!(l.decide("alice", "default", Op::Allow(1)).unwrap().allowed);
     }
 
     #[test]
@@ -173,11 +148,11 @@ mod tests {
         let clock = ManualClock::new(Nanos::from_secs(1_000));
         let l = limiter(&clock);
         assert!(matches!(
-            l.decide("alice", "nope", 1, Op::Allow),
+            l.decide("alice", "nope", Op::Allow(1)),
             Err(Error::UnknownPolicy(_))
         ));
         assert!(matches!(
-            l.decide("alice", "default", 4, Op::Allow),
+            l.decide("alice", "default", Op::Allow(4)),
             Err(Error::BadRequest(_))
         ));
     }
@@ -187,10 +162,10 @@ mod tests {
         let clock = ManualClock::new(Nanos::from_secs(1_000));
         let l = limiter(&clock);
         for i in 0..MIN_PRUNE_AT {
-            l.decide(&format!("k{i}"), "default", 1, Op::Allow).unwrap();
+            l.decide(&format!("k{i}"), "default", Op::Allow(1)).unwrap();
         }
         clock.advance(Duration::from_secs(11));
-        l.decide("late", "default", 1, Op::Allow).unwrap();
+        l.decide("late", "default", Op::Allow(1)).unwrap();
         assert_eq!(l.len(), 1);
     }
 

@@ -16,11 +16,9 @@
 use crate::error::ConnectError;
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_core::nats_config::{PartitionSubject, Verb, PARTITION_PREFIX};
-use sluice_core::partition::partition_of;
+use sluice_core::subject::probe;
 use std::time::Duration;
 
-const PROBES: usize = 8;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) async fn check_partitions(
@@ -30,13 +28,11 @@ pub(crate) async fn check_partitions(
     let fail = |m: String| ConnectError::Partitions(m);
     let inbox = nats.new_inbox();
     let nonce = inbox.rsplit('.').next().unwrap_or("x");
-    let tokens: Vec<String> = (0..PROBES)
-        .map(|i| format!("sluice-client-probe-{nonce}-{i}"))
-        .collect();
-    let mut subs = Vec::with_capacity(PROBES);
-    for t in &tokens {
+    let keys = probe::keys("sluice-client-probe", nonce);
+    let mut subs = Vec::with_capacity(keys.len());
+    for key in &keys {
         let sub = nats
-            .subscribe(format!("{PARTITION_PREFIX}.*.allow.{t}"))
+            .subscribe(probe::arrival_subject(key))
             .await
             .map_err(|e| fail(format!("partition check: cannot subscribe: {e}")))?;
         subs.push(sub);
@@ -44,14 +40,14 @@ pub(crate) async fn check_partitions(
     nats.flush()
         .await
         .map_err(|e| fail(format!("partition check: cannot flush: {e}")))?;
-    for t in &tokens {
-        nats.publish(Verb::Allow.client_subject(t), Bytes::new())
+    for key in &keys {
+        nats.publish(probe::send_subject(key), Bytes::new())
             .await
             .map_err(|e| fail(format!("partition check: cannot publish: {e}")))?;
     }
     let mut arrivals = futures::stream::select_all(subs);
     let deadline = tokio::time::Instant::now() + PROBE_TIMEOUT;
-    for _ in 0..PROBES {
+    for _ in 0..keys.len() {
         let msg = match tokio::time::timeout_at(deadline, arrivals.next()).await {
             Ok(Some(msg)) => msg,
             Ok(None) | Err(_) => {
@@ -63,17 +59,15 @@ pub(crate) async fn check_partitions(
                 )))
             }
         };
-        let Some(arrived) = PartitionSubject::parse(msg.subject.as_str()) else {
-            continue;
-        };
-        let expected = partition_of(arrived.key_token, partitions);
-        if arrived.partition != expected {
+        if let Err(m) = probe::check(msg.subject.as_str(), partitions) {
             return Err(fail(format!(
                 "partition check: the NATS server maps key {} to partition {}, but with \
-                 partitions = {partitions} the client computes {expected}; set \
+                 partitions = {partitions} the client computes {}; set \
                  ClientOptions::partitions to the workers' `partitions` (the N of the server's \
                  partition(N,1) mapping)",
-                arrived.key_token, arrived.partition
+                m.key,
+                m.arrived.map_or_else(|| "?".to_string(), |p| p.to_string()),
+                m.expected
             )));
         }
     }

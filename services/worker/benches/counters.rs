@@ -6,9 +6,10 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use moka::ops::compute::Op as MokaOp;
+use sluice_core::ask::{counter_key, Op};
 use sluice_core::policy::{KeyState, Policy};
 use sluice_core::time::Nanos;
-use sluice_worker::counters::{counter_key, Counters, Op};
+use sluice_worker::counters::Counters;
 
 const KEYS: usize = 10_000;
 

@@ -1,5 +1,5 @@
 //! Nanoseconds to build the worker's whole decision reply: headers and body,
-//! as `handler::decision_reply` hands it to async-nats.
+//! as `reply::Reply::decision` hands it to async-nats.
 //!
 //! `cargo bench -p sluice-worker --bench replies -- --warm-up-time 1 --measurement-time 3`
 
@@ -7,7 +7,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
 use sluice_core::wire::Encoding;
-use sluice_worker::handler::decision_reply;
+use sluice_worker::reply::Reply;
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {
@@ -27,10 +27,10 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("decision_reply");
     group.throughput(Throughput::Elements(1));
     group.bench_function("allowed_msgpack", |b| {
-        b.iter(|| decision_reply(black_box(&allowed), black_box("default"), Encoding::MsgPack))
+        b.iter(|| Reply::decision(black_box(&allowed), black_box("default"), Encoding::MsgPack))
     });
     group.bench_function("denied_msgpack", |b| {
-        b.iter(|| decision_reply(black_box(&denied), black_box("default"), Encoding::MsgPack))
+        b.iter(|| Reply::decision(black_box(&denied), black_box("default"), Encoding::MsgPack))
     });
     group.finish();
 }

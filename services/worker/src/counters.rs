@@ -31,6 +31,7 @@
 use moka::sync::Cache;
 use moka::Expiry;
 use serde::{Deserialize, Serialize};
+use sluice_core::ask::Op;
 use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::time::Nanos;
 use std::collections::HashMap;
@@ -130,24 +131,6 @@ impl Bucket {
     fn lock(&self) -> MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// What a request does to a counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// `rl.allow`: take `cost` if every limit has room (0 = peek).
-    Allow(u64),
-    /// `rl.hit`: record `cost` whether or not it fits.
-    Record(u64),
-}
-
-/// The cache key joins the policy and the key token with `/`, which neither
-/// may contain, so the pair is unambiguous.
-pub fn counter_key(buf: &mut String, policy: &str, token: &str) {
-    buf.clear();
-    buf.push_str(policy);
-    buf.push('/');
-    buf.push_str(token);
 }
 
 /// A snapshot entry: the counter key and its state.
@@ -263,7 +246,7 @@ impl Counters {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Applies `op` to the counter `key` (built with [`counter_key`]) under
+    /// Applies `op` to the counter `key` (built with [`sluice_core::ask::counter_key`]) under
     /// `policy` at `now`. The caller has validated the cost.
     pub fn apply(&self, policy: &Policy, key: &str, now: Nanos, op: Op) -> Decision {
         let id = self.bucket_of(key);
@@ -282,10 +265,7 @@ impl Counters {
         let mut slots = bucket.lock();
         let pruned = slots.prune(now);
         let run = |state: &mut KeyState| {
-            let decision = match op {
-                Op::Allow(cost) => policy.decide(state, now, cost),
-                Op::Record(cost) => policy.record(state, now, cost),
-            };
+            let decision = op.apply(policy, state, now);
             (decision, policy.idle_expiry(state, now))
         };
         let (decision, needed) = match slots.by_key.get_mut(key) {
@@ -431,6 +411,7 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::ask::counter_key;
 
     const SEC: u64 = 1_000_000_000;
 
@@ -650,10 +631,7 @@ mod tests {
                 let state = reference
                     .entry(key.clone())
                     .or_insert_with(|| policy.new_state());
-                let want = match op {
-                    Op::Allow(cost) => policy.decide(state, now, cost),
-                    Op::Record(cost) => policy.record(state, now, cost),
-                };
+                let want = op.apply(&policy, state, now);
                 assert_eq!(got, want, "{algorithm:?}, op {ops} {op:?} on {key}");
                 // What still matters is in moka, where a snapshot reads it
                 // (`iter` does not move moka's expiry, as `get` would): if

@@ -24,10 +24,10 @@
 //! counters, which is what a snapshot's journal position claims (whatever
 //! order two appends in flight got their sequences in).
 
-use crate::journal::{self, Record};
-use crate::worker::WorkerStats;
-use async_nats::{HeaderMap, Subject};
-use bytes::Bytes;
+use crate::decide::Record;
+use crate::journal;
+use crate::reply::{self, Outgoing};
+use crate::stats::WorkerStats;
 use futures::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,14 +35,11 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-/// A reply to publish: subject, headers, payload.
-pub type OutgoingReply = (Subject, HeaderMap, Bytes);
-
 /// Decided asks: what they counted, and what waits for it to be stored.
 #[derive(Default)]
 struct Pending {
     records: Vec<Record>,
-    replies: Vec<OutgoingReply>,
+    replies: Vec<Outgoing>,
     /// Told once this (and everything sent before it) is stored and answered.
     stored: Vec<oneshot::Sender<()>>,
 }
@@ -85,7 +82,7 @@ impl Writer {
             move |records| tokio::spawn(journal::append(js.clone(), subject.clone(), records));
         let send_replies = move |replies| -> BoxFuture<'static, ()> {
             let client = client.clone();
-            Box::pin(async move { deliver(&client, replies).await })
+            Box::pin(async move { reply::publish(&client, replies).await })
         };
         Writer::start(append, send_replies, stats)
     }
@@ -105,7 +102,7 @@ impl Writer {
 
     /// Queues a shard's decided batch: its replies go out once its records
     /// are stored.
-    pub(crate) async fn send(&self, records: Vec<Record>, replies: Vec<OutgoingReply>) {
+    pub(crate) async fn send(&self, records: Vec<Record>, replies: Vec<Outgoing>) {
         self.queue(Pending {
             records,
             replies,
@@ -144,15 +141,6 @@ impl Writer {
     }
 }
 
-/// Sends the replies.
-pub(crate) async fn deliver(client: &async_nats::Client, replies: Vec<OutgoingReply>) {
-    for (to, headers, payload) in replies {
-        if let Err(e) = client.publish_with_headers(to, headers, payload).await {
-            tracing::warn!("cannot send a reply: {e}");
-        }
-    }
-}
-
 /// Appends of one worker in flight at a time.
 const APPENDS_IN_FLIGHT: usize = 2;
 
@@ -166,8 +154,8 @@ trait StartAppend: FnMut(Vec<Record>) -> Append + Send + 'static {}
 impl<F: FnMut(Vec<Record>) -> Append + Send + 'static> StartAppend for F {}
 
 /// Sends replies.
-trait SendReplies: FnMut(Vec<OutgoingReply>) -> BoxFuture<'static, ()> + Send + 'static {}
-impl<F: FnMut(Vec<OutgoingReply>) -> BoxFuture<'static, ()> + Send + 'static> SendReplies for F {}
+trait SendReplies: FnMut(Vec<Outgoing>) -> BoxFuture<'static, ()> + Send + 'static {}
+impl<F: FnMut(Vec<Outgoing>) -> BoxFuture<'static, ()> + Send + 'static> SendReplies for F {}
 
 /// At most [`APPENDS_IN_FLIGHT`] appends in flight; what arrives meanwhile
 /// waits and goes out as the next one. Acks are taken in append order, so
@@ -242,7 +230,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn group(n: u64) -> (Vec<Record>, Vec<OutgoingReply>) {
+    fn group(n: u64) -> (Vec<Record>, Vec<Outgoing>) {
         let record = Record {
             n: 0,
             p: "default".into(),
@@ -251,9 +239,11 @@ mod tests {
             t: n,
         };
         let reply = (
-            Subject::from(format!("reply.{n}")),
-            HeaderMap::new(),
-            Bytes::new(),
+            async_nats::Subject::from(format!("reply.{n}")),
+            crate::reply::Reply {
+                headers: async_nats::HeaderMap::new(),
+                payload: bytes::Bytes::new(),
+            },
         );
         (vec![record], vec![reply])
     }
@@ -279,8 +269,8 @@ mod tests {
             tokio::spawn(async move { acked.await.unwrap_or(Err("no ack".into())) })
         };
         let (replies_tx, mut replies) = mpsc::unbounded_channel::<String>();
-        let send_replies = move |sent: Vec<OutgoingReply>| -> BoxFuture<'static, ()> {
-            for (to, _, _) in sent {
+        let send_replies = move |sent: Vec<Outgoing>| -> BoxFuture<'static, ()> {
+            for (to, _) in sent {
                 replies_tx.send(to.to_string()).unwrap();
             }
             Box::pin(async {})

@@ -18,31 +18,13 @@
 //! Records are dropped once every partition's snapshot covers them
 //! ([`purge_covered`]); the stream's `max_age` is only the backstop.
 
-use crate::counters::{counter_key, Counters, Op};
+use crate::decide::Record;
 use crate::snapshot;
-use crate::store::journal_subject;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{consumer, stream};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
-use sluice_core::config::Config;
-use sluice_core::time::Nanos;
+use sluice_core::storage::journal_subject;
 use std::time::Duration;
-
-/// One counted request.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    /// Partition.
-    pub n: u32,
-    /// Policy name.
-    pub p: String,
-    /// Key token.
-    pub k: String,
-    /// Units counted.
-    pub c: u64,
-    /// When (ns since the epoch, the owner's clock).
-    pub t: u64,
-}
 
 /// The most record bytes one journal message carries. A group commit under
 /// heavy load can hold thousands of records; nats-server refuses messages
@@ -95,14 +77,14 @@ pub async fn append(
 }
 
 /// Replays every record of `partition` after `after_seq` that the workers
-/// `writers` appended, into `counters`. Returns how many were applied.
+/// `writers` appended, handing each to `apply` (which says whether it was
+/// applied). Returns how many were applied.
 pub async fn replay(
     journal: &stream::Stream,
     partition: u32,
     writers: &[String],
     after_seq: u64,
-    counters: &Counters,
-    config: &Config,
+    mut apply: impl FnMut(&Record) -> bool,
 ) -> Result<usize> {
     let subjects: Vec<String> = writers.iter().map(|w| journal_subject(w)).collect();
     let mut last = after_seq;
@@ -130,7 +112,6 @@ pub async fn replay(
         .messages()
         .await
         .context("cannot read the journal")?;
-    let mut key = String::new();
     let mut applied = 0;
     let mut seq = after_seq;
     while seq < last {
@@ -154,10 +135,8 @@ pub async fn replay(
                 continue;
             }
         };
-        for r in records.into_iter().filter(|r| r.n == partition) {
-            if let Some(policy) = config.policy(&r.p) {
-                counter_key(&mut key, &r.p, &r.k);
-                counters.apply(policy, &key, Nanos(r.t), Op::Record(r.c));
+        for r in records.iter().filter(|r| r.n == partition) {
+            if apply(r) {
                 applied += 1;
             }
         }

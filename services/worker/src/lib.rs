@@ -24,15 +24,20 @@
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
 
 pub mod counters;
+pub mod decide;
 pub mod group_commit;
-pub mod handler;
 pub mod journal;
 pub mod lease;
 pub mod metrics;
+pub mod outbox;
 pub mod probe;
+pub mod reply;
+pub mod routes;
 pub mod service;
 pub mod shard;
+pub mod shared;
 pub mod snapshot;
+pub mod stats;
 pub mod store;
 pub mod worker;
 pub mod worker_batch;

@@ -1,7 +1,8 @@
 //! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP.
 
 use crate::service;
-use crate::worker::{ShardsView, Shared};
+use crate::shared::Shared;
+use crate::stats::ShardsView;
 use axum::{routing::get, Router};
 use sluice_core::metrics::{Exposition, Kind};
 use std::sync::Arc;

@@ -15,10 +15,8 @@
 
 use anyhow::{bail, Result};
 use futures::StreamExt;
-use sluice_core::partition::partition_of;
+use sluice_core::subject::probe;
 use std::time::Duration;
-
-const PROBES: usize = 8;
 
 pub async fn check_mapping(client: &async_nats::Client, partitions: u32) -> Result<()> {
     let nonce = format!(
@@ -29,19 +27,17 @@ pub async fn check_mapping(client: &async_nats::Client, partitions: u32) -> Resu
                 .unwrap_or_default()
                 .as_nanos() as u64)
     );
-    let keys: Vec<String> = (0..PROBES)
-        .map(|i| format!("_sluice-probe-{nonce}-{i}"))
-        .collect();
+    let keys = probe::keys("_sluice-probe", &nonce);
     let mut mapped = futures::stream::select_all(Vec::new());
     let mut unmapped = futures::stream::select_all(Vec::new());
     for key in &keys {
-        mapped.push(client.subscribe(format!("rl.p.*.allow.{key}")).await?);
-        unmapped.push(client.subscribe(format!("rl.allow.{key}")).await?);
+        mapped.push(client.subscribe(probe::arrival_subject(key)).await?);
+        unmapped.push(client.subscribe(probe::send_subject(key)).await?);
     }
     client.flush().await?;
     for key in &keys {
         client
-            .publish(format!("rl.allow.{key}"), bytes::Bytes::new())
+            .publish(probe::send_subject(key), bytes::Bytes::new())
             .await?;
     }
     client.flush().await?;
@@ -49,7 +45,7 @@ pub async fn check_mapping(client: &async_nats::Client, partitions: u32) -> Resu
     let deadline = tokio::time::sleep(Duration::from_secs(2));
     tokio::pin!(deadline);
     let mut seen = 0;
-    while seen < PROBES {
+    while seen < keys.len() {
         tokio::select! {
             _ = &mut deadline => bail!(
                 "no answer to the partition mapping probe from the NATS server within 2 s; \
@@ -60,17 +56,15 @@ pub async fn check_mapping(client: &async_nats::Client, partitions: u32) -> Resu
                  start nats-server with the config printed by `sluice nats-config` (partitions = {partitions})"
             ),
             Some(msg) = mapped.next() => {
-                let mut tokens = msg.subject.split('.');
-                let got = tokens.nth(2).and_then(|p| p.parse::<u32>().ok());
-                let key = msg.subject.rsplit('.').next().unwrap_or_default();
-                let want = partition_of(key, partitions);
-                if got != Some(want) {
+                if let Err(m) = probe::check(msg.subject.as_str(), partitions) {
                     bail!(
                         "the NATS server maps keys onto a different number of partitions than this worker \
-                         (partitions = {partitions}): key {key} arrived on partition {} but belongs to {want}; \
+                         (partitions = {partitions}): key {} arrived on partition {} but belongs to {}; \
                          make `partitions` in the sluice config match the server, or regenerate the server config \
                          with `sluice nats-config` and reload it",
-                        got.map(|g| g.to_string()).unwrap_or_else(|| "?".into())
+                        m.key,
+                        m.arrived.map_or_else(|| "?".to_string(), |p| p.to_string()),
+                        m.expected
                     );
                 }
                 seen += 1;

@@ -10,15 +10,15 @@
 //! facts: owned partitions with their decision counts, key counts and
 //! snapshot ages. `sluice status` reads those.
 
-use crate::worker::{ShardsView, Shared};
+use crate::shared::Shared;
+use crate::stats::ShardsView;
 use anyhow::{anyhow, Result};
 use async_nats::service::{self, ServiceExt};
 use futures::StreamExt;
 use serde::Serialize;
+use sluice_core::subject::{STATUS_GROUP, STATUS_SERVICE};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-pub const SERVICE_NAME: &str = "sluice-worker";
 
 /// What a worker reports about itself.
 #[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
@@ -76,11 +76,11 @@ pub async fn start(shared: Arc<Shared>, shards: ShardsView) -> Result<service::S
         .stats_handler(move |_endpoint, _stats| {
             serde_json::to_value(status(&for_stats.0, &for_stats.1)).unwrap_or_default()
         })
-        .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
+        .start(STATUS_SERVICE, env!("CARGO_PKG_VERSION"))
         .await
         .map_err(|e| anyhow!("cannot register the micro service: {e}"))?;
     let mut endpoint = svc
-        .group("sluice.status")
+        .group(STATUS_GROUP)
         .endpoint_builder()
         .name("status")
         .add(shared.worker_id.clone())

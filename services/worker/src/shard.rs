@@ -7,25 +7,26 @@
 //! Its loop, in priority order: a stop request (handover or shutdown), the
 //! lease deadline (stop answering before the lease can expire), renewal,
 //! snapshot, and finally requests, taken in batches of whatever is already
-//! waiting. In journal mode the answers go to the worker's journal writer
-//! ([`crate::group_commit`]), which sends them once their records are
-//! stored. Worker batches ([`crate::worker_batch`]) decide on its counters
-//! from their own tasks while its route is open.
+//! waiting, decided by the decision core ([`crate::decide`]) and handed to
+//! the worker's [`crate::outbox`] (which, in journal mode, sends them once
+//! their records are stored). Worker batches ([`crate::worker_batch`])
+//! decide on its counters from their own tasks while its route is open.
 
 use crate::counters::Counters;
-use crate::group_commit::{self, OutgoingReply};
-use crate::handler::{self, Counted};
-use crate::journal;
+use crate::decide::Owned;
 use crate::lease::{self, Lease, LeaseError};
+use crate::reply::Reply;
+use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
-use crate::worker::Shared;
+use crate::stats::ShardStats;
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
+use sluice_core::subject::owner_subjects;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -44,30 +45,6 @@ pub enum Exit {
     Lost,
     /// Could not start (restore or subscribe failed); the lease was released.
     Failed,
-}
-
-/// Facts about a shard for `sluice status` and metrics.
-#[derive(Debug, Default)]
-pub struct ShardStats {
-    pub decisions: AtomicU64,
-    pub changes: AtomicU64,
-    pub last_snapshot_ms: AtomicU64,
-    pub keys: AtomicU64,
-    pub answering: AtomicBool,
-}
-
-impl ShardStats {
-    /// Adds `n` counter changes, made by this task or a worker batch's.
-    /// Release, paired with [`ShardStats::changes`]: a snapshot that sees
-    /// these changes counted also sees the counters they wrote.
-    pub(crate) fn add_changes(&self, n: u64) {
-        self.changes.fetch_add(n, Ordering::Release);
-    }
-
-    /// The counter changes so far.
-    fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Acquire)
-    }
 }
 
 pub struct ShardHandle {
@@ -152,7 +129,7 @@ async fn run(
         .shared
         .routes
         .open(partition, shard.counters.clone(), shard.stats.clone());
-    tracing::info!(
+    tracing::debug!(
         partition,
         keys = shard.counters.len(),
         took_ms = started.elapsed().as_millis() as u64,
@@ -266,9 +243,7 @@ async fn run(
     }
     // Every record of ours stored (so the final snapshot's journal position
     // covers them) and every answer sent.
-    if let Some(writer) = &shard.shared.journal {
-        writer.flush().await;
-    }
+    shard.shared.outbox.flush().await;
     if let Some(job) = snapshot_job.take() {
         if let Ok(Ok((manifest, rev))) = job.await {
             shard.snapshot_written(manifest, rev);
@@ -305,30 +280,19 @@ impl Shard {
             .context("restoring the counters panicked")?;
         }
         let mut manifest = manifest.unwrap_or_default();
-        if let Some(journal) = &self.shared.stores.journal {
-            let applied = journal::replay(
-                journal,
-                self.partition,
-                &manifest.journal_writers,
-                manifest.journal_seq,
-                &self.counters,
-                &self.shared.config,
-            )
+        let decider = &self.shared.decider;
+        let applied = self
+            .shared
+            .outbox
+            .replay(self.partition, &mut manifest, |record| {
+                decider.replay(record, &self.counters)
+            })
             .await?;
-            if applied > 0 {
-                tracing::info!(partition = self.partition, applied, "replayed the journal");
-                // The replayed counts are only in memory: the next snapshot
-                // (periodic or at handover) must persist them.
-                self.stats.add_changes(applied as u64);
-            }
-            // The manifest keeps claiming only what its chunks hold, and the
-            // previous writers stay listed, so a next owner replays their
-            // records again until a snapshot of ours covers them; our own
-            // records from now on are on our subject.
-            let me = &self.shared.worker_id;
-            if !manifest.journal_writers.contains(me) {
-                manifest.journal_writers.push(me.clone());
-            }
+        if applied > 0 {
+            tracing::debug!(partition = self.partition, applied, "replayed the journal");
+            // The replayed counts are only in memory: the next snapshot
+            // (periodic or at handover) must persist them.
+            self.stats.add_changes(applied as u64);
         }
         // Fence: from now on a late snapshot by the previous owner fails its CAS.
         manifest.lease_rev = self.lease.revision;
@@ -347,7 +311,7 @@ impl Shard {
 
         let client = &self.shared.client;
         let mut subs = SelectAll::new();
-        for subject in handler::subjects(self.partition) {
+        for subject in owner_subjects(self.partition) {
             subs.push(client.subscribe(subject).await?);
         }
         client.flush().await?;
@@ -360,30 +324,17 @@ impl Shard {
         self.stats.changes() != self.changes_at_snapshot
     }
 
-    /// The journal position and writers a snapshot taken now may claim.
-    /// Every record at or below the writer's acknowledged sequence was
-    /// applied before it was appended, so the copy about to be made holds
-    /// it; records appended later may or may not make it into the copy
-    /// (replay then counts them twice: the safe side). Records of earlier
-    /// owners were replayed at takeover, so only we are left as a writer.
+    /// The journal position and writers a snapshot taken now may claim
+    /// ([`crate::outbox::Outbox::position`]).
     fn journal_position(&self) -> (u64, Vec<String>) {
-        match &self.shared.journal {
-            Some(writer) => (
-                self.manifest.journal_seq.max(writer.acked()),
-                vec![self.shared.worker_id.clone()],
-            ),
-            None => (0, Vec::new()),
-        }
+        self.shared.outbox.position(self.manifest.journal_seq)
     }
 
     /// Journal mode, nothing counted since the last snapshot, but our
     /// journal moved on: a manifest still claiming an old position keeps
     /// every worker's records from being purged.
     fn journal_position_stale(&self) -> bool {
-        let Some(writer) = &self.shared.journal else {
-            return false;
-        };
-        writer.acked() > self.manifest.journal_seq
+        self.shared.outbox.moved_past(self.manifest.journal_seq)
             && self.manifest_written_at.elapsed() >= 4 * self.shared.config.snapshot_interval
     }
 
@@ -476,44 +427,35 @@ impl Shard {
         tracing::info!(partition, "handed over");
     }
 
-    /// Decides a batch and sends (or queues) the replies.
+    /// Decides a batch of messages and hands the replies to the outbox.
     async fn process(&mut self, batch: &mut Vec<async_nats::Message>) {
         if batch.is_empty() {
             return;
         }
-        let now = self.shared.clock.now();
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let owned = Owned {
+            partition: self.partition,
+            counters: &self.counters,
+            stats: &self.stats,
+        };
+        let mut tally = shared.decider.tally(self.partition);
         let mut replies = Vec::with_capacity(batch.len());
-        let mut counted = self.counted();
-        self.stats
-            .decisions
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         for msg in batch.drain(..) {
-            let reply = handler::handle(
-                &self.shared,
-                self.partition,
-                &self.counters,
-                &msg,
+            let answer = shared.decider.message(
+                msg.subject.as_str(),
+                &msg.payload,
+                msg.reply.is_some(),
+                owned,
                 now,
-                &mut counted,
+                &mut tally,
             );
-            if let (Some(reply), Some(to)) = (reply, msg.reply) {
-                replies.push((to, reply.headers, reply.payload));
+            if let (Some(answer), Some(to)) = (answer, msg.reply) {
+                replies.push((to, Reply::of(&answer, &shared.worker_id)));
             }
         }
-        self.stats.add_changes(counted.changes);
-        self.answer(replies, counted.records).await;
-    }
-
-    fn counted(&self) -> Counted {
-        Counted::new(&self.shared, self.partition)
-    }
-
-    /// Sends the replies, in journal mode only once `records` are stored.
-    async fn answer(&self, replies: Vec<OutgoingReply>, records: Vec<journal::Record>) {
-        match &self.shared.journal {
-            Some(writer) => writer.send(records, replies).await,
-            None => group_commit::deliver(&self.shared.client, replies).await,
-        }
+        let records = tally.finish(&shared.stats, &self.stats);
+        shared.outbox.answer(records, replies).await;
     }
 }
 

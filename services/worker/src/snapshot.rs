@@ -15,8 +15,11 @@
 //! owner fails.
 
 use crate::counters::{Counters, Entry};
-use crate::store::{Stores, SNAPSHOT_BUCKET};
+use crate::store::Stores;
 use anyhow::{anyhow, bail, Context as _, Result};
+use sluice_core::storage::{
+    chunk_key, generation_keys, kv_subject, partition_key, SNAPSHOT_BUCKET,
+};
 
 use async_nats::jetstream::{kv, stream};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -48,12 +51,9 @@ pub struct Manifest {
     pub worker: String,
 }
 
+/// A partition's manifest has the key of its lease.
 pub fn manifest_key(partition: u32) -> String {
-    format!("p.{partition}")
-}
-
-fn chunk_key(partition: u32, gen: &str, index: u32) -> String {
-    format!("p.{partition}.g{gen}.c{index}")
+    partition_key(partition)
 }
 
 /// The manifest and its KV revision (0 when there is none yet).
@@ -220,9 +220,9 @@ pub async fn write(
 ) -> Result<(Manifest, u64)> {
     let mut acks = Vec::with_capacity(encoded.chunks.len());
     for (i, chunk) in encoded.chunks.iter().enumerate() {
-        let subject = format!(
-            "$KV.{SNAPSHOT_BUCKET}.{}",
-            chunk_key(partition, &manifest.gen, i as u32)
+        let subject = kv_subject(
+            SNAPSHOT_BUCKET,
+            &chunk_key(partition, &manifest.gen, i as u32),
         );
         acks.push(stores.js.publish(subject, chunk.clone()).await?);
     }
@@ -251,7 +251,7 @@ pub async fn write(
 /// Removes a generation's chunks, markers included (a stream purge, so no
 /// tombstones pile up). Best effort: a leftover generation only costs space.
 async fn purge_generation(stream: &stream::Stream, partition: u32, gen: &str) {
-    let filter = format!("$KV.{SNAPSHOT_BUCKET}.p.{partition}.g{gen}.>");
+    let filter = kv_subject(SNAPSHOT_BUCKET, &generation_keys(partition, gen));
     if let Err(e) = stream.purge().filter(filter).await {
         tracing::warn!(partition, "cannot purge old snapshot chunks: {e}");
     }
@@ -260,7 +260,7 @@ async fn purge_generation(stream: &stream::Stream, partition: u32, gen: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::{counter_key, Op};
+    use sluice_core::ask::{counter_key, Op};
     use sluice_core::policy::Policy;
     use sluice_core::time::Nanos;
 

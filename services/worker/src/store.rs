@@ -1,5 +1,6 @@
 //! The JetStream resources a worker uses, created on first use by whichever
-//! worker starts first, and opened by the rest.
+//! worker starts first, and opened by the rest. Their names are spelled in
+//! [`sluice_core::storage`].
 //!
 //! - `sluice-leases` (KV): `w.<worker>` heartbeats and `p.<partition>` leases.
 //!   `history = 1` and `max_age = lease_ttl`: every renewal is a new message,
@@ -15,26 +16,10 @@
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
+use sluice_core::storage::{
+    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, SNAPSHOT_BUCKET,
+};
 use std::time::Duration;
-
-pub const LEASE_BUCKET: &str = "sluice-leases";
-pub const SNAPSHOT_BUCKET: &str = "sluice-snapshots";
-pub const JOURNAL_STREAM: &str = "SLUICE_JOURNAL";
-
-/// Lease key of a partition.
-pub fn lease_key(partition: u32) -> String {
-    format!("p.{partition}")
-}
-
-/// Heartbeat key of a worker.
-pub fn worker_key(worker: &str) -> String {
-    format!("w.{worker}")
-}
-
-/// The journal subject a worker appends to.
-pub fn journal_subject(worker: &str) -> String {
-    format!("sluice.journal.w.{worker}")
-}
 
 /// How the JetStream resources are laid out; `replicas` is 1 on a single
 /// server and 3 in the compose cluster.
@@ -98,7 +83,7 @@ impl Stores {
         )
         .await?;
         let snapshot_stream = js
-            .get_stream(format!("KV_{SNAPSHOT_BUCKET}"))
+            .get_stream(bucket_stream(SNAPSHOT_BUCKET))
             .await
             .with_context(|| {
                 format!("cannot open the stream of the KV bucket {SNAPSHOT_BUCKET}")
@@ -110,7 +95,7 @@ impl Stores {
                     description: Some(
                         "sluice counted requests since each partition's last snapshot".into(),
                     ),
-                    subjects: vec!["sluice.journal.>".into()],
+                    subjects: vec![JOURNAL_SUBJECTS.into()],
                     max_age: opts.journal_max_age,
                     num_replicas: opts.replicas,
                     storage: stream::StorageType::File,

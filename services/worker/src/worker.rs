@@ -10,24 +10,29 @@
 //! [`ORPHAN_GRACE`] is claimed by whoever sees it first, so a crashed
 //! worker's partitions come back even while its heartbeat lingers.
 
-use crate::group_commit;
+use crate::decide::Decider;
 use crate::lease::{self, LeaseError};
+use crate::outbox::Outbox;
 use crate::probe;
+use crate::reply::{self, Reply};
+use crate::routes::Routes;
 use crate::service;
 use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
-use crate::store::{journal_subject, lease_key, worker_key, StoreOptions, Stores};
-use crate::worker_batch::Routes;
+use crate::shared::Shared;
+use crate::stats::{ShardsView, WorkerStats};
+use crate::store::{StoreOptions, Stores};
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::assignment;
 use sluice_core::config::{Config, Durability};
-use sluice_core::nats_config::{is_valid_worker_id, WORKER_PREFIX};
+use sluice_core::storage::{partition_key, worker_key, LeaseKey};
+use sluice_core::subject::{is_valid_worker_id, worker_batch_subject, Verb};
 use sluice_core::time::{Clock, SystemClock};
+use sluice_core::wire::{Encoding, ErrorReply};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::MissedTickBehavior;
@@ -61,31 +66,6 @@ impl WorkerOptions {
     }
 }
 
-/// Counters across the worker's partitions.
-#[derive(Debug, Default)]
-pub struct WorkerStats {
-    pub allowed: AtomicU64,
-    pub denied: AtomicU64,
-    pub errors: AtomicU64,
-    pub hits: AtomicU64,
-    pub journal_errors: AtomicU64,
-}
-
-/// What every shard of this worker shares.
-pub struct Shared {
-    pub client: async_nats::Client,
-    pub stores: Stores,
-    pub config: Arc<Config>,
-    pub worker_id: String,
-    pub clock: Arc<dyn Clock>,
-    pub lease_ttl: Duration,
-    pub stats: Arc<WorkerStats>,
-    /// The shards answering now, for worker batches.
-    pub routes: Routes,
-    /// The journal writer (journal mode).
-    pub journal: Option<group_commit::Writer>,
-}
-
 /// A fresh worker id: valid as a KV key and a NATS token.
 pub fn new_worker_id() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -106,7 +86,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     anyhow::ensure!(
         is_valid_worker_id(&worker_id),
         "the worker id {worker_id:?} is not valid: it names the worker's NATS subject \
-         {WORKER_PREFIX}.<worker-id>.batch, so it must be 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'"
+         {}, so it must be 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'",
+        worker_batch_subject("<worker-id>")
     );
     let config = Arc::new(opts.config);
     let client = async_nats::ConnectOptions::new()
@@ -132,36 +113,25 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     )
     .await?;
     let stats = Arc::new(WorkerStats::default());
-    let (journal, journal_writer) = match &stores.journal {
-        Some(_) => {
-            let (writer, task) = group_commit::Writer::spawn(
-                client.clone(),
-                stores.js.clone(),
-                journal_subject(&worker_id),
-                stats.clone(),
-            );
-            (Some(writer), Some(task))
-        }
-        None => (None, None),
-    };
-    let journal_purge = stores.journal.clone().map(|journal| {
-        tokio::spawn(crate::journal::purge_covered_every(
-            (config.snapshot_interval * 5).max(Duration::from_secs(1)),
-            journal,
-            stores.snapshots.clone(),
-            config.partitions,
-        ))
-    });
+    let (outbox, outbox_tasks) = Outbox::start(
+        client.clone(),
+        &stores,
+        &worker_id,
+        stats.clone(),
+        config.partitions,
+        (config.snapshot_interval * 5).max(Duration::from_secs(1)),
+    );
     let shared = Arc::new(Shared {
         client: client.clone(),
         stores,
         lease_ttl: config.lease_ttl,
+        decider: Decider::new(config.clone(), stats.clone(), outbox.is_journal()),
         config,
         worker_id: worker_id.clone(),
         clock: opts.clock,
         stats,
         routes: Routes::default(),
-        journal,
+        outbox,
     });
     let mut controller = Controller::new(shared.clone());
     let service = service::start(shared.clone(), controller.shards_view()).await?;
@@ -199,13 +169,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let result = controller.run(shutdown).await;
     strays.abort();
     worker_batches.abort();
-    if let Some(task) = journal_purge {
-        task.abort();
-    }
     // Every shard flushed the journal writer before it handed over.
-    if let Some(task) = journal_writer {
-        task.abort();
-    }
+    outbox_tasks.abort();
     if let Some(m) = metrics {
         m.abort();
     }
@@ -227,34 +192,28 @@ struct View {
 impl View {
     fn apply(&mut self, entry: &kv::Entry, partitions: u32) {
         let present = entry.operation == kv::Operation::Put;
-        if let Some(id) = entry.key.strip_prefix("w.") {
-            if present {
-                self.workers.insert(id.to_string(), Instant::now());
-            } else {
-                self.workers.remove(id);
+        match LeaseKey::parse(&entry.key) {
+            Some(LeaseKey::Worker(id)) => {
+                if present {
+                    self.workers.insert(id.to_string(), Instant::now());
+                } else {
+                    self.workers.remove(id);
+                }
             }
-        } else if let Some(p) = entry
-            .key
-            .strip_prefix("p.")
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            if p >= partitions {
-                return;
+            Some(LeaseKey::Partition(p)) if p < partitions => {
+                if present {
+                    self.owners
+                        .insert(p, String::from_utf8_lossy(&entry.value).into_owned());
+                    self.unowned_since.remove(&p);
+                } else {
+                    self.owners.remove(&p);
+                    self.unowned_since.insert(p, Instant::now());
+                }
             }
-            if present {
-                self.owners
-                    .insert(p, String::from_utf8_lossy(&entry.value).into_owned());
-                self.unowned_since.remove(&p);
-            } else {
-                self.owners.remove(&p);
-                self.unowned_since.insert(p, Instant::now());
-            }
+            _ => {}
         }
     }
 }
-
-/// Shared, read-only facts about this worker's shards (for status and metrics).
-pub type ShardsView = Arc<std::sync::Mutex<BTreeMap<u32, Arc<shard::ShardStats>>>>;
 
 struct Controller {
     shared: Arc<Shared>,
@@ -413,7 +372,7 @@ impl Controller {
         let shared = &self.shared;
         match lease::acquire(
             &shared.stores.leases,
-            &lease_key(p),
+            &partition_key(p),
             &shared.worker_id,
             shared.lease_ttl,
         )
@@ -463,30 +422,25 @@ impl Controller {
 /// `rl.allow.>` subscribers (the server rewrites them before routing), so this
 /// only sees the malformed ones. One worker of the queue group answers each.
 async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
-    let mut subs = futures::stream::select_all([
-        client
-            .queue_subscribe("rl.allow.>", "sluice-unmapped".into())
-            .await?,
-        client
-            .queue_subscribe("rl.hit.>", "sluice-unmapped".into())
-            .await?,
-    ]);
+    let mut subs = Vec::new();
+    for verb in Verb::ANSWERED {
+        subs.push(
+            client
+                .queue_subscribe(verb.unmapped_wildcard(), "sluice-unmapped".into())
+                .await?,
+        );
+    }
+    let mut subs = futures::stream::select_all(subs);
     while let Some(msg) = subs.next().await {
-        let Some(reply) = msg.reply else { continue };
-        let encoding = sluice_core::wire::Encoding::of_body(&msg.payload);
-        let error = sluice_core::wire::ErrorReply::bad_request(format!(
+        let Some(to) = msg.reply else { continue };
+        let error = ErrorReply::bad_request(format!(
             "{} is not a valid key subject: a key must be exactly one subject token; \
-             percent-encode '.', '*' and '>' (e.g. %2E) and send rl.allow.<key>",
-            msg.subject
+             percent-encode '.', '*' and '>' (e.g. %2E) and send {}",
+            msg.subject,
+            Verb::Allow.client_subject("<key>")
         ));
-        let mut headers = async_nats::HeaderMap::new();
-        for (name, value) in sluice_core::wire::error_headers(&error) {
-            headers.insert(name, value.as_str());
-        }
-        let payload = sluice_core::wire::encode_error(&error, encoding);
-        let _ = client
-            .publish_with_headers(reply, headers, payload.into())
-            .await;
+        let reply = Reply::error(&error, Encoding::of_body(&msg.payload));
+        reply::publish(&client, vec![(to, reply)]).await;
     }
     Ok(())
 }

@@ -24,7 +24,7 @@
 //! Every batch reply names the worker that decided it in the header
 //! [`WORKER_HEADER`], so a client learns partition owners from any batch
 //! reply and can send the asks of all of one worker's partitions together
-//! (`rl.w.<worker-id>.batch`, see [`crate::nats_config::worker_batch_subject`]).
+//! (`rl.w.<worker-id>.batch`, see [`crate::subject::worker_batch_subject`]).
 //!
 //! Because a batch bypasses the server's mapping, the worker must check that
 //! every key belongs to the partition the batch was sent to (and answer

@@ -15,8 +15,8 @@ use anyhow::{Context as _, Result};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_core::nats_config::worker_batch_subject;
 use sluice_core::policy::Decision;
+use sluice_core::subject::worker_batch_subject;
 use sluice_core::time::Nanos;
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, Reply};
 

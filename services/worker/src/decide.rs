@@ -1,0 +1,811 @@
+//! The decision core: an ask in, a reply value and what it counted out.
+//!
+//! Everything a worker decides goes through [`Decider`]: the asks a shard
+//! takes from its partition's subjects ([`Decider::message`]), the batches
+//! of the batching client, per partition or per worker ([`Decider::batch`]),
+//! and the journal's records replayed at takeover ([`Decider::replay`]). It
+//! needs only the policies, the counters and the stats, never NATS, so
+//! "bad input changes nothing" is tested here with a manual clock (see the
+//! tests at the bottom) rather than by spawning a worker.
+//!
+//! The order of the checks is the contract's (CONTRACT §1), and a request
+//! that fails any of them changes no counter: the key token, the body, the
+//! key's partition, the policy, the cost. A key whose partition is not
+//! answered here gets the one 503 of docs/PROTOCOL.md ("Partitions"),
+//! whether it came alone or in a batch, so the batching client asks it again
+//! through the server's mapping.
+//!
+//! What decisions did is gathered in a [`Tally`] per partition and batch and
+//! published to the stats once; in journal mode the tally also holds the
+//! [`Record`]s the caller must store before it answers.
+
+use crate::counters::Counters;
+use crate::stats::{ShardStats, WorkerStats};
+use serde::{Deserialize, Serialize};
+use sluice_core::ask::{self, Op};
+use sluice_core::config::Config;
+use sluice_core::key::KeyToken;
+use sluice_core::policy::Decision;
+use sluice_core::subject::{Inbound, Verb};
+use sluice_core::time::Nanos;
+use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One counted request: what journal mode stores before it answers
+/// ([`crate::journal`] has the format), and replays at takeover.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Partition.
+    pub n: u32,
+    /// Policy name.
+    pub p: String,
+    /// Key token.
+    pub k: String,
+    /// Units counted.
+    pub c: u64,
+    /// When (ns since the epoch, the owner's clock).
+    pub t: u64,
+}
+
+/// A partition this worker answers for right now: its counters and stats.
+#[derive(Clone, Copy)]
+pub struct Owned<'c> {
+    pub partition: u32,
+    pub counters: &'c Counters,
+    pub stats: &'c ShardStats,
+}
+
+/// What to answer: a reply value, before it gets NATS headers
+/// ([`crate::reply::Reply::of`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer<'p> {
+    Decision {
+        decision: Decision,
+        policy: &'p str,
+        encoding: Encoding,
+    },
+    Error {
+        error: ErrorReply,
+        encoding: Encoding,
+    },
+    /// A batch's results in item order, or why the batch as a whole was
+    /// refused (a body that is no batch).
+    Batch(Result<Vec<wire::Reply>, ErrorReply>),
+}
+
+/// What the decisions of one batch on one partition did, published to the
+/// stats at once by [`Tally::finish`] (one atomic add per counter and
+/// batch, not per decision).
+pub struct Tally {
+    partition: u32,
+    journal: bool,
+    decisions: u64,
+    allowed: u64,
+    denied: u64,
+    hits: u64,
+    errors: u64,
+    changes: u64,
+    records: Vec<Record>,
+}
+
+impl Tally {
+    fn new(partition: u32, journal: bool) -> Tally {
+        Tally {
+            partition,
+            journal,
+            decisions: 0,
+            allowed: 0,
+            denied: 0,
+            hits: 0,
+            errors: 0,
+            changes: 0,
+            records: Vec::new(),
+        }
+    }
+
+    /// A counter changed: in journal mode, remember the record to store.
+    fn changed(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
+        self.changes += 1;
+        if self.journal {
+            self.records.push(Record {
+                n: self.partition,
+                p: policy.to_string(),
+                k: token.to_string(),
+                c: cost,
+                t: now.as_u64(),
+            });
+        }
+    }
+
+    fn outcome(&mut self, verb: Verb, result: &Result<(Decision, &str), ErrorReply>) {
+        self.decisions += 1;
+        match (result, verb) {
+            (Err(_), _) => self.errors += 1,
+            (Ok(_), Verb::Hit) => self.hits += 1,
+            (Ok((d, _)), _) if d.allowed => self.allowed += 1,
+            (Ok(_), _) => self.denied += 1,
+        }
+    }
+
+    /// Publishes the counts to `worker` and to the partition's `shard` and
+    /// returns the records to store (journal mode; empty otherwise). The
+    /// changes are published last (Release), after the counters they wrote.
+    pub fn finish(self, worker: &WorkerStats, shard: &ShardStats) -> Vec<Record> {
+        add(&worker.allowed, self.allowed);
+        add(&worker.denied, self.denied);
+        add(&worker.hits, self.hits);
+        add(&worker.errors, self.errors);
+        add(&shard.decisions, self.decisions);
+        shard.add_changes(self.changes);
+        self.records
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    if n > 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    /// The counter key is built here for every decision: one buffer per
+    /// thread, not one `String` per request.
+    static KEY: RefCell<String> = RefCell::new(String::with_capacity(128));
+}
+
+/// Decides asks on the counters it is handed. One per worker, shared by
+/// all its tasks.
+pub struct Decider {
+    config: Arc<Config>,
+    stats: Arc<WorkerStats>,
+    journal: bool,
+}
+
+impl Decider {
+    /// `journal`: build the [`Record`]s of what was counted (journal mode);
+    /// snapshot mode builds none, they would be dropped unread.
+    pub fn new(config: Arc<Config>, stats: Arc<WorkerStats>, journal: bool) -> Decider {
+        Decider {
+            config,
+            stats,
+            journal,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.stats
+    }
+
+    /// A tally for a batch of decisions on `partition`.
+    pub fn tally(&self, partition: u32) -> Tally {
+        Tally::new(partition, self.journal)
+    }
+
+    /// Decides one message that arrived on `subject`, one of the subjects of
+    /// `owned`'s partition (`rl.p.<n>.<verb>.<key>` or `rl.p.<n>.batch`).
+    /// Returns what to answer if the message wants a reply (`wants_reply`).
+    /// An `allow` or a batch nobody waits for is not a request (the mapping
+    /// probe sends those): nothing is decided or counted. A `hit` counts
+    /// either way.
+    pub fn message(
+        &self,
+        subject: &str,
+        body: &[u8],
+        wants_reply: bool,
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+    ) -> Option<Answer<'_>> {
+        match Inbound::parse(subject)? {
+            Inbound::Ask(ask) => {
+                let verb = ask.verb;
+                if !Verb::ANSWERED.contains(&verb) || (verb == Verb::Allow && !wants_reply) {
+                    return None;
+                }
+                let encoding = Encoding::of_body(body);
+                let result = self.ask(verb, ask.key_token, body, owned, now, tally);
+                tally.outcome(verb, &result);
+                let answer = match result {
+                    Ok((decision, policy)) => Answer::Decision {
+                        decision,
+                        policy,
+                        encoding,
+                    },
+                    Err(error) => Answer::Error { error, encoding },
+                };
+                wants_reply.then_some(answer)
+            }
+            Inbound::PartitionBatch(partition) => {
+                if !wants_reply {
+                    return None;
+                }
+                let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
+                let (answer, mut records) = self.batch(body, now, &answered);
+                tally.records.append(&mut records);
+                Some(answer)
+            }
+        }
+    }
+
+    /// Validates and applies one ask whose body is still encoded.
+    fn ask(
+        &self,
+        verb: Verb,
+        token: &str,
+        body: &[u8],
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+    ) -> Result<(Decision, &str), ErrorReply> {
+        let key = KeyToken::parse(token)?;
+        let request = wire::decode_request(body).map_err(|e| e.reply)?;
+        let op = Op::of(verb, request.cost)
+            .ok_or_else(|| ErrorReply::bad_request(format!("{} does not count", verb.as_str())))?;
+        let owned = self.locate(key, |p| (p == owned.partition).then_some(owned))?;
+        self.apply(key, &request.policy, op, now, owned, tally)
+    }
+
+    /// Decides a batch (`rl.p.<n>.batch` or `rl.w.<worker-id>.batch`): each
+    /// item on the counters of its partition as `answered` gives them, in
+    /// item order per partition, as if sent one after the other. Items of
+    /// partitions not answered here get the 503 of [`Decider::locate`].
+    /// Returns the reply and, in journal mode, the records to store before
+    /// it is sent.
+    pub fn batch<'c>(
+        &self,
+        body: &[u8],
+        now: Nanos,
+        answered: &dyn Fn(u32) -> Option<Owned<'c>>,
+    ) -> (Answer<'_>, Vec<Record>) {
+        let items = match batch::decode_request(body) {
+            Ok(items) => items,
+            Err(error) => {
+                add(&self.stats.errors, 1);
+                return (Answer::Batch(Err(error)), Vec::new());
+            }
+        };
+        let partitions = self.config.partitions;
+        let mut results: Vec<Option<wire::Reply>> = (0..items.len()).map(|_| None).collect();
+        // (partition, place in the batch, item), grouped by partition in item order.
+        let mut asks = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            match item {
+                Ok(item) => asks.push((item.key.partition(partitions), i, item)),
+                Err(e) => {
+                    add(&self.stats.errors, 1);
+                    results[i] = Some(wire::Reply::Error(e));
+                }
+            }
+        }
+        asks.sort_by_key(|(partition, _, _)| *partition);
+        let mut records = Vec::new();
+        for share in asks.chunk_by(|a, b| a.0 == b.0) {
+            let first = &share[0].2;
+            let owned = match self.locate(first.key, answered) {
+                Ok(owned) => owned,
+                Err(e) => {
+                    add(&self.stats.errors, share.len() as u64);
+                    for (_, i, _) in share {
+                        results[*i] = Some(wire::Reply::Error(e.clone()));
+                    }
+                    continue;
+                }
+            };
+            let mut tally = self.tally(owned.partition);
+            for (_, i, item) in share {
+                let op = Op::Allow(item.cost);
+                let result = self.apply(item.key, &item.policy, op, now, owned, &mut tally);
+                tally.outcome(Verb::Allow, &result);
+                results[*i] = Some(match result {
+                    Ok((decision, policy)) => {
+                        wire::Reply::Decision(DecisionReply::new(&decision, policy))
+                    }
+                    Err(e) => wire::Reply::Error(e),
+                });
+            }
+            records.append(&mut tally.finish(&self.stats, owned.stats));
+        }
+        let results = results
+            .into_iter()
+            .map(|r| r.expect("every item got a result"))
+            .collect();
+        (Answer::Batch(Ok(results)), records)
+    }
+
+    /// The one partition check: the partition `key` belongs to, if this
+    /// worker answers for it right now, else the 503 that sends the client
+    /// through the server's mapping (PROTOCOL.md, "Partitions").
+    fn locate<'c>(
+        &self,
+        key: KeyToken<'_>,
+        answered: impl Fn(u32) -> Option<Owned<'c>>,
+    ) -> Result<Owned<'c>, ErrorReply> {
+        let partitions = self.config.partitions;
+        let home = key.partition(partitions);
+        answered(home).ok_or_else(|| {
+            ErrorReply::unavailable(format!(
+                "key {key} belongs to partition {home} of {partitions}, which this worker does not \
+                 answer for right now (another worker owns it, it is still being restored, or the \
+                 sender uses another partition count); ask it on rl.allow.{key}"
+            ))
+        })
+    }
+
+    /// Checks the policy and the cost, then applies `op`. Nothing changes
+    /// unless every check passed.
+    fn apply(
+        &self,
+        key: KeyToken<'_>,
+        policy_name: &str,
+        op: Op,
+        now: Nanos,
+        owned: Owned<'_>,
+        tally: &mut Tally,
+    ) -> Result<(Decision, &str), ErrorReply> {
+        let policy = ask::admit(|name| self.config.policy(name), policy_name, op)?;
+        let token = key.as_str();
+        let decision = KEY.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            ask::counter_key(&mut buf, policy.name(), token);
+            owned.counters.apply(policy, &buf, now, op)
+        });
+        if op.consumed(&decision) {
+            let cost = match op {
+                Op::Allow(c) | Op::Record(c) => c,
+            };
+            tally.changed(policy.name(), token, cost, now);
+        }
+        Ok((decision, policy.name()))
+    }
+
+    /// Applies a journal record at takeover: it was counted, so it is
+    /// counted again whatever the limit, at its original time. `false` for
+    /// a record of a policy no longer configured (it is skipped).
+    pub fn replay(&self, record: &Record, counters: &Counters) -> bool {
+        let Some(policy) = self.config.policy(&record.p) else {
+            return false;
+        };
+        KEY.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            ask::counter_key(&mut buf, &record.p, &record.k);
+            counters.apply(policy, &buf, Nanos(record.t), Op::Record(record.c));
+        });
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decision core with a manual clock and no NATS: each ask is the
+    //! subject and body a worker would receive.
+    use super::*;
+    use sluice_core::partition::partition_of;
+    use sluice_core::subject::{batch_subject, Verb};
+    use sluice_core::wire::{ErrorCode, MAX_BODY};
+    use std::borrow::Cow;
+
+    const PARTITIONS: u32 = 4;
+    const SEC: u64 = 1_000_000_000;
+    const T0: Nanos = Nanos(1_000 * SEC);
+
+    const CONFIG: &str = r#"
+        partitions = 4
+        [policies.default]
+        algorithm = "sliding_window"
+        limits = [ { max = 15, per = "1s" } ]
+        [policies.login]
+        algorithm = "sliding_log"
+        limits = [ { max = 3, per = "1s" }, { max = 5, per = "1m" } ]
+    "#;
+
+    /// One partition's state and a worker's decision core, in journal mode
+    /// so that every count would show as a record.
+    struct Fixture {
+        decider: Decider,
+        counters: Counters,
+        shard: ShardStats,
+        partition: u32,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let config = Config::from_toml(CONFIG, "test.toml").unwrap();
+            Fixture {
+                decider: Decider::new(Arc::new(config), Arc::default(), true),
+                counters: Counters::new(),
+                shard: ShardStats::default(),
+                partition: 1,
+            }
+        }
+
+        fn owned(&self) -> Owned<'_> {
+            Owned {
+                partition: self.partition,
+                counters: &self.counters,
+                stats: &self.shard,
+            }
+        }
+
+        /// Sends `body` on `rl.p.<partition>.<verb>.<token>`; returns the
+        /// answer and the records to store.
+        fn send(
+            &self,
+            verb: Verb,
+            token: &str,
+            body: &[u8],
+            wants_reply: bool,
+            now: Nanos,
+        ) -> (Option<Answer<'_>>, Vec<Record>) {
+            let subject = format!("rl.p.{}.{}.{token}", self.partition, verb.as_str());
+            let mut tally = self.decider.tally(self.partition);
+            let answer =
+                self.decider
+                    .message(&subject, body, wants_reply, self.owned(), now, &mut tally);
+            let records = tally.finish(self.decider.stats(), &self.shard);
+            (answer, records)
+        }
+
+        fn allow(&self, token: &str, body: &[u8], now: Nanos) -> Answer<'_> {
+            self.send(Verb::Allow, token, body, true, now)
+                .0
+                .expect("an allow with a reply subject is answered")
+        }
+
+        /// A peek's remaining for `token` under `default`.
+        fn remaining(&self, token: &str, now: Nanos) -> u64 {
+            match self.allow(token, br#"{"cost":0}"#, now) {
+                Answer::Decision { decision, .. } => decision.remaining,
+                other => panic!("a peek is decided: {other:?}"),
+            }
+        }
+    }
+
+    /// A key token of `partition`.
+    fn key_in(partition: u32, prefix: &str) -> String {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|k| partition_of(k, PARTITIONS) == partition)
+            .unwrap()
+    }
+
+    fn decision(answer: Answer<'_>) -> Decision {
+        match answer {
+            Answer::Decision { decision, .. } => decision,
+            other => panic!("expected a decision, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_error_reply_changes_no_counter() {
+        let f = Fixture::new();
+        let mine = key_in(1, "k");
+        let elsewhere = key_in(2, "k");
+        let cases: Vec<(&str, Vec<u8>, ErrorCode, Encoding)> = vec![
+            // The key token.
+            ("bad%zz", vec![], ErrorCode::BadRequest, Encoding::MsgPack),
+            ("bad%4", vec![], ErrorCode::BadRequest, Encoding::MsgPack),
+            // The body.
+            (&mine, vec![0xc1], ErrorCode::BadRequest, Encoding::MsgPack),
+            (
+                &mine,
+                br#"{"cots":5}"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+            (
+                &mine,
+                br#"{"cost":-1}"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+            (
+                &mine,
+                br#"{"cost":1.5}"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+            (
+                &mine,
+                br#"{"cost":1} x"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+            (
+                &mine,
+                vec![b' '; MAX_BODY + 1],
+                ErrorCode::TooLarge,
+                Encoding::MsgPack,
+            ),
+            // The partition.
+            (
+                &elsewhere,
+                vec![],
+                ErrorCode::Unavailable,
+                Encoding::MsgPack,
+            ),
+            // The policy.
+            (
+                &mine,
+                br#"{"policy":"nope"}"#.to_vec(),
+                ErrorCode::UnknownPolicy,
+                Encoding::Json,
+            ),
+            (
+                &mine,
+                br#"{"policy":"bad name!"}"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+            // The cost: more than the policy can ever hold.
+            (
+                &mine,
+                br#"{"cost":16}"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+            (
+                &mine,
+                br#"{"policy":"login","cost":4}"#.to_vec(),
+                ErrorCode::BadRequest,
+                Encoding::Json,
+            ),
+        ];
+        let n = cases.len() as u64;
+        for (token, body, code, encoding) in cases {
+            let capacity = std::str::from_utf8(&body)
+                .is_ok_and(|b| b.contains(r#""cost":16"#) || b.contains(r#""cost":4"#));
+            // A hit records what was served, whatever its size: only an
+            // allow can cost too much.
+            let verbs: &[Verb] = if capacity {
+                &[Verb::Allow]
+            } else {
+                &[Verb::Allow, Verb::Hit]
+            };
+            for &verb in verbs {
+                let (answer, records) = f.send(verb, token, &body, true, T0);
+                match answer {
+                    Some(Answer::Error { error, encoding: e }) => {
+                        assert_eq!(error.code, code, "{verb:?} {token} {body:?}: {error}");
+                        assert_eq!(e, encoding, "{token} {body:?}: the reply's encoding");
+                    }
+                    other => panic!("{verb:?} {token} {body:?}: expected {code:?}, got {other:?}"),
+                }
+                assert!(records.is_empty(), "{token} {body:?} stored a record");
+            }
+        }
+        assert!(f.counters.is_empty(), "a refused request changed a counter");
+        assert_eq!(f.shard.changes(), 0);
+        assert_eq!(f.decider.stats().errors.load(Ordering::Relaxed), 2 * n - 2);
+        // The key asked with a refused cost still has its whole limit.
+        assert_eq!(f.remaining(&mine, T0), 15);
+    }
+
+    #[test]
+    fn an_allowed_ask_counts_once_and_is_recorded() {
+        let f = Fixture::new();
+        let key = key_in(1, "alice");
+        let d = decision(f.allow(&key, b"", T0));
+        assert!(d.allowed);
+        assert_eq!((d.limit, d.remaining), (15, 14));
+        assert_eq!(f.shard.changes(), 1);
+        let (_, records) = f.send(Verb::Allow, &key, br#"{"cost":2}"#, true, T0);
+        assert_eq!(records.len(), 1);
+        assert_eq!(
+            (
+                records[0].n,
+                records[0].p.as_str(),
+                records[0].k.as_str(),
+                records[0].c
+            ),
+            (1, "default", key.as_str(), 2)
+        );
+        assert_eq!(f.remaining(&key, T0), 12);
+    }
+
+    #[test]
+    fn a_peek_consumes_nothing() {
+        let f = Fixture::new();
+        let key = key_in(1, "peek");
+        for _ in 0..20 {
+            let (answer, records) = f.send(Verb::Allow, &key, br#"{"cost":0}"#, true, T0);
+            let d = decision(answer.unwrap());
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 15);
+            assert!(records.is_empty());
+        }
+        assert_eq!(f.shard.changes(), 0);
+    }
+
+    #[test]
+    fn a_denial_changes_nothing_and_says_when_to_retry() {
+        let f = Fixture::new();
+        let key = key_in(1, "busy");
+        for _ in 0..15 {
+            assert!(decision(f.allow(&key, b"", T0)).allowed);
+        }
+        let changes = f.shard.changes();
+        let (answer, records) = f.send(Verb::Allow, &key, b"", true, T0);
+        let d = decision(answer.unwrap());
+        assert!(!d.allowed);
+        assert!(d.retry_after > Nanos::ZERO);
+        assert!(records.is_empty());
+        assert_eq!(f.shard.changes(), changes);
+        assert_eq!(f.decider.stats().denied.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn every_limit_of_a_policy_must_hold() {
+        let f = Fixture::new();
+        let key = key_in(1, "login");
+        let login = br#"{"policy":"login"}"#;
+        let allowed = |now| decision(f.allow(&key, login, now)).allowed;
+        assert!((0..3).all(|_| allowed(T0)));
+        let d = decision(f.allow(&key, login, T0));
+        assert!(!d.allowed, "the 1s limit holds");
+        assert_eq!(d.limit, 3);
+        let later = Nanos(T0.as_u64() + SEC);
+        assert!(allowed(later) && allowed(later));
+        let d = decision(f.allow(&key, login, later));
+        assert!(!d.allowed, "the 1m limit holds");
+        assert_eq!(d.limit, 5);
+    }
+
+    #[test]
+    fn a_hit_counts_over_the_limit_and_an_unanswerable_allow_counts_nothing() {
+        let f = Fixture::new();
+        let key = key_in(1, "hits");
+        let (answer, records) = f.send(Verb::Hit, &key, br#"{"cost":20}"#, false, T0);
+        assert!(answer.is_none());
+        assert_eq!(records.len(), 1);
+        assert_eq!(f.remaining(&key, T0), 0);
+        // An allow nobody waits for (the mapping probe) is not a request.
+        let other = key_in(1, "probe");
+        let (answer, records) = f.send(Verb::Allow, &other, b"", false, T0);
+        assert!(answer.is_none() && records.is_empty());
+        assert_eq!(f.remaining(&other, T0), 15);
+        // A hit with a reply subject answers what a peek would.
+        let (answer, _) = f.send(Verb::Hit, &other, b"", true, T0);
+        assert_eq!(decision(answer.unwrap()).remaining, 14);
+    }
+
+    #[test]
+    fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
+        let f = Fixture::new();
+        let mine = key_in(1, "b");
+        let theirs = key_in(3, "b");
+        let item = |key: &'static str, policy: &'static str, cost| batch::Item {
+            key: KeyToken::parse(key).unwrap(),
+            policy: Cow::Borrowed(policy),
+            cost,
+        };
+        let mine: &'static str = Box::leak(mine.into_boxed_str());
+        let theirs: &'static str = Box::leak(theirs.into_boxed_str());
+        let body = batch::encode_request(&[
+            item(mine, "default", 10),
+            item(theirs, "default", 1),
+            item(mine, "default", 6),
+            item(mine, "nope", 1),
+            item(mine, "default", 5),
+        ]);
+        let subject = batch_subject(f.partition);
+        let mut tally = f.decider.tally(f.partition);
+        let answer = f
+            .decider
+            .message(&subject, &body, true, f.owned(), T0, &mut tally);
+        let records = tally.finish(f.decider.stats(), &f.shard);
+        let Some(Answer::Batch(Ok(results))) = answer else {
+            panic!("expected batch results, got {answer:?}");
+        };
+        let codes: Vec<Option<ErrorCode>> = results
+            .iter()
+            .map(|r| match r {
+                wire::Reply::Error(e) => Some(e.code),
+                wire::Reply::Decision(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                None,
+                Some(ErrorCode::Unavailable),
+                None,
+                Some(ErrorCode::UnknownPolicy),
+                None
+            ]
+        );
+        let allowed: Vec<bool> = results
+            .iter()
+            .filter_map(|r| match r {
+                wire::Reply::Decision(d) => Some(d.allowed),
+                wire::Reply::Error(_) => None,
+            })
+            .collect();
+        // 10 fits, 6 more does not (in item order), 5 more does.
+        assert_eq!(allowed, [true, false, true]);
+        assert_eq!(records.iter().map(|r| r.c).collect::<Vec<_>>(), [10, 5]);
+        assert_eq!(f.remaining(mine, T0), 0);
+        assert_eq!(f.counters.len(), 1, "another partition's key was counted");
+
+        // A body that is no batch: one error for the batch, nothing counted.
+        let mut tally = f.decider.tally(f.partition);
+        let answer = f
+            .decider
+            .message(&subject, b"\x91", true, f.owned(), T0, &mut tally);
+        assert!(
+            matches!(answer, Some(Answer::Batch(Err(ref e))) if e.code == ErrorCode::BadRequest)
+        );
+        assert!(tally.finish(f.decider.stats(), &f.shard).is_empty());
+        // A batch nobody waits for is not decided.
+        let mut tally = f.decider.tally(f.partition);
+        let answer = f
+            .decider
+            .message(&subject, &body, false, f.owned(), T0, &mut tally);
+        assert!(answer.is_none());
+        assert_eq!(f.remaining(mine, T0), 0);
+    }
+
+    #[test]
+    fn a_worker_batch_decides_each_item_on_its_partition() {
+        let f = Fixture::new();
+        let other = Counters::new();
+        let other_stats = ShardStats::default();
+        let a: &'static str = Box::leak(key_in(1, "w").into_boxed_str());
+        let b: &'static str = Box::leak(key_in(2, "w").into_boxed_str());
+        let body = batch::encode_request(&[
+            batch::Item {
+                key: KeyToken::parse(a).unwrap(),
+                policy: Cow::Borrowed("default"),
+                cost: 2,
+            },
+            batch::Item {
+                key: KeyToken::parse(b).unwrap(),
+                policy: Cow::Borrowed("default"),
+                cost: 3,
+            },
+        ]);
+        let answered = |p: u32| match p {
+            1 => Some(f.owned()),
+            2 => Some(Owned {
+                partition: 2,
+                counters: &other,
+                stats: &other_stats,
+            }),
+            _ => None,
+        };
+        let (answer, records) = f.decider.batch(&body, T0, &answered);
+        assert!(matches!(answer, Answer::Batch(Ok(ref r)) if r.len() == 2));
+        assert_eq!(
+            records.iter().map(|r| (r.n, r.c)).collect::<Vec<_>>(),
+            [(1, 2), (2, 3)]
+        );
+        assert_eq!(f.shard.changes(), 1);
+        assert_eq!(other_stats.changes(), 1);
+        assert_eq!(other.len(), 1);
+    }
+
+    #[test]
+    fn a_replayed_record_counts_whatever_the_limit() {
+        let f = Fixture::new();
+        let key = key_in(1, "r");
+        let record = Record {
+            n: 1,
+            p: "default".into(),
+            k: key.clone(),
+            c: 20,
+            t: T0.as_u64(),
+        };
+        assert!(f.decider.replay(&record, &f.counters));
+        assert_eq!(f.remaining(&key, T0), 0);
+        let gone = Record {
+            p: "retired".into(),
+            ..record
+        };
+        assert!(!f.decider.replay(&gone, &f.counters));
+    }
+}

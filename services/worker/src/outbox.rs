@@ -1,0 +1,188 @@
+//! Where decided answers go, and the one place that knows the durability
+//! mode (CONTRACT §4 `durability`).
+//!
+//! In snapshot mode an answer is published at once. In journal mode it goes
+//! to the worker's journal writer ([`crate::group_commit`]), which publishes
+//! it once the records of what it counted are stored, and a new owner
+//! replays the journal on top of the snapshot. Shards and worker batches
+//! hand their answers here and never ask which mode is on; the snapshot's
+//! journal position and the takeover replay are answered here too.
+
+use crate::decide::Record;
+use crate::group_commit;
+use crate::journal;
+use crate::reply::{self, Outgoing};
+use crate::snapshot::Manifest;
+use crate::stats::WorkerStats;
+use crate::store::Stores;
+use anyhow::Result;
+use async_nats::jetstream::stream;
+use sluice_core::storage::journal_subject;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The journal side of journal mode.
+struct Journal {
+    writer: group_commit::Writer,
+    stream: stream::Stream,
+    worker_id: String,
+}
+
+/// Sends answers, through the journal in journal mode.
+pub struct Outbox {
+    client: async_nats::Client,
+    journal: Option<Journal>,
+}
+
+/// The tasks an [`Outbox`] runs (journal mode): abort them once every
+/// shard has handed over.
+pub struct OutboxTasks(Vec<JoinHandle<()>>);
+
+impl OutboxTasks {
+    pub fn abort(self) {
+        for task in self.0 {
+            task.abort();
+        }
+    }
+}
+
+impl Outbox {
+    /// In journal mode (`stores.journal` is open) starts the worker's
+    /// journal writer and the purge of covered records, every
+    /// `purge_every`.
+    pub fn start(
+        client: async_nats::Client,
+        stores: &Stores,
+        worker_id: &str,
+        stats: Arc<WorkerStats>,
+        partitions: u32,
+        purge_every: Duration,
+    ) -> (Outbox, OutboxTasks) {
+        let Some(stream) = stores.journal.clone() else {
+            return (
+                Outbox {
+                    client,
+                    journal: None,
+                },
+                OutboxTasks(Vec::new()),
+            );
+        };
+        let (writer, writing) = group_commit::Writer::spawn(
+            client.clone(),
+            stores.js.clone(),
+            journal_subject(worker_id),
+            stats,
+        );
+        let purging = tokio::spawn(journal::purge_covered_every(
+            purge_every,
+            stream.clone(),
+            stores.snapshots.clone(),
+            partitions,
+        ));
+        let journal = Journal {
+            writer,
+            stream,
+            worker_id: worker_id.to_string(),
+        };
+        (
+            Outbox {
+                client,
+                journal: Some(journal),
+            },
+            OutboxTasks(vec![writing, purging]),
+        )
+    }
+
+    /// Whether answers wait for the journal (decisions must build records).
+    pub fn is_journal(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Sends a shard's decided batch: at once, or in journal mode once
+    /// `records` (and everything before them) are stored.
+    pub async fn answer(&self, records: Vec<Record>, replies: Vec<Outgoing>) {
+        match &self.journal {
+            Some(j) => j.writer.send(records, replies).await,
+            None => reply::publish(&self.client, replies).await,
+        }
+    }
+
+    /// Sends one reply after `records` are stored (a worker batch, decided
+    /// on its own task).
+    pub async fn answer_one(
+        &self,
+        records: Vec<Record>,
+        to: async_nats::Subject,
+        reply: reply::Reply,
+    ) {
+        if let Some(j) = &self.journal {
+            if !records.is_empty() {
+                j.writer.store(records).await;
+            }
+        }
+        reply::publish(&self.client, vec![(to, reply)]).await;
+    }
+
+    /// Returns once everything handed over before is stored and answered.
+    pub async fn flush(&self) {
+        if let Some(j) = &self.journal {
+            j.writer.flush().await;
+        }
+    }
+
+    /// The journal position and writers a snapshot taken now may claim,
+    /// given the position `claimed` by the last one. Every record at or
+    /// below the writer's acknowledged sequence was applied before it was
+    /// appended, so the copy about to be made holds it; records appended
+    /// later may or may not make it into the copy (replay then counts them
+    /// twice: the safe side). Records of earlier owners were replayed at
+    /// takeover, so only this worker is left as a writer. Snapshot mode:
+    /// `(0, [])`.
+    pub fn position(&self, claimed: u64) -> (u64, Vec<String>) {
+        match &self.journal {
+            Some(j) => (claimed.max(j.writer.acked()), vec![j.worker_id.clone()]),
+            None => (0, Vec::new()),
+        }
+    }
+
+    /// Journal mode: whether this worker's journal moved past `claimed`.
+    pub fn moved_past(&self, claimed: u64) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| j.writer.acked() > claimed)
+    }
+
+    /// At takeover, after the snapshot is restored: replays the journal
+    /// records of `partition` the snapshot in `manifest` does not hold,
+    /// handing each to `apply`, and lists this worker among the
+    /// manifest's writers. Returns how many records were applied (always 0
+    /// in snapshot mode).
+    ///
+    /// The manifest keeps claiming only what its chunks hold, and the
+    /// previous writers stay listed, so a next owner replays their records
+    /// again until a snapshot of ours covers them; our own records from now
+    /// on are on our subject.
+    pub async fn replay(
+        &self,
+        partition: u32,
+        manifest: &mut Manifest,
+        apply: impl FnMut(&Record) -> bool,
+    ) -> Result<usize> {
+        let Some(j) = &self.journal else {
+            return Ok(0);
+        };
+        let applied = journal::replay(
+            &j.stream,
+            partition,
+            &manifest.journal_writers,
+            manifest.journal_seq,
+            apply,
+        )
+        .await?;
+        if !manifest.journal_writers.contains(&j.worker_id) {
+            manifest.journal_writers.push(j.worker_id.clone());
+        }
+        Ok(applied)
+    }
+}

@@ -1,0 +1,98 @@
+//! The one way out: a decision core [`Answer`] becomes NATS headers and a
+//! payload here, and is published by [`publish`], for plain asks, batches,
+//! worker batches and journal mode alike.
+//!
+//! Headers are those of CONTRACT §1 ([`wire::RateLimitHeaders`],
+//! [`wire::error_headers`]); every batch reply, error or not, names this
+//! worker ([`batch::WORKER_HEADER`]) so the batching client learns who owns
+//! the partitions it asked for. Decision headers are formatted without a
+//! `String` per number: a reply is built for every request.
+
+use crate::decide::Answer;
+use async_nats::{HeaderMap, HeaderName, Subject};
+use bytes::Bytes;
+use sluice_core::policy::Decision;
+use sluice_core::wire::{self, batch, Encoding, ErrorReply, RateLimitHeaders};
+
+/// A reply to send: headers and payload.
+#[derive(Debug)]
+pub struct Reply {
+    pub headers: HeaderMap,
+    pub payload: Bytes,
+}
+
+/// A reply and where it goes.
+pub type Outgoing = (Subject, Reply);
+
+/// Header names are parsed once; a clone is a pointer copy.
+static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static(wire::RATELIMIT_LIMIT);
+static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static(wire::RATELIMIT_REMAINING);
+static RATELIMIT_RESET: HeaderName = HeaderName::from_static(wire::RATELIMIT_RESET);
+static RETRY_AFTER: HeaderName = HeaderName::from_static(wire::RETRY_AFTER);
+
+impl Reply {
+    /// The reply to `answer`, from worker `worker_id`.
+    pub fn of(answer: &Answer<'_>, worker_id: &str) -> Reply {
+        match answer {
+            Answer::Decision {
+                decision,
+                policy,
+                encoding,
+            } => Reply::decision(decision, policy, *encoding),
+            Answer::Error { error, encoding } => Reply::error(error, *encoding),
+            Answer::Batch(results) => {
+                let mut reply = match results {
+                    Ok(results) => Reply {
+                        headers: HeaderMap::new(),
+                        payload: batch::encode_reply(results).into(),
+                    },
+                    Err(error) => Reply::error(error, Encoding::MsgPack),
+                };
+                reply.headers.insert(batch::WORKER_HEADER, worker_id);
+                reply
+            }
+        }
+    }
+
+    /// The reply to a decided request.
+    pub fn decision(decision: &Decision, policy: &str, encoding: Encoding) -> Reply {
+        let values = RateLimitHeaders::of(decision);
+        let mut number = itoa::Buffer::new();
+        let mut headers = HeaderMap::new();
+        headers.insert(RATELIMIT_LIMIT.clone(), number.format(values.limit));
+        headers.insert(RATELIMIT_REMAINING.clone(), number.format(values.remaining));
+        headers.insert(RATELIMIT_RESET.clone(), number.format(values.reset_s));
+        if let Some(retry_after) = values.retry_after_s {
+            headers.insert(RETRY_AFTER.clone(), number.format(retry_after));
+        }
+        Reply {
+            headers,
+            payload: wire::encode_decision(decision, policy, encoding).into(),
+        }
+    }
+
+    /// The reply to a refused request.
+    pub fn error(error: &ErrorReply, encoding: Encoding) -> Reply {
+        let mut headers = HeaderMap::new();
+        for (name, value) in wire::error_headers(error) {
+            headers.insert(name, value.as_str());
+        }
+        Reply {
+            headers,
+            payload: wire::encode_error(error, encoding).into(),
+        }
+    }
+}
+
+/// Publishes `replies` in order; a reply that cannot be sent is logged (its
+/// asker times out and asks again).
+pub async fn publish(client: &async_nats::Client, replies: Vec<Outgoing>) {
+    for (to, reply) in replies {
+        if let Err(e) = client
+            .publish_with_headers(to, reply.headers, reply.payload)
+            .await
+        {
+            tracing::warn!("cannot send a reply: {e}");
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! Every NATS subject sluice uses, built and parsed here and nowhere else.
+//!
+//! Clients send to `rl.<verb>.<key>` (CONTRACT §1, §2, §8, §9). The NATS
+//! server rewrites those, with its own deterministic partition function, to
+//! `rl.p.<n>.<verb>.<key>`, `n < partitions`, which is what the owning worker
+//! subscribes to ([`crate::nats_config`] renders that mapping). So clients
+//! never learn about partitions and no request takes an extra hop. The
+//! batching client bypasses the mapping on purpose: it sends to
+//! `rl.p.<n>.batch` or, once it knows a partition's owner,
+//! `rl.w.<worker-id>.batch`.
+//!
+//! Why one module: a subject is spelled by whoever sends and parsed by
+//! whoever receives, often in different crates; a typo on one side is a
+//! request that silently reaches no one. Building and parsing side by side
+//! keeps the two in step, and the tests in `shared/tests/nats_config.rs` pin
+//! the strings.
+
+use crate::partition::partition_of;
+
+/// The first token of every public sluice subject.
+pub const ROOT: &str = "rl";
+/// Subject prefix of decision requests: `rl.allow.<key>` (CONTRACT §1).
+pub const ALLOW_PREFIX: &str = "rl.allow";
+/// Subject prefix of counted hits: `rl.hit.<key>` (CONTRACT §2).
+pub const HIT_PREFIX: &str = "rl.hit";
+/// Prefix of the per-partition subjects the server maps onto:
+/// `rl.p.<n>.<verb>.<key>`.
+pub const PARTITION_PREFIX: &str = "rl.p";
+/// Prefix of the per-worker subjects (`rl.w.<worker-id>.batch`), internal.
+pub const WORKER_PREFIX: &str = "rl.w";
+/// The top-keys query (CONTRACT §9). Not under `rl.usage.`, which the
+/// mapping sends to one key's owner.
+pub const TOP: &str = "rl.top";
+/// The last token of a batch subject.
+const BATCH: &str = "batch";
+
+/// What a per-key subject asks for: the token after `rl.` (CONTRACT §1, §2,
+/// §8, §9). One enum for the verbs: the subjects, the worker's decision
+/// core and the clients' local limiter all use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `rl.allow.<key>`: request-reply for a decision.
+    Allow,
+    /// `rl.hit.<key>`: publish, count whether or not it fits.
+    Hit,
+    /// `rl.inspect.<key>`: a key's state, consuming nothing (CONTRACT §8).
+    Inspect,
+    /// `rl.reset.<key>`: forget a key's counters (CONTRACT §8).
+    Reset,
+    /// `rl.usage.<key>`: a key's usage history (CONTRACT §9).
+    Usage,
+}
+
+impl Verb {
+    /// Every per-key verb of the contract.
+    pub const ALL: [Verb; 5] = [
+        Verb::Allow,
+        Verb::Hit,
+        Verb::Inspect,
+        Verb::Reset,
+        Verb::Usage,
+    ];
+
+    /// The verbs workers answer today, so the ones the server maps onto
+    /// partitions ([`crate::nats_config::mapping`]) and a partition's owner
+    /// subscribes to.
+    pub const ANSWERED: [Verb; 2] = [Verb::Allow, Verb::Hit];
+
+    /// The verb's token in subjects: `allow`, `hit`, ...
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verb::Allow => "allow",
+            Verb::Hit => "hit",
+            Verb::Inspect => "inspect",
+            Verb::Reset => "reset",
+            Verb::Usage => "usage",
+        }
+    }
+
+    fn parse(token: &str) -> Option<Verb> {
+        Verb::ALL.into_iter().find(|v| v.as_str() == token)
+    }
+
+    /// `rl.allow`, `rl.hit`, ...: the prefix clients send under.
+    pub const fn client_prefix(self) -> &'static str {
+        match self {
+            Verb::Allow => ALLOW_PREFIX,
+            Verb::Hit => HIT_PREFIX,
+            Verb::Inspect => "rl.inspect",
+            Verb::Reset => "rl.reset",
+            Verb::Usage => "rl.usage",
+        }
+    }
+
+    /// The subject a client sends to: `rl.allow.<key>`, `rl.hit.<key>`, ...
+    /// `key_token` must already be one encoded subject token (see
+    /// [`crate::key`]).
+    pub fn client_subject(self, key_token: &str) -> String {
+        format!("{}.{key_token}", self.client_prefix())
+    }
+
+    /// `rl.allow.*`: every client subject of this verb (the mapping's source).
+    pub fn client_wildcard(self) -> String {
+        format!("{}.*", self.client_prefix())
+    }
+
+    /// `rl.allow.>`: what the mapping cannot map (a key of several tokens),
+    /// for the worker that answers those with an error.
+    pub fn unmapped_wildcard(self) -> String {
+        format!("{}.>", self.client_prefix())
+    }
+
+    /// The subscription of partition `partition`'s owner for this verb:
+    /// `rl.p.<n>.allow.*`, `rl.p.<n>.hit.*`, ...
+    pub fn partition_subject(self, partition: u32) -> String {
+        format!("{PARTITION_PREFIX}.{partition}.{}.*", self.as_str())
+    }
+
+    /// `rl.p.*.allow.<key>`: where `key_token` arrives, whatever its
+    /// partition (the mapping probe listens there).
+    pub fn any_partition_subject(self, key_token: &str) -> String {
+        format!("{PARTITION_PREFIX}.*.{}.{key_token}", self.as_str())
+    }
+
+    /// The mapping's destination with `partitions` partitions:
+    /// `rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}`.
+    pub fn mapped_destination(self, partitions: u32) -> String {
+        format!(
+            "{PARTITION_PREFIX}.{{{{partition({partitions},1)}}}}.{}.{{{{wildcard(1)}}}}",
+            self.as_str()
+        )
+    }
+}
+
+/// `rl.p.<partition>.allow.*`: what a partition's owner subscribes to for decisions.
+pub fn allow_subject(partition: u32) -> String {
+    Verb::Allow.partition_subject(partition)
+}
+
+/// `rl.p.<partition>.hit.*`: what a partition's owner subscribes to for hits.
+pub fn hit_subject(partition: u32) -> String {
+    Verb::Hit.partition_subject(partition)
+}
+
+/// The subject on which the owner of `partition` takes batched asks from the
+/// batching client (`sluice_core::wire::batch` payloads). Batches bypass the
+/// server's mapping: the client computes the partition itself.
+pub fn batch_subject(partition: u32) -> String {
+    format!("{PARTITION_PREFIX}.{partition}.{BATCH}")
+}
+
+/// The subject on which worker `worker_id` takes batches whose items may
+/// belong to any of its partitions (same payloads as [`batch_subject`]). The
+/// batching client learns which worker owns a partition from the
+/// [`crate::wire::batch::WORKER_HEADER`] of batch replies, so one request
+/// carries the asks of all of that worker's partitions.
+pub fn worker_batch_subject(worker_id: &str) -> String {
+    format!("{WORKER_PREFIX}.{worker_id}.{BATCH}")
+}
+
+/// Every subject a partition's owner subscribes to: one per answered verb
+/// and the partition's batch subject.
+pub fn owner_subjects(partition: u32) -> Vec<String> {
+    Verb::ANSWERED
+        .into_iter()
+        .map(|verb| verb.partition_subject(partition))
+        .chain([batch_subject(partition)])
+        .collect()
+}
+
+/// Whether `id` can name a worker: it is a NATS subject token (and a KV
+/// key), 1 to 64 characters of `A-Z`, `a-z`, `0-9`, `_` and `-`.
+pub fn is_valid_worker_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The NATS micro service every worker registers (`$SRV.PING.sluice-worker`).
+pub const STATUS_SERVICE: &str = "sluice-worker";
+/// The service group of the workers' status endpoints:
+/// `sluice.status.<worker-id>`.
+pub const STATUS_GROUP: &str = "sluice.status";
+
+/// `$SRV.PING.sluice-worker`: every worker answers.
+pub fn status_ping() -> String {
+    format!("$SRV.PING.{STATUS_SERVICE}")
+}
+
+/// `$SRV.STATS.sluice-worker.<service-id>`: one worker's status.
+pub fn status_stats(service_id: &str) -> String {
+    format!("$SRV.STATS.{STATUS_SERVICE}.{service_id}")
+}
+
+/// A per-partition subject as a worker receives it: `rl.p.<n>.<verb>.<key>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionSubject<'a> {
+    pub partition: u32,
+    pub verb: Verb,
+    /// The key token as sent, still percent-encoded.
+    pub key_token: &'a str,
+}
+
+impl<'a> PartitionSubject<'a> {
+    /// Splits a received subject; `None` if it is not a per-partition
+    /// subject of exactly five tokens with a decimal partition number and a
+    /// known verb. Whether the key token is acceptable (e.g. not `*`) is for
+    /// the key decoder to say.
+    pub fn parse(subject: &'a str) -> Option<PartitionSubject<'a>> {
+        match Inbound::parse(subject)? {
+            Inbound::Ask(ask) => Some(ask),
+            Inbound::PartitionBatch(_) => None,
+        }
+    }
+}
+
+/// What a partition's owner receives on the subjects of [`owner_subjects`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inbound<'a> {
+    /// `rl.p.<n>.<verb>.<key>`: one ask, mapped by the server.
+    Ask(PartitionSubject<'a>),
+    /// `rl.p.<n>.batch`: a batch of asks for partition `n`.
+    PartitionBatch(u32),
+}
+
+impl<'a> Inbound<'a> {
+    /// `None` for anything else (another prefix, a partition number that is
+    /// not plain decimal, an unknown verb, a key of several tokens).
+    pub fn parse(subject: &'a str) -> Option<Inbound<'a>> {
+        let rest = subject.strip_prefix(PARTITION_PREFIX)?.strip_prefix('.')?;
+        let mut tokens = rest.splitn(3, '.');
+        let partition = tokens.next()?;
+        if partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let partition: u32 = partition.parse().ok()?;
+        let second = tokens.next()?;
+        let Some(key_token) = tokens.next() else {
+            return (second == BATCH).then_some(Inbound::PartitionBatch(partition));
+        };
+        let verb = Verb::parse(second)?;
+        if key_token.is_empty() || key_token.contains('.') {
+            return None;
+        }
+        Some(Inbound::Ask(PartitionSubject {
+            partition,
+            verb,
+            key_token,
+        }))
+    }
+}
+
+/// The start-up check that the server maps keys onto the partitions this
+/// process computes: its pure part, shared by the worker and the client
+/// (whose gateway uses it too).
+///
+/// The checker subscribes to [`Probe::arrival_subject`] for a few unique
+/// keys (and, to tell "no mapping" apart, may also listen on the unmapped
+/// subject), publishes `rl.allow.<key>` *without* a reply subject (workers
+/// ignore such asks, so nothing is counted), and hands every arrival to
+/// [`Probe::check`]. Eight probes catch a wrong partition count with
+/// probability at least 1 - 2^-8, for about one round trip.
+pub mod probe {
+    use super::{partition_of, PartitionSubject, Verb};
+
+    /// How many probe keys a check sends.
+    pub const PROBES: usize = 8;
+
+    /// `PROBES` keys unique to this check (`nonce` makes them so).
+    pub fn keys(prefix: &str, nonce: &str) -> Vec<String> {
+        (0..PROBES)
+            .map(|i| format!("{prefix}-{nonce}-{i}"))
+            .collect()
+    }
+
+    /// Where a probe key sent to `rl.allow.<key>` arrives once mapped.
+    pub fn arrival_subject(key: &str) -> String {
+        Verb::Allow.any_partition_subject(key)
+    }
+
+    /// Where a probe is published: through the mapping, like any ask.
+    pub fn send_subject(key: &str) -> String {
+        Verb::Allow.client_subject(key)
+    }
+
+    /// An arrival on another partition than this process computes.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Mismatch {
+        pub key: String,
+        /// Where the server put it (`None`: a subject that is no mapped ask).
+        pub arrived: Option<u32>,
+        /// Where `partition_of` puts it.
+        pub expected: u32,
+    }
+
+    /// Checks one arrival against `partitions`.
+    pub fn check(arrival: &str, partitions: u32) -> Result<(), Mismatch> {
+        let parsed = PartitionSubject::parse(arrival);
+        let key = parsed
+            .map(|p| p.key_token)
+            .unwrap_or_else(|| arrival.rsplit('.').next().unwrap_or_default());
+        let expected = partition_of(key, partitions);
+        match parsed {
+            Some(p) if p.partition == expected => Ok(()),
+            _ => Err(Mismatch {
+                key: key.to_string(),
+                arrived: parsed.map(|p| p.partition),
+                expected,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inbound_tells_asks_from_partition_batches() {
+        assert_eq!(
+            Inbound::parse("rl.p.7.inspect.alice"),
+            Some(Inbound::Ask(PartitionSubject {
+                partition: 7,
+                verb: Verb::Inspect,
+                key_token: "alice"
+            }))
+        );
+        assert_eq!(
+            Inbound::parse("rl.p.7.batch"),
+            Some(Inbound::PartitionBatch(7))
+        );
+        assert_eq!(
+            Inbound::parse(&batch_subject(12)),
+            Some(Inbound::PartitionBatch(12))
+        );
+        for bad in [
+            "rl.p.7.batchx",
+            "rl.p.7.allow",
+            "rl.p.7.batch.x.y",
+            "rl.w.x.batch",
+        ] {
+            assert_eq!(Inbound::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_verb_round_trips_and_only_answered_verbs_are_owned() {
+        for verb in Verb::ALL {
+            let subject = format!("rl.p.3.{}.k", verb.as_str());
+            assert_eq!(
+                PartitionSubject::parse(&subject).map(|p| p.verb),
+                Some(verb)
+            );
+            assert!(verb.client_subject("k").starts_with(ROOT));
+        }
+        assert_eq!(
+            owner_subjects(5),
+            ["rl.p.5.allow.*", "rl.p.5.hit.*", "rl.p.5.batch"]
+        );
+        assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
+        assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");
+        assert_eq!(worker_batch_subject("w1"), "rl.w.w1.batch");
+        assert_eq!(status_stats("abc"), "$SRV.STATS.sluice-worker.abc");
+    }
+
+    #[test]
+    fn the_probe_accepts_only_the_computed_partition() {
+        let keys = probe::keys("p", "n");
+        assert_eq!(keys.len(), probe::PROBES);
+        let key = &keys[0];
+        assert_eq!(probe::send_subject(key), format!("rl.allow.{key}"));
+        assert_eq!(probe::arrival_subject(key), format!("rl.p.*.allow.{key}"));
+        let right = partition_of(key, 16);
+        assert_eq!(
+            probe::check(&format!("rl.p.{right}.allow.{key}"), 16),
+            Ok(())
+        );
+        let wrong = (right + 1) % 16;
+        assert_eq!(
+            probe::check(&format!("rl.p.{wrong}.allow.{key}"), 16),
+            Err(probe::Mismatch {
+                key: key.clone(),
+                arrived: Some(wrong),
+                expected: right
+            })
+        );
+    }
+}
