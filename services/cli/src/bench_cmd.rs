@@ -4,8 +4,10 @@
 //! report) is the `sluice-bench` crate, with the load flags every target
 //! takes; this command adds the targets: sluice through the plain subject
 //! or the batching client, a bare echo responder on the same subjects
-//! (`--serve-echo` runs it; `--target echo` measures it), and Redis with Lua
-//! limiter scripts. See docs/BENCHMARKS.md and bench/README.md.
+//! (`--serve-echo` runs it; `--target echo` measures it). The Redis
+//! baselines are `sluice-bench-redis` (services/bench-redis), a binary of
+//! their own on the same engine, so that this one carries no Redis client.
+//! See docs/BENCHMARKS.md and bench/README.md.
 
 #[path = "bench/batching.rs"]
 mod batching;
@@ -13,25 +15,21 @@ mod batching;
 mod echo;
 #[path = "bench/ready.rs"]
 mod ready;
-#[path = "bench/redis_targets.rs"]
-mod redis_targets;
 #[path = "bench/targets.rs"]
 mod targets;
 
 use crate::cli::Common;
-use anyhow::{Context as _, Result};
-use redis_targets::{RedisKind, RedisLimit, RedisSpec};
+use anyhow::Result;
 use sluice_bench::{parse_duration, LoadArgs};
-use std::sync::Arc;
 use std::time::Duration;
-use targets::{ClientKind, NatsSpec, TargetKind};
+use targets::{ClientKind, NatsSpec, TargetKind, TargetParser};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// What to load: sluice workers, the echo responder (the ceiling), or
-    /// Redis with a Lua limiter (sorted-set sliding log, INCR fixed window,
-    /// token bucket hash).
-    #[arg(long, value_enum, default_value = "sluice")]
+    /// What to load: sluice workers, or the echo responder (the ceiling).
+    /// The Redis + Lua baselines are `sluice-bench-redis`, with the same
+    /// load flags and report.
+    #[arg(long, value_parser = TargetParser, default_value = "sluice")]
     pub target: TargetKind,
     /// How to ask sluice (or the echo responder): one request per ask on
     /// the plain subject, or sluice-client with batching.
@@ -48,9 +46,6 @@ pub struct BenchArgs {
     /// so every ask reaches a worker.
     #[arg(long)]
     pub deny_cache: bool,
-    /// Redis URL for the redis-* targets.
-    #[arg(long, default_value = "redis://127.0.0.1:6379")]
-    pub redis: String,
     /// Run the echo responder (the ceiling's server side) until SIGTERM or
     /// SIGINT instead of generating load.
     #[arg(long)]
@@ -67,30 +62,6 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    if args.target.is_redis() {
-        let policy = config.policy(&load.policy).with_context(|| {
-            format!(
-                "no policy {:?} in the config; the Redis targets take their limit from it",
-                load.policy
-            )
-        })?;
-        let kind = match args.target {
-            TargetKind::RedisZset => RedisKind::Zset,
-            TargetKind::RedisIncr => RedisKind::Incr,
-            _ => RedisKind::Bucket,
-        };
-        let spec = RedisSpec {
-            kind,
-            url: args.redis.clone(),
-            timeout: load.timeout,
-            keys: Arc::new(plan.key_names()),
-            limit: RedisLimit::of(policy),
-            cost: load.cost,
-        };
-        rt.block_on(redis_targets::check_redis(&args.redis))?;
-        drop(rt);
-        return plan.run(spec, kind.name(), None, None);
-    }
     let mut spec = NatsSpec::new(
         args.client,
         common.nats.clone(),

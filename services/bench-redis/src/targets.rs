@@ -214,3 +214,24 @@ redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate))
 return {allowed, math.floor(tokens)}
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::config::Config;
+
+    #[test]
+    fn the_scripts_enforce_the_first_limit_of_the_policy() {
+        let config = Config::from_toml(
+            r#"
+[policies.bucket]
+algorithm = "token_bucket"
+limits = [ { max = 100, per = "1s", burst = 250 }, { max = 1000, per = "1h" } ]
+"#,
+            "test.toml",
+        )
+        .unwrap();
+        let limit = RedisLimit::of(config.policy("bucket").unwrap());
+        assert_eq!((limit.max, limit.window_ms, limit.burst), (100, 1000, 250));
+    }
+}
