@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The sluice benchmark harness: runs the whole matrix with one load
-generator (`sluice bench`) and rewrites the generated part of
+generator (`sluice bench`; for the Redis baselines `sluice-bench-redis`,
+the same engine and report) and rewrites the generated part of
 docs/BENCHMARKS.md, plus docs/bench/results.json and docs/bench/*.png.
 
 Run it through bench/run.sh (which installs what it needs and builds the
-release binary). Everything runs on loopback, on free ports, and every
+release binaries). Everything runs on loopback, on free ports, and every
 process it starts is stopped by its pid when it ends (also on Ctrl-C).
 
 What it measures, all with the same load (C in flight over M connections,
@@ -14,7 +15,8 @@ K keys uniform and Zipf, the same duration per cell):
   workers' subjects that decides nothing;
 - sluice through the plain subject and through the batching client, with 1
   and 2 workers, for each algorithm, in snapshot and journal durability;
-- Redis + Lua (sorted-set sliding log, INCR fixed window, token bucket hash);
+- Redis + Lua (sorted-set sliding log, INCR fixed window, token bucket hash),
+  loaded by `sluice-bench-redis`;
 - the Redis targets again back to back (`paired`): rounds of the batching
   echo, sluice and Redis one right after the other, so that the machine's
   drift during the run does not decide them;
@@ -308,6 +310,7 @@ class Harness:
     def __init__(self, args):
         self.args = args
         self.sluice = args.sluice
+        self.bench_redis = args.bench_redis
         self.nats_server = args.nats_server
         self.workdir = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
         self.results = []
@@ -320,16 +323,17 @@ class Harness:
         return ["-c", str(c or a.concurrency), "-m", str(m or a.connections), "-k", str(a.keys),
                 "--duration", f"{round(a.duration * 1000)}ms", "--warmup", f"{round(a.warmup * 1000)}ms"]
 
-    def run_bench(self, argv, label):
-        """Runs `sluice bench ... --json -q`; returns the report (dict) with
+    def run_bench(self, cmd, argv, label):
+        """Runs `cmd ... --json -q` (`sluice bench`, or `sluice-bench-redis`:
+        the same load generator and report); returns the report (dict) with
         the CPU other processes used meanwhile, or {"error": ...}."""
         logf = self.workdir / "bench.log"
         quiet, load1, busy = machine_quiet()
         foreign = Foreign()
         with open(logf, "a") as f:
-            f.write(f"\n=== {label}: {' '.join(argv)}\n")
+            f.write(f"\n=== {label}: {' '.join(cmd + argv)}\n")
             f.flush()
-            r = subprocess.run([self.sluice, "bench", "--json", "-q"] + argv, stdout=subprocess.PIPE,
+            r = subprocess.run(cmd + ["--json", "-q"] + argv, stdout=subprocess.PIPE,
                                stderr=f, text=True, timeout=600)
         cpu = foreign.done()
         try:
@@ -344,13 +348,19 @@ class Harness:
         return report
 
     def sluice_bench(self, stack, argv, label):
-        return self.run_bench(["--nats", stack.nats.url, "--config", str(stack.config)] + argv, label)
+        return self.run_bench([self.sluice, "bench"], ["--nats", stack.nats.url, "--config", str(stack.config)] + argv,
+                              label)
 
-    def cell(self, stack_or_url, config, label, argv, **tags):
-        if isinstance(stack_or_url, Stack):
-            rep = self.sluice_bench(stack_or_url, argv, label)
+    def cell(self, where, config, label, argv, **tags):
+        """One measured cell against `where`: a Stack (sluice), a NATS URL
+        (`sluice bench` against the echo responder there), or a redis:// URL
+        (`sluice-bench-redis`, whose --target picks the Lua limiter)."""
+        if isinstance(where, Stack):
+            rep = self.sluice_bench(where, argv, label)
+        elif where.startswith("redis://"):
+            rep = self.run_bench([self.bench_redis], ["--redis", where, "--config", str(config)] + argv, label)
         else:
-            rep = self.run_bench(["--nats", stack_or_url, "--config", str(config)] + argv, label)
+            rep = self.run_bench([self.sluice, "bench"], ["--nats", where, "--config", str(config)] + argv, label)
         rep["tags"] = tags
         rep["label"] = label
         self.results.append(rep)
@@ -422,13 +432,12 @@ class Harness:
                         if dist == "zipf" and c != a.concurrency:
                             continue
                         self.cell(url, cfg, f"{target} {dist} C={c}",
-                                  self.load_flags(c) + ["--target", target, "--redis", url, "--policy", policy,
-                                                        "--dist", dist],
+                                  self.load_flags(c) + ["--target", target, "--policy", policy, "--dist", dist],
                                   kind=target, policy=policy, dist=dist, c=c)
                 # The load under which the batching client batches well (see batching()).
                 if self.batching and target != "redis-bucket" and "batching" in a.parts:
                     self.cell(url, cfg, f"{target} uniform C=1024 M=1",
-                              self.load_flags(1024, 1) + ["--target", target, "--redis", url, "--policy", policy],
+                              self.load_flags(1024, 1) + ["--target", target, "--policy", policy],
                               kind=target, policy=policy, dist="uniform", c=1024, m=1)
         finally:
             PROCS.stop(p)
@@ -525,7 +534,7 @@ class Harness:
                     members = [
                         ("echo", echo_nats.url, ["--target", "echo", "--client", "batching"]),
                         ("sluice", stack.nats.url, ["--client", "batching"]),
-                        (target, redis_url, ["--target", target, "--redis", redis_url]),
+                        (target, redis_url, ["--target", target]),
                     ]
                     for rnd in range(a.rounds):
                         k = rnd % len(members)
@@ -753,6 +762,8 @@ def main():
     p.add_argument("--results", help="write the raw results JSON here (default docs/bench/results.json)")
     p.add_argument("--render-only", help="regenerate the docs from a results JSON without running anything")
     p.add_argument("--sluice", default=os.environ.get("SLUICE_BIN"))
+    p.add_argument("--bench-redis", default=os.environ.get("SLUICE_BENCH_REDIS_BIN"),
+                   help="the Redis load generator (default: $SLUICE_BENCH_REDIS_BIN, else the release build's)")
     p.add_argument("--nats-server", default=str(ROOT / ".tools/venv/bin/nats-server"))
     a = p.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
@@ -784,9 +795,9 @@ def main():
         a.workers = [1, 2]
         a.durabilities = ["snapshot", "journal"]
         a.concurrencies = [a.concurrency, 256]
-    if not a.sluice:
-        target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-        a.sluice = str(target / "release" / "sluice")
+    release = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+    a.sluice = a.sluice or str(release / "sluice")
+    a.bench_redis = a.bench_redis or str(release / "sluice-bench-redis")
 
     h = Harness(a)
 
@@ -799,7 +810,7 @@ def main():
     finally:
         PROCS.stop_all()
     data = {
-        "args": {k: v for k, v in vars(a).items() if k not in ("sluice", "nats_server", "render_only")},
+        "args": {k: v for k, v in vars(a).items() if k not in ("sluice", "bench_redis", "nats_server", "render_only")},
         "results": h.results,
         **h.extra,
     }

@@ -202,7 +202,7 @@ def render(data, chart_rel):
     w(f"- Versions: sluice `{v.get('sluice_commit', '?')}`{' (with uncommitted changes)' if v.get('dirty') else ''}, "
       f"{v.get('rustc', '?')}, {v.get('nats_server', '?')} (JetStream file store, one node), "
       f"Redis {data.get('redis_version', '?')}; release build.")
-    w(f"- Load: `sluice bench`, closed loop, **C={c}** requests in flight (and C=256 where noted) over **M={a['connections']}** "
+    w(f"- Load: `sluice bench` (the Redis rows: `sluice-bench-redis`, the same load generator), closed loop, **C={c}** requests in flight (and C=256 where noted) over **M={a['connections']}** "
       f"NATS or Redis connections, one load thread per connection (current-thread tokio runtimes); "
       f"**K={a['keys']:,}** keys, uniform or Zipf (s=1: the hottest key gets {zipf_top(a['keys']):.0f} % of requests); "
       f"each cell {a['warmup']:g} s warm-up then **{a['duration']:g} s** measured. Every cell uses fresh keys.")

@@ -215,3 +215,18 @@ async fn bench_against_the_echo_responder_and_with_no_one_answering() {
         "the echo responder stops cleanly on SIGTERM"
     );
 }
+
+#[test]
+fn the_redis_targets_are_refused_with_a_pointer_to_sluice_bench_redis() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "--target", "redis-zset", "-n", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("[possible values: sluice, echo]"), "{err}");
+    assert!(
+        err.contains("`sluice-bench-redis --target redis-zset`"),
+        "{err}"
+    );
+}

@@ -3,9 +3,9 @@
 //! deny cache off unless `--deny-cache` (so every ask reaches a worker), and
 //! fallback `closed` (so an ask nobody answered is an error, not a guess).
 
-use super::report::Outcome;
-use super::targets::TargetSpec;
+use super::targets::NatsSpec;
 use anyhow::{Context as _, Result};
+use sluice_bench::Outcome;
 use sluice_client::{Client, ClientOptions, Error, Fallback, Source};
 
 #[derive(Clone, Debug)]
@@ -16,12 +16,12 @@ pub struct BatchingSpec {
 
 pub struct BatchingTarget {
     client: Client,
-    spec: TargetSpec,
+    spec: NatsSpec,
 }
 
 pub async fn connect(
     spec: &BatchingSpec,
-    target: &TargetSpec,
+    target: &NatsSpec,
     index: usize,
 ) -> Result<BatchingTarget> {
     let mut opts = ClientOptions::default()

@@ -13,9 +13,9 @@
 //! Only requests that end inside the measured window (after the warm-up)
 //! count. A progress line goes to stderr about once a second.
 
-use super::keys::{Keys, Rng};
-use super::report::{Outcome, Recorder};
-use super::targets::{Target, TargetSpec};
+use crate::keys::{Keys, Rng};
+use crate::report::{Outcome, Recorder};
+use crate::target::{Connect, Target};
 use anyhow::{anyhow, Context as _, Result};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -62,7 +62,8 @@ struct Shared {
     errors: AtomicU64,
 }
 
-pub fn run(spec: TargetSpec, keys: Keys, opts: &LoadOptions) -> Result<Measured> {
+/// Runs the load against the target `connect` opens; returns what the window measured.
+pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Measured> {
     let threads = opts.threads.clamp(1, opts.connections);
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -81,7 +82,7 @@ pub fn run(spec: TargetSpec, keys: Keys, opts: &LoadOptions) -> Result<Measured>
             .filter(|j| (j % opts.connections) % threads == t)
             .map(|j| j % opts.connections)
             .collect();
-        let spec = spec.clone();
+        let connect = connect.clone();
         let keys = keys.clone();
         let shared = shared.clone();
         let start_rx = start_rx.clone();
@@ -98,7 +99,7 @@ pub fn run(spec: TargetSpec, keys: Keys, opts: &LoadOptions) -> Result<Measured>
                 local.block_on(&rt, async move {
                     let mut targets = Vec::new();
                     for &c in &conns {
-                        match spec.connect(c).await {
+                        match connect.connect(c).await {
                             Ok(target) => targets.push((c, Rc::new(target))),
                             Err(e) => {
                                 let _ = up_tx.send(Err(e));
@@ -118,7 +119,7 @@ pub fn run(spec: TargetSpec, keys: Keys, opts: &LoadOptions) -> Result<Measured>
                             closed_loop(&targets, &tasks, &keys, &shared, start, &rec, seed).await
                         }
                         Some(rate) => {
-                            let targets: Vec<Rc<Target>> =
+                            let targets: Vec<Rc<C::Target>> =
                                 targets.iter().map(|(_, t)| t.clone()).collect();
                             open_loop(
                                 targets,
@@ -311,8 +312,8 @@ fn note(
     }
 }
 
-async fn closed_loop(
-    targets: &[(usize, Rc<Target>)],
+async fn closed_loop<T: Target>(
+    targets: &[(usize, Rc<T>)],
     tasks: &[usize],
     keys: &Keys,
     shared: &Arc<Shared>,
@@ -346,8 +347,8 @@ async fn closed_loop(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn open_loop(
-    targets: Vec<Rc<Target>>,
+async fn open_loop<T: Target>(
+    targets: Vec<Rc<T>>,
     keys: &Keys,
     shared: &Arc<Shared>,
     start: Start,

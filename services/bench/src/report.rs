@@ -18,7 +18,7 @@ pub enum Outcome {
     Timeout,
     /// An error reply (`Nats-Service-Error-Code`, or a client error) with its code.
     ErrorReply(u16),
-    /// Anything else (connection trouble, a malformed reply, a Redis error).
+    /// Anything else (connection trouble, a malformed reply, an error of the target's client).
     Other,
 }
 
@@ -179,7 +179,8 @@ pub struct Report {
     pub denied: u64,
     pub errors: Errors,
     pub latency_us: Latency,
-    /// How long it took until every partition answered (sluice and echo targets).
+    /// How long the target took to be ready before the load (sluice and
+    /// echo targets: until every partition answered).
     pub ready_ms: Option<u64>,
     /// What the batching client did (batches, asks per batch, retries).
     pub client_stats: Option<serde_json::Value>,
@@ -251,7 +252,7 @@ impl Report {
         };
         let _ = writeln!(
             out,
-            "sluice bench: {target}; {load} over {} connection(s) on {} thread(s); {} keys {dist}; policy {} cost {}",
+            "load on {target}; {load} over {} connection(s) on {} thread(s); {} keys {dist}; policy {} cost {}",
             s.connections, s.threads, s.keys, s.policy, s.cost
         );
         let _ = writeln!(
