@@ -116,6 +116,15 @@ impl Verb {
         format!("{PARTITION_PREFIX}.{partition}.{}.*", self.as_str())
     }
 
+    /// `rl.p.<n>.allow.<key>`: what the mapping makes of
+    /// [`Verb::client_subject`] when `key_token` is in `partition`.
+    pub fn mapped_subject(self, partition: u32, key_token: &str) -> String {
+        format!(
+            "{PARTITION_PREFIX}.{partition}.{}.{key_token}",
+            self.as_str()
+        )
+    }
+
     /// `rl.p.*.allow.<key>`: where `key_token` arrives, whatever its
     /// partition (the mapping probe listens there).
     pub fn any_partition_subject(self, key_token: &str) -> String {
@@ -161,10 +170,20 @@ pub fn worker_batch_subject(worker_id: &str) -> String {
 /// Every subject a partition's owner subscribes to: one per answered verb
 /// and the partition's batch subject.
 pub fn owner_subjects(partition: u32) -> Vec<String> {
+    owner_subjects_of(&partition.to_string())
+}
+
+/// [`owner_subjects`] of every partition at once (`rl.p.*.allow.*`, ...),
+/// for the echo responder that stands in for all workers in benchmarks.
+pub fn every_owner_subject() -> Vec<String> {
+    owner_subjects_of("*")
+}
+
+fn owner_subjects_of(partition: &str) -> Vec<String> {
     Verb::ANSWERED
         .into_iter()
-        .map(|verb| verb.partition_subject(partition))
-        .chain([batch_subject(partition)])
+        .map(|verb| format!("{PARTITION_PREFIX}.{partition}.{}.*", verb.as_str()))
+        .chain([format!("{PARTITION_PREFIX}.{partition}.{BATCH}")])
         .collect()
 }
 
@@ -347,7 +366,7 @@ mod tests {
     #[test]
     fn every_verb_round_trips_and_only_answered_verbs_are_owned() {
         for verb in Verb::ALL {
-            let subject = format!("rl.p.3.{}.k", verb.as_str());
+            let subject = verb.mapped_subject(3, "k");
             assert_eq!(
                 PartitionSubject::parse(&subject).map(|p| p.verb),
                 Some(verb)
@@ -357,6 +376,12 @@ mod tests {
         assert_eq!(
             owner_subjects(5),
             ["rl.p.5.allow.*", "rl.p.5.hit.*", "rl.p.5.batch"]
+        );
+        assert_eq!(owner_subjects(5)[0], Verb::Allow.partition_subject(5));
+        assert_eq!(owner_subjects(5)[2], batch_subject(5));
+        assert_eq!(
+            every_owner_subject(),
+            ["rl.p.*.allow.*", "rl.p.*.hit.*", "rl.p.*.batch"]
         );
         assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
         assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");

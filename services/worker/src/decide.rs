@@ -442,7 +442,7 @@ mod tests {
             wants_reply: bool,
             now: Nanos,
         ) -> (Option<Answer<'_>>, Vec<Record>) {
-            let subject = format!("rl.p.{}.{}.{token}", self.partition, verb.as_str());
+            let subject = verb.mapped_subject(self.partition, token);
             let mut tally = self.decider.tally(self.partition);
             let answer =
                 self.decider

@@ -16,7 +16,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::policy::Decision;
-use sluice_core::subject::worker_batch_subject;
+use sluice_core::subject::{every_owner_subject, worker_batch_subject};
 use sluice_core::time::Nanos;
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, Reply};
 
@@ -34,14 +34,11 @@ pub fn serve(url: &str) -> Result<()> {
             .connect(url)
             .await
             .with_context(|| format!("cannot connect to NATS at {url}"))?;
-        let mut subs = futures::stream::select_all([
-            client
-                .queue_subscribe("rl.p.*.allow.*", QUEUE.into())
-                .await?,
-            client.queue_subscribe("rl.p.*.hit.*", QUEUE.into()).await?,
-            client.queue_subscribe("rl.p.*.batch", QUEUE.into()).await?,
-            client.subscribe(worker_batch_subject(&id)).await?,
-        ]);
+        let mut subs = vec![client.subscribe(worker_batch_subject(&id)).await?];
+        for subject in every_owner_subject() {
+            subs.push(client.queue_subscribe(subject, QUEUE.into()).await?);
+        }
+        let mut subs = futures::stream::select_all(subs);
         client.flush().await?;
         tracing::info!(%url, id, "echo responder answering rl.p.*.allow.*, rl.p.*.hit.*, rl.p.*.batch, rl.w.<id>.batch");
         let mut batch_headers = HeaderMap::new();

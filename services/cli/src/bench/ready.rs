@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 use async_nats::client::RequestErrorKind;
 use futures::future::join_all;
 use sluice_core::partition::partition_of;
+use sluice_core::subject::Verb;
 use sluice_core::wire::{self, Encoding, SERVICE_ERROR, SERVICE_ERROR_CODE};
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ pub async fn wait_ready(
             let req = async_nats::Request::new()
                 .payload(body.clone())
                 .timeout(Some(Duration::from_millis(500)));
-            client.send_request(format!("rl.allow.{key}"), req)
+            client.send_request(Verb::Allow.client_subject(key), req)
         });
         let results = join_all(asks).await;
         let mut still = Vec::new();

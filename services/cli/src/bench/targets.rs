@@ -12,6 +12,7 @@ use clap::error::{ContextKind, ContextValue};
 use clap::ValueEnum;
 use sluice_bench::{Connect, Outcome, Target};
 use sluice_core::key::try_encode_key;
+use sluice_core::subject::Verb;
 use sluice_core::wire::{self, Encoding, RETRY_AFTER, SERVICE_ERROR_CODE};
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -129,7 +130,7 @@ impl NatsSpec {
                 .map(|k| {
                     let token = try_encode_key(k.as_bytes())
                         .map_err(|e| anyhow::anyhow!("key {k:?}: {e}"))?;
-                    Ok(Subject::from(format!("rl.allow.{token}")))
+                    Ok(Subject::from(Verb::Allow.client_subject(&token)))
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
