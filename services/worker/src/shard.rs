@@ -424,7 +424,7 @@ impl Shard {
         if let Err(e) = lease::release(&self.shared.stores.leases, &self.lease).await {
             tracing::warn!(partition, "{e:#}; it will expire by itself");
         }
-        tracing::info!(partition, "handed over");
+        tracing::debug!(partition, "handed over");
     }
 
     /// Decides a batch of messages and hands the replies to the outbox.

@@ -33,6 +33,7 @@ use sluice_core::time::{Clock, SystemClock};
 use sluice_core::wire::{Encoding, ErrorReply};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::MissedTickBehavior;
@@ -222,6 +223,10 @@ struct Controller {
     stopping: BTreeSet<u32>,
     shards_view: ShardsView,
     started: Instant,
+    /// Partitions claimed since the last summary line, and when the first
+    /// of them was claimed: one INFO line once they all answer (or failed),
+    /// not one per partition.
+    starting: Option<(Instant, Vec<u32>)>,
 }
 
 impl Controller {
@@ -233,6 +238,7 @@ impl Controller {
             stopping: BTreeSet::new(),
             shards_view: ShardsView::default(),
             started: Instant::now(),
+            starting: None,
         }
     }
 
@@ -292,6 +298,7 @@ impl Controller {
                 }
                 _ = tick.tick() => {
                     self.reap();
+                    self.summarize_starts();
                     if self.view.current {
                         self.reconcile().await;
                     }
@@ -301,6 +308,36 @@ impl Controller {
         self.shutdown().await;
         let _ = leases.delete(&heartbeat_key).await;
         Ok(())
+    }
+
+    /// Once every partition claimed since the last summary answers (or its
+    /// shard ended), says so in one line: how many, with how many keys
+    /// restored, how long it took, and how many this worker owns now.
+    fn summarize_starts(&mut self) {
+        let Some((since, claimed)) = &self.starting else {
+            return;
+        };
+        let mut answering = 0;
+        let mut keys = 0;
+        for p in claimed {
+            match self.shards.get(p) {
+                Some(h) if h.stats.answering.load(Ordering::Relaxed) => {
+                    answering += 1;
+                    keys += h.stats.keys.load(Ordering::Relaxed);
+                }
+                Some(h) if !h.join.is_finished() => return,
+                _ => {}
+            }
+        }
+        tracing::info!(
+            taken = answering,
+            failed = claimed.len() - answering,
+            keys_restored = keys,
+            took_ms = since.elapsed().as_millis() as u64,
+            owned = self.shards.len() - self.stopping.len(),
+            "partitions taken over and answering"
+        );
+        self.starting = None;
     }
 
     /// Forgets shards that ended on their own (lease lost, failed start).
@@ -342,12 +379,22 @@ impl Controller {
         }
         let owners = assignment::assign(partitions, &live);
         // Hand over what is now someone else's.
+        let mut handing: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for (&p, handle) in self.shards.iter_mut() {
-            if live[owners[p as usize]] != me && !self.stopping.contains(&p) {
-                tracing::info!(partition = p, to = live[owners[p as usize]], "handing over");
+            let to = live[owners[p as usize]];
+            if to != me && !self.stopping.contains(&p) {
+                tracing::debug!(partition = p, to, "handing over");
                 handle.stop();
                 self.stopping.insert(p);
+                handing.entry(to).or_default().push(p);
             }
+        }
+        for (to, ps) in handing {
+            tracing::info!(
+                to,
+                partitions = ps.len(),
+                "handing partitions over"
+            );
         }
         // Claim what is ours and free, and orphans nobody claimed in time.
         let to_claim: Vec<u32> = (0..partitions)
@@ -382,6 +429,10 @@ impl Controller {
                 tracing::debug!(partition = p, revision = lease.revision, "lease acquired");
                 self.view.owners.insert(p, shared.worker_id.clone());
                 let handle = shard::spawn(shared.clone(), p, lease);
+                self.starting
+                    .get_or_insert_with(|| (Instant::now(), Vec::new()))
+                    .1
+                    .push(p);
                 self.shards_view
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
