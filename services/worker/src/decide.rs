@@ -254,7 +254,7 @@ impl Decider {
     /// Decides a batch (`rl.p.<n>.batch` or `rl.w.<worker-id>.batch`): each
     /// item on the counters of its partition as `answered` gives them, in
     /// item order per partition, as if sent one after the other. Items of
-    /// partitions not answered here get the 503 of [`Decider::locate`].
+    /// partitions not answered here get the 503 of the partition check.
     /// Returns the reply and, in journal mode, the records to store before
     /// it is sent.
     pub fn batch<'c>(

@@ -5,7 +5,7 @@
 //! `delete_expect_revision`. The server drops an unrenewed key after the
 //! bucket's `max_age` (the lease TTL), counted from when it stored the last
 //! renewal. The holder counts from when it *sent* that renewal, which is
-//! earlier, and stops answering [`SAFETY_MARGIN`] before that: by the time
+//! earlier, and stops answering [`safety_margin`] before that: by the time
 //! anyone else can create the key, the old holder has been silent for a while.
 
 use anyhow::{anyhow, Result};

@@ -3,23 +3,31 @@
 //! A limiter worker: owns a share of the partitions, answers `rl.allow.<key>`
 //! and counts `rl.hit.<key>` for the keys in them, and keeps their counters
 //! safe across handovers and crashes. docs/ARCHITECTURE.md tells the whole
-//! story; the modules, from the outside in:
+//! story ("The path of one request" follows `rl.allow.<key>` through these
+//! files); the modules, from the outside in:
 //!
 //! - [`worker`]: [`worker::run`], the controller that joins the fleet, claims
 //!   and hands over partitions, and shuts down cleanly.
 //! - [`probe`]: refuses to start when the server's partition mapping differs.
+//! - [`shared`]: what every task of the worker shares.
 //! - [`shard`]: the owner task of one partition (restore, answer, renew,
 //!   snapshot, hand over).
-//! - [`worker_batch`]: batches for any of the worker's partitions, split
-//!   among its shards.
-//! - [`handler`]: one request in, one reply out; no counter changes on bad input.
+//! - [`worker_batch`]: batches for any of the worker's partitions, decided on
+//!   the counters [`routes`] finds.
+//! - [`decide`]: the decision core: an ask in, a reply value and what it
+//!   counted out; no NATS, unit-tested with a manual clock.
+//! - [`reply`]: the one way out: headers, payload, publish.
+//! - [`outbox`]: where answers go; the only place that knows the durability
+//!   mode.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
+//! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`lease`]: partition leases in JetStream KV, the fencing token.
 //! - [`snapshot`]: chunked, fenced snapshots in JetStream KV.
 //! - [`journal`]: the journal of counted requests (journal mode): format,
 //!   replay, purge.
 //! - [`group_commit`]: the worker's journal writer; answers wait for it.
-//! - [`store`]: names and set-up of the buckets and the stream.
+//! - [`store`]: set-up of the buckets and the stream (their names are in
+//!   `sluice_core::storage`).
 //! - [`service`]: `$SRV` discovery and the status endpoint.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
 

@@ -390,11 +390,7 @@ impl Controller {
             }
         }
         for (to, ps) in handing {
-            tracing::info!(
-                to,
-                partitions = ps.len(),
-                "handing partitions over"
-            );
+            tracing::info!(to, partitions = ps.len(), "handing partitions over");
         }
         // Claim what is ours and free, and orphans nobody claimed in time.
         let to_claim: Vec<u32> = (0..partitions)
