@@ -274,11 +274,11 @@ impl<'a> Inbound<'a> {
 /// process computes: its pure part, shared by the worker and the client
 /// (whose gateway uses it too).
 ///
-/// The checker subscribes to [`Probe::arrival_subject`] for a few unique
+/// The checker subscribes to [`probe::arrival_subject`] for a few unique
 /// keys (and, to tell "no mapping" apart, may also listen on the unmapped
 /// subject), publishes `rl.allow.<key>` *without* a reply subject (workers
 /// ignore such asks, so nothing is counted), and hands every arrival to
-/// [`Probe::check`]. Eight probes catch a wrong partition count with
+/// [`probe::check`]. Eight probes catch a wrong partition count with
 /// probability at least 1 - 2^-8, for about one round trip.
 pub mod probe {
     use super::{partition_of, PartitionSubject, Verb};
