@@ -134,6 +134,9 @@ impl Limit {
 /// The largest `max` a sliding log accepts: its state is one timestamp per unit.
 pub const SLIDING_LOG_MAX: u64 = 100_000;
 
+/// The policy of a request that names none; every config has it.
+pub const DEFAULT_POLICY: &str = "default";
+
 /// A named algorithm with limits that must all hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
@@ -171,7 +174,7 @@ impl Policy {
     /// The built-in policy used without a config file: 15 per second, sliding window.
     pub fn builtin_default() -> Policy {
         Policy::new(
-            "default",
+            DEFAULT_POLICY,
             Algorithm::SlidingWindow,
             vec![Limit::new(15, Duration::from_secs(1), None).expect("15/s is valid")],
         )

@@ -4,13 +4,14 @@ use crate::cli::Common;
 use anyhow::Result;
 use sluice_client::{Client, ClientOptions};
 use sluice_core::config::Fallback;
+use sluice_core::policy::DEFAULT_POLICY;
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// The key to ask about (any text; it is percent-encoded for you).
     pub key: String,
     /// The policy to apply.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
     /// Units to take; 0 looks without consuming.
     #[arg(long, default_value_t = 1)]

@@ -16,6 +16,7 @@ use crate::cli::Common;
 use anyhow::{bail, Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::nats_config::NatsServerConfig;
+use sluice_core::policy::DEFAULT_POLICY;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -175,7 +176,7 @@ async fn self_check(url: String, config: Config) {
     let deadline = Instant::now() + Duration::from_secs(30);
     // Wait until the workers answer (peeks count nothing).
     while Instant::now() < deadline {
-        match client.peek("sluice-dev-self-check", "default").await {
+        match client.peek("sluice-dev-self-check", DEFAULT_POLICY).await {
             Ok(a) if a.source == sluice_client::Source::Worker => break,
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }

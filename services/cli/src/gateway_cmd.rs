@@ -2,6 +2,7 @@
 
 use crate::cli::Common;
 use anyhow::Result;
+use sluice_core::policy::DEFAULT_POLICY;
 use sluice_gateway::GatewayOptions;
 use std::net::SocketAddr;
 
@@ -17,7 +18,7 @@ pub struct GatewayArgs {
     #[arg(long, default_value = sluice_gateway::DEFAULT_KEY_HEADER)]
     pub key_header: String,
     /// In proxy mode, the policy every forwarded request counts under.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = DEFAULT_POLICY)]
     pub proxy_policy: String,
 }
 

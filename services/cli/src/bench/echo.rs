@@ -16,6 +16,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::policy::Decision;
+use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::{every_owner_subject, worker_batch_subject};
 use sluice_core::time::Nanos;
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, Reply};
@@ -99,9 +100,9 @@ impl Canned {
         }
         Canned {
             headers,
-            body: wire::encode_decision(&decision, "default", Encoding::MsgPack).into(),
+            body: wire::encode_decision(&decision, DEFAULT_POLICY, Encoding::MsgPack).into(),
             batches: std::cell::RefCell::new(vec![None; batch::MAX_ITEMS + 1]),
-            decision: DecisionReply::new(&decision, "default"),
+            decision: DecisionReply::new(&decision, DEFAULT_POLICY),
         }
     }
 
