@@ -332,7 +332,8 @@ impl Decider {
             ErrorReply::unavailable(format!(
                 "key {key} belongs to partition {home} of {partitions}, which this worker does not \
                  answer for right now (another worker owns it, it is still being restored, or the \
-                 sender uses another partition count); ask it on rl.allow.{key}"
+                 sender uses another partition count); ask it on {}",
+                Verb::Allow.client_subject(key.as_str())
             ))
         })
     }

@@ -41,7 +41,7 @@ pub fn serve(url: &str) -> Result<()> {
         }
         let mut subs = futures::stream::select_all(subs);
         client.flush().await?;
-        tracing::info!(%url, id, "echo responder answering rl.p.*.allow.*, rl.p.*.hit.*, rl.p.*.batch, rl.w.<id>.batch");
+        tracing::info!(%url, id, subjects = ?every_owner_subject(), "echo responder answering every partition and its worker batches");
         let mut batch_headers = HeaderMap::new();
         batch_headers.insert(batch::WORKER_HEADER, id.as_str());
         let stop = crate::signals::terminate();
