@@ -63,7 +63,8 @@ impl Pending {
     }
 }
 
-/// The worker's journal writer; shards hold it through `Shared`.
+/// The worker's journal writer; shards and worker batches reach it through
+/// the [`crate::outbox::Outbox`].
 pub struct Writer {
     tx: mpsc::Sender<Pending>,
     acked: Arc<AtomicU64>,
