@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# A/B of two builds of `sluice`, in the same minutes: for a change that
+# should not move throughput (a refactoring), or to see what one does.
+#
+#   bench/ab.sh OLD_SLUICE NEW_SLUICE [ROUNDS]      # default 3 rounds
+#
+# Each round runs every cell with both builds, the order swapped every
+# round (this VM drifts by 20 % within minutes: only alternating rounds say
+# anything). A cell: a fresh nats-server and one worker of the build, 10 000
+# uniform keys, C=64 over 2 connections, 1 s warm-up then $SECS measured.
+# The load generator is always NEW_SLUICE's `sluice bench`, so only the
+# worker differs. Prints each measurement and, per cell, the median of
+# each build and new ÷ old.
+#
+# Environment: DURABILITY (snapshot), POLICY (fixed_window; any algorithm
+# name), CLIENTS ("plain batching"), WORKERS (1), SECS (4).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+OLD="${1:?usage: bench/ab.sh OLD_SLUICE NEW_SLUICE [ROUNDS]}"
+NEW="${2:?usage: bench/ab.sh OLD_SLUICE NEW_SLUICE [ROUNDS]}"
+ROUNDS="${3:-3}"
+DURABILITY="${DURABILITY:-snapshot}"
+POLICY="${POLICY:-fixed_window}"
+CLIENTS="${CLIENTS:-plain batching}"
+WORKERS="${WORKERS:-1}"
+SECS="${SECS:-4}"
+
+cat > "$WORK/sluice.toml" <<TOML
+partitions = 64
+durability = "$DURABILITY"
+[policies.default]
+algorithm = "sliding_window"
+limits = [ { max = 100, per = "1s" } ]
+[policies.$POLICY]
+algorithm = "$POLICY"
+limits = [ { max = 100, per = "1s" } ]
+TOML
+
+# cell <build-label> <binary> <client>: prints "<label> <client> <decisions/s>".
+cell() {
+    local label="$1" bin="$2" client="$3" workers=()
+    SLUICE="$bin" start_nats
+    for _ in $(seq "$WORKERS"); do
+        SLUICE_LOG=warn "$bin" worker --nats "$URL" --config "$WORK/sluice.toml" >> "$WORK/worker.log" 2>&1 &
+        workers+=($!)
+        PIDS+=($!)
+    done
+    "$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" -n 0 -q --wait-ready 30s > /dev/null
+    if [ "$WORKERS" -gt 1 ]; then SLUICE="$NEW" until_ok "$WORKERS balanced workers" balanced "$WORKERS"; fi
+    local rate
+    rate=$("$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$client" --policy "$POLICY" \
+        -c 64 -m 2 -k 10000 -d "${SECS}s" --warmup 1s --json -q |
+        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["throughput"]))')
+    echo "$label $client $rate"
+    kill "${workers[@]}" "$NATS_PID" 2>/dev/null || true
+    wait "${workers[@]}" "$NATS_PID" 2>/dev/null || true
+}
+
+RESULTS="$WORK/results.txt"
+for round in $(seq "$ROUNDS"); do
+    if [ $((round % 2)) = 1 ]; then order=("old $OLD" "new $NEW"); else order=("new $NEW" "old $OLD"); fi
+    for client in $CLIENTS; do
+        for build in "${order[@]}"; do
+            # shellcheck disable=SC2086
+            cell $build "$client" | tee -a "$RESULTS"
+        done
+    done
+done
+python3 - "$RESULTS" "$DURABILITY" "$POLICY" "$WORKERS" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+print(f"\n{sys.argv[2]}, {sys.argv[3]}, {sys.argv[4]} worker(s), C=64: decisions/s per round, median, new / old")
+for client in dict.fromkeys(r[1] for r in rows):
+    old = [int(r[2]) for r in rows if r[1] == client and r[0] == "old"]
+    new = [int(r[2]) for r in rows if r[1] == client and r[0] == "new"]
+    ratio = statistics.median(new) / statistics.median(old)
+    print(f"  {client:9} old {old} median {statistics.median(old):.0f} | "
+          f"new {new} median {statistics.median(new):.0f} | {ratio:.2f}")
+PY
