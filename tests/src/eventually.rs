@@ -24,11 +24,12 @@ pub const TICK: Duration = Duration::from_millis(20);
 /// ```no_run
 /// # async fn demo(client: async_nats::Client) -> anyhow::Result<()> {
 /// use std::time::Duration;
+/// use sluice_core::subject::Verb;
 /// use sluice_tests::eventually;
 ///
 /// let reply = eventually(Duration::from_secs(5), Duration::from_millis(50), || {
 ///     let client = client.clone();
-///     async move { client.request("rl.allow.alice", "".into()).await }
+///     async move { client.request(Verb::Allow.client_subject("alice"), "".into()).await }
 /// })
 /// .await?;
 /// # let _ = reply; Ok(()) }
