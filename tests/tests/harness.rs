@@ -341,7 +341,7 @@ fn child_guard_terminate_kill_and_exit() -> Result<()> {
 }
 
 #[tokio::test]
-async fn eventually_returns_the_value_or_the_last_error() -> Result<()> {
+async fn polling_with_eventually_returns_the_value_or_the_last_error() -> Result<()> {
     let mut n = 0;
     let got = eventually(TIMEOUT, Duration::from_millis(1), || {
         n += 1;
