@@ -158,6 +158,18 @@ pub fn batch_subject(partition: u32) -> String {
     format!("{PARTITION_PREFIX}.{partition}.{BATCH}")
 }
 
+/// `rl.p.*.batch`: the batch subject of every partition (for a stand-in
+/// responder that answers batches whatever their partition).
+pub fn any_partition_batch_subject() -> String {
+    format!("{PARTITION_PREFIX}.*.{BATCH}")
+}
+
+/// `rl.p.<n>.>`: everything sent to partition `partition`, asks of every
+/// verb and batches (for an observer that counts what reaches a partition).
+pub fn partition_wildcard(partition: u32) -> String {
+    format!("{PARTITION_PREFIX}.{partition}.>")
+}
+
 /// The subject on which worker `worker_id` takes batches whose items may
 /// belong to any of its partitions (same payloads as [`batch_subject`]). The
 /// batching client learns which worker owns a partition from the
@@ -387,6 +399,13 @@ mod tests {
         assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");
         assert_eq!(worker_batch_subject("w1"), "rl.w.w1.batch");
         assert_eq!(status_stats("abc"), "$SRV.STATS.sluice-worker.abc");
+    }
+
+    #[test]
+    fn wildcards_cover_one_partition_or_every_partitions_batches() {
+        assert_eq!(any_partition_batch_subject(), "rl.p.*.batch");
+        assert_eq!(partition_wildcard(3), "rl.p.3.>");
+        assert!(every_owner_subject().contains(&any_partition_batch_subject()));
     }
 
     #[test]

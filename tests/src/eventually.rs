@@ -6,6 +6,11 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use tokio::time::Instant;
 
+/// A tick for waiting on other processes on loopback (a lease taken, a
+/// partition answering): short next to what they take, long enough not to
+/// load the cores they share.
+pub const TICK: Duration = Duration::from_millis(20);
+
 /// Calls `condition` every `tick` until it returns `Ok`, and returns that
 /// value. After `timeout` it gives up and returns the last error, with the
 /// timeout and the number of attempts as context. An attempt still running
@@ -19,11 +24,12 @@ use tokio::time::Instant;
 /// ```no_run
 /// # async fn demo(client: async_nats::Client) -> anyhow::Result<()> {
 /// use std::time::Duration;
+/// use sluice_core::subject::Verb;
 /// use sluice_tests::eventually;
 ///
 /// let reply = eventually(Duration::from_secs(5), Duration::from_millis(50), || {
 ///     let client = client.clone();
-///     async move { client.request("rl.allow.alice", "".into()).await }
+///     async move { client.request(Verb::Allow.client_subject("alice"), "".into()).await }
 /// })
 /// .await?;
 /// # let _ = reply; Ok(()) }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
+use sluice_core::nats_config::NatsServerConfig;
 use tempfile::TempDir;
 
 use crate::process::{tail_of_file, ChildGuard};
@@ -166,6 +167,14 @@ impl NatsServer {
         server.spawn()?;
         server.wait_ready(Instant::now() + STARTUP_TIMEOUT)?;
         Ok(server)
+    }
+
+    /// Starts a nats-server with sluice's own config for `partitions`
+    /// partitions ([`NatsServerConfig`]: JetStream and the mapping of
+    /// `rl.allow.*` / `rl.hit.*` onto the partition subjects), as `sluice
+    /// nats-config` prints it.
+    pub fn start_with_partitions(partitions: u32) -> Result<Self> {
+        Self::start(&NatsServerConfig::new(partitions).render())
     }
 
     /// Creates the temp dir and config, without starting anything.

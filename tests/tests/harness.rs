@@ -10,11 +10,26 @@ use futures::StreamExt;
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
+use sluice_core::nats_config::mapping;
+use sluice_core::subject::Verb;
 use sluice_tests::{eventually, ChildGuard, NatsCluster, NatsServer, Signal};
 
-/// The partition mapping of the notes (§1), for 16 partitions.
-const MAPPING_16: &str =
-    r#"mappings = { "rl.allow.*": "rl.p.{{partition(16,1)}}.allow.{{wildcard(1)}}" }"#;
+/// A config with only the partition mapping of the notes (§1) for
+/// `rl.allow.*`, onto `partitions` partitions.
+fn allow_mapping(partitions: u32) -> String {
+    let (from, to) = mapping(Verb::Allow, partitions);
+    format!(r#"mappings = {{ "{from}": "{to}" }}"#)
+}
+
+/// What the mapping makes of `rl.allow.<key>`: `rl.p.<n>.allow.<key>`.
+fn mapped(partition: u32, key: &str) -> String {
+    Verb::Allow.mapped_subject(partition, key)
+}
+
+/// Every mapped allow subject, whatever the partition: `rl.p.*.allow.*`.
+fn any_mapped() -> String {
+    Verb::Allow.any_partition_subject("*")
+}
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const ATTEMPT: Duration = Duration::from_millis(500);
@@ -25,8 +40,8 @@ fn process_exists(pid: u32) -> bool {
 }
 
 /// Answers every request on `subject` with the subject it arrived on.
-async fn subject_echo(client: &async_nats::Client, subject: &'static str) -> Result<()> {
-    let mut sub = client.subscribe(subject).await?;
+async fn subject_echo(client: &async_nats::Client, subject: &str) -> Result<()> {
+    let mut sub = client.subscribe(subject.to_string()).await?;
     client.flush().await?;
     let responder = client.clone();
     tokio::spawn(async move {
@@ -104,14 +119,14 @@ async fn jetstream_is_enabled_with_its_store_in_the_temp_dir() -> Result<()> {
 
 #[tokio::test]
 async fn mapping_routes_keys_to_their_partition_subjects() -> Result<()> {
-    let server = NatsServer::start(MAPPING_16)?;
+    let server = NatsServer::start(&allow_mapping(16))?;
     let client = server.connect().await?;
-    subject_echo(&client, "rl.p.*.allow.*").await?;
+    subject_echo(&client, &any_mapped()).await?;
     // The notes' table for N=16, checked there against the server.
     for (key, partition) in [("alice", 7), ("bob", 4), ("carol", 2), ("user-42", 11)] {
         assert_eq!(
-            request_text(&client, &format!("rl.allow.{key}")).await?,
-            format!("rl.p.{partition}.allow.{key}")
+            request_text(&client, &Verb::Allow.client_subject(key)).await?,
+            mapped(partition, key)
         );
     }
     Ok(())
@@ -119,20 +134,15 @@ async fn mapping_routes_keys_to_their_partition_subjects() -> Result<()> {
 
 #[tokio::test]
 async fn reload_applies_a_new_mapping() -> Result<()> {
-    let mut server = NatsServer::start(MAPPING_16)?;
+    let mut server = NatsServer::start(&allow_mapping(16))?;
     let client = server.connect().await?;
-    subject_echo(&client, "rl.p.*.allow.*").await?;
-    assert_eq!(
-        request_text(&client, "rl.allow.bob").await?,
-        "rl.p.4.allow.bob"
-    );
+    subject_echo(&client, &any_mapped()).await?;
+    let bob = Verb::Allow.client_subject("bob");
+    assert_eq!(request_text(&client, &bob).await?, mapped(4, "bob"));
 
-    server.reload(&MAPPING_16.replace("partition(16,1)", "partition(32,1)"))?;
+    server.reload(&allow_mapping(32))?;
     // bob: FNV-1a 0x86c6a0d4 % 32 = 20.
-    assert_eq!(
-        request_text(&client, "rl.allow.bob").await?,
-        "rl.p.20.allow.bob"
-    );
+    assert_eq!(request_text(&client, &bob).await?, mapped(20, "bob"));
     Ok(())
 }
 
@@ -228,10 +238,8 @@ fn servers_started_in_parallel_get_different_ports() -> Result<()> {
 #[test]
 fn a_bad_config_fails_with_the_server_log_in_the_error() {
     // partition(16,2) refers to a second wildcard that does not exist.
-    let err = NatsServer::start(
-        r#"mappings = { "rl.allow.*": "rl.p.{{partition(16,2)}}.allow.{{wildcard(1)}}" }"#,
-    )
-    .expect_err("the server must refuse this config");
+    let err = NatsServer::start(&allow_mapping(16).replace("partition(16,1)", "partition(16,2)"))
+        .expect_err("the server must refuse this config");
     let text = format!("{err:#}");
     assert!(text.contains("exited during startup"), "{text}");
     assert!(text.contains("wildcard index out of range"), "{text}");
@@ -239,7 +247,7 @@ fn a_bad_config_fails_with_the_server_log_in_the_error() {
 
 #[tokio::test]
 async fn cluster_of_three_replicates_and_maps_on_every_node() -> Result<()> {
-    let mut cluster = NatsCluster::start(3, |_| MAPPING_16.to_string())?;
+    let mut cluster = NatsCluster::start(3, |_| allow_mapping(16))?;
     let urls = cluster.urls();
     assert_eq!(urls.len(), 3);
 
@@ -249,16 +257,17 @@ async fn cluster_of_three_replicates_and_maps_on_every_node() -> Result<()> {
     kv.put("k", "v".into()).await?;
 
     // A responder on one node is reached through the mapping on every node.
-    subject_echo(&client, "rl.p.*.allow.*").await?;
+    subject_echo(&client, &any_mapped()).await?;
+    let alice = Verb::Allow.client_subject("alice");
     for node in cluster.nodes() {
         let requester = node.connect().await?;
         // Interest propagates between routes asynchronously.
         let reply = eventually(TIMEOUT, Duration::from_millis(20), || {
-            let requester = requester.clone();
-            async move { request_within(&requester, "rl.allow.alice", ATTEMPT).await }
+            let (requester, alice) = (requester.clone(), alice.clone());
+            async move { request_within(&requester, &alice, ATTEMPT).await }
         })
         .await?;
-        assert_eq!(reply, "rl.p.7.allow.alice");
+        assert_eq!(reply, mapped(7, "alice"));
     }
 
     // A node that crashed and came back has the replicated value. The
@@ -332,7 +341,7 @@ fn child_guard_terminate_kill_and_exit() -> Result<()> {
 }
 
 #[tokio::test]
-async fn eventually_returns_the_value_or_the_last_error() -> Result<()> {
+async fn polling_with_eventually_returns_the_value_or_the_last_error() -> Result<()> {
     let mut n = 0;
     let got = eventually(TIMEOUT, Duration::from_millis(1), || {
         n += 1;
@@ -359,4 +368,26 @@ async fn eventually_returns_the_value_or_the_last_error() -> Result<()> {
     assert!(text.contains("condition not met within 50ms"), "{text}");
     assert!(text.contains(&format!("attempt {n} failed")), "{text}");
     Ok(())
+}
+
+#[test]
+fn the_test_config_parses_in_every_form_and_probe_keys_land_in_their_partition() {
+    use sluice_core::config::Durability;
+    use sluice_core::partition::partition_of;
+    use sluice_tests::{a_key_per_partition, TestConfig};
+
+    let plain = TestConfig::new().config();
+    assert_eq!(plain.partitions, 16);
+    assert_eq!(plain.durability, Durability::Snapshot);
+    assert!(plain.policy("tenper").is_some());
+    let journal = TestConfig::new()
+        .journal()
+        .snapshot_interval("60s")
+        .config();
+    assert_eq!(journal.durability, Durability::Journal);
+    assert_eq!(journal.snapshot_interval, Duration::from_secs(60));
+
+    for (p, key) in a_key_per_partition(16).iter().enumerate() {
+        assert_eq!(partition_of(key, 16), p as u32, "{key}");
+    }
 }

@@ -4,8 +4,8 @@
 
 use sluice_core::ask::{counter_key, Op};
 use sluice_core::config::Config;
-use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::policy::Policy;
+use sluice_core::storage::chunk_key;
 use sluice_core::time::Nanos;
 use sluice_tests::NatsServer;
 use sluice_worker::counters::Counters;
@@ -50,7 +50,7 @@ fn hourly() -> Config {
 
 #[tokio::test]
 async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload() {
-    let nats = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let nats = NatsServer::start_with_partitions(16).unwrap();
     let stores = stores(&nats).await;
     let config = hourly();
     let policy = config.default_policy();
@@ -97,7 +97,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
 
 #[tokio::test]
 async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
-    let nats = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let nats = NatsServer::start_with_partitions(16).unwrap();
     let stores = stores(&nats).await;
     let config = hourly();
     let now = Nanos::from_secs(1_800_000_000);
@@ -129,16 +129,21 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     let (m, _) = snapshot::read_manifest(&stores.snapshots, 5).await.unwrap();
     assert_eq!(m.unwrap().gen, "1x2");
     assert_eq!(
-        stores.snapshots.get("p.5.g1x1.c0").await.unwrap(),
+        stores.snapshots.get(chunk_key(5, "1x1", 0)).await.unwrap(),
         None,
         "old chunks are gone"
     );
-    assert!(stores.snapshots.get("p.5.g1x2.c0").await.unwrap().is_some());
+    assert!(stores
+        .snapshots
+        .get(chunk_key(5, "1x2", 0))
+        .await
+        .unwrap()
+        .is_some());
 }
 
 #[tokio::test]
 async fn a_writer_that_lost_the_partition_cannot_overwrite_the_new_owners_snapshot() {
-    let nats = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let nats = NatsServer::start_with_partitions(16).unwrap();
     let stores = stores(&nats).await;
     let old = Manifest {
         gen: "1x1".into(),

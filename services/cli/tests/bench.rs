@@ -2,13 +2,13 @@
 //! process), and against its own echo responder: a short run each, checking
 //! that the JSON report has its fields and that decisions were made.
 
-mod support;
-
 use serde_json::Value;
-use sluice_tests::{ChildGuard, NatsServer};
+use sluice_tests::{serial, ChildGuard, NatsServer, Stack};
 use std::process::Command;
 use std::time::Duration;
-use support::*;
+
+/// The binary under test.
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 const CONFIG: &str = r#"
 [policies.default]
@@ -22,7 +22,7 @@ limits = [ { max = 5, per = "10s" } ]
 
 /// Runs `sluice bench <args> --json -q` and returns the report.
 fn bench(url: &str, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(SLUICE)
         .args(["bench", "--nats", url, "--json", "-q"])
         .args(args)
         .output()
@@ -83,7 +83,7 @@ fn assert_report(r: &Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_against_a_worker_reports_decisions_and_percentiles() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 1).await;
+    let stack = Stack::start(SLUICE, CONFIG, 1).await;
     let url = stack.nats.url();
 
     // Closed loop, uniform keys: all under the limit.
@@ -149,7 +149,7 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
     assert!(r["ready_ms"].is_u64(), "{r}");
 
     // An unknown policy is refused before any load.
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(SLUICE)
         .args([
             "bench", "--nats", &url, "-n", "10", "--policy", "nope", "-q",
         ])
@@ -163,12 +163,11 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_against_the_echo_responder_and_with_no_one_answering() {
     let _serial = serial().await;
-    let server_config = sluice_core::nats_config::NatsServerConfig::new(64).render();
-    let nats = NatsServer::start(&server_config).expect("nats-server starts");
+    let nats = NatsServer::start_with_partitions(64).expect("nats-server starts");
     let url = nats.url();
 
     // Nobody answers: the report counts no-responders errors and the exit status says so.
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(SLUICE)
         .args([
             "bench",
             "--nats",
@@ -187,7 +186,7 @@ async fn bench_against_the_echo_responder_and_with_no_one_answering() {
     assert_eq!(r["errors"]["no_responders"], 20, "{r}");
     assert_eq!(r["throughput"], 0.0);
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    let mut cmd = Command::new(SLUICE);
     cmd.args(["bench", "--serve-echo", "--nats", &url]);
     let mut echo = ChildGuard::spawn("echo", cmd).expect("echo responder starts");
     let r = bench(
@@ -218,7 +217,7 @@ async fn bench_against_the_echo_responder_and_with_no_one_answering() {
 
 #[test]
 fn the_redis_targets_are_refused_with_a_pointer_to_sluice_bench_redis() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(SLUICE)
         .args(["bench", "--target", "redis-zset", "-n", "1"])
         .output()
         .unwrap();

@@ -9,42 +9,34 @@
 //! connection's messages in order, and workers ignore an allow without a
 //! reply subject).
 
-mod support;
-
 use futures::StreamExt;
 use sluice_client::{Client, ClientOptions, ConnectError, Error, Fallback, Source};
-use sluice_core::config::Config;
-use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::partition::partition_of;
-use sluice_tests::NatsServer;
+use sluice_core::subject::{
+    any_partition_batch_subject, batch_subject, partition_wildcard, worker_batch_subject, Inbound,
+    Verb, PARTITION_PREFIX,
+};
+use sluice_tests::{
+    a_key_per_partition, ask, eventually, key_in_partition, request, serial, NatsServer, Stack,
+    TestConfig, PEEK, TICK,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::*;
 
-const CONFIG: &str = r#"
-partitions = 16
-lease_ttl = "2s"
-snapshot_interval = "500ms"
-
-[policies.default]
-algorithm = "sliding_log"
-limits = [ { max = 5, per = "10s" } ]
-
-[policies.tenper]
-algorithm = "sliding_log"
-limits = [ { max = 10, per = "5m" } ]
-"#;
+/// The binary under test.
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 /// "Well under the timeout" (2 s in these tests): the fallback must not wait for it.
 const FAST: Duration = Duration::from_millis(500);
 
-fn config() -> Config {
-    Config::from_toml(CONFIG, "test.toml").unwrap()
+/// A stack of `workers` workers with the [`TestConfig`].
+async fn stack(workers: usize) -> Stack {
+    Stack::start(SLUICE, &TestConfig::new().toml(), workers).await
 }
 
 fn options(fallback: Fallback) -> ClientOptions {
-    ClientOptions::from_config(&config())
+    ClientOptions::from_config(&TestConfig::new().config())
         .fallback(fallback)
         .timeout(Duration::from_secs(2))
 }
@@ -73,12 +65,12 @@ struct Seen {
 
 impl Observer {
     async fn watch(stack: &Stack, token: &str) -> Observer {
-        let nats = async_nats::connect(stack.nats.url()).await.unwrap();
+        let nats = stack.nats.connect().await.unwrap();
         let p = partition_of(token, stack.partitions);
-        let mut sub = nats.subscribe(format!("rl.p.{p}.>")).await.unwrap();
+        let mut sub = nats.subscribe(partition_wildcard(p)).await.unwrap();
         // async-nats' flush() does not wait for the server, so wait for a
         // message of our own: then the subscription is in place.
-        let ready = format!("rl.p.{p}.observer-ready");
+        let ready = format!("{PARTITION_PREFIX}.{p}.observer-ready");
         nats.publish(ready.clone(), "".into()).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while tokio::time::timeout_at(deadline, sub.next())
@@ -96,26 +88,26 @@ impl Observer {
     /// Everything `client` sent for the key since the last call.
     async fn seen(&mut self, client: &Client) -> Seen {
         let nats = client.nats();
-        nats.publish(format!("rl.allow.{}", self.token), "".into())
+        nats.publish(Verb::Allow.client_subject(&self.token), "".into())
             .await
             .unwrap();
         nats.flush().await.unwrap();
         let mut seen = Seen::default();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let allow = format!(".allow.{}", self.token);
         loop {
             let msg = tokio::time::timeout_at(deadline, self.sub.next())
                 .await
                 .expect("the sentinel arrives")
                 .expect("the subscription stays open");
-            let subject = msg.subject.as_str();
-            if subject.ends_with(".batch") {
-                seen.batches += 1;
-            } else if subject.ends_with(&allow) {
-                if msg.reply.is_none() {
-                    return seen;
+            match Inbound::parse(msg.subject.as_str()) {
+                Some(Inbound::PartitionBatch(_)) => seen.batches += 1,
+                Some(Inbound::Ask(a)) if a.verb == Verb::Allow && a.key_token == self.token => {
+                    if msg.reply.is_none() {
+                        return seen;
+                    }
+                    seen.singles += 1;
                 }
-                seen.singles += 1;
+                _ => {}
             }
         }
     }
@@ -124,7 +116,7 @@ impl Observer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asks_are_allowed_then_denied_with_headers_policy_and_cost() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Closed).await;
 
     for remaining in (0..5).rev() {
@@ -190,22 +182,22 @@ async fn asks_are_allowed_then_denied_with_headers_policy_and_cost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_percent_encoded_for_the_caller() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Closed).await;
     client.allow("bob@x.io").await.unwrap();
     client.allow(b"\xff\x00 key".as_slice()).await.unwrap();
     // Any NATS client sees the same counters under the canonical tokens.
     let nats = stack.clients(1).await.remove(0);
-    let d = ask(&nats, "bob%40x%2Eio", br#"{"cost":0}"#).await.unwrap();
+    let d = ask(&nats, "bob%40x%2Eio", PEEK).await.unwrap();
     assert_eq!(d.remaining, 4);
-    let d = ask(&nats, "%FF%00%20key", br#"{"cost":0}"#).await.unwrap();
+    let d = ask(&nats, "%FF%00%20key", PEEK).await.unwrap();
     assert_eq!(d.remaining, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_are_typed_and_carry_the_workers_message() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Open).await;
 
     let e = client.ask("carol", "nope", 1).await.unwrap_err();
@@ -239,7 +231,7 @@ async fn errors_are_typed_and_carry_the_workers_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deny_cache_answers_denied_keys_without_round_trips() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Closed).await;
     let mut observer = Observer::watch(&stack, "dave").await;
 
@@ -283,7 +275,7 @@ async fn the_deny_cache_answers_denied_keys_without_round_trips() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_with_nothing_to_batch_with_goes_at_once_and_teaches_the_owner() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Closed).await;
     let mut observer = Observer::watch(&stack, "erin").await;
     for _ in 0..5 {
@@ -334,14 +326,11 @@ async fn ask_all(client: &Client, keys: &[String]) -> Vec<Result<sluice_client::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asks_for_many_partitions_travel_together_per_worker_and_one_key_still_gets_exactly_five() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let opts = options(Fallback::Closed).deny_cache(false);
     let client = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
     // One ask per partition teaches the client every owner.
-    let probes: Vec<String> = (0..stack.partitions)
-        .map(|p| key_in_partition(p, stack.partitions))
-        .collect();
-    for key in &probes {
+    for key in &a_key_per_partition(stack.partitions) {
         client.ask(key, "tenper", 0).await.unwrap();
     }
     let before = client.stats();
@@ -383,15 +372,15 @@ async fn asks_for_many_partitions_travel_together_per_worker_and_one_key_still_g
 async fn a_handover_and_a_kill_under_load_lose_no_answer_and_the_client_learns_the_new_owners() {
     let _serial = serial().await;
     // Journal mode: a kill loses no count, so limits hold exactly.
-    let config = CONFIG.replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
-    let mut stack = Stack::start(&config, 1).await;
+    let mut stack = Stack::start(SLUICE, &TestConfig::new().journal().toml(), 1).await;
     let opts = options(Fallback::Closed).deny_cache(false);
     let client = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
     let keys: Vec<String> = (0..300).map(|i| format!("move-{i}")).collect();
 
     // Bounded load: 64 asks in flight, each key asked 12 times of "tenper"
     // (10 per 5 m), while a second worker joins and then the first is killed.
-    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (done, progress) = tokio::sync::watch::channel(0usize);
+    let done = Arc::new(done);
     let load = {
         let (client, keys, done) = (client.clone(), keys.clone(), done.clone());
         tokio::spawn(async move {
@@ -402,7 +391,7 @@ async fn a_handover_and_a_kill_under_load_lose_no_answer_and_the_client_learns_t
                     async move {
                         let started = Instant::now();
                         let answer = client.ask(&key, "tenper", 1).await;
-                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        done.send_modify(|n| *n += 1);
                         (key, answer, started.elapsed())
                     }
                 })
@@ -412,17 +401,16 @@ async fn a_handover_and_a_kill_under_load_lose_no_answer_and_the_client_learns_t
         })
     };
     let reached = |n: usize| {
-        let done = done.clone();
+        let mut progress = progress.clone();
         async move {
-            eventually(Duration::from_secs(60), || async {
-                (done.load(std::sync::atomic::Ordering::Relaxed) >= n).then_some(())
-            })
-            .await
-            .expect("the load goes on");
+            tokio::time::timeout(Duration::from_secs(60), progress.wait_for(|d| *d >= n))
+                .await
+                .expect("the load goes on")
+                .expect("the load counts its asks");
         }
     };
     reached(600).await;
-    let first = stack.worker_ids().await.remove(0);
+    let first = stack.worker_ids().remove(0);
     stack.start_workers(1).await;
     reached(1800).await;
     stack.kill_worker(&first);
@@ -447,29 +435,26 @@ async fn a_handover_and_a_kill_under_load_lose_no_answer_and_the_client_learns_t
     }
 
     // The client now knows the survivor owns everything: a burst goes to it.
-    let survivor = stack.worker_ids().await.remove(0);
-    eventually(Duration::from_secs(10), || async {
-        stack
-            .owners()
-            .await
-            .values()
-            .all(|o| *o == survivor)
-            .then_some(())
+    let survivor = stack.worker_ids().remove(0);
+    eventually(Duration::from_secs(10), TICK, || async {
+        let owners = stack.owners().await;
+        anyhow::ensure!(
+            owners.values().all(|o| *o == survivor),
+            "owners: {owners:?}"
+        );
+        Ok(())
     })
     .await
     .expect("the survivor takes every partition");
-    let probes: Vec<String> = (0..stack.partitions)
-        .map(|p| key_in_partition(p, stack.partitions))
-        .collect();
     // Owning is not answering yet (a lease is taken before the partition is
     // restored, journal replay included): each probe waits until its
     // partition answers, which also teaches the client who owns it.
-    for key in &probes {
-        eventually(Duration::from_secs(10), || async {
-            client.ask(key, "tenper", 0).await.ok()
+    for key in &a_key_per_partition(stack.partitions) {
+        eventually(Duration::from_secs(10), TICK, || {
+            client.ask(key, "tenper", 0)
         })
         .await
-        .unwrap_or_else(|| panic!("{key}'s partition never answered after the kill"));
+        .unwrap_or_else(|e| panic!("{key}'s partition never answered after the kill: {e:#}"));
     }
     let before = client.stats();
     let burst: Vec<String> = (0..200).map(|i| format!("after-{i}")).collect();
@@ -493,9 +478,9 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
     use sluice_core::key::KeyToken;
     use sluice_core::wire::{batch, ErrorCode, Reply};
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let owners = stack.owners().await;
-    let ids = stack.worker_ids().await;
+    let ids = stack.worker_ids();
     let owned_by = |w: &str| *owners.iter().find(|(_, o)| *o == w).unwrap().0;
     let (mine, theirs) = (owned_by(&ids[0]), owned_by(&ids[1]));
     let (my_key, their_key) = (
@@ -511,7 +496,7 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
     }
     let body = batch::encode_request(&[item(&their_key, 1), item(&my_key, 2), item(&their_key, 3)]);
     let nats = &stack.clients(1).await[0];
-    let reply = request(nats, &format!("rl.w.{}.batch", ids[0]), &body)
+    let reply = request(nats, &worker_batch_subject(&ids[0]), &body)
         .await
         .expect("the worker answers its own subject");
     assert_eq!(
@@ -535,26 +520,14 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
         other => panic!("item of partition {mine}: {other:?}"),
     }
     // Nothing was counted for the other worker's key; the own one counted 2.
-    assert_eq!(
-        ask(nats, &their_key, br#"{"cost":0}"#)
-            .await
-            .unwrap()
-            .remaining,
-        5
-    );
-    assert_eq!(
-        ask(nats, &my_key, br#"{"cost":0}"#)
-            .await
-            .unwrap()
-            .remaining,
-        3
-    );
+    assert_eq!(ask(nats, &their_key, PEEK).await.unwrap().remaining, 5);
+    assert_eq!(ask(nats, &my_key, PEEK).await.unwrap().remaining, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_asks_on_one_key_are_batched_and_exactly_five_pass() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     // No deny cache here, so that every ask goes to the worker.
     let opts = options(Fallback::Closed).deny_cache(false);
     let client = Client::connect_with(&stack.nats.url(), opts).await.unwrap();
@@ -603,7 +576,7 @@ async fn two_hundred_concurrent_asks_on_one_key_are_batched_and_exactly_five_pas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_caller_in_a_batch_gets_the_decision_for_its_own_key_policy_and_cost() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Closed).await;
     // 120 distinct fresh keys of one partition, with different policies and
     // costs: each answer must be the one for its own ask.
@@ -642,28 +615,29 @@ async fn each_caller_in_a_batch_gets_the_decision_for_its_own_key_policy_and_cos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hits_count_without_asking() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack(2).await;
     let client = client(&stack, Fallback::Closed).await;
     let a = client.hit_and_peek("frank", "default", 5).await.unwrap();
     assert!(!a.allowed, "after 5 hits a 5-per-10s key has no room");
     assert_eq!((a.remaining, a.source), (0, Source::Worker));
     // A plain hit is a publish; its count shows up at the worker shortly.
     client.hit("grace", "default", 7).await.unwrap();
-    let denied = eventually(Duration::from_secs(5), || async {
-        let a = client.peek("grace", "default").await.ok()?;
-        (!a.allowed).then_some(a)
+    let denied = eventually(Duration::from_secs(5), TICK, || async {
+        let a = client.peek("grace", "default").await?;
+        anyhow::ensure!(!a.allowed, "grace is still allowed: {a:?}");
+        Ok(a)
     })
     .await;
     assert!(
-        denied.is_some(),
-        "the hit was counted even beyond the limit"
+        denied.is_ok(),
+        "the hit was counted even beyond the limit: {denied:?}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout() {
     let _serial = serial().await;
-    let mut stack = Stack::start(CONFIG, 2).await;
+    let mut stack = stack(2).await;
     let open = client(&stack, Fallback::Open).await;
     let closed = client(&stack, Fallback::Closed).await;
     let local = client(&stack, Fallback::Local).await;
@@ -757,7 +731,7 @@ async fn with_every_worker_stopped_each_fallback_answers_well_before_the_timeout
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_with_another_partition_count_is_refused_at_connect() {
-    let server = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let server = NatsServer::start_with_partitions(16).unwrap();
     let opts = |partitions| options(Fallback::Closed).partitions(partitions);
     Client::connect_with(&server.url(), opts(16))
         .await
@@ -788,9 +762,12 @@ async fn a_client_with_another_partition_count_is_refused_at_connect() {
 #[tokio::test]
 async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request() {
     use sluice_core::wire::{batch, DecisionReply, Reply};
-    let server = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let server = NatsServer::start_with_partitions(16).unwrap();
     let responder = server.connect().await.unwrap();
-    let mut requests = responder.subscribe("rl.p.*.batch").await.unwrap();
+    let mut requests = responder
+        .subscribe(any_partition_batch_subject())
+        .await
+        .unwrap();
     responder.flush().await.unwrap();
     // Asks wait far longer than the test waits for a request: a request
     // that comes only because an earlier one timed out fails the test.
@@ -876,7 +853,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
-    let sentinel = format!("rl.p.{p}.batch");
+    let sentinel = batch_subject(p);
     client.nats().publish(sentinel, "".into()).await.unwrap();
     let msg = tokio::time::timeout(Duration::from_secs(10), requests.next())
         .await

@@ -1,10 +1,11 @@
 //! The small commands: `check`, `status`, `nats-config`, and `--help` on
 //! every command, run as a user would run them.
 
-mod support;
-
+use sluice_tests::{serial, Stack};
 use std::process::{Command, Output};
-use support::*;
+
+/// The binary under test.
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 const CONFIG: &str = r#"
 partitions = 8
@@ -16,7 +17,7 @@ limits = [ { max = 2, per = "1h" } ]
 "#;
 
 fn sluice(args: &[&str], nats: &str, config: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
+    Command::new(SLUICE)
         .args(args)
         .args(["--nats", nats])
         .arg("--config")
@@ -36,10 +37,8 @@ fn text(o: &Output) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_status_and_nats_config_work_against_a_running_stack() {
     let _serial = serial().await;
-    let mut stack = Stack::start(CONFIG, 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("sluice.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    let mut stack = Stack::start(SLUICE, CONFIG, 2).await;
+    let config = stack.config_path().to_path_buf();
     let url = stack.nats.url();
 
     let first = sluice(&["check", "bob@example.com", "--json"], &url, &config);
@@ -97,10 +96,7 @@ async fn check_status_and_nats_config_work_against_a_running_stack() {
 #[test]
 fn nats_config_prints_a_config_that_nats_server_accepts() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["nats-config"])
-        .output()
-        .unwrap();
+    let out = Command::new(SLUICE).args(["nats-config"]).output().unwrap();
     assert!(out.status.success());
     let conf = dir.path().join("nats.conf");
     std::fs::write(&conf, &out.stdout).unwrap();
@@ -124,17 +120,14 @@ fn every_command_has_help_and_a_bad_config_is_one_line_with_file_and_field() {
         "status",
         "nats-config",
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args([cmd, "--help"])
-            .output()
-            .unwrap();
+        let out = Command::new(SLUICE).args([cmd, "--help"]).output().unwrap();
         assert!(out.status.success(), "sluice {cmd} --help");
         assert!(!out.stdout.is_empty());
     }
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "partitions = 0\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(SLUICE)
         .args(["nats-config", "--config"])
         .arg(&bad)
         .output()

@@ -4,40 +4,32 @@
 //! 127.0.0.1:0 listener); in proxy mode the upstream is a small axum app in
 //! the test process too.
 
-mod support;
-
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::Value;
 use sluice_core::config::{Config, Fallback};
 use sluice_gateway::{GatewayOptions, Url};
+use sluice_tests::{ask, eventually, serial, Stack, TestConfig, PEEK, TICK};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::*;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-const CONFIG: &str = r#"
-partitions = 16
-lease_ttl = "2s"
-snapshot_interval = "500ms"
-
-[policies.default]
-algorithm = "sliding_log"
-limits = [ { max = 5, per = "10s" } ]
-
-[policies.tenper]
-algorithm = "sliding_log"
-limits = [ { max = 10, per = "5m" } ]
-"#;
+/// The binary under test (its workers).
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 const FAST: Duration = Duration::from_millis(500);
 
+/// A stack of two workers with the [`TestConfig`].
+async fn stack() -> Stack {
+    Stack::start(SLUICE, &TestConfig::new().toml(), 2).await
+}
+
 fn config(fallback: Fallback) -> Config {
-    let mut c = Config::from_toml(CONFIG, "test.toml").unwrap();
+    let mut c = TestConfig::new().config();
     c.fallback = fallback;
     c
 }
@@ -115,7 +107,7 @@ fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack().await;
     let gw = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
     let http = http();
 
@@ -177,7 +169,7 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
         call(http.get(gw.url(path))).await;
     }
     let nats = stack.clients(1).await.remove(0);
-    let d = ask(&nats, "bob%40x%2Eio", br#"{"cost":0}"#).await.unwrap();
+    let d = ask(&nats, "bob%40x%2Eio", PEEK).await.unwrap();
     assert_eq!(d.remaining, 2);
     gw.stop().await;
 }
@@ -185,7 +177,7 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_400_404_or_413_with_a_json_error_body() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack().await;
     let gw = Gateway::start(&stack.nats.url(), config(Fallback::Open), None).await;
     let http = http();
 
@@ -294,7 +286,7 @@ async fn bad_input_is_400_404_or_413_with_a_json_error_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
     let _serial = serial().await;
-    let mut stack = Stack::start(CONFIG, 2).await;
+    let mut stack = stack().await;
     let open = Gateway::start(&stack.nats.url(), config(Fallback::Open), None).await;
     let closed = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
     let local = Gateway::start(&stack.nats.url(), config(Fallback::Local), None).await;
@@ -365,7 +357,7 @@ async fn with_no_worker_open_answers_200_closed_503_and_local_limits_locally() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
     let _serial = serial().await;
-    let mut stack = Stack::start(CONFIG, 2).await;
+    let mut stack = stack().await;
     let gw = Gateway::start(&stack.nats.url(), config(Fallback::Open), None).await;
     let http = http();
 
@@ -406,12 +398,16 @@ async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
     // NATS goes away: /healthz says so, and asks are answered by the
     // fallback at once (no waiting for the timeout).
     stack.nats.stop().unwrap();
-    let unhealthy = eventually(Duration::from_secs(10), || async {
-        let r = http.get(gw.url("/healthz")).send().await.ok()?;
-        (r.status().as_u16() == 503).then_some(())
+    let unhealthy = eventually(Duration::from_secs(10), TICK, || async {
+        let r = http.get(gw.url("/healthz")).send().await?;
+        anyhow::ensure!(r.status().as_u16() == 503, "/healthz is {}", r.status());
+        Ok(())
     })
     .await;
-    assert!(unhealthy.is_some(), "/healthz turns 503 without NATS");
+    assert!(
+        unhealthy.is_ok(),
+        "/healthz turns 503 without NATS: {unhealthy:?}"
+    );
     let started = Instant::now();
     let (status, headers, _) = call(http.get(gw.url("/v1/allow/leo2"))).await;
     assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
@@ -480,7 +476,7 @@ async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_forwards_allowed_requests_intact_and_answers_429_when_denied() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack().await;
     let (upstream_addr, upstream) = start_upstream().await;
     let upstream_url = Url::parse(&format!("http://{upstream_addr}")).unwrap();
     let gw = Gateway::start(
@@ -555,9 +551,7 @@ async fn the_proxy_forwards_allowed_requests_intact_and_answers_429_when_denied(
     }
     assert_eq!(by_ip, [201, 201, 201, 201, 201, 429]);
     let nats = stack.clients(1).await.remove(0);
-    let d = ask(&nats, "127%2E0%2E0%2E1", br#"{"cost":0}"#)
-        .await
-        .unwrap();
+    let d = ask(&nats, "127%2E0%2E0%2E1", PEEK).await.unwrap();
     assert!(!d.allowed, "the IP key is 127.0.0.1");
 
     // The gateway's own endpoints are not proxied.
@@ -570,7 +564,7 @@ async fn the_proxy_forwards_allowed_requests_intact_and_answers_429_when_denied(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_502() {
     let _serial = serial().await;
-    let stack = Stack::start(CONFIG, 2).await;
+    let stack = stack().await;
     // A port nobody listens on: bind one, then close it.
     let closed = TcpListener::bind("127.0.0.1:0")
         .await

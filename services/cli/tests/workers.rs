@@ -7,30 +7,24 @@
 //! Tests in this file run one at a time (a mutex): they measure recovery
 //! times, which a second test's load on the same 2 cores would distort.
 
-mod support;
-
+use sluice_core::nats_config::NatsServerConfig;
+use sluice_core::storage::JOURNAL_STREAM;
+use sluice_core::subject::Verb;
+use sluice_tests::{
+    a_key_per_partition, ask, assert_no_key_over, error_of, eventually, key_in_partition, request,
+    rounds, serial, worker_command, Answered, ChildGuard, Load, NatsServer, Signal, Stack,
+    TestConfig, PEEK, TICK,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use support::*;
 
-const SLIDING_LOG_5_PER_10S: &str = r#"
-partitions = 16
-lease_ttl = "2s"
-snapshot_interval = "500ms"
-
-[policies.default]
-algorithm = "sliding_log"
-limits = [ { max = 5, per = "10s" } ]
-
-[policies.tenper]
-algorithm = "sliding_log"
-limits = [ { max = 10, per = "5m" } ]
-"#;
+/// The binary under test.
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_under_200_concurrent_requests_from_4_connections_gets_exactly_5() {
     let _serial = serial().await;
-    let stack = Stack::start(SLIDING_LOG_5_PER_10S, 3).await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 3).await;
     let clients = stack.clients(4).await;
     let mut tasks = Vec::new();
     for client in &clients {
@@ -52,14 +46,11 @@ async fn one_key_under_200_concurrent_requests_from_4_connections_gets_exactly_5
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_keys_under_concurrent_load_never_exceed_their_limit() {
     let _serial = serial().await;
-    let stack = Stack::start(SLIDING_LOG_5_PER_10S, 3).await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 3).await;
     let clients = stack.clients(4).await;
     let keys: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
     // 15 asks per key with the 10-per-5-minutes policy, 64 in flight.
-    let asks: Vec<(String, usize)> = (0..15)
-        .flat_map(|round| keys.iter().map(move |k| (k.clone(), round)))
-        .collect();
-    let results = Load::start(&clients, asks, 64, br#"{"policy":"tenper"}"#)
+    let results = Load::start(&clients, rounds(&keys, 15), 64, br#"{"policy":"tenper"}"#)
         .finish()
         .await;
     let mut allowed: HashMap<&str, usize> = HashMap::new();
@@ -81,66 +72,54 @@ async fn a_thousand_keys_under_concurrent_load_never_exceed_their_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_the_documented_error_and_change_no_counter() {
     let _serial = serial().await;
-    let stack = Stack::start(SLIDING_LOG_5_PER_10S, 1).await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 1).await;
     let client = &stack.clients(1).await[0];
+    // Subjects a client could send, built like any other (a key token that
+    // is no valid key is still a token of the subject).
+    let allow = |token: &str| Verb::Allow.client_subject(token);
     let cases: Vec<(String, Vec<u8>, u16, &str)> = vec![
-        ("rl.allow.*".into(), vec![], 400, "bad_request"),
-        ("rl.allow.a.b".into(), vec![], 400, "bad_request"),
-        ("rl.allow.>".into(), vec![], 400, "bad_request"),
+        (allow("*"), vec![], 400, "bad_request"),
+        (allow("a.b"), vec![], 400, "bad_request"),
+        (allow(">"), vec![], 400, "bad_request"),
+        (allow(&"k".repeat(257)), vec![], 400, "bad_request"),
+        (allow("bob@x"), vec![], 400, "bad_request"),
+        (allow("bad%4"), vec![], 400, "bad_request"),
+        (allow("bad%zz"), vec![], 400, "bad_request"),
+        (allow("non%41canonical"), vec![], 400, "bad_request"),
+        (allow("victim"), b"\xc1garbage".to_vec(), 400, "bad_request"),
         (
-            format!("rl.allow.{}", "k".repeat(257)),
-            vec![],
-            400,
-            "bad_request",
-        ),
-        ("rl.allow.bob@x".into(), vec![], 400, "bad_request"),
-        ("rl.allow.bad%4".into(), vec![], 400, "bad_request"),
-        ("rl.allow.bad%zz".into(), vec![], 400, "bad_request"),
-        (
-            "rl.allow.non%41canonical".into(),
-            vec![],
-            400,
-            "bad_request",
-        ),
-        (
-            "rl.allow.victim".into(),
-            b"\xc1garbage".to_vec(),
-            400,
-            "bad_request",
-        ),
-        (
-            "rl.allow.victim".into(),
+            allow("victim"),
             br#"{"cost":-1}"#.to_vec(),
             400,
             "bad_request",
         ),
         (
-            "rl.allow.victim".into(),
+            allow("victim"),
             br#"{"polcy":"default"}"#.to_vec(),
             400,
             "bad_request",
         ),
         (
-            "rl.allow.victim".into(),
+            allow("victim"),
             br#"{"cost":1000000000000}"#.to_vec(),
             400,
             "bad_request",
         ),
         (
-            "rl.allow.victim".into(),
+            allow("victim"),
             br#"{"cost":6}"#.to_vec(),
             400,
             "bad_request",
         ),
         (
-            "rl.allow.victim".into(),
+            allow("victim"),
             br#"{"policy":"nope"}"#.to_vec(),
             404,
             "unknown_policy",
         ),
-        ("rl.allow.victim".into(), vec![b' '; 4097], 413, "too_large"),
+        (allow("victim"), vec![b' '; 4097], 413, "too_large"),
         (
-            "rl.hit.victim".into(),
+            Verb::Hit.client_subject("victim"),
             br#"{"policy":"nope"}"#.to_vec(),
             404,
             "unknown_policy",
@@ -152,15 +131,18 @@ async fn malformed_requests_get_the_documented_error_and_change_no_counter() {
             .unwrap_or_else(|e| panic!("{subject}: {e}"));
         let got = error_of(&reply).unwrap_or_else(|| panic!("{subject}: expected an error reply"));
         assert_eq!(
-            (got.0, got.1.as_str()),
+            (got.code.status(), got.code.word()),
             (*code, *word),
             "{subject} {:?}",
             String::from_utf8_lossy(body)
         );
-        assert!(!got.2.is_empty(), "{subject}: the error says what is wrong");
+        assert!(
+            !got.message.is_empty(),
+            "{subject}: the error says what is wrong"
+        );
     }
     // Nothing above counted: the victim still has all 5.
-    let peek = ask(client, "victim", br#"{"cost":0}"#).await.unwrap();
+    let peek = ask(client, "victim", PEEK).await.unwrap();
     assert_eq!(peek.remaining, 5);
     for _ in 0..5 {
         assert!(ask(client, "victim", b"").await.unwrap().allowed);
@@ -171,7 +153,7 @@ async fn malformed_requests_get_the_documented_error_and_change_no_counter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_hold_after_every_worker_is_stopped_and_started_again() {
     let _serial = serial().await;
-    let mut stack = Stack::start(SLIDING_LOG_5_PER_10S, 3).await;
+    let mut stack = Stack::start(SLUICE, &TestConfig::new().toml(), 3).await;
     let client = stack.clients(1).await.remove(0);
     let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
     for key in &keys {
@@ -195,13 +177,10 @@ async fn limits_hold_after_every_worker_is_stopped_and_started_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fourth_worker_joining_under_load_takes_partitions_and_no_key_goes_over() {
     let _serial = serial().await;
-    let mut stack = Stack::start(SLIDING_LOG_5_PER_10S, 3).await;
+    let mut stack = Stack::start(SLUICE, &TestConfig::new().toml(), 3).await;
     let clients = stack.clients(2).await;
     let keys: Vec<String> = (0..300).map(|i| format!("j{i}")).collect();
-    let asks: Vec<(String, usize)> = (0..20)
-        .flat_map(|r| keys.iter().map(move |k| (k.clone(), r)))
-        .collect();
-    let mut load = Load::start(&clients, asks, 32, br#"{"policy":"tenper"}"#);
+    let mut load = Load::start(&clients, rounds(&keys, 20), 32, br#"{"policy":"tenper"}"#);
     load.reached(500).await;
     let before = stack.owners().await;
     stack.start_workers(1).await;
@@ -209,7 +188,6 @@ async fn a_fourth_worker_joining_under_load_takes_partitions_and_no_key_goes_ove
     let after = stack.owners().await;
     let newcomer = stack
         .worker_ids()
-        .await
         .into_iter()
         .find(|w| !before.values().any(|o| o == w));
     let taken = after
@@ -226,14 +204,16 @@ async fn a_fourth_worker_joining_under_load_takes_partitions_and_no_key_goes_ove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_in_journal_mode_loses_no_count_and_its_partitions_come_back() {
     let _serial = serial().await;
-    let config = journal_crash_config();
-    crash_under_load(&config, |results, _| assert_no_key_over(results, 10)).await;
+    crash_under_load(&journal_crash_config(), |results, _| {
+        assert_no_key_over(results, 10)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_in_snapshot_mode_over_admits_at_most_what_came_after_its_last_snapshot() {
     let _serial = serial().await;
-    crash_under_load(&crash_config(), |results, restored_at| {
+    crash_under_load(&crash_config().toml(), |results, restored_at| {
         let mut allowed: HashMap<&str, usize> = HashMap::new();
         let mut since_snapshot: HashMap<&str, usize> = HashMap::new();
         for r in results {
@@ -267,34 +247,28 @@ async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_s
     let _serial = serial().await;
     // Journal mode, so the freeze itself loses no count: any excess could
     // only come from two owners answering for one partition.
-    let config = SLIDING_LOG_5_PER_10S.replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
-    let stack = Stack::start(&config, 3).await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().journal().toml(), 3).await;
     let clients = stack.clients(2).await;
     let keys: Vec<String> = (0..300).map(|i| format!("z{i}")).collect();
-    let rounds = |n: usize| -> Vec<(String, usize)> {
-        (0..n)
-            .flat_map(|r| keys.iter().map(move |k| (k.clone(), r)))
-            .collect()
-    };
-    let mut results = Load::start(&clients, rounds(4), 32, br#"{"policy":"tenper"}"#)
+    let mut results = Load::start(&clients, rounds(&keys, 4), 32, br#"{"policy":"tenper"}"#)
         .finish()
         .await;
     let owners = stack.owners().await;
-    let sleeper = stack.worker_ids().await.remove(0);
+    let sleeper = stack.worker_ids().remove(0);
     let its: Vec<u32> = owners
         .iter()
         .filter(|(_, o)| **o == sleeper)
         .map(|(p, _)| *p)
         .collect();
-    stack.signal_worker(&sleeper, sluice_tests::Signal::SIGSTOP);
+    stack.signal_worker(&sleeper, Signal::SIGSTOP);
     // Its partitions move to the others while it sleeps...
     for &p in &its {
         let key = key_in_partition(p, stack.partitions);
-        eventually(Duration::from_secs(15), || async {
-            ask(&clients[0], &key, br#"{"cost":0}"#).await.ok()
+        eventually(Duration::from_secs(15), TICK, || {
+            ask(&clients[0], &key, PEEK)
         })
         .await
-        .unwrap_or_else(|| panic!("partition {p} was not taken over"));
+        .unwrap_or_else(|e| panic!("partition {p} was not taken over: {e:#}"));
     }
     let moved = stack.owners().await;
     assert!(
@@ -302,9 +276,9 @@ async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_s
         "{moved:?}"
     );
     // ...and when it wakes up, under load, no key is allowed beyond its limit.
-    let mut load = Load::start(&clients, rounds(12), 32, br#"{"policy":"tenper"}"#);
+    let mut load = Load::start(&clients, rounds(&keys, 12), 32, br#"{"policy":"tenper"}"#);
     load.reached(300).await;
-    stack.signal_worker(&sleeper, sluice_tests::Signal::SIGCONT);
+    stack.signal_worker(&sleeper, Signal::SIGCONT);
     results.extend(load.finish().await);
     assert_no_key_over(&results, 10);
     // Asks lost while partitions move back, and journal records replayed on
@@ -323,8 +297,7 @@ async fn a_frozen_worker_that_wakes_after_losing_its_leases_never_answers_as_a_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover() {
     let _serial = serial().await;
-    let config = journal_crash_config();
-    let mut stack = Stack::start(&config, 3).await;
+    let mut stack = Stack::start(SLUICE, &journal_crash_config(), 3).await;
     let client = stack.clients(1).await.remove(0);
     let keys: Vec<String> = (0..64).map(|i| format!("r{i}")).collect();
     for key in &keys {
@@ -334,21 +307,18 @@ async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover()
         assert!(d.allowed);
     }
     // Crash one worker: its partitions come back from the journal alone.
-    let ids = stack.worker_ids().await;
+    let ids = stack.worker_ids();
     stack.kill_worker(&ids[0]);
-    for p in 0..stack.partitions {
-        let key = key_in_partition(p, stack.partitions);
-        eventually(Duration::from_secs(15), || async {
-            ask(&client, &key, br#"{"cost":0}"#).await.ok()
-        })
-        .await
-        .unwrap_or_else(|| panic!("partition {p} never answered again"));
+    for (p, key) in a_key_per_partition(stack.partitions).iter().enumerate() {
+        eventually(Duration::from_secs(15), TICK, || ask(&client, key, PEEK))
+            .await
+            .unwrap_or_else(|e| panic!("partition {p} never answered again: {e:#}"));
     }
     // At once, a clean stop of a second worker hands everything it has to the last one.
     stack.stop_worker(&ids[1]);
     for key in &keys {
-        let d = eventually(Duration::from_secs(15), || async {
-            ask(&client, key, br#"{"policy":"tenper"}"#).await.ok()
+        let d = eventually(Duration::from_secs(15), TICK, || {
+            ask(&client, key, br#"{"policy":"tenper"}"#)
         })
         .await
         .unwrap();
@@ -366,8 +336,7 @@ async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
     let _serial = serial().await;
-    let config = journal_crash_config();
-    let mut stack = Stack::start(&config, 1).await;
+    let mut stack = Stack::start(SLUICE, &journal_crash_config(), 1).await;
     let clients = stack.clients(4).await;
     let keys: Vec<String> = (0..40).map(|i| format!("g{i}")).collect();
     let mut tasks = Vec::new();
@@ -383,7 +352,7 @@ async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
     }
     let js = async_nats::jetstream::new(clients[0].clone());
     let stored = js
-        .get_stream("SLUICE_JOURNAL")
+        .get_stream(JOURNAL_STREAM)
         .await
         .unwrap()
         .info()
@@ -397,7 +366,7 @@ async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
         "{stored} journal messages for 400 concurrent asks"
     );
     // Killed right after answering: the new worker has every answered count.
-    let id = stack.worker_ids().await.remove(0);
+    let id = stack.worker_ids().remove(0);
     stack.kill_worker(&id);
     stack.start_workers(1).await;
     assert_every_tenper_used_up(&clients[0], &keys, "lost answered counts in the crash").await;
@@ -410,27 +379,22 @@ async fn concurrent_asks_in_journal_mode_share_appends_and_survive_a_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_survive_two_crashes_in_a_row_through_both_workers_journals() {
     let _serial = serial().await;
-    let config = journal_crash_config();
-    let mut stack = Stack::start(&config, 3).await;
+    let mut stack = Stack::start(SLUICE, &journal_crash_config(), 3).await;
     let client = stack.clients(1).await.remove(0);
-    let keys: Vec<String> = (0..stack.partitions)
-        .map(|p| key_in_partition(p, stack.partitions))
-        .collect();
+    let keys = a_key_per_partition(stack.partitions);
     let ask_all = |body: &'static [u8]| {
         let client = client.clone();
         let keys = keys.clone();
         async move {
             for key in &keys {
-                let d = eventually(Duration::from_secs(15), || async {
-                    ask(&client, key, body).await.ok()
-                })
-                .await
-                .unwrap_or_else(|| panic!("{key} never answered"));
+                let d = eventually(Duration::from_secs(15), TICK, || ask(&client, key, body))
+                    .await
+                    .unwrap_or_else(|e| panic!("{key} never answered: {e:#}"));
                 assert!(d.allowed, "{key}: {d:?}");
             }
         }
     };
-    let ids = stack.worker_ids().await;
+    let ids = stack.worker_ids();
     ask_all(br#"{"policy":"tenper","cost":5}"#).await;
     let before = stack.owners().await;
     stack.kill_worker(&ids[0]);
@@ -453,8 +417,7 @@ async fn counts_survive_two_crashes_in_a_row_through_both_workers_journals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_is_purged_once_snapshots_cover_it_and_counts_stay() {
     let _serial = serial().await;
-    let config = SLIDING_LOG_5_PER_10S.replace("lease_ttl", "durability = \"journal\"\nlease_ttl");
-    let mut stack = Stack::start(&config, 1).await;
+    let mut stack = Stack::start(SLUICE, &TestConfig::new().journal().toml(), 1).await;
     let client = stack.clients(1).await.remove(0);
     // Two busy partitions of 16; the other 14 never count anything.
     let keys = [
@@ -468,17 +431,21 @@ async fn the_journal_is_purged_once_snapshots_cover_it_and_counts_stay() {
         }
     }
     let js = async_nats::jetstream::new(client.clone());
-    let journal = js.get_stream("SLUICE_JOURNAL").await.unwrap();
+    let journal = js.get_stream(JOURNAL_STREAM).await.unwrap();
     let written = journal.get_info().await.unwrap().state.last_sequence;
     assert!(written > 0, "the asks were journaled");
-    let purged = eventually(Duration::from_secs(20), || async {
-        let state = journal.get_info().await.ok()?.state;
-        (state.messages == 0 && state.first_sequence > written).then_some(state)
+    let purged = eventually(Duration::from_secs(20), TICK, || async {
+        let state = journal.get_info().await?.state;
+        anyhow::ensure!(
+            state.messages == 0 && state.first_sequence > written,
+            "not purged yet: {state:?}"
+        );
+        Ok(state)
     })
     .await;
-    assert!(purged.is_some(), "the journal was never purged");
+    assert!(purged.is_ok(), "the journal was never purged: {purged:?}");
     // A crash now restores from the snapshots alone.
-    let id = stack.worker_ids().await.remove(0);
+    let id = stack.worker_ids().remove(0);
     stack.kill_worker(&id);
     stack.start_workers(1).await;
     assert_every_tenper_used_up(&client, &keys, "lost counts with the purge").await;
@@ -488,29 +455,24 @@ async fn the_journal_is_purged_once_snapshots_cover_it_and_counts_stay() {
 /// its partition answers again), as all of them were counted.
 async fn assert_every_tenper_used_up(client: &async_nats::Client, keys: &[String], what: &str) {
     for key in keys {
-        let d = eventually(Duration::from_secs(15), || async {
+        let d = eventually(Duration::from_secs(15), TICK, || {
             ask(client, key, br#"{"policy":"tenper","cost":0}"#)
-                .await
-                .ok()
         })
         .await
-        .unwrap_or_else(|| panic!("{key} never answered again"));
+        .unwrap_or_else(|e| panic!("{key} never answered again: {e:#}"));
         assert_eq!(d.remaining, 0, "{key} {what}");
     }
 }
 
 /// The crash tests snapshot rarely, so that at the kill most counts exist
 /// only in the dead worker's memory (and, in journal mode, in the journal).
-fn crash_config() -> String {
-    SLIDING_LOG_5_PER_10S.replace(
-        "snapshot_interval = \"500ms\"",
-        "snapshot_interval = \"60s\"",
-    )
+fn crash_config() -> TestConfig {
+    TestConfig::new().snapshot_interval("60s")
 }
 
 /// [`crash_config`] in journal mode.
 fn journal_crash_config() -> String {
-    crash_config().replace("lease_ttl", "durability = \"journal\"\nlease_ttl")
+    crash_config().journal().toml()
 }
 
 /// Runs load, kills one of 3 workers mid-way, checks that its partitions
@@ -518,19 +480,14 @@ fn journal_crash_config() -> String {
 /// with, per partition of the dead worker, when the snapshot the new owner
 /// restored was taken (ms since the epoch).
 async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap<u32, u64>)) {
-    let mut stack = Stack::start(config, 3).await;
+    let mut stack = Stack::start(SLUICE, config, 3).await;
     let clients = stack.clients(2).await;
     let keys: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
-    let rounds = |n: usize| -> Vec<(String, usize)> {
-        (0..n)
-            .flat_map(|r| keys.iter().map(move |k| (k.clone(), r)))
-            .collect()
-    };
     // Phase 1: 6 asks per key; the kill lands after about 2 of them.
-    let mut load = Load::start(&clients, rounds(6), 32, br#"{"policy":"tenper"}"#);
+    let mut load = Load::start(&clients, rounds(&keys, 6), 32, br#"{"policy":"tenper"}"#);
     load.reached(600).await;
     let owners = stack.owners().await;
-    let victim = stack.worker_ids().await.remove(0);
+    let victim = stack.worker_ids().remove(0);
     let orphans: Vec<u32> = owners
         .iter()
         .filter(|(_, o)| **o == victim)
@@ -542,11 +499,11 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
     let mut slowest = Duration::ZERO;
     for &p in &orphans {
         let key = key_in_partition(p, stack.partitions);
-        eventually(Duration::from_secs(10), || async {
-            ask(&clients[0], &key, br#"{"cost":0}"#).await.ok()
+        eventually(Duration::from_secs(10), TICK, || {
+            ask(&clients[0], &key, PEEK)
         })
         .await
-        .unwrap_or_else(|| panic!("partition {p} never answered again"));
+        .unwrap_or_else(|e| panic!("partition {p} never answered again: {e:#}"));
         slowest = slowest.max(killed_at.elapsed());
     }
     eprintln!("partitions of the killed worker answered again after at most {slowest:?}");
@@ -557,7 +514,7 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
     let mut results = load.finish().await;
     // Phase 2, after recovery: 10 more asks per key probe what was remembered.
     results.extend(
-        Load::start(&clients, rounds(10), 32, br#"{"policy":"tenper"}"#)
+        Load::start(&clients, rounds(&keys, 10), 32, br#"{"policy":"tenper"}"#)
             .finish()
             .await,
     );
@@ -568,15 +525,13 @@ async fn crash_under_load(config: &str, check: impl FnOnce(&[Answered], &HashMap
 /// Starts `sluice worker` (partitions = 16) against a server with the given
 /// config and returns its exit status and log once it stops by itself.
 async fn worker_against(server_config: &str) -> (std::process::ExitStatus, String) {
-    let nats = sluice_tests::NatsServer::start(server_config).expect("nats-server starts");
+    let nats = NatsServer::start(server_config).expect("nats-server starts");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("sluice.toml");
-    std::fs::write(&config, SLIDING_LOG_5_PER_10S).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
-    cmd.args(["worker", "--nats", &nats.url(), "--config"])
-        .arg(&config);
-    let mut worker =
-        sluice_tests::ChildGuard::spawn_logged("worker", cmd, &dir.path().join("w.log")).unwrap();
+    std::fs::write(&config, TestConfig::new().toml()).unwrap();
+    let cmd = worker_command(SLUICE.as_ref(), &nats.url(), &config, None);
+    let log = dir.path().join("worker.log");
+    let mut worker = ChildGuard::spawn_logged("worker", cmd, &log).unwrap();
     let status = worker
         .wait_within(Duration::from_secs(20))
         .unwrap()
@@ -599,7 +554,7 @@ async fn a_worker_refuses_to_run_without_the_partition_mapping() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_refuses_a_server_that_maps_onto_another_partition_count() {
     let _serial = serial().await;
-    let other = sluice_core::nats_config::NatsServerConfig::new(32).render();
+    let other = NatsServerConfig::new(32).render();
     let (status, log) = worker_against(&other).await;
     assert!(!status.success());
     assert!(log.contains("different number of partitions"), "{log}");

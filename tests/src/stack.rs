@@ -1,0 +1,352 @@
+//! [`Stack`]: a nats-server with sluice's mapping and a fleet of `sluice
+//! worker` processes, for the tests that run the `sluice` binary.
+//!
+//! Only the tests of the package that builds `sluice` know where it is
+//! (`env!("CARGO_BIN_EXE_sluice")` in `sluice-cli`'s tests), so its path is
+//! passed in. Workers are [`ChildGuard`]s with their logs in the stack's
+//! temp dir; a stack that fails to settle prints their tails.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use async_nats::jetstream;
+use sluice_core::config::Config;
+use sluice_core::storage::{partition_key, LEASE_BUCKET, SNAPSHOT_BUCKET};
+use sluice_core::subject::Verb;
+use sluice_worker::snapshot::read_manifest;
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::ask::{a_key_per_partition, ask, key_in_partition, request, AskError, PEEK};
+use crate::eventually::{eventually, TICK};
+use crate::nats::NatsServer;
+use crate::process::ChildGuard;
+
+/// How long a stopped worker may take to hand over and exit.
+const WORKER_STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long workers may take to share out the partitions and answer.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One test at a time in this test binary: hold the guard for the whole
+/// test. For tests that measure recovery times, which a second test's load
+/// on the same cores would distort (each test binary has its own lock).
+pub async fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// The sluice config most integration tests run, as TOML: 16 partitions,
+/// 2 s leases, a snapshot every 500 ms, and two sliding-log policies,
+/// `default` (5 per 10 s) and `tenper` (10 per 5 min).
+#[derive(Clone, Debug)]
+pub struct TestConfig {
+    journal: bool,
+    snapshot_interval: &'static str,
+}
+
+impl Default for TestConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestConfig {
+    pub fn new() -> Self {
+        TestConfig {
+            journal: false,
+            snapshot_interval: "500ms",
+        }
+    }
+
+    /// `durability = "journal"`: every counted ask is stored before its answer.
+    pub fn journal(mut self) -> Self {
+        self.journal = true;
+        self
+    }
+
+    /// Another `snapshot_interval` (a TOML duration such as `"60s"`).
+    pub fn snapshot_interval(mut self, interval: &'static str) -> Self {
+        self.snapshot_interval = interval;
+        self
+    }
+
+    /// The config file's text.
+    pub fn toml(&self) -> String {
+        let durability = if self.journal {
+            "durability = \"journal\"\n"
+        } else {
+            ""
+        };
+        format!(
+            r#"
+partitions = 16
+lease_ttl = "2s"
+snapshot_interval = "{}"
+{durability}
+[policies.default]
+algorithm = "sliding_log"
+limits = [ {{ max = 5, per = "10s" }} ]
+
+[policies.tenper]
+algorithm = "sliding_log"
+limits = [ {{ max = 10, per = "5m" }} ]
+"#,
+            self.snapshot_interval
+        )
+    }
+
+    /// The config, parsed.
+    pub fn config(&self) -> Config {
+        Config::from_toml(&self.toml(), "test.toml").expect("the test config is valid")
+    }
+}
+
+/// `sluice worker` against `nats_url` with the config file `config`, as
+/// `worker_id` if given; spawn it with [`ChildGuard::spawn_logged`].
+pub fn worker_command(
+    sluice: &Path,
+    nats_url: &str,
+    config: &Path,
+    worker_id: Option<&str>,
+) -> Command {
+    let mut cmd = Command::new(sluice);
+    cmd.args(["worker", "--nats", nats_url, "--config"])
+        .arg(config);
+    if let Some(id) = worker_id {
+        cmd.args(["--worker-id", id]);
+    }
+    cmd
+}
+
+/// A nats-server with sluice's mapping for the config's partition count,
+/// and `sluice worker` processes (ids `t0`, `t1`, ...) sharing one config
+/// file. Everything is killed on drop.
+///
+/// The methods panic on failure (with the workers' logs where they help):
+/// a stack is for tests.
+#[derive(Debug)]
+pub struct Stack {
+    pub nats: NatsServer,
+    /// The config's partition count.
+    pub partitions: u32,
+    sluice: PathBuf,
+    dir: tempfile::TempDir,
+    config_path: PathBuf,
+    client: async_nats::Client,
+    workers: Vec<(String, ChildGuard)>,
+    started: usize,
+}
+
+impl Stack {
+    /// Starts nats-server and `workers` workers of the binary `sluice` with
+    /// `config_toml`, and waits until they have settled (see
+    /// [`start_workers`](Self::start_workers)).
+    pub async fn start(sluice: impl Into<PathBuf>, config_toml: &str, workers: usize) -> Stack {
+        let config = Config::from_toml(config_toml, "test.toml").expect("the test config is valid");
+        let nats =
+            NatsServer::start_with_partitions(config.partitions).expect("nats-server starts");
+        let client = nats.connect().await.expect("the stack connects");
+        let dir = tempfile::tempdir().expect("a temp dir for the stack");
+        let config_path = dir.path().join("sluice.toml");
+        std::fs::write(&config_path, config_toml).expect("the config file is written");
+        let mut stack = Stack {
+            nats,
+            partitions: config.partitions,
+            sluice: sluice.into(),
+            dir,
+            config_path,
+            client,
+            workers: Vec::new(),
+            started: 0,
+        };
+        stack.start_workers(workers).await;
+        stack
+    }
+
+    /// The config file every worker runs with.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// Starts `n` more workers and waits until the partitions are spread
+    /// evenly over all live workers and every partition answers.
+    pub async fn start_workers(&mut self, n: usize) {
+        for _ in 0..n {
+            let id = format!("t{}", self.started);
+            self.started += 1;
+            let log = self.dir.path().join(format!("{id}.log"));
+            let mut cmd =
+                worker_command(&self.sluice, &self.nats.url(), &self.config_path, Some(&id));
+            cmd.env("SLUICE_LOG", "info");
+            let process =
+                ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");
+            self.workers.push((id, process));
+        }
+        self.wait_settled().await;
+    }
+
+    /// `n` new connections to the stack's server.
+    pub async fn clients(&self, n: usize) -> Vec<async_nats::Client> {
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            clients.push(self.nats.connect().await.expect("a client connects"));
+        }
+        clients
+    }
+
+    /// Ids of the live workers, in the order they were started.
+    pub fn worker_ids(&self) -> Vec<String> {
+        self.workers.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Partition → owning worker id, from the lease bucket.
+    pub async fn owners(&self) -> BTreeMap<u32, String> {
+        self.read_owners()
+            .await
+            .expect("the lease bucket is readable")
+    }
+
+    async fn read_owners(&self) -> Result<BTreeMap<u32, String>> {
+        let mut owners = BTreeMap::new();
+        let js = jetstream::new(self.client.clone());
+        let Ok(kv) = js.get_key_value(LEASE_BUCKET).await else {
+            return Ok(owners); // no worker has created it yet
+        };
+        for p in 0..self.partitions {
+            if let Some(v) = kv.get(partition_key(p)).await? {
+                owners.insert(p, String::from_utf8_lossy(&v).into_owned());
+            }
+        }
+        Ok(owners)
+    }
+
+    /// When the snapshot that each of `partitions`' current owner restored
+    /// was taken (ms since the epoch); partitions with no snapshot are left
+    /// out.
+    pub async fn restored_snapshot_times(&self, partitions: &[u32]) -> HashMap<u32, u64> {
+        let kv = jetstream::new(self.client.clone())
+            .get_key_value(SNAPSHOT_BUCKET)
+            .await
+            .expect("the snapshot bucket exists");
+        let mut times = HashMap::new();
+        for &p in partitions {
+            let (manifest, _) = read_manifest(&kv, p)
+                .await
+                .expect("the manifest is readable");
+            if let Some(m) = manifest {
+                times.insert(p, m.taken_at_ms);
+            }
+        }
+        times
+    }
+
+    /// SIGKILL to one worker: a crash.
+    pub fn kill_worker(&mut self, id: &str) {
+        let mut process = self.take_worker(id);
+        process.kill().expect("SIGKILL reaches the worker");
+    }
+
+    /// Sends `signal` to one worker (e.g. SIGSTOP / SIGCONT to freeze it).
+    pub fn signal_worker(&self, id: &str, signal: crate::Signal) {
+        let (_, process) = self
+            .workers
+            .iter()
+            .find(|(w, _)| w == id)
+            .expect("known worker");
+        process
+            .signal(signal)
+            .expect("the signal reaches the worker");
+    }
+
+    /// SIGTERM to one worker; it must exit 0 after handing over.
+    pub fn stop_worker(&mut self, id: &str) {
+        let process = self.take_worker(id);
+        stop_cleanly(id, process);
+    }
+
+    /// SIGTERM to every worker; each must exit 0 after handing over.
+    pub fn stop_workers(&mut self) {
+        for (id, process) in self.workers.drain(..) {
+            stop_cleanly(&id, process);
+        }
+    }
+
+    fn take_worker(&mut self, id: &str) -> ChildGuard {
+        let i = self
+            .workers
+            .iter()
+            .position(|(w, _)| w == id)
+            .expect("known worker");
+        self.workers.remove(i).1
+    }
+
+    /// True when no partition has a responder: a peek at a key of each
+    /// finds no one.
+    pub async fn no_partition_answers(&self, client: &async_nats::Client) -> bool {
+        for (p, key) in a_key_per_partition(self.partitions).iter().enumerate() {
+            let subject = Verb::Allow.client_subject(key);
+            match request(client, &subject, PEEK).await {
+                Err(AskError::NoResponders) => {}
+                other => {
+                    eprintln!("partition {p} still answers: {other:?}");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Waits until every partition is owned, each live worker owns its
+    /// share (partitions / workers, rounded down or up), and every
+    /// partition answers a peek.
+    async fn wait_settled(&self) {
+        let ids = self.worker_ids();
+        let partitions = self.partitions;
+        let floor = partitions as usize / ids.len().max(1);
+        let settled = eventually(SETTLE_TIMEOUT, TICK, || async {
+            let owners = self.read_owners().await?;
+            ensure!(
+                owners.len() == partitions as usize,
+                "{} of {partitions} partitions owned",
+                owners.len()
+            );
+            let mut shares: HashMap<&str, usize> = HashMap::new();
+            for o in owners.values() {
+                *shares.entry(o.as_str()).or_default() += 1;
+            }
+            let balanced = ids.iter().all(|id| {
+                let n = shares.get(id.as_str()).copied().unwrap_or(0);
+                n == floor || n == floor + 1
+            }) && shares.len() == ids.len();
+            ensure!(balanced, "not yet balanced: {shares:?}");
+            for p in 0..partitions {
+                ask(&self.client, &key_in_partition(p, partitions), PEEK)
+                    .await
+                    .with_context(|| format!("partition {p} does not answer"))?;
+            }
+            Ok(())
+        })
+        .await;
+        if let Err(e) = settled {
+            for (id, process) in &self.workers {
+                eprintln!("--- worker {id} log (tail) ---\n{}", process.log_tail(40));
+            }
+            panic!(
+                "the workers did not settle: {e:#}; owners {:?}",
+                self.read_owners().await
+            );
+        }
+    }
+}
+
+/// SIGTERM; the worker must exit 0 within [`WORKER_STOP_GRACE`].
+fn stop_cleanly(id: &str, mut process: ChildGuard) {
+    let status = process.terminate_within(WORKER_STOP_GRACE);
+    assert!(
+        status.as_ref().is_ok_and(|s| s.success()),
+        "worker {id} did not exit cleanly: {status:?}\n{}",
+        process.log_tail(30)
+    );
+}
