@@ -17,6 +17,7 @@ use anyhow::{bail, Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::policy::DEFAULT_POLICY;
+use sluice_core::subject::Verb;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -94,7 +95,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
              data         {}  (removed on exit)\n\n\
              try:\n  \
              curl -i http://{}/v1/allow/alice\n  \
-             nats req --server {url} rl.allow.alice ''\n\n\
+             nats req --server {url} {} ''\n\n\
              Ctrl-C stops everything.\n",
             nats.pid(),
             config.partitions,
@@ -103,6 +104,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             args.listen,
             dir.display(),
             args.listen,
+            Verb::Allow.client_subject("alice"),
         );
         // One write, so a reader of the log never sees half of it.
         eprint!("{banner}");
