@@ -40,7 +40,7 @@ fn bodies(c: &mut Criterion) {
         .collect();
     group.throughput(Throughput::Elements(16));
     group.bench_function("batch_of_16", |b| {
-        b.iter(|| batch::encode_reply(black_box(&results)))
+        b.iter(|| batch::encode_results(black_box(&results)))
     });
     group.finish();
 }
@@ -57,7 +57,7 @@ fn requests(c: &mut Criterion) {
             cost: 1,
         })
         .collect();
-    let batch_body = batch::encode_request(&items);
+    let batch_body = batch::encode_items(&items);
     let mut group = c.benchmark_group("request_body");
     group.throughput(Throughput::Elements(1));
     group.bench_function("decode_msgpack", |b| {
@@ -68,7 +68,7 @@ fn requests(c: &mut Criterion) {
     });
     group.throughput(Throughput::Elements(16));
     group.bench_function("decode_batch_of_16", |b| {
-        b.iter(|| batch::decode_request(black_box(&batch_body)).map(|items| items.len()))
+        b.iter(|| batch::decode_items(black_box(&batch_body)).map(|items| items.len()))
     });
     group.finish();
 }

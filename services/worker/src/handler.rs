@@ -259,7 +259,7 @@ fn handle_batch(
 ) -> Option<Reply> {
     // A batch nobody waits for is not decided (nothing is counted).
     msg.reply.as_ref()?;
-    let reply = match batch::decode_request(&msg.payload) {
+    let reply = match batch::decode_items(&msg.payload) {
         Err(e) => {
             shared.stats.errors.fetch_add(1, Ordering::Relaxed);
             error_reply(&e, Encoding::MsgPack)
@@ -331,6 +331,6 @@ pub fn batch_reply(shared: &Shared, results: &[wire::Reply]) -> Reply {
     headers.insert(batch::WORKER_HEADER, shared.worker_id.as_str());
     Reply {
         headers,
-        payload: batch::encode_reply(results).into(),
+        payload: batch::encode_results(results).into(),
     }
 }

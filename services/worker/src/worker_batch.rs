@@ -91,7 +91,7 @@ async fn answer(shared: Arc<Shared>, msg: async_nats::Message) {
     let Some(to) = msg.reply.clone() else {
         return;
     };
-    let reply = match batch::decode_request(&msg.payload) {
+    let reply = match batch::decode_items(&msg.payload) {
         Err(e) => {
             shared.stats.errors.fetch_add(1, Ordering::Relaxed);
             let mut reply = handler::error_reply(&e, Encoding::MsgPack);
