@@ -30,10 +30,12 @@
 //!   `(name, value)` pairs, so the worker (NATS headers) and the gateway
 //!   (HTTP headers) share one function each: [`decision_headers`] /
 //!   [`DecisionReply::headers`] and [`error_headers`].
-//! - `wire/msgpack.rs`: a small hand-written MessagePack reader for
-//!   requests (not `rmp_serde`, so that every mistake gets its own sentence,
+//! - `wire/msgpack.rs`: MessagePack read from requests value by value (not
+//!   through `rmp_serde`, so that every mistake gets its own sentence,
 //!   strings are borrowed from the body and trailing bytes are noticed) and
-//!   writer for replies (the same bytes rmp-serde writes, property-tested).
+//!   written into replies the same way (the same bytes rmp-serde writes,
+//!   property-tested); the bytes themselves are `rmp`'s low-level reader and
+//!   writer.
 //! - [`batch`]: the batch format of the batching client.
 
 pub mod batch;

@@ -225,7 +225,7 @@ pub fn encode_results(results: &[Reply]) -> Vec<u8> {
             header + self.results.iter().map(Reply::msgpack_len).sum::<usize>()
         }
 
-        fn write_msgpack(&self, w: &mut Writer<'_>) {
+        fn write_msgpack(&self, w: &mut Writer) {
             w.map(1);
             w.str("results");
             let len = u32::try_from(self.results.len()).expect("at most MAX_ITEMS results");

@@ -177,7 +177,7 @@ pub(crate) trait ReplyBody: Serialize {
     /// At least the MessagePack length, so the buffer is allocated once.
     fn msgpack_len(&self) -> usize;
     /// The same bytes as `rmp_serde::to_vec_named`.
-    fn write_msgpack(&self, w: &mut msgpack::Writer<'_>);
+    fn write_msgpack(&self, w: &mut msgpack::Writer);
 }
 
 impl ReplyBody for DecisionOut<'_> {
@@ -196,7 +196,7 @@ impl ReplyBody for DecisionOut<'_> {
         FIXED + self.policy.len()
     }
 
-    fn write_msgpack(&self, w: &mut msgpack::Writer<'_>) {
+    fn write_msgpack(&self, w: &mut msgpack::Writer) {
         w.map(6);
         w.str("allowed");
         w.bool(self.allowed);
@@ -222,7 +222,7 @@ impl ReplyBody for ErrorOut<'_> {
             + self.message.len()
     }
 
-    fn write_msgpack(&self, w: &mut msgpack::Writer<'_>) {
+    fn write_msgpack(&self, w: &mut msgpack::Writer) {
         w.map(2);
         w.str("error");
         w.str(self.error);
@@ -239,7 +239,7 @@ impl ReplyBody for Reply {
         }
     }
 
-    fn write_msgpack(&self, w: &mut msgpack::Writer<'_>) {
+    fn write_msgpack(&self, w: &mut msgpack::Writer) {
         match self {
             Reply::Decision(d) => DecisionOut::from_reply(d).write_msgpack(w),
             Reply::Error(e) => ErrorOut::new(e).write_msgpack(w),
@@ -251,9 +251,9 @@ impl ReplyBody for Reply {
 pub(crate) fn encode_reply_body<T: ReplyBody>(value: &T, encoding: Encoding) -> Vec<u8> {
     match encoding {
         Encoding::MsgPack => {
-            let mut buf = Vec::with_capacity(value.msgpack_len());
-            value.write_msgpack(&mut msgpack::Writer::new(&mut buf));
-            buf
+            let mut w = msgpack::Writer::with_capacity(value.msgpack_len());
+            value.write_msgpack(&mut w);
+            w.into_vec()
         }
         Encoding::Json => serde_json::to_vec(value).expect("a reply struct encodes"),
     }
