@@ -8,9 +8,11 @@
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
-//! - [`config`]: the TOML config of CONTRACT §4, validated.
+//! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
+//!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
-//! - [`wire`]: request bodies, decision and error replies, RateLimit headers.
+//! - [`wire`]: request bodies, decision and error replies, RateLimit headers,
+//!   batches (split by what they hold under `wire/`).
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`partition`]: the key → partition hash nats-server computes.
 //! - [`metrics`]: the Prometheus text writer for `/metrics` pages.
