@@ -42,11 +42,11 @@ pub(super) struct FileTable {
     pub(super) partitions: Option<i128>,
     #[serde(default, deserialize_with = "some_string")]
     pub(super) durability: Option<String>,
-    #[serde(default, deserialize_with = "some_duration")]
+    #[serde(default, deserialize_with = "some_duration_text")]
     pub(super) snapshot_interval: Option<String>,
     #[serde(default, deserialize_with = "some_string")]
     pub(super) fallback: Option<String>,
-    #[serde(default, deserialize_with = "some_duration")]
+    #[serde(default, deserialize_with = "some_duration_text")]
     pub(super) lease_ttl: Option<String>,
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
@@ -73,7 +73,7 @@ pub struct PolicyTable {
 pub struct LimitTable {
     #[serde(deserialize_with = "count")]
     pub max: u64,
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration_text")]
     pub per: String,
     #[serde(
         default,
@@ -388,7 +388,7 @@ fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Algorithm, D::Error> {
 
 /// A duration is checked later ([`parse_duration`]); here only that it is
 /// a string.
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+fn duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let shown = match Found::deserialize(d)? {
         Found::Str(s) => return Ok(s),
         // `per = 10`: show it the way the user wrote it.
@@ -401,8 +401,8 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     )))
 }
 
-fn some_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    duration(d).map(Some)
+fn some_duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    duration_text(d).map(Some)
 }
 
 /// A non-negative integer; zero is left to `Limit::new` to refuse.
