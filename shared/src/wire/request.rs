@@ -13,8 +13,7 @@
 //! [`Encoding`] lives here because a request decides it: the reply, error
 //! replies included, is written in the request's encoding.
 
-use super::error::ErrorCode;
-use super::error::ErrorReply;
+use super::error::{ErrorCode, ErrorReply};
 use super::fields::{read_msgpack_field, Fields, JsonScalar, JsonStr};
 use super::msgpack;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
