@@ -14,8 +14,9 @@
 //! ignored, and `serde_path_to_error` gives the field path of whatever does
 //! not fit. Then the values are checked here (ranges, durations) and
 //! policies are built by [`PolicyTable::to_policy`] with
-//! [`Limit::new`](crate::policy::Limit::new) and [`Policy::new`], so the rules for what makes a policy valid live in
-//! [`crate::policy`] and this module only attaches field paths to them.
+//! [`Limit::new`](crate::policy::Limit::new) and [`Policy::new`], so the
+//! rules for what makes a policy valid live in [`crate::policy`] and this
+//! module only attaches field paths to them.
 //! [`PolicyTable`] is public because CONTRACT §7 stores one policy outside
 //! the file, as the JSON form of one `[policies.X]` table.
 //!
