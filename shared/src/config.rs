@@ -8,21 +8,25 @@
 //! sluice.toml: policies.login.limits[1].per: "1x" is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. "10s"
 //! ```
 //!
-//! The document is first parsed into a plain [`toml::Table`] and then walked
-//! by hand rather than through `#[derive(Deserialize)]`: serde's errors do not
-//! carry the field path (`limits[1].per`), and walking the table ourselves
-//! lets every unknown key be reported with a suggestion, so a typo such as
-//! `partiton = 32` stops the program instead of being silently ignored.
-//!
-//! Policies are built with [`Limit::new`] and [`Policy::new`], so the rules
-//! for what makes a policy valid live in [`crate::policy`] and this module
-//! only attaches field paths to them.
+//! It goes in two steps. serde reads the document into plain tables (see
+//! `config/table.rs`): unknown fields are refused with a suggestion, so a
+//! typo such as `partiton = 32` stops the program instead of being silently
+//! ignored, and `serde_path_to_error` gives the field path of whatever does
+//! not fit. Then the values are checked here (ranges, durations) and
+//! policies are built by [`PolicyTable::to_policy`] with
+//! [`Limit::new`](crate::policy::Limit::new) and [`Policy::new`], so the
+//! rules for what makes a policy valid live in [`crate::policy`] and this
+//! module only attaches field paths to them.
+//! [`PolicyTable`] is public because CONTRACT §7 stores one policy outside
+//! the file, as the JSON form of one `[policies.X]` table.
 //!
 //! Without a file, [`Config::default`] applies: the built-in `default` policy
 //! ([`Policy::builtin_default`], 15/s sliding window) and the defaults below.
 //! A file that defines policies but no `default` gets the built-in one added.
 
-use crate::policy::{Algorithm, Limit, Policy, PolicyError};
+mod table;
+
+use crate::policy::{Policy, DEFAULT_POLICY};
 /// One rule for policy names, shared with the wire protocol.
 pub use crate::wire::is_valid_policy_name;
 use std::collections::BTreeMap;
@@ -30,7 +34,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
-use toml::{Table, Value};
+pub use table::{LimitTable, PolicyTable};
 
 /// Default number of partitions (CONTRACT §3).
 pub const DEFAULT_PARTITIONS: u32 = 64;
@@ -48,8 +52,6 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 /// The longest accepted lease lifetime: a dead worker's partitions stay
 /// unanswered for up to this long.
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
-/// The name of the policy used when a request names none.
-pub const DEFAULT_POLICY: &str = "default";
 /// The longest accepted policy name (the wire protocol's rule: a policy
 /// that can be configured can always be asked for).
 pub const MAX_POLICY_NAME_LEN: usize = crate::wire::MAX_POLICY_NAME;
@@ -203,14 +205,64 @@ impl ConfigError {
     }
 }
 
+/// Why a value in a table cannot be used: the field path within the table
+/// (empty when the problem is the whole table) and the reason. A
+/// [`ConfigError`] without the file, for tables that come from elsewhere
+/// (the JSON policies of CONTRACT §7).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.display())]
+pub struct FieldError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, reason: impl Into<String>) -> FieldError {
+        FieldError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The same error in the file `file`.
+    pub fn in_file(self, file: &str) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            field: self.field,
+            reason: self.reason,
+        }
+    }
+
+    /// The field path below `prefix` (`policies.login` + `limits[1].per`).
+    fn below(self, prefix: &str) -> FieldError {
+        let field = if self.field.is_empty() {
+            prefix.to_string()
+        } else if self.field.starts_with('[') {
+            format!("{prefix}{}", self.field)
+        } else {
+            format!("{prefix}.{}", self.field)
+        };
+        FieldError { field, ..self }
+    }
+
+    fn display(&self) -> String {
+        if self.field.is_empty() {
+            self.reason.clone()
+        } else {
+            format!("{}: {}", self.field, self.reason)
+        }
+    }
+}
+
 impl Config {
     /// Parses and validates a config file's text. `file` is only used to name
     /// the file in errors.
     pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let table: Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| syntax_error(file, text, &e))?;
-        Parser { file }.config(&table)
+        let document =
+            toml::de::Deserializer::parse(text).map_err(|e| syntax_error(file, text, &e))?;
+        let table: table::FileTable = serde_path_to_error::deserialize(document)
+            .map_err(|e| table::field_error(e.path(), e.inner().message()).in_file(file))?;
+        config_of(table).map_err(|e| e.in_file(file))
     }
 
     /// Reads and parses the file at `path`.
@@ -307,311 +359,82 @@ pub fn format_duration(d: Duration) -> String {
     format!("{ms}ms")
 }
 
-const TOP_LEVEL_FIELDS: [&str; 6] = [
-    "partitions",
-    "durability",
-    "snapshot_interval",
-    "fallback",
-    "lease_ttl",
-    "policies",
-];
-const POLICY_FIELDS: [&str; 2] = ["algorithm", "limits"];
-const LIMIT_FIELDS: [&str; 3] = ["max", "per", "burst"];
-
-/// Walks a parsed document; every method returns the first problem found.
-struct Parser<'a> {
-    file: &'a str,
-}
-
-impl Parser<'_> {
-    fn err(&self, field: &str, reason: impl Into<String>) -> ConfigError {
-        ConfigError::new(self.file, field, reason)
-    }
-
-    fn config(&self, table: &Table) -> Result<Config, ConfigError> {
-        self.deny_unknown(table, "", &TOP_LEVEL_FIELDS)?;
-        let mut config = Config::default();
-        if let Some(v) = table.get("partitions") {
-            config.partitions = self.partitions(v)?;
-        }
-        if let Some(v) = table.get("durability") {
-            config.durability = self.string_enum(v, "durability")?;
-        }
-        if let Some(v) = table.get("snapshot_interval") {
-            let field = "snapshot_interval";
-            let (d, text) = self.duration(v, field)?;
-            if d < MIN_SNAPSHOT_INTERVAL {
-                return Err(self.err(
+/// Checks the values of a file's tables; the first problem found, in the
+/// order of the fields in the file's documentation.
+fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
+    let mut config = Config::default();
+    if let Some(n) = table.partitions {
+        let field = "partitions";
+        config.partitions = match u32::try_from(n) {
+            Ok(n) if (1..=MAX_PARTITIONS).contains(&n) => n,
+            _ => {
+                return Err(FieldError::new(
                     field,
                     format!(
-                        "must be at least {}, found {text:?}",
-                        format_duration(MIN_SNAPSHOT_INTERVAL)
-                    ),
-                ));
-            }
-            config.snapshot_interval = d;
-        }
-        if let Some(v) = table.get("fallback") {
-            config.fallback = self.string_enum(v, "fallback")?;
-        }
-        if let Some(v) = table.get("lease_ttl") {
-            config.lease_ttl = self.lease_ttl(v)?;
-        }
-        if let Some(v) = table.get("policies") {
-            let policies = v.as_table().ok_or_else(|| {
-                self.err(
-                    "policies",
-                    format!(
-                        "expected a table of policies ([policies.NAME] sections), found {}",
-                        describe(v)
-                    ),
-                )
-            })?;
-            for (name, v) in policies {
-                let policy = self.policy(name, v)?;
-                config.policies.insert(name.clone(), policy);
-            }
-        }
-        Ok(config)
-    }
-
-    fn partitions(&self, v: &Value) -> Result<u32, ConfigError> {
-        let field = "partitions";
-        let range = format!("from 1 to {MAX_PARTITIONS}");
-        let n = v.as_integer().ok_or_else(|| {
-            self.err(
-                field,
-                format!("expected an integer {range}, found {}", describe(v)),
-            )
-        })?;
-        match u32::try_from(n) {
-            Ok(n) if (1..=MAX_PARTITIONS).contains(&n) => Ok(n),
-            _ => Err(self.err(
-                field,
-                format!(
-                    "must be {range}, found {n} (it must also match the NATS server's partition mapping)"
-                ),
-            )),
-        }
-    }
-
-    fn lease_ttl(&self, v: &Value) -> Result<Duration, ConfigError> {
-        let field = "lease_ttl";
-        let (d, text) = self.duration(v, field)?;
-        if d < MIN_LEASE_TTL || d > MAX_LEASE_TTL {
-            return Err(self.err(
-                field,
-                format!(
-                    "must be from {} to {}, found {text:?}",
-                    format_duration(MIN_LEASE_TTL),
-                    format_duration(MAX_LEASE_TTL)
-                ),
-            ));
-        }
-        if d.subsec_nanos() != 0 {
-            return Err(self.err(
-                field,
-                format!(
-                    "must be a whole number of seconds (JetStream TTLs have one-second granularity), found {text:?}"
-                ),
-            ));
-        }
-        Ok(d)
-    }
-
-    fn string_enum<T: FromStr<Err = String>>(
-        &self,
-        v: &Value,
-        field: &str,
-    ) -> Result<T, ConfigError> {
-        let s = v
-            .as_str()
-            .ok_or_else(|| self.err(field, format!("expected a string, found {}", describe(v))))?;
-        s.parse().map_err(|reason| self.err(field, reason))
-    }
-
-    /// The duration and the text it was written as.
-    fn duration<'v>(&self, v: &'v Value, field: &str) -> Result<(Duration, &'v str), ConfigError> {
-        let Some(s) = v.as_str() else {
-            let shown = match v {
-                // `per = 10`: show it the way the user wrote it.
-                Value::Integer(_) | Value::Float(_) => v.to_string(),
-                _ => describe(v),
-            };
-            return Err(self.err(
-                field,
-                format!(
-                    "{shown} is not a duration; use a string with an integer and a unit (ms, s, m, h, d), e.g. \"10s\""
-                ),
-            ));
-        };
-        let d = parse_duration(s).map_err(|e| self.err(field, e.to_string()))?;
-        Ok((d, s))
-    }
-
-    fn policy(&self, name: &str, v: &Value) -> Result<Policy, ConfigError> {
-        let path = format!("policies.{}", key_path(name));
-        if !is_valid_policy_name(name) {
-            return Err(self.err(
-                &path,
-                format!(
-                    "{name:?} is not a valid policy name; use 1 to {MAX_POLICY_NAME_LEN} characters from A-Z, a-z, 0-9, _ and -"
-                ),
-            ));
-        }
-        let table = v.as_table().ok_or_else(|| {
-            self.err(
-                &path,
-                format!(
-                    "expected a policy table ([{path}] with algorithm and limits), found {}",
-                    describe(v)
-                ),
-            )
-        })?;
-        self.deny_unknown(table, &path, &POLICY_FIELDS)?;
-
-        let algorithm_field = format!("{path}.algorithm");
-        let algorithm = match table.get("algorithm") {
-            None => {
-                return Err(self.err(
-                    &algorithm_field,
-                    format!("missing; use one of {}", algorithm_names()),
-                ))
-            }
-            Some(v) => {
-                let s = v.as_str().ok_or_else(|| {
-                    self.err(
-                        &algorithm_field,
-                        format!(
-                            "expected a string, one of {}, found {}",
-                            algorithm_names(),
-                            describe(v)
-                        ),
-                    )
-                })?;
-                Algorithm::from_str(s).map_err(|e| self.err(&algorithm_field, e.to_string()))?
-            }
-        };
-
-        let limits_field = format!("{path}.limits");
-        let example = "e.g. limits = [ { max = 10, per = \"1m\" } ]";
-        let list = match table.get("limits") {
-            None => {
-                return Err(self.err(
-                    &limits_field,
-                    format!("missing; a policy needs at least one limit, {example}"),
-                ))
-            }
-            Some(Value::Array(list)) => list,
-            Some(v) => {
-                return Err(self.err(
-                    &limits_field,
-                    format!(
-                        "expected a list of limits, {example}, found {}",
-                        describe(v)
+                        "must be from 1 to {MAX_PARTITIONS}, found {n} (it must also match the NATS server's partition mapping)"
                     ),
                 ))
             }
         };
-        if list.is_empty() {
-            return Err(self.err(
-                &limits_field,
-                format!("{}, {example}", PolicyError::NoLimits),
+    }
+    if let Some(s) = table.durability {
+        config.durability = s.parse().map_err(|e| FieldError::new("durability", e))?;
+    }
+    if let Some(text) = table.snapshot_interval {
+        let field = "snapshot_interval";
+        let d = duration(&text, field)?;
+        if d < MIN_SNAPSHOT_INTERVAL {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "must be at least {}, found {text:?}",
+                    format_duration(MIN_SNAPSHOT_INTERVAL)
+                ),
             ));
         }
-        let mut limits = Vec::with_capacity(list.len());
-        for (i, v) in list.iter().enumerate() {
-            limits.push(self.limit(name, algorithm, &format!("{limits_field}[{i}]"), v)?);
-        }
-        // Each limit was checked against the algorithm above; what is left
-        // for Policy::new to refuse concerns the whole list.
-        Policy::new(name, algorithm, limits).map_err(|e| self.err(&limits_field, e.to_string()))
+        config.snapshot_interval = d;
     }
-
-    fn limit(
-        &self,
-        name: &str,
-        algorithm: Algorithm,
-        path: &str,
-        v: &Value,
-    ) -> Result<Limit, ConfigError> {
-        let table = v.as_table().ok_or_else(|| {
-            self.err(
-                path,
-                format!(
-                    "expected a limit like {{ max = 10, per = \"1m\" }}, found {}",
-                    describe(v)
-                ),
-            )
-        })?;
-        self.deny_unknown(table, path, &LIMIT_FIELDS)?;
-
-        let max_field = format!("{path}.max");
-        let max = self.count(table.get("max"), &max_field, "max = 10")?;
-        let per_field = format!("{path}.per");
-        let per = match table.get("per") {
-            None => {
-                return Err(self.err(
-                    &per_field,
-                    "missing; give the window or period, e.g. per = \"1m\"",
-                ))
-            }
-            Some(v) => self.duration(v, &per_field)?.0,
-        };
-        let burst_field = format!("{path}.burst");
-        let burst = match table.get("burst") {
-            None => None,
-            Some(_) if !algorithm.has_burst() => {
-                return Err(self.err(&burst_field, PolicyError::BurstNotSupported.to_string()))
-            }
-            v => Some(self.count(v, &burst_field, "burst = 20")?),
-        };
-
-        // Which of this limit's fields a PolicyError is about.
-        let field_of = |e: &PolicyError| match e {
-            PolicyError::ZeroMax | PolicyError::LogTooLarge { .. } => max_field.as_str(),
-            PolicyError::ZeroWindow => per_field.as_str(),
-            PolicyError::ZeroBurst | PolicyError::BurstNotSupported => burst_field.as_str(),
-            PolicyError::UnknownAlgorithm(_) | PolicyError::NoLimits => path,
-        };
-        // Policy::new holds the per-limit rules that depend on the algorithm
-        // (e.g. the sliding log's cap on max); checking one limit at a time
-        // lets the error name it.
-        let limit = Limit::new(max, per, burst)
-            .and_then(|limit| Policy::new(name, algorithm, vec![limit]).map(|_| limit))
-            .map_err(|e| self.err(field_of(&e), e.to_string()))?;
-        Ok(limit)
+    if let Some(s) = table.fallback {
+        config.fallback = s.parse().map_err(|e| FieldError::new("fallback", e))?;
     }
-
-    /// A non-negative integer; zero is left to `Limit::new` to refuse.
-    fn count(&self, v: Option<&Value>, field: &str, example: &str) -> Result<u64, ConfigError> {
-        let v = v.ok_or_else(|| self.err(field, format!("missing; e.g. {example}")))?;
-        let n = v.as_integer().ok_or_else(|| {
-            self.err(
-                field,
-                format!("expected a positive integer, found {}", describe(v)),
-            )
-        })?;
-        u64::try_from(n)
-            .map_err(|_| self.err(field, format!("must be a positive integer, found {n}")))
+    if let Some(text) = table.lease_ttl {
+        config.lease_ttl = lease_ttl(&text)?;
     }
-
-    fn deny_unknown(&self, table: &Table, path: &str, known: &[&str]) -> Result<(), ConfigError> {
-        let Some(key) = table.keys().find(|k| !known.contains(&k.as_str())) else {
-            return Ok(());
-        };
-        let field = if path.is_empty() {
-            key_path(key)
-        } else {
-            format!("{path}.{}", key_path(key))
-        };
-        let expected = known.join(", ");
-        let reason = match suggest(key, known) {
-            Some(s) => format!("unknown field; did you mean {s:?}? (expected one of {expected})"),
-            None => format!("unknown field; expected one of {expected}"),
-        };
-        Err(self.err(&field, reason))
+    for (name, table) in table.policies {
+        let policy = table
+            .to_policy(&name)
+            .map_err(|e| e.below(&format!("policies.{}", key_path(&name))))?;
+        config.policies.insert(name, policy);
     }
+    Ok(config)
+}
+
+fn duration(text: &str, field: &str) -> Result<Duration, FieldError> {
+    parse_duration(text).map_err(|e| FieldError::new(field, e.to_string()))
+}
+
+fn lease_ttl(text: &str) -> Result<Duration, FieldError> {
+    let field = "lease_ttl";
+    let d = duration(text, field)?;
+    if d < MIN_LEASE_TTL || d > MAX_LEASE_TTL {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be from {} to {}, found {text:?}",
+                format_duration(MIN_LEASE_TTL),
+                format_duration(MAX_LEASE_TTL)
+            ),
+        ));
+    }
+    if d.subsec_nanos() != 0 {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be a whole number of seconds (JetStream TTLs have one-second granularity), found {text:?}"
+            ),
+        ));
+    }
+    Ok(d)
 }
 
 /// A key as it would be written in a TOML dotted path: bare when it can be.
@@ -625,24 +448,6 @@ fn key_path(key: &str) -> String {
     } else {
         format!("{key:?}")
     }
-}
-
-/// "a string (\"64\")", "an array", ...: what was found where something else
-/// was expected.
-fn describe(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("a string ({s:?})"),
-        Value::Integer(n) => format!("an integer ({n})"),
-        Value::Float(x) => format!("a float ({x})"),
-        Value::Boolean(b) => format!("a boolean ({b})"),
-        Value::Datetime(d) => format!("a datetime ({d})"),
-        Value::Array(_) => "an array".to_string(),
-        Value::Table(_) => "a table".to_string(),
-    }
-}
-
-fn algorithm_names() -> String {
-    Algorithm::ALL.map(Algorithm::as_str).join(", ")
 }
 
 fn or_list(items: &[String]) -> String {
@@ -715,8 +520,16 @@ mod tests {
 
     #[test]
     fn suggestions_only_for_near_misses() {
-        assert_eq!(suggest("partiton", &TOP_LEVEL_FIELDS), Some("partitions"));
-        assert_eq!(suggest("colour", &TOP_LEVEL_FIELDS), None);
+        let top_level = [
+            "partitions",
+            "durability",
+            "snapshot_interval",
+            "fallback",
+            "lease_ttl",
+            "policies",
+        ];
+        assert_eq!(suggest("partiton", &top_level), Some("partitions"));
+        assert_eq!(suggest("colour", &top_level), None);
     }
 
     #[test]

@@ -10,9 +10,11 @@
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
 //! - [`ask`]: the rules an ask passes before it touches a counter, and what it
 //!   does to it; the same at a worker and in a client's local limiter.
-//! - [`config`]: the TOML config of CONTRACT §4, validated.
+//! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
+//!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
-//! - [`wire`]: request bodies, decision and error replies, RateLimit headers.
+//! - [`wire`]: request bodies, decision and error replies, RateLimit headers,
+//!   batches (split by what they hold under `wire/`).
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`partition`]: the key → partition hash nats-server computes.
 //! - [`metrics`]: the Prometheus text writer for `/metrics` pages.

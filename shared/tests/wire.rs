@@ -600,14 +600,14 @@ fn a_batch_request_round_trips() {
         item("alice", "default", 1),
         item("bob%40x%2Eio", "login", 0),
     ];
-    let body = batch::encode_request(&items);
-    let decoded = batch::decode_request(&body).unwrap();
+    let body = batch::encode_items(&items);
+    let decoded = batch::decode_items(&body).unwrap();
     assert_eq!(decoded, items.into_iter().map(Ok).collect::<Vec<_>>());
 }
 
 #[test]
 fn a_batch_request_is_a_named_map() {
-    let body = batch::encode_request(&[item("alice", "default", 1)]);
+    let body = batch::encode_items(&[item("alice", "default", 1)]);
     let v: Json = rmp_serde::from_slice(&body).unwrap();
     assert_eq!(
         v,
@@ -618,7 +618,7 @@ fn a_batch_request_is_a_named_map() {
 /// The batch example in docs/PROTOCOL.md.
 #[test]
 fn the_batch_request_example_is_byte_exact() {
-    let body = batch::encode_request(&[item("alice", "default", 1)]);
+    let body = batch::encode_items(&[item("alice", "default", 1)]);
     assert_eq!(
         hex(&body),
         "81a56974656d739183a36b6579a5616c696365a6706f6c696379a764656661756c74a4636f737401"
@@ -629,7 +629,7 @@ fn the_batch_request_example_is_byte_exact() {
 fn batch_items_take_the_single_request_defaults() {
     let body = msgpack(&json!({"items": [{"key": "alice"}]}));
     assert_eq!(
-        batch::decode_request(&body).unwrap(),
+        batch::decode_items(&body).unwrap(),
         vec![Ok(item("alice", "default", 1))]
     );
 }
@@ -643,7 +643,7 @@ fn a_bad_item_gets_its_own_error_and_the_rest_are_decoded() {
         {"key": "dave", "cost": MAX_COST + 1},
         {"key": "%41"},
     ]}));
-    let decoded = batch::decode_request(&body).unwrap();
+    let decoded = batch::decode_items(&body).unwrap();
     assert_eq!(decoded.len(), 5);
     assert_eq!(decoded[0], Ok(item("alice", "default", 1)));
     for (i, needle) in [
@@ -687,7 +687,7 @@ fn a_malformed_batch_is_refused_as_a_whole() {
         ),
     ];
     for (body, needle) in cases {
-        let e = batch::decode_request(&body).unwrap_err();
+        let e = batch::decode_items(&body).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest, "{needle}");
         assert!(
             e.message.contains(needle),
@@ -697,7 +697,7 @@ fn a_malformed_batch_is_refused_as_a_whole() {
     }
     let mut trailing = msgpack(&json!({"items": []}));
     trailing.push(0);
-    assert!(batch::decode_request(&trailing)
+    assert!(batch::decode_items(&trailing)
         .unwrap_err()
         .message
         .contains("after the end"));
@@ -707,16 +707,13 @@ fn a_malformed_batch_is_refused_as_a_whole() {
 fn a_batch_over_the_item_limit_is_too_large() {
     let keys: Vec<String> = (0..=batch::MAX_ITEMS).map(|i| format!("k{i}")).collect();
     let items: Vec<_> = keys.iter().map(|k| item(k, "default", 1)).collect();
-    let body = batch::encode_request(&items);
+    let body = batch::encode_items(&items);
     assert_eq!(
-        batch::decode_request(&body).unwrap_err().code,
+        batch::decode_items(&body).unwrap_err().code,
         ErrorCode::TooLarge
     );
-    let body = batch::encode_request(&items[..batch::MAX_ITEMS]);
-    assert_eq!(
-        batch::decode_request(&body).unwrap().len(),
-        batch::MAX_ITEMS
-    );
+    let body = batch::encode_items(&items[..batch::MAX_ITEMS]);
+    assert_eq!(batch::decode_items(&body).unwrap().len(), batch::MAX_ITEMS);
 }
 
 #[test]
@@ -726,9 +723,9 @@ fn the_largest_possible_batch_fits_the_body_limit() {
     let items: Vec<_> = (0..batch::MAX_ITEMS)
         .map(|_| item(&key, &policy, MAX_COST))
         .collect();
-    let body = batch::encode_request(&items);
+    let body = batch::encode_items(&items);
     assert!(body.len() <= batch::MAX_BODY, "{} bytes", body.len());
-    assert!(batch::decode_request(&body).is_ok());
+    assert!(batch::decode_items(&body).is_ok());
 }
 
 #[test]
@@ -738,13 +735,13 @@ fn a_batch_reply_round_trips_with_decisions_and_errors() {
         Reply::Error(ErrorReply::unknown_policy("nope")),
         Reply::Decision(DecisionReply::new(&denied(), "login")),
     ];
-    let body = batch::encode_reply(&results);
+    let body = batch::encode_results(&results);
     let v: Json = rmp_serde::from_slice(&body).unwrap();
     assert_eq!(v["results"][1]["error"], "unknown_policy");
     assert_eq!(v["results"][2]["retry_after_ms"], 300);
-    assert_eq!(batch::decode_reply(&body, 3).unwrap(), results);
+    assert_eq!(batch::decode_results(&body, 3).unwrap(), results);
     assert!(matches!(
-        batch::decode_reply(&body, 2),
+        batch::decode_results(&body, 2),
         Err(batch::ReplyError::Malformed(_))
     ));
 }
@@ -754,11 +751,11 @@ fn a_refused_batch_reply_is_the_plain_error_reply() {
     let e = ErrorReply::new(ErrorCode::TooLarge, "too many");
     let body = e.encode(Encoding::MsgPack);
     assert_eq!(
-        batch::decode_reply(&body, 3),
+        batch::decode_results(&body, 3),
         Err(batch::ReplyError::Rejected(e))
     );
     assert!(matches!(
-        batch::decode_reply(&[0x80], 1),
+        batch::decode_results(&[0x80], 1),
         Err(batch::ReplyError::Malformed(_))
     ));
 }
@@ -834,6 +831,6 @@ proptest::proptest! {
         struct Batch<'a> {
             results: &'a [Reply],
         }
-        proptest::prop_assert_eq!(batch::encode_reply(&results), rmp_named(&Batch { results: &results }));
+        proptest::prop_assert_eq!(batch::encode_results(&results), rmp_named(&Batch { results: &results }));
     }
 }

@@ -8,6 +8,7 @@ use crate::load::{self, LoadOptions};
 use crate::report::{Recorder, Report, Setup};
 use crate::target::Connect;
 use anyhow::{bail, Result};
+use sluice_core::policy::DEFAULT_POLICY;
 use std::time::Duration;
 
 /// The load: how much, for how long, on which keys. The same flags and
@@ -53,7 +54,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub key_prefix: Option<String>,
     /// The policy to ask for, by name (configured in --config).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
     /// The cost of each ask.
     #[arg(long, default_value_t = 1)]

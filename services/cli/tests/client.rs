@@ -494,7 +494,7 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
             cost,
         }
     }
-    let body = batch::encode_request(&[item(&their_key, 1), item(&my_key, 2), item(&their_key, 3)]);
+    let body = batch::encode_items(&[item(&their_key, 1), item(&my_key, 2), item(&their_key, 3)]);
     let nats = &stack.clients(1).await[0];
     let reply = request(nats, &worker_batch_subject(&ids[0]), &body)
         .await
@@ -508,7 +508,7 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
         Some(ids[0].as_str()),
         "the reply names the worker"
     );
-    let results = batch::decode_reply(&reply.payload, 3).unwrap();
+    let results = batch::decode_results(&reply.payload, 3).unwrap();
     for i in [0, 2] {
         match &results[i] {
             Reply::Error(e) => assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}"),
@@ -793,7 +793,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
             .await
             .expect("a request arrives while the others are unanswered")
             .unwrap();
-        let items: Vec<String> = batch::decode_request(&msg.payload)
+        let items: Vec<String> = batch::decode_items(&msg.payload)
             .unwrap()
             .into_iter()
             .map(|i| i.unwrap().key.as_str().to_string())
@@ -817,7 +817,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
         let responder = responder.clone();
         async move {
             responder
-                .publish(to, batch::encode_reply(&results).into())
+                .publish(to, batch::encode_results(&results).into())
                 .await
                 .unwrap()
         }

@@ -290,7 +290,7 @@ impl Inner {
                 cost: w.cost,
             })
             .collect();
-        let body = Bytes::from(batch::encode_request(&items));
+        let body = Bytes::from(batch::encode_items(&items));
         drop(items);
         let n = waiters.len();
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -400,7 +400,7 @@ fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<(Option<Arc<str>
         .as_ref()
         .and_then(|h| h.get(batch::WORKER_HEADER))
         .map(|v| Arc::<str>::from(v.as_str()));
-    match batch::decode_reply(&msg.payload, n) {
+    match batch::decode_results(&msg.payload, n) {
         Ok(results) => Decoded::Done((
             worker,
             results

@@ -16,7 +16,8 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use sluice_client::{Answer, Error};
-use sluice_core::wire::{self, ErrorReply, DEFAULT_COST, DEFAULT_POLICY, MAX_BODY};
+use sluice_core::policy::DEFAULT_POLICY;
+use sluice_core::wire::{self, ErrorReply, DEFAULT_COST, MAX_BODY};
 use std::sync::Arc;
 use std::time::Instant;
 

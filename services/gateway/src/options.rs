@@ -1,7 +1,7 @@
 //! [`GatewayOptions`]: what `sluice gateway` is started with.
 
 use sluice_core::config::Config;
-use sluice_core::wire::DEFAULT_POLICY;
+use sluice_core::policy::DEFAULT_POLICY;
 use std::net::SocketAddr;
 use std::time::Duration;
 use url::Url;

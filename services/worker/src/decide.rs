@@ -263,7 +263,7 @@ impl Decider {
         now: Nanos,
         answered: &dyn Fn(u32) -> Option<Owned<'c>>,
     ) -> (Answer<'_>, Vec<Record>) {
-        let items = match batch::decode_request(body) {
+        let items = match batch::decode_items(body) {
             Ok(items) => items,
             Err(error) => {
                 add(&self.stats.errors, 1);
@@ -687,7 +687,7 @@ mod tests {
         };
         let mine: &'static str = Box::leak(mine.into_boxed_str());
         let theirs: &'static str = Box::leak(theirs.into_boxed_str());
-        let body = batch::encode_request(&[
+        let body = batch::encode_items(&[
             item(mine, "default", 10),
             item(theirs, "default", 1),
             item(mine, "default", 6),
@@ -758,7 +758,7 @@ mod tests {
         let other_stats = ShardStats::default();
         let a: &'static str = Box::leak(key_in(1, "w").into_boxed_str());
         let b: &'static str = Box::leak(key_in(2, "w").into_boxed_str());
-        let body = batch::encode_request(&[
+        let body = batch::encode_items(&[
             batch::Item {
                 key: KeyToken::parse(a).unwrap(),
                 policy: Cow::Borrowed("default"),

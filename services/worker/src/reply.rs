@@ -44,7 +44,7 @@ impl Reply {
                 let mut reply = match results {
                     Ok(results) => Reply {
                         headers: HeaderMap::new(),
-                        payload: batch::encode_reply(results).into(),
+                        payload: batch::encode_results(results).into(),
                     },
                     Err(error) => Reply::error(error, Encoding::MsgPack),
                 };

@@ -13,6 +13,11 @@
 //! each a decision map or an error map exactly as a single reply body would
 //! be. Items are decided in order, as if sent one after the other.
 //!
+//! The functions are named for what a batch carries, so that none shares a
+//! name with the single-request functions of [`crate::wire`]:
+//! [`encode_items`] / [`decode_items`] for the request (client / worker),
+//! [`encode_results`] / [`decode_results`] for the reply (worker / client).
+//!
 //! Errors are split in two, so one bad key does not sink its neighbours:
 //! - A body that is not a well-formed batch (not a map, unknown fields,
 //!   wrong types, too many items, too large) is refused as a whole with a
@@ -31,11 +36,11 @@
 //! that item with an error if not): otherwise a client configured with a
 //! different partition count would split counters.
 
+use super::error::{quoted, ErrorCode, ErrorReply};
+use super::fields::{duplicate, read_msgpack_field, read_msgpack_name, Fields, Scalar};
 use super::msgpack::{Reader, Value, Writer};
-use super::{
-    encode_body, encode_reply_body, error_reply, quoted, read_msgpack_field, read_msgpack_name,
-    ErrorCode, ErrorReply, Fields, MalformedReply, RawReply, Reply, ReplyBody, Scalar,
-};
+use super::reply::{encode_reply_body, error_reply, MalformedReply, RawReply, Reply, ReplyBody};
+use super::request::{encode_body, Encoding};
 use crate::key::KeyToken;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -60,7 +65,7 @@ pub struct Item<'a> {
 }
 
 /// Encodes a batch request (client side). Every field is written.
-pub fn encode_request(items: &[Item<'_>]) -> Vec<u8> {
+pub fn encode_items(items: &[Item<'_>]) -> Vec<u8> {
     #[derive(Serialize)]
     struct ItemOut<'a> {
         key: &'a str,
@@ -79,7 +84,7 @@ pub fn encode_request(items: &[Item<'_>]) -> Vec<u8> {
             cost: i.cost,
         })
         .collect();
-    encode_body(&BatchOut { items }, super::Encoding::MsgPack)
+    encode_body(&BatchOut { items }, Encoding::MsgPack)
 }
 
 /// A decoded batch: each item valid, or refused with its own error reply.
@@ -87,7 +92,7 @@ pub type Items<'a> = Vec<Result<Item<'a>, ErrorReply>>;
 
 /// Decodes a batch request (worker side): either the whole batch is refused,
 /// or each item is valid or carries its own error reply.
-pub fn decode_request(body: &[u8]) -> Result<Items<'_>, ErrorReply> {
+pub fn decode_items(body: &[u8]) -> Result<Items<'_>, ErrorReply> {
     if body.len() > MAX_BODY {
         return Err(ErrorReply::new(
             ErrorCode::TooLarge,
@@ -123,9 +128,7 @@ pub fn decode_request(body: &[u8]) -> Result<Items<'_>, ErrorReply> {
             )));
         }
         if items.is_some() {
-            return Err(ErrorReply::bad_request(
-                "the field \"items\" appears twice; send it once",
-            ));
+            return Err(ErrorReply::bad_request(duplicate("items")));
         }
         items = Some(read_items(&mut r)?);
     }
@@ -185,7 +188,7 @@ fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, Str
         if name == "key" {
             *r = probe;
             if key.is_some() {
-                return Err("the field \"key\" appears twice; send it once".into());
+                return Err(duplicate("key"));
             }
             match r.next().map_err(|e| e.sentence().to_string())? {
                 Value::Str(s) => key = Some(s),
@@ -211,7 +214,7 @@ fn validate<'a>(key: &'a str, fields: Fields<'a>) -> Result<Item<'a>, ErrorReply
 }
 
 /// Encodes a batch reply (worker side): one result per item, in order.
-pub fn encode_reply(results: &[Reply]) -> Vec<u8> {
+pub fn encode_results(results: &[Reply]) -> Vec<u8> {
     #[derive(Serialize)]
     struct BatchReplyOut<'a> {
         results: &'a [Reply],
@@ -222,7 +225,7 @@ pub fn encode_reply(results: &[Reply]) -> Vec<u8> {
             header + self.results.iter().map(Reply::msgpack_len).sum::<usize>()
         }
 
-        fn write_msgpack(&self, w: &mut Writer<'_>) {
+        fn write_msgpack(&self, w: &mut Writer) {
             w.map(1);
             w.str("results");
             let len = u32::try_from(self.results.len()).expect("at most MAX_ITEMS results");
@@ -232,7 +235,7 @@ pub fn encode_reply(results: &[Reply]) -> Vec<u8> {
             }
         }
     }
-    encode_reply_body(&BatchReplyOut { results }, super::Encoding::MsgPack)
+    encode_reply_body(&BatchReplyOut { results }, Encoding::MsgPack)
 }
 
 /// Why a batch got no per-item results.
@@ -247,7 +250,7 @@ pub enum ReplyError {
 
 /// Decodes a batch reply (client side); `items` is how many were sent, and
 /// a reply with another number of results is malformed.
-pub fn decode_reply(body: &[u8], items: usize) -> Result<Vec<Reply>, ReplyError> {
+pub fn decode_results(body: &[u8], items: usize) -> Result<Vec<Reply>, ReplyError> {
     #[derive(Deserialize)]
     struct RawBatchReply {
         results: Option<Vec<RawReply>>,

@@ -1,18 +1,28 @@
-//! A minimal MessagePack reader for request bodies, and writer for replies.
+//! MessagePack values read from request bodies and written into replies: a
+//! thin layer over `rmp`'s low-level reader and writer (from the rmp-serde
+//! authors), which do the byte work.
 //!
 //! Requests are tiny maps of strings and integers, read on every request, and
 //! every way they can be wrong needs its own sentence (CONTRACT §1: errors say
-//! what is wrong). Reading them by hand gives that, borrows strings from the
-//! body, and sees trailing bytes, which `rmp_serde::from_slice` silently
-//! ignores. Maps and arrays are read as headers only; their contents are read
-//! by the caller, item by item. Nothing here is needed to skip unknown
-//! values: an unexpected value is always an error.
+//! what is wrong). Reading them value by value ([`Reader::next`]) rather than
+//! through `rmp_serde::from_slice` gives that, borrows strings from the body,
+//! and sees trailing bytes, which `rmp_serde::from_slice` silently ignores.
+//! Maps and arrays are read as headers only; their contents are read by the
+//! caller, item by item. Nothing here is needed to skip unknown values: an
+//! unexpected value is always an error.
 //!
-//! Replies are written by hand too: a decision is built for every request,
-//! and going through serde (`rmp_serde::to_vec_named`) cost several times
-//! more than pushing its ~70 bytes. The writer picks the same (smallest)
-//! encodings as rmp-serde, so the bytes are identical (a property test in
-//! `wire` checks it).
+//! Replies are written value by value too ([`Writer`]): a decision is built
+//! for every request, and going through serde (`rmp_serde::to_vec_named`)
+//! cost several times more than pushing its ~70 bytes. `rmp::encode` picks
+//! the smallest encodings, as rmp-serde (which calls the same functions)
+//! does, so the bytes are identical (a property test in
+//! `shared/tests/wire.rs` checks it).
+
+use rmp::decode::bytes::BytesReadError;
+use rmp::decode::{self, Bytes, DecodeStringError, NumValueReadError, ValueReadError};
+use rmp::encode::{self, ByteBuf, ValueWriteError};
+use rmp::Marker;
+use std::convert::Infallible;
 
 /// One MessagePack value. Containers carry their length; their contents
 /// follow in the stream.
@@ -70,6 +80,7 @@ impl ReadError {
     }
 }
 
+/// A cursor over a body: each [`Reader::next`] reads one value and moves on.
 #[derive(Clone)]
 pub(crate) struct Reader<'a> {
     rest: &'a [u8],
@@ -85,200 +96,175 @@ impl<'a> Reader<'a> {
         self.rest.len()
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ReadError> {
-        if n > self.rest.len() {
-            return Err(ReadError::Truncated);
-        }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], ReadError> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> Result<u8, ReadError> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16, ReadError> {
-        Ok(u16::from_be_bytes(self.array()?))
-    }
-
-    fn u32(&mut self) -> Result<u32, ReadError> {
-        Ok(u32::from_be_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, ReadError> {
-        Ok(u64::from_be_bytes(self.array()?))
-    }
-
-    fn str(&mut self, len: u32) -> Result<Value<'a>, ReadError> {
-        let bytes = self.take(len as usize)?;
-        std::str::from_utf8(bytes)
-            .map(Value::Str)
-            .map_err(|_| ReadError::InvalidUtf8)
-    }
-
-    fn skip(&mut self, len: u32, v: Value<'a>) -> Result<Value<'a>, ReadError> {
-        self.take(len as usize)?;
-        Ok(v)
-    }
-
-    fn int(i: i64) -> Value<'a> {
-        match u64::try_from(i) {
-            Ok(u) => Value::Uint(u),
-            Err(_) => Value::Int(i),
-        }
-    }
-
     /// Reads one value (for maps and arrays: only the header).
     pub(crate) fn next(&mut self) -> Result<Value<'a>, ReadError> {
-        let m = self.u8()?;
-        Ok(match m {
-            0x00..=0x7f => Value::Uint(u64::from(m)),
-            0x80..=0x8f => Value::Map(u32::from(m & 0x0f)),
-            0x90..=0x9f => Value::Array(u32::from(m & 0x0f)),
-            0xa0..=0xbf => self.str(u32::from(m & 0x1f))?,
-            0xc0 => Value::Nil,
-            0xc1 => return Err(ReadError::Reserved),
-            0xc2 => Value::Bool(false),
-            0xc3 => Value::Bool(true),
-            0xc4 => {
-                let n = self.u8()?;
-                self.skip(u32::from(n), Value::Bin)?
+        let (&first, after_marker) = self.rest.split_first().ok_or(ReadError::Truncated)?;
+        let marker = Marker::from_u8(first);
+        let (value, rest) = match marker {
+            // Values the marker byte holds whole: most of a request's.
+            Marker::FixPos(n) => (Value::Uint(u64::from(n)), after_marker),
+            Marker::FixNeg(n) => (Value::Int(i64::from(n)), after_marker),
+            Marker::FixMap(n) => (Value::Map(u32::from(n)), after_marker),
+            Marker::FixArray(n) => (Value::Array(u32::from(n)), after_marker),
+            Marker::Null => (Value::Nil, after_marker),
+            Marker::True => (Value::Bool(true), after_marker),
+            Marker::False => (Value::Bool(false), after_marker),
+            Marker::Reserved => return Err(ReadError::Reserved),
+            // Borrowed from the body, so read from the slice itself.
+            Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32 => {
+                let (s, rest) = decode::read_str_from_slice(self.rest)?;
+                (Value::Str(s), rest)
             }
-            0xc5 => {
-                let n = self.u16()?;
-                self.skip(u32::from(n), Value::Bin)?
+            _ => Self::with_payload(self.rest, marker)?,
+        };
+        self.rest = rest;
+        Ok(value)
+    }
+
+    /// A value whose marker is followed by a length or a number (not a
+    /// string): each `rmp::decode` function reads the marker again and what
+    /// follows it. `skip` is the payload of values nobody reads.
+    fn with_payload(body: &'a [u8], marker: Marker) -> Result<(Value<'a>, &'a [u8]), ReadError> {
+        let mut rd = Bytes::new(body);
+        let (value, skip) = match marker {
+            Marker::U8 | Marker::U16 | Marker::U32 | Marker::U64 => {
+                (Value::Uint(decode::read_int(&mut rd)?), 0)
             }
-            0xc6 => {
-                let n = self.u32()?;
-                self.skip(n, Value::Bin)?
+            Marker::I8 | Marker::I16 | Marker::I32 | Marker::I64 => {
+                let i: i64 = decode::read_int(&mut rd)?;
+                let value = match u64::try_from(i) {
+                    Ok(u) => Value::Uint(u),
+                    Err(_) => Value::Int(i),
+                };
+                (value, 0)
             }
-            0xc7 => {
-                let n = self.u8()?;
-                self.skip(u32::from(n) + 1, Value::Ext)?
+            Marker::F32 => (Value::Float(f64::from(decode::read_f32(&mut rd)?)), 0),
+            Marker::F64 => (Value::Float(decode::read_f64(&mut rd)?), 0),
+            Marker::Map16 | Marker::Map32 => (Value::Map(decode::read_map_len(&mut rd)?), 0),
+            Marker::Array16 | Marker::Array32 => {
+                (Value::Array(decode::read_array_len(&mut rd)?), 0)
             }
-            0xc8 => {
-                let n = self.u16()?;
-                self.skip(u32::from(n) + 1, Value::Ext)?
+            Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => {
+                (Value::Bin, decode::read_bin_len(&mut rd)?)
             }
-            0xc9 => {
-                let n = self.u32()?;
-                self.skip(n.saturating_add(1), Value::Ext)?
+            Marker::FixExt1
+            | Marker::FixExt2
+            | Marker::FixExt4
+            | Marker::FixExt8
+            | Marker::FixExt16
+            | Marker::Ext8
+            | Marker::Ext16
+            | Marker::Ext32 => (Value::Ext, decode::read_ext_meta(&mut rd)?.size),
+            Marker::FixPos(_)
+            | Marker::FixNeg(_)
+            | Marker::FixMap(_)
+            | Marker::FixArray(_)
+            | Marker::Null
+            | Marker::True
+            | Marker::False
+            | Marker::Reserved
+            | Marker::FixStr(_)
+            | Marker::Str8
+            | Marker::Str16
+            | Marker::Str32 => unreachable!("{marker:?} is read by Reader::next"),
+        };
+        let rest = rd.remaining_slice().get(skip as usize..);
+        Ok((value, rest.ok_or(ReadError::Truncated)?))
+    }
+}
+
+// rmp's errors, as the sentences above. Reading from a slice fails only by
+// running out of bytes; a type mismatch cannot happen, because each
+// `rmp::decode` function is called for the marker it reads.
+
+impl From<ValueReadError<BytesReadError>> for ReadError {
+    fn from(e: ValueReadError<BytesReadError>) -> ReadError {
+        match e {
+            ValueReadError::InvalidMarkerRead(_) | ValueReadError::InvalidDataRead(_) => {
+                ReadError::Truncated
             }
-            0xca => Value::Float(f64::from(f32::from_be_bytes(self.array()?))),
-            0xcb => Value::Float(f64::from_be_bytes(self.array()?)),
-            0xcc => Value::Uint(u64::from(self.u8()?)),
-            0xcd => Value::Uint(u64::from(self.u16()?)),
-            0xce => Value::Uint(u64::from(self.u32()?)),
-            0xcf => Value::Uint(self.u64()?),
-            0xd0 => Self::int(i64::from(i8::from_be_bytes(self.array()?))),
-            0xd1 => Self::int(i64::from(i16::from_be_bytes(self.array()?))),
-            0xd2 => Self::int(i64::from(i32::from_be_bytes(self.array()?))),
-            0xd3 => Self::int(i64::from_be_bytes(self.array()?)),
-            0xd4 => self.skip(2, Value::Ext)?,
-            0xd5 => self.skip(3, Value::Ext)?,
-            0xd6 => self.skip(5, Value::Ext)?,
-            0xd7 => self.skip(9, Value::Ext)?,
-            0xd8 => self.skip(17, Value::Ext)?,
-            0xd9 => {
-                let n = self.u8()?;
-                self.str(u32::from(n))?
+            ValueReadError::TypeMismatch(m) => unreachable!("read as its own marker: {m:?}"),
+        }
+    }
+}
+
+impl From<NumValueReadError<BytesReadError>> for ReadError {
+    fn from(e: NumValueReadError<BytesReadError>) -> ReadError {
+        match e {
+            NumValueReadError::InvalidMarkerRead(_) | NumValueReadError::InvalidDataRead(_) => {
+                ReadError::Truncated
             }
-            0xda => {
-                let n = self.u16()?;
-                self.str(u32::from(n))?
+            // u64 holds every unsigned marker's value, i64 every signed one's.
+            NumValueReadError::TypeMismatch(_) | NumValueReadError::OutOfRange => {
+                unreachable!("read as its own marker: {e:?}")
             }
-            0xdb => {
-                let n = self.u32()?;
-                self.str(n)?
-            }
-            0xdc => Value::Array(u32::from(self.u16()?)),
-            0xdd => Value::Array(self.u32()?),
-            0xde => Value::Map(u32::from(self.u16()?)),
-            0xdf => Value::Map(self.u32()?),
-            0xe0..=0xff => Value::Int(i64::from(m as i8)),
-        })
+        }
+    }
+}
+
+impl From<DecodeStringError<'_, BytesReadError>> for ReadError {
+    fn from(e: DecodeStringError<'_, BytesReadError>) -> ReadError {
+        match e {
+            DecodeStringError::InvalidMarkerRead(_)
+            | DecodeStringError::InvalidDataRead(_)
+            | DecodeStringError::BufferSizeTooSmall(_) => ReadError::Truncated,
+            DecodeStringError::InvalidUtf8(..) => ReadError::InvalidUtf8,
+            DecodeStringError::TypeMismatch(m) => unreachable!("read as its own marker: {m:?}"),
+        }
     }
 }
 
 /// Appends MessagePack values to a buffer, each in its smallest encoding
-/// (as rmp-serde does). Containers are written as headers; the caller writes
-/// their contents after them.
-pub(crate) struct Writer<'b> {
-    buf: &'b mut Vec<u8>,
+/// (`rmp::encode`, as rmp-serde). Containers are written as headers; the
+/// caller writes their contents after them.
+pub(crate) struct Writer {
+    buf: ByteBuf,
 }
 
-impl<'b> Writer<'b> {
-    pub(crate) fn new(buf: &'b mut Vec<u8>) -> Writer<'b> {
-        Writer { buf }
+impl Writer {
+    /// `capacity`: at least the bytes to be written, so the buffer is
+    /// allocated once.
+    pub(crate) fn with_capacity(capacity: usize) -> Writer {
+        Writer {
+            buf: ByteBuf::with_capacity(capacity),
+        }
+    }
+
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        self.buf.into_vec()
     }
 
     pub(crate) fn map(&mut self, len: u32) {
-        self.container(len, 0x80, 0xde);
+        written(encode::write_map_len(&mut self.buf, len));
     }
 
     pub(crate) fn array(&mut self, len: u32) {
-        self.container(len, 0x90, 0xdc);
-    }
-
-    /// `fix` holds up to 15 entries in its low bits, `marker16` is followed
-    /// by a u16 length and `marker16 + 1` by a u32 one.
-    fn container(&mut self, len: u32, fix: u8, marker16: u8) {
-        if len < 16 {
-            self.buf.push(fix | len as u8);
-        } else if let Ok(len) = u16::try_from(len) {
-            self.buf.push(marker16);
-            self.buf.extend_from_slice(&len.to_be_bytes());
-        } else {
-            self.buf.push(marker16 + 1);
-            self.buf.extend_from_slice(&len.to_be_bytes());
-        }
+        written(encode::write_array_len(&mut self.buf, len));
     }
 
     pub(crate) fn bool(&mut self, v: bool) {
-        self.buf.push(if v { 0xc3 } else { 0xc2 });
+        let Ok(()) = encode::write_bool(&mut self.buf, v);
     }
 
     pub(crate) fn uint(&mut self, v: u64) {
-        if v < 0x80 {
-            self.buf.push(v as u8);
-        } else if let Ok(v) = u8::try_from(v) {
-            self.buf.extend_from_slice(&[0xcc, v]);
-        } else if let Ok(v) = u16::try_from(v) {
-            self.buf.push(0xcd);
-            self.buf.extend_from_slice(&v.to_be_bytes());
-        } else if let Ok(v) = u32::try_from(v) {
-            self.buf.push(0xce);
-            self.buf.extend_from_slice(&v.to_be_bytes());
-        } else {
-            self.buf.push(0xcf);
-            self.buf.extend_from_slice(&v.to_be_bytes());
-        }
+        written(encode::write_uint(&mut self.buf, v));
     }
 
     /// Strings longer than `u32::MAX` bytes cannot be MessagePack; nothing
     /// sluice writes comes near (error sentences are a few hundred bytes).
     pub(crate) fn str(&mut self, s: &str) {
-        let len = s.len();
-        if len < 32 {
-            self.buf.push(0xa0 | len as u8);
-        } else if let Ok(len) = u8::try_from(len) {
-            self.buf.extend_from_slice(&[0xd9, len]);
-        } else if let Ok(len) = u16::try_from(len) {
-            self.buf.push(0xda);
-            self.buf.extend_from_slice(&len.to_be_bytes());
-        } else {
-            let len = u32::try_from(len).expect("a string under 4 GiB");
-            self.buf.push(0xdb);
-            self.buf.extend_from_slice(&len.to_be_bytes());
+        assert!(u32::try_from(s.len()).is_ok(), "a string under 4 GiB");
+        written(encode::write_str(&mut self.buf, s));
+    }
+}
+
+/// A `ByteBuf` grows as needed, so writing to it cannot fail.
+fn written<T>(result: Result<T, ValueWriteError<Infallible>>) {
+    match result {
+        Ok(_) => {}
+        Err(ValueWriteError::InvalidMarkerWrite(e) | ValueWriteError::InvalidDataWrite(e)) => {
+            match e {}
         }
-        self.buf.extend_from_slice(s.as_bytes());
     }
 }
 
@@ -344,28 +330,31 @@ mod tests {
         ];
         let sizes = [1, 1, 2, 2, 3, 3, 5, 5, 9, 9];
         for (v, size) in uints.into_iter().zip(sizes) {
-            let mut buf = Vec::new();
-            Writer::new(&mut buf).uint(v);
+            let mut w = Writer::with_capacity(0);
+            w.uint(v);
+            let buf = w.into_vec();
             assert_eq!(buf.len(), size, "{v}");
             assert_eq!(one(&buf), Ok(Value::Uint(v)));
         }
         for len in [0, 31, 32, 255, 256, 65535, 65536] {
             let s = "x".repeat(len);
-            let mut buf = Vec::new();
-            Writer::new(&mut buf).str(&s);
+            let mut w = Writer::with_capacity(0);
+            w.str(&s);
+            let buf = w.into_vec();
             assert_eq!(one(&buf), Ok(Value::Str(s.as_str())));
         }
         for len in [0, 15, 16, 65535, 65536] {
-            let (mut map, mut array) = (Vec::new(), Vec::new());
-            Writer::new(&mut map).map(len);
-            Writer::new(&mut array).array(len);
+            let (mut map, mut array) = (Writer::with_capacity(0), Writer::with_capacity(0));
+            map.map(len);
+            array.array(len);
+            let (map, array) = (map.into_vec(), array.into_vec());
             assert_eq!(one(&map), Ok(Value::Map(len)));
             assert_eq!(one(&array), Ok(Value::Array(len)));
         }
-        let mut buf = Vec::new();
-        Writer::new(&mut buf).bool(true);
-        Writer::new(&mut buf).bool(false);
-        assert_eq!(buf, [0xc3, 0xc2]);
+        let mut w = Writer::with_capacity(0);
+        w.bool(true);
+        w.bool(false);
+        assert_eq!(w.into_vec(), [0xc3, 0xc2]);
     }
 
     #[test]

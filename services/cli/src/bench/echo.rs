@@ -112,7 +112,7 @@ impl Canned {
         cache[n]
             .get_or_insert_with(|| {
                 let results = vec![Reply::Decision(self.decision.clone()); n];
-                batch::encode_reply(&results).into()
+                batch::encode_results(&results).into()
             })
             .clone()
     }
@@ -147,7 +147,7 @@ mod tests {
                     cost: 1,
                 })
                 .collect();
-            let body = batch::encode_request(&items);
+            let body = batch::encode_items(&items);
             assert_eq!(batch_len(&body), Some(n));
         }
         assert_eq!(batch_len(b""), None);
@@ -160,7 +160,7 @@ mod tests {
             Reply::Decision(d) => assert!(d.allowed),
             other => panic!("{other:?}"),
         }
-        let replies = batch::decode_reply(&c.batch(3), 3).unwrap();
+        let replies = batch::decode_results(&c.batch(3), 3).unwrap();
         assert_eq!(replies.len(), 3);
         assert_eq!(c.body.len(), 69);
     }

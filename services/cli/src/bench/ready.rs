@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 use async_nats::client::RequestErrorKind;
 use futures::future::join_all;
 use sluice_core::partition::partition_of;
+use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
 use sluice_core::wire::{self, Encoding, SERVICE_ERROR, SERVICE_ERROR_CODE};
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ pub async fn wait_ready(
     let started = Instant::now();
     let client = async_nats::connect(url).await?;
     let body: bytes::Bytes = wire::encode_request(
-        (policy != wire::DEFAULT_POLICY).then_some(policy),
+        (policy != DEFAULT_POLICY).then_some(policy),
         Some(0),
         Encoding::MsgPack,
     )

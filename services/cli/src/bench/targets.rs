@@ -12,6 +12,7 @@ use clap::error::{ContextKind, ContextValue};
 use clap::ValueEnum;
 use sluice_bench::{Connect, Outcome, Target};
 use sluice_core::key::try_encode_key;
+use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
 use sluice_core::wire::{self, Encoding, RETRY_AFTER, SERVICE_ERROR_CODE};
 use std::ffi::OsStr;
@@ -135,7 +136,7 @@ impl NatsSpec {
                 .collect::<Result<Vec<_>>>()?,
         };
         let body = wire::encode_request(
-            (policy != wire::DEFAULT_POLICY).then_some(policy),
+            (policy != DEFAULT_POLICY).then_some(policy),
             (cost != wire::DEFAULT_COST).then_some(cost),
             Encoding::MsgPack,
         );

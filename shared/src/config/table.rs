@@ -1,0 +1,606 @@
+//! The tables of a config file as serde structs, before their values are
+//! checked: the file's top level ([`FileTable`]), one `[policies.X]` table
+//! ([`PolicyTable`]) and one limit ([`LimitTable`]).
+//!
+//! Deserializing checks only the shape of the document: no unknown fields
+//! (`deny_unknown_fields`, so a typo such as `partiton = 32` stops the
+//! program instead of being silently ignored), no missing ones, and the kind
+//! of each value. `serde_path_to_error` names the field where that fails
+//! (`policies.login.limits[1].per`), and [`field_error`] turns serde's own
+//! sentences (unknown or missing fields) into ours, with a suggestion for a
+//! near miss. A value of the wrong kind is refused by the field's own
+//! `deserialize_with` function, which says what was expected and what was
+//! found, as the user wrote it (`found a string ("64")`).
+//!
+//! What the values mean (ranges, durations, policy names, the rules of
+//! [`crate::policy`]) is checked afterwards, in `config.rs` and
+//! [`PolicyTable::to_policy`], which attach field paths to the reasons.
+//!
+//! [`PolicyTable`] is public and `Serialize` because a policy also lives
+//! outside the file: CONTRACT §7 stores one in a KV bucket as the JSON form
+//! of one `[policies.X]` table ([`PolicyTable::from_json`]).
+
+use super::{key_path, parse_duration, suggest, FieldError, MAX_POLICY_NAME_LEN};
+use crate::policy::{Algorithm, Limit, Policy, PolicyError};
+use crate::wire::is_valid_policy_name;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{
+    self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, SeqAccess,
+    Visitor,
+};
+use serde::{Deserialize, Serialize};
+use serde_path_to_error::{Path, Segment};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// The top level of a config file. Field order is the order of the
+/// "expected one of" list in unknown-field errors.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileTable {
+    #[serde(default, deserialize_with = "partitions")]
+    pub(super) partitions: Option<i128>,
+    #[serde(default, deserialize_with = "some_string")]
+    pub(super) durability: Option<String>,
+    #[serde(default, deserialize_with = "some_duration_text")]
+    pub(super) snapshot_interval: Option<String>,
+    #[serde(default, deserialize_with = "some_string")]
+    pub(super) fallback: Option<String>,
+    #[serde(default, deserialize_with = "some_duration_text")]
+    pub(super) lease_ttl: Option<String>,
+    /// By name, in name order.
+    #[serde(default, deserialize_with = "policies")]
+    pub(super) policies: Vec<(String, PolicyTable)>,
+}
+
+/// One `[policies.X]` table, as written: in the config file, or as JSON in
+/// the KV bucket of CONTRACT §7 (`{"algorithm":"sliding_log","limits":
+/// [{"max":10,"per":"1m"}]}`). [`PolicyTable::to_policy`] checks it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTable {
+    #[serde(deserialize_with = "algorithm")]
+    pub algorithm: Algorithm,
+    /// All must hold.
+    #[serde(deserialize_with = "limits")]
+    pub limits: Vec<LimitTable>,
+}
+
+/// One limit: `max` units per `per` (a duration as written, e.g. `"1m"`);
+/// for token bucket and GCRA, a bucket of `burst` units (default `max`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitTable {
+    #[serde(deserialize_with = "count")]
+    pub max: u64,
+    #[serde(deserialize_with = "duration_text")]
+    pub per: String,
+    #[serde(
+        default,
+        deserialize_with = "some_count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub burst: Option<u64>,
+}
+
+const LIMITS_EXAMPLE: &str = "e.g. limits = [ { max = 10, per = \"1m\" } ]";
+
+impl PolicyTable {
+    /// Reads the JSON form of one table (CONTRACT §7). Fields are refused as
+    /// in the config file; their paths are relative to the table
+    /// (`limits[0].per`).
+    ///
+    /// ```
+    /// use sluice_core::config::PolicyTable;
+    ///
+    /// let json = br#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"}]}"#;
+    /// let policy = PolicyTable::from_json(json).unwrap().to_policy("login").unwrap();
+    /// assert_eq!(policy.limits()[0].max(), 10);
+    ///
+    /// let e = PolicyTable::from_json(br#"{"algorithm":"gcra","limits":[{"max":1,"pre":"1s"}]}"#)
+    ///     .unwrap_err();
+    /// assert_eq!(e.field, "limits[0].pre");
+    /// ```
+    pub fn from_json(json: &[u8]) -> Result<PolicyTable, FieldError> {
+        // Through a `Value`, so that serde_json's errors carry no "at line 1
+        // column 12" (the field path says where).
+        let value: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| FieldError::new("", format!("invalid JSON: {e}")))?;
+        let what = r#"a policy table like {"algorithm":"gcra","limits":[{"max":10,"per":"1m"}]}"#;
+        let mut track = serde_path_to_error::Track::new();
+        TableOf::<PolicyTable>::new(what.to_string())
+            .deserialize(serde_path_to_error::Deserializer::new(value, &mut track))
+            .map_err(|e| field_error(&track.path(), &e.to_string()))
+    }
+
+    /// Checks the table's values and builds the policy called `name`. Field
+    /// paths are relative to the table (`limits[1].per`; empty for the name).
+    pub fn to_policy(&self, name: &str) -> Result<Policy, FieldError> {
+        check_name(name).map_err(|reason| FieldError::new("", reason))?;
+        if self.limits.is_empty() {
+            return Err(FieldError::new(
+                "limits",
+                format!("{}, {LIMITS_EXAMPLE}", PolicyError::NoLimits),
+            ));
+        }
+        let limits = self
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| l.to_limit(name, self.algorithm, &format!("limits[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Each limit was checked against the algorithm above; what is left
+        // for Policy::new to refuse concerns the whole list.
+        Policy::new(name, self.algorithm, limits)
+            .map_err(|e| FieldError::new("limits", e.to_string()))
+    }
+}
+
+/// The rule for policy names ([`is_valid_policy_name`]), as a reason.
+fn check_name(name: &str) -> Result<(), String> {
+    if is_valid_policy_name(name) {
+        return Ok(());
+    }
+    Err(format!(
+        "{name:?} is not a valid policy name; use 1 to {MAX_POLICY_NAME_LEN} characters from A-Z, a-z, 0-9, _ and -"
+    ))
+}
+
+impl LimitTable {
+    /// `path` is this limit's (`limits[1]`), for the field of an error.
+    fn to_limit(&self, name: &str, algorithm: Algorithm, path: &str) -> Result<Limit, FieldError> {
+        let field = |f: &str| format!("{path}.{f}");
+        let per =
+            parse_duration(&self.per).map_err(|e| FieldError::new(field("per"), e.to_string()))?;
+        if self.burst.is_some() && !algorithm.has_burst() {
+            return Err(FieldError::new(
+                field("burst"),
+                PolicyError::BurstNotSupported.to_string(),
+            ));
+        }
+        // Which of this limit's fields a PolicyError is about.
+        let field_of = |e: &PolicyError| match e {
+            PolicyError::ZeroMax | PolicyError::LogTooLarge { .. } => field("max"),
+            PolicyError::ZeroWindow => field("per"),
+            PolicyError::ZeroBurst | PolicyError::BurstNotSupported => field("burst"),
+            PolicyError::UnknownAlgorithm(_) | PolicyError::NoLimits => path.to_string(),
+        };
+        // Policy::new holds the per-limit rules that depend on the algorithm
+        // (e.g. the sliding log's cap on max); checking one limit at a time
+        // lets the error name it.
+        Limit::new(self.max, per, self.burst)
+            .and_then(|limit| Policy::new(name, algorithm, vec![limit]).map(|_| limit))
+            .map_err(|e| FieldError::new(field_of(&e), e.to_string()))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// serde's errors, as ours.
+
+/// A deserialization error at `path` as a [`FieldError`]. serde words
+/// unknown and missing fields itself ("unknown field `partiton`, expected
+/// one of `partitions`, ..."); those become our sentences. Every other
+/// message is already ours, from a `deserialize_with` function below.
+pub(super) fn field_error(path: &Path, message: &str) -> FieldError {
+    let field = path_text(path);
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        if let Some((key, expected)) = rest.rsplit_once("`, expected ") {
+            // The struct's fields, each in backticks: "one of `a`, `b`".
+            let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+            let expected = known.join(", ");
+            let reason = match suggest(key, &known) {
+                Some(s) => {
+                    format!("unknown field; did you mean {s:?}? (expected one of {expected})")
+                }
+                None => format!("unknown field; expected one of {expected}"),
+            };
+            return FieldError::new(field, reason);
+        }
+    }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        if let Some(name) = rest.strip_suffix('`') {
+            let field = if field.is_empty() {
+                name.to_string()
+            } else {
+                format!("{field}.{name}")
+            };
+            return FieldError::new(field, missing(name));
+        }
+    }
+    FieldError::new(field, message)
+}
+
+/// Why a required field is needed, with an example.
+fn missing(name: &str) -> String {
+    match name {
+        "algorithm" => format!("missing; use one of {}", algorithm_names()),
+        "limits" => format!("missing; a policy needs at least one limit, {LIMITS_EXAMPLE}"),
+        "max" => "missing; e.g. max = 10".to_string(),
+        "per" => "missing; give the window or period, e.g. per = \"1m\"".to_string(),
+        _ => "missing".to_string(),
+    }
+}
+
+/// `policies.login.limits[1].per`; keys that are not bare TOML keys quoted.
+fn path_text(path: &Path) -> String {
+    let mut text = String::new();
+    for segment in path.iter() {
+        let key = match segment {
+            Segment::Seq { index } => {
+                text.push_str(&format!("[{index}]"));
+                continue;
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } => key_path(key),
+            Segment::Unknown => "?".to_string(),
+        };
+        if !text.is_empty() {
+            text.push('.');
+        }
+        text.push_str(&key);
+    }
+    text
+}
+
+fn algorithm_names() -> String {
+    Algorithm::ALL.map(Algorithm::as_str).join(", ")
+}
+
+// ---------------------------------------------------------------------------
+// Values of the wrong kind, refused with what was found.
+
+/// Any value, kept only to say what it was: "a string (\"64\")", "an
+/// integer (5)", "a table", ...
+enum Found {
+    Str(String),
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+    Datetime(String),
+    Null,
+    Array,
+    Table,
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Found::Str(s) => write!(f, "a string ({s:?})"),
+            Found::Int(n) => write!(f, "an integer ({n})"),
+            Found::Float(x) => write!(f, "a float ({x})"),
+            Found::Bool(b) => write!(f, "a boolean ({b})"),
+            Found::Datetime(d) => write!(f, "a datetime ({d})"),
+            Found::Null => f.write_str("null"),
+            Found::Array => f.write_str("an array"),
+            Found::Table => f.write_str("a table"),
+        }
+    }
+}
+
+/// The toml crate hands a datetime to a visitor as a map with this one key
+/// (`toml_datetime`'s private field name) and the datetime as a string.
+const TOML_DATETIME_KEY: &str = "$__toml_private_datetime";
+
+/// Reads a map that is not wanted: a TOML datetime, or else "a table".
+fn found_in_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Found, A::Error> {
+    match map.next_key::<String>()? {
+        Some(key) if key == TOML_DATETIME_KEY => Ok(Found::Datetime(map.next_value()?)),
+        Some(_) => {
+            map.next_value::<IgnoredAny>()?;
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Found::Table)
+        }
+        None => Ok(Found::Table),
+    }
+}
+
+/// The `visit_*` methods for every kind of value, each passing a [`Found`]
+/// to `self.other(found)`; a visitor that wants maps or sequences defines
+/// `visit_map` / `visit_seq` after these.
+macro_rules! visit_scalars {
+    () => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            self.other(Found::Bool(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            self.other(Found::Int(v.into()))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            self.other(Found::Int(v.into()))
+        }
+        fn visit_i128<E: de::Error>(self, v: i128) -> Result<Self::Value, E> {
+            self.other(Found::Int(v))
+        }
+        fn visit_u128<E: de::Error>(self, v: u128) -> Result<Self::Value, E> {
+            self.other(Found::Int(i128::try_from(v).unwrap_or(i128::MAX)))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            self.other(Found::Float(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            self.other(Found::Str(v.to_string()))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.other(Found::Null)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.other(Found::Null)
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for Found {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Found, D::Error> {
+        struct V;
+        impl V {
+            fn other<E>(self, found: Found) -> Result<Found, E> {
+                Ok(found)
+            }
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = Found;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            visit_scalars!();
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Found::Array)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Found, A::Error> {
+                found_in_map(map)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// "expected {what}, found {found}".
+fn expected<E: de::Error>(what: &str, found: &Found) -> E {
+    E::custom(format!("expected {what}, found {found}"))
+}
+
+fn partitions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
+    match Found::deserialize(d)? {
+        Found::Int(n) => Ok(Some(n)),
+        other => Err(expected(
+            &format!("an integer from 1 to {}", super::MAX_PARTITIONS),
+            &other,
+        )),
+    }
+}
+
+fn some_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Found::deserialize(d)? {
+        Found::Str(s) => Ok(Some(s)),
+        other => Err(expected("a string", &other)),
+    }
+}
+
+fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Algorithm, D::Error> {
+    match Found::deserialize(d)? {
+        Found::Str(s) => s.parse().map_err(de::Error::custom),
+        other => Err(expected(
+            &format!("a string, one of {}", algorithm_names()),
+            &other,
+        )),
+    }
+}
+
+/// A duration is checked later ([`parse_duration`]); here only that it is
+/// a string.
+fn duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let shown = match Found::deserialize(d)? {
+        Found::Str(s) => return Ok(s),
+        // `per = 10`: show it the way the user wrote it.
+        Found::Int(n) => n.to_string(),
+        Found::Float(x) => toml::Value::Float(x).to_string(),
+        other => other.to_string(),
+    };
+    Err(de::Error::custom(format!(
+        "{shown} is not a duration; use a string with an integer and a unit (ms, s, m, h, d), e.g. \"10s\""
+    )))
+}
+
+fn some_duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    duration_text(d).map(Some)
+}
+
+/// A non-negative integer; zero is left to `Limit::new` to refuse.
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match Found::deserialize(d)? {
+        Found::Int(n) => u64::try_from(n)
+            .map_err(|_| de::Error::custom(format!("must be a positive integer, found {n}"))),
+        other => Err(expected("a positive integer", &other)),
+    }
+}
+
+fn some_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    count(d).map(Some)
+}
+
+fn policies<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, PolicyTable)>, D::Error> {
+    struct V;
+    impl V {
+        fn other<E: de::Error>(self, found: Found) -> Result<Vec<(String, PolicyTable)>, E> {
+            Err(expected(
+                "a table of policies ([policies.NAME] sections)",
+                &found,
+            ))
+        }
+    }
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<(String, PolicyTable)>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a table of policies")
+        }
+        visit_scalars!();
+        fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            self.other(Found::Array)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut policies = Vec::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if policies.is_empty() && name == TOML_DATETIME_KEY {
+                    return self.other(Found::Datetime(map.next_value()?));
+                }
+                let table = map.next_value_seed(PolicySeed(&name))?;
+                policies.push((name, table));
+            }
+            Ok(policies)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+fn limits<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<LimitTable>, D::Error> {
+    struct V;
+    impl V {
+        fn other<E: de::Error>(self, found: Found) -> Result<Vec<LimitTable>, E> {
+            Err(expected(
+                &format!("a list of limits, {LIMITS_EXAMPLE}"),
+                &found,
+            ))
+        }
+    }
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<LimitTable>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of limits")
+        }
+        visit_scalars!();
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut limits = Vec::new();
+            let what = "a limit like { max = 10, per = \"1m\" }";
+            while let Some(l) = seq.next_element_seed(TableOf::<LimitTable>::new(what.into()))? {
+                limits.push(l);
+            }
+            Ok(limits)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            self.other(found_in_map(map)?)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// The table of the policy called `.0` in a file: its name is checked
+/// first (as [`PolicyTable::to_policy`] does again), so that a bad name is
+/// reported before whatever is wrong in its table.
+struct PolicySeed<'n>(&'n str);
+
+impl<'de> DeserializeSeed<'de> for PolicySeed<'_> {
+    type Value = PolicyTable;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<PolicyTable, D::Error> {
+        check_name(self.0).map_err(de::Error::custom)?;
+        let what = format!(
+            "a policy table ([policies.{}] with algorithm and limits)",
+            key_path(self.0)
+        );
+        TableOf::new(what).deserialize(d)
+    }
+}
+
+/// Where a table `T` is expected: a map goes to `T`'s derived
+/// `Deserialize`; anything else is refused as "expected {what}, found ...".
+struct TableOf<T> {
+    what: String,
+    table: PhantomData<T>,
+}
+
+impl<T> TableOf<T> {
+    fn new(what: String) -> TableOf<T> {
+        TableOf {
+            what,
+            table: PhantomData,
+        }
+    }
+
+    fn other<E: de::Error>(self, found: Found) -> Result<T, E> {
+        Err(expected(&self.what, &found))
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for TableOf<T> {
+    type Value = T;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for TableOf<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+
+    visit_scalars!();
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<T, A::Error> {
+        self.other(Found::Array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(TableAccess {
+            map,
+            first: Some(self),
+        }))
+    }
+}
+
+/// The entries of a table for `T`'s derived `Deserialize`, except that a
+/// TOML datetime (a map with [`TOML_DATETIME_KEY`]) is refused like any
+/// other value that is not a table: its first key is looked at first.
+struct TableAccess<A, T> {
+    map: A,
+    /// Until the first key has been read.
+    first: Option<TableOf<T>>,
+}
+
+impl<'de, A: MapAccess<'de>, T: Deserialize<'de>> MapAccess<'de> for TableAccess<A, T> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        let Some(table) = self.first.take() else {
+            return self.map.next_key_seed(seed);
+        };
+        match self.map.next_key_seed(FirstKey(seed))? {
+            None => Ok(None),
+            Some(FirstKeyOf::Field(key)) => Ok(Some(key)),
+            Some(FirstKeyOf::Datetime) => {
+                let text = self.map.next_value()?;
+                table.other(Found::Datetime(text)).map(|_| None)
+            }
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// Reads a table's first key: [`TOML_DATETIME_KEY`], or a key for the
+/// derived `Deserialize`'s own seed (so an unknown one fails here, where
+/// `serde_path_to_error` sees its name).
+struct FirstKey<K>(K);
+
+enum FirstKeyOf<V> {
+    Field(V),
+    Datetime,
+}
+
+impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for FirstKey<K> {
+    type Value = FirstKeyOf<K::Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let key = String::deserialize(d)?;
+        if key == TOML_DATETIME_KEY {
+            return Ok(FirstKeyOf::Datetime);
+        }
+        let key: de::value::StringDeserializer<D::Error> = key.into_deserializer();
+        self.0.deserialize(key).map(FirstKeyOf::Field)
+    }
+}

@@ -1,0 +1,304 @@
+//! Reply bodies (CONTRACT §1): decisions and errors, encoded by the worker
+//! and decoded by clients.
+//!
+//! Decision replies are maps with named fields (never positional arrays),
+//! so any MessagePack or JSON library can read them, and durations go out
+//! in milliseconds rounded **up**, so "retry after" is never too early.
+//!
+//! A reply is built for every request, so MessagePack replies are written
+//! by [`super::msgpack::Writer`] into a buffer sized once ([`ReplyBody`]),
+//! with the same bytes rmp-serde's `to_vec_named` writes (property-tested in
+//! `shared/tests/wire.rs`); JSON replies go through serde_json.
+//!
+//! Decoding ([`decode_reply`]) is lenient about unknown fields, because the
+//! contract grows only by adding, and goes through serde (rmp-serde or
+//! serde_json): a client decodes only the replies to its own requests, and
+//! a hand-written reader for batch replies was tried and gained nothing end
+//! to end (docs/BENCHMARKS.md, "Changes made").
+
+use super::error::{ErrorCode, ErrorReply};
+use super::headers::RateLimitHeaders;
+use super::msgpack;
+use super::request::Encoding;
+use crate::policy::Decision;
+use serde::{Deserialize, Serialize};
+
+/// A decision reply body (CONTRACT §1 field names and meanings).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionReply {
+    pub allowed: bool,
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset_ms: u64,
+    pub retry_after_ms: u64,
+    pub policy: String,
+}
+
+impl DecisionReply {
+    /// Durations are rounded up to whole milliseconds.
+    pub fn new(decision: &Decision, policy: impl Into<String>) -> DecisionReply {
+        DecisionReply {
+            allowed: decision.allowed,
+            limit: decision.limit,
+            remaining: decision.remaining,
+            reset_ms: decision.reset.as_millis_ceil(),
+            retry_after_ms: decision.retry_after.as_millis_ceil(),
+            policy: policy.into(),
+        }
+    }
+
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        encode_reply_body(&DecisionOut::from_reply(self), encoding)
+    }
+
+    /// The RateLimit headers for this reply; the same values
+    /// [`decision_headers`](super::decision_headers) gives for the decision
+    /// it was built from (rounding milliseconds up to seconds loses nothing).
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
+        RateLimitHeaders {
+            limit: self.limit,
+            remaining: self.remaining,
+            reset_s: self.reset_ms.div_ceil(1000),
+            retry_after_s: (!self.allowed).then(|| self.retry_after_ms.div_ceil(1000)),
+        }
+        .formatted()
+    }
+}
+
+/// Encodes a decision reply body straight from a [`Decision`] (worker side;
+/// no intermediate [`DecisionReply`]).
+pub fn encode_decision(decision: &Decision, policy: &str, encoding: Encoding) -> Vec<u8> {
+    encode_reply_body(&DecisionOut::new(decision, policy), encoding)
+}
+
+/// Encodes an error reply body; the same as [`ErrorReply::encode`].
+pub fn encode_error(reply: &ErrorReply, encoding: Encoding) -> Vec<u8> {
+    reply.encode(encoding)
+}
+/// A decoded reply body (client side).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Decision(DecisionReply),
+    Error(ErrorReply),
+}
+
+impl Reply {
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        match self {
+            Reply::Decision(d) => d.encode(encoding),
+            Reply::Error(e) => e.encode(encoding),
+        }
+    }
+}
+
+impl Serialize for Reply {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Reply::Decision(d) => DecisionOut::from_reply(d).serialize(s),
+            Reply::Error(e) => ErrorOut::new(e).serialize(s),
+        }
+    }
+}
+
+/// A reply body that is neither a decision nor an error reply.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed reply from sluice: {0}")]
+pub struct MalformedReply(pub String);
+
+/// Decodes a reply body: JSON if it starts with `{`, else MessagePack. A
+/// body with an `error` field is an [`ErrorReply`]; otherwise all decision
+/// fields must be present. Unknown fields are ignored.
+pub fn decode_reply(body: &[u8]) -> Result<Reply, MalformedReply> {
+    let raw: RawReply = match Encoding::of_body(body) {
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| MalformedReply(e.to_string())),
+        Encoding::MsgPack => rmp_serde::from_slice(body).map_err(|e| MalformedReply(e.to_string())),
+    }?;
+    raw.into_reply()
+}
+
+// ---------------------------------------------------------------------------
+// Reply bodies on the wire.
+
+#[derive(Serialize)]
+struct DecisionOut<'a> {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    reset_ms: u64,
+    retry_after_ms: u64,
+    policy: &'a str,
+}
+
+impl<'a> DecisionOut<'a> {
+    fn new(d: &Decision, policy: &'a str) -> DecisionOut<'a> {
+        DecisionOut {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_ms: d.reset.as_millis_ceil(),
+            retry_after_ms: d.retry_after.as_millis_ceil(),
+            policy,
+        }
+    }
+
+    fn from_reply(r: &'a DecisionReply) -> DecisionOut<'a> {
+        DecisionOut {
+            allowed: r.allowed,
+            limit: r.limit,
+            remaining: r.remaining,
+            reset_ms: r.reset_ms,
+            retry_after_ms: r.retry_after_ms,
+            policy: &r.policy,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct ErrorOut<'a> {
+    error: &'static str,
+    message: &'a str,
+}
+
+impl<'a> ErrorOut<'a> {
+    pub(super) fn new(e: &'a ErrorReply) -> ErrorOut<'a> {
+        ErrorOut {
+            error: e.code.word(),
+            message: &e.message,
+        }
+    }
+}
+
+/// The longest MessagePack header of a string (marker and u32 length).
+const MSGPACK_STR_HEADER: usize = 5;
+
+/// A reply body: written by hand in MessagePack (replies are built for every
+/// request; see [`msgpack::Writer`]), by serde in JSON.
+pub(crate) trait ReplyBody: Serialize {
+    /// At least the MessagePack length, so the buffer is allocated once.
+    fn msgpack_len(&self) -> usize;
+    /// The same bytes as `rmp_serde::to_vec_named`.
+    fn write_msgpack(&self, w: &mut msgpack::Writer);
+}
+
+impl ReplyBody for DecisionOut<'_> {
+    fn msgpack_len(&self) -> usize {
+        // Map header; six names; a bool, four u64s of at most 9 bytes, a string.
+        const FIXED: usize = 1
+            + (1 + "allowed".len())
+            + (1 + "limit".len())
+            + (1 + "remaining".len())
+            + (1 + "reset_ms".len())
+            + (1 + "retry_after_ms".len())
+            + (1 + "policy".len())
+            + 1
+            + 4 * 9
+            + MSGPACK_STR_HEADER;
+        FIXED + self.policy.len()
+    }
+
+    fn write_msgpack(&self, w: &mut msgpack::Writer) {
+        w.map(6);
+        w.str("allowed");
+        w.bool(self.allowed);
+        w.str("limit");
+        w.uint(self.limit);
+        w.str("remaining");
+        w.uint(self.remaining);
+        w.str("reset_ms");
+        w.uint(self.reset_ms);
+        w.str("retry_after_ms");
+        w.uint(self.retry_after_ms);
+        w.str("policy");
+        w.str(self.policy);
+    }
+}
+
+impl ReplyBody for ErrorOut<'_> {
+    fn msgpack_len(&self) -> usize {
+        1 + (1 + "error".len())
+            + (1 + "message".len())
+            + 2 * MSGPACK_STR_HEADER
+            + self.error.len()
+            + self.message.len()
+    }
+
+    fn write_msgpack(&self, w: &mut msgpack::Writer) {
+        w.map(2);
+        w.str("error");
+        w.str(self.error);
+        w.str("message");
+        w.str(self.message);
+    }
+}
+
+impl ReplyBody for Reply {
+    fn msgpack_len(&self) -> usize {
+        match self {
+            Reply::Decision(d) => DecisionOut::from_reply(d).msgpack_len(),
+            Reply::Error(e) => ErrorOut::new(e).msgpack_len(),
+        }
+    }
+
+    fn write_msgpack(&self, w: &mut msgpack::Writer) {
+        match self {
+            Reply::Decision(d) => DecisionOut::from_reply(d).write_msgpack(w),
+            Reply::Error(e) => ErrorOut::new(e).write_msgpack(w),
+        }
+    }
+}
+
+/// A reply body in the request's encoding.
+pub(crate) fn encode_reply_body<T: ReplyBody>(value: &T, encoding: Encoding) -> Vec<u8> {
+    match encoding {
+        Encoding::MsgPack => {
+            let mut w = msgpack::Writer::with_capacity(value.msgpack_len());
+            value.write_msgpack(&mut w);
+            w.into_vec()
+        }
+        Encoding::Json => serde_json::to_vec(value).expect("a reply struct encodes"),
+    }
+}
+
+/// Both kinds of reply, every field optional: decoded first, then sorted out.
+#[derive(Deserialize)]
+pub(crate) struct RawReply {
+    allowed: Option<bool>,
+    limit: Option<u64>,
+    remaining: Option<u64>,
+    reset_ms: Option<u64>,
+    retry_after_ms: Option<u64>,
+    policy: Option<String>,
+    error: Option<String>,
+    message: Option<String>,
+}
+
+impl RawReply {
+    pub(crate) fn into_reply(self) -> Result<Reply, MalformedReply> {
+        if let Some(word) = self.error {
+            return error_reply(word, self.message).map(Reply::Error);
+        }
+        fn field<T>(v: Option<T>, name: &str) -> Result<T, MalformedReply> {
+            v.ok_or_else(|| MalformedReply(format!("the decision has no {name:?} field")))
+        }
+        Ok(Reply::Decision(DecisionReply {
+            allowed: field(self.allowed, "allowed")?,
+            limit: field(self.limit, "limit")?,
+            remaining: field(self.remaining, "remaining")?,
+            reset_ms: field(self.reset_ms, "reset_ms")?,
+            retry_after_ms: field(self.retry_after_ms, "retry_after_ms")?,
+            policy: field(self.policy, "policy")?,
+        }))
+    }
+}
+
+pub(crate) fn error_reply(
+    word: String,
+    message: Option<String>,
+) -> Result<ErrorReply, MalformedReply> {
+    let code = ErrorCode::from_word(&word)
+        .ok_or_else(|| MalformedReply(format!("unknown error code word {word:?}")))?;
+    Ok(ErrorReply {
+        code,
+        message: message.unwrap_or_default(),
+    })
+}

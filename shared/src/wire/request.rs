@@ -1,0 +1,253 @@
+//! Request bodies (CONTRACT §1): decoding, on every request a worker
+//! answers, and encoding, for clients.
+//!
+//! [`decode_request`] is strict because a refused request changes no
+//! counter: a typo (`"cots": 5`) must be an error, not a silent cost of 1.
+//! It is cheap because it runs for every request: the empty body (the
+//! common case) allocates nothing, and MessagePack strings are borrowed
+//! from the body. The field rules themselves live in [`super::fields`],
+//! shared with batch items; this module only finds the map in either
+//! encoding and refuses whatever is around it (trailing bytes, a body that
+//! is neither a map nor an object, one over [`MAX_BODY`]).
+//!
+//! [`Encoding`] lives here because a request decides it: the reply, error
+//! replies included, is written in the request's encoding.
+
+use super::error::{ErrorCode, ErrorReply};
+use super::fields::{read_msgpack_field, Fields, JsonScalar, JsonStr};
+use super::msgpack;
+use crate::policy::DEFAULT_POLICY;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::Serialize;
+use std::borrow::Cow;
+use std::fmt;
+
+/// The largest request body accepted; larger ones get a 413 reply.
+pub const MAX_BODY: usize = 4096;
+/// The largest cost one request may carry (a sanity bound; the worker also
+/// refuses costs above the policy's capacity).
+pub const MAX_COST: u64 = 1_000_000_000;
+/// The cost of a request that gives none.
+pub const DEFAULT_COST: u64 = 1;
+/// The longest policy name, in bytes.
+pub const MAX_POLICY_NAME: usize = 64;
+
+/// How a body is encoded. Replies use the encoding of the request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Encoding {
+    #[default]
+    MsgPack,
+    Json,
+}
+
+impl Encoding {
+    /// JSON if the first byte is `{`, else MessagePack (an empty body too).
+    /// `{` (0x7b) is a MessagePack integer, never a map, so this is unambiguous.
+    pub fn of_body(body: &[u8]) -> Encoding {
+        if body.first() == Some(&b'{') {
+            Encoding::Json
+        } else {
+            Encoding::MsgPack
+        }
+    }
+}
+
+/// A decoded request body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// A valid policy name (not yet checked against the config).
+    pub policy: Cow<'a, str>,
+    /// At most [`MAX_COST`]; 0 means "look, don't consume".
+    pub cost: u64,
+    /// The encoding to reply in.
+    pub encoding: Encoding,
+}
+
+/// A request body that was refused, with the encoding to reply in.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reply}")]
+pub struct RequestError {
+    pub encoding: Encoding,
+    pub reply: ErrorReply,
+}
+
+/// Decodes a request body (see the module doc for the rules).
+///
+/// ```
+/// use sluice_core::wire::{decode_request, Encoding};
+///
+/// let r = decode_request(b"").unwrap();
+/// assert_eq!((&*r.policy, r.cost, r.encoding), ("default", 1, Encoding::MsgPack));
+///
+/// let r = decode_request(br#"{"policy":"login","cost":0}"#).unwrap();
+/// assert_eq!((&*r.policy, r.cost, r.encoding), ("login", 0, Encoding::Json));
+///
+/// let e = decode_request(br#"{"cots":5}"#).unwrap_err();
+/// assert_eq!((e.reply.code.status(), e.encoding), (400, Encoding::Json));
+/// ```
+pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
+    let encoding = Encoding::of_body(body);
+    if body.is_empty() {
+        return Ok(Request {
+            policy: Cow::Borrowed(DEFAULT_POLICY),
+            cost: DEFAULT_COST,
+            encoding,
+        });
+    }
+    let refuse = |reply| RequestError { encoding, reply };
+    if body.len() > MAX_BODY {
+        return Err(refuse(ErrorReply::new(
+            ErrorCode::TooLarge,
+            format!(
+                "the request body is {} bytes; the limit is {MAX_BODY} bytes (a request carries at most a policy name and a cost)",
+                body.len()
+            ),
+        )));
+    }
+    let fields = match encoding {
+        Encoding::Json => json_fields(body),
+        Encoding::MsgPack => msgpack_fields(body),
+    };
+    let (policy, cost) = fields
+        .and_then(Fields::finish)
+        .map_err(|m| refuse(ErrorReply::bad_request(m)))?;
+    Ok(Request {
+        policy,
+        cost,
+        encoding,
+    })
+}
+
+/// Encodes a request body (client side). Fields left `None` are left out,
+/// so `encode_request(None, None, Encoding::MsgPack)` is the empty body.
+/// Nothing is validated here; a worker refuses what is invalid.
+pub fn encode_request(policy: Option<&str>, cost: Option<u64>, encoding: Encoding) -> Vec<u8> {
+    if policy.is_none() && cost.is_none() && encoding == Encoding::MsgPack {
+        return Vec::new();
+    }
+    #[derive(Serialize)]
+    struct RequestOut<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        policy: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost: Option<u64>,
+    }
+    encode_body(&RequestOut { policy, cost }, encoding)
+}
+
+/// 1 to [`MAX_POLICY_NAME`] characters of `[A-Za-z0-9_-]`. Policies whose
+/// names fail this cannot be asked for.
+pub fn is_valid_policy_name(name: &str) -> bool {
+    (1..=MAX_POLICY_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Maps with named fields in MessagePack; compact JSON. For requests (client
+/// side); replies go through [`super::reply::encode_reply_body`].
+pub(crate) fn encode_body<T: Serialize>(value: &T, encoding: Encoding) -> Vec<u8> {
+    match encoding {
+        // Both only fail for maps with non-string keys or failing writers;
+        // these are plain structs written to a Vec.
+        Encoding::MsgPack => rmp_serde::to_vec_named(value).expect("a reply struct encodes"),
+        Encoding::Json => serde_json::to_vec(value).expect("a reply struct encodes"),
+    }
+}
+
+/// What a single request may contain, for "unknown field" messages.
+const REQUEST_FIELDS: &str =
+    "a request has only the optional fields \"policy\" (a string) and \"cost\" (an unsigned integer)";
+
+const EXPECTED_BODY: &str = "send an empty body, a MessagePack map, or a JSON object (whose first byte is '{') with the optional fields \"policy\" and \"cost\"";
+
+fn msgpack_fields(body: &[u8]) -> Result<Fields<'_>, String> {
+    let mut r = msgpack::Reader::new(body);
+    let n = match r.next() {
+        Ok(msgpack::Value::Map(n)) => n,
+        // Printable ASCII is a MessagePack integer, but whoever sent it meant text.
+        Ok(_) if body[0].is_ascii_graphic() || body[0] == b' ' => {
+            return Err(format!(
+                "the request body starts with {:?}, which begins neither a JSON object ('{{') nor a MessagePack map; {EXPECTED_BODY}",
+                char::from(body[0])
+            ))
+        }
+        Ok(other) => {
+            return Err(format!(
+                "the request body is {}, not a map; {EXPECTED_BODY}",
+                other.type_name()
+            ))
+        }
+        Err(e) => return Err(format!("{}; {EXPECTED_BODY}", e.sentence())),
+    };
+    let mut fields = Fields::default();
+    for _ in 0..n {
+        read_msgpack_field(&mut r, &mut fields, REQUEST_FIELDS)?;
+    }
+    if r.remaining() > 0 {
+        return Err(format!(
+            "the request body has {} bytes after the end of its MessagePack map; send exactly one map",
+            r.remaining()
+        ));
+    }
+    Ok(fields)
+}
+
+fn json_fields(body: &[u8]) -> Result<Fields<'_>, String> {
+    let mut fields = Fields::default();
+    let mut refused = None;
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = JsonRequest {
+        fields: &mut fields,
+        refused: &mut refused,
+    }
+    .deserialize(&mut de);
+    if let Some(message) = refused {
+        return Err(message);
+    }
+    if let Err(e) = read {
+        return Err(format!(
+            "the request body starts with '{{' but is not a valid JSON object ({e}); send for example {{\"policy\":\"default\",\"cost\":1}}"
+        ));
+    }
+    if let Err(e) = de.end() {
+        return Err(format!(
+            "the request body has bytes after the end of its JSON object ({e}); send exactly one object"
+        ));
+    }
+    Ok(fields)
+}
+
+/// Reads a JSON object into [`Fields`]. A field that is refused is put in
+/// `refused`, so its sentence reaches the caller without serde_json's
+/// "at line 1 column 12" appended.
+struct JsonRequest<'f, 'a> {
+    fields: &'f mut Fields<'a>,
+    refused: &'f mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for JsonRequest<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for JsonRequest<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(JsonStr(name)) = map.next_key()? {
+            let JsonScalar(value) = map.next_value()?;
+            if let Err(message) = self.fields.set(&name, value, REQUEST_FIELDS) {
+                *self.refused = Some(message);
+                return Err(de::Error::custom("refused field"));
+            }
+        }
+        Ok(())
+    }
+}
