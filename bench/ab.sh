@@ -25,16 +25,7 @@ CLIENTS="${CLIENTS:-plain batching}"
 WORKERS="${WORKERS:-1}"
 SECS="${SECS:-4}"
 
-cat > "$WORK/sluice.toml" <<TOML
-partitions = 64
-durability = "$DURABILITY"
-[policies.default]
-algorithm = "sliding_window"
-limits = [ { max = 100, per = "1s" } ]
-[policies.$POLICY]
-algorithm = "$POLICY"
-limits = [ { max = 100, per = "1s" } ]
-TOML
+write_config "$DURABILITY" "$POLICY"
 
 # cell <build-label> <binary> <client>: prints "<label> <client> <decisions/s>".
 cell() {

@@ -27,6 +27,22 @@ until_ok() {
     exit 1
 }
 
+# write_config <durability> <algorithm>: $WORK/sluice.toml with the
+# `default` policy (sliding window, 100/s) and a policy named after the
+# algorithm at 100/s.
+write_config() {
+    cat > "$WORK/sluice.toml" <<TOML
+partitions = 64
+durability = "$1"
+[policies.default]
+algorithm = "sliding_window"
+limits = [ { max = 100, per = "1s" } ]
+[policies.$2]
+algorithm = "$2"
+limits = [ { max = 100, per = "1s" } ]
+TOML
+}
+
 # start_nats: nats-server with JetStream and the partition mapping of
 # $WORK/sluice.toml, on a free port; sets PORT, URL and NATS_PID.
 start_nats() {

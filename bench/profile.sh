@@ -23,15 +23,7 @@ mkdir -p "$OUT"
 command -v perf >/dev/null || { echo "perf not found (apt-get install linux-perf)" >&2; exit 1; }
 
 DURABILITY="${DURABILITY:-snapshot}"; WORKERS="${WORKERS:-1}"
-cat > "$WORK/sluice.toml" <<TOML
-durability = "$DURABILITY"
-[policies.default]
-algorithm = "sliding_window"
-limits = [ { max = 100, per = "1s" } ]
-[policies.$POLICY]
-algorithm = "$POLICY"
-limits = [ { max = 100, per = "1s" } ]
-TOML
+write_config "$DURABILITY" "$POLICY"
 load() { # extra bench args...; perf runs for the middle of the load
     "$SLUICE" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$CLIENT" --policy "$POLICY" \
         -d "$((SECS + 2))s" --warmup 0s -q "$@" > "$WORK/bench.txt" 2>&1 &
