@@ -192,9 +192,10 @@ fn deadline(from: Instant, ttl_ns: u64) -> Instant {
 /// expiry housekeeping, ~20 % of the worker's CPU), and a bucket in use is
 /// found again long before its moka expiry is near. So each bucket used is
 /// kept with the moka deadline it then had, and moka is skipped while that
-/// deadline is safely ahead and covers the key's new need; otherwise a
-/// decision reads (or re-inserts) as without the look-aside, which moves the
-/// deadline. moka evicts only by expiry here (no size bound, no
+/// deadline is safely ahead and covers the key's new need, judged by a clock
+/// read after the write (a thread may stall between its lookup and its
+/// write); otherwise a decision reads (or re-inserts) as without the
+/// look-aside, which moves the deadline. moka evicts only by expiry here (no size bound, no
 /// invalidation), so a bucket is in moka until its deadline: the snapshot
 /// sees every write.
 #[derive(Clone)]
@@ -262,6 +263,8 @@ impl Counters {
                 None => (Arc::new(Bucket::default()), true, t),
             },
         };
+        #[cfg(test)]
+        std::thread::sleep(tests::STALL_AFTER_LOOKUP.with(|s| s.get()));
         let mut slots = bucket.lock();
         let pruned = slots.prune(now);
         let run = |state: &mut KeyState| {
@@ -317,14 +320,21 @@ impl Counters {
                     bucket.set_idle_ttl_ns(lowered);
                 }
             }
-            // Taken from the look-aside, the bucket's deadline may not cover
-            // this key's new need: a read moves it as it would have.
-            if !fresh && !empty && deadline(t, needed) + KEPT_MARGIN > kept_until {
+            // The bucket's deadline may not cover this key's new need, or may
+            // have passed while this thread was not running (the clock read
+            // at the start is stale then, and moka may have expired the
+            // bucket this decision just wrote to): judged by the clock now, a
+            // read moves the deadline as it would have, and a bucket moka let
+            // go of is inserted again. No other decision on this bucket ran
+            // meanwhile (the look-aside slot is locked), so it holds every
+            // count.
+            let written = Instant::now();
+            if !fresh && !empty && deadline(written, needed) + KEPT_MARGIN > kept_until {
                 let ttl = bucket.idle_ttl_ns();
                 if self.buckets.get(&id).is_none() {
                     self.buckets.insert(id, bucket.clone());
                 }
-                kept_until = deadline(t, ttl);
+                kept_until = deadline(written, ttl);
             }
         }
         *recent = (!fresh || !empty).then_some(Recent { bucket, kept_until });
@@ -412,6 +422,46 @@ impl Counters {
 mod tests {
     use super::*;
     use sluice_core::ask::counter_key;
+    use sluice_core::policy::{Algorithm, Limit};
+    use std::cell::Cell;
+
+    thread_local! {
+        /// How long `apply` stalls between finding the bucket and writing to
+        /// it: a thread the OS did not run for a while.
+        pub(super) static STALL_AFTER_LOOKUP: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    }
+
+    /// A decision whose thread stalls after taking its bucket from the
+    /// look-aside, past the bucket's moka deadline, must still leave its
+    /// count where the next decision finds it. (Seen under a load average
+    /// of 6 on 2 cores in `decisions_match_a_map_that_never_forgets_...`:
+    /// the end-of-decision check used the clock read before the stall, so
+    /// the bucket moka had expired was not inserted again and the next
+    /// decision started the key afresh.)
+    #[test]
+    fn a_stall_past_the_bucket_deadline_loses_no_count() {
+        let policy = Policy::new(
+            "default",
+            Algorithm::FixedWindow,
+            vec![Limit::new(2, Duration::from_millis(100), None).unwrap()],
+        )
+        .unwrap();
+        let counters = Counters::with_min_idle_ttl(Duration::from_millis(1));
+        let now = Nanos::from_secs(1_000);
+        let key = "default/stalled";
+        assert!(counters.apply(&policy, key, now, Op::Allow(1)).allowed);
+        // The bucket's moka ttl is at most 125 ms (the window and a
+        // quarter); the second decision takes it from the look-aside and
+        // then stalls past that, in the same window of logical time.
+        STALL_AFTER_LOOKUP.with(|s| s.set(Duration::from_millis(300)));
+        assert!(counters.apply(&policy, key, now, Op::Allow(1)).allowed);
+        STALL_AFTER_LOOKUP.with(|s| s.set(Duration::ZERO));
+        let third = counters.apply(&policy, key, now, Op::Allow(1));
+        assert!(
+            !third.allowed,
+            "two were counted in this window of 2; the stalled one was lost: {third:?}"
+        );
+    }
 
     const SEC: u64 = 1_000_000_000;
 
