@@ -254,7 +254,14 @@ async fn cluster_of_three_replicates_and_maps_on_every_node() -> Result<()> {
     // R3 needs the JetStream meta group, which `start` waited for.
     let client = cluster.node(0).connect().await?;
     let kv = kv_bucket(&client, 3).await?;
-    kv.put("k", "v".into()).await?;
+    // The new stream may not take writes on this node yet ("no stream found
+    // for given subject" was seen once on a loaded machine): its assignment
+    // reaches the nodes asynchronously, and nothing announces it.
+    eventually(TIMEOUT, Duration::from_millis(20), || {
+        let kv = kv.clone();
+        async move { kv.put("k", "v".into()).await }
+    })
+    .await?;
 
     // A responder on one node is reached through the mapping on every node.
     subject_echo(&client, &any_mapped()).await?;

@@ -38,6 +38,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::MissedTickBehavior;
 
+/// How long a fresh lease watch may deliver nothing before the view counts
+/// as current (an empty bucket delivers nothing).
+const SETTLE: Duration = Duration::from_millis(300);
+
 /// How long a partition may stay unowned before any worker claims it.
 pub const ORPHAN_GRACE: Duration = Duration::from_millis(500);
 
@@ -255,23 +259,25 @@ impl Controller {
             .put(&heartbeat_key, Bytes::from(me.clone()))
             .await
             .context("cannot register in the lease bucket")?;
-        let mut watch = leases
-            .watch_with_history(">")
-            .await
-            .context("cannot watch the lease bucket")?;
+        let mut watch = Some(
+            leases
+                .watch_with_history(">")
+                .await
+                .context("cannot watch the lease bucket")?,
+        );
         let mut heartbeat = tokio::time::interval(lease::renew_interval(ttl));
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         // An empty bucket delivers nothing: start acting after a short wait.
-        let settle = tokio::time::sleep(Duration::from_millis(300));
+        let settle = tokio::time::sleep(SETTLE);
         tokio::pin!(settle);
         loop {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
-                entry = watch.next() => match entry {
+                entry = async { watch.as_mut().expect("guarded").next().await }, if watch.is_some() => match entry {
                     Some(Ok(entry)) => {
                         if entry.delta == 0 {
                             self.view.current = true;
@@ -281,10 +287,18 @@ impl Controller {
                             self.reconcile().await;
                         }
                     }
-                    Some(Err(e)) => tracing::warn!("lease watch error: {e}"),
+                    // The library would re-create its consumer itself, with
+                    // a back-off that reaches 10 s while the cluster has no
+                    // JetStream leader; meanwhile freed leases go unseen and
+                    // unclaimed. So the watch is dropped and re-created on
+                    // the next tick, and the view is read afresh.
+                    Some(Err(e)) => {
+                        tracing::warn!("lease watch failed: {e}; re-creating it");
+                        watch = None;
+                    }
                     None => {
-                        tracing::warn!("lease watch ended; restarting it");
-                        watch = leases.watch_with_history(">").await.context("cannot watch the lease bucket")?;
+                        tracing::warn!("lease watch ended; re-creating it");
+                        watch = None;
                     }
                 },
                 _ = heartbeat.tick() => {
@@ -297,6 +311,17 @@ impl Controller {
                     self.reconcile().await;
                 }
                 _ = tick.tick() => {
+                    if watch.is_none() {
+                        match leases.watch_with_history(">").await {
+                            Ok(w) => {
+                                tracing::info!("lease watch re-created; reading the leases afresh");
+                                watch = Some(w);
+                                self.view = View::default();
+                                settle.as_mut().reset(tokio::time::Instant::now() + SETTLE);
+                            }
+                            Err(e) => tracing::debug!("cannot re-create the lease watch yet: {e}"),
+                        }
+                    }
                     self.reap();
                     self.summarize_starts();
                     if self.view.current {
