@@ -809,4 +809,100 @@ mod tests {
         };
         assert!(!f.decider.replay(&gone, &f.counters));
     }
+
+    mod hostile {
+        //! Arbitrary bytes on every subject a shard listens to: an answer
+        //! (an error or a decision) whenever one is wanted, never a panic,
+        //! and a counter changes only with a decision that counted.
+        use super::*;
+        use proptest::prelude::*;
+        use sluice_core::subject::PARTITION_PREFIX;
+
+        /// Bodies: any bytes, and near-misses of the real formats (a JSON
+        /// or MessagePack map with odd fields and values), so the property
+        /// reaches past the first byte.
+        fn body() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..64),
+                (
+                    "[a-z]{0,8}",
+                    prop_oneof![
+                        any::<i64>().prop_map(|v| v.to_string()),
+                        "\"[ -~]{0,12}\"".prop_map(String::from),
+                        Just("null".to_string()),
+                        Just("1.5".to_string()),
+                        Just("[1]".to_string()),
+                    ]
+                )
+                    .prop_map(|(k, v)| format!("{{\"{k}\":{v}}}").into_bytes()),
+                (
+                    0u64..40,
+                    prop_oneof![
+                        Just("default".to_string()),
+                        Just("login".to_string()),
+                        "[a-z_]{1,10}"
+                    ]
+                )
+                    .prop_map(|(cost, policy)| {
+                        wire::encode_request(Some(&policy), Some(cost), Encoding::MsgPack)
+                    }),
+                proptest::collection::vec(any::<u8>(), 0..64).prop_map(|mut v| {
+                    v.insert(0, 0x81);
+                    v
+                }),
+            ]
+        }
+
+        fn token() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[A-Za-z0-9_%-]{1,12}".prop_map(String::from),
+                "[ -~]{0,12}".prop_map(String::from),
+                Just("*".to_string()),
+                Just(">".to_string()),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+            #[test]
+            fn any_message_gets_an_answer_and_only_a_counted_decision_changes_a_counter(
+                verb in prop_oneof![Just("allow"), Just("hit"), Just("inspect"), Just("batch")],
+                token in token(),
+                body in body(),
+                wants_reply in any::<bool>(),
+            ) {
+                let f = Fixture::new();
+                let subject = if verb == "batch" {
+                    batch_subject(f.partition)
+                } else {
+                    format!("{PARTITION_PREFIX}.{}.{verb}.{token}", f.partition)
+                };
+                let mut tally = f.decider.tally(f.partition);
+                let answer = f.decider.message(&subject, &body, wants_reply, f.owned(), T0, &mut tally);
+                let records = tally.finish(f.decider.stats(), &f.shard);
+                let counted = f.shard.changes();
+                prop_assert_eq!(records.len() as u64, counted, "a record for every change (journal mode)");
+                match answer {
+                    None => prop_assert!(
+                        !wants_reply || verb == "inspect" || Inbound::parse(&subject).is_none(),
+                        "a wanted reply was not given"
+                    ),
+                    Some(Answer::Error { .. }) | Some(Answer::Batch(Err(_))) => {
+                        prop_assert_eq!(counted, 0, "an error reply changed a counter");
+                        prop_assert!(f.counters.is_empty());
+                    }
+                    Some(Answer::Decision { decision, .. }) => {
+                        prop_assert!(counted <= 1);
+                        if verb == "allow" && !decision.allowed {
+                            prop_assert_eq!(counted, 0, "a denial changed a counter");
+                        }
+                    }
+                    Some(Answer::Batch(Ok(results))) => {
+                        let decided = results.iter().filter(|r| matches!(r, wire::Reply::Decision(d) if d.allowed)).count();
+                        prop_assert!(counted as usize <= decided);
+                    }
+                }
+            }
+        }
+    }
 }
