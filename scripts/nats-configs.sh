@@ -36,7 +36,7 @@ sluice() {
 }
 
 render() { # <sluice config> <node>
-    local routes=()
+    local routes=() n
     for n in "${NODES[@]}"; do routes+=(--route "nats-route://$n:6222"); done
     sluice nats-config --config "$1" \
         --server-name "$2" --listen 0.0.0.0:4222 --http 0.0.0.0:8222 \

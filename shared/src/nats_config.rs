@@ -105,10 +105,11 @@ impl fmt::Display for NatsServerConfig {
             w,
             "# nats-server config for sluice, printed by `sluice nats-config`.\n\
              #\n\
-             # It maps the subjects clients use (rl.allow.<key>, rl.hit.<key>) onto\n\
-             # {n} per-partition subjects (rl.p.<n>.allow.<key>, rl.p.<n>.hit.<key>) with\n\
-             # the server's own partition function, and enables JetStream, which sluice\n\
-             # uses for partition leases and counter snapshots.\n\
+             # It maps the subjects clients use (rl.allow.<key>, rl.hit.<key>, and\n\
+             # rl.inspect.<key>, rl.reset.<key> for operators) onto {n} per-partition\n\
+             # subjects (rl.p.<n>.allow.<key>, ...) with the server's own partition\n\
+             # function, and enables JetStream, which sluice uses for partition leases\n\
+             # and counter snapshots.\n\
              #\n\
              # nats-server's command-line flags override this file: -p PORT, -js, -sd DIR.\n\
              # Check it with: nats-server -t -c FILE\n"

@@ -241,6 +241,29 @@ impl Policy {
         self.run(state, now, 0, Mode::Expiry).reset
     }
 
+    /// Every limit's state at `now`, changing nothing (`rl.inspect`,
+    /// CONTRACT §8): the limit, what is used and left of it, and when it is
+    /// whole again.
+    pub fn inspect(&self, state: &KeyState, now: Nanos) -> Vec<LimitState> {
+        let mut state = state.clone();
+        self.conform(&mut state);
+        match &mut state {
+            KeyState::FixedWindow(s) => {
+                inspect_limits::<algorithm::fixed_window::FixedWindow>(&self.limits, s, now)
+            }
+            KeyState::SlidingLog(s) => {
+                inspect_limits::<algorithm::sliding_log::SlidingLog>(&self.limits, s, now)
+            }
+            KeyState::SlidingWindow(s) => {
+                inspect_limits::<algorithm::sliding_window::SlidingWindow>(&self.limits, s, now)
+            }
+            KeyState::TokenBucket(s) => {
+                inspect_limits::<algorithm::token_bucket::TokenBucket>(&self.limits, s, now)
+            }
+            KeyState::Gcra(s) => inspect_limits::<algorithm::gcra::Gcra>(&self.limits, s, now),
+        }
+    }
+
     fn run(&self, state: &mut KeyState, now: Nanos, cost: u64, mode: Mode) -> Decision {
         self.conform(state);
         match state {
@@ -350,6 +373,41 @@ fn run_limits<A: Algo>(
         (1, fits)
     };
     summarize::<A>(limits, states, now, asked, allowed, mode)
+}
+
+fn inspect_limits<A: Algo>(
+    limits: &[Limit],
+    states: &mut [A::State],
+    now: Nanos,
+) -> Vec<LimitState> {
+    limits
+        .iter()
+        .zip(states.iter_mut())
+        .map(|(limit, state)| {
+            A::advance(limit, state, now);
+            let usage = A::usage(limit, state, now);
+            LimitState {
+                max: limit.reported(),
+                per: limit.per(),
+                used: limit.reported().saturating_sub(usage.remaining),
+                remaining: usage.remaining,
+                reset: usage.reset,
+            }
+        })
+        .collect()
+}
+
+/// One limit of a key's policy as `rl.inspect` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitState {
+    /// [`Limit::reported`]: its `max`, or its `burst` when bigger.
+    pub max: u64,
+    pub per: Nanos,
+    /// `max - remaining`.
+    pub used: u64,
+    pub remaining: u64,
+    /// Time until the limit is fully available again.
+    pub reset: Nanos,
 }
 
 fn summarize<A: Algo>(

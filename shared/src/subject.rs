@@ -64,7 +64,7 @@ impl Verb {
     /// The verbs workers answer today, so the ones the server maps onto
     /// partitions ([`crate::nats_config::mapping`]) and a partition's owner
     /// subscribes to.
-    pub const ANSWERED: [Verb; 2] = [Verb::Allow, Verb::Hit];
+    pub const ANSWERED: [Verb; 4] = [Verb::Allow, Verb::Hit, Verb::Inspect, Verb::Reset];
 
     /// The verb's token in subjects: `allow`, `hit`, ...
     pub const fn as_str(self) -> &'static str {
@@ -387,14 +387,18 @@ mod tests {
         }
         assert_eq!(
             owner_subjects(5),
-            ["rl.p.5.allow.*", "rl.p.5.hit.*", "rl.p.5.batch"]
+            [
+                "rl.p.5.allow.*",
+                "rl.p.5.hit.*",
+                "rl.p.5.inspect.*",
+                "rl.p.5.reset.*",
+                "rl.p.5.batch"
+            ]
         );
         assert_eq!(owner_subjects(5)[0], Verb::Allow.partition_subject(5));
-        assert_eq!(owner_subjects(5)[2], batch_subject(5));
-        assert_eq!(
-            every_owner_subject(),
-            ["rl.p.*.allow.*", "rl.p.*.hit.*", "rl.p.*.batch"]
-        );
+        assert_eq!(owner_subjects(5)[4], batch_subject(5));
+        assert_eq!(every_owner_subject().len(), 5);
+        assert_eq!(every_owner_subject()[0], "rl.p.*.allow.*");
         assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
         assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");
         assert_eq!(worker_batch_subject("w1"), "rl.w.w1.batch");

@@ -37,11 +37,13 @@
 //!   property-tested); the bytes themselves are `rmp`'s low-level reader and
 //!   writer.
 //! - [`batch`]: the batch format of the batching client.
+//! - [`inspect`]: bodies of `rl.inspect.<key>` and `rl.reset.<key>` (CONTRACT §8).
 
 pub mod batch;
 mod error;
 mod fields;
 mod headers;
+pub mod inspect;
 mod msgpack;
 mod reply;
 mod request;

@@ -102,7 +102,7 @@ fn subjects_that_are_not_mapped_partition_subjects_do_not_parse() {
 }
 
 #[test]
-fn single_server_config_has_listen_jetstream_and_both_mappings() {
+fn single_server_config_has_listen_jetstream_and_every_mapping() {
     let text = NatsServerConfig::new(64).render();
     assert_eq!(
         settings(&text),
@@ -114,6 +114,8 @@ fn single_server_config_has_listen_jetstream_and_both_mappings() {
             "mappings = {",
             "\"rl.allow.*\": \"rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}\"",
             "\"rl.hit.*\": \"rl.p.{{partition(64,1)}}.hit.{{wildcard(1)}}\"",
+            "\"rl.inspect.*\": \"rl.p.{{partition(64,1)}}.inspect.{{wildcard(1)}}\"",
+            "\"rl.reset.*\": \"rl.p.{{partition(64,1)}}.reset.{{wildcard(1)}}\"",
             "}",
         ]
     );

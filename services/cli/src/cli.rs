@@ -50,6 +50,10 @@ pub enum Command {
     Dev(crate::dev_cmd::DevArgs),
     /// Ask once for a key and print the decision.
     Check(crate::check_cmd::CheckArgs),
+    /// Show a key's state under each policy (or one), consuming nothing.
+    Inspect(crate::key_cmd::KeyArgs),
+    /// Forget a key's counters under every policy (or one).
+    Reset(crate::key_cmd::KeyArgs),
     /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
     /// Show partitions, their owners, snapshot ages and worker health.
@@ -65,6 +69,8 @@ impl Cli {
             Command::Gateway(args) => crate::gateway_cmd::run(&self.common, args),
             Command::Dev(args) => crate::dev_cmd::run(&self.common, args),
             Command::Check(args) => crate::check_cmd::run(&self.common, args),
+            Command::Inspect(args) => crate::key_cmd::inspect(&self.common, args),
+            Command::Reset(args) => crate::key_cmd::reset(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
             Command::Status(args) => crate::status_cmd::run(&self.common, args),
             Command::Bench(args) => crate::bench_cmd::run(&self.common, args),

@@ -9,6 +9,7 @@ mod check_cmd;
 mod cli;
 mod dev_cmd;
 mod gateway_cmd;
+mod key_cmd;
 mod nats_config_cmd;
 mod signals;
 mod status_cmd;

@@ -341,6 +341,35 @@ impl Counters {
         decision
     }
 
+    /// The bucket of `id` as decisions see it: the one in the look-aside,
+    /// else moka's. `recent` is the look-aside slot, locked by the caller.
+    fn bucket(&self, id: u64, recent: &Option<Recent>) -> Option<Arc<Bucket>> {
+        match recent {
+            Some(r) => Some(r.bucket.clone()),
+            None => self.buckets.get(&id),
+        }
+    }
+
+    /// A copy of the counter `key`'s state, if it has one (`rl.inspect`).
+    pub fn state(&self, key: &str) -> Option<KeyState> {
+        let id = self.bucket_of(key);
+        let recent = self.recent(id);
+        let bucket = self.bucket(id, &recent)?;
+        let slots = bucket.lock();
+        slots.by_key.get(key).map(|slot| slot.state.clone())
+    }
+
+    /// Forgets the counter `key` (`rl.reset`); whether it had state.
+    pub fn forget(&self, key: &str) -> bool {
+        let id = self.bucket_of(key);
+        let recent = self.recent(id);
+        let Some(bucket) = self.bucket(id, &recent) else {
+            return false;
+        };
+        let mut slots = bucket.lock();
+        slots.by_key.remove(key).is_some()
+    }
+
     /// The number of live counters (approximate while requests are running).
     pub fn len(&self) -> u64 {
         let mut keys = 0;

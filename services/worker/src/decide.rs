@@ -25,9 +25,10 @@ use serde::{Deserialize, Serialize};
 use sluice_core::ask::{self, Op};
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
-use sluice_core::policy::Decision;
+use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
+use sluice_core::wire::inspect::{InspectReply, LimitReport, PolicyReport, ResetReply};
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,6 +48,15 @@ pub struct Record {
     pub c: u64,
     /// When (ns since the epoch, the owner's clock).
     pub t: u64,
+    /// A reset (`rl.reset`): the counter was forgotten (`c` is 0). Left
+    /// out of the encoding when false, so records of counts read the same
+    /// as before resets existed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub r: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 /// A partition this worker answers for right now: its counters and stats.
@@ -73,6 +83,10 @@ pub enum Answer<'p> {
     /// A batch's results in item order, or why the batch as a whole was
     /// refused (a body that is no batch).
     Batch(Result<Vec<wire::Reply>, ErrorReply>),
+    /// A key's state (`rl.inspect`).
+    Inspect(InspectReply, Encoding),
+    /// What a reset forgot (`rl.reset`).
+    Reset(ResetReply, Encoding),
 }
 
 /// What the decisions of one batch on one partition did, published to the
@@ -105,8 +119,9 @@ impl Tally {
         }
     }
 
-    /// A counter changed: in journal mode, remember the record to store.
-    fn changed(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
+    /// A counter changed (by `cost`, or forgotten by a reset): in journal
+    /// mode, remember the record to store.
+    fn changed(&mut self, policy: &str, token: &str, cost: u64, reset: bool, now: Nanos) {
         self.changes += 1;
         if self.journal {
             self.records.push(Record {
@@ -115,6 +130,7 @@ impl Tally {
                 k: token.to_string(),
                 c: cost,
                 t: now.as_u64(),
+                r: reset,
             });
         }
     }
@@ -203,6 +219,21 @@ impl Decider {
         tally: &mut Tally,
     ) -> Option<Answer<'_>> {
         match Inbound::parse(subject)? {
+            Inbound::Ask(ask) if matches!(ask.verb, Verb::Inspect | Verb::Reset) => {
+                // An inspect nobody waits for changes nothing; a reset is done
+                // either way, like a hit.
+                if ask.verb == Verb::Inspect && !wants_reply {
+                    return None;
+                }
+                let result = self.admin(ask.verb, ask.key_token, body, owned, now, tally);
+                tally.decisions += 1;
+                if result.is_err() {
+                    tally.errors += 1;
+                }
+                let answer =
+                    result.unwrap_or_else(|(error, encoding)| Answer::Error { error, encoding });
+                wants_reply.then_some(answer)
+            }
             Inbound::Ask(ask) => {
                 let verb = ask.verb;
                 if !Verb::ANSWERED.contains(&verb) || (verb == Verb::Allow && !wants_reply) {
@@ -231,6 +262,69 @@ impl Decider {
                 Some(answer)
             }
         }
+    }
+
+    /// `rl.inspect` or `rl.reset` of one key: under the policy the body
+    /// names, or under every configured policy with state for the key.
+    fn admin(
+        &self,
+        verb: Verb,
+        token: &str,
+        body: &[u8],
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+    ) -> Result<Answer<'_>, (ErrorReply, Encoding)> {
+        let encoding = Encoding::of_body(body);
+        let key = KeyToken::parse(token).map_err(|e| (e.into(), encoding))?;
+        let scope = wire::inspect::decode_scope(body).map_err(|e| (e.reply, e.encoding))?;
+        let owned = self
+            .locate(key, |p| (p == owned.partition).then_some(owned))
+            .map_err(|e| (e, encoding))?;
+        let policies: Vec<&Policy> = match &scope.policy {
+            Some(name) => vec![self
+                .config
+                .policy(name)
+                .ok_or_else(|| (ErrorReply::unknown_policy(name), encoding))?],
+            None => self.config.policies.values().collect(),
+        };
+        let token = key.as_str();
+        let mut counter = String::new();
+        if verb == Verb::Inspect {
+            let mut reports = Vec::new();
+            for policy in policies {
+                ask::counter_key(&mut counter, policy.name(), token);
+                if let Some(state) = owned.counters.state(&counter) {
+                    reports.push(PolicyReport {
+                        policy: policy.name().to_string(),
+                        algorithm: policy.algorithm().as_str().to_string(),
+                        limits: policy
+                            .inspect(&state, now)
+                            .iter()
+                            .map(LimitReport::from)
+                            .collect(),
+                    });
+                }
+            }
+            let reply = InspectReply {
+                key: token.to_string(),
+                policies: reports,
+            };
+            return Ok(Answer::Inspect(reply, scope.encoding));
+        }
+        let mut reset = Vec::new();
+        for policy in policies {
+            ask::counter_key(&mut counter, policy.name(), token);
+            if owned.counters.forget(&counter) {
+                tally.changed(policy.name(), token, 0, true, now);
+                reset.push(policy.name().to_string());
+            }
+        }
+        let reply = ResetReply {
+            key: token.to_string(),
+            reset,
+        };
+        Ok(Answer::Reset(reply, scope.encoding))
     }
 
     /// Validates and applies one ask whose body is still encoded.
@@ -360,14 +454,15 @@ impl Decider {
             let cost = match op {
                 Op::Allow(c) | Op::Record(c) => c,
             };
-            tally.changed(policy.name(), token, cost, now);
+            tally.changed(policy.name(), token, cost, false, now);
         }
         Ok((decision, policy.name()))
     }
 
     /// Applies a journal record at takeover: it was counted, so it is
-    /// counted again whatever the limit, at its original time. `false` for
-    /// a record of a policy no longer configured (it is skipped).
+    /// counted again whatever the limit, at its original time; a reset
+    /// forgets the counter again. `false` for a record of a policy no
+    /// longer configured (it is skipped).
     pub fn replay(&self, record: &Record, counters: &Counters) -> bool {
         let Some(policy) = self.config.policy(&record.p) else {
             return false;
@@ -375,7 +470,11 @@ impl Decider {
         KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
             ask::counter_key(&mut buf, &record.p, &record.k);
-            counters.apply(policy, &buf, Nanos(record.t), Op::Record(record.c));
+            if record.r {
+                counters.forget(&buf);
+            } else {
+                counters.apply(policy, &buf, Nanos(record.t), Op::Record(record.c));
+            }
         });
         true
     }
@@ -800,6 +899,7 @@ mod tests {
             k: key.clone(),
             c: 20,
             t: T0.as_u64(),
+            r: false,
         };
         assert!(f.decider.replay(&record, &f.counters));
         assert_eq!(f.remaining(&key, T0), 0);
@@ -808,6 +908,147 @@ mod tests {
             ..record
         };
         assert!(!f.decider.replay(&gone, &f.counters));
+    }
+
+    #[test]
+    fn inspect_shows_every_limit_and_consumes_nothing() {
+        let f = Fixture::new();
+        let key = key_in(1, "seen");
+        let login = br#"{"policy":"login"}"#;
+        for _ in 0..2 {
+            assert!(decision(f.allow(&key, login, T0)).allowed);
+        }
+        assert!(decision(f.allow(&key, b"", T0)).allowed);
+        let changes = f.shard.changes();
+        let inspect = |body: &[u8]| match f.send(Verb::Inspect, &key, body, true, T0).0 {
+            Some(Answer::Inspect(reply, _)) => reply,
+            other => panic!("expected an inspect reply, got {other:?}"),
+        };
+        let all = inspect(b"");
+        assert_eq!(all.key, key);
+        let mut names: Vec<&str> = all.policies.iter().map(|p| p.policy.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["default", "login"]);
+        let login_state = inspect(login);
+        assert_eq!(login_state.policies.len(), 1);
+        let limits = &login_state.policies[0].limits;
+        assert_eq!(
+            limits
+                .iter()
+                .map(|l| (l.max, l.per_ms, l.used, l.remaining))
+                .collect::<Vec<_>>(),
+            [(3, 1_000, 2, 1), (5, 60_000, 2, 3)]
+        );
+        assert_eq!(login_state.policies[0].algorithm, "sliding_log");
+        assert_eq!(f.shard.changes(), changes, "an inspect changed a counter");
+        // Again: still the same, nothing was consumed.
+        assert_eq!(inspect(login), login_state);
+        // A key with no state shows no policy; an unknown policy is a 404.
+        assert!(inspect_of(&f, &key_in(1, "never")).policies.is_empty());
+        match f
+            .send(Verb::Inspect, &key, br#"{"policy":"nope"}"#, true, T0)
+            .0
+        {
+            Some(Answer::Error { error, .. }) => assert_eq!(error.code, ErrorCode::UnknownPolicy),
+            other => panic!("expected a 404, got {other:?}"),
+        }
+    }
+
+    fn inspect_of(f: &Fixture, key: &str) -> InspectReply {
+        match f.send(Verb::Inspect, key, b"", true, T0).0 {
+            Some(Answer::Inspect(reply, _)) => reply,
+            other => panic!("expected an inspect reply, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reset_forgets_one_policy_or_all_and_is_journaled_and_replayed() {
+        let f = Fixture::new();
+        let key = key_in(1, "reset");
+        for _ in 0..15 {
+            f.allow(&key, b"", T0);
+        }
+        f.allow(&key, br#"{"policy":"login"}"#, T0);
+        assert_eq!(f.remaining(&key, T0), 0);
+        let (answer, records) = f.send(Verb::Reset, &key, br#"{"policy":"default"}"#, true, T0);
+        match answer {
+            Some(Answer::Reset(reply, Encoding::Json)) => assert_eq!(reply.reset, ["default"]),
+            other => panic!("expected a reset reply, got {other:?}"),
+        }
+        assert_eq!(records.len(), 1);
+        assert!(records[0].r && records[0].c == 0 && records[0].p == "default");
+        assert_eq!(f.remaining(&key, T0), 15);
+        assert_eq!(
+            inspect_of(&f, &key).policies.len(),
+            1,
+            "login kept its state"
+        );
+        // All policies; then nothing is left to reset.
+        let (answer, _) = f.send(Verb::Reset, &key, b"", true, T0);
+        assert!(matches!(answer, Some(Answer::Reset(ref r, _)) if r.reset == ["login"]));
+        let (answer, records) = f.send(Verb::Reset, &key, b"", true, T0);
+        assert!(matches!(answer, Some(Answer::Reset(ref r, _)) if r.reset.is_empty()));
+        assert!(records.is_empty());
+
+        // Replayed in order at takeover: the counts, then the reset.
+        let replayed = Counters::new();
+        let counted = Record {
+            n: 1,
+            p: "default".into(),
+            k: key.clone(),
+            c: 15,
+            t: T0.as_u64(),
+            r: false,
+        };
+        let reset = Record {
+            c: 0,
+            r: true,
+            ..counted.clone()
+        };
+        assert!(f.decider.replay(&counted, &replayed));
+        assert!(!replayed.is_empty());
+        assert!(f.decider.replay(&reset, &replayed));
+        assert!(replayed.is_empty(), "the replayed reset forgot the key");
+    }
+
+    #[test]
+    fn a_reset_record_reads_as_before_when_it_is_no_reset() {
+        // Records are stored positionally (rmp-serde arrays): a count keeps
+        // its five fields, so journals written before resets existed read
+        // the same, and a reset adds the sixth.
+        let count = Record {
+            n: 1,
+            p: "default".into(),
+            k: "k".into(),
+            c: 2,
+            t: 7,
+            r: false,
+        };
+        let bytes = rmp_serde::to_vec(&count).unwrap();
+        assert_eq!(bytes[0], 0x95, "a count is an array of five");
+        let old: (u32, String, String, u64, u64) = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(old, (1, "default".into(), "k".into(), 2, 7));
+        let reset = Record {
+            r: true,
+            c: 0,
+            ..count
+        };
+        let back: Record = rmp_serde::from_slice(&rmp_serde::to_vec(&reset).unwrap()).unwrap();
+        assert_eq!(back, reset);
+        // What a worker of the version before resets makes of a message
+        // with one: the whole message is unreadable (and skipped, logged).
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct OldRecord {
+            n: u32,
+            p: String,
+            k: String,
+            c: u64,
+            t: u64,
+        }
+        let message = rmp_serde::to_vec(&vec![reset.clone(), reset]).unwrap();
+        let old = rmp_serde::from_slice::<Vec<OldRecord>>(&message);
+        assert!(old.is_err(), "{old:?}");
     }
 
     mod hostile {
@@ -866,7 +1107,7 @@ mod tests {
             #![proptest_config(ProptestConfig::with_cases(2000))]
             #[test]
             fn any_message_gets_an_answer_and_only_a_counted_decision_changes_a_counter(
-                verb in prop_oneof![Just("allow"), Just("hit"), Just("inspect"), Just("batch")],
+                verb in prop_oneof![Just("allow"), Just("hit"), Just("inspect"), Just("reset"), Just("batch")],
                 token in token(),
                 body in body(),
                 wants_reply in any::<bool>(),
@@ -897,6 +1138,8 @@ mod tests {
                             prop_assert_eq!(counted, 0, "a denial changed a counter");
                         }
                     }
+                    Some(Answer::Inspect(..)) => prop_assert_eq!(counted, 0, "an inspect changed a counter"),
+                    Some(Answer::Reset(reply, _)) => prop_assert_eq!(counted, reply.reset.len() as u64),
                     Some(Answer::Batch(Ok(results))) => {
                         let decided = results.iter().filter(|r| matches!(r, wire::Reply::Decision(d) if d.allowed)).count();
                         prop_assert!(counted as usize <= decided);

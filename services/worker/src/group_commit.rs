@@ -238,6 +238,7 @@ mod tests {
             k: format!("key-{n}"),
             c: 1,
             t: n,
+            r: false,
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),

@@ -40,6 +40,8 @@ impl Reply {
                 encoding,
             } => Reply::decision(decision, policy, *encoding),
             Answer::Error { error, encoding } => Reply::error(error, *encoding),
+            Answer::Inspect(reply, encoding) => Reply::payload(reply.encode(*encoding)),
+            Answer::Reset(reply, encoding) => Reply::payload(reply.encode(*encoding)),
             Answer::Batch(results) => {
                 let mut reply = match results {
                     Ok(results) => Reply {
@@ -51,6 +53,14 @@ impl Reply {
                 reply.headers.insert(batch::WORKER_HEADER, worker_id);
                 reply
             }
+        }
+    }
+
+    /// A reply that is only a body (inspect, reset).
+    fn payload(body: Vec<u8>) -> Reply {
+        Reply {
+            headers: HeaderMap::new(),
+            payload: body.into(),
         }
     }
 

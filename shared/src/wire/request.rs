@@ -95,14 +95,8 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
         });
     }
     let refuse = |reply| RequestError { encoding, reply };
-    if body.len() > MAX_BODY {
-        return Err(refuse(ErrorReply::new(
-            ErrorCode::TooLarge,
-            format!(
-                "the request body is {} bytes; the limit is {MAX_BODY} bytes (a request carries at most a policy name and a cost)",
-                body.len()
-            ),
-        )));
+    if let Some(too_large) = too_large(body, "a policy name and a cost") {
+        return Err(refuse(too_large));
     }
     let fields = match encoding {
         Encoding::Json => json_fields(body),
@@ -146,6 +140,20 @@ pub fn is_valid_policy_name(name: &str) -> bool {
 
 /// Maps with named fields in MessagePack; compact JSON. For requests (client
 /// side); replies go through [`super::reply::encode_reply_body`].
+/// The 413 for a body over [`MAX_BODY`]; `carries` says what a request of
+/// its kind holds at most.
+pub(crate) fn too_large(body: &[u8], carries: &str) -> Option<ErrorReply> {
+    (body.len() > MAX_BODY).then(|| {
+        ErrorReply::new(
+            ErrorCode::TooLarge,
+            format!(
+                "the request body is {} bytes; the limit is {MAX_BODY} bytes (a request carries at most {carries})",
+                body.len()
+            ),
+        )
+    })
+}
+
 pub(crate) fn encode_body<T: Serialize>(value: &T, encoding: Encoding) -> Vec<u8> {
     match encoding {
         // Both only fail for maps with non-string keys or failing writers;
