@@ -106,6 +106,31 @@ impl Fallback {
     }
 }
 
+/// What a worker in journal mode answers when JetStream did not store the
+/// records of what it counted (no quorum, stream full, a timeout).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum JournalFailure {
+    /// 503 for the asks of that append: the caller asked for durability,
+    /// and could not get it. The counts stay in memory (the limit errs on
+    /// the side of denying) until the next snapshot.
+    #[default]
+    Unavailable,
+    /// Answer as decided: the counts live only in memory until the
+    /// partition's next snapshot.
+    Answer,
+}
+
+impl JournalFailure {
+    pub const ALL: [JournalFailure; 2] = [JournalFailure::Unavailable, JournalFailure::Answer];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JournalFailure::Unavailable => "unavailable",
+            JournalFailure::Answer => "answer",
+        }
+    }
+}
+
 macro_rules! str_enum_impls {
     ($ty:ident, $what:literal) => {
         impl fmt::Display for $ty {
@@ -135,6 +160,7 @@ macro_rules! str_enum_impls {
 
 str_enum_impls!(Durability, "a durability");
 str_enum_impls!(Fallback, "a fallback");
+str_enum_impls!(JournalFailure, "a journal_failure");
 
 /// A validated sluice configuration.
 ///
@@ -154,6 +180,8 @@ pub struct Config {
     /// How long a worker's partition lease lives without renewal: whole
     /// seconds from [`MIN_LEASE_TTL`] to [`MAX_LEASE_TTL`].
     pub lease_ttl: Duration,
+    /// Journal mode: what to answer when an append fails.
+    pub journal_failure: JournalFailure,
     /// By name; always contains [`DEFAULT_POLICY`].
     pub policies: BTreeMap<String, Policy>,
 }
@@ -170,6 +198,7 @@ impl Default for Config {
             snapshot_interval: DEFAULT_SNAPSHOT_INTERVAL,
             fallback: Fallback::default(),
             lease_ttl: DEFAULT_LEASE_TTL,
+            journal_failure: JournalFailure::default(),
             policies,
         }
     }
@@ -400,6 +429,11 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
     if let Some(text) = table.lease_ttl {
         config.lease_ttl = lease_ttl(&text)?;
     }
+    if let Some(s) = table.journal_failure {
+        config.journal_failure = s
+            .parse()
+            .map_err(|e| FieldError::new("journal_failure", e))?;
+    }
     for (name, table) in table.policies {
         let policy = table
             .to_policy(&name)
@@ -526,6 +560,7 @@ mod tests {
             "snapshot_interval",
             "fallback",
             "lease_ttl",
+            "journal_failure",
             "policies",
         ];
         assert_eq!(suggest("partiton", &top_level), Some("partitions"));

@@ -504,7 +504,7 @@ fn unknown_top_level_field_is_refused_with_a_suggestion() {
     assert_error(
         "partiton = 32",
         "partiton",
-        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, policies)",
+        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, policies)",
     );
     assert_error(
         "colour = \"blue\"",
@@ -785,5 +785,20 @@ fn a_json_table_under_an_invalid_name_is_refused() {
     assert_eq!(
         e.clone().in_file("kv").to_string(),
         format!("kv: {}", e.reason)
+    );
+}
+
+#[test]
+fn journal_failure_is_unavailable_unless_set_to_answer() {
+    use sluice_core::config::JournalFailure;
+    assert_eq!(parse("").journal_failure, JournalFailure::Unavailable);
+    assert_eq!(
+        parse("journal_failure = \"answer\"").journal_failure,
+        JournalFailure::Answer
+    );
+    assert_error(
+        "journal_failure = \"ignore\"",
+        "journal_failure",
+        "\"ignore\" is not a journal_failure; use \"unavailable\" or \"answer\"",
     );
 }

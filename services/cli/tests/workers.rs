@@ -563,3 +563,39 @@ async fn a_worker_refuses_a_server_that_maps_onto_another_partition_count() {
         "the message names our count: {log}"
     );
 }
+
+/// Journal mode when JetStream cannot take the append (here: the journal
+/// stream is gone): by default the ask gets a 503 instead of its decision,
+/// since the caller asked for durability; with `journal_failure = "answer"`
+/// it gets the decision all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_append_that_fails_is_answered_503_unless_configured_to_answer() {
+    let _serial = serial().await;
+    for answer in [false, true] {
+        let mut toml = TestConfig::new().journal().toml();
+        if answer {
+            toml = format!("journal_failure = \"answer\"\n{toml}");
+        }
+        let stack = Stack::start(SLUICE, &toml, 1).await;
+        let client = stack.clients(1).await.remove(0);
+        let key = key_in_partition(2, stack.partitions);
+        assert!(ask(&client, &key, b"").await.unwrap().allowed, "stored");
+        let js = async_nats::jetstream::new(client.clone());
+        js.delete_stream(JOURNAL_STREAM).await.unwrap();
+        let after = ask(&client, &key, b"").await;
+        if answer {
+            assert!(after.unwrap().allowed, "answered as decided");
+        } else {
+            match after {
+                Err(sluice_tests::AskError::Reply(e)) => {
+                    assert_eq!(e.code.status(), 503, "{e}");
+                    assert!(e.message.contains("journal did not store"), "{e}");
+                }
+                other => panic!("expected a 503, got {other:?}"),
+            }
+        }
+        // A peek counts nothing, stores nothing, and is answered either way.
+        let peek = ask(&client, &key, PEEK).await.unwrap();
+        assert_eq!(peek.remaining, 3, "both asks were counted in memory");
+    }
+}

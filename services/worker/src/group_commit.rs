@@ -29,6 +29,7 @@ use crate::journal;
 use crate::reply::{self, Outgoing};
 use crate::stats::WorkerStats;
 use futures::future::BoxFuture;
+use sluice_core::config::JournalFailure;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,8 +41,9 @@ use tokio::task::JoinHandle;
 struct Pending {
     records: Vec<Record>,
     replies: Vec<Outgoing>,
-    /// Told once this (and everything sent before it) is stored and answered.
-    stored: Vec<oneshot::Sender<()>>,
+    /// Told once this (and everything sent before it) is answered: whether
+    /// its append was stored.
+    stored: Vec<oneshot::Sender<bool>>,
 }
 
 impl Pending {
@@ -55,10 +57,10 @@ impl Pending {
         self.stored.append(&mut other.stored);
     }
 
-    async fn deliver(self, send_replies: &mut impl SendReplies) {
+    async fn deliver(self, stored: bool, send_replies: &mut impl SendReplies) {
         send_replies(self.replies).await;
         for done in self.stored {
-            let _ = done.send(());
+            let _ = done.send(stored);
         }
     }
 }
@@ -78,6 +80,7 @@ impl Writer {
         js: async_nats::jetstream::Context,
         subject: String,
         stats: Arc<WorkerStats>,
+        on_failure: JournalFailure,
     ) -> (Writer, JoinHandle<()>) {
         let append =
             move |records| tokio::spawn(journal::append(js.clone(), subject.clone(), records));
@@ -85,7 +88,7 @@ impl Writer {
             let client = client.clone();
             Box::pin(async move { reply::publish(&client, replies).await })
         };
-        Writer::start(append, send_replies, stats)
+        Writer::start(append, send_replies, stats, on_failure)
     }
 
     /// [`Writer::spawn`] with the journal and NATS replaced by `append` and
@@ -94,10 +97,18 @@ impl Writer {
         append: impl StartAppend,
         send_replies: impl SendReplies,
         stats: Arc<WorkerStats>,
+        on_failure: JournalFailure,
     ) -> (Writer, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(1024);
         let acked = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(run(rx, acked.clone(), append, send_replies, stats));
+        let task = tokio::spawn(run(
+            rx,
+            acked.clone(),
+            append,
+            send_replies,
+            stats,
+            on_failure,
+        ));
         (Writer { tx, acked }, task)
     }
 
@@ -113,8 +124,8 @@ impl Writer {
     }
 
     /// Returns once `records` (and everything sent before them) are stored,
-    /// or their append failed.
-    pub(crate) async fn store(&self, records: Vec<Record>) {
+    /// or their append failed: whether they were stored.
+    pub(crate) async fn store(&self, records: Vec<Record>) -> bool {
         let (done, stored) = oneshot::channel();
         self.queue(Pending {
             records,
@@ -122,7 +133,7 @@ impl Writer {
             stored: vec![done],
         })
         .await;
-        let _ = stored.await;
+        stored.await.unwrap_or(false)
     }
 
     /// Waits until everything sent before is stored and answered.
@@ -169,6 +180,7 @@ async fn run(
     mut append: impl StartAppend,
     mut send_replies: impl SendReplies,
     stats: Arc<WorkerStats>,
+    on_failure: JournalFailure,
 ) {
     let mut waiting = Pending::default();
     let mut in_flight: VecDeque<(Append, usize, Pending)> = VecDeque::new();
@@ -177,21 +189,33 @@ async fn run(
         tokio::select! {
             biased;
             stored = async { (&mut in_flight.front_mut().expect("guarded").0).await }, if !in_flight.is_empty() => {
-                let (_, records, answers) = in_flight.pop_front().expect("guarded");
+                let (_, records, mut answers) = in_flight.pop_front().expect("guarded");
                 let stored = stored.unwrap_or_else(|e| Err(format!("the append task failed: {e}")));
-                match stored {
+                let ok = match stored {
                     Ok(seq) => {
                         acked.fetch_max(seq, Ordering::SeqCst);
+                        true
                     }
                     Err(e) => {
                         // The counts are in memory and will be in their
                         // partitions' next snapshots, but a crash before
                         // then would lose them.
                         stats.journal_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(records, "journal append failed; these counts are only in memory until their partitions' next snapshots: {e}");
+                        match on_failure {
+                            JournalFailure::Unavailable => {
+                                tracing::error!(records, replies = answers.replies.len(), "journal append failed, its asks answered 503 (their counts stay in memory until their partitions' next snapshots): {e}");
+                                answers.replies = answers
+                                    .replies
+                                    .into_iter()
+                                    .map(|(to, reply)| (to, reply.unstored()))
+                                    .collect();
+                            }
+                            JournalFailure::Answer => tracing::error!(records, "journal append failed, its asks answered as decided (journal_failure = \"answer\"); these counts are only in memory until their partitions' next snapshots: {e}"),
+                        }
+                        false
                     }
-                }
-                answers.deliver(&mut send_replies).await;
+                };
+                answers.deliver(ok, &mut send_replies).await;
             }
             batch = rx.recv(), if open => match batch {
                 Some(batch) => {
@@ -212,7 +236,7 @@ async fn run(
                     // Answered after what was counted before it.
                     last.add(group);
                 } else {
-                    group.deliver(&mut send_replies).await;
+                    group.deliver(true, &mut send_replies).await;
                 }
             } else {
                 let records = std::mem::take(&mut group.records);
@@ -229,6 +253,7 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use async_nats::Subject;
     use std::time::Duration;
 
     fn group(n: u64) -> (Vec<Record>, Vec<Outgoing>) {
@@ -242,10 +267,10 @@ mod tests {
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),
-            crate::reply::Reply {
-                headers: async_nats::HeaderMap::new(),
-                payload: bytes::Bytes::new(),
-            },
+            crate::reply::Reply::error(
+                &sluice_core::wire::ErrorReply::bad_request("a stand-in"),
+                sluice_core::wire::Encoding::MsgPack,
+            ),
         );
         (vec![record], vec![reply])
     }
@@ -277,7 +302,12 @@ mod tests {
             }
             Box::pin(async {})
         };
-        let (writer, task) = Writer::start(append, send_replies, Arc::new(WorkerStats::default()));
+        let (writer, task) = Writer::start(
+            append,
+            send_replies,
+            Arc::new(WorkerStats::default()),
+            JournalFailure::Unavailable,
+        );
         let (records, answers) = group(1);
         writer.send(records, answers).await;
         settle().await;
@@ -341,5 +371,66 @@ mod tests {
         assert_eq!(writer.acked(), 30);
         drop(writer);
         task.await.unwrap();
+    }
+
+    /// An append JetStream refuses: by default its asks get a 503 in their
+    /// own encoding instead of their decisions, and a worker batch waiting
+    /// in `store` learns it was not stored; with `journal_failure =
+    /// "answer"` they go out as decided.
+    #[tokio::test]
+    async fn a_failed_append_answers_503_unless_told_to_answer() {
+        for on_failure in [JournalFailure::Unavailable, JournalFailure::Answer] {
+            let append = |_records: Vec<Record>| {
+                tokio::spawn(async { Err::<u64, String>("no stream found".into()) })
+            };
+            let (replies_tx, mut replies) = mpsc::unbounded_channel::<Outgoing>();
+            let send_replies = move |sent: Vec<Outgoing>| -> BoxFuture<'static, ()> {
+                for reply in sent {
+                    replies_tx.send(reply).unwrap();
+                }
+                Box::pin(async {})
+            };
+            let stats = Arc::new(WorkerStats::default());
+            let (writer, task) = Writer::start(append, send_replies, stats.clone(), on_failure);
+            let decided = crate::reply::Reply::decision(
+                &sluice_core::policy::Decision {
+                    allowed: true,
+                    limit: 15,
+                    remaining: 14,
+                    reset: sluice_core::time::Nanos(1),
+                    retry_after: sluice_core::time::Nanos::ZERO,
+                },
+                "default",
+                sluice_core::wire::Encoding::Json,
+            );
+            let (records, _) = group(1);
+            writer
+                .send(records, vec![(Subject::from("reply.1"), decided)])
+                .await;
+            let (_, sent) = tokio::time::timeout(Duration::from_secs(10), replies.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let body = String::from_utf8(sent.payload.to_vec()).unwrap();
+            let code = sent
+                .headers
+                .get(sluice_core::wire::SERVICE_ERROR_CODE)
+                .map(|v| v.to_string());
+            match on_failure {
+                JournalFailure::Unavailable => {
+                    assert_eq!(code.as_deref(), Some("503"), "{body}");
+                    assert!(body.contains("unavailable"), "a JSON error body: {body}");
+                }
+                JournalFailure::Answer => {
+                    assert_eq!(code, None, "{body}");
+                    assert!(body.contains(r#""allowed":true"#), "{body}");
+                }
+            }
+            let (records, _) = group(2);
+            assert!(!writer.store(records).await, "store says it was not stored");
+            assert_eq!(stats.journal_errors.load(Ordering::Relaxed), 2);
+            drop(writer);
+            task.await.unwrap();
+        }
     }
 }

@@ -17,6 +17,7 @@ use crate::stats::WorkerStats;
 use crate::store::Stores;
 use anyhow::Result;
 use async_nats::jetstream::stream;
+use sluice_core::config::JournalFailure;
 use sluice_core::storage::journal_subject;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use tokio::task::JoinHandle;
 /// The journal side of journal mode.
 struct Journal {
     writer: group_commit::Writer,
+    on_failure: JournalFailure,
     stream: stream::Stream,
     worker_id: String,
 }
@@ -58,6 +60,7 @@ impl Outbox {
         stats: Arc<WorkerStats>,
         partitions: u32,
         purge_every: Duration,
+        on_failure: JournalFailure,
     ) -> (Outbox, OutboxTasks) {
         let Some(stream) = stores.journal.clone() else {
             return (
@@ -73,6 +76,7 @@ impl Outbox {
             stores.js.clone(),
             journal_subject(worker_id),
             stats,
+            on_failure,
         );
         let purging = tokio::spawn(journal::purge_covered_every(
             purge_every,
@@ -82,6 +86,7 @@ impl Outbox {
         ));
         let journal = Journal {
             writer,
+            on_failure,
             stream,
             worker_id: worker_id.to_string(),
         };
@@ -109,16 +114,20 @@ impl Outbox {
     }
 
     /// Sends one reply after `records` are stored (a worker batch, decided
-    /// on its own task).
+    /// on its own task); if they could not be, the reply is a 503 unless
+    /// `journal_failure = "answer"`.
     pub async fn answer_one(
         &self,
         records: Vec<Record>,
         to: async_nats::Subject,
-        reply: reply::Reply,
+        mut reply: reply::Reply,
     ) {
         if let Some(j) = &self.journal {
-            if !records.is_empty() {
-                j.writer.store(records).await;
+            if !records.is_empty()
+                && !j.writer.store(records).await
+                && j.on_failure == JournalFailure::Unavailable
+            {
+                reply = reply.unstored();
             }
         }
         reply::publish(&self.client, vec![(to, reply)]).await;

@@ -19,6 +19,15 @@ use sluice_core::wire::{self, batch, Encoding, ErrorReply, RateLimitHeaders};
 pub struct Reply {
     pub headers: HeaderMap,
     pub payload: Bytes,
+    /// What it answers, to put a 503 in its place ([`Reply::unstored`]).
+    form: Form,
+}
+
+/// A single ask's reply in the ask's encoding, or a batch's.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    Single(Encoding),
+    Batch,
 }
 
 /// A reply and where it goes.
@@ -40,27 +49,30 @@ impl Reply {
                 encoding,
             } => Reply::decision(decision, policy, *encoding),
             Answer::Error { error, encoding } => Reply::error(error, *encoding),
-            Answer::Inspect(reply, encoding) => Reply::payload(reply.encode(*encoding)),
-            Answer::Reset(reply, encoding) => Reply::payload(reply.encode(*encoding)),
+            Answer::Inspect(reply, encoding) => Reply::payload(reply.encode(*encoding), *encoding),
+            Answer::Reset(reply, encoding) => Reply::payload(reply.encode(*encoding), *encoding),
             Answer::Batch(results) => {
                 let mut reply = match results {
                     Ok(results) => Reply {
                         headers: HeaderMap::new(),
                         payload: batch::encode_results(results).into(),
+                        form: Form::Batch,
                     },
                     Err(error) => Reply::error(error, Encoding::MsgPack),
                 };
                 reply.headers.insert(batch::WORKER_HEADER, worker_id);
+                reply.form = Form::Batch;
                 reply
             }
         }
     }
 
     /// A reply that is only a body (inspect, reset).
-    fn payload(body: Vec<u8>) -> Reply {
+    fn payload(body: Vec<u8>, encoding: Encoding) -> Reply {
         Reply {
             headers: HeaderMap::new(),
             payload: body.into(),
+            form: Form::Single(encoding),
         }
     }
 
@@ -78,6 +90,7 @@ impl Reply {
         Reply {
             headers,
             payload: wire::encode_decision(decision, policy, encoding).into(),
+            form: Form::Single(encoding),
         }
     }
 
@@ -90,6 +103,28 @@ impl Reply {
         Reply {
             headers,
             payload: wire::encode_error(error, encoding).into(),
+            form: Form::Single(encoding),
+        }
+    }
+
+    /// The 503 sent instead of this reply when the journal did not store
+    /// what its ask counted (`journal_failure = "unavailable"`); a batch's
+    /// keeps naming the worker.
+    pub fn unstored(self) -> Reply {
+        let error = ErrorReply::unavailable(
+            "the journal did not store what this request counted (JetStream did not acknowledge \
+             the append), so it is not answered as decided; ask again",
+        );
+        match self.form {
+            Form::Single(encoding) => Reply::error(&error, encoding),
+            Form::Batch => {
+                let mut reply = Reply::error(&error, Encoding::MsgPack);
+                if let Some(worker) = self.headers.get(batch::WORKER_HEADER) {
+                    reply.headers.insert(batch::WORKER_HEADER, worker.as_str());
+                }
+                reply.form = Form::Batch;
+                reply
+            }
         }
     }
 }

@@ -125,6 +125,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         stats.clone(),
         config.partitions,
         (config.snapshot_interval * 5).max(Duration::from_secs(1)),
+        config.journal_failure,
     );
     let shared = Arc::new(Shared {
         client: client.clone(),

@@ -48,6 +48,8 @@ pub(super) struct FileTable {
     pub(super) fallback: Option<String>,
     #[serde(default, deserialize_with = "some_duration_text")]
     pub(super) lease_ttl: Option<String>,
+    #[serde(default, deserialize_with = "some_string")]
+    pub(super) journal_failure: Option<String>,
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
     pub(super) policies: Vec<(String, PolicyTable)>,
