@@ -1,0 +1,38 @@
+"""sluice-client: an asyncio client for sluice, the distributed rate limiter
+on NATS.
+
+- :class:`SluiceClient` (``client.py``): ``allow``, ``peek``, ``hit``,
+  ``hit_and_peek``; retries and the ``open``/``closed`` fallback.
+- :class:`Decision`, :class:`Source` (``decision.py``): the typed answer and
+  the headers an HTTP server should return.
+- :class:`SluiceError` and its kinds (``errors.py``).
+- :func:`encode_key` (``key.py``) and the bodies (``wire.py``).
+
+::
+
+    client = await SluiceClient.connect("nats://127.0.0.1:4222")
+    d = await client.allow("bob@x.io")
+    if not d.allowed:
+        print("retry in", d.retry_after, "s", d.headers())
+"""
+
+from .client import Fallback, SluiceClient
+from .decision import Decision, Source
+from .errors import BadRequest, SluiceError, TooLarge, Unavailable, UnknownPolicy
+from .key import MAX_TOKEN_LEN, encode_key
+
+__all__ = [
+    "SluiceClient",
+    "Fallback",
+    "Decision",
+    "Source",
+    "SluiceError",
+    "BadRequest",
+    "UnknownPolicy",
+    "TooLarge",
+    "Unavailable",
+    "encode_key",
+    "MAX_TOKEN_LEN",
+]
+
+__version__ = "0.1.0"

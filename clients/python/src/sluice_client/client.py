@@ -1,0 +1,297 @@
+""":class:`SluiceClient`: asks, retries, fallback.
+
+One ask is one NATS request on ``rl.allow.<key>`` (the server's subject
+mapping takes it to the key's partition and its owning worker). What the
+client does when that gets no decision follows the Rust client
+(docs/CLIENT.md, "When no worker answers"):
+
+- *no responders* (the key's partition has no owner right now, e.g. during
+  a handover) or a 503 reply: re-sent up to ``no_responders_retries`` times,
+  after 2, 4, 8, 16 ms, never past the ask's ``timeout``;
+- a partition that has answered only *no responders* for ``down_after`` is
+  down: asks for it try once, then fall back at once, until it answers again;
+- no reply within ``timeout``, or no connection: the fallback at once.
+
+Then the fallback decides: ``open`` allows (:attr:`Source.FALLBACK_OPEN`),
+``closed`` raises :class:`Unavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from typing import Any, Dict, List, Optional, Union
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from .decision import Decision, Source
+from .errors import SluiceError, Unavailable
+from .key import Key, encode_key
+from .wire import (
+    DEFAULT_POLICY,
+    MalformedReply,
+    check_cost,
+    check_policy,
+    decode_reply,
+    request_body,
+)
+
+ALLOW_PREFIX = "rl.allow."
+HIT_PREFIX = "rl.hit."
+
+
+class Fallback(str, enum.Enum):
+    """What to answer when no worker answers (CONTRACT §4 ``fallback``).
+
+    The Rust client's third choice, ``local`` (an in-process limiter), is
+    not offered here."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _fallback(value: Union[str, Fallback]) -> Fallback:
+    try:
+        return Fallback(value)
+    except ValueError:
+        raise ValueError(
+            "fallback must be \"open\" or \"closed\", not {!r} (the Python client has no "
+            "\"local\" limiter)".format(value)
+        ) from None
+
+
+def fnv1a32(data: bytes) -> int:
+    """FNV-1a, 32 bits: nats-server's partition hash (docs/PROTOCOL.md §6)."""
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def partition_of(token: str, partitions: int) -> int:
+    """The partition nats-server maps a key token to."""
+    return fnv1a32(token.encode("ascii")) % partitions if partitions else 0
+
+
+class _NoAnswer(Exception):
+    """Why no worker decided (the reason the fallback names)."""
+
+
+class SluiceClient:
+    """An asyncio client for sluice's NATS interface (CONTRACT §1–§2).
+
+    Make one per process and share it between tasks. Build it with
+    :meth:`connect`, or around a NATS connection you already have::
+
+        client = await SluiceClient.connect("nats://127.0.0.1:4222", fallback="open")
+        client = SluiceClient(nc, timeout=0.1)
+
+    Options (keyword-only, the Rust client's defaults):
+
+    - ``timeout`` (seconds, default 0.1): the most one ask takes, retries
+      included; then the fallback decides.
+    - ``fallback`` (``"closed"`` default, or ``"open"``).
+    - ``partitions`` (default 64): the workers' partition count; used only to
+      tell which partitions are down (a wrong value makes that grouping
+      coarser or finer, never a wrong decision).
+    - ``no_responders_retries`` (4), ``no_responders_backoff`` (0.002 s,
+      doubled per retry), ``down_after`` (0.2 s).
+    """
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        timeout: float = 0.1,
+        fallback: Union[str, Fallback] = Fallback.CLOSED,
+        partitions: int = 64,
+        no_responders_retries: int = 4,
+        no_responders_backoff: float = 0.002,
+        down_after: float = 0.2,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be positive, not {!r}".format(timeout))
+        if partitions < 1:
+            raise ValueError("partitions must be at least 1, not {!r}".format(partitions))
+        self._nc = nc
+        self._owns_connection = False
+        self.timeout = float(timeout)
+        self.fallback = _fallback(fallback)
+        self.partitions = partitions
+        self.no_responders_retries = no_responders_retries
+        self.no_responders_backoff = no_responders_backoff
+        self.down_after = down_after
+        # partition -> loop time of the first "no responders" of a silent spell
+        self._silent_since: Dict[int, float] = {}
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: Union[str, List[str]] = "nats://127.0.0.1:4222",
+        *,
+        timeout: float = 0.1,
+        fallback: Union[str, Fallback] = Fallback.CLOSED,
+        partitions: int = 64,
+        no_responders_retries: int = 4,
+        no_responders_backoff: float = 0.002,
+        down_after: float = 0.2,
+        name: str = "sluice-client",
+        **nats_options: Any,
+    ) -> "SluiceClient":
+        """Connects to NATS (``nats_options`` go to :func:`nats.connect`,
+        e.g. ``user_credentials=``, ``tls=``) and returns a client that owns
+        the connection: :meth:`close` closes it."""
+        nc = await nats.connect(servers, name=name, **nats_options)
+        try:
+            client = cls(
+                nc,
+                timeout=timeout,
+                fallback=fallback,
+                partitions=partitions,
+                no_responders_retries=no_responders_retries,
+                no_responders_backoff=no_responders_backoff,
+                down_after=down_after,
+            )
+        except BaseException:
+            await nc.close()
+            raise
+        client._owns_connection = True
+        return client
+
+    @property
+    def nats(self) -> NATS:
+        """The NATS connection."""
+        return self._nc
+
+    async def close(self) -> None:
+        """Closes the NATS connection if :meth:`connect` made it (after
+        sending what is buffered: pending :meth:`hit` publishes)."""
+        if self._owns_connection and not self._nc.is_closed:
+            await self._nc.drain()
+
+    async def __aenter__(self) -> "SluiceClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def allow(self, key: Key, policy: Optional[str] = None, cost: int = 1) -> Decision:
+        """Asks for ``cost`` units of ``policy`` (default ``default``) for
+        ``key`` (str or bytes; the client percent-encodes it). A denial is a
+        :class:`Decision` with ``allowed`` false; errors are raised
+        (:class:`BadRequest`, :class:`UnknownPolicy`, :class:`TooLarge`,
+        :class:`Unavailable`)."""
+        token, policy = self._prepare(key, policy, cost)
+        return await self._decide(ALLOW_PREFIX + token, token, policy, cost)
+
+    async def peek(self, key: Key, policy: Optional[str] = None) -> Decision:
+        """Whether one unit would be allowed now, consuming nothing (cost 0)."""
+        return await self.allow(key, policy, 0)
+
+    async def hit(self, key: Key, policy: Optional[str] = None, cost: int = 1) -> None:
+        """Counts ``cost`` units of usage already served (CONTRACT §2): one
+        publish to ``rl.hit.<key>``, recorded whether or not it fits, no
+        reply and no fallback (a hit sent while no worker owns the key's
+        partition is lost). nats-py buffers the publish (also while it
+        reconnects); :meth:`close` or ``client.nats.flush()`` sends it."""
+        token, policy = self._prepare(key, policy, cost)
+        # While nats-py reconnects it buffers publishes; once closed it cannot.
+        if self._nc.is_closed:
+            raise Unavailable(
+                "cannot publish the hit for key {}: not connected to NATS "
+                "(the connection is closed)".format(token)
+            )
+        try:
+            await self._nc.publish(HIT_PREFIX + token, request_body(policy, cost))
+        except nats.errors.Error as e:
+            raise Unavailable("cannot publish the hit for key {}: {}".format(token, e)) from e
+
+    async def hit_and_peek(self, key: Key, policy: Optional[str] = None, cost: int = 1) -> Decision:
+        """Counts ``cost`` units like :meth:`hit`, but as a request: the
+        answer is what :meth:`peek` would say after the hit. When no worker
+        answers, the fallback applies."""
+        token, policy = self._prepare(key, policy, cost)
+        return await self._decide(HIT_PREFIX + token, token, policy, cost)
+
+    @staticmethod
+    def _prepare(key: Key, policy: Optional[str], cost: int) -> "tuple[str, str]":
+        """Checks what can be checked before sending."""
+        token = encode_key(key)
+        policy = check_policy(policy)
+        check_cost(cost)
+        return token, policy
+
+    async def _decide(self, subject: str, token: str, policy: str, cost: int) -> Decision:
+        try:
+            reply = await self._round_trip(subject, token, request_body(policy, cost))
+        except _NoAnswer as why:
+            return self._fall_back(token, policy, why)
+        if isinstance(reply, SluiceError):
+            raise reply
+        return reply
+
+    async def _round_trip(self, subject: str, token: str, body: bytes) -> Decision | SluiceError:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        partition = partition_of(token, self.partitions)
+        attempt = 0
+        while True:
+            if not self._nc.is_connected:
+                raise _NoAnswer("not connected to NATS")
+            left = deadline - loop.time()
+            if left <= 0:
+                raise _NoAnswer("timed out after {:g} s".format(self.timeout))
+            try:
+                msg = await self._nc.request(subject, body, timeout=left)
+            except nats.errors.NoRespondersError:
+                self._silent_since.setdefault(partition, loop.time())
+                why = "no responders: no worker owns the partition"
+            except nats.errors.TimeoutError:
+                raise _NoAnswer("timed out after {:g} s".format(self.timeout)) from None
+            except nats.errors.Error as e:
+                raise _NoAnswer("NATS error: {}".format(e)) from None
+            else:
+                self._silent_since.pop(partition, None)
+                try:
+                    reply = decode_reply(msg.data, msg.headers)
+                except MalformedReply as e:
+                    raise _NoAnswer("a malformed reply: {}".format(e)) from None
+                if not isinstance(reply, Unavailable):
+                    return reply
+                why = "the worker is unavailable: {}".format(reply.message)
+            # A partition silent for longer than a handover takes is down:
+            # fall back after this one try instead of retrying.
+            since = self._silent_since.get(partition)
+            down = since is not None and loop.time() - since >= self.down_after
+            if attempt >= self.no_responders_retries or down:
+                raise _NoAnswer(why)
+            retry_at = loop.time() + self.no_responders_backoff * (1 << min(attempt, 16))
+            if retry_at >= deadline:
+                raise _NoAnswer(why)
+            attempt += 1
+            await asyncio.sleep(retry_at - loop.time())
+
+    def _fall_back(self, token: str, policy: str, why: _NoAnswer) -> Decision:
+        if self.fallback is Fallback.OPEN:
+            # The client does not know the policy's numbers: zeros, as the
+            # Rust client answers for a policy it does not know.
+            return Decision(
+                allowed=True,
+                limit=0,
+                remaining=0,
+                reset_ms=0,
+                retry_after_ms=0,
+                policy=policy,
+                source=Source.FALLBACK_OPEN,
+            )
+        raise Unavailable(
+            "no sluice worker answered for key {} ({}), and the fallback is \"closed\"".format(token, why)
+        )
+
+
+__all__ = ["SluiceClient", "Fallback", "DEFAULT_POLICY", "fnv1a32", "partition_of"]

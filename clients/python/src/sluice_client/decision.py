@@ -1,0 +1,72 @@
+"""The decision a worker (or the fallback) gives: :class:`Decision`."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Dict
+
+
+class Source(str, enum.Enum):
+    """Who decided. The values are the Rust client's (``Source::as_str``)
+    and the HTTP gateway's ``Sluice-Source`` header."""
+
+    WORKER = "worker"
+    """The key's owning worker."""
+    FALLBACK_OPEN = "fallback_open"
+    """No worker answered and the fallback is ``open``: allowed, unchecked."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _secs_ceil(ms: int) -> int:
+    return -(-ms // 1000)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decision: the CONTRACT §1 reply fields and its :class:`Source`.
+
+    A denial is a decision (``allowed`` false, ``retry_after_ms`` > 0), not
+    an error.
+    """
+
+    allowed: bool
+    """The request may proceed; when true, its cost was consumed."""
+    limit: int
+    """The limit that decided (the most restrictive one)."""
+    remaining: int
+    """What is left of that limit after this request."""
+    reset_ms: int
+    """Milliseconds until that limit is fully available again (rounded up)."""
+    retry_after_ms: int
+    """0 when allowed; else the earliest time, in ms, at which the same
+    request can be allowed (rounded up)."""
+    policy: str
+    """The policy applied."""
+    source: Source = Source.WORKER
+
+    @property
+    def reset(self) -> float:
+        """``reset_ms`` in seconds."""
+        return self.reset_ms / 1000
+
+    @property
+    def retry_after(self) -> float:
+        """``retry_after_ms`` in seconds."""
+        return self.retry_after_ms / 1000
+
+    def headers(self) -> Dict[str, str]:
+        """The headers an HTTP server should return with this decision, as a
+        worker sets them on its NATS reply (CONTRACT §1): ``RateLimit-Limit``,
+        ``RateLimit-Remaining``, ``RateLimit-Reset`` and, on a denial,
+        ``Retry-After``; times in whole seconds, rounded up."""
+        headers = {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(_secs_ceil(self.reset_ms)),
+        }
+        if not self.allowed:
+            headers["Retry-After"] = str(_secs_ceil(self.retry_after_ms))
+        return headers

@@ -1,0 +1,114 @@
+"""Request and reply bodies (docs/PROTOCOL.md §2–§4), in MessagePack.
+
+Requests: an empty body for the defaults (policy ``default``, cost 1), else
+a map with only the fields that differ. Replies: a decision map or an error
+map ``{error, message}``; unknown fields are ignored, since the contract
+grows only by adding fields.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional, Union
+
+import msgpack
+
+from .decision import Decision, Source
+from .errors import BadRequest, SluiceError, error_from_reply
+
+DEFAULT_POLICY = "default"
+DEFAULT_COST = 1
+MAX_COST = 1_000_000_000
+MAX_POLICY_NAME = 64
+
+_POLICY_NAME = re.compile(r"[A-Za-z0-9_-]{1,%d}\Z" % MAX_POLICY_NAME)
+
+ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+
+
+def check_policy(policy: Optional[str]) -> str:
+    """The policy name to send (``default`` for ``None``); raises
+    :class:`BadRequest` for a name no worker accepts."""
+    if policy is None:
+        return DEFAULT_POLICY
+    if not isinstance(policy, str) or not _POLICY_NAME.match(policy):
+        raise BadRequest(
+            "the policy name {!r} is not valid; policy names are 1 to {} characters "
+            "of A-Z, a-z, 0-9, '_' and '-'".format(policy, MAX_POLICY_NAME)
+        )
+    return policy
+
+
+def check_cost(cost: int) -> int:
+    """Raises :class:`BadRequest` for a cost no worker accepts."""
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise BadRequest("the cost must be an unsigned integer, not {!r}".format(cost))
+    if cost < 0:
+        raise BadRequest(
+            "the cost must not be negative (got {}); use 0 to look without consuming".format(cost)
+        )
+    if cost > MAX_COST:
+        raise BadRequest("cost {} is absurd; no request may cost more than {}".format(cost, MAX_COST))
+    return cost
+
+
+def request_body(policy: str, cost: int) -> bytes:
+    """Empty for the defaults (the cheapest request), else a MessagePack map
+    with what differs, ``policy`` first."""
+    fields = {}
+    if policy != DEFAULT_POLICY:
+        fields["policy"] = policy
+    if cost != DEFAULT_COST:
+        fields["cost"] = cost
+    return msgpack.packb(fields) if fields else b""
+
+
+class MalformedReply(Exception):
+    """A reply that is neither a decision nor an error map."""
+
+
+def _uint(body: Mapping[str, Any], field: str) -> int:
+    value = body.get(field)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedReply("the reply's {!r} is not an unsigned integer: {!r}".format(field, value))
+    return value
+
+
+def decode_reply(
+    data: bytes, headers: Optional[Mapping[str, str]] = None
+) -> Union[Decision, SluiceError]:
+    """A worker's reply: a :class:`Decision`, or the typed error it
+    carries (returned, not raised). Raises :class:`MalformedReply`."""
+    try:
+        body = msgpack.unpackb(data, raw=False)
+    except Exception as e:  # msgpack raises several types
+        raise MalformedReply("the reply is not MessagePack: {}".format(e)) from None
+    if not isinstance(body, dict):
+        raise MalformedReply("the reply is not a map: {!r}".format(body))
+    if "error" in body:
+        status = None
+        raw_status = (headers or {}).get(ERROR_CODE_HEADER)
+        if raw_status is not None and raw_status.isdigit():
+            status = int(raw_status)
+        code = body.get("error")
+        message = body.get("message")
+        return error_from_reply(
+            code if isinstance(code, str) else None,
+            status,
+            message if isinstance(message, str) else "the worker refused the request ({})".format(code),
+        )
+    allowed = body.get("allowed")
+    policy = body.get("policy")
+    if not isinstance(allowed, bool):
+        raise MalformedReply("the reply's 'allowed' is not a bool: {!r}".format(allowed))
+    if not isinstance(policy, str):
+        raise MalformedReply("the reply's 'policy' is not a string: {!r}".format(policy))
+    return Decision(
+        allowed=allowed,
+        limit=_uint(body, "limit"),
+        remaining=_uint(body, "remaining"),
+        reset_ms=_uint(body, "reset_ms"),
+        retry_after_ms=_uint(body, "retry_after_ms"),
+        policy=policy,
+        source=Source.WORKER,
+    )

