@@ -1,7 +1,8 @@
 //! The decision core: an ask in, a reply value and what it counted out.
 //!
 //! Everything a worker decides goes through [`Decider`]: the asks a shard
-//! takes from its partition's subjects ([`Decider::message`]), the batches
+//! takes from its partition's subjects ([`Decider::message`]: allow, hit,
+//! and the operators' inspect and reset of CONTRACT §8), the batches
 //! of the batching client, per partition or per worker ([`Decider::batch`]),
 //! and the journal's records replayed at takeover ([`Decider::replay`]). It
 //! needs only the policies, the counters and the stats, never NATS, so
