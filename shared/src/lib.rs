@@ -12,6 +12,8 @@
 //!   does to it; the same at a worker and in a client's local limiter.
 //! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
 //!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
+//! - [`policies`]: the policies in force: the file's overlaid by the
+//!   `sluice-policies` bucket (CONTRACT §7).
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
 //! - [`wire`]: request bodies, decision and error replies, RateLimit headers,
 //!   batches (split by what they hold under `wire/`).
@@ -42,6 +44,7 @@ pub mod key;
 pub mod metrics;
 pub mod nats_config;
 pub mod partition;
+pub mod policies;
 pub mod policy;
 pub mod storage;
 pub mod subject;

@@ -50,6 +50,8 @@ pub enum Command {
     Dev(crate::dev_cmd::DevArgs),
     /// Ask once for a key and print the decision.
     Check(crate::check_cmd::CheckArgs),
+    /// Live policies in the sluice-policies bucket: list, get, set, rm, apply.
+    Policy(crate::policy_cmd::PolicyArgs),
     /// Show a key's state under each policy (or one), consuming nothing.
     Inspect(crate::key_cmd::KeyArgs),
     /// Forget a key's counters under every policy (or one).
@@ -69,6 +71,7 @@ impl Cli {
             Command::Gateway(args) => crate::gateway_cmd::run(&self.common, args),
             Command::Dev(args) => crate::dev_cmd::run(&self.common, args),
             Command::Check(args) => crate::check_cmd::run(&self.common, args),
+            Command::Policy(args) => crate::policy_cmd::run(&self.common, args),
             Command::Inspect(args) => crate::key_cmd::inspect(&self.common, args),
             Command::Reset(args) => crate::key_cmd::reset(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),

@@ -11,6 +11,7 @@ mod dev_cmd;
 mod gateway_cmd;
 mod key_cmd;
 mod nats_config_cmd;
+mod policy_cmd;
 mod signals;
 mod status_cmd;
 mod worker_cmd;

@@ -152,21 +152,27 @@ fn table(s: &Status) -> String {
     let _ = writeln!(out, "WORKERS ({})", s.workers.len());
     let _ = writeln!(
         out,
-        "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}",
-        "worker", "partitions", "allowed", "denied", "hits", "errors", "journal_err"
+        "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>10}",
+        "worker", "partitions", "allowed", "denied", "hits", "errors", "journal_err", "policy_rev"
     );
     for w in &s.workers {
         let _ = writeln!(
             out,
-            "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}",
+            "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>10}",
             w.worker,
             w.partitions.len(),
             w.allowed,
             w.denied,
             w.hits,
             w.errors,
-            w.journal_errors
+            w.journal_errors,
+            w.policy_revision
         );
+    }
+    for w in &s.workers {
+        for (key, why) in &w.refused_policies {
+            let _ = writeln!(out, "  {}: refused policy value {key:?}: {why}", w.worker);
+        }
     }
     let _ = writeln!(
         out,

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::ask::{self, Op};
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
+use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
@@ -33,7 +34,7 @@ use sluice_core::wire::inspect::{InspectReply, LimitReport, PolicyReport, ResetR
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// One counted request: what journal mode stores before it answers
 /// ([`crate::journal`] has the format), and replays at takeover.
@@ -58,6 +59,15 @@ pub struct Record {
 
 fn is_false(b: &bool) -> bool {
     !b
+}
+
+/// A message as it arrived on one of a partition's subjects.
+#[derive(Clone, Copy, Debug)]
+pub struct Message<'m> {
+    pub subject: &'m str,
+    pub body: &'m [u8],
+    /// It has a reply subject (someone waits for the answer).
+    pub wants_reply: bool,
 }
 
 /// A partition this worker answers for right now: its counters and stats.
@@ -178,6 +188,10 @@ pub struct Decider {
     config: Arc<Config>,
     stats: Arc<WorkerStats>,
     journal: bool,
+    /// The policies in force; replaced whole when the bucket changes
+    /// ([`Decider::set_policies`]). A batch takes them once and decides
+    /// with that version.
+    policies: RwLock<Arc<Policies>>,
 }
 
 impl Decider {
@@ -185,10 +199,24 @@ impl Decider {
     /// snapshot mode builds none, they would be dropped unread.
     pub fn new(config: Arc<Config>, stats: Arc<WorkerStats>, journal: bool) -> Decider {
         Decider {
+            policies: RwLock::new(Arc::new(Policies::from_config(&config))),
             config,
             stats,
             journal,
         }
+    }
+
+    /// The policies in force now.
+    pub fn policies(&self) -> Arc<Policies> {
+        self.policies
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `policies` in force for the next batches.
+    pub fn set_policies(&self, policies: Policies) {
+        *self.policies.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policies);
     }
 
     pub fn config(&self) -> &Config {
@@ -210,15 +238,19 @@ impl Decider {
     /// An `allow` or a batch nobody waits for is not a request (the mapping
     /// probe sends those): nothing is decided or counted. A `hit` counts
     /// either way.
-    pub fn message(
+    pub fn message<'p>(
         &self,
-        subject: &str,
-        body: &[u8],
-        wants_reply: bool,
+        policies: &'p Policies,
+        message: Message<'_>,
         owned: Owned<'_>,
         now: Nanos,
         tally: &mut Tally,
-    ) -> Option<Answer<'_>> {
+    ) -> Option<Answer<'p>> {
+        let Message {
+            subject,
+            body,
+            wants_reply,
+        } = message;
         match Inbound::parse(subject)? {
             Inbound::Ask(ask) if matches!(ask.verb, Verb::Inspect | Verb::Reset) => {
                 // An inspect nobody waits for changes nothing; a reset is done
@@ -226,7 +258,7 @@ impl Decider {
                 if ask.verb == Verb::Inspect && !wants_reply {
                     return None;
                 }
-                let result = self.admin(ask.verb, ask.key_token, body, owned, now, tally);
+                let result = self.admin(policies, ask.verb, ask.key_token, body, owned, now, tally);
                 tally.decisions += 1;
                 if result.is_err() {
                     tally.errors += 1;
@@ -241,7 +273,7 @@ impl Decider {
                     return None;
                 }
                 let encoding = Encoding::of_body(body);
-                let result = self.ask(verb, ask.key_token, body, owned, now, tally);
+                let result = self.ask(policies, verb, ask.key_token, body, owned, now, tally);
                 tally.outcome(verb, &result);
                 let answer = match result {
                     Ok((decision, policy)) => Answer::Decision {
@@ -258,7 +290,7 @@ impl Decider {
                     return None;
                 }
                 let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
-                let (answer, mut records) = self.batch(body, now, &answered);
+                let (answer, mut records) = self.batch(policies, body, now, &answered);
                 tally.records.append(&mut records);
                 Some(answer)
             }
@@ -267,15 +299,17 @@ impl Decider {
 
     /// `rl.inspect` or `rl.reset` of one key: under the policy the body
     /// names, or under every configured policy with state for the key.
-    fn admin(
+    #[allow(clippy::too_many_arguments)]
+    fn admin<'p>(
         &self,
+        policies: &'p Policies,
         verb: Verb,
         token: &str,
         body: &[u8],
         owned: Owned<'_>,
         now: Nanos,
         tally: &mut Tally,
-    ) -> Result<Answer<'_>, (ErrorReply, Encoding)> {
+    ) -> Result<Answer<'p>, (ErrorReply, Encoding)> {
         let encoding = Encoding::of_body(body);
         let key = KeyToken::parse(token).map_err(|e| (e.into(), encoding))?;
         let scope = wire::inspect::decode_scope(body).map_err(|e| (e.reply, e.encoding))?;
@@ -283,11 +317,10 @@ impl Decider {
             .locate(key, |p| (p == owned.partition).then_some(owned))
             .map_err(|e| (e, encoding))?;
         let policies: Vec<&Policy> = match &scope.policy {
-            Some(name) => vec![self
-                .config
-                .policy(name)
+            Some(name) => vec![policies
+                .get(name)
                 .ok_or_else(|| (ErrorReply::unknown_policy(name), encoding))?],
-            None => self.config.policies.values().collect(),
+            None => policies.iter().collect(),
         };
         let token = key.as_str();
         let mut counter = String::new();
@@ -329,21 +362,23 @@ impl Decider {
     }
 
     /// Validates and applies one ask whose body is still encoded.
-    fn ask(
+    #[allow(clippy::too_many_arguments)]
+    fn ask<'p>(
         &self,
+        policies: &'p Policies,
         verb: Verb,
         token: &str,
         body: &[u8],
         owned: Owned<'_>,
         now: Nanos,
         tally: &mut Tally,
-    ) -> Result<(Decision, &str), ErrorReply> {
+    ) -> Result<(Decision, &'p str), ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = wire::decode_request(body).map_err(|e| e.reply)?;
         let op = Op::of(verb, request.cost)
             .ok_or_else(|| ErrorReply::bad_request(format!("{} does not count", verb.as_str())))?;
         let owned = self.locate(key, |p| (p == owned.partition).then_some(owned))?;
-        self.apply(key, &request.policy, op, now, owned, tally)
+        self.apply(policies, key, &request.policy, op, now, owned, tally)
     }
 
     /// Decides a batch (`rl.p.<n>.batch` or `rl.w.<worker-id>.batch`): each
@@ -352,12 +387,13 @@ impl Decider {
     /// partitions not answered here get the 503 of the partition check.
     /// Returns the reply and, in journal mode, the records to store before
     /// it is sent.
-    pub fn batch<'c>(
+    pub fn batch<'p, 'c>(
         &self,
+        policies: &'p Policies,
         body: &[u8],
         now: Nanos,
         answered: &dyn Fn(u32) -> Option<Owned<'c>>,
-    ) -> (Answer<'_>, Vec<Record>) {
+    ) -> (Answer<'p>, Vec<Record>) {
         let items = match batch::decode_items(body) {
             Ok(items) => items,
             Err(error) => {
@@ -395,7 +431,8 @@ impl Decider {
             let mut tally = self.tally(owned.partition);
             for (_, i, item) in share {
                 let op = Op::Allow(item.cost);
-                let result = self.apply(item.key, &item.policy, op, now, owned, &mut tally);
+                let result =
+                    self.apply(policies, item.key, &item.policy, op, now, owned, &mut tally);
                 tally.outcome(Verb::Allow, &result);
                 results[*i] = Some(match result {
                     Ok((decision, policy)) => {
@@ -435,16 +472,18 @@ impl Decider {
 
     /// Checks the policy and the cost, then applies `op`. Nothing changes
     /// unless every check passed.
-    fn apply(
+    #[allow(clippy::too_many_arguments)]
+    fn apply<'p>(
         &self,
+        policies: &'p Policies,
         key: KeyToken<'_>,
         policy_name: &str,
         op: Op,
         now: Nanos,
         owned: Owned<'_>,
         tally: &mut Tally,
-    ) -> Result<(Decision, &str), ErrorReply> {
-        let policy = ask::admit(|name| self.config.policy(name), policy_name, op)?;
+    ) -> Result<(Decision, &'p str), ErrorReply> {
+        let policy = ask::admit(|name| policies.get(name), policy_name, op)?;
         let token = key.as_str();
         let decision = KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
@@ -465,7 +504,8 @@ impl Decider {
     /// forgets the counter again. `false` for a record of a policy no
     /// longer configured (it is skipped).
     pub fn replay(&self, record: &Record, counters: &Counters) -> bool {
-        let Some(policy) = self.config.policy(&record.p) else {
+        let policies = self.policies();
+        let Some(policy) = policies.get(&record.p) else {
             return false;
         };
         KEY.with(|buf| {
@@ -509,6 +549,8 @@ mod tests {
     /// so that every count would show as a record.
     struct Fixture {
         decider: Decider,
+        /// The policies of the tests' asks (the decider's at the start).
+        policies: Arc<Policies>,
         counters: Counters,
         shard: ShardStats,
         partition: u32,
@@ -517,8 +559,10 @@ mod tests {
     impl Fixture {
         fn new() -> Fixture {
             let config = Config::from_toml(CONFIG, "test.toml").unwrap();
+            let decider = Decider::new(Arc::new(config), Arc::default(), true);
             Fixture {
-                decider: Decider::new(Arc::new(config), Arc::default(), true),
+                policies: decider.policies(),
+                decider,
                 counters: Counters::new(),
                 shard: ShardStats::default(),
                 partition: 1,
@@ -545,9 +589,17 @@ mod tests {
         ) -> (Option<Answer<'_>>, Vec<Record>) {
             let subject = verb.mapped_subject(self.partition, token);
             let mut tally = self.decider.tally(self.partition);
-            let answer =
-                self.decider
-                    .message(&subject, body, wants_reply, self.owned(), now, &mut tally);
+            let answer = self.decider.message(
+                &self.policies,
+                Message {
+                    subject: &subject,
+                    body,
+                    wants_reply,
+                },
+                self.owned(),
+                now,
+                &mut tally,
+            );
             let records = tally.finish(self.decider.stats(), &self.shard);
             (answer, records)
         }
@@ -796,9 +848,17 @@ mod tests {
         ]);
         let subject = batch_subject(f.partition);
         let mut tally = f.decider.tally(f.partition);
-        let answer = f
-            .decider
-            .message(&subject, &body, true, f.owned(), T0, &mut tally);
+        let answer = f.decider.message(
+            &f.policies,
+            Message {
+                subject: &subject,
+                body: &body,
+                wants_reply: true,
+            },
+            f.owned(),
+            T0,
+            &mut tally,
+        );
         let records = tally.finish(f.decider.stats(), &f.shard);
         let Some(Answer::Batch(Ok(results))) = answer else {
             panic!("expected batch results, got {answer:?}");
@@ -835,18 +895,34 @@ mod tests {
 
         // A body that is no batch: one error for the batch, nothing counted.
         let mut tally = f.decider.tally(f.partition);
-        let answer = f
-            .decider
-            .message(&subject, b"\x91", true, f.owned(), T0, &mut tally);
+        let answer = f.decider.message(
+            &f.policies,
+            Message {
+                subject: &subject,
+                body: b"\x91",
+                wants_reply: true,
+            },
+            f.owned(),
+            T0,
+            &mut tally,
+        );
         assert!(
             matches!(answer, Some(Answer::Batch(Err(ref e))) if e.code == ErrorCode::BadRequest)
         );
         assert!(tally.finish(f.decider.stats(), &f.shard).is_empty());
         // A batch nobody waits for is not decided.
         let mut tally = f.decider.tally(f.partition);
-        let answer = f
-            .decider
-            .message(&subject, &body, false, f.owned(), T0, &mut tally);
+        let answer = f.decider.message(
+            &f.policies,
+            Message {
+                subject: &subject,
+                body: &body,
+                wants_reply: false,
+            },
+            f.owned(),
+            T0,
+            &mut tally,
+        );
         assert!(answer.is_none());
         assert_eq!(f.remaining(mine, T0), 0);
     }
@@ -879,7 +955,7 @@ mod tests {
             }),
             _ => None,
         };
-        let (answer, records) = f.decider.batch(&body, T0, &answered);
+        let (answer, records) = f.decider.batch(&f.policies, &body, T0, &answered);
         assert!(matches!(answer, Answer::Batch(Ok(ref r)) if r.len() == 2));
         assert_eq!(
             records.iter().map(|r| (r.n, r.c)).collect::<Vec<_>>(),
@@ -1052,6 +1128,46 @@ mod tests {
         assert!(old.is_err(), "{old:?}");
     }
 
+    #[test]
+    fn a_policy_changed_in_force_keeps_what_was_counted_and_a_new_algorithm_starts_afresh() {
+        let f = Fixture::new();
+        let key = key_in(1, "live");
+        for _ in 0..5 {
+            assert!(decision(f.allow(&key, b"", T0)).allowed);
+        }
+        let decide_under = |json: &[u8]| {
+            let mut p = (*f.decider.policies()).clone();
+            p.apply("default", Some(json)).unwrap();
+            f.decider.set_policies(p);
+            let policies = f.decider.policies();
+            let mut tally = f.decider.tally(f.partition);
+            let subject = Verb::Allow.mapped_subject(f.partition, &key);
+            let answer = f.decider.message(
+                &policies,
+                Message {
+                    subject: &subject,
+                    body: PEEK_BODY,
+                    wants_reply: true,
+                },
+                f.owned(),
+                T0,
+                &mut tally,
+            );
+            decision(answer.unwrap())
+        };
+        // Lowered from 15 to 3 in the same window: the 5 counted stay.
+        let d = decide_under(br#"{"algorithm":"sliding_window","limits":[{"max":3,"per":"1s"}]}"#);
+        assert_eq!((d.limit, d.remaining, d.allowed), (3, 0, false));
+        // Raised to 20: 15 left.
+        let d = decide_under(br#"{"algorithm":"sliding_window","limits":[{"max":20,"per":"1s"}]}"#);
+        assert_eq!((d.limit, d.remaining), (20, 15));
+        // Another algorithm: the key starts afresh.
+        let d = decide_under(br#"{"algorithm":"fixed_window","limits":[{"max":20,"per":"1s"}]}"#);
+        assert_eq!((d.limit, d.remaining), (20, 20));
+    }
+
+    const PEEK_BODY: &[u8] = br#"{"cost":0}"#;
+
     mod hostile {
         //! Arbitrary bytes on every subject a shard listens to: an answer
         //! (an error or a decision) whenever one is wanted, never a panic,
@@ -1120,7 +1236,7 @@ mod tests {
                     format!("{PARTITION_PREFIX}.{}.{verb}.{token}", f.partition)
                 };
                 let mut tally = f.decider.tally(f.partition);
-                let answer = f.decider.message(&subject, &body, wants_reply, f.owned(), T0, &mut tally);
+                let answer = f.decider.message(&f.policies, Message { subject: &subject, body: &body, wants_reply }, f.owned(), T0, &mut tally);
                 let records = tally.finish(f.decider.stats(), &f.shard);
                 let counted = f.shard.changes();
                 prop_assert_eq!(records.len() as u64, counted, "a record for every change (journal mode)");

@@ -19,6 +19,7 @@
 //! - [`reply`]: the one way out: headers, payload, publish.
 //! - [`outbox`]: where answers go; the only place that knows the durability
 //!   mode.
+//! - [`policy_watch`]: live policies from the `sluice-policies` bucket.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
 //! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`lease`]: partition leases in JetStream KV, the fencing token.
@@ -38,6 +39,7 @@ pub mod journal;
 pub mod lease;
 pub mod metrics;
 pub mod outbox;
+pub mod policy_watch;
 pub mod probe;
 pub mod reply;
 pub mod routes;

@@ -43,6 +43,18 @@ pub fn render(shared: &Shared, shards: &ShardsView) -> String {
         s.journal_errors as f64,
     );
     e.single(
+        "sluice_worker_policy_refusals_total",
+        Kind::Counter,
+        "Values of the policy bucket refused (the previous version stayed in force).",
+        s.policy_refusals as f64,
+    );
+    e.single(
+        "sluice_worker_policy_revision",
+        Kind::Gauge,
+        "The policy bucket revision this worker has applied.",
+        s.policy_revision as f64,
+    );
+    e.single(
         "sluice_worker_partitions",
         Kind::Gauge,
         "Partitions this worker owns.",

@@ -29,6 +29,15 @@ pub struct WorkerStatus {
     pub hits: u64,
     pub errors: u64,
     pub journal_errors: u64,
+    /// The policy bucket's revision the worker has applied.
+    #[serde(default)]
+    pub policy_revision: u64,
+    /// Values of the policy bucket refused so far.
+    #[serde(default)]
+    pub policy_refusals: u64,
+    /// Keys of the policy bucket whose value is refused now, with why.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub refused_policies: std::collections::BTreeMap<String, String>,
     pub partitions: Vec<PartitionStatus>,
 }
 
@@ -62,6 +71,14 @@ pub fn status(shared: &Shared, shards: &ShardsView) -> WorkerStatus {
         hits: s.hits.load(Ordering::Relaxed),
         errors: s.errors.load(Ordering::Relaxed),
         journal_errors: s.journal_errors.load(Ordering::Relaxed),
+        policy_revision: shared.policy_status.revision.load(Ordering::Relaxed),
+        policy_refusals: shared.policy_status.refusals.load(Ordering::Relaxed),
+        refused_policies: shared
+            .policy_status
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
         partitions,
     }
 }

@@ -13,7 +13,7 @@
 //! decide on its counters from their own tasks while its route is open.
 
 use crate::counters::Counters;
-use crate::decide::Owned;
+use crate::decide::{Message, Owned};
 use crate::lease::{self, Lease, LeaseError};
 use crate::reply::Reply;
 use crate::shared::Shared;
@@ -274,7 +274,8 @@ impl Shard {
             let counters = self.counters.clone();
             let shared = self.shared.clone();
             tokio::task::spawn_blocking(move || {
-                counters.import(entries, now, |name| shared.config.policy(name))
+                let policies = shared.decider.policies();
+                counters.import(entries, now, |name| policies.get(name))
             })
             .await
             .context("restoring the counters panicked")?;
@@ -440,12 +441,16 @@ impl Shard {
             stats: &self.stats,
         };
         let mut tally = shared.decider.tally(self.partition);
+        let policies = shared.decider.policies();
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
             let answer = shared.decider.message(
-                msg.subject.as_str(),
-                &msg.payload,
-                msg.reply.is_some(),
+                &policies,
+                Message {
+                    subject: msg.subject.as_str(),
+                    body: &msg.payload,
+                    wants_reply: msg.reply.is_some(),
+                },
                 owned,
                 now,
                 &mut tally,

@@ -9,7 +9,7 @@
 use crate::decide::Decider;
 use crate::outbox::Outbox;
 use crate::routes::Routes;
-use crate::stats::WorkerStats;
+use crate::stats::{PolicyStatus, WorkerStats};
 use crate::store::Stores;
 use sluice_core::config::Config;
 use sluice_core::time::Clock;
@@ -30,4 +30,6 @@ pub struct Shared {
     pub routes: Routes,
     /// Where answers go (through the journal in journal mode).
     pub outbox: Outbox,
+    /// What the worker made of the policy bucket.
+    pub policy_status: PolicyStatus,
 }

@@ -21,6 +21,17 @@ pub struct WorkerStats {
     pub journal_errors: AtomicU64,
 }
 
+/// What the worker made of the policy bucket, for `sluice status`.
+#[derive(Debug, Default)]
+pub struct PolicyStatus {
+    /// The bucket revision last applied (0: none yet).
+    pub revision: AtomicU64,
+    /// Values refused so far (each kept the previous version in force).
+    pub refusals: AtomicU64,
+    /// Keys whose value in the bucket is refused now, with why.
+    pub refused: Mutex<BTreeMap<String, String>>,
+}
+
 /// Facts about one owned partition.
 #[derive(Debug, Default)]
 pub struct ShardStats {

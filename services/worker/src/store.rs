@@ -11,13 +11,15 @@
 //!   creates over a tombstone; see docs/ARCHITECTURE.md.)
 //! - `sluice-snapshots` (KV): per partition a manifest `p.<n>` and chunks
 //!   `p.<n>.g<gen>.c<i>`.
+//! - `sluice-policies` (KV): live policies and overrides (CONTRACT §7),
+//!   watched by [`crate::policy_watch`].
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
 //!   requests, each worker's on `sluice.journal.w.<worker>`.
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
 use sluice_core::storage::{
-    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, SNAPSHOT_BUCKET,
+    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, SNAPSHOT_BUCKET,
 };
 use std::time::Duration;
 
@@ -43,6 +45,8 @@ pub struct Stores {
     /// looking it up for every snapshot.
     pub snapshot_stream: stream::Stream,
     pub journal: Option<stream::Stream>,
+    /// Live policies and overrides (CONTRACT §7), written by `sluice policy`.
+    pub policies: kv::Store,
 }
 
 impl Stores {
@@ -71,6 +75,17 @@ impl Stores {
                 opts.lease_ttl
             );
         }
+        let policies = open_bucket(
+            &js,
+            kv::Config {
+                bucket: POLICY_BUCKET.into(),
+                description: "sluice policies and per-key overrides (CONTRACT §7)".into(),
+                history: 5,
+                num_replicas: opts.replicas,
+                ..Default::default()
+            },
+        )
+        .await?;
         let snapshots = open_bucket(
             &js,
             kv::Config {
@@ -110,6 +125,7 @@ impl Stores {
         Ok(Stores {
             js,
             leases,
+            policies,
             snapshots,
             snapshot_stream,
             journal,

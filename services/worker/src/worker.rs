@@ -138,7 +138,10 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         stats,
         routes: Routes::default(),
         outbox,
+        policy_status: Default::default(),
     });
+    crate::policy_watch::load(&shared).await?;
+    let policy_watch = tokio::spawn(crate::policy_watch::watch(shared.clone()));
     let mut controller = Controller::new(shared.clone());
     let service = service::start(shared.clone(), controller.shards_view()).await?;
     let metrics = match opts.metrics_listen {
@@ -175,6 +178,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let result = controller.run(shutdown).await;
     strays.abort();
     worker_batches.abort();
+    policy_watch.abort();
     // Every shard flushed the journal writer before it handed over.
     outbox_tasks.abort();
     if let Some(m) = metrics {

@@ -52,8 +52,9 @@ async fn answer(shared: Arc<Shared>, msg: async_nats::Message) {
     };
     let now = shared.clock.now();
     // No await while the routes are held: a shard that stops waits for them.
+    let policies = shared.decider.policies();
     let (reply, records) = shared.routes.with(|answered| {
-        let (answer, records) = shared.decider.batch(&msg.payload, now, answered);
+        let (answer, records) = shared.decider.batch(&policies, &msg.payload, now, answered);
         (Reply::of(&answer, &shared.worker_id), records)
     });
     shared.outbox.answer_one(records, to, reply).await;

@@ -88,6 +88,25 @@ pub struct LimitTable {
 const LIMITS_EXAMPLE: &str = "e.g. limits = [ { max = 10, per = \"1m\" } ]";
 
 impl PolicyTable {
+    /// The table a policy is written as (what `sluice policy get` prints and
+    /// `sluice policy apply` stores): a `burst` only where it differs from
+    /// `max`.
+    pub fn of(policy: &Policy) -> PolicyTable {
+        PolicyTable {
+            algorithm: policy.algorithm(),
+            limits: policy
+                .limits()
+                .iter()
+                .map(|l| LimitTable {
+                    max: l.max(),
+                    per: super::format_duration(l.per().into()),
+                    burst: (policy.algorithm().has_burst() && l.burst() != l.max())
+                        .then_some(l.burst()),
+                })
+                .collect(),
+        }
+    }
+
     /// Reads the JSON form of one table (CONTRACT §7). Fields are refused as
     /// in the config file; their paths are relative to the table
     /// (`limits[0].per`).

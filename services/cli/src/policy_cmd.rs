@@ -1,0 +1,168 @@
+//! `sluice policy list|get|set|rm|apply` (CONTRACT §7): the live policies in
+//! the `sluice-policies` bucket. Every value is checked as a config file's
+//! policy is, with the same messages, before anything is written; workers
+//! put a change in force within a second ([`sluice_worker::policy_watch`]).
+//! (Per-key overrides, `override` / `unoverride`, are still to come.)
+
+use crate::cli::Common;
+use anyhow::{anyhow, bail, Context as _, Result};
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use sluice_core::config::{Config, LimitTable, PolicyTable};
+use sluice_core::nats_config::server_urls;
+use sluice_core::policies::{self, Policies};
+use sluice_core::policy::Algorithm;
+use sluice_core::storage::{policy_key, PolicyKey, POLICY_BUCKET};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub command: PolicyCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// The policies in force: the config file's, overlaid by the bucket's.
+    List,
+    /// One policy in force, as the JSON the bucket holds.
+    Get { policy: String },
+    /// Set a policy in the bucket (in force everywhere within a second).
+    Set {
+        policy: String,
+        /// fixed_window | sliding_log | sliding_window | token_bucket | gcra
+        #[arg(long)]
+        algorithm: String,
+        /// A limit, MAX/PER (e.g. 10/1m), or MAX/PER:BURST for token_bucket
+        /// and gcra; repeat for limits that must all hold.
+        #[arg(long = "limit", required = true)]
+        limits: Vec<String>,
+    },
+    /// Remove a policy from the bucket (the config file's, if any, is back
+    /// in force; `default` cannot be removed).
+    Rm { policy: String },
+    /// Set every `[policies.X]` of a TOML config file in the bucket.
+    Apply { file: PathBuf },
+}
+
+pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        match &args.command {
+            PolicyCommand::List => {
+                let policies = in_force(common).await?;
+                for p in policies.iter() {
+                    println!("{:<20} {}", p.name(), json(&PolicyTable::of(p))?);
+                }
+                Ok(())
+            }
+            PolicyCommand::Get { policy } => {
+                let policies = in_force(common).await?;
+                let p = policies
+                    .get(policy)
+                    .ok_or_else(|| anyhow!("no policy named {policy:?} is in force"))?;
+                println!("{}", json(&PolicyTable::of(p))?);
+                Ok(())
+            }
+            PolicyCommand::Set {
+                policy,
+                algorithm,
+                limits,
+            } => {
+                let table = PolicyTable {
+                    algorithm: algorithm.parse::<Algorithm>().map_err(|e| anyhow!("{e}"))?,
+                    limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
+                };
+                put(&bucket(common).await?, policy, &table).await
+            }
+            PolicyCommand::Rm { policy } => {
+                policies::removable(policy).map_err(|e| anyhow!(e))?;
+                let bucket = bucket(common).await?;
+                bucket
+                    .delete(policy_key(policy))
+                    .await
+                    .with_context(|| format!("cannot remove {policy:?} from {POLICY_BUCKET}"))?;
+                println!("policy {policy} removed from {POLICY_BUCKET}");
+                Ok(())
+            }
+            PolicyCommand::Apply { file } => {
+                let config = Config::load(file)?;
+                let bucket = bucket(common).await?;
+                for p in config.policies.values() {
+                    put(&bucket, p.name(), &PolicyTable::of(p)).await?;
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+/// `MAX/PER` or `MAX/PER:BURST`.
+fn limit(text: &str) -> Result<LimitTable> {
+    let usage = || anyhow!("--limit {text:?}: write MAX/PER (e.g. 10/1m) or MAX/PER:BURST");
+    let (max, rest) = text.split_once('/').ok_or_else(usage)?;
+    let (per, burst) = match rest.split_once(':') {
+        Some((per, burst)) => (per, Some(burst.parse().map_err(|_| usage())?)),
+        None => (rest, None),
+    };
+    Ok(LimitTable {
+        max: max.parse().map_err(|_| usage())?,
+        per: per.to_string(),
+        burst,
+    })
+}
+
+fn json(table: &PolicyTable) -> Result<String> {
+    Ok(serde_json::to_string(table)?)
+}
+
+/// Checks `table` as a config file's policy, then writes it.
+async fn put(bucket: &kv::Store, name: &str, table: &PolicyTable) -> Result<()> {
+    let value = json(table)?;
+    policies::parse(name, value.as_bytes()).map_err(|e| anyhow!(e))?;
+    let revision = bucket
+        .put(policy_key(name), value.clone().into())
+        .await
+        .with_context(|| format!("cannot write {name:?} to {POLICY_BUCKET}"))?;
+    println!("policy {name} set (revision {revision}): {value}");
+    Ok(())
+}
+
+async fn bucket(common: &Common) -> Result<kv::Store> {
+    let client = async_nats::connect(server_urls(&common.nats))
+        .await
+        .with_context(|| format!("cannot connect to NATS at {}", common.nats))?;
+    jetstream::new(client)
+        .get_key_value(POLICY_BUCKET)
+        .await
+        .map_err(|e| {
+            anyhow!("no {POLICY_BUCKET} bucket ({e}): start a worker first, it creates the buckets")
+        })
+}
+
+/// The config file's policies overlaid by the bucket's valid ones.
+async fn in_force(common: &Common) -> Result<Policies> {
+    let mut policies = Policies::from_config(&common.load_config()?);
+    let bucket = bucket(common).await?;
+    let mut keys = bucket
+        .keys()
+        .await
+        .context("cannot list the policy bucket")?;
+    while let Some(key) = keys.next().await {
+        let key = key?;
+        if !matches!(PolicyKey::parse(&key), Some(PolicyKey::Policy(_))) {
+            continue;
+        }
+        if let Some(value) = bucket.get(&key).await? {
+            if let Err(e) = policies.apply(&key, Some(&value)) {
+                eprintln!("refused (not in force): {e}");
+            }
+        }
+    }
+    if policies.iter().next().is_none() {
+        bail!("no policy in force");
+    }
+    Ok(policies)
+}

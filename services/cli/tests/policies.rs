@@ -1,0 +1,186 @@
+//! Live policies (CONTRACT §7) against real workers: `sluice policy` writes
+//! the `sluice-policies` bucket, every worker puts a change in force within
+//! a second, counts are kept, and a value that is not valid is refused.
+
+use sluice_core::storage::POLICY_BUCKET;
+use sluice_tests::{ask, eventually, key_in_partition, serial, AskError, Stack, TestConfig};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Well above the 1 s a change takes (measured and printed below), so a
+/// loaded CI machine does not make the test flaky.
+const IN_FORCE: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(10);
+
+fn sluice(stack: &Stack, args: &[&str]) -> std::process::Output {
+    Command::new(SLUICE)
+        .args(args)
+        .args(["--nats", &stack.nats.url()])
+        .output()
+        .unwrap()
+}
+
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until every key peeks as `want` says; returns how long it took.
+async fn until_every_key(
+    client: &async_nats::Client,
+    keys: &[String],
+    body: &[u8],
+    want: impl Fn(&Result<sluice_core::wire::DecisionReply, AskError>) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    for key in keys {
+        eventually(IN_FORCE, POLL, || async {
+            let got = ask(client, key, body).await;
+            anyhow::ensure!(want(&got), "not yet: {got:?}");
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{key}: {e:#}"));
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_worker() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 2).await;
+    let client = stack.clients(1).await.remove(0);
+    // One key on each worker.
+    let owners = stack.owners().await;
+    let mut keys = Vec::new();
+    let mut seen = Vec::new();
+    for (p, owner) in &owners {
+        if !seen.contains(owner) {
+            seen.push(owner.clone());
+            keys.push(key_in_partition(*p, stack.partitions));
+        }
+    }
+    assert_eq!(keys.len(), 2, "{owners:?}");
+    let gate = br#"{"policy":"gate"}"#;
+    let peek = br#"{"policy":"gate","cost":0}"#;
+
+    // A new policy: unknown (404) until the workers have it.
+    ok(sluice(
+        &stack,
+        &[
+            "policy",
+            "set",
+            "gate",
+            "--algorithm",
+            "fixed_window",
+            "--limit",
+            "100/1m",
+        ],
+    ));
+    let took = until_every_key(&client, &keys, peek, |d| {
+        d.as_ref().is_ok_and(|d| d.limit == 100)
+    })
+    .await;
+    println!("a new policy was in force on both workers after {took:?}");
+    for key in &keys {
+        for _ in 0..5 {
+            assert!(ask(&client, key, gate).await.unwrap().allowed);
+        }
+    }
+
+    // Lowered below what was counted: the counts stay, so it denies.
+    ok(sluice(
+        &stack,
+        &[
+            "policy",
+            "set",
+            "gate",
+            "--algorithm",
+            "fixed_window",
+            "--limit",
+            "3/1m",
+        ],
+    ));
+    let took = until_every_key(&client, &keys, peek, |d| {
+        d.as_ref().is_ok_and(|d| d.limit == 3 && !d.allowed)
+    })
+    .await;
+    println!("lowered: in force on both workers after {took:?}");
+    // Raised again: what was counted is still there.
+    ok(sluice(
+        &stack,
+        &[
+            "policy",
+            "set",
+            "gate",
+            "--algorithm",
+            "fixed_window",
+            "--limit",
+            "100/1m",
+        ],
+    ));
+    until_every_key(&client, &keys, peek, |d| {
+        d.as_ref()
+            .is_ok_and(|d| d.limit == 100 && d.remaining == 95)
+    })
+    .await;
+
+    // Invalid values written by another NATS client are refused: the
+    // previous version stays in force and `sluice status` says why.
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = js.get_key_value(POLICY_BUCKET).await.unwrap();
+    bucket.put("gate", "{not json".into()).await.unwrap();
+    eventually(IN_FORCE, POLL, || async {
+        let status = ok(sluice(&stack, &["status", "--json"]));
+        anyhow::ensure!(
+            status.matches("invalid JSON").count() >= 2,
+            "not refused by both workers yet: {status}"
+        );
+        Ok(())
+    })
+    .await
+    .unwrap();
+    for key in &keys {
+        let d = ask(&client, key, peek).await.unwrap();
+        assert_eq!((d.limit, d.remaining), (100, 95), "the previous version");
+    }
+    // The command refuses it before writing anything.
+    let out = sluice(
+        &stack,
+        &[
+            "policy",
+            "set",
+            "gate",
+            "--algorithm",
+            "gcra",
+            "--limit",
+            "0/1m",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("limits[0].max"));
+    let out = sluice(&stack, &["policy", "rm", "default"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be removed"));
+
+    // Removed: unknown again.
+    ok(sluice(&stack, &["policy", "rm", "gate"]));
+    until_every_key(
+        &client,
+        &keys,
+        peek,
+        |d| matches!(d, Err(AskError::Reply(e)) if e.code.status() == 404),
+    )
+    .await;
+    let listed = ok(sluice(&stack, &["policy", "list"]));
+    assert!(
+        listed.contains("default") && !listed.contains("gate"),
+        "{listed}"
+    );
+}
