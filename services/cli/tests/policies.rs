@@ -31,6 +31,22 @@ fn ok(out: std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `sluice policy set gate` as a fixed window of `limit` (`MAX/PER`).
+fn set_gate(stack: &Stack, limit: &str) {
+    ok(sluice(
+        stack,
+        &[
+            "policy",
+            "set",
+            "gate",
+            "--algorithm",
+            "fixed_window",
+            "--limit",
+            limit,
+        ],
+    ));
+}
+
 /// Waits until every key peeks as `want` says; returns how long it took.
 async fn until_every_key(
     client: &async_nats::Client,
@@ -71,18 +87,7 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
     let peek = br#"{"policy":"gate","cost":0}"#;
 
     // A new policy: unknown (404) until the workers have it.
-    ok(sluice(
-        &stack,
-        &[
-            "policy",
-            "set",
-            "gate",
-            "--algorithm",
-            "fixed_window",
-            "--limit",
-            "100/1m",
-        ],
-    ));
+    set_gate(&stack, "100/1m");
     let took = until_every_key(&client, &keys, peek, |d| {
         d.as_ref().is_ok_and(|d| d.limit == 100)
     })
@@ -95,36 +100,14 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
     }
 
     // Lowered below what was counted: the counts stay, so it denies.
-    ok(sluice(
-        &stack,
-        &[
-            "policy",
-            "set",
-            "gate",
-            "--algorithm",
-            "fixed_window",
-            "--limit",
-            "3/1m",
-        ],
-    ));
+    set_gate(&stack, "3/1m");
     let took = until_every_key(&client, &keys, peek, |d| {
         d.as_ref().is_ok_and(|d| d.limit == 3 && !d.allowed)
     })
     .await;
     println!("lowered: in force on both workers after {took:?}");
     // Raised again: what was counted is still there.
-    ok(sluice(
-        &stack,
-        &[
-            "policy",
-            "set",
-            "gate",
-            "--algorithm",
-            "fixed_window",
-            "--limit",
-            "100/1m",
-        ],
-    ));
+    set_gate(&stack, "100/1m");
     until_every_key(&client, &keys, peek, |d| {
         d.as_ref()
             .is_ok_and(|d| d.limit == 100 && d.remaining == 95)
