@@ -37,8 +37,13 @@ pub enum Applied {
 impl Policies {
     /// The file's policies alone (before the bucket is read).
     pub fn from_config(config: &Config) -> Policies {
+        Policies::new(config.policies.clone())
+    }
+
+    /// `file`'s policies alone (a client's, say).
+    pub fn new(file: BTreeMap<String, Policy>) -> Policies {
         Policies {
-            file: config.policies.clone(),
+            file,
             bucket: BTreeMap::new(),
         }
     }

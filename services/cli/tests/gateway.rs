@@ -578,3 +578,61 @@ async fn an_unreachable_upstream_is_502() {
     assert_eq!(body["error"], "bad_gateway");
     gw.stop().await;
 }
+
+/// CONTRACT §7 at the gateway: a raised limit must not keep serving the
+/// deny cache's old denials. `sluice policy set` raises it; the gateway
+/// follows the bucket and empties its deny cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_policy_empties_the_gateway_deny_cache() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let set_gate = |limit: &str| {
+        let out = std::process::Command::new(SLUICE)
+            .args(["policy", "set", "gate", "--algorithm", "fixed_window"])
+            .args(["--limit", limit, "--nats", &stack.nats.url()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    set_gate("2/1m");
+    let gateway = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
+    let client = http();
+    let url = gateway.url("/v1/allow/carol?policy=gate");
+    // Until the workers have the new policy, it is unknown (404).
+    eventually(Duration::from_secs(5), TICK, || async {
+        let (status, _, body) = call(client.get(&url)).await;
+        anyhow::ensure!(status == StatusCode::OK, "not yet: {status} {body}");
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(call(client.get(&url)).await.0, StatusCode::OK);
+    let (status, _, _) = call(client.get(&url)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let (status, headers, _) = call(client.get(&url)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "sluice-source"), Some("deny_cache"));
+
+    set_gate("100/1m");
+    let raised = Instant::now();
+    eventually(Duration::from_secs(5), TICK, || async {
+        let (status, headers, _) = call(client.get(&url)).await;
+        anyhow::ensure!(
+            status == StatusCode::OK,
+            "still denied by {:?}",
+            header(&headers, "sluice-source")
+        );
+        Ok(())
+    })
+    .await
+    .expect("the deny cache was emptied and the raised limit allows");
+    println!(
+        "raised limit allowed at the gateway after {:?}",
+        raised.elapsed()
+    );
+    gateway.stop().await;
+}

@@ -57,6 +57,19 @@ pub(crate) struct Inner {
     silent_since: Box<[AtomicU64]>,
     epoch: Instant,
     pub(crate) stats: Counters,
+    /// The task following the policy bucket
+    /// ([`ClientOptions::follow_policies`]); stopped when the last clone of
+    /// the client is dropped.
+    follower: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let follower = self.follower.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(task) = follower.take() {
+            task.abort();
+        }
+    }
 }
 
 /// Why no worker decided.
@@ -133,12 +146,16 @@ impl Client {
             silent_since: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             stats: Counters::default(),
+            follower: Default::default(),
             nats,
             opts,
         };
-        Ok(Client {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        if inner.opts.follow_policies {
+            let task = tokio::spawn(follow_policies(Arc::downgrade(&inner)));
+            *inner.follower.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }
+        Ok(Client { inner })
     }
 
     /// Asks for one unit of the `default` policy.
@@ -476,6 +493,35 @@ impl Inner {
             slot.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// Keeps the `local` fallback's policies those of the bucket and empties the
+/// deny cache on every change, for as long as the client lives (the task
+/// holds no strong reference to it).
+async fn follow_policies(inner: std::sync::Weak<Inner>) {
+    let Some(strong) = inner.upgrade() else {
+        return;
+    };
+    let js = async_nats::jetstream::new(strong.nats.clone());
+    let base = sluice_core::policies::Policies::new(strong.opts.policies.clone());
+    drop(strong);
+    crate::policy_follow::follow(js, base, move |event| {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match event {
+            crate::policy_follow::Event::InForce { policies, .. } => {
+                inner.local.set_policies(policies.clone());
+                if let Some(deny) = &inner.deny {
+                    deny.clear();
+                }
+            }
+            crate::policy_follow::Event::Refused { key, reason, .. } => {
+                tracing::warn!(key, "refused a value in the policy bucket: {reason}");
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

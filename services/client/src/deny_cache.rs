@@ -68,6 +68,14 @@ impl DenyCache {
         }
     }
 
+    /// Forgets every denial (the policies changed: a raised limit must not
+    /// keep serving old denials).
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).map.clear();
+        }
+    }
+
     fn shard(&self, key: &str) -> &Mutex<Shard> {
         let i = self.hasher.hash_one(key) as usize % SHARDS;
         &self.shards[i]

@@ -46,6 +46,7 @@ mod deny_cache;
 mod error;
 mod local;
 mod options;
+pub mod policy_follow;
 mod probe;
 mod stats;
 

@@ -15,13 +15,16 @@ use crate::answer::{Answer, Source};
 use crate::error::Error;
 use sluice_core::ask::{self, Op};
 use sluice_core::config::Fallback;
+use sluice_core::policies::Policies;
 use sluice_core::policy::{KeyState, Policy};
 use sluice_core::time::{Clock, Nanos};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub(crate) struct LocalLimiter {
-    policies: BTreeMap<String, Policy>,
+    /// Replaced whole when the policy bucket changes (with
+    /// [`ClientOptions::follow_policies`](crate::ClientOptions::follow_policies)).
+    policies: RwLock<Arc<Policies>>,
     clock: Arc<dyn Clock>,
     keys: Mutex<Keys>,
 }
@@ -42,7 +45,7 @@ const MIN_PRUNE_AT: usize = 1024;
 impl LocalLimiter {
     pub(crate) fn new(policies: BTreeMap<String, Policy>, clock: Arc<dyn Clock>) -> LocalLimiter {
         LocalLimiter {
-            policies,
+            policies: RwLock::new(Arc::new(Policies::new(policies))),
             clock,
             keys: Mutex::new(Keys {
                 map: HashMap::new(),
@@ -51,10 +54,24 @@ impl LocalLimiter {
         }
     }
 
+    /// The policies in force.
+    fn policies(&self) -> Arc<Policies> {
+        self.policies
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `policies` in force (kept counters fit the new limits).
+    pub(crate) fn set_policies(&self, policies: Policies) {
+        *self.policies.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policies);
+    }
+
     /// Applies `op` to `token` under `policy`, with the same refusals a
     /// worker would give ([`ask::admit`]).
     pub(crate) fn decide(&self, token: &str, policy_name: &str, op: Op) -> Result<Answer, Error> {
-        let policy = ask::admit(|name| self.policies.get(name), policy_name, op)?;
+        let policies = self.policies();
+        let policy = ask::admit(|name| policies.get(name), policy_name, op)?;
         let now = self.clock.now();
         let mut key = String::new();
         ask::counter_key(&mut key, policy_name, token);
@@ -81,7 +98,7 @@ impl LocalLimiter {
     /// would get (or zeros when the policy is not known locally).
     pub(crate) fn open(&self, policy_name: &str, cost: u64) -> Answer {
         let source = Source::Fallback(Fallback::Open);
-        match self.policies.get(policy_name) {
+        match self.policies().get(policy_name) {
             Some(policy) => {
                 let mut fresh = policy.new_state();
                 let mut d = policy.decide(&mut fresh, self.clock.now(), cost);

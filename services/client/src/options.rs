@@ -54,6 +54,11 @@ pub struct ClientOptions {
     /// not expired yet): asks for it fall back after one try, in well under
     /// a millisecond, until it answers again. Default 200 ms.
     pub down_after: Duration,
+    /// Follow the live policies of the `sluice-policies` bucket (CONTRACT
+    /// §7): the `local` and `open` fallbacks use them, and every change
+    /// empties the deny cache. Needs read access to that bucket. Default
+    /// false (the gateway turns it on).
+    pub follow_policies: bool,
     /// The NATS connection name. Default `sluice-client`.
     pub name: String,
     /// The clock of the `local` fallback limiter. Default the system clock.
@@ -77,6 +82,7 @@ impl Default for ClientOptions {
             no_responders_retries: 4,
             no_responders_backoff: Duration::from_millis(2),
             down_after: Duration::from_millis(200),
+            follow_policies: false,
             name: "sluice-client".to_string(),
             clock: Arc::new(SystemClock),
         }
@@ -144,6 +150,7 @@ impl fmt::Debug for ClientOptions {
             .field("no_responders_retries", &self.no_responders_retries)
             .field("no_responders_backoff", &self.no_responders_backoff)
             .field("down_after", &self.down_after)
+            .field("follow_policies", &self.follow_policies)
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
