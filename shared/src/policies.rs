@@ -13,16 +13,39 @@
 //! previous version stays in force and the reason names the field, as in a
 //! config file.
 
-use crate::config::{Config, PolicyTable};
+use crate::config::{Config, LimitTable, PolicyTable};
 use crate::policy::{Policy, DEFAULT_POLICY};
 use crate::storage::PolicyKey;
-use std::collections::BTreeMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
 
-/// The file's policies and the bucket's.
+/// The file's policies, the bucket's, and the bucket's per-key overrides.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policies {
     file: BTreeMap<String, Policy>,
     bucket: BTreeMap<String, Policy>,
+    /// `override.<policy>.<key>` as written, by policy and key token.
+    override_tables: BTreeMap<String, BTreeMap<String, OverrideTable>>,
+    /// The same, resolved against the policies in force (rebuilt on every
+    /// change; empty when there are none, so a lookup costs nothing then).
+    overrides: HashMap<String, HashMap<String, Override>>,
+}
+
+/// The value of `override.<policy>.<key>`: limits that replace the policy's
+/// for one key (CONTRACT §7). A limit with `max = 0` blocks the key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideTable {
+    pub limits: Vec<LimitTable>,
+}
+
+/// A per-key override in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Override {
+    /// The key's limits under the policy (same name and algorithm).
+    Limits(Policy),
+    /// `max = 0`: every ask is denied.
+    Blocked,
 }
 
 /// What one bucket entry did.
@@ -45,7 +68,43 @@ impl Policies {
         Policies {
             file,
             bucket: BTreeMap::new(),
+            override_tables: BTreeMap::new(),
+            overrides: HashMap::new(),
         }
+    }
+
+    /// The override in force for `key_token` under `policy`, if any.
+    pub fn override_of(&self, policy: &str, key_token: &str) -> Option<&Override> {
+        if self.overrides.is_empty() {
+            return None;
+        }
+        self.overrides.get(policy)?.get(key_token)
+    }
+
+    /// The override tables of `policy`, by key token (for `sluice status`
+    /// and the commands).
+    pub fn override_tables(&self, policy: &str) -> impl Iterator<Item = (&String, &OverrideTable)> {
+        self.override_tables.get(policy).into_iter().flatten()
+    }
+
+    /// Resolves every override table against the policies in force; one
+    /// whose policy is not in force (yet) waits.
+    fn resolve(&mut self) {
+        let mut resolved: HashMap<String, HashMap<String, Override>> = HashMap::new();
+        for (policy, keys) in &self.override_tables {
+            let Some(base) = self.get(policy) else {
+                continue;
+            };
+            for (token, table) in keys {
+                if let Ok(o) = resolve(base, table) {
+                    resolved
+                        .entry(policy.clone())
+                        .or_default()
+                        .insert(token.clone(), o);
+                }
+            }
+        }
+        self.overrides = resolved;
     }
 
     /// The policy called `name` in force.
@@ -74,7 +133,27 @@ impl Policies {
             ));
         };
         let name = match parsed {
-            PolicyKey::Override { .. } => return Ok(Applied::Override),
+            PolicyKey::Override { policy, key_token } => {
+                match value {
+                    None => {
+                        if let Some(keys) = self.override_tables.get_mut(&policy) {
+                            keys.remove(&key_token);
+                        }
+                    }
+                    Some(json) => {
+                        let table = parse_override(&policy, json)?;
+                        if let Some(base) = self.get(&policy) {
+                            resolve(base, &table)?;
+                        }
+                        self.override_tables
+                            .entry(policy)
+                            .or_default()
+                            .insert(key_token, table);
+                    }
+                }
+                self.resolve();
+                return Ok(Applied::Override);
+            }
             PolicyKey::Policy(name) => name,
         };
         match value {
@@ -86,6 +165,7 @@ impl Policies {
                 self.bucket.insert(name.clone(), policy);
             }
         }
+        self.resolve();
         Ok(Applied::Policy(name))
     }
 }
@@ -102,6 +182,40 @@ pub fn parse(name: &str, json: &[u8]) -> Result<Policy, String> {
                 format!("policy {name:?}: {}: {}", e.field, e.reason)
             }
         })
+}
+
+/// An override's value: `{"limits":[...]}`.
+pub fn parse_override(policy: &str, json: &[u8]) -> Result<OverrideTable, String> {
+    let table: OverrideTable = serde_json::from_slice(json)
+        .map_err(|e| format!("override of policy {policy:?}: {e}; write {{\"limits\":[{{\"max\":10,\"per\":\"1m\"}}]}}"))?;
+    if table.limits.is_empty() {
+        return Err(format!(
+            "override of policy {policy:?}: give at least one limit"
+        ));
+    }
+    Ok(table)
+}
+
+/// An override table against its policy: blocked if any limit is 0, else
+/// the policy's algorithm with the table's limits.
+pub fn resolve(base: &Policy, table: &OverrideTable) -> Result<Override, String> {
+    if table.limits.iter().any(|l| l.max == 0) {
+        return Ok(Override::Blocked);
+    }
+    PolicyTable {
+        algorithm: base.algorithm(),
+        limits: table.limits.clone(),
+    }
+    .to_policy(base.name())
+    .map(Override::Limits)
+    .map_err(|e| {
+        format!(
+            "override of policy {:?}: {}: {}",
+            base.name(),
+            e.field,
+            e.reason
+        )
+    })
 }
 
 /// Why `name` may not be removed from the bucket (only `default`, which
@@ -138,10 +252,52 @@ mod tests {
         assert_eq!(p.get("default").unwrap().limits()[0].max(), 15);
         p.apply("login", None).unwrap();
         assert!(p.get("login").is_none());
-        assert_eq!(
-            p.apply("override.login.bob", Some(b"{}")),
-            Ok(Applied::Override)
-        );
+        assert!(p.apply("override.login.bob", Some(b"{}")).is_err());
+    }
+
+    #[test]
+    fn an_override_replaces_one_keys_limits_and_zero_blocks_it() {
+        let mut p = Policies::from_config(&Config::default());
+        assert_eq!(p.override_of("default", "bob"), None);
+        p.apply(
+            "override.default.bob",
+            Some(br#"{"limits":[{"max":100,"per":"1m"}]}"#),
+        )
+        .unwrap();
+        let Some(Override::Limits(bob)) = p.override_of("default", "bob") else {
+            panic!("no override for bob");
+        };
+        assert_eq!((bob.name(), bob.limits()[0].max()), ("default", 100));
+        assert_eq!(bob.algorithm(), p.get("default").unwrap().algorithm());
+        assert_eq!(p.override_of("default", "alice"), None);
+        // Written with `=` for `%` in the key, looked up by the token.
+        p.apply(
+            "override.default.x=40y",
+            Some(br#"{"limits":[{"max":0,"per":"1m"}]}"#),
+        )
+        .unwrap();
+        assert_eq!(p.override_of("default", "x%40y"), Some(&Override::Blocked));
+        // An override of a policy not in force waits for it.
+        p.apply(
+            "override.later.k",
+            Some(br#"{"limits":[{"max":1,"per":"1s"}]}"#),
+        )
+        .unwrap();
+        assert_eq!(p.override_of("later", "k"), None);
+        p.apply(
+            "later",
+            Some(br#"{"algorithm":"gcra","limits":[{"max":5,"per":"1s"}]}"#),
+        )
+        .unwrap();
+        assert!(matches!(
+            p.override_of("later", "k"),
+            Some(Override::Limits(_))
+        ));
+        p.apply("override.default.bob", None).unwrap();
+        assert_eq!(p.override_of("default", "bob"), None);
+        assert!(p
+            .apply("override.default.bob", Some(br#"{"limits":[]}"#))
+            .is_err());
     }
 
     #[test]

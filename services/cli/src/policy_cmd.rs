@@ -2,17 +2,17 @@
 //! the `sluice-policies` bucket. Every value is checked as a config file's
 //! policy is, with the same messages, before anything is written; workers
 //! put a change in force within a second ([`sluice_worker::policy_watch`]).
-//! (Per-key overrides, `override` / `unoverride`, are still to come.)
 
 use crate::cli::Common;
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use sluice_core::config::{Config, LimitTable, PolicyTable};
+use sluice_core::key::try_encode_key;
 use sluice_core::nats_config::server_urls;
-use sluice_core::policies::{self, Policies};
+use sluice_core::policies::{self, OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
-use sluice_core::storage::{policy_key, PolicyKey, POLICY_BUCKET};
+use sluice_core::storage::{override_key, policy_key, PolicyKey, POLICY_BUCKET};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -43,6 +43,17 @@ pub enum PolicyCommand {
     Rm { policy: String },
     /// Set every `[policies.X]` of a TOML config file in the bucket.
     Apply { file: PathBuf },
+    /// Replace one key's limits under a policy (`--limit 0/1m` blocks it).
+    Override {
+        policy: String,
+        /// The key (any text; it is percent-encoded for you).
+        key: String,
+        /// A limit, MAX/PER (or MAX/PER:BURST); repeat for several.
+        #[arg(long = "limit", required = true)]
+        limits: Vec<String>,
+    },
+    /// Remove a key's override: the policy's limits apply again.
+    Unoverride { policy: String, key: String },
 }
 
 pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
@@ -87,6 +98,40 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 println!("policy {policy} removed from {POLICY_BUCKET}");
                 Ok(())
             }
+            PolicyCommand::Override {
+                policy,
+                key,
+                limits,
+            } => {
+                let table = OverrideTable {
+                    limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
+                };
+                let value = serde_json::to_string(&table)?;
+                policies::parse_override(policy, value.as_bytes()).map_err(|e| anyhow!(e))?;
+                let in_force = in_force(common).await?;
+                let base = in_force
+                    .get(policy)
+                    .ok_or_else(|| anyhow!("no policy named {policy:?} is in force"))?;
+                policies::resolve(base, &table).map_err(|e| anyhow!(e))?;
+                let key = override_key(policy, &token(key)?);
+                let revision = bucket(common)
+                    .await?
+                    .put(&key, value.clone().into())
+                    .await
+                    .with_context(|| format!("cannot write {key:?} to {POLICY_BUCKET}"))?;
+                println!("override {key} set (revision {revision}): {value}");
+                Ok(())
+            }
+            PolicyCommand::Unoverride { policy, key } => {
+                let key = override_key(policy, &token(key)?);
+                bucket(common)
+                    .await?
+                    .delete(&key)
+                    .await
+                    .with_context(|| format!("cannot remove {key:?} from {POLICY_BUCKET}"))?;
+                println!("override {key} removed");
+                Ok(())
+            }
             PolicyCommand::Apply { file } => {
                 let config = Config::load(file)?;
                 let bucket = bucket(common).await?;
@@ -97,6 +142,11 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
             }
         }
     })
+}
+
+/// A key as its subject token (CONTRACT §1).
+fn token(key: &str) -> Result<String> {
+    try_encode_key(key.as_bytes()).map_err(|e| anyhow!("key {key:?}: {e}"))
 }
 
 /// `MAX/PER` or `MAX/PER:BURST`.

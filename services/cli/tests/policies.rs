@@ -167,3 +167,69 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
         "{listed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_changes_one_key_blocks_it_at_zero_and_unoverride_restores_it() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 2).await;
+    let client = stack.clients(1).await.remove(0);
+    set_gate(&stack, "100/1m");
+    // bob@x.io as the key token clients send; carol is not overridden.
+    let bob = vec!["bob%40x%2Eio".to_string()];
+    let carol = vec!["carol".to_string()];
+    let peek = br#"{"policy":"gate","cost":0}"#;
+    let gate = br#"{"policy":"gate"}"#;
+    until_every_key(&client, &carol, peek, |d| {
+        d.as_ref().is_ok_and(|d| d.limit == 100)
+    })
+    .await;
+
+    ok(sluice(
+        &stack,
+        &["policy", "override", "gate", "bob@x.io", "--limit", "2/1m"],
+    ));
+    until_every_key(&client, &bob, peek, |d| {
+        d.as_ref().is_ok_and(|d| d.limit == 2)
+    })
+    .await;
+    assert!(ask(&client, &bob[0], gate).await.unwrap().allowed);
+    assert!(ask(&client, &bob[0], gate).await.unwrap().allowed);
+    assert!(!ask(&client, &bob[0], gate).await.unwrap().allowed);
+    let d = ask(&client, &carol[0], gate).await.unwrap();
+    assert!(
+        d.allowed && d.limit == 100,
+        "carol is not overridden: {d:?}"
+    );
+
+    // max = 0 blocks the key; inspect shows the override.
+    ok(sluice(
+        &stack,
+        &["policy", "override", "gate", "bob@x.io", "--limit", "0/1m"],
+    ));
+    until_every_key(&client, &bob, peek, |d| {
+        d.as_ref().is_ok_and(|d| d.limit == 0 && !d.allowed)
+    })
+    .await;
+    let shown = ok(sluice(
+        &stack,
+        &["inspect", "bob@x.io", "--policy", "gate", "--json"],
+    ));
+    assert!(shown.contains(r#""override":{"blocked":true}"#), "{shown}");
+
+    // Removed: the policy's limits again, with what bob used.
+    ok(sluice(
+        &stack,
+        &["policy", "unoverride", "gate", "bob@x.io"],
+    ));
+    until_every_key(&client, &bob, peek, |d| {
+        d.as_ref()
+            .is_ok_and(|d| d.limit == 100 && d.remaining == 98)
+    })
+    .await;
+    // An override of a policy that is not in force is refused.
+    let out = sluice(
+        &stack,
+        &["policy", "override", "nope", "bob", "--limit", "1/1m"],
+    );
+    assert!(!out.status.success());
+}

@@ -90,7 +90,7 @@ fn apply(policies: &mut Policies, entry: &kv::Entry, report: &mut impl FnMut(Eve
     let value = (entry.operation == kv::Operation::Put).then_some(&entry.value[..]);
     let mut next = policies.clone();
     match next.apply(&entry.key, value) {
-        Ok(Applied::Policy(_)) => {
+        Ok(Applied::Policy(_) | Applied::Override) => {
             *policies = next;
             report(Event::InForce {
                 key: &entry.key,
@@ -98,7 +98,6 @@ fn apply(policies: &mut Policies, entry: &kv::Entry, report: &mut impl FnMut(Eve
                 policies,
             });
         }
-        Ok(Applied::Override) => {}
         Err(reason) => report(Event::Refused {
             key: &entry.key,
             revision: entry.revision,

@@ -26,11 +26,13 @@ use serde::{Deserialize, Serialize};
 use sluice_core::ask::{self, Op};
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
-use sluice_core::policies::Policies;
+use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
-use sluice_core::wire::inspect::{InspectReply, LimitReport, PolicyReport, ResetReply};
+use sluice_core::wire::inspect::{
+    InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
+};
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -182,6 +184,25 @@ thread_local! {
     static KEY: RefCell<String> = RefCell::new(String::with_capacity(128));
 }
 
+/// The answer for a key blocked by an override (`max = 0`): denied, asked
+/// to come back after the policy's longest window (an unblock is not
+/// announced).
+fn blocked(base: &Policy) -> Decision {
+    let window = base
+        .limits()
+        .iter()
+        .map(|l| l.per())
+        .max()
+        .unwrap_or(Nanos::ZERO);
+    Decision {
+        allowed: false,
+        limit: 0,
+        remaining: 0,
+        reset: window,
+        retry_after: window,
+    }
+}
+
 /// Decides asks on the counters it is handed. One per worker, shared by
 /// all its tasks.
 pub struct Decider {
@@ -316,7 +337,7 @@ impl Decider {
         let owned = self
             .locate(key, |p| (p == owned.partition).then_some(owned))
             .map_err(|e| (e, encoding))?;
-        let policies: Vec<&Policy> = match &scope.policy {
+        let chosen: Vec<&Policy> = match &scope.policy {
             Some(name) => vec![policies
                 .get(name)
                 .ok_or_else(|| (ErrorReply::unknown_policy(name), encoding))?],
@@ -326,19 +347,31 @@ impl Decider {
         let mut counter = String::new();
         if verb == Verb::Inspect {
             let mut reports = Vec::new();
-            for policy in policies {
-                ask::counter_key(&mut counter, policy.name(), token);
-                if let Some(state) = owned.counters.state(&counter) {
-                    reports.push(PolicyReport {
-                        policy: policy.name().to_string(),
-                        algorithm: policy.algorithm().as_str().to_string(),
-                        limits: policy
-                            .inspect(&state, now)
-                            .iter()
-                            .map(LimitReport::from)
-                            .collect(),
-                    });
+            for base in chosen {
+                ask::counter_key(&mut counter, base.name(), token);
+                let state = owned.counters.state(&counter);
+                let over = policies.override_of(base.name(), token);
+                if state.is_none() && over.is_none() {
+                    continue;
                 }
+                // The limits in force for this key: an override's, if any.
+                let policy = match over {
+                    Some(Override::Limits(limits)) => limits,
+                    _ => base,
+                };
+                let state = state.unwrap_or_else(|| policy.new_state());
+                reports.push(PolicyReport {
+                    policy: base.name().to_string(),
+                    algorithm: base.algorithm().as_str().to_string(),
+                    limits: policy
+                        .inspect(&state, now)
+                        .iter()
+                        .map(LimitReport::from)
+                        .collect(),
+                    overridden: over.map(|o| OverrideReport {
+                        blocked: *o == Override::Blocked,
+                    }),
+                });
             }
             let reply = InspectReply {
                 key: token.to_string(),
@@ -347,7 +380,7 @@ impl Decider {
             return Ok(Answer::Inspect(reply, scope.encoding));
         }
         let mut reset = Vec::new();
-        for policy in policies {
+        for policy in chosen {
             ask::counter_key(&mut counter, policy.name(), token);
             if owned.counters.forget(&counter) {
                 tally.changed(policy.name(), token, 0, true, now);
@@ -483,7 +516,16 @@ impl Decider {
         owned: Owned<'_>,
         tally: &mut Tally,
     ) -> Result<(Decision, &'p str), ErrorReply> {
-        let policy = ask::admit(|name| policies.get(name), policy_name, op)?;
+        let base = ask::admit(|name| policies.get(name), policy_name, op)?;
+        // A per-key override replaces the policy's limits for this key;
+        // a blocked key is denied (a hit is still recorded, as served).
+        let policy = match (policies.override_of(base.name(), key.as_str()), op) {
+            (None, _) | (Some(Override::Blocked), Op::Record(_)) => base,
+            (Some(Override::Limits(limits)), _) => ask::admit(|_| Some(limits), base.name(), op)?,
+            (Some(Override::Blocked), Op::Allow(_)) => {
+                return Ok((blocked(base), base.name()));
+            }
+        };
         let token = key.as_str();
         let decision = KEY.with(|buf| {
             let mut buf = buf.borrow_mut();

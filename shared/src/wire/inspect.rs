@@ -104,7 +104,18 @@ impl From<&LimitState> for LimitReport {
 pub struct PolicyReport {
     pub policy: String,
     pub algorithm: String,
+    /// The limits in force for the key: an override's when one is.
     pub limits: Vec<LimitReport>,
+    /// The per-key override in force (CONTRACT §7), if any.
+    #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
+    pub overridden: Option<OverrideReport>,
+}
+
+/// An override in force for the key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideReport {
+    /// `max = 0`: every ask is denied.
+    pub blocked: bool,
 }
 
 /// The reply to `rl.inspect.<key>`: the policies with state for the key
@@ -195,6 +206,7 @@ mod tests {
                     remaining: 7,
                     reset_ms: 59_000,
                 }],
+                overridden: None,
             }],
         };
         for encoding in [Encoding::Json, Encoding::MsgPack] {
