@@ -37,7 +37,12 @@ pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
         println!("{}: no state (every limit is whole)", args.key);
     }
     for p in &reply.policies {
-        println!("{} under {} ({}):", args.key, p.policy, p.algorithm);
+        let over = match &p.overridden {
+            Some(o) if o.blocked => ", blocked by an override",
+            Some(_) => ", limits from an override",
+            None => "",
+        };
+        println!("{} under {} ({}{over}):", args.key, p.policy, p.algorithm);
         println!(
             "  {:>10} {:>10} {:>8} {:>10} {:>10}",
             "max", "per", "used", "remaining", "reset"
