@@ -24,10 +24,13 @@ use std::collections::{BTreeMap, HashMap};
 pub struct Policies {
     file: BTreeMap<String, Policy>,
     bucket: BTreeMap<String, Policy>,
-    /// `override.<policy>.<key>` as written, by policy and key token.
+    /// `override.<policy>.<key>` as written, by policy and key token. An
+    /// invalid value is refused before it gets here, so every table here
+    /// was valid against its policy when written.
     override_tables: BTreeMap<String, BTreeMap<String, OverrideTable>>,
-    /// The same, resolved against the policies in force (rebuilt on every
-    /// change; empty when there are none, so a lookup costs nothing then).
+    /// The same, resolved against the policies in force (one key when an
+    /// override changes, one policy's when the policy does; empty when
+    /// there are none, so a lookup costs nothing then).
     overrides: HashMap<String, HashMap<String, Override>>,
 }
 
@@ -87,24 +90,24 @@ impl Policies {
         self.override_tables.get(policy).into_iter().flatten()
     }
 
-    /// Resolves every override table against the policies in force; one
-    /// whose policy is not in force (yet) waits.
-    fn resolve(&mut self) {
-        let mut resolved: HashMap<String, HashMap<String, Override>> = HashMap::new();
-        for (policy, keys) in &self.override_tables {
-            let Some(base) = self.get(policy) else {
-                continue;
-            };
-            for (token, table) in keys {
-                if let Ok(o) = resolve(base, table) {
-                    resolved
-                        .entry(policy.clone())
-                        .or_default()
-                        .insert(token.clone(), o);
-                }
-            }
+    /// Resolves the override tables of `policy` against the policy in
+    /// force now; while it is not in force they wait, unresolved. An
+    /// override that no longer fits (a new algorithm refuses its limits) is
+    /// not in force.
+    fn resolve_policy(&mut self, policy: &str) {
+        let Some(base) = self.get(policy) else {
+            self.overrides.remove(policy);
+            return;
+        };
+        let resolved: HashMap<String, Override> = self
+            .override_tables(policy)
+            .filter_map(|(token, table)| Some((token.clone(), resolve(base, table).ok()?)))
+            .collect();
+        if resolved.is_empty() {
+            self.overrides.remove(policy);
+        } else {
+            self.overrides.insert(policy.to_string(), resolved);
         }
-        self.overrides = resolved;
     }
 
     /// The policy called `name` in force.
@@ -139,11 +142,24 @@ impl Policies {
                         if let Some(keys) = self.override_tables.get_mut(&policy) {
                             keys.remove(&key_token);
                         }
+                        if let Some(keys) = self.overrides.get_mut(&policy) {
+                            keys.remove(&key_token);
+                            if keys.is_empty() {
+                                self.overrides.remove(&policy);
+                            }
+                        }
                     }
                     Some(json) => {
                         let table = parse_override(&policy, json)?;
-                        if let Some(base) = self.get(&policy) {
-                            resolve(base, &table)?;
+                        let resolved = match self.get(&policy) {
+                            Some(base) => Some(resolve(base, &table)?),
+                            None => None,
+                        };
+                        if let Some(o) = resolved {
+                            self.overrides
+                                .entry(policy.clone())
+                                .or_default()
+                                .insert(key_token.clone(), o);
                         }
                         self.override_tables
                             .entry(policy)
@@ -151,7 +167,6 @@ impl Policies {
                             .insert(key_token, table);
                     }
                 }
-                self.resolve();
                 return Ok(Applied::Override);
             }
             PolicyKey::Policy(name) => name,
@@ -165,7 +180,7 @@ impl Policies {
                 self.bucket.insert(name.clone(), policy);
             }
         }
-        self.resolve();
+        self.resolve_policy(&name);
         Ok(Applied::Policy(name))
     }
 }

@@ -113,22 +113,19 @@ impl Verb {
     /// The subscription of partition `partition`'s owner for this verb:
     /// `rl.p.<n>.allow.*`, `rl.p.<n>.hit.*`, ...
     pub fn partition_subject(self, partition: u32) -> String {
-        format!("{PARTITION_PREFIX}.{partition}.{}.*", self.as_str())
+        self.mapped_subject(partition, "*")
     }
 
     /// `rl.p.<n>.allow.<key>`: what the mapping makes of
     /// [`Verb::client_subject`] when `key_token` is in `partition`.
     pub fn mapped_subject(self, partition: u32, key_token: &str) -> String {
-        format!(
-            "{PARTITION_PREFIX}.{partition}.{}.{key_token}",
-            self.as_str()
-        )
+        on_partition(partition, format_args!("{}.{key_token}", self.as_str()))
     }
 
     /// `rl.p.*.allow.<key>`: where `key_token` arrives, whatever its
     /// partition (the mapping probe listens there).
     pub fn any_partition_subject(self, key_token: &str) -> String {
-        format!("{PARTITION_PREFIX}.*.{}.{key_token}", self.as_str())
+        on_partition("*", format_args!("{}.{key_token}", self.as_str()))
     }
 
     /// The mapping's destination with `partitions` partitions:
@@ -155,19 +152,25 @@ pub fn hit_subject(partition: u32) -> String {
 /// batching client (`sluice_core::wire::batch` payloads). Batches bypass the
 /// server's mapping: the client computes the partition itself.
 pub fn batch_subject(partition: u32) -> String {
-    format!("{PARTITION_PREFIX}.{partition}.{BATCH}")
+    on_partition(partition, BATCH)
 }
 
 /// `rl.p.*.batch`: the batch subject of every partition (for a stand-in
 /// responder that answers batches whatever their partition).
 pub fn any_partition_batch_subject() -> String {
-    format!("{PARTITION_PREFIX}.*.{BATCH}")
+    on_partition("*", BATCH)
 }
 
 /// `rl.p.<n>.>`: everything sent to partition `partition`, asks of every
 /// verb and batches (for an observer that counts what reaches a partition).
 pub fn partition_wildcard(partition: u32) -> String {
-    format!("{PARTITION_PREFIX}.{partition}.>")
+    on_partition(partition, ">")
+}
+
+/// `rl.p.<partition>.<rest>`: the one spelling of a per-partition subject
+/// (`partition` may be `*`).
+fn on_partition(partition: impl std::fmt::Display, rest: impl std::fmt::Display) -> String {
+    format!("{PARTITION_PREFIX}.{partition}.{rest}")
 }
 
 /// The subject on which worker `worker_id` takes batches whose items may
@@ -182,7 +185,7 @@ pub fn worker_batch_subject(worker_id: &str) -> String {
 /// Every subject a partition's owner subscribes to: one per answered verb
 /// and the partition's batch subject.
 pub fn owner_subjects(partition: u32) -> Vec<String> {
-    owner_subjects_of(&partition.to_string())
+    owner_subjects_of(partition)
 }
 
 /// [`owner_subjects`] of every partition at once (`rl.p.*.allow.*`, ...),
@@ -191,11 +194,11 @@ pub fn every_owner_subject() -> Vec<String> {
     owner_subjects_of("*")
 }
 
-fn owner_subjects_of(partition: &str) -> Vec<String> {
+fn owner_subjects_of(partition: impl std::fmt::Display + Copy) -> Vec<String> {
     Verb::ANSWERED
         .into_iter()
-        .map(|verb| format!("{PARTITION_PREFIX}.{partition}.{}.*", verb.as_str()))
-        .chain([format!("{PARTITION_PREFIX}.{partition}.{BATCH}")])
+        .map(|verb| on_partition(partition, format_args!("{}.*", verb.as_str())))
+        .chain([on_partition(partition, BATCH)])
         .collect()
 }
 

@@ -9,16 +9,19 @@
 //! bucket afresh: re-applying a value changes nothing.
 
 use async_nats::jetstream::{self, kv};
-use futures::StreamExt;
-use sluice_core::policies::{Applied, Policies};
+use futures::{FutureExt, StreamExt};
+use sluice_core::policies::Policies;
 use sluice_core::storage::POLICY_BUCKET;
 use std::time::Duration;
 
-/// What an entry of the bucket did.
+/// What entries of the bucket did.
 pub enum Event<'a> {
-    /// `policies` are in force now (a policy was set or removed).
+    /// `policies` are in force now: the entries `keys` (up to `revision`)
+    /// set or removed a policy or an override. Entries that arrive together
+    /// (a load, a watch's history) make one event, so a reader copies the
+    /// policies once for them, not once per entry.
     InForce {
-        key: &'a str,
+        keys: &'a [String],
         revision: u64,
         policies: &'a Policies,
     },
@@ -44,15 +47,17 @@ pub async fn load(
     while let Some(key) = keys.next().await {
         names.push(key.map_err(|e| format!("cannot list {POLICY_BUCKET}: {e}"))?);
     }
+    let mut applied = Applying::default();
     for key in names {
         let entry = bucket
             .entry(&key)
             .await
             .map_err(|e| format!("cannot read {POLICY_BUCKET}: {e}"))?;
         if let Some(entry) = entry {
-            apply(policies, &entry, report);
+            applied.apply(policies, &entry, report);
         }
     }
+    applied.report(policies, report);
     Ok(())
 }
 
@@ -67,13 +72,24 @@ pub async fn follow(
         match js.get_key_value(POLICY_BUCKET).await {
             Ok(bucket) => match bucket.watch_with_history(">").await {
                 Ok(mut changes) => {
+                    let mut failed = None;
                     while let Some(change) = changes.next().await {
-                        match change {
-                            Ok(entry) => apply(&mut policies, &entry, &mut report),
-                            Err(e) => {
-                                tracing::warn!("policy watch failed: {e}; re-creating it");
-                                break;
+                        let mut applied = Applying::default();
+                        let mut change = Some(change);
+                        // This entry and every one already delivered with it.
+                        while let Some(next) = change.take() {
+                            match next {
+                                Ok(entry) => applied.apply(&mut policies, &entry, &mut report),
+                                Err(e) => failed = Some(e),
                             }
+                            if failed.is_none() {
+                                change = changes.next().now_or_never().flatten();
+                            }
+                        }
+                        applied.report(&policies, &mut report);
+                        if let Some(e) = failed.take() {
+                            tracing::warn!("policy watch failed: {e}; re-creating it");
+                            break;
                         }
                     }
                 }
@@ -86,22 +102,43 @@ pub async fn follow(
     }
 }
 
-fn apply(policies: &mut Policies, entry: &kv::Entry, report: &mut impl FnMut(Event<'_>)) {
-    let value = (entry.operation == kv::Operation::Put).then_some(&entry.value[..]);
-    let mut next = policies.clone();
-    match next.apply(&entry.key, value) {
-        Ok(Applied::Policy(_) | Applied::Override) => {
-            *policies = next;
-            report(Event::InForce {
+/// The entries applied since the last [`Event::InForce`].
+#[derive(Default)]
+struct Applying {
+    keys: Vec<String>,
+    revision: u64,
+}
+
+impl Applying {
+    /// Applies one entry in place ([`Policies::apply`] changes nothing when
+    /// it refuses a value); a refusal is reported at once.
+    fn apply(
+        &mut self,
+        policies: &mut Policies,
+        entry: &kv::Entry,
+        report: &mut impl FnMut(Event<'_>),
+    ) {
+        let value = (entry.operation == kv::Operation::Put).then_some(&entry.value[..]);
+        match policies.apply(&entry.key, value) {
+            Ok(_) => {
+                self.keys.push(entry.key.clone());
+                self.revision = self.revision.max(entry.revision);
+            }
+            Err(reason) => report(Event::Refused {
                 key: &entry.key,
                 revision: entry.revision,
+                reason,
+            }),
+        }
+    }
+
+    fn report(self, policies: &Policies, report: &mut impl FnMut(Event<'_>)) {
+        if !self.keys.is_empty() {
+            report(Event::InForce {
+                keys: &self.keys,
+                revision: self.revision,
                 policies,
             });
         }
-        Err(reason) => report(Event::Refused {
-            key: &entry.key,
-            revision: entry.revision,
-            reason,
-        }),
     }
 }

@@ -545,8 +545,7 @@ impl Decider {
     /// counted again whatever the limit, at its original time; a reset
     /// forgets the counter again. `false` for a record of a policy no
     /// longer configured (it is skipped).
-    pub fn replay(&self, record: &Record, counters: &Counters) -> bool {
-        let policies = self.policies();
+    pub fn replay(&self, policies: &Policies, record: &Record, counters: &Counters) -> bool {
         let Some(policy) = policies.get(&record.p) else {
             return false;
         };
@@ -1020,13 +1019,13 @@ mod tests {
             t: T0.as_u64(),
             r: false,
         };
-        assert!(f.decider.replay(&record, &f.counters));
+        assert!(f.decider.replay(&f.policies, &record, &f.counters));
         assert_eq!(f.remaining(&key, T0), 0);
         let gone = Record {
             p: "retired".into(),
             ..record
         };
-        assert!(!f.decider.replay(&gone, &f.counters));
+        assert!(!f.decider.replay(&f.policies, &gone, &f.counters));
     }
 
     #[test]
@@ -1124,9 +1123,9 @@ mod tests {
             r: true,
             ..counted.clone()
         };
-        assert!(f.decider.replay(&counted, &replayed));
+        assert!(f.decider.replay(&f.policies, &counted, &replayed));
         assert!(!replayed.is_empty());
-        assert!(f.decider.replay(&reset, &replayed));
+        assert!(f.decider.replay(&f.policies, &reset, &replayed));
         assert!(replayed.is_empty(), "the replayed reset forgot the key");
     }
 

@@ -41,14 +41,16 @@ fn report(shared: &Shared, event: Event<'_>) {
     let mut refused = status.refused.lock().unwrap_or_else(|e| e.into_inner());
     match event {
         Event::InForce {
-            key,
+            keys,
             revision,
             policies,
         } => {
             shared.decider.set_policies(policies.clone());
-            refused.remove(key);
+            for key in keys {
+                refused.remove(key);
+            }
             status.revision.fetch_max(revision, Ordering::Relaxed);
-            tracing::info!(policy = key, revision, "policies in force");
+            tracing::info!(?keys, revision, "policies in force");
         }
         Event::Refused {
             key,

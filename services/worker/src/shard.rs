@@ -282,11 +282,12 @@ impl Shard {
         }
         let mut manifest = manifest.unwrap_or_default();
         let decider = &self.shared.decider;
+        let policies = decider.policies();
         let applied = self
             .shared
             .outbox
             .replay(self.partition, &mut manifest, |record| {
-                decider.replay(record, &self.counters)
+                decider.replay(&policies, record, &self.counters)
             })
             .await?;
         if applied > 0 {
