@@ -647,6 +647,41 @@ class Harness:
             stack.stop()
         self.extra["million"] = out
 
+    def flood(self):
+        """A flood of new keys against a worker with a key bound: five times
+        `max_keys` distinct keys asked once each, twice over. Its RSS must
+        level off at the bound (the second flood adds nothing) while every
+        ask is answered."""
+        a = self.args
+        bound = a.flood_bound
+        n = bound * 5
+        config = MILLION_CONFIG.replace('durability = "snapshot"', f'durability = "snapshot"\nmax_keys = {bound}')
+        out = {"max_keys": bound, "keys_per_flood": n, "policy": "sliding_window, 10 per minute and 500 per hour"}
+        stack = Stack(self, config, 1, "flood")
+        try:
+            (wid,) = list(stack.workers)
+            out["rss_empty_kib"] = stack.rss_kib(wid)["VmRSS"]
+            client = "batching" if self.batching else "plain"
+            out["client"] = client
+            out["floods"] = []
+            for i in range(2):
+                fill = self.sluice_bench(stack, ["--client", client, "--dist", "seq", "-k", str(n), "-n", str(n),
+                                                 "-c", "256", "-m", "2", "--key-prefix", f"flood{i}-",
+                                                 "--timeout", "10s"], f"flood {i + 1}: {n} new keys")
+                s = stack.status() or {"workers": [{}]}
+                w = s["workers"][0] if s["workers"] else {}
+                rss = stack.rss_kib(wid)
+                step = {"throughput": fill.get("throughput"), "allowed": fill.get("allowed"),
+                        "errors": (fill.get("errors") or {}).get("total"), "latency_us": fill.get("latency_us"),
+                        "keys": w.get("keys"), "evicted": w.get("evicted_keys"),
+                        "rss_kib": rss["VmRSS"], "hwm_kib": rss["VmHWM"]}
+                out["floods"].append(step)
+                log(f"flood {i + 1}: {step['throughput']:.0f}/s, errors {step['errors']}, keys {step['keys']}, "
+                    f"evicted {step['evicted']}, RSS {rss['VmRSS'] / 1024:.0f} MiB (peak {rss['VmHWM'] / 1024:.0f} MiB)")
+        finally:
+            stack.stop()
+        self.extra["flood"] = out
+
     def versions(self):
         def run(argv):
             try:
@@ -696,6 +731,8 @@ class Harness:
             self.snapshot_stall()
         if "million" in a.parts:
             self.million()
+        if "flood" in a.parts:
+            self.flood()
         self.extra["total"] = f.done()
         quiet, load1, busy = machine_quiet()
         self.extra["end"] = {"load1": load1, "compilers": busy[:10], "quiet": quiet}
@@ -751,8 +788,10 @@ def main():
     p.add_argument("--connections", type=int, default=2)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
-    p.add_argument("--parts", default="ceiling,redis,matrix,batching,paired,rate,stall,million",
-                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,rate,stall,million")
+    p.add_argument("--parts", default="ceiling,redis,matrix,batching,paired,rate,stall,million,flood",
+                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,rate,stall,million,flood")
+    p.add_argument("--flood-bound", type=int, help="max_keys of the flood test's worker, which is sent 5 times as "
+                   "many new keys, twice (default 500000, quick 100000)")
     p.add_argument("--rounds", type=int, help="rounds of the back-to-back Redis comparison (default 3, quick 2)")
     p.add_argument("--lease-ttl", help="lease_ttl of the memory/restore test's worker (default: the worker's, 3s); "
                    "the kill -9 -> answering time is about lease_ttl plus the restore")
@@ -777,6 +816,7 @@ def main():
         a.duration = a.duration or 2.0
         a.warmup = a.warmup if a.warmup is not None else 0.5
         a.million_keys = a.million_keys or 200_000
+        a.flood_bound = a.flood_bound or 100_000
         a.stall_keys = a.stall_keys or 100_000
         a.rounds = a.rounds or 2
         a.algorithms = ["fixed_window", "sliding_log", "sliding_window"]
@@ -788,6 +828,7 @@ def main():
         a.duration = a.duration or 4.0
         a.warmup = a.warmup if a.warmup is not None else 1.0
         a.million_keys = a.million_keys or 1_000_000
+        a.flood_bound = a.flood_bound or 500_000
         a.stall_keys = a.stall_keys or 300_000
         a.rounds = a.rounds or 3
         a.algorithms = ALGORITHMS

@@ -431,6 +431,23 @@ def render(data, chart_rel):
               f"{rl.get('took_ms_median')}, max {rl.get('took_ms_max')}) |")
         w("")
 
+    fl = data.get("flood")
+    if fl and fl.get("floods"):
+        w(f"### A flood of new keys against `max_keys = {fl['max_keys']:,}`")
+        w("")
+        w(f"One worker, policy `default` = {fl['policy']}, snapshot mode, `max_keys = {fl['max_keys']:,}`. "
+          f"{fl['keys_per_flood']:,} distinct keys (five times the bound), each asked once through the "
+          f"{fl.get('client', '?')} client (C=256, M=2); then as many again. At the bound each new key makes "
+          "the worker forget the least valuable live key (docs/CONFIG.md, `max_keys`).")
+        w("")
+        w("| after | decisions/s | errors | live keys | forgotten | worker RSS | peak RSS |")
+        w("|---|---|---|---|---|---|---|")
+        w(f"| start | | | 0 | 0 | {fl.get('rss_empty_kib', 0) / 1024:.0f} MiB | |")
+        for i, f in enumerate(fl["floods"]):
+            w(f"| flood {i + 1} | {kfmt(f.get('throughput'))} | {f.get('errors')} | {f.get('keys') or 0:,} | "
+              f"{f.get('evicted') or 0:,} | {f.get('rss_kib', 0) / 1024:.0f} MiB | {f.get('hwm_kib', 0) / 1024:.0f} MiB |")
+        w("")
+
     if chart_rel:
         w(f"![throughput by algorithm, client and worker count]({chart_rel})")
         w("")

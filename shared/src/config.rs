@@ -52,6 +52,10 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 /// The longest accepted lease lifetime: a dead worker's partitions stay
 /// unanswered for up to this long.
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
+/// Default bound on the live counters one worker holds: 1M active keys fit
+/// twice over (~275 bytes each under a 10/min + 500/h sliding window, so
+/// ~550 MB at the bound; docs/BENCHMARKS.md, "Memory").
+pub const DEFAULT_MAX_KEYS: u64 = 2_000_000;
 /// The longest accepted policy name (the wire protocol's rule: a policy
 /// that can be configured can always be asked for).
 pub const MAX_POLICY_NAME_LEN: usize = crate::wire::MAX_POLICY_NAME;
@@ -182,6 +186,9 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// Journal mode: what to answer when an append fails.
     pub journal_failure: JournalFailure,
+    /// The most live counters one worker holds, at least 1; past it, the
+    /// least valuable ones are forgotten (docs/CONFIG.md, `max_keys`).
+    pub max_keys: u64,
     /// By name; always contains [`DEFAULT_POLICY`].
     pub policies: BTreeMap<String, Policy>,
 }
@@ -199,6 +206,7 @@ impl Default for Config {
             fallback: Fallback::default(),
             lease_ttl: DEFAULT_LEASE_TTL,
             journal_failure: JournalFailure::default(),
+            max_keys: DEFAULT_MAX_KEYS,
             policies,
         }
     }
@@ -434,6 +442,17 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
             .parse()
             .map_err(|e| FieldError::new("journal_failure", e))?;
     }
+    if let Some(n) = table.max_keys {
+        config.max_keys = match u64::try_from(n) {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                return Err(FieldError::new(
+                    "max_keys",
+                    format!("must be at least 1, found {n} (the live counters one worker may hold, e.g. 2_000_000)"),
+                ))
+            }
+        };
+    }
     for (name, table) in table.policies {
         let policy = table
             .to_policy(&name)
@@ -561,6 +580,7 @@ mod tests {
             "fallback",
             "lease_ttl",
             "journal_failure",
+            "max_keys",
             "policies",
         ];
         assert_eq!(suggest("partiton", &top_level), Some("partitions"));

@@ -504,7 +504,7 @@ fn unknown_top_level_field_is_refused_with_a_suggestion() {
     assert_error(
         "partiton = 32",
         "partiton",
-        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, policies)",
+        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, policies)",
     );
     assert_error(
         "colour = \"blue\"",
@@ -800,5 +800,28 @@ fn journal_failure_is_unavailable_unless_set_to_answer() {
         "journal_failure = \"ignore\"",
         "journal_failure",
         "\"ignore\" is not a journal_failure; use \"unavailable\" or \"answer\"",
+    );
+}
+
+#[test]
+fn max_keys_defaults_to_two_million_and_must_be_a_positive_integer() {
+    use sluice_core::config::DEFAULT_MAX_KEYS;
+    assert_eq!(parse("").max_keys, DEFAULT_MAX_KEYS);
+    assert_eq!(DEFAULT_MAX_KEYS, 2_000_000);
+    assert_eq!(parse("max_keys = 1_000").max_keys, 1_000);
+    assert_error(
+        "max_keys = 0",
+        "max_keys",
+        "must be at least 1, found 0 (the live counters one worker may hold, e.g. 2_000_000)",
+    );
+    assert_error(
+        "max_keys = -5",
+        "max_keys",
+        "must be at least 1, found -5 (the live counters one worker may hold, e.g. 2_000_000)",
+    );
+    assert_error(
+        "max_keys = \"1M\"",
+        "max_keys",
+        "expected an integer of at least 1, e.g. max_keys = 2_000_000, found a string (\"1M\")",
     );
 }

@@ -165,6 +165,39 @@ impl Stack {
         stack
     }
 
+    /// Runs `sluice ARGS --nats <the stack's server>` to its end.
+    pub fn command(&self, args: &[&str]) -> std::process::Output {
+        Command::new(&self.sluice)
+            .args(args)
+            .args(["--nats", &self.nats.url()])
+            .output()
+            .expect("sluice runs")
+    }
+
+    /// The stdout of `sluice ARGS` against the stack, which must succeed.
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = self.command(args);
+        assert!(
+            out.status.success(),
+            "sluice {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `sluice policy set NAME --algorithm ALGORITHM --limit LIMIT`.
+    pub fn set_policy(&self, name: &str, algorithm: &str, limit: &str) {
+        self.run(&[
+            "policy",
+            "set",
+            name,
+            "--algorithm",
+            algorithm,
+            "--limit",
+            limit,
+        ]);
+    }
+
     /// The config file every worker runs with.
     pub fn config_path(&self) -> &Path {
         &self.config_path

@@ -152,13 +152,22 @@ fn table(s: &Status) -> String {
     let _ = writeln!(out, "WORKERS ({})", s.workers.len());
     let _ = writeln!(
         out,
-        "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>10}",
-        "worker", "partitions", "allowed", "denied", "hits", "errors", "journal_err", "policy_rev"
+        "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>10} {:>19} {:>9}",
+        "worker",
+        "partitions",
+        "allowed",
+        "denied",
+        "hits",
+        "errors",
+        "journal_err",
+        "policy_rev",
+        "keys/max_keys",
+        "evicted"
     );
     for w in &s.workers {
         let _ = writeln!(
             out,
-            "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>10}",
+            "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>10} {:>19} {:>9}",
             w.worker,
             w.partitions.len(),
             w.allowed,
@@ -166,7 +175,9 @@ fn table(s: &Status) -> String {
             w.hits,
             w.errors,
             w.journal_errors,
-            w.policy_revision
+            w.policy_revision,
+            format!("{}/{}", w.keys, w.max_keys),
+            w.evicted_keys
         );
     }
     for w in &s.workers {

@@ -586,18 +586,7 @@ async fn an_unreachable_upstream_is_502() {
 async fn a_raised_policy_empties_the_gateway_deny_cache() {
     let _serial = serial().await;
     let stack = stack().await;
-    let set_gate = |limit: &str| {
-        let out = std::process::Command::new(SLUICE)
-            .args(["policy", "set", "gate", "--algorithm", "fixed_window"])
-            .args(["--limit", limit, "--nats", &stack.nats.url()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let set_gate = |limit: &str| stack.set_policy("gate", "fixed_window", limit);
     set_gate("2/1m");
     let gateway = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
     let client = http();

@@ -5,7 +5,6 @@
 use sluice_core::subject::Verb;
 use sluice_core::wire::inspect::{decode_admin_reply, InspectReply, ResetReply};
 use sluice_tests::{ask, eventually, key_in_partition, request, serial, Stack, TICK};
-use std::process::Command;
 use std::time::Duration;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -78,46 +77,11 @@ async fn inspect_shows_every_limit_and_consumes_nothing_and_reset_forgets_the_ke
     assert!(ask(&client, &key, login).await.unwrap().allowed);
 
     // The commands, through the same subjects.
-    let out = Command::new(SLUICE)
-        .args([
-            "inspect",
-            &key,
-            "--policy",
-            "login",
-            "--json",
-            "--nats",
-            &stack.nats.url(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown: InspectReply = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = stack.run(&["inspect", &key, "--policy", "login", "--json"]);
+    let shown: InspectReply = serde_json::from_str(&shown).unwrap();
     assert_eq!(shown.policies[0].limits[0].used, 1);
-    let out = Command::new(SLUICE)
-        .args(["reset", &key, "--nats", &stack.nats.url()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("reset under login"));
-    let out = Command::new(SLUICE)
-        .args([
-            "inspect",
-            &key,
-            "--policy",
-            "nope",
-            "--nats",
-            &stack.nats.url(),
-        ])
-        .output()
-        .unwrap();
+    assert!(stack.run(&["reset", &key]).contains("reset under login"));
+    let out = stack.command(&["inspect", &key, "--policy", "nope"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("404 unknown_policy"),
@@ -153,5 +117,52 @@ async fn a_reset_survives_kill_9_in_journal_mode() {
     assert_eq!(
         peek.remaining, 3,
         "after the crash: 5 counted, reset, 2 counted; the reset was lost if 0 remain"
+    );
+}
+
+/// A worker bounded to 300 live counters under a flood of 3000 new keys:
+/// it answers every ask, holds no more than the bound (plus at most one key
+/// per partition), keeps the count of a key asked again, and `sluice
+/// status` shows what it forgot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_new_keys_stays_within_max_keys_and_spares_a_key_in_use() {
+    let _serial = serial().await;
+    let bounded = format!("max_keys = 300\n{}", config(false));
+    let stack = Stack::start(SLUICE, &bounded, 1).await;
+    let client = stack.clients(1).await.remove(0);
+    let user = key_in_partition(5, stack.partitions);
+    for _ in 0..3 {
+        assert!(ask(&client, &user, b"").await.unwrap().allowed);
+    }
+    for i in 0..3_000 {
+        let decision = ask(&client, &format!("flood-{i}"), b"")
+            .await
+            .unwrap_or_else(|e| panic!("flood key {i} was not answered: {e:?}"));
+        assert!(
+            decision.allowed,
+            "flood key {i}: a new key has its whole limit"
+        );
+    }
+    let decision = ask(&client, &user, b"").await.unwrap();
+    assert_eq!(
+        (decision.allowed, decision.remaining),
+        (true, 1),
+        "the key asked again kept its 3 of 5"
+    );
+
+    let status: serde_json::Value =
+        serde_json::from_str(&stack.run(&["status", "--json"])).unwrap();
+    let worker = &status["workers"][0];
+    let (keys, max, evicted) = (
+        worker["keys"].as_u64().unwrap(),
+        worker["max_keys"].as_u64().unwrap(),
+        worker["evicted_keys"].as_u64().unwrap(),
+    );
+    assert_eq!(max, 300);
+    assert!(keys <= 300 + 16, "{keys} keys held over a bound of 300");
+    assert_eq!(
+        keys + evicted,
+        3_001,
+        "every key stored is held or counted as forgotten"
     );
 }

@@ -4,7 +4,6 @@
 
 use sluice_core::storage::POLICY_BUCKET;
 use sluice_tests::{ask, eventually, key_in_partition, serial, AskError, Stack, TestConfig};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -14,37 +13,9 @@ const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 const IN_FORCE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(10);
 
-fn sluice(stack: &Stack, args: &[&str]) -> std::process::Output {
-    Command::new(SLUICE)
-        .args(args)
-        .args(["--nats", &stack.nats.url()])
-        .output()
-        .unwrap()
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `sluice policy set gate` as a fixed window of `limit` (`MAX/PER`).
 fn set_gate(stack: &Stack, limit: &str) {
-    ok(sluice(
-        stack,
-        &[
-            "policy",
-            "set",
-            "gate",
-            "--algorithm",
-            "fixed_window",
-            "--limit",
-            limit,
-        ],
-    ));
+    stack.set_policy("gate", "fixed_window", limit);
 }
 
 /// Waits until every key peeks as `want` says; returns how long it took.
@@ -120,7 +91,7 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
     let bucket = js.get_key_value(POLICY_BUCKET).await.unwrap();
     bucket.put("gate", "{not json".into()).await.unwrap();
     eventually(IN_FORCE, POLL, || async {
-        let status = ok(sluice(&stack, &["status", "--json"]));
+        let status = stack.run(&["status", "--json"]);
         anyhow::ensure!(
             status.matches("invalid JSON").count() >= 2,
             "not refused by both workers yet: {status}"
@@ -134,26 +105,23 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
         assert_eq!((d.limit, d.remaining), (100, 95), "the previous version");
     }
     // The command refuses it before writing anything.
-    let out = sluice(
-        &stack,
-        &[
-            "policy",
-            "set",
-            "gate",
-            "--algorithm",
-            "gcra",
-            "--limit",
-            "0/1m",
-        ],
-    );
+    let out = stack.command(&[
+        "policy",
+        "set",
+        "gate",
+        "--algorithm",
+        "gcra",
+        "--limit",
+        "0/1m",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("limits[0].max"));
-    let out = sluice(&stack, &["policy", "rm", "default"]);
+    let out = stack.command(&["policy", "rm", "default"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be removed"));
 
     // Removed: unknown again.
-    ok(sluice(&stack, &["policy", "rm", "gate"]));
+    stack.run(&["policy", "rm", "gate"]);
     until_every_key(
         &client,
         &keys,
@@ -161,7 +129,7 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
         |d| matches!(d, Err(AskError::Reply(e)) if e.code.status() == 404),
     )
     .await;
-    let listed = ok(sluice(&stack, &["policy", "list"]));
+    let listed = stack.run(&["policy", "list"]);
     assert!(
         listed.contains("default") && !listed.contains("gate"),
         "{listed}"
@@ -184,10 +152,7 @@ async fn an_override_changes_one_key_blocks_it_at_zero_and_unoverride_restores_i
     })
     .await;
 
-    ok(sluice(
-        &stack,
-        &["policy", "override", "gate", "bob@x.io", "--limit", "2/1m"],
-    ));
+    stack.run(&["policy", "override", "gate", "bob@x.io", "--limit", "2/1m"]);
     until_every_key(&client, &bob, peek, |d| {
         d.as_ref().is_ok_and(|d| d.limit == 2)
     })
@@ -202,34 +167,22 @@ async fn an_override_changes_one_key_blocks_it_at_zero_and_unoverride_restores_i
     );
 
     // max = 0 blocks the key; inspect shows the override.
-    ok(sluice(
-        &stack,
-        &["policy", "override", "gate", "bob@x.io", "--limit", "0/1m"],
-    ));
+    stack.run(&["policy", "override", "gate", "bob@x.io", "--limit", "0/1m"]);
     until_every_key(&client, &bob, peek, |d| {
         d.as_ref().is_ok_and(|d| d.limit == 0 && !d.allowed)
     })
     .await;
-    let shown = ok(sluice(
-        &stack,
-        &["inspect", "bob@x.io", "--policy", "gate", "--json"],
-    ));
+    let shown = stack.run(&["inspect", "bob@x.io", "--policy", "gate", "--json"]);
     assert!(shown.contains(r#""override":{"blocked":true}"#), "{shown}");
 
     // Removed: the policy's limits again, with what bob used.
-    ok(sluice(
-        &stack,
-        &["policy", "unoverride", "gate", "bob@x.io"],
-    ));
+    stack.run(&["policy", "unoverride", "gate", "bob@x.io"]);
     until_every_key(&client, &bob, peek, |d| {
         d.as_ref()
             .is_ok_and(|d| d.limit == 100 && d.remaining == 98)
     })
     .await;
     // An override of a policy that is not in force is refused.
-    let out = sluice(
-        &stack,
-        &["policy", "override", "nope", "bob", "--limit", "1/1m"],
-    );
+    let out = stack.command(&["policy", "override", "nope", "bob", "--limit", "1/1m"]);
     assert!(!out.status.success());
 }

@@ -24,9 +24,23 @@
 //! longest-needed key could be forgotten, give or take some slack (at most
 //! four times that long, so that the bucket need not be re-inserted on every
 //! request), and never sooner than [`MIN_IDLE_TTL`]. So idle keys cost
-//! nothing for long and expiry never forgets a count that still matters. The
-//! cache has no size bound: evicting a live counter would under-count
-//! (docs/ARCHITECTURE.md, "Counters").
+//! nothing for long and expiry never forgets a count that still matters.
+//!
+//! Expiry alone does not bound memory: a flood of new keys, each counted
+//! once, stays live for its window. So a worker's partitions share one
+//! [`KeyBound`] (`max_keys`): past it, a new key makes room by forgetting
+//! the least valuable live key, which under-counts that key (it may be
+//! allowed up to what it had used once more), instead of refusing new keys
+//! (which would let a flood lock every new user out) or growing until the
+//! process dies (which would forget every key). Least valuable means: keys
+//! counted only once before keys asked again (a flood's keys are each asked
+//! once; a user's are asked again), then the one that would be forgotten
+//! soonest anyway (for one policy, the one counted longest ago). The victim
+//! comes from the new key's own bucket, already locked, unless that bucket
+//! holds less than its fair share of the bound (a partition being
+//! restored, or a bound smaller than the buckets); then from the first
+//! bucket found holding more than that share, in any of the worker's
+//! partitions (docs/CONFIG.md, `max_keys`).
 
 use moka::sync::Cache;
 use moka::Expiry;
@@ -37,7 +51,7 @@ use sluice_core::time::Nanos;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 /// Buckets per partition. With the default 64 partitions a worker holding
@@ -57,27 +71,255 @@ pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
 /// (~25 MB), plus forgettable slots until the bucket's next prune.
 pub const MIN_IDLE_TTL: Duration = Duration::from_secs(2);
 
-/// A key's state and the instant from which it equals a fresh one.
+/// A key's state, and the instant from which it equals a fresh one.
 #[derive(Debug)]
 struct Slot {
     state: KeyState,
-    forgettable_at: Nanos,
+    stamp: Stamp,
 }
+
+/// When a slot may be forgotten, and whether its key was asked for again
+/// after it was stored, in one word (a flag of its own would cost 8 bytes of
+/// padding per key): the top bit is the flag, free because times stay below
+/// 2^63 ns since the epoch until the year 2262. Ordered as words, stamps
+/// rank slots in the order the key bound forgets them: asked once before
+/// asked again, each the earliest forgettable first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Stamp(u64);
+
+impl Stamp {
+    const ASKED_AGAIN: u64 = 1 << 63;
+
+    fn new(forgettable_at: Nanos, asked_again: bool) -> Stamp {
+        let at = forgettable_at.as_u64().min(Stamp::ASKED_AGAIN - 1);
+        Stamp(if asked_again {
+            at | Stamp::ASKED_AGAIN
+        } else {
+            at
+        })
+    }
+
+    fn forgettable_at(self) -> Nanos {
+        Nanos(self.0 & !Stamp::ASKED_AGAIN)
+    }
+
+    fn asked_again(self) -> bool {
+        self.0 & Stamp::ASKED_AGAIN != 0
+    }
+}
+
+/// The bound on the live counters of one worker, shared by the [`Counters`]
+/// of all its partitions: how many it may hold, how many it holds, and how
+/// many it forgot to stay within the bound.
+///
+/// `held` is kept by the slot maps themselves (every insert and removal,
+/// and a dropped bucket releases its slots), so it matches what is in
+/// memory. Two decisions may both see room for one key, so the bound can be
+/// passed by a few keys, as many as decisions run at once, and by one key per
+/// partition whose own buckets hold nothing to forget.
+#[derive(Debug)]
+pub struct KeyBound {
+    max: u64,
+    held: AtomicU64,
+    evicted: AtomicU64,
+    /// The bucket caches of the worker's live partitions, where an eviction
+    /// the new key's own bucket cannot make looks for its victim.
+    caches: Mutex<Vec<Weak<BucketCache>>>,
+    /// How many of those are live.
+    partitions: AtomicU64,
+    /// Draws the buckets such an eviction looks at.
+    sampler: Hasher,
+    draws: AtomicU64,
+}
+
+impl KeyBound {
+    /// A bound of `max` live counters (at least 1).
+    pub fn new(max: u64) -> Arc<KeyBound> {
+        Arc::new(KeyBound {
+            max: max.max(1),
+            held: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            caches: Mutex::new(Vec::new()),
+            partitions: AtomicU64::new(0),
+            sampler: Hasher::default(),
+            draws: AtomicU64::new(0),
+        })
+    }
+
+    /// The most live counters the worker holds.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The live counters held now, in all partitions.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Live counters forgotten so far to stay within the bound.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    fn full(&self) -> bool {
+        self.held() >= self.max
+    }
+
+    fn over(&self) -> bool {
+        self.held() > self.max
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.held.fetch_sub(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn caches(&self) -> MutexGuard<'_, Vec<Weak<BucketCache>>> {
+        self.caches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn register(&self, cache: &Arc<BucketCache>) {
+        let mut caches = self.caches();
+        caches.retain(|c| c.strong_count() > 0);
+        caches.push(Arc::downgrade(cache));
+        self.partitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The keys a bucket holds when the bound is evenly spread over the
+    /// buckets of the live partitions (at least 1).
+    fn fair_share(&self) -> usize {
+        let partitions = self.partitions.load(Ordering::Relaxed);
+        let buckets = partitions.max(1) * BUCKETS;
+        usize::try_from(self.max / buckets)
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+
+    /// Forgets one live counter outside `except` (a bucket that was just
+    /// given a key over the bound), from a bucket holding at least its fair
+    /// share, sampled at random (always starting the search at the same
+    /// place would drain the buckets found first). The first bucket over
+    /// its share whose least valuable key was asked once gives that key at
+    /// once; otherwise the best of [`EVICTION_SAMPLE`] buckets: a key asked
+    /// once before a key asked again, from a bucket over its share before
+    /// one at it, then the least valuable. When that key was asked again
+    /// (or no sampled bucket holds its share: a bound far smaller than the
+    /// buckets, most of them empty), a walk over the buckets takes the first
+    /// key asked once it finds, if any.
+    fn evict_elsewhere(&self, except: &Arc<Bucket>) {
+        let caches: Vec<Arc<BucketCache>> =
+            self.caches().iter().filter_map(Weak::upgrade).collect();
+        if caches.is_empty() {
+            return;
+        }
+        let fair = self.fair_share();
+        // (asked again, at most its share, stamp): lowest goes first.
+        let mut best: Option<((bool, bool, Stamp), Arc<Bucket>)> = None;
+        for _ in 0..EVICTION_SAMPLE {
+            let draw = self
+                .sampler
+                .hash_one(self.draws.fetch_add(1, Ordering::Relaxed));
+            let cache = &caches[(draw % caches.len() as u64) as usize];
+            let Some(bucket) = cache.buckets.get(&((draw >> 32) % BUCKETS)) else {
+                continue;
+            };
+            if Arc::ptr_eq(&bucket, except) {
+                continue;
+            }
+            // Never wait on a bucket a decision holds: another serves.
+            let mut slots = match bucket.slots.try_lock() {
+                Ok(slots) => slots,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => continue,
+            };
+            let len = slots.by_key.len();
+            let Some((_, stamp)) = slots.victim().filter(|_| len >= fair) else {
+                continue;
+            };
+            let rank = (stamp.asked_again(), len <= fair, stamp);
+            if !rank.0 && !rank.1 {
+                slots.evict_one();
+                return;
+            }
+            drop(slots);
+            if best.as_ref().is_none_or(|(b, _)| rank < *b) {
+                best = Some((rank, bucket));
+            }
+        }
+        if let Some((_, bucket)) = best.as_ref().filter(|((again, _, _), _)| !again) {
+            bucket.lock().evict_one();
+            return;
+        }
+        // Every key sampled was asked again, or most buckets are empty:
+        // walk the buckets from a partition drawn at random for a key asked
+        // once, else take the best sampled, else the first key found.
+        let first = (self.draws.fetch_add(1, Ordering::Relaxed) % caches.len() as u64) as usize;
+        let mut any = None;
+        let buckets = caches[first..]
+            .iter()
+            .chain(&caches[..first])
+            .flat_map(|cache| cache.buckets.iter())
+            .filter(|(_, bucket)| !Arc::ptr_eq(bucket, except))
+            .take(EVICTION_WALK);
+        for (_, bucket) in buckets {
+            let mut slots = bucket.lock();
+            match slots.victim() {
+                Some((_, stamp)) if !stamp.asked_again() => {
+                    slots.evict_one();
+                    return;
+                }
+                Some(_) if any.is_none() => {
+                    drop(slots);
+                    any = Some(bucket);
+                }
+                _ => {}
+            }
+        }
+        if let Some(bucket) = best.map(|(_, bucket)| bucket).or(any) {
+            bucket.lock().evict_one();
+        }
+    }
+}
+
+/// How many buckets, drawn at random, an eviction elsewhere looks at when
+/// none offers a key asked once in a bucket over its share.
+const EVICTION_SAMPLE: usize = 16;
+
+/// How many buckets an eviction elsewhere walks, at most, when the sample
+/// found none holding its fair share.
+const EVICTION_WALK: usize = 1024;
 
 /// The hasher of the bucket maps and of the choice of bucket: foldhash, the
 /// one hashbrown uses, several times cheaper than std's SipHash on short keys
 /// and seeded per process, so keys cannot be made to collide in advance.
 type Hasher = foldhash::fast::RandomState;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slots {
     by_key: HashMap<Box<str>, Slot, Hasher>,
     /// No prune before this: none is due (no slot is forgettable yet, as
     /// far as inserts tell) or the last one was less than PRUNE_EVERY ago.
     next_prune: Nanos,
+    /// Counts the slots above.
+    bound: Arc<KeyBound>,
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        self.bound.release(self.by_key.len());
+    }
 }
 
 impl Slots {
+    fn new(bound: Arc<KeyBound>) -> Slots {
+        Slots {
+            by_key: HashMap::default(),
+            next_prune: Nanos::ZERO,
+            bound,
+        }
+    }
+
     /// Drops the slots that may be forgotten at `now`, if a prune is due,
     /// and returns how long the remaining slots are needed at most.
     fn prune(&mut self, now: Nanos) -> Option<u64> {
@@ -86,36 +328,91 @@ impl Slots {
         }
         let mut earliest = u64::MAX;
         let mut latest = now.as_u64();
+        let before = self.by_key.len();
         self.by_key.retain(|_, slot| {
-            let at = slot.forgettable_at.as_u64();
+            let at = slot.stamp.forgettable_at().as_u64();
             earliest = earliest.min(at);
             latest = latest.max(at);
             at > now.as_u64()
         });
+        self.bound.release(before - self.by_key.len());
         self.next_prune = Nanos(earliest).max(now.saturating_add(PRUNE_EVERY));
         Some(latest - now.as_u64())
     }
 
-    fn remember(&mut self, key: Box<str>, slot: Slot, now: Nanos) {
-        let first_prune = slot.forgettable_at.max(now.saturating_add(PRUNE_EVERY));
+    /// Stores a new key's slot, within the key bound when this bucket holds
+    /// at least its fair share and a key asked only once: then the least
+    /// valuable of those makes room.
+    /// Returns true when the slot was stored over the bound, so that the
+    /// caller, once it holds no lock, has [`KeyBound::evict_elsewhere`]
+    /// make room.
+    fn remember(&mut self, key: Box<str>, slot: Slot, now: Nanos) -> bool {
+        let first_prune = slot
+            .stamp
+            .forgettable_at()
+            .max(now.saturating_add(PRUNE_EVERY));
         self.next_prune = if self.by_key.is_empty() {
             first_prune
         } else {
             self.next_prune.min(first_prune)
         };
-        self.by_key.insert(key, slot);
+        let full = self.bound.full();
+        if full
+            && self.by_key.len() >= self.bound.fair_share()
+            && self.victim().is_some_and(|(_, stamp)| !stamp.asked_again())
+        {
+            self.evict_one();
+        }
+        self.bound.held.fetch_add(1, Ordering::Relaxed);
+        if self.by_key.insert(key, slot).is_some() {
+            self.bound.release(1);
+        }
+        full && self.bound.over()
+    }
+
+    /// The least valuable slot's key and stamp (see the module doc).
+    fn victim(&self) -> Option<(&str, Stamp)> {
+        self.by_key
+            .iter()
+            .map(|(key, slot)| (&**key, slot.stamp))
+            .min_by_key(|(_, stamp)| *stamp)
+    }
+
+    /// Forgets the least valuable slot.
+    fn evict_one(&mut self) -> bool {
+        let Some(victim) = self.victim().map(|(key, _)| Box::<str>::from(key)) else {
+            return false;
+        };
+        self.remove(&victim);
+        self.bound.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn remove(&mut self, key: &str) -> bool {
+        let removed = self.by_key.remove(key).is_some();
+        if removed {
+            self.bound.release(1);
+        }
+        removed
     }
 }
 
 /// Some keys' slots plus how long the bucket may stay unused before all of
 /// them can be forgotten.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Bucket {
     slots: Mutex<Slots>,
     idle_ttl_ns: AtomicU64,
 }
 
 impl Bucket {
+    fn new(bound: Arc<KeyBound>) -> Bucket {
+        Bucket {
+            slots: Mutex::new(Slots::new(bound)),
+            idle_ttl_ns: AtomicU64::new(0),
+        }
+    }
+
     fn idle_ttl_ns(&self) -> u64 {
         self.idle_ttl_ns.load(Ordering::Relaxed)
     }
@@ -200,11 +497,31 @@ fn deadline(from: Instant, ttl_ns: u64) -> Instant {
 /// sees every write.
 #[derive(Clone)]
 pub struct Counters {
-    buckets: Cache<u64, Arc<Bucket>, Hasher>,
+    buckets: Arc<BucketCache>,
     hasher: Hasher,
     recent: Arc<[Mutex<Option<Recent>>]>,
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
+    bound: Arc<KeyBound>,
+}
+
+/// One partition's buckets, registered with the worker's [`KeyBound`].
+struct BucketCache {
+    buckets: Cache<u64, Arc<Bucket>, Hasher>,
+    bound: Arc<KeyBound>,
+}
+
+impl Drop for BucketCache {
+    fn drop(&mut self) {
+        self.bound.partitions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Deref for BucketCache {
+    type Target = Cache<u64, Arc<Bucket>, Hasher>;
+    fn deref(&self) -> &Self::Target {
+        &self.buckets
+    }
 }
 
 impl Default for Counters {
@@ -214,19 +531,35 @@ impl Default for Counters {
 }
 
 impl Counters {
+    /// Counters of their own, bounded only by the default `max_keys`.
     pub fn new() -> Counters {
-        Counters::with_min_idle_ttl(MIN_IDLE_TTL)
+        Counters::within(KeyBound::new(sluice_core::config::DEFAULT_MAX_KEYS))
+    }
+
+    /// A partition's counters within the worker's `bound`.
+    pub fn within(bound: Arc<KeyBound>) -> Counters {
+        Counters::with(bound, MIN_IDLE_TTL)
     }
 
     /// Counters whose buckets may expire after `min` idle (see [`MIN_IDLE_TTL`]).
     pub fn with_min_idle_ttl(min: Duration) -> Counters {
-        Counters {
+        Counters::with(KeyBound::new(sluice_core::config::DEFAULT_MAX_KEYS), min)
+    }
+
+    fn with(bound: Arc<KeyBound>, min_idle_ttl: Duration) -> Counters {
+        let buckets = Arc::new(BucketCache {
             buckets: Cache::builder()
                 .expire_after(IdleExpiry)
                 .build_with_hasher(Hasher::default()),
+            bound: bound.clone(),
+        });
+        bound.register(&buckets);
+        Counters {
+            bound,
+            buckets,
             hasher: Hasher::default(),
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
-            min_idle_ttl_ns: u64::try_from(min.as_nanos()).unwrap_or(u64::MAX),
+            min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
@@ -260,7 +593,7 @@ impl Counters {
                     let kept_until = deadline(t, bucket.idle_ttl_ns());
                     (bucket, false, kept_until)
                 }
-                None => (Arc::new(Bucket::default()), true, t),
+                None => (Arc::new(Bucket::new(self.bound.clone())), true, t),
             },
         };
         #[cfg(test)]
@@ -271,12 +604,13 @@ impl Counters {
             let decision = op.apply(policy, state, now);
             (decision, policy.idle_expiry(state, now))
         };
+        let mut over_bound = false;
         let (decision, needed) = match slots.by_key.get_mut(key) {
             Some(slot) => {
                 let (decision, needed) = run(&mut slot.state);
-                slot.forgettable_at = now.saturating_add(needed);
+                slot.stamp = Stamp::new(now.saturating_add(needed), true);
                 if needed == Nanos::ZERO {
-                    slots.by_key.remove(key);
+                    slots.remove(key);
                 }
                 (decision, needed.as_u64())
             }
@@ -288,9 +622,9 @@ impl Counters {
                 if needed > Nanos::ZERO {
                     let slot = Slot {
                         state,
-                        forgettable_at: now.saturating_add(needed),
+                        stamp: Stamp::new(now.saturating_add(needed), false),
                     };
-                    slots.remember(key.into(), slot, now);
+                    over_bound = slots.remember(key.into(), slot, now);
                 }
                 (decision, needed.as_u64())
             }
@@ -337,7 +671,14 @@ impl Counters {
                 kept_until = deadline(written, ttl);
             }
         }
-        *recent = (!fresh || !empty).then_some(Recent { bucket, kept_until });
+        if over_bound {
+            // With no lock held: the victim's bucket may be any.
+            drop(recent);
+            self.bound.evict_elsewhere(&bucket);
+            *self.recent(id) = Some(Recent { bucket, kept_until });
+        } else {
+            *recent = (!fresh || !empty).then_some(Recent { bucket, kept_until });
+        }
         decision
     }
 
@@ -367,7 +708,7 @@ impl Counters {
             return false;
         };
         let mut slots = bucket.lock();
-        slots.by_key.remove(key).is_some()
+        slots.remove(key)
     }
 
     /// The number of live counters (approximate while requests are running).
@@ -421,27 +762,28 @@ impl Counters {
             }
             let (slots, longest) = grouped.entry(self.bucket_of(&key)).or_default();
             *longest = (*longest).max(needed.as_u64());
-            let forgettable_at = now.saturating_add(needed);
-            slots.push((
-                key,
-                Slot {
-                    state,
-                    forgettable_at,
-                },
-            ));
+            let stamp = Stamp::new(now.saturating_add(needed), false);
+            slots.push((key, Slot { state, stamp }));
             kept += 1;
         }
         for (id, (new_slots, longest)) in grouped {
             *self.recent(id) = None;
-            let bucket = self.buckets.get(&id).unwrap_or_default();
+            let bucket = self
+                .buckets
+                .get(&id)
+                .unwrap_or_else(|| Arc::new(Bucket::new(self.bound.clone())));
             let mut slots = bucket.lock();
             slots.by_key.reserve(new_slots.len());
+            let mut over_bound = 0;
             for (key, slot) in new_slots {
-                slots.remember(key.into_boxed_str(), slot, now);
+                over_bound += usize::from(slots.remember(key.into_boxed_str(), slot, now));
             }
             drop(slots);
             bucket.set_idle_ttl_ns(self.ttl_for(longest).max(bucket.idle_ttl_ns()));
-            self.buckets.insert(id, bucket);
+            self.buckets.insert(id, bucket.clone());
+            for _ in 0..over_bound {
+                self.bound.evict_elsewhere(&bucket);
+            }
         }
         kept
     }
@@ -726,6 +1068,150 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `n` distinct counter keys of the builtin policy named `prefix-<i>`.
+    fn keys(prefix: &str, n: usize) -> Vec<String> {
+        let mut buf = String::new();
+        (0..n)
+            .map(|i| {
+                counter_key(&mut buf, "default", &format!("{prefix}-{i}"));
+                buf.clone()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flood_of_new_keys_stays_within_the_bound_and_spares_keys_asked_again() {
+        // One partition; a bound of 4 keys per bucket on average. Buckets
+        // are kept for an hour: policy time stands still here while real
+        // time passes, and moka expires buckets in real time.
+        let max = 4 * BUCKETS;
+        let bound = KeyBound::new(max);
+        let counters = Counters::with(bound.clone(), Duration::from_secs(3600));
+        let policy = Policy::builtin_default();
+        let now = Nanos::from_secs(100);
+        let users = keys("user", 500);
+        for user in &users {
+            for _ in 0..2 {
+                assert!(counters.apply(&policy, user, now, Op::Allow(1)).allowed);
+            }
+        }
+        // Twenty times the bound in new keys, each counted once.
+        let flood = keys("flood", 20 * max as usize);
+        for (i, key) in flood.iter().enumerate() {
+            counters.apply(&policy, key, now, Op::Allow(1));
+            assert!(
+                bound.held() <= max + 1,
+                "{} held after {i} flood keys, bound {max}",
+                bound.held()
+            );
+        }
+        assert_eq!(bound.held(), counters.len(), "held counts what is stored");
+        assert!(
+            bound.held() >= max - 1,
+            "the bound is used: {}",
+            bound.held()
+        );
+        assert_eq!(bound.evicted(), 500 + flood.len() as u64 - bound.held());
+        // Every user kept the two it took: 13 of 15 left.
+        let lost: Vec<&String> = users
+            .iter()
+            .filter(|user| counters.apply(&policy, user, now, Op::Allow(0)).remaining != 13)
+            .collect();
+        assert!(lost.is_empty(), "{} users forgotten: {lost:?}", lost.len());
+        drop(counters);
+        assert_eq!(bound.held(), 0, "dropped counters release their keys");
+    }
+
+    #[test]
+    fn a_bound_far_below_the_buckets_still_holds_and_spares_keys_asked_again() {
+        // 50 keys over 2 × 1024 buckets: nearly every bucket is empty.
+        let bound = KeyBound::new(50);
+        let long = Duration::from_secs(3600);
+        let partitions = [
+            Counters::with(bound.clone(), long),
+            Counters::with(bound.clone(), long),
+        ];
+        let policy = Policy::builtin_default();
+        let now = Nanos::from_secs(100);
+        let users = keys("user", 10);
+        for (i, user) in users.iter().enumerate() {
+            for _ in 0..2 {
+                partitions[i % 2].apply(&policy, user, now, Op::Allow(1));
+            }
+        }
+        for (i, key) in keys("flood", 2_000).iter().enumerate() {
+            partitions[i % 2].apply(&policy, key, now, Op::Allow(1));
+            assert!(bound.held() <= 51, "{} held", bound.held());
+        }
+        for (i, user) in users.iter().enumerate() {
+            let peek = partitions[i % 2].apply(&policy, user, now, Op::Allow(0));
+            assert_eq!(peek.remaining, 13, "{user} was forgotten");
+        }
+    }
+
+    #[test]
+    fn the_least_valuable_slot_goes_first() {
+        // A bucket of keys asked once and again, at different times: the
+        // first to go is asked once and counted earliest, then the other
+        // asked once, then the one asked again counted earliest. A token
+        // bucket of 100 an hour: a key that took one is needed for 36 s from
+        // when it took it, so keys counted a second apart rank apart.
+        let limits = vec![Limit::new(100, Duration::from_secs(3600), None).unwrap()];
+        let policy = Policy::new("default", Algorithm::TokenBucket, limits).unwrap();
+        let bound = KeyBound::new(4);
+        let counters = Counters::within(bound.clone());
+        let keys = neighbours(&counters, "default/a", 7);
+        let at = |s: u64| Nanos::from_secs(100 + s);
+        counters.apply(&policy, &keys[0], at(0), Op::Allow(1)); // again, early
+        counters.apply(&policy, &keys[0], at(0), Op::Allow(1));
+        counters.apply(&policy, &keys[1], at(1), Op::Allow(1)); // once, early
+        counters.apply(&policy, &keys[2], at(2), Op::Allow(1)); // once, later
+        counters.apply(&policy, &keys[3], at(3), Op::Allow(1)); // again, later
+        counters.apply(&policy, &keys[3], at(3), Op::Allow(1));
+        // The keys (by index) that are live after `key` is counted at `t`.
+        let count_then_live = |key: usize, t: u64| {
+            counters.apply(&policy, &keys[key], at(t), Op::Allow(1));
+            let mut live: Vec<usize> = Vec::new();
+            counters.for_each(|k, _| live.extend(keys.iter().position(|key| key == k)));
+            live.sort();
+            live
+        };
+        assert_eq!(count_then_live(4, 4), [0, 2, 3, 4]);
+        assert_eq!(count_then_live(5, 5), [0, 3, 4, 5]);
+        // keys[4] and [5] are asked once: they go before the ones asked again.
+        assert_eq!(count_then_live(6, 6), [0, 3, 5, 6]);
+        assert_eq!((bound.held(), bound.evicted()), (4, 3));
+    }
+
+    #[test]
+    fn a_partition_restored_at_the_bound_gets_its_share() {
+        let max = 4 * BUCKETS;
+        let bound = KeyBound::new(max);
+        let policy = Policy::builtin_default();
+        let now = Nanos::from_secs(100);
+        let old = Counters::with(bound.clone(), Duration::from_secs(3600));
+        for key in keys("old", 2 * max as usize) {
+            old.apply(&policy, &key, now, Op::Allow(1));
+        }
+        assert!(bound.held() <= max + 1);
+        let entries: Vec<Entry> = keys("restored", max as usize)
+            .into_iter()
+            .map(|key| {
+                let mut state = policy.new_state();
+                Op::Allow(1).apply(&policy, &mut state, now);
+                Entry { key, state }
+            })
+            .collect();
+        let restored = Counters::with(bound.clone(), Duration::from_secs(3600));
+        restored.import(entries, now, |_| Some(&policy));
+        // Two partitions share the bound: each ends near half of it.
+        let (a, b) = (old.len(), restored.len());
+        assert!(bound.held() <= max + 1, "{} held", bound.held());
+        assert_eq!(a + b, bound.held());
+        assert!(b >= max * 2 / 5, "the restored partition kept {b} of {max}");
+        assert!(a >= max * 2 / 5, "the old partition kept {a} of {max}");
     }
 
     #[test]

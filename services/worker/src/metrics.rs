@@ -55,6 +55,24 @@ pub fn render(shared: &Shared, shards: &ShardsView) -> String {
         s.policy_revision as f64,
     );
     e.single(
+        "sluice_worker_keys",
+        Kind::Gauge,
+        "Live counters held in all owned partitions.",
+        s.keys as f64,
+    );
+    e.single(
+        "sluice_worker_max_keys",
+        Kind::Gauge,
+        "The bound on live counters (max_keys).",
+        s.max_keys as f64,
+    );
+    e.single(
+        "sluice_worker_keys_evicted_total",
+        Kind::Counter,
+        "Live counters forgotten to stay within max_keys (their limits started over).",
+        s.evicted_keys as f64,
+    );
+    e.single(
         "sluice_worker_partitions",
         Kind::Gauge,
         "Partitions this worker owns.",

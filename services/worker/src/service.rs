@@ -38,6 +38,14 @@ pub struct WorkerStatus {
     /// Keys of the policy bucket whose value is refused now, with why.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub refused_policies: std::collections::BTreeMap<String, String>,
+    /// Live counters held in all partitions, and the bound on them.
+    #[serde(default)]
+    pub keys: u64,
+    #[serde(default)]
+    pub max_keys: u64,
+    /// Live counters forgotten so far to stay within `max_keys`.
+    #[serde(default)]
+    pub evicted_keys: u64,
     pub partitions: Vec<PartitionStatus>,
 }
 
@@ -79,6 +87,9 @@ pub fn status(shared: &Shared, shards: &ShardsView) -> WorkerStatus {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
+        keys: shared.key_bound.held(),
+        max_keys: shared.key_bound.max(),
+        evicted_keys: shared.key_bound.evicted(),
         partitions,
     }
 }

@@ -103,11 +103,12 @@ async fn run(
     mut stop: oneshot::Receiver<()>,
     stats: Arc<ShardStats>,
 ) -> Exit {
+    let counters = Counters::within(shared.key_bound.clone());
     let mut shard = Shard {
         shared,
         partition,
         lease,
-        counters: Counters::new(),
+        counters,
         stats,
         manifest: Manifest::default(),
         manifest_rev: 0,

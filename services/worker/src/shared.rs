@@ -6,6 +6,7 @@
 //! that the shards, worker batches, status and metrics depend on it without
 //! depending on each other or on the controller.
 
+use crate::counters::KeyBound;
 use crate::decide::Decider;
 use crate::outbox::Outbox;
 use crate::routes::Routes;
@@ -32,4 +33,6 @@ pub struct Shared {
     pub outbox: Outbox,
     /// What the worker made of the policy bucket.
     pub policy_status: PolicyStatus,
+    /// The bound on the live counters of all its partitions (`max_keys`).
+    pub key_bound: Arc<KeyBound>,
 }

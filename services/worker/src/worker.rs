@@ -10,6 +10,7 @@
 //! [`ORPHAN_GRACE`] is claimed by whoever sees it first, so a crashed
 //! worker's partitions come back even while its heartbeat lingers.
 
+use crate::counters::KeyBound;
 use crate::decide::Decider;
 use crate::lease::{self, LeaseError};
 use crate::outbox::Outbox;
@@ -127,6 +128,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         (config.snapshot_interval * 5).max(Duration::from_secs(1)),
         config.journal_failure,
     );
+    let key_bound = KeyBound::new(config.max_keys);
     let shared = Arc::new(Shared {
         client: client.clone(),
         stores,
@@ -139,6 +141,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         routes: Routes::default(),
         outbox,
         policy_status: Default::default(),
+        key_bound,
     });
     crate::policy_watch::load(&shared).await?;
     let policy_watch = tokio::spawn(crate::policy_watch::watch(shared.clone()));
@@ -236,7 +239,13 @@ struct Controller {
     /// of them was claimed: one INFO line once they all answer (or failed),
     /// not one per partition.
     starting: Option<(Instant, Vec<u32>)>,
+    /// Keys forgotten at the key bound as of the last warning, and when it
+    /// was given: one line a minute at most while it goes on.
+    evictions_reported: (u64, Option<Instant>),
 }
+
+/// How often a worker forgetting keys at its bound says so, at most.
+const EVICTION_REPORT_EVERY: Duration = Duration::from_secs(60);
 
 impl Controller {
     fn new(shared: Arc<Shared>) -> Controller {
@@ -248,6 +257,7 @@ impl Controller {
             shards_view: ShardsView::default(),
             started: Instant::now(),
             starting: None,
+            evictions_reported: (0, None),
         }
     }
 
@@ -329,6 +339,7 @@ impl Controller {
                     }
                     self.reap();
                     self.summarize_starts();
+                    self.report_evictions();
                     if self.view.current {
                         self.reconcile().await;
                     }
@@ -338,6 +349,25 @@ impl Controller {
         self.shutdown().await;
         let _ = leases.delete(&heartbeat_key).await;
         Ok(())
+    }
+
+    /// While keys are forgotten at the key bound, says so once a minute:
+    /// limits of the forgotten keys start over, which an operator should
+    /// know (and may answer with a larger `max_keys` or more workers).
+    fn report_evictions(&mut self) {
+        let bound = &self.shared.key_bound;
+        let evicted = bound.evicted();
+        let (reported, at) = self.evictions_reported;
+        if evicted == reported || at.is_some_and(|at| at.elapsed() < EVICTION_REPORT_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            max_keys = bound.max(),
+            held = bound.held(),
+            forgotten = evicted - reported,
+            "at the key bound: live counters were forgotten to make room for new keys (their limits start over); raise max_keys or add workers if these are real users"
+        );
+        self.evictions_reported = (evicted, Some(Instant::now()));
     }
 
     /// Once every partition claimed since the last summary answers (or its

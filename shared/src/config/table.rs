@@ -50,6 +50,8 @@ pub(super) struct FileTable {
     pub(super) lease_ttl: Option<String>,
     #[serde(default, deserialize_with = "some_string")]
     pub(super) journal_failure: Option<String>,
+    #[serde(default, deserialize_with = "max_keys")]
+    pub(super) max_keys: Option<i128>,
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
     pub(super) policies: Vec<(String, PolicyTable)>,
@@ -385,6 +387,16 @@ fn partitions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error>
         Found::Int(n) => Ok(Some(n)),
         other => Err(expected(
             &format!("an integer from 1 to {}", super::MAX_PARTITIONS),
+            &other,
+        )),
+    }
+}
+
+fn max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
+    match Found::deserialize(d)? {
+        Found::Int(n) => Ok(Some(n)),
+        other => Err(expected(
+            "an integer of at least 1, e.g. max_keys = 2_000_000",
             &other,
         )),
     }
