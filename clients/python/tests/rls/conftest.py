@@ -2,7 +2,8 @@
 with ``grpcio`` and Envoy's own ``rls.proto`` (see third_party/README.md).
 
 - ``rls``: the generated modules, compiled once per session from
-  ``third_party/`` with ``grpcio-tools`` into a temporary directory.
+  ``third_party/`` with ``grpcio-tools`` into a temporary directory
+  (``protos.py``).
 - ``start_gateway(nats_url, config_text, dir)``: a ``sluice gateway``
   process on loopback with ``--grpc-listen 127.0.0.1:0``; the address it
   bound is read from its log line on stderr (the log is also written to
@@ -15,7 +16,6 @@ The nats-server and worker come from ``tests/conftest.py`` (``stack``,
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import queue
 import re
@@ -32,36 +32,17 @@ import grpc
 import pytest
 
 from tests.conftest import STARTUP_TIMEOUT, Process, _tail, sluice_bin
+from tests.rls import protos
 
-PROTO = Path(__file__).resolve().parent / "third_party"
 LISTENING = re.compile(r"envoy rate limit service listening on (\S+) \(gRPC\)")
 
 
 @pytest.fixture(scope="session")
 def rls() -> Iterator[SimpleNamespace]:
-    """``rls.pb``: rls_pb2, ``rls.grpc``: rls_pb2_grpc, ``rls.descriptor``:
-    ratelimit_pb2 (RateLimitDescriptor), ``rls.wrappers``: wrappers_pb2."""
-    from grpc_tools import protoc
-
-    import grpc_tools
-
-    well_known = Path(grpc_tools.__file__).resolve().parent / "_proto"
-    files = sorted(str(p.relative_to(PROTO)) for p in PROTO.rglob("*.proto"))
+    """The generated modules (see ``protos.load``), for the session."""
     with tempfile.TemporaryDirectory(prefix="sluice-rls-") as out:
-        rc = protoc.main(
-            ["grpc_tools.protoc", "-I", str(PROTO), "-I", str(well_known)]
-            + ["--python_out", out, "--grpc_python_out", out]
-            + files
-        )
-        assert rc == 0, "grpc_tools.protoc failed on {}".format(PROTO)
-        sys.path.insert(0, out)
         try:
-            yield SimpleNamespace(
-                pb=importlib.import_module("envoy.service.ratelimit.v3.rls_pb2"),
-                grpc=importlib.import_module("envoy.service.ratelimit.v3.rls_pb2_grpc"),
-                descriptor=importlib.import_module("envoy.extensions.common.ratelimit.v3.ratelimit_pb2"),
-                wrappers=importlib.import_module("google.protobuf.wrappers_pb2"),
-            )
+            yield protos.load(Path(out))
         finally:
             sys.path.remove(out)
 
