@@ -9,7 +9,9 @@
 #   2. every partition answers through both gateways;
 #   3. one key's limit holds across both gateways (15 per hour: alternating
 #      16 requests between them gives 15 x 200, then 429 with Retry-After),
-#      and a limit holds on every partition;
+#      and a limit holds on every partition; and Envoy's rate limit service
+#      answers once over gRPC (gateway1's published gRPC port, asked with
+#      grpcio and Envoy's rls.proto: clients/python/tests/rls/ask.py);
 #   4. a worker killed with SIGKILL: its partitions answer again through the
 #      survivors, and every limit still holds (the e2e config uses the
 #      journal, so a kill loses no counts); restarted, it takes its share back
@@ -54,6 +56,7 @@ export SLUICE_LOG="info,async_nats=warn"
 export SLUICE_NATS1_PORT='' SLUICE_NATS2_PORT='' SLUICE_NATS3_PORT=''
 export SLUICE_NATS1_HTTP_PORT='' SLUICE_NATS2_HTTP_PORT='' SLUICE_NATS3_HTTP_PORT=''
 export SLUICE_GATEWAY1_PORT='' SLUICE_GATEWAY2_PORT=''
+export SLUICE_GATEWAY1_GRPC_PORT='' SLUICE_GATEWAY2_GRPC_PORT=''
 
 LOG="$(mktemp -t sluice-e2e.XXXXXX.log)"
 PASSED=0
@@ -312,6 +315,9 @@ printf '%s\n7.75.0\n' "$(curl -V | awk 'NR == 1 { print $2 }')" | sort -V -C -r 
 for image in "${SLUICE_IMAGE:-sluice:local}" "${SLUICE_NATS_IMAGE:-sluice-nats:local}"; do
     docker image inspect "$image" >/dev/null 2>&1 || fail "image $image is missing: run scripts/build-images.sh"
 done
+# Python with grpcio, for the one gRPC call (the venv of the tests).
+"$ROOT/scripts/install-deps.sh" >/dev/null 2>&1 || fail "scripts/install-deps.sh failed"
+PY="$("$ROOT/scripts/python-venv.sh" 2>>"$LOG")" || fail "scripts/python-venv.sh failed (see $LOG)"
 PARTITIONS="$(sed -n 's/^partitions *= *\([0-9]*\).*/\1/p' "$ROOT/$CONFIG_FILE")"
 [ -n "$PARTITIONS" ] || fail "no partitions in $CONFIG_FILE"
 keys_per_partition "ready-$RUN-"
@@ -327,6 +333,7 @@ wait_healthy 120 8
 pass "stack up: 8 containers running and healthy (3 nats, 3 workers, 2 gateways)"
 GW1="$(published gateway1 8080)"
 GW2="$(published gateway2 8080)"
+GRPC1="$(published gateway1 8081)"
 MON=()
 for n in nats1 nats2 nats3; do MON+=("$(published "$n" 8222)"); done
 say "gateways at $GW1 and $GW2; NATS monitoring at ${MON[*]}"
@@ -350,6 +357,15 @@ RETRIED=0
 asks_get "$GW1" 200 "$LIMIT" "taking the whole limit ($LIMIT) of one key per partition" "${PER_PARTITION[@]}"
 asks_get "$GW2" 429 1 "one more for each of those keys" "${PER_PARTITION[@]}"
 pass "on every partition: a key's whole limit taken through gateway1 (cost $LIMIT: 200), one more through gateway2: 429$(retried_note)"
+
+# Envoy's rate limit service: one ShouldRateLimit, as Envoy would send it
+# (no [envoy] table: policy default, key "e2e|user=<run>").
+rls="$("$PY" "$ROOT/clients/python/tests/rls/ask.py" "$GRPC1" e2e "user=$RUN" 2>&1)" ||
+    fail "ShouldRateLimit through gateway1's gRPC port $GRPC1 failed: $rls"
+[ "${rls%%$'\n'*}" = OK ] || fail "ShouldRateLimit through $GRPC1: expected OK, got: $rls"
+grep -q '^OK remaining=14 limit=15/SECOND$' <<<"$rls" ||
+    fail "ShouldRateLimit through $GRPC1: expected one OK descriptor with 14 of 15/SECOND left, got: $rls"
+pass "Envoy's ShouldRateLimit over gRPC (gateway1, $GRPC1): OK, 14 of 15 per SECOND left under default"
 
 # --- 4. kill a worker --------------------------------------------------------------
 mapfile -t workers < <(dc ps -q worker)

@@ -5,9 +5,11 @@
 #   scripts/test-python.sh [pytest args...]
 #
 # 1. scripts/install-deps.sh (nats-server v2.15.1 into the venv .tools/venv);
-# 2. installs the package, editable, with its test extras (nats-py, msgpack,
-#    pytest, pytest-asyncio) into that venv, only when clients/python/pyproject.toml
-#    changed since the last install (a stamp in the venv);
+# 2. scripts/python-venv.sh: the package, editable, with its test extras
+#    (nats-py, msgpack, pytest, pytest-asyncio) and the gRPC ones for the
+#    gateway's Envoy rate limit service tests (grpcio, grpcio-tools:
+#    tests/rls) in that venv, installed only when clients/python/pyproject.toml
+#    changed since the last install;
 # 3. cargo build -p sluice-cli (into $CARGO_TARGET_DIR when set);
 # 4. pytest clients/python/tests with SLUICE_BIN and SLUICE_NATS_SERVER set.
 #
@@ -22,16 +24,7 @@ PKG="clients/python"
 echo "==> test dependencies"
 nats_server="$(scripts/install-deps.sh)"
 export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
-PY="$ROOT/.tools/venv/bin/python"
-
-stamp="$ROOT/.tools/venv/.sluice-client-python"
-want="$(cd "$PKG" && pwd) $(sha256sum "$PKG/pyproject.toml" | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
-    ! "$PY" -c 'import sluice_client, nats, msgpack, pytest, pytest_asyncio' 2>/dev/null; then
-    echo "==> pip install -e $PKG[test] into .tools/venv"
-    "$PY" -m pip install --disable-pip-version-check --no-input -q -e "$PKG[test]"
-    echo "$want" >"$stamp"
-fi
+PY="$(scripts/python-venv.sh)"
 
 echo "==> cargo build -p sluice-cli"
 cargo build -p sluice-cli

@@ -24,11 +24,13 @@
 //! ([`Policy::builtin_default`], 15/s sliding window) and the defaults below.
 //! A file that defines policies but no `default` gets the built-in one added.
 
+mod envoy;
 mod table;
 
 use crate::policy::{Policy, DEFAULT_POLICY};
 /// One rule for policy names, shared with the wire protocol.
 pub use crate::wire::is_valid_policy_name;
+pub use envoy::{EntryMatch, EnvoyConfig, EnvoyRule, EnvoyTarget, KeyTemplate, ValueMatch};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -191,6 +193,10 @@ pub struct Config {
     pub max_keys: u64,
     /// By name; always contains [`DEFAULT_POLICY`].
     pub policies: BTreeMap<String, Policy>,
+    /// `[envoy]`: the Envoy rate limit service's mapping (CONTRACT §11);
+    /// `None` without the table (every descriptor then counts under
+    /// `default`, keyed by its domain and entries).
+    pub envoy: Option<EnvoyConfig>,
 }
 
 impl Default for Config {
@@ -208,6 +214,7 @@ impl Default for Config {
             journal_failure: JournalFailure::default(),
             max_keys: DEFAULT_MAX_KEYS,
             policies,
+            envoy: None,
         }
     }
 }
@@ -459,6 +466,9 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
             .map_err(|e| e.below(&format!("policies.{}", key_path(&name))))?;
         config.policies.insert(name, policy);
     }
+    if let Some(envoy) = table.envoy {
+        config.envoy = Some(envoy.check().map_err(|e| e.below("envoy"))?);
+    }
     Ok(config)
 }
 
@@ -582,6 +592,7 @@ mod tests {
             "journal_failure",
             "max_keys",
             "policies",
+            "envoy",
         ];
         assert_eq!(suggest("partiton", &top_level), Some("partitions"));
         assert_eq!(suggest("colour", &top_level), None);

@@ -1,4 +1,5 @@
-//! `sluice gateway`: the HTTP API server (CONTRACT §6).
+//! `sluice gateway`: the HTTP API server (CONTRACT §6), and with
+//! `--grpc-listen` Envoy's rate limit service (CONTRACT §11).
 
 use crate::cli::Common;
 use anyhow::Result;
@@ -11,6 +12,10 @@ pub struct GatewayArgs {
     /// Where to listen for HTTP.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Also serve Envoy's rate limit service (gRPC) here, e.g. 127.0.0.1:8081;
+    /// the config's [envoy] table maps descriptors to keys and policies.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_listen: Option<SocketAddr>,
     /// Rate-limit and forward every other request to this upstream (reverse proxy mode).
     #[arg(long, value_name = "URL")]
     pub upstream: Option<sluice_gateway::Url>,
@@ -26,6 +31,7 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
     let config = common.load_config()?;
     let mut opts = GatewayOptions::new(common.nats.clone(), config);
     opts.listen = args.listen;
+    opts.grpc_listen = args.grpc_listen;
     opts.upstream = args.upstream.clone();
     opts.key_header = args.key_header.clone();
     opts.proxy_policy = args.proxy_policy.clone();

@@ -20,6 +20,7 @@ use sluice_core::ask::Op;
 use sluice_core::config::Fallback;
 use sluice_core::key::try_encode_key;
 use sluice_core::partition::partition_of;
+use sluice_core::policies::Policies;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
 use sluice_core::wire::{self, Encoding, ErrorCode, Reply, MAX_COST};
@@ -262,6 +263,15 @@ impl Client {
 
     pub fn options(&self) -> &ClientOptions {
         &self.inner.opts
+    }
+
+    /// The policies in force as this client knows them: the config's, and
+    /// with [`ClientOptions::follow_policies`] the bucket's and its per-key
+    /// overrides (what the `local` fallback decides with). For callers that
+    /// describe a decision's limit (its window), e.g. the gateway's Envoy
+    /// service.
+    pub fn policies(&self) -> Arc<Policies> {
+        self.inner.local.policies()
     }
 }
 

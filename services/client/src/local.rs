@@ -55,7 +55,7 @@ impl LocalLimiter {
     }
 
     /// The policies in force.
-    fn policies(&self) -> Arc<Policies> {
+    pub(crate) fn policies(&self) -> Arc<Policies> {
         self.policies
             .read()
             .unwrap_or_else(|e| e.into_inner())

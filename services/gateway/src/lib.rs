@@ -12,6 +12,8 @@
 //!   other path.
 //! - `respond.rs`: decision and error responses, one set of headers
 //!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
+//! - `envoy/`: `--grpc-listen ADDR`, Envoy's rate limit service over gRPC
+//!   (CONTRACT §11), deciding through the same client as `/v1/allow`.
 //! - `metrics.rs`: `/metrics`.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
@@ -28,6 +30,7 @@
 //! ```
 
 mod allow;
+mod envoy;
 mod metrics;
 mod options;
 mod proxy;
@@ -58,9 +61,12 @@ struct App {
     upstream: Option<proxy::Upstream>,
     key_header: HeaderName,
     proxy_policy: String,
+    /// `[envoy]`, for the Envoy rate limit service.
+    envoy: Option<sluice_core::config::EnvoyConfig>,
 }
 
-/// Binds `opts.listen` and serves until `shutdown` completes.
+/// Binds `opts.listen` (and `opts.grpc_listen`) and serves until
+/// `shutdown` completes.
 pub async fn run(opts: GatewayOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let listener = TcpListener::bind(opts.listen)
         .await
@@ -68,9 +74,10 @@ pub async fn run(opts: GatewayOptions, shutdown: impl Future<Output = ()>) -> an
     serve(listener, opts, shutdown).await
 }
 
-/// Serves on an already bound listener (`opts.listen` is ignored), until
-/// `shutdown` completes; then stops accepting, finishes the requests in
-/// flight and flushes the NATS connection.
+/// Serves HTTP on an already bound listener (`opts.listen` is ignored), and
+/// gRPC on `opts.grpc_listen` when set (bound here), until `shutdown`
+/// completes; then stops accepting, finishes the requests in flight and
+/// flushes the NATS connection.
 pub async fn serve(
     listener: TcpListener,
     opts: GatewayOptions,
@@ -94,6 +101,15 @@ pub async fn serve(
             opts.proxy_policy
         );
     }
+    let grpc_listener = match opts.grpc_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for gRPC (--grpc-listen)"))?,
+        ),
+        None => None,
+    };
+    warn_of_unknown_envoy_policies(&opts.config);
     let mut client_opts = ClientOptions::from_config(&opts.config).timeout(opts.timeout);
     client_opts.batching = opts.batching;
     client_opts.name = "sluice-gateway".into();
@@ -108,6 +124,7 @@ pub async fn serve(
         upstream,
         key_header,
         proxy_policy: opts.proxy_policy.clone(),
+        envoy: opts.config.envoy.clone(),
     });
     let addr = listener.local_addr()?;
     tracing::info!(
@@ -122,35 +139,77 @@ pub async fn serve(
             None => "no upstream".to_string(),
         }
     );
-    // axum wants a `Send` shutdown future; ours need not be, so it stays in
-    // this task and is relayed through a channel.
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // axum and tonic want a `Send` shutdown future; ours need not be, so it
+    // stays in this task and is relayed through a channel.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let grpc = match grpc_listener {
+        Some(listener) => {
+            tracing::info!(
+                "envoy rate limit service listening on {} (gRPC), {}",
+                listener.local_addr()?,
+                match &opts.config.envoy {
+                    Some(e) => format!("{} [envoy] rules", e.rules().len()),
+                    None => "no [envoy] table: every descriptor under policy default".into(),
+                }
+            );
+            Some(tokio::spawn(envoy::serve(
+                app.clone(),
+                listener,
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
+    let mut http_stop = stop_rx;
     let server = axum::serve(
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
-        let _ = stop_rx.await;
+        let _ = http_stop.wait_for(|stop| *stop).await;
     })
     .into_future();
     tokio::pin!(server, shutdown);
-    let mut stop_tx = Some(stop_tx);
+    let mut stopping = false;
     let served = loop {
         tokio::select! {
             served = &mut server => break served,
-            () = &mut shutdown, if stop_tx.is_some() => {
+            () = &mut shutdown, if !stopping => {
                 tracing::info!("gateway stopping: finishing the requests in flight");
-                if let Some(tx) = stop_tx.take() {
-                    let _ = tx.send(());
-                }
+                stopping = true;
+                let _ = stop_tx.send(true);
             }
         }
     };
+    // Whatever ended the HTTP server ends the gRPC one too.
+    let _ = stop_tx.send(true);
+    if let Some(grpc) = grpc {
+        grpc.await
+            .context("the gRPC server panicked")?
+            .context("the gRPC server failed")?;
+    }
     served.context("the HTTP server failed")?;
     // Hits are publishes: give them a moment to leave (not forever, NATS may be gone).
     let _ = tokio::time::timeout(Duration::from_secs(1), client.nats().flush()).await;
     tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// The policies `[envoy]` rules name must exist when asked for; one that
+/// the file does not define may still come from the policy bucket, so it
+/// is a warning, not an error.
+fn warn_of_unknown_envoy_policies(config: &sluice_core::config::Config) {
+    let Some(envoy) = &config.envoy else { return };
+    for rule in envoy.rules() {
+        if let sluice_core::config::EnvoyTarget::Limit { policy, .. } = &rule.target {
+            if config.policy(policy).is_none() {
+                tracing::warn!(
+                    "[envoy] rule for domain {:?} names policy {policy:?}, which the config file does not define; until the policy bucket has it, its descriptors get gRPC NOT_FOUND",
+                    rule.domain
+                );
+            }
+        }
+    }
 }
 
 fn router(app: Arc<App>) -> Router {

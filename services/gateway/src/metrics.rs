@@ -19,15 +19,19 @@ pub enum Route {
     Allow,
     /// Proxy mode: any other path.
     Proxy,
+    /// `--grpc-listen`: Envoy's `ShouldRateLimit` (OK is `allowed`,
+    /// OVER_LIMIT `denied`).
+    Envoy,
 }
 
 impl Route {
-    const ALL: [Route; 2] = [Route::Allow, Route::Proxy];
+    const ALL: [Route; 3] = [Route::Allow, Route::Proxy, Route::Envoy];
 
     fn as_str(self) -> &'static str {
         match self {
             Route::Allow => "allow",
             Route::Proxy => "proxy",
+            Route::Envoy => "envoy",
         }
     }
 }
@@ -90,8 +94,8 @@ struct Histogram {
 
 #[derive(Default)]
 pub struct Metrics {
-    requests: [[AtomicU64; 7]; 2],
-    latency: [Histogram; 2],
+    requests: [[AtomicU64; 7]; 3],
+    latency: [Histogram; 3],
 }
 
 impl Metrics {
@@ -118,7 +122,7 @@ impl Metrics {
         e.family(
             name,
             Kind::Counter,
-            "HTTP requests answered, by route and outcome.",
+            "Requests answered, by route (HTTP, or envoy for the gRPC rate limit service) and outcome.",
         );
         for route in Route::ALL {
             for outcome in Outcome::ALL {

@@ -16,6 +16,10 @@ pub const DEFAULT_KEY_HEADER: &str = "X-User-Id";
 pub struct GatewayOptions {
     /// Where to listen for HTTP. Default `127.0.0.1:8080`.
     pub listen: SocketAddr,
+    /// Where to serve Envoy's rate limit service over gRPC (CONTRACT §11),
+    /// if anywhere. Default none. The config's `[envoy]` table maps its
+    /// descriptors to keys and policies.
+    pub grpc_listen: Option<SocketAddr>,
     /// The NATS server(s), e.g. `nats://127.0.0.1:4222`.
     pub nats_url: String,
     /// The sluice config: `partitions`, `fallback`, and the policies the
@@ -40,6 +44,7 @@ impl GatewayOptions {
     pub fn new(nats_url: impl Into<String>, config: Config) -> GatewayOptions {
         GatewayOptions {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            grpc_listen: None,
             nats_url: nats_url.into(),
             config,
             upstream: None,

@@ -55,6 +55,9 @@ pub(super) struct FileTable {
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
     pub(super) policies: Vec<(String, PolicyTable)>,
+    /// `[envoy]`, checked by `config/envoy.rs`.
+    #[serde(default)]
+    pub(super) envoy: Option<super::envoy::EnvoyTable>,
 }
 
 /// One `[policies.X]` table, as written: in the config file, or as JSON in
