@@ -439,6 +439,12 @@ def render(data, chart_rel):
           f"{fl['keys_per_flood']:,} distinct keys (five times the bound), each asked once through the "
           f"{fl.get('client', '?')} client (C=256, M=2); then as many again. At the bound each new key makes "
           "the worker forget the least valuable live key (docs/CONFIG.md, `max_keys`).")
+        if fl.get("measured"):
+            busy = "" if fl.get("machine_quiet", True) else (
+                "; other builds were running on the machine then, so decisions/s are low (RSS is not affected)")
+            w("")
+            w(f"Measured {fl['measured']} at `{fl.get('commit', '?')}` (`bench/run.sh --parts flood`, merged into "
+              f"these results){busy}.")
         w("")
         w("| after | decisions/s | errors | live keys | forgotten | worker RSS | peak RSS |")
         w("|---|---|---|---|---|---|---|")
