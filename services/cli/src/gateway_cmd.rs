@@ -25,6 +25,7 @@ pub struct GatewayArgs {
 pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
     let config = common.load_config()?;
     let mut opts = GatewayOptions::new(common.nats.clone(), config);
+    opts.nats_auth = common.nats_auth();
     opts.listen = args.listen;
     opts.upstream = args.upstream.clone();
     opts.key_header = args.key_header.clone();

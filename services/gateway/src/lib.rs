@@ -97,6 +97,7 @@ pub async fn serve(
     let mut client_opts = ClientOptions::from_config(&opts.config).timeout(opts.timeout);
     client_opts.batching = opts.batching;
     client_opts.name = "sluice-gateway".into();
+    client_opts.auth = opts.nats_auth.clone();
     // The local fallback and the deny cache follow the live policies (CONTRACT §7).
     client_opts.follow_policies = true;
     let client = Client::connect_with(&opts.nats_url, client_opts)

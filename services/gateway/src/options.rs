@@ -1,5 +1,6 @@
 //! [`GatewayOptions`]: what `sluice gateway` is started with.
 
+use sluice_client::NatsAuth;
 use sluice_core::config::Config;
 use sluice_core::policy::DEFAULT_POLICY;
 use std::net::SocketAddr;
@@ -18,6 +19,9 @@ pub struct GatewayOptions {
     pub listen: SocketAddr,
     /// The NATS server(s), e.g. `nats://127.0.0.1:4222`.
     pub nats_url: String,
+    /// NATS credentials and TLS (CONTRACT §10); the `client` role of
+    /// `sluice nats-config --auth` is all a gateway needs.
+    pub nats_auth: NatsAuth,
     /// The sluice config: `partitions`, `fallback`, and the policies the
     /// `local` fallback decides with. Use the workers' config file.
     pub config: Config,
@@ -41,6 +45,7 @@ impl GatewayOptions {
         GatewayOptions {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             nats_url: nats_url.into(),
+            nats_auth: NatsAuth::default(),
             config,
             upstream: None,
             key_header: DEFAULT_KEY_HEADER.to_string(),
