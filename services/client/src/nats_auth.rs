@@ -218,10 +218,14 @@ impl NatsAuth {
                 };
                 NatsConnectError::Refused { url, hint }
             }
-            ConnectErrorKind::Tls => NatsConnectError::Tls {
-                url,
-                detail: e.to_string(),
-            },
+            // A failed handshake (an unknown CA, a refused client
+            // certificate) comes as an IO error carrying rustls' reason.
+            _ if e.kind() == ConnectErrorKind::Tls || looks_like_tls(&e.to_string()) => {
+                NatsConnectError::Tls {
+                    url,
+                    detail: e.to_string(),
+                }
+            }
             _ => NatsConnectError::Unreachable {
                 url,
                 detail: e.to_string(),
@@ -241,6 +245,15 @@ impl NatsAuth {
             "that token".to_string()
         }
     }
+}
+
+/// Whether a connect error's text is about TLS (async-nats reports
+/// handshake failures as IO errors).
+fn looks_like_tls(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    ["certificate", "tls", "handshake", "ssl"]
+        .iter()
+        .any(|w| text.contains(w))
 }
 
 /// Reads a file named by `flag`, or says which one could not be read.
