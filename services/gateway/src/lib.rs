@@ -13,6 +13,7 @@
 //! - `respond.rs`: decision and error responses, one set of headers
 //!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
 //! - `metrics.rs`: `/metrics`.
+//! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
 //!   fallback, so it is healthy as long as it can reach NATS.
@@ -28,11 +29,13 @@
 //! ```
 
 mod allow;
+mod api_token;
 mod metrics;
 mod options;
 mod proxy;
 mod respond;
 
+pub use api_token::ApiToken;
 pub use options::{GatewayOptions, DEFAULT_KEY_HEADER, DEFAULT_LISTEN};
 pub use respond::SOURCE_HEADER;
 /// The type of [`GatewayOptions::upstream`].
@@ -128,7 +131,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(
         listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+        router(app, opts.api_token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
         let _ = stop_rx.await;
@@ -154,10 +157,18 @@ pub async fn serve(
     Ok(())
 }
 
-fn router(app: Arc<App>) -> Router {
-    Router::new()
+fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
+    let mut v1 = Router::new()
         .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
-        .route(allow::PREFIX, any(allow::empty_key))
+        .route(allow::PREFIX, any(allow::empty_key));
+    if let Some(token) = token {
+        v1 = v1.route_layer(axum::middleware::from_fn_with_state(
+            token,
+            api_token::require,
+        ));
+    }
+    Router::new()
+        .merge(v1)
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(proxy::proxy)

@@ -1,5 +1,6 @@
 //! [`GatewayOptions`]: what `sluice gateway` is started with.
 
+use crate::api_token::ApiToken;
 use sluice_client::NatsAuth;
 use sluice_core::config::Config;
 use sluice_core::policy::DEFAULT_POLICY;
@@ -38,6 +39,10 @@ pub struct GatewayOptions {
     pub timeout: Duration,
     /// Batch concurrent asks for one worker (see sluice-client). Default true.
     pub batching: bool,
+    /// When set, `/v1/*` answers only requests with `Authorization: Bearer
+    /// <token>` (CONTRACT §10); `/healthz`, `/metrics` and proxy mode stay
+    /// open. Default none.
+    pub api_token: Option<ApiToken>,
 }
 
 impl GatewayOptions {
@@ -52,6 +57,7 @@ impl GatewayOptions {
             proxy_policy: DEFAULT_POLICY.to_string(),
             timeout: Duration::from_millis(100),
             batching: true,
+            api_token: None,
         }
     }
 }
