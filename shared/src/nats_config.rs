@@ -20,6 +20,9 @@ use crate::config::DEFAULT_PARTITIONS;
 use crate::subject::Verb;
 use std::fmt;
 
+pub mod auth;
+pub use auth::{permissions, Permissions, Role, RoleUser};
+
 /// The server mapping for `verb` with `partitions` partitions, as (source,
 /// destination): `("rl.allow.*", "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`.
 ///
@@ -55,6 +58,9 @@ pub struct NatsServerConfig {
     pub max_file_store: Option<u64>,
     /// Present for the cluster form.
     pub cluster: Option<Cluster>,
+    /// One user per role (CONTRACT §10, [`auth`]); empty: no authorization,
+    /// anyone who reaches the server may do anything.
+    pub users: Vec<RoleUser>,
 }
 
 /// The `cluster { }` block of one server.
@@ -89,6 +95,7 @@ impl NatsServerConfig {
             max_memory_store: None,
             max_file_store: None,
             cluster: None,
+            users: Vec::new(),
         }
     }
 
@@ -162,6 +169,10 @@ impl fmt::Display for NatsServerConfig {
         }
         writeln!(w, "}}")?;
 
+        if !self.users.is_empty() {
+            auth::render(w, &self.users)?;
+        }
+
         if let Some(cluster) = &self.cluster {
             writeln!(
                 w,
@@ -185,7 +196,7 @@ impl fmt::Display for NatsServerConfig {
 }
 
 /// A double-quoted nats-server config string.
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -211,6 +211,27 @@ pub fn is_valid_worker_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Whether a worker may publish a reply to `subject`, the reply subject a
+/// request came with. Replies never go into sluice's own subjects (`rl.`,
+/// `sluice.`) nor to any `$` subject (`$JS.API`, `$KV`, `$SRV`, `$SYS`):
+/// a worker may publish there (leases, snapshots, journal), so a request
+/// whose reply subject named, say, `$KV.sluice-leases.p.3` or
+/// `rl.p.3.reset.bob` would otherwise have the worker write its reply
+/// there for the asker, with the worker's permissions (docs/SECURITY.md).
+/// Every NATS client's inboxes (`_INBOX.`, or a custom prefix) pass.
+pub fn is_safe_reply_subject(subject: &str) -> bool {
+    let own = |prefix: &str| {
+        subject
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    };
+    !(subject.starts_with('$') || own(ROOT) || own(INTERNAL_ROOT))
+}
+
+/// The first token of sluice's internal subjects (`sluice.journal.>`,
+/// `sluice.status.>`).
+pub const INTERNAL_ROOT: &str = "sluice";
+
 /// The NATS micro service every worker registers (`$SRV.PING.sluice-worker`).
 pub const STATUS_SERVICE: &str = "sluice-worker";
 /// The service group of the workers' status endpoints:
@@ -300,6 +321,23 @@ pub mod probe {
 
     /// How many probe keys a check sends.
     pub const PROBES: usize = 8;
+
+    /// The prefix of the client's probe keys.
+    pub const CLIENT_PREFIX: &str = "sluice-client-probe";
+
+    /// The probe keys of clients and gateways: always the same
+    /// `sluice-client-probe-0` .. `-7`, so that the `client` role of `sluice
+    /// nats-config --auth` can let clients subscribe to exactly their
+    /// arrival subjects and no other partition subject. (Fixed keys land on
+    /// fixed partitions, so a wrong count is caught for most, not all, pairs
+    /// of counts; a batch that reaches the wrong worker is still answered
+    /// item by item, see [`crate::wire::batch`].) Clients checking at the
+    /// same time see each other's probes, which check the same thing.
+    pub fn client_keys() -> Vec<String> {
+        (0..PROBES)
+            .map(|i| format!("{CLIENT_PREFIX}-{i}"))
+            .collect()
+    }
 
     /// `PROBES` keys unique to this check (`nonce` makes them so).
     pub fn keys(prefix: &str, nonce: &str) -> Vec<String> {
@@ -413,6 +451,47 @@ mod tests {
         assert_eq!(any_partition_batch_subject(), "rl.p.*.batch");
         assert_eq!(partition_wildcard(3), "rl.p.3.>");
         assert!(every_owner_subject().contains(&any_partition_batch_subject()));
+    }
+
+    #[test]
+    fn replies_never_go_into_sluice_or_system_subjects() {
+        for ok in ["_INBOX.abc.1", "my.inbox.x", "rlx.y", "sluicer.z"] {
+            assert!(is_safe_reply_subject(ok), "{ok}");
+        }
+        for bad in [
+            "rl.p.3.reset.bob",
+            "rl",
+            "rl.w.w1.batch",
+            "sluice.journal.w.w1",
+            "$KV.sluice-leases.p.3",
+            "$JS.API.STREAM.DELETE.KV_sluice-leases",
+            "$SRV.PING",
+        ] {
+            assert!(!is_safe_reply_subject(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn client_probe_keys_are_fixed_and_distinguish_common_counts() {
+        let keys = probe::client_keys();
+        assert_eq!(keys.len(), probe::PROBES);
+        assert_eq!(keys[0], "sluice-client-probe-0");
+        // Every pair of counts among the usual ones (and their neighbours)
+        // is told apart by at least one key.
+        let counts = [
+            1u32, 2, 4, 8, 15, 16, 17, 32, 48, 63, 64, 65, 100, 128, 256, 512, 1024,
+        ];
+        for &a in &counts {
+            for &b in &counts {
+                if a != b {
+                    assert!(
+                        keys.iter()
+                            .any(|k| partition_of(k, a) != partition_of(k, b)),
+                        "{a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //! - [`ChildGuard`]: any other child process (sluice workers, `sluice dev`):
 //!   `pid`, `kill` (SIGKILL), `terminate` (SIGTERM, then SIGKILL after a
 //!   grace period), `wait_within`; output to a log file; killed on drop.
+//! - [`TestCa`]: a CA, a server certificate for 127.0.0.1 and a client
+//!   certificate made at test time (rcgen), as PEM files.
 //! - [`eventually`]: poll an async condition until it holds or a deadline
 //!   passes; returns the last error. Only for states with no event to await.
 //!
@@ -33,7 +35,9 @@
 //!   processes of a binary the test names, settled (every partition owned,
 //!   shared evenly, answering) before it returns; kill, stop, freeze or add
 //!   workers, read partition owners and snapshot manifests from the buckets
-//!   named in `sluice_core::storage`. [`TestConfig`] is the TOML most tests
+//!   named in `sluice_core::storage`. [`Stack::start_secured`] runs the same
+//!   on a server enforcing the roles of CONTRACT §10 ([`secured_nats_config`],
+//!   [`test_password`]). [`TestConfig`] is the TOML most tests
 //!   run; [`serial`] runs a binary's tests one at a time.
 //! - [`ask()`] / [`request`] / [`error_of`]: raw NATS asks on the subjects
 //!   of `sluice_core::subject`, replies decoded by `sluice_core::wire`
@@ -69,6 +73,7 @@ mod load;
 mod nats;
 mod process;
 mod stack;
+mod tls;
 
 pub use ask::{
     a_key_per_partition, ask, error_of, key_in_partition, request, AskError, PEEK, REQUEST_TIMEOUT,
@@ -81,5 +86,6 @@ pub use nats::{
     STARTUP_TIMEOUT, STOP_GRACE,
 };
 pub use nix::sys::signal::Signal;
-pub use process::{tail_of_file, ChildGuard, DEFAULT_GRACE};
-pub use stack::{serial, worker_command, Stack, TestConfig};
+pub use process::{output_text, tail_of_file, ChildGuard, DEFAULT_GRACE};
+pub use stack::{secured_nats_config, serial, test_password, worker_command, Stack, TestConfig};
+pub use tls::TestCa;

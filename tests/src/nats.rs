@@ -284,6 +284,15 @@ impl NatsServer {
             .with_context(|| format!("connecting to {} at {}", self.name, self.url()))
     }
 
+    /// Connects as `user` with `password` (a server with users, e.g. the
+    /// roles of `sluice nats-config --auth`).
+    pub async fn connect_as(&self, user: &str, password: &str) -> Result<async_nats::Client> {
+        async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+            .connect(self.url())
+            .await
+            .with_context(|| format!("connecting to {} at {} as {user}", self.name, self.url()))
+    }
+
     /// SIGTERM (a clean shutdown: JetStream is flushed), then waits for the
     /// exit, sending SIGKILL after [`STOP_GRACE`]. Does nothing if stopped.
     pub fn stop(&mut self) -> Result<()> {
@@ -414,7 +423,9 @@ impl NatsServer {
     /// One readiness check: ports file, client port accepts, health 200.
     fn check_ready(&mut self, pid: u32) -> Result<()> {
         let ports = read_ports_file(&self.ports_dir, pid)?;
+        // A server that requires TLS lists its client URL as tls://.
         let client = loopback_port(&ports.nats, "nats://")
+            .or_else(|| loopback_port(&ports.nats, "tls://"))
             .ok_or_else(|| anyhow!("no nats://127.0.0.1 URL in ports file: {ports:?}"))?;
         let http = loopback_port(&ports.monitoring, "http://")
             .ok_or_else(|| anyhow!("no http://127.0.0.1 URL in ports file: {ports:?}"))?;

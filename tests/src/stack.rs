@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use async_nats::jetstream;
 use sluice_core::config::Config;
+use sluice_core::nats_config::{NatsServerConfig, Role, RoleUser};
 use sluice_core::storage::{partition_key, LEASE_BUCKET, SNAPSHOT_BUCKET};
 use sluice_core::subject::Verb;
 use sluice_worker::snapshot::read_manifest;
@@ -137,6 +138,28 @@ pub struct Stack {
     client: async_nats::Client,
     workers: Vec<(String, ChildGuard)>,
     started: usize,
+    /// Environment of every worker (the `worker` role's credentials in a
+    /// secured stack).
+    worker_env: Vec<(String, String)>,
+}
+
+/// The password of `role` in a [`Stack::start_secured`] stack.
+pub fn test_password(role: Role) -> String {
+    format!("test-{role}-password")
+}
+
+/// sluice's server config for `partitions` with the three role users of
+/// CONTRACT §10 (`sluice nats-config --auth`), passwords [`test_password`].
+pub fn secured_nats_config(partitions: u32) -> String {
+    let mut config = NatsServerConfig::new(partitions);
+    config.users = Role::ALL
+        .into_iter()
+        .map(|role| RoleUser {
+            role,
+            password: test_password(role),
+        })
+        .collect();
+    config.render()
 }
 
 impl Stack {
@@ -148,6 +171,46 @@ impl Stack {
         let nats =
             NatsServer::start_with_partitions(config.partitions).expect("nats-server starts");
         let client = nats.connect().await.expect("the stack connects");
+        Stack::start_on(sluice, config_toml, workers, nats, client, Vec::new()).await
+    }
+
+    /// [`Stack::start`] on a server that enforces the roles of CONTRACT §10
+    /// ([`secured_nats_config`]): workers run as `worker`, the stack's own
+    /// connection (owners, snapshots, settling) is `admin`.
+    pub async fn start_secured(
+        sluice: impl Into<PathBuf>,
+        config_toml: &str,
+        workers: usize,
+    ) -> Stack {
+        let config = Config::from_toml(config_toml, "test.toml").expect("the test config is valid");
+        let nats =
+            NatsServer::start(&secured_nats_config(config.partitions)).expect("nats-server starts");
+        let client = nats
+            .connect_as(Role::Admin.name(), &test_password(Role::Admin))
+            .await
+            .expect("the stack connects as admin");
+        let env = vec![
+            (
+                "SLUICE_NATS_USER".to_string(),
+                Role::Worker.name().to_string(),
+            ),
+            (
+                "SLUICE_NATS_PASSWORD".to_string(),
+                test_password(Role::Worker),
+            ),
+        ];
+        Stack::start_on(sluice, config_toml, workers, nats, client, env).await
+    }
+
+    async fn start_on(
+        sluice: impl Into<PathBuf>,
+        config_toml: &str,
+        workers: usize,
+        nats: NatsServer,
+        client: async_nats::Client,
+        worker_env: Vec<(String, String)>,
+    ) -> Stack {
+        let config = Config::from_toml(config_toml, "test.toml").expect("the test config is valid");
         let dir = tempfile::tempdir().expect("a temp dir for the stack");
         let config_path = dir.path().join("sluice.toml");
         std::fs::write(&config_path, config_toml).expect("the config file is written");
@@ -160,6 +223,7 @@ impl Stack {
             client,
             workers: Vec::new(),
             started: 0,
+            worker_env,
         };
         stack.start_workers(workers).await;
         stack
@@ -213,6 +277,7 @@ impl Stack {
             let mut cmd =
                 worker_command(&self.sluice, &self.nats.url(), &self.config_path, Some(&id));
             cmd.env("SLUICE_LOG", "info");
+            cmd.envs(self.worker_env.iter().map(|(k, v)| (k, v)));
             let process =
                 ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");
             self.workers.push((id, process));

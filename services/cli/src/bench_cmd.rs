@@ -54,7 +54,7 @@ pub struct BenchArgs {
 
 pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
     if args.serve_echo {
-        return echo::serve(&common.nats);
+        return echo::serve(&common.nats, &common.nats_auth());
     }
     let config = common.load_config()?;
     let plan = args.load.plan()?;
@@ -70,6 +70,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         &load.policy,
         load.cost,
     )?;
+    spec.auth = common.nats_auth();
     if args.client == ClientKind::Batching {
         spec.batching = Some(batching::BatchingSpec {
             partitions: config.partitions,
@@ -84,6 +85,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         };
         let took = rt.block_on(ready::wait_ready(
             &common.nats,
+            &spec.auth,
             config.partitions,
             &load.policy,
             wait,

@@ -32,7 +32,8 @@ pub fn run(common: &Common, args: &CheckArgs) -> Result<()> {
         let opts = ClientOptions::from_config(&config)
             .batching(false)
             .deny_cache(false)
-            .fallback(Fallback::Closed);
+            .fallback(Fallback::Closed)
+            .auth(common.nats_auth());
         let client = Client::connect_with(&common.nats, opts).await?;
         let answer = client
             .ask(args.key.as_bytes(), &args.policy, args.cost)

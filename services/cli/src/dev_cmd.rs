@@ -140,9 +140,13 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
 async fn wait_settled(url: &str, partitions: u32, workers: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Ok(status) =
-            crate::status_cmd::collect(url, partitions, Duration::from_millis(200)).await
-        {
+        // `sluice dev` runs its own nats-server without auth.
+        let client = async_nats::connect(sluice_core::nats_config::server_urls(url)).await;
+        let status = match &client {
+            Ok(c) => crate::status_cmd::collect(c, partitions, Duration::from_millis(200)).await,
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        };
+        if let Ok(status) = status {
             let answering: Vec<usize> = status
                 .workers
                 .iter()

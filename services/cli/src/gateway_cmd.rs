@@ -25,16 +25,24 @@ pub struct GatewayArgs {
     /// In proxy mode, the policy every forwarded request counts under.
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub proxy_policy: String,
+    /// Require `Authorization: Bearer TOKEN` on /v1/* (401 otherwise); /healthz and /metrics stay open.
+    #[arg(long, env = "SLUICE_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
 }
 
 pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
     let config = common.load_config()?;
     let mut opts = GatewayOptions::new(common.nats.clone(), config);
+    opts.nats_auth = common.nats_auth();
     opts.listen = args.listen;
     opts.grpc_listen = args.grpc_listen;
     opts.upstream = args.upstream.clone();
     opts.key_header = args.key_header.clone();
     opts.proxy_policy = args.proxy_policy.clone();
+    if args.api_token.as_deref() == Some("") {
+        anyhow::bail!("--api-token (SLUICE_API_TOKEN) is empty; give a token or leave it unset");
+    }
+    opts.api_token = args.api_token.clone().map(sluice_gateway::ApiToken::new);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

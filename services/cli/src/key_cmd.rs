@@ -3,10 +3,9 @@
 //! table or JSON.
 
 use crate::cli::Common;
-use anyhow::{anyhow, bail, Context as _, Result};
+use anyhow::{anyhow, bail, Result};
 use serde::de::DeserializeOwned;
 use sluice_core::key::try_encode_key;
-use sluice_core::nats_config::server_urls;
 use sluice_core::subject::Verb;
 use sluice_core::wire::inspect::{decode_admin_reply, encode_scope, InspectReply, ResetReply};
 use sluice_core::wire::{decode_reply, Encoding, Reply, SERVICE_ERROR_CODE};
@@ -79,9 +78,7 @@ fn request<T: DeserializeOwned>(common: &Common, args: &KeyArgs, verb: Verb) -> 
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let client = async_nats::connect(server_urls(&common.nats))
-            .await
-            .with_context(|| format!("cannot connect to NATS at {}", common.nats))?;
+        let client = common.connect(&format!("sluice {}", verb.as_str())).await?;
         let subject = verb.client_subject(&token);
         let msg = tokio::time::timeout(TIMEOUT, client.request(subject.clone(), body.into()))
             .await

@@ -38,8 +38,17 @@ fn main() -> ExitCode {
     match cli.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the reason and its causes.
-            eprintln!("sluice: {}", format!("{e:#}").replace('\n', " "));
+            // One line: the reason and its causes; a refusal by the NATS
+            // server is the real reason when there was one (what failed
+            // after it, a timeout, is only its consequence).
+            let reason = match sluice_client::last_refusal() {
+                Some(refused) => format!(
+                    "the NATS server refused: {refused}; this NATS user lacks the permission \
+                     (docs/SECURITY.md lists what each role may do)"
+                ),
+                None => format!("{e:#}").replace('\n', " "),
+            };
+            eprintln!("sluice: {reason}");
             ExitCode::FAILURE
         }
     }

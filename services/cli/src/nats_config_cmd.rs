@@ -1,8 +1,8 @@
 //! `sluice nats-config`: the nats-server config with the partition mapping.
 
 use crate::cli::Common;
-use anyhow::Result;
-use sluice_core::nats_config::{Cluster, NatsServerConfig};
+use anyhow::{Context as _, Result};
+use sluice_core::nats_config::{Cluster, NatsServerConfig, Role, RoleUser};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsConfigArgs {
@@ -27,6 +27,13 @@ pub struct NatsConfigArgs {
     /// A route to another server of the cluster (repeatable), e.g. nats-route://n2:6222.
     #[arg(long = "route")]
     pub routes: Vec<String>,
+    /// Add users `client`, `worker` and `admin` with the permissions of their
+    /// roles (CONTRACT §10). Passwords come from SLUICE_AUTH_CLIENT_PASSWORD,
+    /// SLUICE_AUTH_WORKER_PASSWORD and SLUICE_AUTH_ADMIN_PASSWORD; a role
+    /// without one gets a generated password, written into the config and
+    /// named once on stderr.
+    #[arg(long)]
+    pub auth: bool,
 }
 
 pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
@@ -41,6 +48,37 @@ pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
         listen: args.cluster_listen.clone(),
         routes: args.routes.clone(),
     });
+    if args.auth {
+        server.users = Role::ALL
+            .into_iter()
+            .map(|role| {
+                let password = match std::env::var(role.password_env()) {
+                    Ok(p) if !p.is_empty() => p,
+                    _ => {
+                        let p = generate_password()?;
+                        eprintln!(
+                            "sluice nats-config: generated the password of user {role}: {p} \
+                             (set {} to choose it)",
+                            role.password_env()
+                        );
+                        p
+                    }
+                };
+                Ok(RoleUser { role, password })
+            })
+            .collect::<Result<_>>()?;
+    }
     print!("{}", server.render());
     Ok(())
+}
+
+/// 128 random bits from the kernel, in hex: a password nobody guesses and
+/// that needs no quoting anywhere (config, env, URL).
+fn generate_password() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom to generate a password; set the SLUICE_AUTH_<ROLE>_PASSWORD variables")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -9,7 +9,6 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use sluice_core::config::{Config, LimitTable, PolicyTable};
 use sluice_core::key::try_encode_key;
-use sluice_core::nats_config::server_urls;
 use sluice_core::policies::{self, OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
 use sluice_core::storage::{override_key, policy_key, PolicyKey, POLICY_BUCKET};
@@ -181,9 +180,7 @@ async fn put(bucket: &kv::Store, name: &str, table: &PolicyTable) -> Result<()> 
 }
 
 async fn bucket(common: &Common) -> Result<kv::Store> {
-    let client = async_nats::connect(server_urls(&common.nats))
-        .await
-        .with_context(|| format!("cannot connect to NATS at {}", common.nats))?;
+    let client = common.connect("sluice policy").await?;
     jetstream::new(client)
         .get_key_value(POLICY_BUCKET)
         .await

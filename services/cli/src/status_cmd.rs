@@ -51,7 +51,10 @@ pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let status = rt.block_on(collect(&common.nats, config.partitions, args.wait))?;
+    let status = rt.block_on(async {
+        let client = common.connect("sluice status").await?;
+        collect(&client, config.partitions, args.wait).await
+    })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -60,17 +63,18 @@ pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {
     Ok(())
 }
 
-pub async fn collect(url: &str, partitions: u32, wait: Duration) -> Result<Status> {
-    let client = async_nats::connect(sluice_core::nats_config::server_urls(url))
-        .await
-        .with_context(|| format!("cannot connect to NATS at {url}"))?;
+pub async fn collect(
+    client: &async_nats::Client,
+    partitions: u32,
+    wait: Duration,
+) -> Result<Status> {
     let js = jetstream::new(client.clone());
     let leases = js
         .get_key_value(LEASE_BUCKET)
         .await
         .context("no lease bucket: has a worker ever run against this NATS?")?;
     let snapshots = js.get_key_value(SNAPSHOT_BUCKET).await.ok();
-    let workers = worker_statuses(&client, wait).await?;
+    let workers = worker_statuses(client, wait).await?;
     let decisions: BTreeMap<u32, u64> = workers
         .iter()
         .flat_map(|w| w.partitions.iter().map(|p| (p.partition, p.decisions)))

@@ -21,6 +21,7 @@ pub struct WorkerArgs {
 pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
     let config = common.load_config()?;
     let mut opts = WorkerOptions::new(common.nats.clone(), config);
+    opts.auth = common.nats_auth();
     opts.worker_id = args.worker_id.clone();
     opts.replicas = args.replicas;
     opts.metrics_listen = args.metrics_listen;

@@ -27,11 +27,7 @@ fn sluice(args: &[&str], nats: &str, config: &std::path::Path) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    sluice_tests::output_text(o)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::Value;
 use sluice_core::config::{Config, Fallback};
+use sluice_core::nats_config::Role;
 use sluice_gateway::{GatewayOptions, Url};
-use sluice_tests::{ask, eventually, serial, Stack, TestConfig, PEEK, TICK};
+use sluice_tests::{ask, eventually, serial, test_password, Stack, TestConfig, PEEK, TICK};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,10 +44,14 @@ struct Gateway {
 
 impl Gateway {
     async fn start(nats_url: &str, config: Config, upstream: Option<Url>) -> Gateway {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let mut opts = GatewayOptions::new(nats_url, config);
         opts.upstream = upstream;
+        Gateway::start_with(opts).await
+    }
+
+    async fn start_with(mut opts: GatewayOptions) -> Gateway {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
         opts.timeout = Duration::from_secs(2);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(sluice_gateway::serve(listener, opts, async move {
@@ -624,4 +629,54 @@ async fn a_raised_policy_empties_the_gateway_deny_cache() {
         raised.elapsed()
     );
     gateway.stop().await;
+}
+
+/// CONTRACT §10: with `--api-token`, `/v1/*` needs the bearer token (401
+/// and nothing counted otherwise); `/healthz` and `/metrics` stay open. The
+/// gateway runs as the `client` role of `sluice nats-config --auth`, which
+/// is all it needs (batching, the partition probe, following policies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_token_v1_needs_the_bearer_token_and_health_and_metrics_stay_open() {
+    let _serial = serial().await;
+    let stack = Stack::start_secured(SLUICE, &TestConfig::new().toml(), 1).await;
+    let mut opts = GatewayOptions::new(stack.nats.url(), config(Fallback::Closed));
+    opts.nats_auth = sluice_client::NatsAuth {
+        user: Some("client".into()),
+        password: Some(test_password(Role::Client)),
+        ..Default::default()
+    };
+    opts.api_token = Some(sluice_gateway::ApiToken::new("s3cret"));
+    let gw = Gateway::start_with(opts).await;
+    let http = http();
+    let url = gw.url("/v1/allow/tok-key");
+
+    let (status, headers, body) = call(http.get(&url)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"], "unauthorized");
+    assert!(header(&headers, "www-authenticate").is_some());
+    let (status, _, _) = call(http.get(&url).bearer_auth("wrong")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = call(http.post(&url).header("authorization", "s3cret")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let admin = stack
+        .nats
+        .connect_as("admin", &test_password(Role::Admin))
+        .await
+        .unwrap();
+    assert_eq!(
+        ask(&admin, "tok-key", PEEK).await.unwrap().remaining,
+        5,
+        "refused requests count nothing"
+    );
+    let (status, _, body) = call(http.get(&url).bearer_auth("s3cret")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["remaining"], 4);
+    assert_eq!(ask(&admin, "tok-key", PEEK).await.unwrap().remaining, 4);
+
+    for open in ["/healthz", "/metrics"] {
+        let resp = http.get(gw.url(open)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{open}");
+    }
+    gw.stop().await;
 }

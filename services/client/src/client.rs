@@ -112,19 +112,13 @@ impl Client {
         Client::connect_with(url, ClientOptions::default()).await
     }
 
-    /// Connects to NATS at `url` (a comma-separated list is fine) and, with
+    /// Connects to NATS at `url` (a comma-separated list is fine) with
+    /// [`ClientOptions::auth`] and, with
     /// batching on and [`ClientOptions::check_partitions`], checks that the
     /// server maps keys with [`ClientOptions::partitions`].
     pub async fn connect_with(url: &str, opts: ClientOptions) -> Result<Client, ConnectError> {
         opts.validate().map_err(ConnectError::Options)?;
-        let nats = async_nats::ConnectOptions::new()
-            .name(&opts.name)
-            .connect(sluice_core::nats_config::server_urls(url))
-            .await
-            .map_err(|source| ConnectError::Nats {
-                url: url.to_string(),
-                source,
-            })?;
+        let nats = opts.auth.connect_named(url, &opts.name).await?;
         Client::with_connection(nats, opts).await
     }
 

@@ -76,13 +76,11 @@ impl From<ErrorReply> for Error {
 /// Why [`Client::connect`](crate::Client::connect) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// The NATS connection could not be made.
-    #[error("cannot connect to NATS at {url}: {source}")]
-    Nats {
-        url: String,
-        #[source]
-        source: async_nats::ConnectError,
-    },
+    /// The NATS connection could not be made: the message says whether a
+    /// credentials file was unreadable, the server refused the credentials,
+    /// TLS failed or the server could not be reached.
+    #[error(transparent)]
+    Nats(#[from] crate::nats_auth::NatsConnectError),
     /// The options cannot work (e.g. 0 partitions, a zero timeout).
     #[error("invalid client options: {0}")]
     Options(String),

@@ -18,6 +18,8 @@
 //! - `deny_cache.rs`: a denied key is answered locally until its retry time.
 //! - `local.rs`: the `local` fallback, the workers' algorithms in-process.
 //! - `probe.rs`: the startup check of the partition count.
+//! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (CONTRACT §10),
+//!   the one builder of connect options for every sluice process.
 //!
 //! ```no_run
 //! use sluice_client::{Client, ClientOptions, Source};
@@ -45,6 +47,7 @@ mod client;
 mod deny_cache;
 mod error;
 mod local;
+mod nats_auth;
 mod options;
 pub mod policy_follow;
 mod probe;
@@ -53,6 +56,7 @@ mod stats;
 pub use answer::{Answer, Source};
 pub use client::Client;
 pub use error::{ConnectError, Error};
+pub use nats_auth::{last_refusal, NatsAuth, NatsConnectError};
 pub use options::ClientOptions;
 /// Re-exported for [`ClientOptions::fallback`] and [`Source::Fallback`].
 pub use sluice_core::config::Fallback;

@@ -1,5 +1,6 @@
 //! [`ClientOptions`]: timeouts, fallback, batching, deny cache.
 
+use crate::nats_auth::NatsAuth;
 use sluice_core::config::{Config, Fallback, DEFAULT_PARTITIONS};
 use sluice_core::policy::Policy;
 use sluice_core::time::{Clock, SystemClock};
@@ -61,6 +62,11 @@ pub struct ClientOptions {
     pub follow_policies: bool,
     /// The NATS connection name. Default `sluice-client`.
     pub name: String,
+    /// NATS credentials and TLS (CONTRACT §10). Default none: an open,
+    /// plain connection. As the `client` role of `sluice nats-config
+    /// --auth`, everything here works, batching and `follow_policies`
+    /// included (docs/SECURITY.md).
+    pub auth: NatsAuth,
     /// The clock of the `local` fallback limiter. Default the system clock.
     pub clock: Arc<dyn Clock>,
 }
@@ -84,6 +90,7 @@ impl Default for ClientOptions {
             down_after: Duration::from_millis(200),
             follow_policies: false,
             name: "sluice-client".to_string(),
+            auth: NatsAuth::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -120,6 +127,12 @@ impl ClientOptions {
         self
     }
 
+    /// NATS credentials and TLS ([`ClientOptions::auth`]).
+    pub fn auth(mut self, auth: NatsAuth) -> ClientOptions {
+        self.auth = auth;
+        self
+    }
+
     pub fn partitions(mut self, partitions: u32) -> ClientOptions {
         self.partitions = partitions;
         self
@@ -152,6 +165,7 @@ impl fmt::Debug for ClientOptions {
             .field("down_after", &self.down_after)
             .field("follow_policies", &self.follow_policies)
             .field("name", &self.name)
+            .field("auth", &self.auth)
             .finish_non_exhaustive()
     }
 }

@@ -7,7 +7,8 @@
 //! them alone, so limits still hold, but batching would be wasted).
 //!
 //! The check asks the server itself: it subscribes to `rl.p.*.allow.<probe>`
-//! for a few unique probe keys, publishes `rl.allow.<probe>` *without* a reply
+//! for a few fixed probe keys (the only partition subjects the `client` role
+//! may subscribe to), publishes `rl.allow.<probe>` *without* a reply
 //! subject (workers ignore such messages, so nothing is counted), and
 //! compares the partition each one arrived on with its own computation. Eight
 //! probes catch a wrong count with probability at least 1 - 2^-8; the check
@@ -26,9 +27,9 @@ pub(crate) async fn check_partitions(
     partitions: u32,
 ) -> Result<(), ConnectError> {
     let fail = |m: String| ConnectError::Partitions(m);
-    let inbox = nats.new_inbox();
-    let nonce = inbox.rsplit('.').next().unwrap_or("x");
-    let keys = probe::keys("sluice-client-probe", nonce);
+    // Fixed keys: the `client` role may subscribe to their arrival
+    // subjects only (see `probe::client_keys`).
+    let keys = probe::client_keys();
     let mut subs = Vec::with_capacity(keys.len());
     for key in &keys {
         let sub = nats

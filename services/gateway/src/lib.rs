@@ -15,6 +15,7 @@
 //! - `envoy/`: `--grpc-listen ADDR`, Envoy's rate limit service over gRPC
 //!   (CONTRACT §11), deciding through the same client as `/v1/allow`.
 //! - `metrics.rs`: `/metrics`.
+//! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
 //!   fallback, so it is healthy as long as it can reach NATS.
@@ -30,12 +31,14 @@
 //! ```
 
 mod allow;
+mod api_token;
 mod envoy;
 mod metrics;
 mod options;
 mod proxy;
 mod respond;
 
+pub use api_token::ApiToken;
 pub use options::{GatewayOptions, DEFAULT_KEY_HEADER, DEFAULT_LISTEN};
 pub use respond::SOURCE_HEADER;
 /// The type of [`GatewayOptions::upstream`].
@@ -63,6 +66,8 @@ struct App {
     proxy_policy: String,
     /// `[envoy]`, for the Envoy rate limit service.
     envoy: Option<sluice_core::config::EnvoyConfig>,
+    /// `--api-token`: what `/v1/*` and the Envoy service require.
+    api_token: Option<ApiToken>,
 }
 
 /// Binds `opts.listen` (and `opts.grpc_listen`) and serves until
@@ -113,6 +118,7 @@ pub async fn serve(
     let mut client_opts = ClientOptions::from_config(&opts.config).timeout(opts.timeout);
     client_opts.batching = opts.batching;
     client_opts.name = "sluice-gateway".into();
+    client_opts.auth = opts.nats_auth.clone();
     // The local fallback and the deny cache follow the live policies (CONTRACT §7).
     client_opts.follow_policies = true;
     let client = Client::connect_with(&opts.nats_url, client_opts)
@@ -125,6 +131,7 @@ pub async fn serve(
         key_header,
         proxy_policy: opts.proxy_policy.clone(),
         envoy: opts.config.envoy.clone(),
+        api_token: opts.api_token.clone(),
     });
     let addr = listener.local_addr()?;
     tracing::info!(
@@ -163,7 +170,7 @@ pub async fn serve(
     let mut http_stop = stop_rx;
     let server = axum::serve(
         listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+        router(app, opts.api_token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
         let _ = http_stop.wait_for(|stop| *stop).await;
@@ -212,10 +219,18 @@ fn warn_of_unknown_envoy_policies(config: &sluice_core::config::Config) {
     }
 }
 
-fn router(app: Arc<App>) -> Router {
-    Router::new()
+fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
+    let mut v1 = Router::new()
         .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
-        .route(allow::PREFIX, any(allow::empty_key))
+        .route(allow::PREFIX, any(allow::empty_key));
+    if let Some(token) = token {
+        v1 = v1.route_layer(axum::middleware::from_fn_with_state(
+            token,
+            api_token::require,
+        ));
+    }
+    Router::new()
+        .merge(v1)
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(proxy::proxy)

@@ -1,5 +1,7 @@
 //! [`GatewayOptions`]: what `sluice gateway` is started with.
 
+use crate::api_token::ApiToken;
+use sluice_client::NatsAuth;
 use sluice_core::config::Config;
 use sluice_core::policy::DEFAULT_POLICY;
 use std::net::SocketAddr;
@@ -22,6 +24,9 @@ pub struct GatewayOptions {
     pub grpc_listen: Option<SocketAddr>,
     /// The NATS server(s), e.g. `nats://127.0.0.1:4222`.
     pub nats_url: String,
+    /// NATS credentials and TLS (CONTRACT §10); the `client` role of
+    /// `sluice nats-config --auth` is all a gateway needs.
+    pub nats_auth: NatsAuth,
     /// The sluice config: `partitions`, `fallback`, and the policies the
     /// `local` fallback decides with. Use the workers' config file.
     pub config: Config,
@@ -38,6 +43,10 @@ pub struct GatewayOptions {
     pub timeout: Duration,
     /// Batch concurrent asks for one worker (see sluice-client). Default true.
     pub batching: bool,
+    /// When set, `/v1/*` answers only requests with `Authorization: Bearer
+    /// <token>` (CONTRACT §10); `/healthz`, `/metrics` and proxy mode stay
+    /// open. Default none.
+    pub api_token: Option<ApiToken>,
 }
 
 impl GatewayOptions {
@@ -46,12 +55,14 @@ impl GatewayOptions {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             grpc_listen: None,
             nats_url: nats_url.into(),
+            nats_auth: NatsAuth::default(),
             config,
             upstream: None,
             key_header: DEFAULT_KEY_HEADER.to_string(),
             proxy_policy: DEFAULT_POLICY.to_string(),
             timeout: Duration::from_millis(100),
             batching: true,
+            api_token: None,
         }
     }
 }

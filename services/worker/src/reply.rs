@@ -12,6 +12,7 @@ use crate::decide::Answer;
 use async_nats::{HeaderMap, HeaderName, Subject};
 use bytes::Bytes;
 use sluice_core::policy::Decision;
+use sluice_core::subject::is_safe_reply_subject;
 use sluice_core::wire::{self, batch, Encoding, ErrorReply, RateLimitHeaders};
 
 /// A reply to send: headers and payload.
@@ -131,8 +132,20 @@ impl Reply {
 
 /// Publishes `replies` in order; a reply that cannot be sent is logged (its
 /// asker times out and asks again).
+///
+/// A reply subject inside sluice's own or the system's subjects is refused
+/// ([`is_safe_reply_subject`]): the worker may write there, the asker may
+/// not, so replying would lend the asker the worker's permissions.
 pub async fn publish(client: &async_nats::Client, replies: Vec<Outgoing>) {
     for (to, reply) in replies {
+        if !is_safe_reply_subject(to.as_str()) {
+            tracing::warn!(
+                "refused to reply to {to}: a reply subject must be an inbox, not one of \
+                 sluice's or the system's subjects (a request tried to have this worker \
+                 publish there)"
+            );
+            continue;
+        }
         if let Err(e) = client
             .publish_with_headers(to, reply.headers, reply.payload)
             .await

@@ -49,6 +49,9 @@ pub const ORPHAN_GRACE: Duration = Duration::from_millis(500);
 /// Everything a worker needs to start.
 pub struct WorkerOptions {
     pub nats_url: String,
+    /// NATS credentials and TLS (CONTRACT §10); as the `worker` role of
+    /// `sluice nats-config --auth` in a secured system.
+    pub auth: sluice_client::NatsAuth,
     pub config: Config,
     /// Unique per process; generated when `None`.
     pub worker_id: Option<String>,
@@ -63,6 +66,7 @@ impl WorkerOptions {
     pub fn new(nats_url: impl Into<String>, config: Config) -> WorkerOptions {
         WorkerOptions {
             nats_url: nats_url.into(),
+            auth: sluice_client::NatsAuth::default(),
             config,
             worker_id: None,
             replicas: 1,
@@ -96,17 +100,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         worker_batch_subject("<worker-id>")
     );
     let config = Arc::new(opts.config);
-    let client = async_nats::ConnectOptions::new()
+    let connect = opts
+        .auth
+        .connect_options()?
         .name(format!("sluice-worker {worker_id}"))
-        .connection_timeout(Duration::from_secs(5))
-        .connect(sluice_core::nats_config::server_urls(&opts.nats_url))
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to NATS at {}; is nats-server running there?",
-                opts.nats_url
-            )
-        })?;
+        .connection_timeout(Duration::from_secs(5));
+    let client = opts.auth.connect(&opts.nats_url, connect).await?;
     probe::check_mapping(&client, config.partitions).await?;
     let stores = Stores::open(
         client.clone(),

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import grpc
 import pytest
@@ -70,7 +70,9 @@ def _read_log(stream, log: Path, found: "queue.Queue[str]") -> None:
 
 
 @contextlib.contextmanager
-def start_gateway(nats_url: str, config_text: str, dir: Path, name: str) -> Iterator[Gateway]:
+def start_gateway(
+    nats_url: str, config_text: str, dir: Path, name: str, extra_args: Sequence[str] = ()
+) -> Iterator[Gateway]:
     config = dir / "gateway-{}.toml".format(name)
     config.write_text(config_text)
     log = dir / "gateway-{}.log".format(name)
@@ -78,7 +80,7 @@ def start_gateway(nats_url: str, config_text: str, dir: Path, name: str) -> Iter
     popen = subprocess.Popen(
         [
             sluice_bin(), "gateway", "--nats", nats_url, "--config", str(config),
-            "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+            "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", *extra_args,
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

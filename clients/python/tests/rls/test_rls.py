@@ -24,7 +24,14 @@ Descriptor = Union[Entries, Tuple[Entries, int]]
 U32_MAX = 2**32 - 1
 
 
-def call(rls: SimpleNamespace, stub, domain: str, *descriptors: Descriptor, hits_addend: int = 0):
+def call(
+    rls: SimpleNamespace,
+    stub,
+    domain: str,
+    *descriptors: Descriptor,
+    hits_addend: int = 0,
+    metadata: Sequence[Tuple[str, str]] = (),
+):
     pb, d = rls.pb, rls.descriptor
     request = pb.RateLimitRequest(domain=domain, hits_addend=hits_addend)
     for item in descriptors:
@@ -36,7 +43,7 @@ def call(rls: SimpleNamespace, stub, domain: str, *descriptors: Descriptor, hits
             desc.entries.append(d.RateLimitDescriptor.Entry(key=key, value=value))
         if own is not None:
             desc.hits_addend.CopyFrom(rls.wrappers.UInt64Value(value=own))
-    return stub.ShouldRateLimit(request, timeout=10)
+    return stub.ShouldRateLimit(request, timeout=10, metadata=tuple(metadata))
 
 
 def headers(response) -> dict:
@@ -163,6 +170,20 @@ def test_with_an_envoy_table_unknown_domains_and_descriptors_are_ok(rls, stack):
             r = call(rls, stub, "py-known", [("user", "erin")], hits_addend=14)
             assert r.statuses[0].limit_remaining == 0
             assert call(rls, stub, "py-known", [("user", "erin")]).overall_code == over
+
+
+def test_with_an_api_token_only_calls_that_carry_it_are_answered(rls, stack):
+    with start_gateway(stack.url, CONFIG, stack.dir, "token", ["--api-token", "s3cret"]) as gw:
+        with rls_stub(rls, gw) as stub:
+            for metadata in [(), (("authorization", "Bearer wrong"),), (("authorization", "s3cret"),)]:
+                with pytest.raises(grpc.RpcError) as refused:
+                    call(rls, stub, "py-token", [("user", "gina")], metadata=metadata)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert "API token" in refused.value.details()
+            right = (("authorization", "Bearer s3cret"),)
+            r = call(rls, stub, "py-token", [("user", "gina")], metadata=right)
+            # The refused calls counted nothing: this is the key's first unit.
+            assert r.statuses[0].limit_remaining == 14
 
 
 def fallback_config(fallback: str) -> str:

@@ -29,7 +29,8 @@ pub async fn connect(
         .fallback(Fallback::Closed)
         .batching(true)
         .deny_cache(spec.deny_cache)
-        .partitions(spec.partitions);
+        .partitions(spec.partitions)
+        .auth(target.auth.clone());
     opts.name = format!("sluice-bench-{index}");
     let client = Client::connect_with(&target.url, opts)
         .await

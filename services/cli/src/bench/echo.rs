@@ -11,7 +11,7 @@
 //! share the load (one queue group). One connection, one current-thread
 //! runtime, like a worker.
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -23,18 +23,14 @@ use sluice_core::wire::{self, batch, DecisionReply, Encoding, Reply};
 
 const QUEUE: &str = "sluice-echo";
 
-pub fn serve(url: &str) -> Result<()> {
+pub fn serve(url: &str, auth: &sluice_client::NatsAuth) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let id = format!("echo{}", std::process::id());
     let canned = Canned::new();
     rt.block_on(async {
-        let client = async_nats::ConnectOptions::new()
-            .name("sluice-bench-echo")
-            .connect(url)
-            .await
-            .with_context(|| format!("cannot connect to NATS at {url}"))?;
+        let client = auth.connect_named(url, "sluice-bench-echo").await?;
         let mut subs = vec![client.subscribe(worker_batch_subject(&id)).await?];
         for subject in every_owner_subject() {
             subs.push(client.queue_subscribe(subject, QUEUE.into()).await?);

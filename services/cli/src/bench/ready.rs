@@ -33,12 +33,13 @@ pub fn probe_keys(partitions: u32) -> Vec<String> {
 /// means "not yet"; any other error reply (say, an unknown policy) is fatal.
 pub async fn wait_ready(
     url: &str,
+    auth: &sluice_client::NatsAuth,
     partitions: u32,
     policy: &str,
     timeout: Duration,
 ) -> Result<Duration> {
     let started = Instant::now();
-    let client = async_nats::connect(url).await?;
+    let client = auth.connect_named(url, "sluice-bench-ready").await?;
     let body: bytes::Bytes = wire::encode_request(
         (policy != DEFAULT_POLICY).then_some(policy),
         Some(0),

@@ -103,6 +103,8 @@ impl ClientKind {
 pub struct NatsSpec {
     pub client: ClientKind,
     pub url: String,
+    /// NATS credentials and TLS (`sluice bench` runs as the `client` role).
+    pub auth: sluice_client::NatsAuth,
     pub timeout: Duration,
     /// The request subjects `rl.allow.<token>`, by key number (plain client).
     pub subjects: Arc<Vec<Subject>>,
@@ -143,6 +145,7 @@ impl NatsSpec {
         Ok(NatsSpec {
             client,
             url,
+            auth: sluice_client::NatsAuth::default(),
             timeout,
             subjects: Arc::new(subjects),
             keys: Arc::new(keys),
@@ -160,11 +163,10 @@ impl Connect for NatsSpec {
     async fn connect(&self, index: usize) -> Result<NatsTarget> {
         match self.client {
             ClientKind::Plain => {
-                let client = async_nats::ConnectOptions::new()
-                    .name(format!("sluice-bench-{index}"))
-                    .connect(self.url.as_str())
-                    .await
-                    .with_context(|| format!("cannot connect to NATS at {}", self.url))?;
+                let client = self
+                    .auth
+                    .connect_named(&self.url, &format!("sluice-bench-{index}"))
+                    .await?;
                 Ok(NatsTarget::Plain(PlainTarget {
                     client,
                     subjects: self.subjects.clone(),

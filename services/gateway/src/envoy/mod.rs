@@ -68,6 +68,16 @@ impl RateLimitService for Service {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        if let Some(token) = &self.app.api_token {
+            let authorization = request.metadata().get("authorization");
+            if !token.admits(authorization.map(|v| v.as_bytes())) {
+                return Err(Status::unauthenticated(
+                    "this gateway needs an API token: send the metadata `authorization: Bearer <token>` \
+                     (Envoy: grpc_service.initial_metadata) with the token it was started with \
+                     (--api-token / SLUICE_API_TOKEN)",
+                ));
+            }
+        }
         let started = Instant::now();
         let result = decide(&self.app, request.get_ref()).await;
         let outcome = match &result {

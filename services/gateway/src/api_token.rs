@@ -1,0 +1,92 @@
+//! `--api-token` (CONTRACT §10): `/v1/*` answers only requests that carry
+//! `Authorization: Bearer <token>`, and the Envoy rate limit service only
+//! calls with the same `authorization` metadata; `/healthz` and `/metrics`
+//! stay open (a load balancer and Prometheus need them), and so does proxy
+//! mode, whose callers are the upstream's own users.
+//!
+//! The comparison runs in constant time for tokens of the right length
+//! (`subtle`), so timing does not tell an attacker how much of a guess was
+//! right. A refusal is 401 with a JSON error and `WWW-Authenticate: Bearer`,
+//! and is answered before anything is asked or counted.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::fmt;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// The token `/v1/*` requires; never shown in logs or `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken(Arc<str>);
+
+impl ApiToken {
+    pub fn new(token: impl Into<String>) -> ApiToken {
+        ApiToken(Arc::from(token.into()))
+    }
+
+    /// Whether `authorization` (an HTTP header's or gRPC metadata's value)
+    /// is `Bearer <this token>`.
+    pub(crate) fn admits(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(given) = authorization
+            .and_then(|v| v.strip_prefix(b"Bearer "))
+            .map(|t| t.trim_ascii())
+        else {
+            return false;
+        };
+        given.ct_eq(self.0.as_bytes()).into()
+    }
+}
+
+impl fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiToken(***)")
+    }
+}
+
+/// The middleware on `/v1/*`.
+pub(crate) async fn require(
+    State(token): State<ApiToken>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request.headers().get(header::AUTHORIZATION);
+    if token.admits(authorization.map(HeaderValue::as_bytes)) {
+        return next.run(request).await;
+    }
+    let body = serde_json::json!({
+        "error": "unauthorized",
+        "message": "this gateway needs an API token: send the header `Authorization: Bearer <token>` \
+                    with the token it was started with (--api-token / SLUICE_API_TOKEN)",
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"sluice\""),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_bearer_token_is_admitted() {
+        let token = ApiToken::new("s3cret");
+        let h = |s: &'static str| s.as_bytes();
+        assert!(token.admits(Some(h("Bearer s3cret"))));
+        for wrong in [
+            "Bearer s3cre",
+            "Bearer s3cret2",
+            "Basic s3cret",
+            "s3cret",
+            "Bearer ",
+        ] {
+            assert!(!token.admits(Some(h(wrong))), "{wrong}");
+        }
+        assert!(!token.admits(None));
+        assert_eq!(format!("{token:?}"), "ApiToken(***)");
+    }
+}

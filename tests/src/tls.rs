@@ -1,0 +1,112 @@
+//! [`TestCa`]: a certificate authority made at test time (rcgen), with a
+//! server certificate for 127.0.0.1 and a client certificate, written as
+//! PEM files into a temp dir, for the TLS tests of NATS and the gateway.
+//! Nothing is checked in and nothing outlives the test.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use tempfile::TempDir;
+
+/// A CA and two certificates it signed, as files: `ca.pem`, `server.pem` /
+/// `server-key.pem` (SAN `127.0.0.1` and `localhost`), `client.pem` /
+/// `client-key.pem`. Deleted on drop.
+#[derive(Debug)]
+pub struct TestCa {
+    dir: TempDir,
+}
+
+impl TestCa {
+    /// Makes a fresh CA and its certificates; each call gives another CA
+    /// (two `TestCa`s do not trust each other's certificates).
+    pub fn new() -> Result<TestCa> {
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-tls-")
+            .tempdir()
+            .context("creating the TLS temp dir")?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "sluice test CA");
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        let write = |name: &str, text: String| -> Result<()> {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+        };
+        write("ca.pem", ca.pem())?;
+        for (name, sans, usage) in [
+            (
+                "server",
+                vec!["127.0.0.1".to_string(), "localhost".to_string()],
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ),
+            (
+                "client",
+                vec!["sluice-test-client".to_string()],
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ),
+        ] {
+            let mut params = CertificateParams::new(sans)?;
+            params
+                .distinguished_name
+                .push(DnType::CommonName, format!("sluice test {name}"));
+            params.extended_key_usages = vec![usage];
+            let key = KeyPair::generate()?;
+            let cert = params.signed_by(&key, &ca)?;
+            write(&format!("{name}.pem"), cert.pem())?;
+            write(&format!("{name}-key.pem"), key.serialize_pem())?;
+        }
+        Ok(TestCa { dir })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The CA certificate (PEM).
+    pub fn ca(&self) -> PathBuf {
+        self.path("ca.pem")
+    }
+
+    /// The server certificate (PEM), for 127.0.0.1 and localhost.
+    pub fn server_cert(&self) -> PathBuf {
+        self.path("server.pem")
+    }
+
+    /// The server certificate's key (PEM).
+    pub fn server_key(&self) -> PathBuf {
+        self.path("server-key.pem")
+    }
+
+    /// A client certificate (PEM) for mutual TLS.
+    pub fn client_cert(&self) -> PathBuf {
+        self.path("client.pem")
+    }
+
+    /// The client certificate's key (PEM).
+    pub fn client_key(&self) -> PathBuf {
+        self.path("client-key.pem")
+    }
+
+    /// The dir holding the files.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A nats-server `tls { }` block with this server certificate; with
+    /// `verify`, clients must present a certificate signed by this CA.
+    pub fn nats_tls_block(&self, verify: bool) -> String {
+        format!(
+            "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify: {verify}\n  timeout: 5\n}}\n",
+            self.server_cert(),
+            self.server_key(),
+            self.ca()
+        )
+    }
+}
