@@ -249,6 +249,19 @@ impl Stack {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A key in a partition of each worker that owns one.
+    pub async fn a_key_per_worker(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut seen = Vec::new();
+        for (p, owner) in self.owners().await {
+            if !seen.contains(&owner) {
+                seen.push(owner);
+                keys.push(crate::ask::key_in_partition(p, self.partitions));
+            }
+        }
+        keys
+    }
+
     /// `sluice policy set NAME --algorithm ALGORITHM --limit LIMIT`.
     pub fn set_policy(&self, name: &str, algorithm: &str, limit: &str) {
         self.run(&[

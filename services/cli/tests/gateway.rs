@@ -11,7 +11,9 @@ use serde_json::Value;
 use sluice_core::config::{Config, Fallback};
 use sluice_core::nats_config::Role;
 use sluice_gateway::{GatewayOptions, Url};
-use sluice_tests::{ask, eventually, serial, test_password, Stack, TestConfig, PEEK, TICK};
+use sluice_tests::{
+    ask, eventually, rounds, serial, test_password, Load, Stack, TestConfig, PEEK, TICK,
+};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -584,37 +586,77 @@ async fn an_unreachable_upstream_is_502() {
     gw.stop().await;
 }
 
-/// CONTRACT §7 at the gateway: a raised limit must not keep serving the
-/// deny cache's old denials. `sluice policy set` raises it; the gateway
-/// follows the bucket and empties its deny cache.
+/// Issue 17: under steady load from two clients on two workers, a policy
+/// lowered from 100/min to 10/min is in force on both workers and at the
+/// gateway within 1 s of `sluice policy set` returning; raised again, the
+/// gateway's deny cache stops denying within 1 s. Both are awaited events,
+/// timed from the command's return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_raised_policy_empties_the_gateway_deny_cache() {
+async fn a_policy_change_under_load_is_in_force_on_both_workers_and_the_gateway_within_a_second() {
+    const WITHIN: Duration = Duration::from_secs(1);
     let _serial = serial().await;
     let stack = stack().await;
+    let worker_keys = stack.a_key_per_worker().await;
+    assert_eq!(worker_keys.len(), 2, "two workers own partitions");
     let set_gate = |limit: &str| stack.set_policy("gate", "fixed_window", limit);
-    set_gate("2/1m");
+    set_gate("100/1m");
     let gateway = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
-    let client = http();
+    let http = http();
     let url = gateway.url("/v1/allow/carol?policy=gate");
+    let peek_url = gateway.url("/v1/allow/carol?policy=gate&cost=0");
     // Until the workers have the new policy, it is unknown (404).
     eventually(Duration::from_secs(5), TICK, || async {
-        let (status, _, body) = call(client.get(&url)).await;
+        let (status, _, body) = call(http.get(&peek_url)).await;
         anyhow::ensure!(status == StatusCode::OK, "not yet: {status} {body}");
         Ok(())
     })
     .await
     .unwrap();
-    assert_eq!(call(client.get(&url)).await.0, StatusCode::OK);
-    let (status, _, _) = call(client.get(&url)).await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-    let (status, headers, _) = call(client.get(&url)).await;
+
+    // Steady load: two clients asking 200 other keys under `default`.
+    let clients = stack.clients(2).await;
+    let others: Vec<String> = (0..200).map(|i| format!("steady-{i}")).collect();
+    let mut load = Load::start(&clients, rounds(&others, 100), 8, b"");
+    load.reached(500).await;
+
+    let gate = br#"{"policy":"gate","cost":0}"#;
+    let in_force = |limit: u64| {
+        let (http, peek_url, worker_keys, client) = (&http, &peek_url, &worker_keys, &clients[0]);
+        async move {
+            for key in worker_keys {
+                let d = ask(client, key, gate).await?;
+                anyhow::ensure!(d.limit == limit, "{key}: limit {}", d.limit);
+            }
+            let (_, headers, _) = call(http.get(peek_url)).await;
+            let at_gateway = header(&headers, "ratelimit-limit")
+                .unwrap_or_default()
+                .to_string();
+            anyhow::ensure!(at_gateway == limit.to_string(), "gateway: {at_gateway}");
+            Ok(())
+        }
+    };
+    set_gate("10/1m");
+    let lowered = Instant::now();
+    eventually(Duration::from_secs(5), TICK, || in_force(10))
+        .await
+        .expect("the lowered limit is in force everywhere");
+    let took = lowered.elapsed();
+    println!("10/min in force on both workers and the gateway after {took:?}");
+    assert!(took <= WITHIN, "lowered: in force after {took:?}");
+
+    // Used up at the gateway: its deny cache answers.
+    for _ in 0..10 {
+        assert_eq!(call(http.get(&url)).await.0, StatusCode::OK);
+    }
+    assert_eq!(call(http.get(&url)).await.0, StatusCode::TOO_MANY_REQUESTS);
+    let (status, headers, _) = call(http.get(&url)).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&headers, "sluice-source"), Some("deny_cache"));
 
     set_gate("100/1m");
     let raised = Instant::now();
     eventually(Duration::from_secs(5), TICK, || async {
-        let (status, headers, _) = call(client.get(&url)).await;
+        let (status, headers, _) = call(http.get(&url)).await;
         anyhow::ensure!(
             status == StatusCode::OK,
             "still denied by {:?}",
@@ -624,9 +666,14 @@ async fn a_raised_policy_empties_the_gateway_deny_cache() {
     })
     .await
     .expect("the deny cache was emptied and the raised limit allows");
-    println!(
-        "raised limit allowed at the gateway after {:?}",
-        raised.elapsed()
+    let took = raised.elapsed();
+    println!("raised limit allowed at the gateway after {took:?}");
+    assert!(took <= WITHIN, "raised: still denied after {took:?}");
+
+    let answered = load.finish().await;
+    assert!(
+        answered.iter().all(|a| a.answered),
+        "the steady load was answered throughout"
     );
     gateway.stop().await;
 }

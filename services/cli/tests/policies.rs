@@ -3,7 +3,7 @@
 //! a second, counts are kept, and a value that is not valid is refused.
 
 use sluice_core::storage::POLICY_BUCKET;
-use sluice_tests::{ask, eventually, key_in_partition, serial, AskError, Stack, TestConfig};
+use sluice_tests::{ask, eventually, serial, AskError, Stack, TestConfig};
 use std::time::{Duration, Instant};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -43,17 +43,8 @@ async fn a_policy_set_lowered_raised_refused_and_removed_is_in_force_on_every_wo
     let _serial = serial().await;
     let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 2).await;
     let client = stack.clients(1).await.remove(0);
-    // One key on each worker.
-    let owners = stack.owners().await;
-    let mut keys = Vec::new();
-    let mut seen = Vec::new();
-    for (p, owner) in &owners {
-        if !seen.contains(owner) {
-            seen.push(owner.clone());
-            keys.push(key_in_partition(*p, stack.partitions));
-        }
-    }
-    assert_eq!(keys.len(), 2, "{owners:?}");
+    let keys = stack.a_key_per_worker().await;
+    assert_eq!(keys.len(), 2, "one key on each worker");
     let gate = br#"{"policy":"gate"}"#;
     let peek = br#"{"policy":"gate","cost":0}"#;
 
