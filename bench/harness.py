@@ -630,18 +630,8 @@ class Harness:
             # 2. kill -9 again, wait for the leases to expire, then start a
             #    worker: its start -> every partition answers (restore only).
             time.sleep(3)  # let it snapshot under its own lease
-            stack.kill9(w2)
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                s = stack.status()
-                if s and len(s["unowned"]) == len(s["partitions"]):
-                    break
-                time.sleep(0.2)
-            t_start = time.time()
-            w3 = stack.start_worker()
-            r = self.sluice_bench(stack, ["--requests", "0", "--wait-ready", "60s"], "restore, leases expired")
-            out["start_to_answering_s"] = round(time.time() - t_start, 2)
-            out["restore_log"] = restore_times(stack.workers[w3][1])
+            out["start_to_answering_s"], out["restore_log"] = self.restart_after_leases_expire(
+                stack, w2, "restore, leases expired")
             log(f"start -> all answering (leases expired): {out['start_to_answering_s']} s; {out['restore_log']}")
         finally:
             stack.stop()
@@ -681,6 +671,53 @@ class Harness:
         finally:
             stack.stop()
         self.extra["flood"] = out
+
+    def restart_after_leases_expire(self, stack, wid, label):
+        """kill -9 of `wid`; once its leases expired, a new worker starts.
+        Returns the seconds from that start until every partition answers,
+        and the new worker's restore times."""
+        stack.kill9(wid)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            s = stack.status()
+            if s and len(s["unowned"]) == len(s["partitions"]):
+                break
+            time.sleep(0.2)
+        t_start = time.time()
+        new = stack.start_worker()
+        self.sluice_bench(stack, ["--requests", "0", "--wait-ready", "60s"], label)
+        return round(time.time() - t_start, 2), restore_times(stack.workers[new][1])
+
+    def takeover(self):
+        """A takeover after heavy load: one worker, 100,000 keys under 5 s of
+        load, kill -9; once its leases expired a new worker starts, and the
+        time from its start until every partition answers is measured, in
+        journal mode (which replays what was counted since each partition's
+        snapshot) and in snapshot mode. Three runs each."""
+        a = self.args
+        n = a.takeover_keys
+        client = "batching" if self.batching else "plain"
+        out = {"keys": n, "client": client, "runs": {}}
+        for durability in ["journal", "snapshot"]:
+            config = MILLION_CONFIG.replace('durability = "snapshot"', f'durability = "{durability}"')
+            runs = []
+            for run in range(3):
+                stack = Stack(self, config, 1, f"takeover-{durability}-{run}")
+                try:
+                    (wid,) = list(stack.workers)
+                    load = self.sluice_bench(stack, ["--client", client, "--dist", "uniform", "-k", str(n),
+                                                     "-d", "5s", "--warmup", "0s", "-c", "256", "-m", "2",
+                                                     "--key-prefix", f"t{run}-", "--timeout", "10s"],
+                                             f"takeover {durability} {run + 1}: load")
+                    took, restore = self.restart_after_leases_expire(stack, wid, "takeover: restore")
+                    runs.append({"load_throughput": load.get("throughput"), "start_to_answering_s": took,
+                                 "restore": restore})
+                    log(f"takeover {durability} {run + 1}: every partition answers {took} s after the start; "
+                        f"{restore}")
+                finally:
+                    stack.stop()
+            out["runs"][durability] = runs
+        self.extra["takeover"] = out
 
     def versions(self):
         def run(argv):
@@ -733,6 +770,8 @@ class Harness:
             self.million()
         if "flood" in a.parts:
             self.flood()
+        if "takeover" in a.parts:
+            self.takeover()
         self.extra["total"] = f.done()
         quiet, load1, busy = machine_quiet()
         self.extra["end"] = {"load1": load1, "compilers": busy[:10], "quiet": quiet}
@@ -788,8 +827,11 @@ def main():
     p.add_argument("--connections", type=int, default=2)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
-    p.add_argument("--parts", default="ceiling,redis,matrix,batching,paired,rate,stall,million,flood",
-                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,rate,stall,million,flood")
+    p.add_argument("--parts", default="ceiling,redis,matrix,batching,paired,rate,stall,million,flood,takeover",
+                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,rate,stall,million,flood,"
+                   "takeover")
+    p.add_argument("--takeover-keys", type=int, default=100_000,
+                   help="keys under load before the kill of the takeover test (default 100000)")
     p.add_argument("--flood-bound", type=int, help="max_keys of the flood test's worker, which is sent 5 times as "
                    "many new keys, twice (default 500000, quick 100000)")
     p.add_argument("--rounds", type=int, help="rounds of the back-to-back Redis comparison (default 3, quick 2)")

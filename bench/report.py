@@ -454,6 +454,26 @@ def render(data, chart_rel):
               f"{f.get('evicted') or 0:,} | {f.get('rss_kib', 0) / 1024:.0f} MiB | {f.get('hwm_kib', 0) / 1024:.0f} MiB |")
         w("")
 
+    tk = data.get("takeover")
+    if tk and tk.get("runs"):
+        w("### Takeover after heavy load")
+        w("")
+        w(f"One worker, policy as above, {tk['keys']:,} keys asked for 5 s through the {tk.get('client', '?')} client "
+          "(C=256, M=2), then `kill -9`; once its leases expired a new worker starts. Time from that start until "
+          "every partition answers (journal mode replays what was counted since each partition's snapshot):")
+        w("")
+        w("| durability | load (decisions/s) | start → every partition answers | first / last partition answering |")
+        w("|---|---|---|---|")
+        for durability, runs in tk["runs"].items():
+            for r in runs:
+                rs = r.get("restore", {})
+                w(f"| {durability} | {kfmt(r.get('load_throughput'))} | **{r.get('start_to_answering_s')} s** | "
+                  f"{rs.get('first_answering_s', 0):.2f} s / {rs.get('last_answering_s', 0):.2f} s |")
+        if tk.get("measured"):
+            w("")
+            w(f"Measured {tk['measured']} at `{tk.get('commit', '?')}` (`bench/run.sh --parts takeover`).")
+        w("")
+
     if chart_rel:
         w(f"![throughput by algorithm, client and worker count]({chart_rel})")
         w("")

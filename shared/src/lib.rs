@@ -23,6 +23,8 @@
 //! - [`subject`]: every NATS subject, built and parsed; the [`subject::Verb`]s;
 //!   the mapping probe's pure part.
 //! - [`storage`]: names of the JetStream buckets, keys and streams.
+//! - [`format`]: the format versions of snapshots, journal messages and
+//!   lease values, so a worker refuses state newer than it reads.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
 //!
 //! ```
@@ -40,6 +42,7 @@ pub mod algorithm;
 pub mod ask;
 pub mod assignment;
 pub mod config;
+pub mod format;
 pub mod key;
 pub mod metrics;
 pub mod nats_config;

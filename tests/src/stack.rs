@@ -284,18 +284,23 @@ impl Stack {
     /// evenly over all live workers and every partition answers.
     pub async fn start_workers(&mut self, n: usize) {
         for _ in 0..n {
-            let id = format!("t{}", self.started);
-            self.started += 1;
-            let log = self.dir.path().join(format!("{id}.log"));
-            let mut cmd =
-                worker_command(&self.sluice, &self.nats.url(), &self.config_path, Some(&id));
-            cmd.env("SLUICE_LOG", "info");
-            cmd.envs(self.worker_env.iter().map(|(k, v)| (k, v)));
-            let process =
-                ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");
-            self.workers.push((id, process));
+            self.spawn_worker();
         }
         self.wait_settled().await;
+    }
+
+    /// Starts one more worker without waiting for anything; its id.
+    pub fn spawn_worker(&mut self) -> String {
+        let id = format!("t{}", self.started);
+        self.started += 1;
+        let log = self.dir.path().join(format!("{id}.log"));
+        let mut cmd = worker_command(&self.sluice, &self.nats.url(), &self.config_path, Some(&id));
+        cmd.env("SLUICE_LOG", "info");
+        cmd.envs(self.worker_env.iter().map(|(k, v)| (k, v)));
+        let process =
+            ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");
+        self.workers.push((id.clone(), process));
+        id
     }
 
     /// `n` new connections to the stack's server.
@@ -305,6 +310,16 @@ impl Stack {
             clients.push(self.nats.connect().await.expect("a client connects"));
         }
         clients
+    }
+
+    /// The log of the live worker `id` so far.
+    pub fn worker_log(&self, id: &str) -> String {
+        let (_, process) = self
+            .workers
+            .iter()
+            .find(|(w, _)| w == id)
+            .unwrap_or_else(|| panic!("no live worker {id}"));
+        process.log_tail(usize::MAX)
     }
 
     /// Ids of the live workers, in the order they were started.
@@ -327,7 +342,7 @@ impl Stack {
         };
         for p in 0..self.partitions {
             if let Some(v) = kv.get(partition_key(p)).await? {
-                owners.insert(p, String::from_utf8_lossy(&v).into_owned());
+                owners.insert(p, sluice_core::format::holder_of(&v)?);
             }
         }
         Ok(owners)

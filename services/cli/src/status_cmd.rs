@@ -83,10 +83,9 @@ pub async fn collect(
     let mut rows = Vec::new();
     let mut unowned = Vec::new();
     for p in 0..partitions {
-        let owner = leases
-            .get(partition_key(p))
-            .await?
-            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        let owner = leases.get(partition_key(p)).await?.map(|v| {
+            sluice_core::format::holder_of(&v).unwrap_or_else(|e| format!("(unreadable: {e})"))
+        });
         if owner.is_none() {
             unowned.push(p);
         }

@@ -23,14 +23,24 @@ use crate::snapshot;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{consumer, stream};
 use futures::StreamExt;
+use sluice_core::format;
 use sluice_core::storage::journal_subject;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The most record bytes one journal message carries. A group commit under
 /// heavy load can hold thousands of records; nats-server refuses messages
 /// over its `max_payload` (1 MiB by default), so a bigger group is split
 /// into several messages of at most about this size.
 pub const MAX_APPEND: usize = 512 * 1024;
+
+/// The headers of every journal message: its format ([`format::FORMAT_HEADER`]).
+fn format_headers() -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(format::FORMAT_HEADER, format::CURRENT.to_string().as_str());
+    headers
+}
 
 pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
     Ok(rmp_serde::to_vec(records)?)
@@ -63,7 +73,7 @@ pub async fn append(
         }
         let payload = encode(&records[start..end]).map_err(|e| e.to_string())?;
         let ack = js
-            .publish(subject.clone(), payload.into())
+            .publish_with_headers(subject.clone(), format_headers(), payload.into())
             .await
             .map_err(|e| e.to_string())?;
         acks.push(ack);
@@ -76,33 +86,89 @@ pub async fn append(
     Ok(last)
 }
 
-/// Replays every record of `partition` after `after_seq` that the workers
-/// `writers` appended, handing each to `apply` (which says whether it was
-/// applied). Returns how many were applied.
-pub async fn replay(
-    journal: &stream::Stream,
-    partition: u32,
-    writers: &[String],
-    after_seq: u64,
-    mut apply: impl FnMut(&Record) -> bool,
-) -> Result<usize> {
-    let subjects: Vec<String> = writers.iter().map(|w| journal_subject(w)).collect();
-    let mut last = after_seq;
-    for subject in &subjects {
-        match journal.get_last_raw_message_by_subject(subject).await {
-            Ok(m) => last = last.max(m.sequence),
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {}
-            Err(e) => return Err(e).context("cannot read the journal"),
+/// What the journal held of some writers' subjects when it was last read,
+/// by partition, kept a moment for the other partitions a takeover claims
+/// at about the same time.
+///
+/// A dead worker's subject holds the records of all its partitions, and a
+/// survivor takes those partitions over together; when each partition read
+/// the whole tail to keep its own records, a takeover read it once per
+/// partition (1.8–2.0 s for 32 partitions after heavy load,
+/// docs/BENCHMARKS.md). Now the first partition to need a subject reads it
+/// once, from the journal's first record (every partition's replay starts
+/// at or after it: the journal is purged only below what every snapshot
+/// covers), up to its last record then; the others use what it read while
+/// that still reaches the subject's last record (nothing was appended
+/// since), and read it again otherwise. Reads of one subject are
+/// serialized, so partitions claimed together wait for the first read
+/// rather than repeat it. Tails are dropped once a takeover is over
+/// ([`Tails::forget_unused`]).
+#[derive(Default)]
+pub struct Tails {
+    by_subject: tokio::sync::Mutex<HashMap<String, Arc<Tail>>>,
+}
+
+/// One subject's records, after `after` up to `upto` (stream sequences).
+struct Tail {
+    after: u64,
+    upto: u64,
+    by_partition: HashMap<u32, Vec<(u64, Record)>>,
+    read_at: Instant,
+}
+
+/// How long a tail is kept after it was read: the partitions of one
+/// takeover are claimed within a few hundred milliseconds.
+const TAIL_KEPT: Duration = Duration::from_secs(10);
+
+impl Tails {
+    /// Drops the tails read more than [`TAIL_KEPT`] ago.
+    pub fn forget_unused(&self) {
+        if let Ok(mut tails) = self.by_subject.try_lock() {
+            tails.retain(|_, tail| tail.read_at.elapsed() < TAIL_KEPT);
         }
     }
-    if last <= after_seq {
-        return Ok(0);
+
+    /// The records of `subject` after `after_seq` up to at least `last`,
+    /// from a tail read earlier or read now.
+    async fn tail(
+        &self,
+        journal: &stream::Stream,
+        subject: &str,
+        after_seq: u64,
+        last: u64,
+    ) -> Result<Arc<Tail>> {
+        let mut tails = self.by_subject.lock().await;
+        if let Some(tail) = tails.get(subject) {
+            if tail.after <= after_seq && tail.upto >= last {
+                return Ok(tail.clone());
+            }
+        }
+        let first = journal
+            .get_info()
+            .await
+            .context("cannot read the journal")?
+            .state
+            .first_sequence;
+        let after = after_seq.min(first.saturating_sub(1));
+        let tail = Arc::new(read(journal, subject, after, last).await?);
+        tails.insert(subject.to_string(), tail.clone());
+        Ok(tail)
     }
+}
+
+/// Reads `subject`'s records after `after` up to `upto`, by partition.
+async fn read(journal: &stream::Stream, subject: &str, after: u64, upto: u64) -> Result<Tail> {
+    let mut tail = Tail {
+        after,
+        upto,
+        by_partition: HashMap::new(),
+        read_at: Instant::now(),
+    };
     let consumer = journal
         .create_consumer(consumer::pull::OrderedConfig {
-            filter_subjects: subjects,
+            filter_subject: subject.to_string(),
             deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: after_seq + 1,
+                start_sequence: after + 1,
             },
             ..Default::default()
         })
@@ -112,9 +178,8 @@ pub async fn replay(
         .messages()
         .await
         .context("cannot read the journal")?;
-    let mut applied = 0;
-    let mut seq = after_seq;
-    while seq < last {
+    let mut seq = after;
+    while seq < upto {
         let msg = messages
             .next()
             .await
@@ -124,24 +189,55 @@ pub async fn replay(
             .info()
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .stream_sequence;
+        let version = msg.headers.as_ref().map(|h| h.get(format::FORMAT_HEADER));
+        let version = format::of_header(version.flatten().map(|v| v.as_str()));
+        format::check(|| format!("journal message {seq} of {subject}"), version)?;
         let records: Vec<Record> = match rmp_serde::from_slice(&msg.payload) {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(
-                    partition,
-                    seq,
-                    "skipping an unreadable journal message: {e}"
-                );
+                tracing::error!(subject, seq, "skipping an unreadable journal message: {e}");
                 continue;
             }
         };
-        for r in records.iter().filter(|r| r.n == partition) {
-            if apply(r) {
-                applied += 1;
-            }
+        for r in records {
+            tail.by_partition.entry(r.n).or_default().push((seq, r));
         }
     }
-    Ok(applied)
+    Ok(tail)
+}
+
+/// Replays every record of `partition` after `after_seq` that the workers
+/// `writers` appended, in the order they were stored, handing each to
+/// `apply` (which says whether it was applied). Returns how many were
+/// applied.
+pub async fn replay(
+    journal: &stream::Stream,
+    tails: &Tails,
+    partition: u32,
+    writers: &[String],
+    after_seq: u64,
+    mut apply: impl FnMut(&Record) -> bool,
+) -> Result<usize> {
+    let mut records: Vec<(u64, Record)> = Vec::new();
+    for writer in writers {
+        let subject = journal_subject(writer);
+        let last = match journal.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => m.sequence,
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => continue,
+            Err(e) => return Err(e).context("cannot read the journal"),
+        };
+        if last <= after_seq {
+            continue;
+        }
+        let tail = tails.tail(journal, &subject, after_seq, last).await?;
+        if let Some(mine) = tail.by_partition.get(&partition) {
+            records.extend(mine.iter().filter(|(seq, _)| *seq > after_seq).cloned());
+        }
+    }
+    // Owners of a partition follow one another, so the stream's order is
+    // the order in which its records were counted (and reset).
+    records.sort_by_key(|(seq, _)| *seq);
+    Ok(records.iter().filter(|(_, r)| apply(r)).count())
 }
 
 /// Runs [`purge_covered`] every `every`, for ever (the worker aborts it).

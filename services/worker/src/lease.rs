@@ -11,6 +11,7 @@
 use anyhow::{anyhow, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
+use sluice_core::format;
 use std::time::{Duration, Instant};
 
 /// A held lease.
@@ -57,7 +58,7 @@ pub async fn acquire(
 ) -> Result<Lease, LeaseError> {
     let sent = Instant::now();
     match store
-        .create(key, Bytes::copy_from_slice(holder.as_bytes()))
+        .create(key, Bytes::from(format::holder_value(holder)))
         .await
     {
         Ok(revision) => Ok(Lease {
@@ -81,7 +82,7 @@ pub async fn renew(
     match store
         .update(
             &lease.key,
-            Bytes::copy_from_slice(holder.as_bytes()),
+            Bytes::from(format::holder_value(holder)),
             lease.revision,
         )
         .await

@@ -29,6 +29,8 @@ struct Journal {
     on_failure: JournalFailure,
     stream: stream::Stream,
     worker_id: String,
+    /// Journal subjects read for takeovers, shared by the partitions.
+    tails: journal::Tails,
 }
 
 /// Sends answers, through the journal in journal mode.
@@ -89,6 +91,7 @@ impl Outbox {
             on_failure,
             stream,
             worker_id: worker_id.to_string(),
+            tails: journal::Tails::default(),
         };
         (
             Outbox {
@@ -162,6 +165,13 @@ impl Outbox {
             .is_some_and(|j| j.writer.acked() > claimed)
     }
 
+    /// Drops journal tails kept from a takeover that is over.
+    pub fn forget_unused_tails(&self) {
+        if let Some(j) = &self.journal {
+            j.tails.forget_unused();
+        }
+    }
+
     /// At takeover, after the snapshot is restored: replays the journal
     /// records of `partition` the snapshot in `manifest` does not hold,
     /// handing each to `apply`, and lists this worker among the
@@ -183,6 +193,7 @@ impl Outbox {
         };
         let applied = journal::replay(
             &j.stream,
+            &j.tails,
             partition,
             &manifest.journal_writers,
             manifest.journal_seq,

@@ -24,6 +24,7 @@ use sluice_core::storage::{
 use async_nats::jetstream::{kv, stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+use sluice_core::format;
 use sluice_core::policy::KeyState;
 
 /// Chunk payload size: well under the 1 MiB default max payload, leaving room
@@ -33,6 +34,10 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 /// What `p.<n>` holds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// Format of the manifest and its chunks ([`sluice_core::format`]);
+    /// absent in format 1. Written as [`format::CURRENT`] whatever it holds.
+    #[serde(default = "unversioned")]
+    pub v: u64,
     /// Generation of the chunks; unique per write.
     pub gen: String,
     pub chunks: u32,
@@ -51,6 +56,10 @@ pub struct Manifest {
     pub worker: String,
 }
 
+fn unversioned() -> u64 {
+    u64::from(format::UNVERSIONED)
+}
+
 /// A partition's manifest has the key of its lease.
 pub fn manifest_key(partition: u32) -> String {
     partition_key(partition)
@@ -60,9 +69,19 @@ pub fn manifest_key(partition: u32) -> String {
 pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Manifest>, u64)> {
     match kv.entry(manifest_key(partition)).await? {
         Some(e) if e.operation == kv::Operation::Put => {
-            let m: Manifest = serde_json::from_slice(&e.value).with_context(|| {
-                format!("snapshot manifest of partition {partition} is unreadable")
-            })?;
+            // The version first: a newer format may not parse as ours.
+            #[derive(Deserialize)]
+            struct Version {
+                #[serde(default = "unversioned")]
+                v: u64,
+            }
+            let unreadable = || format!("snapshot manifest of partition {partition} is unreadable");
+            let version: Version = serde_json::from_slice(&e.value).with_context(unreadable)?;
+            format::check(
+                || format!("the snapshot manifest of partition {partition}"),
+                version.v,
+            )?;
+            let m: Manifest = serde_json::from_slice(&e.value).with_context(unreadable)?;
             Ok((Some(m), e.revision))
         }
         Some(e) => Ok((None, e.revision)),
@@ -113,7 +132,11 @@ pub async fn write_manifest(
     m: &Manifest,
     expected: u64,
 ) -> Result<u64> {
-    let value = Bytes::from(serde_json::to_vec(m)?);
+    let m = Manifest {
+        v: u64::from(format::CURRENT),
+        ..m.clone()
+    };
+    let value = Bytes::from(serde_json::to_vec(&m)?);
     let key = manifest_key(partition);
     let rev = if expected == 0 {
         kv.create(&key, value).await.map_err(|e| anyhow!("{e}"))?

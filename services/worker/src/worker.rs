@@ -28,6 +28,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::assignment;
 use sluice_core::config::{Config, Durability};
+use sluice_core::format;
 use sluice_core::storage::{partition_key, worker_key, LeaseKey};
 use sluice_core::subject::{is_valid_worker_id, worker_batch_subject, Verb};
 use sluice_core::time::{Clock, SystemClock};
@@ -214,8 +215,13 @@ impl View {
             }
             Some(LeaseKey::Partition(p)) if p < partitions => {
                 if present {
-                    self.owners
-                        .insert(p, String::from_utf8_lossy(&entry.value).into_owned());
+                    // An owner this release cannot read still owns the
+                    // partition: no one else can take the lease meanwhile.
+                    let owner = format::holder_of(&entry.value).unwrap_or_else(|e| {
+                        tracing::error!(partition = p, "the lease of partition {p}: {e}");
+                        String::new()
+                    });
+                    self.owners.insert(p, owner);
                     self.unowned_since.remove(&p);
                 } else {
                     self.owners.remove(&p);
@@ -270,7 +276,7 @@ impl Controller {
         let ttl = self.shared.lease_ttl;
         let heartbeat_key = worker_key(&me);
         leases
-            .put(&heartbeat_key, Bytes::from(me.clone()))
+            .put(&heartbeat_key, Bytes::from(format::holder_value(&me)))
             .await
             .context("cannot register in the lease bucket")?;
         let mut watch = Some(
@@ -316,7 +322,7 @@ impl Controller {
                     }
                 },
                 _ = heartbeat.tick() => {
-                    if let Err(e) = leases.put(&heartbeat_key, Bytes::from(me.clone())).await {
+                    if let Err(e) = leases.put(&heartbeat_key, Bytes::from(format::holder_value(&me))).await {
                         tracing::warn!("heartbeat failed: {e}");
                     }
                 }
@@ -339,6 +345,7 @@ impl Controller {
                     self.reap();
                     self.summarize_starts();
                     self.report_evictions();
+                    self.shared.outbox.forget_unused_tails();
                     if self.view.current {
                         self.reconcile().await;
                     }

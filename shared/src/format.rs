@@ -1,0 +1,151 @@
+//! The format versions of what workers store in JetStream: snapshots,
+//! journal messages and lease values.
+//!
+//! Why: during a rolling upgrade workers of two releases read each other's
+//! state. A release that changes a format must be able to tell, and a worker
+//! that meets a format newer than it knows must refuse it with a clear error
+//! rather than misread it (a misread snapshot is a wrong count, a misread
+//! lease a wrong owner). So every stored thing says its format:
+//!
+//! - a snapshot manifest has `"v"` (its chunks are in the manifest's format);
+//! - a journal message has the header [`FORMAT_HEADER`];
+//! - a lease or heartbeat value is `{"v":2,"worker":"<id>"}`.
+//!
+//! Format 1 is what releases before versioning wrote: no `"v"`, no header,
+//! a lease value that is the bare worker id. A worker reads 1 and
+//! [`CURRENT`], writes [`CURRENT`], and refuses anything newer
+//! ([`NewerFormat`]). docs/ARCHITECTURE.md, "Formats", says what each
+//! version holds.
+
+use serde::{Deserialize, Serialize};
+
+/// The format this release writes, and the newest it reads.
+pub const CURRENT: u32 = 2;
+
+/// The format of state written before formats were versioned.
+pub const UNVERSIONED: u32 = 1;
+
+/// The NATS header naming a journal message's format.
+pub const FORMAT_HEADER: &str = "Sluice-Format";
+
+/// State in a format newer than this release reads.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} is in format v{found}, newer than this sluice reads (v{CURRENT}): it was written by a newer release; upgrade this worker (or finish the rolling upgrade) instead of letting it misread the state")]
+pub struct NewerFormat {
+    pub what: String,
+    pub found: u64,
+}
+
+/// Refuses `found` when it is newer than [`CURRENT`].
+pub fn check(what: impl FnOnce() -> String, found: u64) -> Result<(), NewerFormat> {
+    if found > u64::from(CURRENT) {
+        return Err(NewerFormat {
+            what: what(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+/// The format a journal message's [`FORMAT_HEADER`] names: [`UNVERSIONED`]
+/// when absent; an unreadable value counts as newer than any (it was not
+/// written by a release that knows this header's meaning).
+pub fn of_header(value: Option<&str>) -> u64 {
+    match value {
+        None => u64::from(UNVERSIONED),
+        Some(v) => v.trim().parse().unwrap_or(u64::MAX),
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct HolderValue<'a> {
+    v: u64,
+    #[serde(borrow)]
+    worker: std::borrow::Cow<'a, str>,
+}
+
+/// The value of a partition lease or a worker heartbeat held by `worker`.
+pub fn holder_value(worker: &str) -> Vec<u8> {
+    serde_json::to_vec(&HolderValue {
+        v: u64::from(CURRENT),
+        worker: worker.into(),
+    })
+    .expect("a string and a number serialize")
+}
+
+/// Why a lease or heartbeat value names no worker this release can use.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HolderError {
+    #[error(transparent)]
+    Newer(#[from] NewerFormat),
+    #[error("a lease value that is neither a worker id nor {{\"v\":N,\"worker\":...}}: {0}")]
+    Unreadable(String),
+}
+
+/// The worker a lease or heartbeat value names: a bare worker id (format
+/// 1) or the JSON of [`holder_value`] (format 2 on).
+pub fn holder_of(value: &[u8]) -> Result<String, HolderError> {
+    if value.first() != Some(&b'{') {
+        // Worker ids never start with `{` (CONTRACT §5: A-Z a-z 0-9 _ -).
+        return Ok(String::from_utf8_lossy(value).into_owned());
+    }
+    #[derive(Deserialize)]
+    struct Version {
+        v: u64,
+    }
+    let version: Version =
+        serde_json::from_slice(value).map_err(|e| HolderError::Unreadable(format!("{e}")))?;
+    check(|| "a lease value".to_string(), version.v)?;
+    let holder: HolderValue =
+        serde_json::from_slice(value).map_err(|e| HolderError::Unreadable(format!("{e}")))?;
+    Ok(holder.worker.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_values_of_both_formats_name_the_worker() {
+        assert_eq!(holder_of(b"w-1").unwrap(), "w-1");
+        assert_eq!(holder_value("w-1"), br#"{"v":2,"worker":"w-1"}"#);
+        assert_eq!(holder_of(&holder_value("w-1")).unwrap(), "w-1");
+        // Fields a newer release of the same format might add are ignored.
+        assert_eq!(
+            holder_of(br#"{"v":2,"worker":"w-1","zone":"b"}"#).unwrap(),
+            "w-1"
+        );
+    }
+
+    #[test]
+    fn newer_or_unreadable_holder_values_are_refused() {
+        let newer = holder_of(br#"{"v":3,"owner":{"id":"w-1"}}"#).unwrap_err();
+        assert_eq!(
+            newer,
+            HolderError::Newer(NewerFormat {
+                what: "a lease value".into(),
+                found: 3
+            })
+        );
+        assert!(newer
+            .to_string()
+            .contains("format v3, newer than this sluice reads (v2)"));
+        assert!(matches!(
+            holder_of(b"{not json").unwrap_err(),
+            HolderError::Unreadable(_)
+        ));
+        assert!(matches!(
+            holder_of(br#"{"v":2}"#).unwrap_err(),
+            HolderError::Unreadable(_)
+        ));
+    }
+
+    #[test]
+    fn journal_headers_name_their_format() {
+        assert_eq!(of_header(None), 1);
+        assert_eq!(of_header(Some("2")), 2);
+        assert_eq!(of_header(Some("v9")), u64::MAX);
+        assert!(check(|| "x".into(), of_header(Some("2"))).is_ok());
+        assert!(check(|| "x".into(), of_header(Some("3"))).is_err());
+    }
+}
