@@ -285,6 +285,13 @@ impl Controller {
                 .await
                 .context("cannot watch the lease bucket")?,
         );
+        // The watch delivers at least this worker's own heartbeat every
+        // renew interval; silent for two of them (and a margin), it is
+        // stalled, not quiet: a watch whose consumer lived on a NATS node
+        // that froze or a stream leader that moved can stay silent without
+        // an error for 10-20 s (async-nats re-creates it with a back-off).
+        let watch_stalled_after = lease::renew_interval(ttl) * 2 + Duration::from_millis(500);
+        let mut last_watch_entry = Instant::now();
         let mut heartbeat = tokio::time::interval(lease::renew_interval(ttl));
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -299,6 +306,7 @@ impl Controller {
                 _ = &mut shutdown => break,
                 entry = async { watch.as_mut().expect("guarded").next().await }, if watch.is_some() => match entry {
                     Some(Ok(entry)) => {
+                        last_watch_entry = Instant::now();
                         if entry.delta == 0 {
                             self.view.current = true;
                         }
@@ -331,11 +339,19 @@ impl Controller {
                     self.reconcile().await;
                 }
                 _ = tick.tick() => {
+                    if watch.is_some() && last_watch_entry.elapsed() > watch_stalled_after {
+                        tracing::warn!(
+                            silent_ms = last_watch_entry.elapsed().as_millis() as u64,
+                            "lease watch delivered not even this worker's heartbeat; re-creating it"
+                        );
+                        watch = None;
+                    }
                     if watch.is_none() {
                         match leases.watch_with_history(">").await {
                             Ok(w) => {
                                 tracing::info!("lease watch re-created; reading the leases afresh");
                                 watch = Some(w);
+                                last_watch_entry = Instant::now();
                                 self.view = View::default();
                                 settle.as_mut().reset(tokio::time::Instant::now() + SETTLE);
                             }

@@ -1,0 +1,564 @@
+//! The nemesis suite (issue 22 item 1): a 3-node NATS cluster with
+//! JetStream R3 on loopback, 3 workers, steady load from 3 clients on a
+//! known key set, and faults injected one at a time; every check comes from
+//! the clients' own records of what they sent and what came back.
+//!
+//! Per run it reports, and asserts where sluice promises something:
+//! - every request got an explicit outcome (a decision, an error reply, no
+//!   responders, or the client's timeout): none hangs;
+//! - over-admission per key against the exact limit (journal mode: 0);
+//! - counts lost: allowed requests the keys' owners no longer count at the
+//!   end (journal mode: 0);
+//! - per fault, the longest time a partition went without an answered ask.
+//!
+//! The short form (one run: journal mode, sliding log; three of the faults
+//! below) runs in the normal suite. `SLUICE_NEMESIS=long` runs every
+//! algorithm in both durabilities with two more faults (a full restart of
+//! every worker, a flood of new keys during a handover) and, with
+//! `SLUICE_NEMESIS_OUT=FILE`, writes the results as JSON for
+//! `bench/nemesis.sh`, which renders docs/RELIABILITY.md.
+
+use futures::StreamExt;
+use serde::Serialize;
+use sluice_core::nats_config::NatsServerConfig;
+use sluice_core::partition::partition_of;
+use sluice_core::subject::Verb;
+use sluice_core::wire::inspect::{decode_admin_reply, InspectReply};
+use sluice_core::wire::{decode_reply, Reply};
+use sluice_tests::{eventually, worker_command, ChildGuard, NatsCluster, Signal};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+const PARTITIONS: u32 = 16;
+const WORKERS: usize = 3;
+/// Each key's limit: all of a run falls in one window (100 years).
+const MAX: u64 = 40;
+const KEYS_PER_PARTITION: usize = 4;
+const LEASE_TTL: Duration = Duration::from_secs(2);
+/// A client gives up on a request after this long (an explicit outcome).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a run waits for every partition to answer after a fault.
+const RECOVERY: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Fault {
+    /// `kill -9` of a worker (a new one is started in its place).
+    KillWorker,
+    /// SIGSTOP of a worker for lease TTL + 1 s or until its partitions
+    /// answer elsewhere, whichever is later, then SIGCONT.
+    FreezeWorker,
+    /// The JetStream meta leader's NATS node stopped until every partition
+    /// answers again, then started again.
+    StopMetaLeader,
+    /// SIGSTOP of a NATS node (not the meta leader) for 5 s or until every
+    /// partition answers, whichever is later, then SIGCONT.
+    FreezeNatsNode,
+    /// Every worker stopped cleanly, then as many started.
+    RestartAllWorkers,
+    /// A worker joins (partitions hand over) while 5000 new keys are asked.
+    FloodDuringHandover,
+}
+
+/// The faults of the normal suite: each recovers within a few seconds
+/// whatever the placement of workers and stream leaders. A frozen NATS node
+/// does not (up to ~30 s when it holds the leader of a stream a takeover
+/// needs; docs/RELIABILITY.md), so it is measured by the long form only.
+const SHORT: &[Fault] = &[Fault::KillWorker, Fault::FreezeWorker, Fault::StopMetaLeader];
+
+const LONG: &[Fault] = &[
+    Fault::KillWorker,
+    Fault::FreezeWorker,
+    Fault::StopMetaLeader,
+    Fault::FreezeNatsNode,
+    Fault::RestartAllWorkers,
+    Fault::FloodDuringHandover,
+];
+
+/// What the clients saw of one request.
+#[derive(Clone, Copy, Debug)]
+enum Outcome {
+    Allowed,
+    Denied,
+    ErrorReply,
+    NoResponders,
+    TimedOut,
+    Failed,
+}
+
+#[derive(Clone, Debug)]
+struct Sent {
+    key: usize,
+    outcome: Outcome,
+    done: Instant,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct FaultResult {
+    fault: Option<Fault>,
+    /// From the fault's start until every partition answered again, while
+    /// the fault lasts (a stopped or frozen node, a frozen worker), watched
+    /// from a node the fault leaves alone.
+    recovered_s: f64,
+    /// The longest a partition went without an answered ask, from the
+    /// fault's start until the next fault.
+    longest_gap_s: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct RunResult {
+    durability: String,
+    algorithm: String,
+    requests: usize,
+    allowed: usize,
+    denied: usize,
+    error_replies: usize,
+    no_responders: usize,
+    timed_out: usize,
+    failed: usize,
+    /// Sum over keys of what was allowed beyond the limit.
+    over_admitted: u64,
+    /// The most any one key was allowed beyond the limit.
+    over_admitted_max_per_key: u64,
+    /// Sum over keys of allowed requests the owner no longer counts.
+    lost: u64,
+    faults: Vec<FaultResult>,
+}
+
+fn server_config() -> String {
+    // The cluster gives each node its name (`--server_name`).
+    NatsServerConfig::new(PARTITIONS)
+        .render()
+        .lines()
+        .filter(|l| !l.starts_with("server_name"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn sluice_config(durability: &str, algorithm: &str) -> String {
+    format!(
+        r#"
+partitions = {PARTITIONS}
+lease_ttl = "{}s"
+snapshot_interval = "500ms"
+durability = "{durability}"
+
+[policies.nemesis]
+algorithm = "{algorithm}"
+limits = [ {{ max = {MAX}, per = "36500d" }} ]
+"#,
+        LEASE_TTL.as_secs()
+    )
+}
+
+/// `KEYS_PER_PARTITION` keys in every partition.
+fn key_set() -> Vec<String> {
+    let mut keys = Vec::new();
+    for p in 0..PARTITIONS {
+        keys.extend(
+            (0..)
+                .map(|i| format!("nemesis-{i}"))
+                .filter(|k| partition_of(k, PARTITIONS) == p)
+                .take(KEYS_PER_PARTITION),
+        );
+    }
+    keys
+}
+
+struct Cluster {
+    nats: NatsCluster,
+    urls: String,
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    workers: Vec<(String, ChildGuard)>,
+    started: usize,
+}
+
+impl Cluster {
+    fn start(durability: &str, algorithm: &str) -> Cluster {
+        let nats = NatsCluster::start(3, |_| server_config()).expect("the NATS cluster starts");
+        let urls = nats.urls().join(",");
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("sluice.toml");
+        std::fs::write(&config, sluice_config(durability, algorithm)).unwrap();
+        let mut cluster = Cluster {
+            nats,
+            urls,
+            dir,
+            config,
+            workers: Vec::new(),
+            started: 0,
+        };
+        for _ in 0..WORKERS {
+            cluster.start_worker();
+        }
+        cluster
+    }
+
+    fn start_worker(&mut self) {
+        let id = format!("n{}", self.started);
+        self.started += 1;
+        let log = self.dir.path().join(format!("{id}.log"));
+        let mut cmd = worker_command(Path::new(SLUICE), &self.urls, &self.config, Some(&id));
+        cmd.args(["--replicas", "3"]).env("SLUICE_LOG", "info");
+        let process = ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("a worker starts");
+        self.workers.push((id, process));
+    }
+
+    async fn client(&self) -> async_nats::Client {
+        async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(self.nats.urls())
+            .await
+            .expect("a client connects")
+    }
+
+    /// The node index of the JetStream meta leader, as node 0..2 see it.
+    fn meta_leader(&self) -> usize {
+        for node in self.nats.nodes() {
+            let Ok(jsz) = node.monitoring_get("/jsz") else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&jsz) else {
+                continue;
+            };
+            if let Some(leader) = v["meta_cluster"]["leader"].as_str() {
+                if let Some(i) = leader.strip_prefix('n').and_then(|i| i.parse().ok()) {
+                    return i;
+                }
+            }
+        }
+        0
+    }
+
+    fn logs(&self) -> String {
+        self.workers
+            .iter()
+            .map(|(id, p)| format!("--- {id}\n{}", p.log_tail(30)))
+            .collect()
+    }
+}
+
+fn signal(pid: u32, sig: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).expect("signal sent");
+}
+
+async fn ask_once(client: &async_nats::Client, key: &str, body: &'static [u8]) -> Outcome {
+    let req = async_nats::Request::new()
+        .payload(body.into())
+        .timeout(Some(CLIENT_TIMEOUT));
+    match client
+        .send_request(Verb::Allow.client_subject(key), req)
+        .await
+    {
+        Ok(msg) => match decode_reply(&msg.payload) {
+            Ok(Reply::Decision(d)) if d.allowed => Outcome::Allowed,
+            Ok(Reply::Decision(_)) => Outcome::Denied,
+            Ok(Reply::Error(_)) => Outcome::ErrorReply,
+            Err(_) => Outcome::Failed,
+        },
+        Err(e) => match e.kind() {
+            async_nats::RequestErrorKind::NoResponders => Outcome::NoResponders,
+            async_nats::RequestErrorKind::TimedOut => Outcome::TimedOut,
+            _ => Outcome::Failed,
+        },
+    }
+}
+
+/// Steady load until `stop`: each client asks the keys round robin, 4
+/// asks in flight per client, recording every outcome.
+fn start_load(
+    clients: Vec<async_nats::Client>,
+    keys: Arc<Vec<String>>,
+    body: &'static [u8],
+    stop: watch::Receiver<bool>,
+) -> (Arc<Mutex<Vec<Sent>>>, Vec<tokio::task::JoinHandle<()>>) {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (c, client) in clients.into_iter().enumerate() {
+        for lane in 0..4 {
+            let (client, keys, sent, stop) =
+                (client.clone(), keys.clone(), sent.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = c * 4 + lane;
+                // Bounded in count as well as by `stop`.
+                for _ in 0..200_000 {
+                    if *stop.borrow() {
+                        break;
+                    }
+                    let key = i % keys.len();
+                    let outcome = ask_once(&client, &keys[key], body).await;
+                    sent.lock().unwrap().push(Sent {
+                        key,
+                        outcome,
+                        done: Instant::now(),
+                    });
+                    i += 12;
+                }
+            }));
+        }
+    }
+    (sent, tasks)
+}
+
+/// Waits until a peek on every partition's first key is answered.
+async fn every_partition_answers(
+    client: &async_nats::Client,
+    keys: &[String],
+    peek: &'static [u8],
+) -> anyhow::Result<()> {
+    for key in keys.iter().step_by(KEYS_PER_PARTITION) {
+        match ask_once(client, key, peek).await {
+            Outcome::Allowed | Outcome::Denied => {}
+            other => anyhow::bail!("{key}: {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// The longest time any partition went without an answered ask in
+/// `[from, to]`.
+fn longest_gap(sent: &[Sent], from: Instant, to: Instant) -> Duration {
+    let mut last: BTreeMap<usize, Instant> = BTreeMap::new();
+    let mut longest = Duration::ZERO;
+    for s in sent.iter().filter(|s| s.done >= from && s.done <= to) {
+        if matches!(s.outcome, Outcome::Allowed | Outcome::Denied) {
+            let p = s.key / KEYS_PER_PARTITION;
+            let since = last.get(&p).copied().unwrap_or(from);
+            longest = longest.max(s.done - since);
+            last.insert(p, s.done);
+        }
+    }
+    for p in 0..PARTITIONS as usize {
+        longest = longest.max(to - last.get(&p).copied().unwrap_or(from));
+    }
+    longest
+}
+
+/// What ends a fault once its effect was measured.
+enum Undo {
+    Nothing,
+    /// SIGCONT to the process, no sooner than the instant given.
+    Resume(u32, Instant),
+    /// Start the NATS node again.
+    RestartNode(usize),
+}
+
+/// Injects `fault`; returns the node the fault leaves healthy to watch
+/// from (the probe connected there) and how to end the fault.
+async fn inject(cluster: &mut Cluster, fault: Fault, flood: &async_nats::Client) -> (usize, Undo) {
+    let leader = cluster.meta_leader();
+    match fault {
+        Fault::KillWorker => {
+            let (_, mut w) = cluster.workers.remove(0);
+            w.kill().unwrap();
+            cluster.start_worker();
+            (leader, Undo::Nothing)
+        }
+        Fault::FreezeWorker => {
+            let pid = cluster.workers[0].1.pid();
+            signal(pid, Signal::SIGSTOP);
+            let past_lease = Instant::now() + LEASE_TTL + Duration::from_secs(1);
+            (leader, Undo::Resume(pid, past_lease))
+        }
+        Fault::StopMetaLeader => {
+            cluster.nats.node_mut(leader).stop().unwrap();
+            ((leader + 1) % 3, Undo::RestartNode(leader))
+        }
+        Fault::FreezeNatsNode => {
+            let node = (leader + 1) % 3;
+            let pid = cluster.nats.node(node).pid().expect("the node runs");
+            signal(pid, Signal::SIGSTOP);
+            let frozen = Instant::now() + Duration::from_secs(5);
+            (leader, Undo::Resume(pid, frozen))
+        }
+        Fault::RestartAllWorkers => {
+            for (_, mut w) in cluster.workers.drain(..) {
+                w.terminate_within(Duration::from_secs(10)).unwrap();
+            }
+            for _ in 0..WORKERS {
+                cluster.start_worker();
+            }
+            (leader, Undo::Nothing)
+        }
+        Fault::FloodDuringHandover => {
+            cluster.start_worker();
+            let flood = futures::stream::iter(0..5_000)
+                .map(|i| {
+                    let client = flood.clone();
+                    async move { ask_once(&client, &format!("flood-{i}"), b"").await }
+                })
+                .buffer_unordered(32);
+            let _: Vec<Outcome> = flood.collect().await;
+            (leader, Undo::Nothing)
+        }
+    }
+}
+
+async fn undo(cluster: &mut Cluster, undo: Undo) {
+    match undo {
+        Undo::Nothing => {}
+        Undo::Resume(pid, not_before) => {
+            tokio::time::sleep_until(not_before.into()).await;
+            signal(pid, Signal::SIGCONT);
+        }
+        Undo::RestartNode(node) => cluster.nats.node_mut(node).restart().unwrap(),
+    }
+}
+
+async fn run(durability: &str, algorithm: &str, faults: &[Fault]) -> RunResult {
+    let mut cluster = Cluster::start(durability, algorithm);
+    let keys = Arc::new(key_set());
+    let body: &'static [u8] = br#"{"policy":"nemesis"}"#;
+    let peek: &'static [u8] = br#"{"policy":"nemesis","cost":0}"#;
+    // A probe on each node: a fault's recovery is watched from one it
+    // leaves alone.
+    let mut probes = Vec::new();
+    for node in cluster.nats.nodes() {
+        probes.push(node.connect().await.expect("a probe connects"));
+    }
+    let probe = probes[0].clone();
+    if let Err(e) = eventually(RECOVERY, Duration::from_millis(100), || {
+        every_partition_answers(&probe, &keys, peek)
+    })
+    .await
+    {
+        panic!("the workers never answered every partition: {e:#}\n{}", cluster.logs());
+    }
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(cluster.client().await);
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (sent, tasks) = start_load(clients, keys.clone(), body, stop_rx);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let mut result = RunResult {
+        durability: durability.into(),
+        algorithm: algorithm.into(),
+        ..Default::default()
+    };
+    let mut marks = Vec::new();
+    for &fault in faults {
+        let started = Instant::now();
+        let (healthy, end_fault) = inject(&mut cluster, fault, &probe).await;
+        let watch = &probes[healthy];
+        if let Err(e) = eventually(RECOVERY, Duration::from_millis(100), || {
+            every_partition_answers(watch, &keys, peek)
+        })
+        .await
+        {
+            panic!("during {fault:?} not every partition answered: {e:#}\n{}", cluster.logs());
+        }
+        let recovered = started.elapsed();
+        undo(&mut cluster, end_fault).await;
+        // Every partition answers once the fault is over too, then a second
+        // of steady answers before the next fault.
+        if let Err(e) = eventually(RECOVERY, Duration::from_millis(100), || {
+            every_partition_answers(&probe, &keys, peek)
+        })
+        .await
+        {
+            panic!("after {fault:?} not every partition answered: {e:#}\n{}", cluster.logs());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        marks.push((fault, started, recovered));
+    }
+    let end = Instant::now();
+    let _ = stop_tx.send(true);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let sent = sent.lock().unwrap().clone();
+    for (i, (fault, started, recovered)) in marks.iter().enumerate() {
+        let until = marks.get(i + 1).map(|m| m.1).unwrap_or(end);
+        result.faults.push(FaultResult {
+            fault: Some(*fault),
+            recovered_s: recovered.as_secs_f64(),
+            longest_gap_s: longest_gap(&sent, *started, until).as_secs_f64(),
+        });
+    }
+
+    // What the clients saw, per key.
+    let mut allowed = vec![0u64; keys.len()];
+    for s in &sent {
+        match s.outcome {
+            Outcome::Allowed => {
+                allowed[s.key] += 1;
+                result.allowed += 1;
+            }
+            Outcome::Denied => result.denied += 1,
+            Outcome::ErrorReply => result.error_replies += 1,
+            Outcome::NoResponders => result.no_responders += 1,
+            Outcome::TimedOut => result.timed_out += 1,
+            Outcome::Failed => result.failed += 1,
+        }
+    }
+    result.requests = sent.len();
+    for (k, &n) in allowed.iter().enumerate() {
+        let over = n.saturating_sub(MAX);
+        result.over_admitted += over;
+        result.over_admitted_max_per_key = result.over_admitted_max_per_key.max(over);
+        // What the owner counts now, against what the clients were allowed.
+        let subject = Verb::Inspect.client_subject(&keys[k]);
+        let reply = probe
+            .request(subject, br#"{"policy":"nemesis"}"#.as_slice().into())
+            .await
+            .expect("an inspect is answered");
+        let shown: InspectReply = decode_admin_reply(&reply.payload).expect("an inspect reply");
+        let used = shown
+            .policies
+            .first()
+            .map(|p| p.limits[0].used)
+            .unwrap_or(0);
+        result.lost += n.min(MAX).saturating_sub(used);
+    }
+    for (_, mut w) in cluster.workers.drain(..) {
+        let _ = w.terminate_within(Duration::from_secs(10));
+    }
+    println!(
+        "{durability} {algorithm}: {}",
+        serde_json::to_string(&result).unwrap()
+    );
+    result
+}
+
+fn assert_promises(r: &RunResult) {
+    assert!(r.requests > 0 && r.allowed > 0, "the load ran: {r:?}");
+    assert_eq!(r.failed, 0, "every request got a decision, an error or a timeout: {r:?}");
+    if r.durability == "journal" {
+        assert_eq!(r.over_admitted, 0, "journal mode never over-admits: {r:?}");
+        assert_eq!(r.lost, 0, "journal mode loses no count: {r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_short_nemesis_run_keeps_every_promise() {
+    let _serial = sluice_tests::serial().await;
+    if std::env::var("SLUICE_NEMESIS").as_deref() == Ok("long") {
+        let mut results = Vec::new();
+        for durability in ["journal", "snapshot"] {
+            for algorithm in [
+                "fixed_window",
+                "sliding_log",
+                "sliding_window",
+                "token_bucket",
+                "gcra",
+            ] {
+                let r = run(durability, algorithm, LONG).await;
+                assert_promises(&r);
+                results.push(r);
+            }
+        }
+        if let Ok(out) = std::env::var("SLUICE_NEMESIS_OUT") {
+            std::fs::write(out, serde_json::to_string_pretty(&results).unwrap()).unwrap();
+        }
+        return;
+    }
+    let r = run("journal", "sliding_log", SHORT).await;
+    assert_promises(&r);
+}
