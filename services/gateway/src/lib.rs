@@ -263,7 +263,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     let mut r = text.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        HeaderValue::from_static(sluice_core::metrics::CONTENT_TYPE),
     );
     r
 }

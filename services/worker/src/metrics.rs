@@ -1,108 +1,115 @@
-//! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP.
+//! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP,
+//! through the Prometheus client library ([`sluice_core::metrics`]).
+//!
+//! What the worker already counts for `sluice status` (decisions by
+//! outcome, keys, the policy bucket, partitions) is read once per scrape
+//! from the same [`service::status`] and encoded by a collector, so the
+//! page and `sluice status` cannot disagree.
 
-use crate::service;
+use crate::service::{self, WorkerStatus};
 use crate::shared::Shared;
 use crate::stats::ShardsView;
+use axum::http::header;
 use axum::{routing::get, Router};
-use sluice_core::metrics::{Exposition, Kind};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use sluice_core::metrics::{self as page, ConstCounter, ConstGauge, Registry};
+use std::fmt;
 use std::sync::Arc;
 
 /// The `/metrics` page of a worker.
 pub fn render(shared: &Shared, shards: &ShardsView) -> String {
-    let s = service::status(shared, shards);
-    let mut e = Exposition::new();
-    e.family(
-        "sluice_worker_decisions_total",
-        Kind::Counter,
-        "Requests answered by this worker, by outcome.",
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "allowed")],
-        s.allowed as f64,
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "denied")],
-        s.denied as f64,
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "hit")],
-        s.hits as f64,
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "error")],
-        s.errors as f64,
-    );
-    e.single(
-        "sluice_worker_journal_errors_total",
-        Kind::Counter,
-        "Journal appends that failed (their counts lived only in memory until the next snapshot).",
-        s.journal_errors as f64,
-    );
-    e.single(
-        "sluice_worker_policy_refusals_total",
-        Kind::Counter,
-        "Values of the policy bucket refused (the previous version stayed in force).",
-        s.policy_refusals as f64,
-    );
-    e.single(
-        "sluice_worker_policy_revision",
-        Kind::Gauge,
-        "The policy bucket revision this worker has applied.",
-        s.policy_revision as f64,
-    );
-    e.single(
-        "sluice_worker_keys",
-        Kind::Gauge,
-        "Live counters held in all owned partitions.",
-        s.keys as f64,
-    );
-    e.single(
-        "sluice_worker_max_keys",
-        Kind::Gauge,
-        "The bound on live counters (max_keys).",
-        s.max_keys as f64,
-    );
-    e.single(
-        "sluice_worker_keys_evicted_total",
-        Kind::Counter,
-        "Live counters forgotten to stay within max_keys (their limits started over).",
-        s.evicted_keys as f64,
-    );
-    e.single(
-        "sluice_worker_partitions",
-        Kind::Gauge,
-        "Partitions this worker owns.",
-        s.partitions.len() as f64,
-    );
-    e.family(
-        "sluice_worker_partition_keys",
-        Kind::Gauge,
-        "Live counters per owned partition (at the last snapshot).",
-    );
-    for p in &s.partitions {
-        e.sample(
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StatusValues(service::status(shared, shards))));
+    page::render(&registry)
+}
+
+/// The worker's status as it was when the page was asked for.
+#[derive(Debug)]
+struct StatusValues(WorkerStatus);
+
+/// A gauge's value from a count.
+fn level(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Collector for StatusValues {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        page::family(
+            &mut e,
+            "sluice_worker_decisions",
+            "Requests answered by this worker, by outcome.",
+            [
+                ("allowed", s.allowed),
+                ("denied", s.denied),
+                ("hit", s.hits),
+                ("error", s.errors),
+            ]
+            .map(|(outcome, n)| ([("outcome", outcome)], ConstCounter::new(n))),
+        )?;
+        page::counter(
+            &mut e,
+            "sluice_worker_journal_errors",
+            "Journal appends that failed (their counts lived only in memory until the next snapshot).",
+            s.journal_errors,
+        )?;
+        page::counter(
+            &mut e,
+            "sluice_worker_policy_refusals",
+            "Values of the policy bucket refused (the previous version stayed in force).",
+            s.policy_refusals,
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_policy_revision",
+            "The policy bucket revision this worker has applied.",
+            level(s.policy_revision),
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_keys",
+            "Live counters held in all owned partitions.",
+            level(s.keys),
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_max_keys",
+            "The bound on live counters (max_keys).",
+            level(s.max_keys),
+        )?;
+        page::counter(
+            &mut e,
+            "sluice_worker_keys_evicted",
+            "Live counters forgotten to stay within max_keys (their limits started over).",
+            s.evicted_keys,
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_partitions",
+            "Partitions this worker owns.",
+            level(s.partitions.len() as u64),
+        )?;
+        page::family(
+            &mut e,
             "sluice_worker_partition_keys",
-            &[("partition", &p.partition.to_string())],
-            p.keys as f64,
-        );
-    }
-    e.family(
-        "sluice_worker_partition_last_snapshot_ms",
-        Kind::Gauge,
-        "When each owned partition was last snapshotted (ms since the epoch).",
-    );
-    for p in &s.partitions {
-        e.sample(
+            "Live counters per owned partition (at the last snapshot).",
+            s.partitions
+                .iter()
+                .map(|p| ([("partition", p.partition)], ConstGauge::new(level(p.keys)))),
+        )?;
+        page::family(
+            &mut e,
             "sluice_worker_partition_last_snapshot_ms",
-            &[("partition", &p.partition.to_string())],
-            p.last_snapshot_ms as f64,
-        );
+            "When each owned partition was last snapshotted (ms since the epoch).",
+            s.partitions.iter().map(|p| {
+                (
+                    [("partition", p.partition)],
+                    ConstGauge::new(level(p.last_snapshot_ms)),
+                )
+            }),
+        )
     }
-    e.finish()
 }
 
 /// Serves `/metrics` on `listener` until the task is dropped.
@@ -111,7 +118,12 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, shard
         "/metrics",
         get(move || {
             let (shared, shards) = (shared.clone(), shards.clone());
-            async move { render(&shared, &shards) }
+            async move {
+                (
+                    [(header::CONTENT_TYPE, page::CONTENT_TYPE)],
+                    render(&shared, &shards),
+                )
+            }
         }),
     );
     if let Err(e) = axum::serve(listener, app).await {
