@@ -1,10 +1,15 @@
 //! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP,
 //! through the Prometheus client library ([`sluice_core::metrics`]).
+//! docs/METRICS.md lists them all, with what to alert on.
 //!
-//! What the worker already counts for `sluice status` (decisions by
-//! outcome, keys, the policy bucket, partitions) is read once per scrape
-//! from the same [`service::status`] and encoded by a collector, so the
-//! page and `sluice status` cannot disagree.
+//! Two sources, one page: what only the page shows is measured where it
+//! happens with the library's counters and histograms
+//! ([`crate::stats::Meters`]: decisions by policy, latencies, leases,
+//! handovers, snapshots, journal appends) and registered here; what the
+//! worker already keeps for `sluice status` (keys, the key bound, the
+//! policy bucket, partitions, journal errors) is read once per scrape from
+//! the same [`service::status`] and encoded by a collector, so the page and
+//! `sluice status` cannot disagree.
 
 use crate::service::{self, WorkerStatus};
 use crate::shared::Shared;
@@ -13,13 +18,63 @@ use axum::http::header;
 use axum::{routing::get, Router};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use sluice_core::metrics::{self as page, ConstCounter, ConstGauge, Registry};
+use sluice_core::metrics::{self as page, ConstGauge, Registry};
 use std::fmt;
 use std::sync::Arc;
 
 /// The `/metrics` page of a worker.
 pub fn render(shared: &Shared, shards: &ShardsView) -> String {
+    let m = &shared.stats.meters;
     let mut registry = Registry::default();
+    registry.register(
+        "sluice_worker_decisions",
+        "Requests answered by this worker, by outcome and policy (errors have an empty policy).",
+        m.decisions.clone(),
+    );
+    for (name, help, histogram) in [
+        (
+            "sluice_worker_decision_duration_seconds",
+            "Per batch of asks answered together: from taking its first message off the subscription to publishing its last reply (journal mode: after the journal stored it).",
+            &m.decision_latency,
+        ),
+        (
+            "sluice_worker_takeover_duration_seconds",
+            "Per partition taken over: from its lease acquired to answering (snapshot restored, journal replayed).",
+            &m.takeover_duration,
+        ),
+        (
+            "sluice_worker_handover_duration_seconds",
+            "Per partition handed over: from the stop to its lease released (answering what was delivered, final snapshot).",
+            &m.handover_duration,
+        ),
+        (
+            "sluice_worker_snapshot_duration_seconds",
+            "Per snapshot written: encoding the counters and writing chunks and manifest.",
+            &m.snapshot_duration,
+        ),
+        (
+            "sluice_worker_snapshot_bytes",
+            "Per snapshot written: its encoded size in bytes.",
+            &m.snapshot_bytes,
+        ),
+        (
+            "sluice_worker_journal_append_duration_seconds",
+            "Per journal append (journal mode): from publishing to JetStream's ack.",
+            &m.journal_append_duration,
+        ),
+    ] {
+        registry.register(name, help, histogram.clone());
+    }
+    registry.register(
+        "sluice_worker_lease_events",
+        "Partition lease events: acquired, renewed, renew_failed (retried), lost (taken or expired), released (handover).",
+        m.lease_events.clone(),
+    );
+    registry.register(
+        "sluice_worker_snapshot_failures",
+        "Snapshots that could not be written (retried at the next interval; a final one leaves the previous snapshot to the next owner).",
+        m.snapshot_failures.clone(),
+    );
     registry.register_collector(Box::new(StatusValues(service::status(shared, shards))));
     page::render(&registry)
 }
@@ -36,18 +91,6 @@ fn level(n: u64) -> i64 {
 impl Collector for StatusValues {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let s = &self.0;
-        page::family(
-            &mut e,
-            "sluice_worker_decisions",
-            "Requests answered by this worker, by outcome.",
-            [
-                ("allowed", s.allowed),
-                ("denied", s.denied),
-                ("hit", s.hits),
-                ("error", s.errors),
-            ]
-            .map(|(outcome, n)| ([("outcome", outcome)], ConstCounter::new(n))),
-        )?;
         page::counter(
             &mut e,
             "sluice_worker_journal_errors",
@@ -59,6 +102,12 @@ impl Collector for StatusValues {
             "sluice_worker_policy_refusals",
             "Values of the policy bucket refused (the previous version stayed in force).",
             s.policy_refusals,
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_policies_refused",
+            "Keys of the policy bucket whose value is refused now (sluice status lists them, with why).",
+            level(s.refused_policies.len() as u64),
         )?;
         page::gauge(
             &mut e,
