@@ -22,15 +22,12 @@ use std::fmt;
 /// The `Content-Type` of a rendered page.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-/// The page of `registry`.
-pub fn render(registry: &Registry) -> String {
+/// The page of `registry`. Writing to a `String` cannot fail: an error
+/// is a collector's (a bug), and the page is better refused than partial.
+pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
     let mut text = String::new();
-    // Writing to a String cannot fail; an encoder error would be a bug in
-    // a collector, and a partial page is still better than none.
-    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut text, registry) {
-        text.push_str(&format!("# encoding failed: {e}\n"));
-    }
-    text
+    prometheus_client::encoding::prometheus_text::encode(&mut text, registry)?;
+    Ok(text)
 }
 
 /// A counter read at scrape time: `name` is shown as `name_total`.
@@ -86,7 +83,7 @@ mod tests {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Fixed));
         assert_eq!(
-            render(&registry),
+            render(&registry).unwrap(),
             "# HELP sluice_decisions_total Decisions made.\n# TYPE sluice_decisions_total counter\n\
              sluice_decisions_total{outcome=\"allowed\"} 3\n\
              sluice_decisions_total{outcome=\"a\\\"b\"} 1\n\

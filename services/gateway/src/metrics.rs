@@ -18,7 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use sluice_client::ClientStats;
 use sluice_core::metrics::{self as page, ConstCounter, Registry};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 /// Which endpoint served a request.
@@ -158,7 +158,7 @@ impl Metrics {
     }
 
     /// The Prometheus text page.
-    pub fn render(&self, client: &ClientStats, nats_connected: bool) -> String {
+    pub fn render(&self, client: &ClientStats, nats_connected: bool) -> Result<String, fmt::Error> {
         let mut registry = Registry::default();
         registry.register(
             "sluice_gateway_requests",
@@ -264,7 +264,7 @@ mod tests {
         m.observe(Route::Allow, Outcome::Allowed, Duration::from_micros(300));
         m.observe(Route::Allow, Outcome::Denied, Duration::from_millis(3));
         m.observe(Route::Allow, Outcome::Denied, Duration::from_secs(3));
-        let text = m.render(&ClientStats::default(), true);
+        let text = m.render(&ClientStats::default(), true).unwrap();
         assert!(
             text.contains("sluice_gateway_requests_total{route=\"allow\",outcome=\"denied\"} 2\n")
         );

@@ -14,7 +14,8 @@
 use crate::service::{self, WorkerStatus};
 use crate::shared::Shared;
 use crate::stats::ShardsView;
-use axum::http::header;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
 use axum::{routing::get, Router};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -23,7 +24,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The `/metrics` page of a worker.
-pub fn render(shared: &Shared, shards: &ShardsView) -> String {
+pub fn render(shared: &Shared, shards: &ShardsView) -> Result<String, fmt::Error> {
     let m = &shared.stats.meters;
     let mut registry = Registry::default();
     registry.register(
@@ -168,10 +169,15 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, shard
         get(move || {
             let (shared, shards) = (shared.clone(), shards.clone());
             async move {
-                (
-                    [(header::CONTENT_TYPE, page::CONTENT_TYPE)],
-                    render(&shared, &shards),
-                )
+                match render(&shared, &shards) {
+                    Ok(text) => {
+                        ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
+                    }
+                    Err(e) => {
+                        tracing::error!("cannot render /metrics: {e}");
+                        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                    }
+                }
             }
         }),
     );
