@@ -19,7 +19,7 @@
 //!   batches (split by what they hold under `wire/`).
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`partition`]: the key → partition hash nats-server computes.
-//! - [`metrics`]: the Prometheus text writer for `/metrics` pages.
+//! - [`metrics`]: `/metrics` pages through the Prometheus client library.
 //! - [`subject`]: every NATS subject, built and parsed; the [`subject::Verb`]s;
 //!   the mapping probe's pure part.
 //! - [`storage`]: names of the JetStream buckets, keys and streams.

@@ -140,7 +140,7 @@ impl NatsCluster {
 }
 
 /// `n` distinct loopback ports that were free a moment ago.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     // Hold all listeners at once so the ports are distinct.
     let listeners = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0"))

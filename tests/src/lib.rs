@@ -78,7 +78,7 @@ mod tls;
 pub use ask::{
     a_key_per_partition, ask, error_of, key_in_partition, request, AskError, PEEK, REQUEST_TIMEOUT,
 };
-pub use cluster::{NatsCluster, CLUSTER_NAME};
+pub use cluster::{free_ports, NatsCluster, CLUSTER_NAME};
 pub use eventually::{eventually, TICK};
 pub use load::{assert_no_key_over, rounds, Answered, Load, LOAD_DEADLINE};
 pub use nats::{

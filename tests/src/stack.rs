@@ -283,19 +283,31 @@ impl Stack {
     /// Starts `n` more workers and waits until the partitions are spread
     /// evenly over all live workers and every partition answers.
     pub async fn start_workers(&mut self, n: usize) {
+        self.start_workers_with(n, &[]).await;
+    }
+
+    /// [`start_workers`](Self::start_workers), with `args` added to each
+    /// worker's command line (e.g. `--metrics-listen 127.0.0.1:PORT`).
+    pub async fn start_workers_with(&mut self, n: usize, args: &[&str]) {
         for _ in 0..n {
-            self.spawn_worker();
+            self.spawn_worker_with(args);
         }
         self.wait_settled().await;
     }
 
     /// Starts one more worker without waiting for anything; its id.
     pub fn spawn_worker(&mut self) -> String {
+        self.spawn_worker_with(&[])
+    }
+
+    /// [`spawn_worker`](Self::spawn_worker), with `args` added to its
+    /// command line.
+    pub fn spawn_worker_with(&mut self, args: &[&str]) -> String {
         let id = format!("t{}", self.started);
         self.started += 1;
         let log = self.dir.path().join(format!("{id}.log"));
         let mut cmd = worker_command(&self.sluice, &self.nats.url(), &self.config_path, Some(&id));
-        cmd.env("SLUICE_LOG", "info");
+        cmd.args(args).env("SLUICE_LOG", "info");
         cmd.envs(self.worker_env.iter().map(|(k, v)| (k, v)));
         let process =
             ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("sluice worker starts");

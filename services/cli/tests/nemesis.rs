@@ -68,7 +68,11 @@ enum Fault {
 /// whatever the placement of workers and stream leaders. A frozen NATS node
 /// does not (up to ~30 s when it holds the leader of a stream a takeover
 /// needs; docs/RELIABILITY.md), so it is measured by the long form only.
-const SHORT: &[Fault] = &[Fault::KillWorker, Fault::FreezeWorker, Fault::StopMetaLeader];
+const SHORT: &[Fault] = &[
+    Fault::KillWorker,
+    Fault::FreezeWorker,
+    Fault::StopMetaLeader,
+];
 
 const LONG: &[Fault] = &[
     Fault::KillWorker,
@@ -427,7 +431,10 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault]) -> RunResult {
     })
     .await
     {
-        panic!("the workers never answered every partition: {e:#}\n{}", cluster.logs());
+        panic!(
+            "the workers never answered every partition: {e:#}\n{}",
+            cluster.logs()
+        );
     }
     let mut clients = Vec::new();
     for _ in 0..3 {
@@ -452,7 +459,10 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault]) -> RunResult {
         })
         .await
         {
-            panic!("during {fault:?} not every partition answered: {e:#}\n{}", cluster.logs());
+            panic!(
+                "during {fault:?} not every partition answered: {e:#}\n{}",
+                cluster.logs()
+            );
         }
         let recovered = started.elapsed();
         undo(&mut cluster, end_fault).await;
@@ -463,7 +473,10 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault]) -> RunResult {
         })
         .await
         {
-            panic!("after {fault:?} not every partition answered: {e:#}\n{}", cluster.logs());
+            panic!(
+                "after {fault:?} not every partition answered: {e:#}\n{}",
+                cluster.logs()
+            );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         marks.push((fault, started, recovered));
@@ -529,7 +542,10 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault]) -> RunResult {
 
 fn assert_promises(r: &RunResult) {
     assert!(r.requests > 0 && r.allowed > 0, "the load ran: {r:?}");
-    assert_eq!(r.failed, 0, "every request got a decision, an error or a timeout: {r:?}");
+    assert_eq!(
+        r.failed, 0,
+        "every request got a decision, an error or a timeout: {r:?}"
+    );
     if r.durability == "journal" {
         assert_eq!(r.over_admitted, 0, "journal mode never over-admits: {r:?}");
         assert_eq!(r.lost, 0, "journal mode loses no count: {r:?}");

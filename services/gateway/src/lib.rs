@@ -257,13 +257,21 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let text = app
+    match app
         .metrics
-        .render(&app.client.stats(), app.client.is_connected());
-    let mut r = text.into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    r
+        .render(&app.client.stats(), app.client.is_connected())
+    {
+        Ok(text) => {
+            let mut r = text.into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(sluice_core::metrics::CONTENT_TYPE),
+            );
+            r
+        }
+        Err(e) => {
+            tracing::error!("cannot render /metrics: {e}");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }

@@ -1,19 +1,28 @@
 //! The gateway's `/metrics`: requests by route and outcome, decisions by
 //! source, fallbacks, the client's round trips and batches, and a latency
-//! histogram per route.
+//! histogram per route, through the Prometheus client library
+//! ([`sluice_core::metrics`]).
 //!
-//! Counters are atomics bumped on the request path; the page is rendered on
-//! demand with [`sluice_core::metrics::Exposition`]. The histogram is written
-//! by hand after it, because `Exposition` has no histogram type.
+//! Requests and their latency are the library's counters and histograms,
+//! one handle per route and outcome made up front, so a request bumps its
+//! own (an atomic add, and the histogram's observe) without looking a label
+//! set up. The client's counters live in [`sluice_client::ClientStats`];
+//! they are read when the page is scraped, by a collector.
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use sluice_client::ClientStats;
-use sluice_core::metrics::{Exposition, Kind};
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use sluice_core::metrics::{self as page, ConstCounter, Registry};
+use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 /// Which endpoint served a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
     /// `/v1/allow/{key}`
     Allow,
@@ -37,7 +46,7 @@ impl Route {
 }
 
 /// How a request ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// 200 (or, proxied, forwarded upstream).
     Allowed,
@@ -80,158 +89,168 @@ impl Outcome {
     }
 }
 
+impl EncodeLabelValue for Route {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    route: Route,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabels {
+    route: Route,
+}
+
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
     0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
-#[derive(Default)]
-struct Histogram {
-    /// Per bucket (not cumulative), plus the overflow bucket.
-    counts: [AtomicU64; BUCKETS.len() + 1],
-    sum_ns: AtomicU64,
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
-#[derive(Default)]
 pub struct Metrics {
-    requests: [[AtomicU64; 7]; 3],
-    latency: [Histogram; 3],
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram>,
+    /// The handles of `requests` and `latency`, by route and outcome.
+    by_route: [([Counter; 7], Histogram); 3],
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let by_route = Route::ALL.map(|route| {
+            let counters = Outcome::ALL
+                .map(|outcome| requests.get_or_create_owned(&RequestLabels { route, outcome }));
+            (
+                counters,
+                latency.get_or_create_owned(&RouteLabels { route }),
+            )
+        });
+        Metrics {
+            requests,
+            latency,
+            by_route,
+        }
+    }
 }
 
 impl Metrics {
     pub fn observe(&self, route: Route, outcome: Outcome, took: Duration) {
-        let r = route as usize;
-        self.requests[r][outcome.index()].fetch_add(1, Ordering::Relaxed);
-        let secs = took.as_secs_f64();
-        let bucket = BUCKETS
-            .iter()
-            .position(|le| secs <= *le)
-            .unwrap_or(BUCKETS.len());
-        let h = &self.latency[r];
-        h.counts[bucket].fetch_add(1, Ordering::Relaxed);
-        h.sum_ns.fetch_add(
-            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        let (requests, latency) = &self.by_route[route as usize];
+        requests[outcome.index()].inc();
+        latency.observe(took.as_secs_f64());
     }
 
     /// The Prometheus text page.
-    pub fn render(&self, client: &ClientStats, nats_connected: bool) -> String {
-        let mut e = Exposition::new();
-        let name = "sluice_gateway_requests_total";
-        e.family(
-            name,
-            Kind::Counter,
+    pub fn render(&self, client: &ClientStats, nats_connected: bool) -> Result<String, fmt::Error> {
+        let mut registry = Registry::default();
+        registry.register(
+            "sluice_gateway_requests",
             "Requests answered, by route (HTTP, or envoy for the gRPC rate limit service) and outcome.",
+            self.requests.clone(),
         );
-        for route in Route::ALL {
-            for outcome in Outcome::ALL {
-                let n = self.requests[route as usize][outcome.index()].load(Ordering::Relaxed);
-                e.sample(
-                    name,
-                    &[("route", route.as_str()), ("outcome", outcome.as_str())],
-                    n as f64,
-                );
-            }
-        }
-        let name = "sluice_gateway_decisions_total";
-        e.family(
-            name,
-            Kind::Counter,
+        registry.register_collector(Box::new(ClientValues {
+            stats: *client,
+            nats_connected,
+        }));
+        registry.register(
+            "sluice_gateway_request_duration_seconds",
+            "Time to answer (proxy: until the upstream's response headers), by route.",
+            self.latency.clone(),
+        );
+        page::render(&registry)
+    }
+}
+
+/// The client's counters as they were when the page was asked for.
+#[derive(Debug)]
+struct ClientValues {
+    stats: ClientStats,
+    nats_connected: bool,
+}
+
+impl Collector for ClientValues {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let c = &self.stats;
+        page::family(
+            &mut e,
+            "sluice_gateway_decisions",
             "Decisions by who made them: a worker, the deny cache, or a fallback.",
-        );
-        for (source, n) in [
-            ("worker", client.worker),
-            ("deny_cache", client.deny_cache),
-            ("fallback_open", client.fallback_open),
-            ("fallback_local", client.fallback_local),
-        ] {
-            e.sample(name, &[("source", source)], n as f64);
-        }
-        let name = "sluice_gateway_fallbacks_total";
-        e.family(
-            name,
-            Kind::Counter,
+            [
+                ("worker", c.worker),
+                ("deny_cache", c.deny_cache),
+                ("fallback_open", c.fallback_open),
+                ("fallback_local", c.fallback_local),
+            ]
+            .map(|(source, n)| ([("source", source)], ConstCounter::new(n))),
+        )?;
+        page::family(
+            &mut e,
+            "sluice_gateway_fallbacks",
             "Asks no worker answered, by the fallback applied (closed ones were answered 503).",
-        );
-        for (fallback, n) in [
-            ("open", client.fallback_open),
-            ("closed", client.fallback_closed),
-            ("local", client.fallback_local),
-        ] {
-            e.sample(name, &[("fallback", fallback)], n as f64);
-        }
+            [
+                ("open", c.fallback_open),
+                ("closed", c.fallback_closed),
+                ("local", c.fallback_local),
+            ]
+            .map(|(fallback, n)| ([("fallback", fallback)], ConstCounter::new(n))),
+        )?;
         for (name, help, n) in [
             (
-                "sluice_gateway_nats_requests_total",
+                "sluice_gateway_nats_requests",
                 "NATS requests sent to workers (single asks, batches, retries).",
-                client.round_trips,
+                c.round_trips,
             ),
             (
-                "sluice_gateway_batches_total",
+                "sluice_gateway_batches",
                 "Batches sent (several asks of one partition in one request).",
-                client.batches,
+                c.batches,
             ),
             (
-                "sluice_gateway_batched_asks_total",
+                "sluice_gateway_batched_asks",
                 "Asks that travelled in a batch.",
-                client.batched_asks,
+                c.batched_asks,
             ),
             (
-                "sluice_gateway_no_responders_total",
+                "sluice_gateway_no_responders",
                 "NATS 'no responders' answers (a partition without an owner).",
-                client.no_responders,
+                c.no_responders,
             ),
             (
-                "sluice_gateway_retries_total",
+                "sluice_gateway_retries",
                 "Requests re-sent after 'no responders' or a 503.",
-                client.retries,
+                c.retries,
             ),
             (
-                "sluice_gateway_timeouts_total",
+                "sluice_gateway_timeouts",
                 "Asks that ran out of time waiting for a worker.",
-                client.timeouts,
+                c.timeouts,
             ),
         ] {
-            e.single(name, Kind::Counter, help, n as f64);
+            page::counter(&mut e, name, help, n)?;
         }
-        e.single(
+        page::gauge(
+            &mut e,
             "sluice_gateway_nats_connected",
-            Kind::Gauge,
             "1 while the NATS connection is up.",
-            if nats_connected { 1.0 } else { 0.0 },
-        );
-        let mut text = e.finish();
-        self.render_latency(&mut text);
-        text
-    }
-
-    fn render_latency(&self, out: &mut String) {
-        let name = "sluice_gateway_request_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Time to answer (proxy: until the upstream's response headers), by route.\n# TYPE {name} histogram"
-        );
-        for route in Route::ALL {
-            let h = &self.latency[route as usize];
-            let r = route.as_str();
-            let mut cumulative = 0;
-            for (i, le) in BUCKETS.iter().enumerate() {
-                cumulative += h.counts[i].load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{{route=\"{r}\",le=\"{le}\"}} {cumulative}"
-                );
-            }
-            cumulative += h.counts[BUCKETS.len()].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{route=\"{r}\",le=\"+Inf\"}} {cumulative}"
-            );
-            let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-            let _ = writeln!(out, "{name}_sum{{route=\"{r}\"}} {sum}");
-            let _ = writeln!(out, "{name}_count{{route=\"{r}\"}} {cumulative}");
-        }
+            i64::from(self.nats_connected),
+        )
     }
 }
 
@@ -245,7 +264,7 @@ mod tests {
         m.observe(Route::Allow, Outcome::Allowed, Duration::from_micros(300));
         m.observe(Route::Allow, Outcome::Denied, Duration::from_millis(3));
         m.observe(Route::Allow, Outcome::Denied, Duration::from_secs(3));
-        let text = m.render(&ClientStats::default(), true);
+        let text = m.render(&ClientStats::default(), true).unwrap();
         assert!(
             text.contains("sluice_gateway_requests_total{route=\"allow\",outcome=\"denied\"} 2\n")
         );

@@ -18,10 +18,13 @@
 //!
 //! What decisions did is gathered in a [`Tally`] per partition and batch and
 //! published to the stats once; in journal mode the tally also holds the
-//! [`Record`]s the caller must store before it answers.
+//! [`Record`]s the caller must store before it answers. Decisions by policy
+//! (`/metrics`) are counted the same way, on counters found through
+//! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
-use crate::stats::{ShardStats, WorkerStats};
+use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use sluice_core::ask::{self, Op};
 use sluice_core::config::Config;
@@ -35,6 +38,7 @@ use sluice_core::wire::inspect::{
 };
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -115,10 +119,20 @@ pub struct Tally {
     errors: u64,
     changes: u64,
     records: Vec<Record>,
+    meters: Arc<PolicyMeters>,
+    /// Allowed, denied and hit counts by policy (its place in `meters`), of
+    /// the first [`POLICY_SLOTS`] policies the batch decided for; the
+    /// counts of any further one go to its counters at once.
+    by_policy: [(usize, [u64; 3]); POLICY_SLOTS],
+    policies_used: usize,
 }
 
+/// Policies whose counts a [`Tally`] gathers before publishing them (a
+/// batch rarely decides for more).
+const POLICY_SLOTS: usize = 4;
+
 impl Tally {
-    fn new(partition: u32, journal: bool) -> Tally {
+    fn new(partition: u32, journal: bool, meters: Arc<PolicyMeters>) -> Tally {
         Tally {
             partition,
             journal,
@@ -129,6 +143,28 @@ impl Tally {
             errors: 0,
             changes: 0,
             records: Vec::new(),
+            meters,
+            by_policy: [(0, [0; 3]); POLICY_SLOTS],
+            policies_used: 0,
+        }
+    }
+
+    /// One more decision of `outcome` (an index of
+    /// [`Outcome::OF_POLICIES`]) under `policy`.
+    fn count_policy(&mut self, policy: &str, outcome: usize) {
+        let Some(p) = self.meters.index_of(policy) else {
+            return;
+        };
+        let used = &mut self.by_policy[..self.policies_used];
+        if let Some((_, counts)) = used.iter_mut().find(|(q, _)| *q == p) {
+            counts[outcome] += 1;
+        } else if self.policies_used < POLICY_SLOTS {
+            let mut counts = [0; 3];
+            counts[outcome] = 1;
+            self.by_policy[self.policies_used] = (p, counts);
+            self.policies_used += 1;
+        } else {
+            self.meters.counters[p][outcome].inc();
         }
     }
 
@@ -150,12 +186,25 @@ impl Tally {
 
     fn outcome(&mut self, verb: Verb, result: &Result<(Decision, &str), ErrorReply>) {
         self.decisions += 1;
-        match (result, verb) {
-            (Err(_), _) => self.errors += 1,
-            (Ok(_), Verb::Hit) => self.hits += 1,
-            (Ok((d, _)), _) if d.allowed => self.allowed += 1,
-            (Ok(_), _) => self.denied += 1,
-        }
+        let (policy, outcome) = match (result, verb) {
+            (Err(_), _) => {
+                self.errors += 1;
+                return;
+            }
+            (Ok((_, policy)), Verb::Hit) => {
+                self.hits += 1;
+                (policy, 2)
+            }
+            (Ok((d, policy)), _) if d.allowed => {
+                self.allowed += 1;
+                (policy, 0)
+            }
+            (Ok((_, policy)), _) => {
+                self.denied += 1;
+                (policy, 1)
+            }
+        };
+        self.count_policy(policy, outcome);
     }
 
     /// Publishes the counts to `worker` and to the partition's `shard` and
@@ -165,7 +214,14 @@ impl Tally {
         add(&worker.allowed, self.allowed);
         add(&worker.denied, self.denied);
         add(&worker.hits, self.hits);
-        add(&worker.errors, self.errors);
+        worker.add_errors(self.errors);
+        for (p, counts) in &self.by_policy[..self.policies_used] {
+            for (counter, n) in self.meters.counters[*p].iter().zip(counts) {
+                if *n > 0 {
+                    counter.inc_by(*n);
+                }
+            }
+        }
         add(&shard.decisions, self.decisions);
         shard.add_changes(self.changes);
         self.records
@@ -203,6 +259,44 @@ fn blocked(base: &Policy) -> Decision {
     }
 }
 
+/// The allowed, denied and hit counters of `sluice_worker_decisions_total`
+/// for each policy, found by name without a lock: the decision core looks
+/// a policy up here once per decision, and a [`Tally`] adds to the
+/// counters once per batch. Replaced whole when the policies change, and
+/// only ever grows: a policy taken out of force keeps its series (a counter
+/// never goes back), so whatever version of the policies a batch decides
+/// with, its names are here.
+pub struct PolicyMeters {
+    index: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+    counters: Vec<[Counter; 3]>,
+}
+
+impl PolicyMeters {
+    /// These meters and those of `names` not among them yet, from `stats`'
+    /// family.
+    fn with<'n>(&self, stats: &WorkerStats, names: impl Iterator<Item = &'n str>) -> PolicyMeters {
+        let mut index = self.index.clone();
+        let mut counters = self.counters.clone();
+        for name in names {
+            if index.contains_key(name) {
+                continue;
+            }
+            index.insert(name.into(), counters.len());
+            counters.push(Outcome::OF_POLICIES.map(|outcome| {
+                stats.meters.decisions.get_or_create_owned(&DecisionLabels {
+                    outcome,
+                    policy: name.to_string(),
+                })
+            }));
+        }
+        PolicyMeters { index, counters }
+    }
+
+    fn index_of(&self, policy: &str) -> Option<usize> {
+        self.index.get(policy).copied()
+    }
+}
+
 /// Decides asks on the counters it is handed. One per worker, shared by
 /// all its tasks.
 pub struct Decider {
@@ -213,14 +307,23 @@ pub struct Decider {
     /// ([`Decider::set_policies`]). A batch takes them once and decides
     /// with that version.
     policies: RwLock<Arc<Policies>>,
+    /// The decision counters of every policy ever in force.
+    meters: RwLock<Arc<PolicyMeters>>,
 }
 
 impl Decider {
     /// `journal`: build the [`Record`]s of what was counted (journal mode);
     /// snapshot mode builds none, they would be dropped unread.
     pub fn new(config: Arc<Config>, stats: Arc<WorkerStats>, journal: bool) -> Decider {
+        let policies = Policies::from_config(&config);
+        let none = PolicyMeters {
+            index: HashMap::default(),
+            counters: Vec::new(),
+        };
+        let meters = none.with(&stats, policies.iter().map(Policy::name));
         Decider {
-            policies: RwLock::new(Arc::new(Policies::from_config(&config))),
+            policies: RwLock::new(Arc::new(policies)),
+            meters: RwLock::new(Arc::new(meters)),
             config,
             stats,
             journal,
@@ -237,7 +340,20 @@ impl Decider {
 
     /// Puts `policies` in force for the next batches.
     pub fn set_policies(&self, policies: Policies) {
+        // The meters first: a batch that takes the new policies then finds
+        // their names in the meters its tally takes.
+        let meters = self
+            .meters()
+            .with(&self.stats, policies.iter().map(Policy::name));
+        *self.meters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(meters);
         *self.policies.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policies);
+    }
+
+    fn meters(&self) -> Arc<PolicyMeters> {
+        self.meters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn config(&self) -> &Config {
@@ -248,9 +364,10 @@ impl Decider {
         &self.stats
     }
 
-    /// A tally for a batch of decisions on `partition`.
+    /// A tally for a batch of decisions on `partition`, decided with
+    /// policies taken before it ([`Decider::policies`]).
     pub fn tally(&self, partition: u32) -> Tally {
-        Tally::new(partition, self.journal)
+        Tally::new(partition, self.journal, self.meters())
     }
 
     /// Decides one message that arrived on `subject`, one of the subjects of
@@ -430,7 +547,7 @@ impl Decider {
         let items = match batch::decode_items(body) {
             Ok(items) => items,
             Err(error) => {
-                add(&self.stats.errors, 1);
+                self.stats.add_errors(1);
                 return (Answer::Batch(Err(error)), Vec::new());
             }
         };
@@ -442,7 +559,7 @@ impl Decider {
             match item {
                 Ok(item) => asks.push((item.key.partition(partitions), i, item)),
                 Err(e) => {
-                    add(&self.stats.errors, 1);
+                    self.stats.add_errors(1);
                     results[i] = Some(wire::Reply::Error(e));
                 }
             }
@@ -454,7 +571,7 @@ impl Decider {
             let owned = match self.locate(first.key, answered) {
                 Ok(owned) => owned,
                 Err(e) => {
-                    add(&self.stats.errors, share.len() as u64);
+                    self.stats.add_errors(share.len() as u64);
                     for (_, i, _) in share {
                         results[*i] = Some(wire::Reply::Error(e.clone()));
                     }
@@ -673,6 +790,77 @@ mod tests {
             Answer::Decision { decision, .. } => decision,
             other => panic!("expected a decision, got {other:?}"),
         }
+    }
+
+    /// The decision counter of `outcome` under `policy` on `/metrics`.
+    fn decisions_of(stats: &WorkerStats, outcome: Outcome, policy: &str) -> u64 {
+        let labels = DecisionLabels {
+            outcome,
+            policy: policy.to_string(),
+        };
+        stats.meters.decisions.get_or_create(&labels).get()
+    }
+
+    #[test]
+    fn decisions_are_counted_by_outcome_and_policy() {
+        let f = Fixture::new();
+        let key = key_in(1, "k");
+        for _ in 0..16 {
+            f.allow(&key, b"", T0);
+        }
+        f.allow(&key, br#"{"policy":"login"}"#, T0);
+        f.send(
+            Verb::Hit,
+            &key,
+            br#"{"policy":"login","cost":2}"#,
+            false,
+            T0,
+        );
+        f.allow(&key, br#"{"policy":"nope"}"#, T0);
+        f.allow("bad%zz", b"", T0);
+        let stats = f.decider.stats();
+        assert_eq!(decisions_of(stats, Outcome::Allowed, "default"), 15);
+        assert_eq!(decisions_of(stats, Outcome::Denied, "default"), 1);
+        assert_eq!(decisions_of(stats, Outcome::Allowed, "login"), 1);
+        assert_eq!(decisions_of(stats, Outcome::Hit, "login"), 1);
+        assert_eq!(decisions_of(stats, Outcome::Error, ""), 2);
+        assert_eq!(decisions_of(stats, Outcome::Error, "nope"), 0);
+    }
+
+    /// A batch deciding for more policies than a tally gathers counts the
+    /// rest at once: every decision is counted either way, and a name
+    /// without meters is not counted per policy.
+    #[test]
+    fn a_tally_counts_every_policy_past_its_slots() {
+        let stats = WorkerStats::default();
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let none = PolicyMeters {
+            index: HashMap::default(),
+            counters: Vec::new(),
+        };
+        let meters = Arc::new(none.with(&stats, names.into_iter()));
+        let mut tally = Tally::new(0, false, meters);
+        for (i, name) in names.iter().enumerate() {
+            for _ in 0..=i {
+                tally.count_policy(name, 1);
+            }
+        }
+        tally.count_policy("unknown", 1);
+        tally.finish(&stats, &ShardStats::default());
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(decisions_of(&stats, Outcome::Denied, name), i as u64 + 1);
+        }
+        assert_eq!(
+            stats
+                .meters
+                .decisions
+                .get(&DecisionLabels {
+                    outcome: Outcome::Denied,
+                    policy: "unknown".into()
+                })
+                .map(|c| c.get()),
+            None
+        );
     }
 
     #[test]

@@ -27,12 +27,13 @@
 use crate::decide::Record;
 use crate::journal;
 use crate::reply::{self, Outgoing};
-use crate::stats::WorkerStats;
+use crate::stats::{secs, WorkerStats};
 use futures::future::BoxFuture;
 use sluice_core::config::JournalFailure;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -44,6 +45,9 @@ struct Pending {
     /// Told once this (and everything sent before it) is answered: whether
     /// its append was stored.
     stored: Vec<oneshot::Sender<bool>>,
+    /// When each shard batch among the replies was taken off its
+    /// subscription, for the decision latency.
+    received: Vec<Instant>,
 }
 
 impl Pending {
@@ -55,10 +59,15 @@ impl Pending {
         self.records.append(&mut other.records);
         self.replies.append(&mut other.replies);
         self.stored.append(&mut other.stored);
+        self.received.append(&mut other.received);
     }
 
-    async fn deliver(self, stored: bool, send_replies: &mut impl SendReplies) {
+    async fn deliver(self, stored: bool, send_replies: &mut impl SendReplies, stats: &WorkerStats) {
         send_replies(self.replies).await;
+        for received in self.received {
+            let latency = &stats.meters.decision_latency;
+            latency.observe(secs(received.elapsed()));
+        }
         for done in self.stored {
             let _ = done.send(stored);
         }
@@ -82,8 +91,17 @@ impl Writer {
         stats: Arc<WorkerStats>,
         on_failure: JournalFailure,
     ) -> (Writer, JoinHandle<()>) {
-        let append =
-            move |records| tokio::spawn(journal::append(js.clone(), subject.clone(), records));
+        let meters = stats.clone();
+        let append = move |records| {
+            let (js, subject, meters) = (js.clone(), subject.clone(), meters.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let appended = journal::append(js, subject, records).await;
+                let took = secs(started.elapsed());
+                meters.meters.journal_append_duration.observe(took);
+                appended
+            })
+        };
         let send_replies = move |replies| -> BoxFuture<'static, ()> {
             let client = client.clone();
             Box::pin(async move { reply::publish(&client, replies).await })
@@ -112,13 +130,24 @@ impl Writer {
         (Writer { tx, acked }, task)
     }
 
-    /// Queues a shard's decided batch: its replies go out once its records
-    /// are stored.
-    pub(crate) async fn send(&self, records: Vec<Record>, replies: Vec<Outgoing>) {
+    /// Queues a shard's decided batch, whose first message was taken at
+    /// `received`: its replies go out once its records are stored.
+    pub(crate) async fn send(
+        &self,
+        records: Vec<Record>,
+        replies: Vec<Outgoing>,
+        received: Instant,
+    ) {
+        let received = if replies.is_empty() {
+            Vec::new()
+        } else {
+            vec![received]
+        };
         self.queue(Pending {
             records,
             replies,
             stored: Vec::new(),
+            received,
         })
         .await;
     }
@@ -131,6 +160,7 @@ impl Writer {
             records,
             replies: Vec::new(),
             stored: vec![done],
+            received: Vec::new(),
         })
         .await;
         stored.await.unwrap_or(false)
@@ -215,7 +245,7 @@ async fn run(
                         false
                     }
                 };
-                answers.deliver(ok, &mut send_replies).await;
+                answers.deliver(ok, &mut send_replies, &stats).await;
             }
             batch = rx.recv(), if open => match batch {
                 Some(batch) => {
@@ -236,7 +266,7 @@ async fn run(
                     // Answered after what was counted before it.
                     last.add(group);
                 } else {
-                    group.deliver(true, &mut send_replies).await;
+                    group.deliver(true, &mut send_replies, &stats).await;
                 }
             } else {
                 let records = std::mem::take(&mut group.records);
@@ -309,7 +339,7 @@ mod tests {
             JournalFailure::Unavailable,
         );
         let (records, answers) = group(1);
-        writer.send(records, answers).await;
+        writer.send(records, answers, Instant::now()).await;
         settle().await;
         let (n, first) = appends
             .try_recv()
@@ -317,7 +347,7 @@ mod tests {
         assert_eq!(n, 1);
         // While the first waits for its ack, the next group goes out too.
         let (records, answers) = group(2);
-        writer.send(records, answers).await;
+        writer.send(records, answers, Instant::now()).await;
         settle().await;
         let (_, second) = appends
             .try_recv()
@@ -325,7 +355,7 @@ mod tests {
         // Two in flight: what comes now waits, as one group.
         for n in [3, 4] {
             let (records, answers) = group(n);
-            writer.send(records, answers).await;
+            writer.send(records, answers, Instant::now()).await;
         }
         settle().await;
         assert!(
@@ -405,7 +435,11 @@ mod tests {
             );
             let (records, _) = group(1);
             writer
-                .send(records, vec![(Subject::from("reply.1"), decided)])
+                .send(
+                    records,
+                    vec![(Subject::from("reply.1"), decided)],
+                    Instant::now(),
+                )
                 .await;
             let (_, sent) = tokio::time::timeout(Duration::from_secs(10), replies.recv())
                 .await

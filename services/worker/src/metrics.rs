@@ -1,108 +1,165 @@
-//! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP.
+//! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP,
+//! through the Prometheus client library ([`sluice_core::metrics`]).
+//! docs/METRICS.md lists them all, with what to alert on.
+//!
+//! Two sources, one page: what only the page shows is measured where it
+//! happens with the library's counters and histograms
+//! ([`crate::stats::Meters`]: decisions by policy, latencies, leases,
+//! handovers, snapshots, journal appends) and registered here; what the
+//! worker already keeps for `sluice status` (keys, the key bound, the
+//! policy bucket, partitions, journal errors) is read once per scrape from
+//! the same [`service::status`] and encoded by a collector, so the page and
+//! `sluice status` cannot disagree.
 
-use crate::service;
+use crate::service::{self, WorkerStatus};
 use crate::shared::Shared;
 use crate::stats::ShardsView;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
 use axum::{routing::get, Router};
-use sluice_core::metrics::{Exposition, Kind};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use sluice_core::metrics::{self as page, ConstGauge, Registry};
+use std::fmt;
 use std::sync::Arc;
 
 /// The `/metrics` page of a worker.
-pub fn render(shared: &Shared, shards: &ShardsView) -> String {
-    let s = service::status(shared, shards);
-    let mut e = Exposition::new();
-    e.family(
-        "sluice_worker_decisions_total",
-        Kind::Counter,
-        "Requests answered by this worker, by outcome.",
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "allowed")],
-        s.allowed as f64,
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "denied")],
-        s.denied as f64,
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "hit")],
-        s.hits as f64,
-    )
-    .sample(
-        "sluice_worker_decisions_total",
-        &[("outcome", "error")],
-        s.errors as f64,
+pub fn render(shared: &Shared, shards: &ShardsView) -> Result<String, fmt::Error> {
+    let m = &shared.stats.meters;
+    let mut registry = Registry::default();
+    registry.register(
+        "sluice_worker_decisions",
+        "Requests answered by this worker, by outcome and policy (errors have an empty policy).",
+        m.decisions.clone(),
     );
-    e.single(
-        "sluice_worker_journal_errors_total",
-        Kind::Counter,
-        "Journal appends that failed (their counts lived only in memory until the next snapshot).",
-        s.journal_errors as f64,
+    for (name, help, histogram) in [
+        (
+            "sluice_worker_decision_duration_seconds",
+            "Per batch of asks answered together: from taking its first message off the subscription to publishing its last reply (journal mode: after the journal stored it).",
+            &m.decision_latency,
+        ),
+        (
+            "sluice_worker_takeover_duration_seconds",
+            "Per partition taken over: from its lease acquired to answering (snapshot restored, journal replayed).",
+            &m.takeover_duration,
+        ),
+        (
+            "sluice_worker_handover_duration_seconds",
+            "Per partition handed over: from the stop to its lease released (answering what was delivered, final snapshot).",
+            &m.handover_duration,
+        ),
+        (
+            "sluice_worker_snapshot_duration_seconds",
+            "Per snapshot written: encoding the counters and writing chunks and manifest.",
+            &m.snapshot_duration,
+        ),
+        (
+            "sluice_worker_snapshot_bytes",
+            "Per snapshot written: its encoded size in bytes.",
+            &m.snapshot_bytes,
+        ),
+        (
+            "sluice_worker_journal_append_duration_seconds",
+            "Per journal append (journal mode): from publishing to JetStream's ack.",
+            &m.journal_append_duration,
+        ),
+    ] {
+        registry.register(name, help, histogram.clone());
+    }
+    registry.register(
+        "sluice_worker_lease_events",
+        "Partition lease events: acquired, renewed, renew_failed (retried), lost (taken or expired), released (handover).",
+        m.lease_events.clone(),
     );
-    e.single(
-        "sluice_worker_policy_refusals_total",
-        Kind::Counter,
-        "Values of the policy bucket refused (the previous version stayed in force).",
-        s.policy_refusals as f64,
+    registry.register(
+        "sluice_worker_snapshot_failures",
+        "Snapshots that could not be written (retried at the next interval; a final one leaves the previous snapshot to the next owner).",
+        m.snapshot_failures.clone(),
     );
-    e.single(
-        "sluice_worker_policy_revision",
-        Kind::Gauge,
-        "The policy bucket revision this worker has applied.",
-        s.policy_revision as f64,
-    );
-    e.single(
-        "sluice_worker_keys",
-        Kind::Gauge,
-        "Live counters held in all owned partitions.",
-        s.keys as f64,
-    );
-    e.single(
-        "sluice_worker_max_keys",
-        Kind::Gauge,
-        "The bound on live counters (max_keys).",
-        s.max_keys as f64,
-    );
-    e.single(
-        "sluice_worker_keys_evicted_total",
-        Kind::Counter,
-        "Live counters forgotten to stay within max_keys (their limits started over).",
-        s.evicted_keys as f64,
-    );
-    e.single(
-        "sluice_worker_partitions",
-        Kind::Gauge,
-        "Partitions this worker owns.",
-        s.partitions.len() as f64,
-    );
-    e.family(
-        "sluice_worker_partition_keys",
-        Kind::Gauge,
-        "Live counters per owned partition (at the last snapshot).",
-    );
-    for p in &s.partitions {
-        e.sample(
+    registry.register_collector(Box::new(StatusValues(service::status(shared, shards))));
+    page::render(&registry)
+}
+
+/// The worker's status as it was when the page was asked for.
+#[derive(Debug)]
+struct StatusValues(WorkerStatus);
+
+/// A gauge's value from a count.
+fn level(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Collector for StatusValues {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        page::counter(
+            &mut e,
+            "sluice_worker_journal_errors",
+            "Journal appends that failed (their counts lived only in memory until the next snapshot).",
+            s.journal_errors,
+        )?;
+        page::counter(
+            &mut e,
+            "sluice_worker_policy_refusals",
+            "Values of the policy bucket refused (the previous version stayed in force).",
+            s.policy_refusals,
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_policies_refused",
+            "Keys of the policy bucket whose value is refused now (sluice status lists them, with why).",
+            level(s.refused_policies.len() as u64),
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_policy_revision",
+            "The policy bucket revision this worker has applied.",
+            level(s.policy_revision),
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_keys",
+            "Live counters held in all owned partitions.",
+            level(s.keys),
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_max_keys",
+            "The bound on live counters (max_keys).",
+            level(s.max_keys),
+        )?;
+        page::counter(
+            &mut e,
+            "sluice_worker_keys_evicted",
+            "Live counters forgotten to stay within max_keys (their limits started over).",
+            s.evicted_keys,
+        )?;
+        page::gauge(
+            &mut e,
+            "sluice_worker_partitions",
+            "Partitions this worker owns.",
+            level(s.partitions.len() as u64),
+        )?;
+        page::family(
+            &mut e,
             "sluice_worker_partition_keys",
-            &[("partition", &p.partition.to_string())],
-            p.keys as f64,
-        );
-    }
-    e.family(
-        "sluice_worker_partition_last_snapshot_ms",
-        Kind::Gauge,
-        "When each owned partition was last snapshotted (ms since the epoch).",
-    );
-    for p in &s.partitions {
-        e.sample(
+            "Live counters per owned partition (at the last snapshot).",
+            s.partitions
+                .iter()
+                .map(|p| ([("partition", p.partition)], ConstGauge::new(level(p.keys)))),
+        )?;
+        page::family(
+            &mut e,
             "sluice_worker_partition_last_snapshot_ms",
-            &[("partition", &p.partition.to_string())],
-            p.last_snapshot_ms as f64,
-        );
+            "When each owned partition was last snapshotted (ms since the epoch).",
+            s.partitions.iter().map(|p| {
+                (
+                    [("partition", p.partition)],
+                    ConstGauge::new(level(p.last_snapshot_ms)),
+                )
+            }),
+        )
     }
-    e.finish()
 }
 
 /// Serves `/metrics` on `listener` until the task is dropped.
@@ -111,7 +168,17 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, shard
         "/metrics",
         get(move || {
             let (shared, shards) = (shared.clone(), shards.clone());
-            async move { render(&shared, &shards) }
+            async move {
+                match render(&shared, &shards) {
+                    Ok(text) => {
+                        ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
+                    }
+                    Err(e) => {
+                        tracing::error!("cannot render /metrics: {e}");
+                        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                    }
+                }
+            }
         }),
     );
     if let Err(e) = axum::serve(listener, app).await {

@@ -13,14 +13,14 @@ use crate::group_commit;
 use crate::journal;
 use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
-use crate::stats::WorkerStats;
+use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
 use anyhow::Result;
 use async_nats::jetstream::stream;
 use sluice_core::config::JournalFailure;
 use sluice_core::storage::journal_subject;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 /// The journal side of journal mode.
@@ -37,6 +37,8 @@ struct Journal {
 pub struct Outbox {
     client: async_nats::Client,
     journal: Option<Journal>,
+    /// Where the decision latency goes.
+    stats: Arc<WorkerStats>,
 }
 
 /// The tasks an [`Outbox`] runs (journal mode): abort them once every
@@ -69,6 +71,7 @@ impl Outbox {
                 Outbox {
                     client,
                     journal: None,
+                    stats,
                 },
                 OutboxTasks(Vec::new()),
             );
@@ -77,7 +80,7 @@ impl Outbox {
             client.clone(),
             stores.js.clone(),
             journal_subject(worker_id),
-            stats,
+            stats.clone(),
             on_failure,
         );
         let purging = tokio::spawn(journal::purge_covered_every(
@@ -97,6 +100,7 @@ impl Outbox {
             Outbox {
                 client,
                 journal: Some(journal),
+                stats,
             },
             OutboxTasks(vec![writing, purging]),
         )
@@ -107,12 +111,21 @@ impl Outbox {
         self.journal.is_some()
     }
 
-    /// Sends a shard's decided batch: at once, or in journal mode once
-    /// `records` (and everything before them) are stored.
-    pub async fn answer(&self, records: Vec<Record>, replies: Vec<Outgoing>) {
+    /// Sends a shard's decided batch, whose first message was taken at
+    /// `received`: at once, or in journal mode once `records` (and
+    /// everything before them) are stored. The time until the replies are
+    /// published is the batch's decision latency.
+    pub async fn answer(&self, records: Vec<Record>, replies: Vec<Outgoing>, received: Instant) {
         match &self.journal {
-            Some(j) => j.writer.send(records, replies).await,
-            None => reply::publish(&self.client, replies).await,
+            Some(j) => j.writer.send(records, replies, received).await,
+            None if replies.is_empty() => {}
+            None => {
+                reply::publish(&self.client, replies).await;
+                self.stats
+                    .meters
+                    .decision_latency
+                    .observe(secs(received.elapsed()));
+            }
         }
     }
 
@@ -124,6 +137,7 @@ impl Outbox {
         records: Vec<Record>,
         to: async_nats::Subject,
         mut reply: reply::Reply,
+        received: Instant,
     ) {
         if let Some(j) = &self.journal {
             if !records.is_empty()
@@ -134,6 +148,10 @@ impl Outbox {
             }
         }
         reply::publish(&self.client, vec![(to, reply)]).await;
+        self.stats
+            .meters
+            .decision_latency
+            .observe(secs(received.elapsed()));
     }
 
     /// Returns once everything handed over before is stored and answered.

@@ -18,7 +18,7 @@ use crate::lease::{self, Lease, LeaseError};
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
-use crate::stats::ShardStats;
+use crate::stats::{secs, LeaseEvent, ShardStats};
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
@@ -91,6 +91,9 @@ struct Shard {
     changes_at_snapshot: u64,
     /// ...and that the snapshot being written holds.
     changes_in_flight: u64,
+    /// When the snapshot being written was started (none while a manifest
+    /// is only rewritten with a new journal position).
+    snapshot_started: Option<std::time::Instant>,
 }
 
 type Renewal = Pin<Box<dyn Future<Output = Result<Lease, LeaseError>> + Send>>;
@@ -115,6 +118,7 @@ async fn run(
         manifest_written_at: Instant::now(),
         changes_at_snapshot: 0,
         changes_in_flight: 0,
+        snapshot_started: None,
     };
     let started = Instant::now();
     let mut subs = match shard.start().await {
@@ -126,6 +130,10 @@ async fn run(
         }
     };
     shard.stats.answering.store(true, Ordering::SeqCst);
+    // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
+    let stats = shard.shared.stats.clone();
+    let meters = &stats.meters;
+    meters.takeover_duration.observe(secs(started.elapsed()));
     shard
         .shared
         .routes
@@ -168,17 +176,25 @@ async fn run(
             _ = &mut stop => break Exit::Released,
             _ = &mut lease_deadline => {
                 tracing::warn!(partition, "lease could not be renewed in time; stopped answering");
+                meters.lease(LeaseEvent::Lost);
                 break Exit::Lost;
             }
             result = async { renewal.as_mut().expect("guarded").await }, if renewal.is_some() => {
                 renewal = None;
                 match result {
-                    Ok(lease) => shard.lease = lease,
+                    Ok(lease) => {
+                        shard.lease = lease;
+                        meters.lease(LeaseEvent::Renewed);
+                    }
                     Err(LeaseError::Taken) => {
                         tracing::error!(partition, "lease was taken by another worker; stopped answering");
+                        meters.lease(LeaseEvent::Lost);
                         break Exit::Lost;
                     }
-                    Err(LeaseError::Transient(e)) => tracing::warn!(partition, "lease renewal failed, will retry: {e}"),
+                    Err(LeaseError::Transient(e)) => {
+                        tracing::warn!(partition, "lease renewal failed, will retry: {e}");
+                        meters.lease(LeaseEvent::RenewFailed);
+                    }
                 }
             }
             _ = renew_tick.tick(), if renewal.is_none() => {
@@ -194,13 +210,17 @@ async fn run(
                 match done {
                     Ok(Ok((manifest, rev))) => shard.snapshot_written(manifest, rev),
                     Ok(Err(e)) => {
+                        shard.shared.stats.meters.snapshot_failures.inc();
                         if shard.lost_to_someone_else().await {
                             tracing::error!(partition, "another worker wrote this partition's snapshot; stopped answering: {e:#}");
                             break Exit::Lost;
                         }
                         tracing::warn!(partition, "snapshot failed, will retry: {e:#}");
                     }
-                    Err(e) => tracing::error!(partition, "snapshot task failed: {e}"),
+                    Err(e) => {
+                        shard.shared.stats.meters.snapshot_failures.inc();
+                        tracing::error!(partition, "snapshot task failed: {e}");
+                    }
                 }
             }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
@@ -211,6 +231,7 @@ async fn run(
                 }
             }
             first = subs.next() => {
+                let received = std::time::Instant::now();
                 let Some(first) = first else {
                     tracing::error!(partition, "subscriptions closed; giving the partition up");
                     break Exit::Lost;
@@ -222,10 +243,11 @@ async fn run(
                         _ => break,
                     }
                 }
-                shard.process(&mut batch).await;
+                shard.process(&mut batch, received).await;
             }
         }
     };
+    let stopped = std::time::Instant::now();
 
     shard.stats.answering.store(false, Ordering::SeqCst);
     shard.shared.routes.close(partition, &shard.stats);
@@ -237,10 +259,10 @@ async fn run(
         while let Some(Some(m)) = subs.next().now_or_never() {
             batch.push(m);
             if batch.len() == MAX_BATCH {
-                shard.process(&mut batch).await;
+                shard.process(&mut batch, std::time::Instant::now()).await;
             }
         }
-        shard.process(&mut batch).await;
+        shard.process(&mut batch, std::time::Instant::now()).await;
     }
     // Every record of ours stored (so the final snapshot's journal position
     // covers them) and every answer sent.
@@ -252,6 +274,8 @@ async fn run(
     }
     if exit == Exit::Released {
         shard.hand_over().await;
+        let meters = &shard.shared.stats.meters;
+        meters.handover_duration.observe(secs(stopped.elapsed()));
     }
     exit
 }
@@ -348,6 +372,7 @@ impl Shard {
         (manifest.journal_seq, manifest.journal_writers) = self.journal_position();
         manifest.lease_rev = self.lease.revision;
         self.changes_in_flight = self.changes_at_snapshot;
+        self.snapshot_started = None;
         let kv = self.shared.stores.snapshots.clone();
         let partition = self.partition;
         let expected = self.manifest_rev;
@@ -375,6 +400,7 @@ impl Shard {
             ..Default::default()
         };
         self.changes_in_flight = changes;
+        self.snapshot_started = Some(std::time::Instant::now());
         tokio::spawn(async move {
             // Off the thread that answers requests (a worker's runtime has one).
             let encoded = tokio::task::spawn_blocking(move || snapshot::encode(&counters))
@@ -393,6 +419,11 @@ impl Shard {
     }
 
     fn snapshot_written(&mut self, manifest: Manifest, rev: u64) {
+        if let Some(started) = self.snapshot_started.take() {
+            let meters = &self.shared.stats.meters;
+            meters.snapshot_duration.observe(secs(started.elapsed()));
+            meters.snapshot_bytes.observe(manifest.bytes as f64);
+        }
         self.changes_at_snapshot = self.changes_in_flight;
         self.manifest_written_at = Instant::now();
         self.stats
@@ -417,21 +448,33 @@ impl Shard {
         if self.dirty() && self.lease.is_valid() {
             match self.start_snapshot().await {
                 Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev),
-                Ok(Err(e)) => tracing::error!(
-                    partition,
-                    "final snapshot failed; the next owner starts from the previous one: {e:#}"
-                ),
-                Err(e) => tracing::error!(partition, "final snapshot task failed: {e}"),
+                Ok(Err(e)) => {
+                    self.shared.stats.meters.snapshot_failures.inc();
+                    tracing::error!(
+                        partition,
+                        "final snapshot failed; the next owner starts from the previous one: {e:#}"
+                    )
+                }
+                Err(e) => {
+                    self.shared.stats.meters.snapshot_failures.inc();
+                    tracing::error!(partition, "final snapshot task failed: {e}")
+                }
             }
         }
-        if let Err(e) = lease::release(&self.shared.stores.leases, &self.lease).await {
-            tracing::warn!(partition, "{e:#}; it will expire by itself");
+        match lease::release(&self.shared.stores.leases, &self.lease).await {
+            Ok(()) => self.shared.stats.meters.lease(LeaseEvent::Released),
+            Err(e) => tracing::warn!(partition, "{e:#}; it will expire by itself"),
         }
         tracing::debug!(partition, "handed over");
     }
 
-    /// Decides a batch of messages and hands the replies to the outbox.
-    async fn process(&mut self, batch: &mut Vec<async_nats::Message>) {
+    /// Decides a batch of messages, the first taken at `received`, and
+    /// hands the replies to the outbox.
+    async fn process(
+        &mut self,
+        batch: &mut Vec<async_nats::Message>,
+        received: std::time::Instant,
+    ) {
         if batch.is_empty() {
             return;
         }
@@ -442,8 +485,8 @@ impl Shard {
             counters: &self.counters,
             stats: &self.stats,
         };
-        let mut tally = shared.decider.tally(self.partition);
         let policies = shared.decider.policies();
+        let mut tally = shared.decider.tally(self.partition);
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
             let answer = shared.decider.message(
@@ -462,7 +505,7 @@ impl Shard {
             }
         }
         let records = tally.finish(&shared.stats, &self.stats);
-        shared.outbox.answer(records, replies).await;
+        shared.outbox.answer(records, replies, received).await;
     }
 }
 

@@ -505,6 +505,10 @@ impl Controller {
         {
             Ok(lease) => {
                 tracing::debug!(partition = p, revision = lease.revision, "lease acquired");
+                shared
+                    .stats
+                    .meters
+                    .lease(crate::stats::LeaseEvent::Acquired);
                 self.view.owners.insert(p, shared.worker_id.clone());
                 let handle = shard::spawn(shared.clone(), p, lease);
                 self.starting

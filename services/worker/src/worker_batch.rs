@@ -31,6 +31,7 @@ use anyhow::Result;
 use futures::StreamExt;
 use sluice_core::subject::worker_batch_subject;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Answers `rl.w.<worker-id>.batch` until the subscription ends.
 pub async fn serve(shared: Arc<Shared>) -> Result<()> {
@@ -39,14 +40,15 @@ pub async fn serve(shared: Arc<Shared>) -> Result<()> {
         .subscribe(worker_batch_subject(&shared.worker_id))
         .await?;
     while let Some(msg) = sub.next().await {
-        tokio::spawn(answer(shared.clone(), msg));
+        tokio::spawn(answer(shared.clone(), msg, Instant::now()));
     }
     Ok(())
 }
 
-/// Decides one worker batch and replies, in journal mode once what it
-/// counted is stored. A batch nobody waits for is not decided.
-async fn answer(shared: Arc<Shared>, msg: async_nats::Message) {
+/// Decides one worker batch, taken off the subscription at `received`,
+/// and replies, in journal mode once what it counted is stored. A batch
+/// nobody waits for is not decided.
+async fn answer(shared: Arc<Shared>, msg: async_nats::Message, received: Instant) {
     let Some(to) = msg.reply else {
         return;
     };
@@ -57,5 +59,5 @@ async fn answer(shared: Arc<Shared>, msg: async_nats::Message) {
         let (answer, records) = shared.decider.batch(&policies, &msg.payload, now, answered);
         (Reply::of(&answer, &shared.worker_id), records)
     });
-    shared.outbox.answer_one(records, to, reply).await;
+    shared.outbox.answer_one(records, to, reply, received).await;
 }

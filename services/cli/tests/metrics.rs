@@ -1,0 +1,261 @@
+//! `/metrics` of a `sluice worker --metrics-listen` process and of the
+//! gateway (in this process), scraped after real traffic and read with a
+//! Prometheus text parser (`prometheus-parse`) rather than by matching
+//! lines: the pages must parse as exposition text, with the types they
+//! declare, and the values must be right (docs/METRICS.md).
+
+use prometheus_parse::{Sample, Scrape, Value};
+use sluice_core::partition::partition_of;
+use sluice_gateway::GatewayOptions;
+use sluice_tests::{eventually, free_ports, serial, Stack, TestConfig, TICK};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The binary under test (its workers).
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// The worker started with `--metrics-listen`.
+const SCRAPED: &str = "t1";
+
+/// A page, parsed.
+struct Page(Vec<Sample>);
+
+impl Page {
+    async fn scrape(http: &reqwest::Client, url: &str) -> Page {
+        let resp = http.get(url).send().await.expect("/metrics answers");
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        let text = resp.text().await.unwrap();
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .unwrap_or_else(|e| panic!("{url} does not parse ({e}):\n{text}"));
+        Page(scrape.samples)
+    }
+
+    /// The sample of `name` whose labels include `labels`.
+    fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Option<&Sample> {
+        self.0
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+    }
+
+    /// A counter's or gauge's value (counters must be typed `counter`).
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        match self.sample(name, labels).map(|s| &s.value) {
+            Some(Value::Counter(v)) if name.ends_with("_total") => *v,
+            Some(Value::Gauge(v)) if !name.ends_with("_total") => *v,
+            other => panic!("{name}{labels:?}: expected one counter or gauge, got {other:?}"),
+        }
+    }
+
+    /// How many observations a histogram has: its `+Inf` bucket, which must
+    /// equal its `_count`.
+    fn observations(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let Some(Value::Histogram(buckets)) = self.sample(name, labels).map(|s| &s.value) else {
+            panic!(
+                "{name}{labels:?} is no histogram: {:?}",
+                self.sample(name, labels)
+            );
+        };
+        let inf = buckets
+            .iter()
+            .find(|b| b.less_than == f64::INFINITY)
+            .expect("a +Inf bucket")
+            .count;
+        let count = match self
+            .sample(&format!("{name}_count"), labels)
+            .map(|s| &s.value)
+        {
+            Some(Value::Untyped(v)) => *v,
+            other => panic!("{name}_count: {other:?}"),
+        };
+        assert_eq!(inf, count, "{name}: +Inf bucket vs _count");
+        count
+    }
+}
+
+/// A key of `partition` no one has asked for yet.
+fn fresh_key(partition: u32, partitions: u32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| partition_of(k, partitions) == partition)
+        .unwrap()
+}
+
+/// The partitions `worker` owns, as the lease bucket says.
+async fn owned_by(stack: &Stack, worker: &str) -> usize {
+    stack
+        .owners()
+        .await
+        .values()
+        .filter(|o| *o == worker)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_and_gateway_metrics_parse_and_count_what_happened() {
+    let _serial = serial().await;
+    let config = TestConfig::new().journal();
+    let mut stack = Stack::start(SLUICE, &config.toml(), 1).await;
+    let port = free_ports(1).unwrap()[0];
+    let listen = format!("127.0.0.1:{port}");
+    stack
+        .start_workers_with(1, &["--metrics-listen", &listen])
+        .await;
+    let worker_url = format!("http://{listen}/metrics");
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway_url = format!("http://{}", listener.local_addr().unwrap());
+    let mut opts = GatewayOptions::new(stack.nats.url(), config.config());
+    opts.timeout = Duration::from_secs(2);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gateway = tokio::spawn(sluice_gateway::serve(listener, opts, async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+
+    // Keys the scraped worker owns; what the stack's settling asked is in
+    // the counts already, so the test compares before and after.
+    let owners = stack.owners().await;
+    let mine = *owners.iter().find(|(_, o)| *o == SCRAPED).unwrap().0;
+    let alice = fresh_key(mine, stack.partitions, "alice");
+    let bob = fresh_key(mine, stack.partitions, "bob");
+    let before = Page::scrape(&http, &worker_url).await;
+
+    // `default` is 5 per 10 s: 5 allowed, 1 denied; `tenper` allows 2.
+    for _ in 0..6 {
+        http.get(format!("{gateway_url}/v1/allow/{alice}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        http.get(format!("{gateway_url}/v1/allow/{bob}?policy=tenper"))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // Decisions are counted before their replies are sent, but the latency
+    // of a batch only once its last reply is published.
+    let latency = "sluice_worker_decision_duration_seconds";
+    let observed = eventually(Duration::from_secs(10), TICK, || async {
+        let page = Page::scrape(&http, &worker_url).await;
+        let (was, is) = (
+            before.observations(latency, &[]),
+            page.observations(latency, &[]),
+        );
+        anyhow::ensure!(is > was, "{latency}: {was} then {is} observations");
+        Ok(page)
+    })
+    .await;
+    let after = observed.expect("the decision latency is observed");
+    let decisions = "sluice_worker_decisions_total";
+    for (outcome, policy, more) in [
+        ("allowed", "default", 5.0),
+        ("denied", "default", 1.0),
+        ("allowed", "tenper", 2.0),
+        ("denied", "tenper", 0.0),
+        ("error", "", 0.0),
+    ] {
+        let labels = [("outcome", outcome), ("policy", policy)];
+        assert_eq!(
+            after.value(decisions, &labels) - before.value(decisions, &labels),
+            more,
+            "{decisions}{labels:?}"
+        );
+    }
+    let appends = "sluice_worker_journal_append_duration_seconds";
+    assert!(after.observations(appends, &[]) > before.observations(appends, &[]));
+    assert_eq!(after.value("sluice_worker_journal_errors_total", &[]), 0.0);
+    assert!(after.value("sluice_worker_keys", &[]) >= 2.0);
+
+    // Partitions held: the page, `sluice status` and the lease bucket agree.
+    let held = owned_by(&stack, SCRAPED).await;
+    assert_eq!(after.value("sluice_worker_partitions", &[]), held as f64);
+    let status: serde_json::Value = serde_json::from_str(&stack.run(&[
+        "status",
+        "--json",
+        "--config",
+        stack.config_path().to_str().unwrap(),
+    ]))
+    .unwrap();
+    let reported = status["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["worker"] == SCRAPED)
+        .map(|w| w["partitions"].as_array().unwrap().len());
+    assert_eq!(reported, Some(held), "{status:#}");
+    let leases = "sluice_worker_lease_events_total";
+    assert!(after.value(leases, &[("event", "acquired")]) >= held as f64);
+    assert_eq!(after.value(leases, &[("event", "lost")]), 0.0);
+    assert!(after.observations("sluice_worker_takeover_duration_seconds", &[]) >= held as f64);
+
+    // A snapshot of what was counted follows within the snapshot interval.
+    let snapshots = eventually(Duration::from_secs(10), TICK, || async {
+        let page = Page::scrape(&http, &worker_url).await;
+        let n = page.observations("sluice_worker_snapshot_duration_seconds", &[]);
+        let sizes = page.observations("sluice_worker_snapshot_bytes", &[]);
+        anyhow::ensure!(n > 0.0 && sizes == n, "{n} snapshots, {sizes} sizes");
+        Ok(())
+    })
+    .await;
+    assert!(snapshots.is_ok(), "{snapshots:?}");
+
+    // The gateway saw the same asks.
+    let gw = Page::scrape(&http, &format!("{gateway_url}/metrics")).await;
+    let requests = "sluice_gateway_requests_total";
+    assert_eq!(
+        gw.value(requests, &[("route", "allow"), ("outcome", "allowed")]),
+        7.0
+    );
+    assert_eq!(
+        gw.value(requests, &[("route", "allow"), ("outcome", "denied")]),
+        1.0
+    );
+    assert_eq!(
+        gw.value("sluice_gateway_decisions_total", &[("source", "worker")]),
+        8.0
+    );
+    assert_eq!(
+        gw.observations(
+            "sluice_gateway_request_duration_seconds",
+            &[("route", "allow")]
+        ),
+        8.0
+    );
+    assert_eq!(gw.value("sluice_gateway_nats_connected", &[]), 1.0);
+
+    // A third worker: the scraped one hands some partitions over.
+    // (It may have handed one over already while the stack settled.)
+    let handed = after.observations("sluice_worker_handover_duration_seconds", &[]);
+    let had = held;
+    stack.start_workers(1).await;
+    let held = owned_by(&stack, SCRAPED).await;
+    assert!(held < had, "{SCRAPED} still holds {held} partitions");
+    // The shard counts its handover just after it released the lease.
+    let handed_over = eventually(Duration::from_secs(10), TICK, || async {
+        let page = Page::scrape(&http, &worker_url).await;
+        let partitions = page.value("sluice_worker_partitions", &[]);
+        let handovers = page.observations("sluice_worker_handover_duration_seconds", &[]);
+        let released = page.value(leases, &[("event", "released")]);
+        anyhow::ensure!(
+            partitions == held as f64
+                && handovers - handed >= (had - held) as f64
+                && released == handovers,
+            "{partitions} partitions held (lease bucket: {held}), {handovers} handovers \
+             ({handed} before), {released} leases released"
+        );
+        Ok(())
+    })
+    .await;
+    assert!(handed_over.is_ok(), "{handed_over:?}");
+
+    let _ = stop.send(());
+    gateway.await.unwrap().unwrap();
+}
