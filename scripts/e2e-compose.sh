@@ -12,6 +12,10 @@
 #      and a limit holds on every partition; and Envoy's rate limit service
 #      answers once over gRPC (gateway1's published gRPC port, asked with
 #      grpcio and Envoy's rls.proto: clients/python/tests/rls/ask.py);
+#      and the roles of CONTRACT §10 (NATS runs `sluice nats-config --auth
+#      --auth-from-env`, with passwords made for this run): `sluice reset`
+#      as client is refused by the server and changes nothing, a wrong
+#      password is refused, `sluice status` and `sluice reset` as admin work;
 #   4. a worker killed with SIGKILL: its partitions answer again through the
 #      survivors, and every limit still holds (the e2e config uses the
 #      journal, so a kill loses no counts); restarted, it takes its share back
@@ -57,6 +61,15 @@ export SLUICE_NATS1_PORT='' SLUICE_NATS2_PORT='' SLUICE_NATS3_PORT=''
 export SLUICE_NATS1_HTTP_PORT='' SLUICE_NATS2_HTTP_PORT='' SLUICE_NATS3_HTTP_PORT=''
 export SLUICE_GATEWAY1_PORT='' SLUICE_GATEWAY2_PORT=''
 export SLUICE_GATEWAY1_GRPC_PORT='' SLUICE_GATEWAY2_GRPC_PORT=''
+# The role users' passwords (CONTRACT §10), fresh for each run: compose.yaml
+# hands them to the NATS nodes (the configs name them as variables) and to
+# each service as its own role's. A letter first: nats-server reads the
+# variable's value as a config value, and digits alone would be a number.
+rand_password() { printf '%s%s' "$1" "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"; }
+SLUICE_AUTH_CLIENT_PASSWORD="$(rand_password c)"
+SLUICE_AUTH_WORKER_PASSWORD="$(rand_password w)"
+SLUICE_AUTH_ADMIN_PASSWORD="$(rand_password a)"
+export SLUICE_AUTH_CLIENT_PASSWORD SLUICE_AUTH_WORKER_PASSWORD SLUICE_AUTH_ADMIN_PASSWORD
 
 LOG="$(mktemp -t sluice-e2e.XXXXXX.log)"
 PASSED=0
@@ -366,6 +379,40 @@ rls="$("$PY" "$ROOT/clients/python/tests/rls/ask.py" "$GRPC1" e2e "user=$RUN" 2>
 grep -q '^OK remaining=14 limit=15/SECOND$' <<<"$rls" ||
     fail "ShouldRateLimit through $GRPC1: expected one OK descriptor with 14 of 15/SECOND left, got: $rls"
 pass "Envoy's ShouldRateLimit over gRPC (gateway1, $GRPC1): OK, 14 of 15 per SECOND left under default"
+
+# Who may do what (CONTRACT §10): the NATS nodes enforce the roles; the
+# gateways connect as `client`, the workers as `worker`. sluice's admin
+# commands run inside gateway1's container (the image's /sluice, on the
+# compose network), whose environment is the gateway's: role `client`.
+# as_role <user> <password> <sluice args...>
+as_role() {
+    local user="$1" password="$2"
+    shift 2
+    dc exec -T -e SLUICE_NATS_USER="$user" -e SLUICE_NATS_PASSWORD="$password" -e SLUICE_LOG=error \
+        gateway1 /sluice "$@" 2>&1
+}
+# What the workers hold for <key> under the e2e policy (a look, cost 0, by
+# `sluice check` as client: no gateway deny cache in between).
+held() {
+    as_role client "$SLUICE_AUTH_CLIENT_PASSWORD" check "$1" --policy "$POLICY" --cost 0 --json |
+        sed -n 's/.*"remaining":\([0-9]*\).*/\1/p'
+}
+rkey="roles-$RUN"
+RETRIED=0
+asks_get "$GW1" 200 "$LIMIT" "taking the whole limit of $rkey" "$rkey"
+[ "$(held "$rkey")" = 0 ] || fail "roles: $rkey should have 0 left after taking its limit (sluice check as client: $(held "$rkey"))"
+out="$(as_role client "$SLUICE_AUTH_CLIENT_PASSWORD" reset "$rkey")" &&
+    fail "roles: sluice reset as client succeeded: $out"
+grep -q 'Permissions Violation' <<<"$out" || fail "roles: sluice reset as client failed, but not as refused by NATS: $out"
+[ "$(held "$rkey")" = 0 ] || fail "roles: the refused reset as client changed $rkey"
+pass "roles: sluice check as client works; sluice reset as client is refused by the NATS server ($(tail -n 1 <<<"$out" | cut -c1-110)...), $rkey unchanged"
+out="$(as_role client "wrong$RUN" check "$rkey")" && fail "roles: sluice check with a wrong password succeeded: $out"
+grep -q 'authorization violation' <<<"$out" || fail "roles: sluice check with a wrong password failed otherwise: $out"
+pass "roles: a wrong password is refused by the NATS server (authorization violation)"
+out="$(as_role admin "$SLUICE_AUTH_ADMIN_PASSWORD" status)" || fail "roles: sluice status as admin failed: $out"
+out="$(as_role admin "$SLUICE_AUTH_ADMIN_PASSWORD" reset "$rkey")" || fail "roles: sluice reset as admin failed: $out"
+[ "$(held "$rkey")" = "$LIMIT" ] || fail "roles: after sluice reset as admin ($out), $rkey should have $LIMIT left, not $(held "$rkey")"
+pass "roles: sluice status and sluice reset as admin work ($out); $rkey has its whole limit again"
 
 # --- 4. kill a worker --------------------------------------------------------------
 mapfile -t workers < <(dc ps -q worker)

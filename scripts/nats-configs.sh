@@ -12,6 +12,11 @@
 # other sluice config that compose may mount (deploy/*/sluice.toml, e.g. the
 # e2e one) gives the same files, i.e. has the same `partitions`.
 #
+# With the roles of CONTRACT §10 (`--auth --auth-from-env`): users client,
+# worker and admin, whose passwords the files name as variables
+# ($SLUICE_AUTH_CLIENT_PASSWORD, ...) that nats-server reads from its
+# environment (compose.yaml sets them), so no secret is checked in.
+#
 # The sluice binary: $SLUICE_BIN, else `cargo run -p sluice-cli`.
 set -euo pipefail
 
@@ -38,7 +43,7 @@ sluice() {
 render() { # <sluice config> <node>
     local routes=() n
     for n in "${NODES[@]}"; do routes+=(--route "nats-route://$n:6222"); done
-    sluice nats-config --config "$1" \
+    sluice nats-config --config "$1" --auth --auth-from-env \
         --server-name "$2" --listen 0.0.0.0:4222 --http 0.0.0.0:8222 \
         --store-dir /data/jetstream \
         --cluster-name sluice --cluster-listen 0.0.0.0:6222 "${routes[@]}"

@@ -21,7 +21,7 @@ use crate::subject::Verb;
 use std::fmt;
 
 pub mod auth;
-pub use auth::{permissions, Permissions, Role, RoleUser};
+pub use auth::{permissions, Password, Permissions, Role, RoleUser};
 
 /// The server mapping for `verb` with `partitions` partitions, as (source,
 /// destination): `("rl.allow.*", "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`.

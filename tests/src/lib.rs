@@ -25,7 +25,8 @@
 //!   `pid`, `kill` (SIGKILL), `terminate` (SIGTERM, then SIGKILL after a
 //!   grace period), `wait_within`; output to a log file; killed on drop.
 //! - [`TestCa`]: a CA, a server certificate for 127.0.0.1 and a client
-//!   certificate made at test time (rcgen), as PEM files.
+//!   certificate made at test time (rcgen), as PEM files; [`TestCa::https`],
+//!   an HTTPS client that trusts it.
 //! - [`eventually`]: poll an async condition until it holds or a deadline
 //!   passes; returns the last error. Only for states with no event to await.
 //!
@@ -86,6 +87,6 @@ pub use nats::{
     STARTUP_TIMEOUT, STOP_GRACE,
 };
 pub use nix::sys::signal::Signal;
-pub use process::{output_text, tail_of_file, ChildGuard, DEFAULT_GRACE};
+pub use process::{one_line_error, output_text, tail_of_file, ChildGuard, DEFAULT_GRACE};
 pub use stack::{secured_nats_config, serial, test_password, worker_command, Stack, TestConfig};
-pub use tls::TestCa;
+pub use tls::{HttpsResponse, TestCa};

@@ -275,3 +275,17 @@ pub fn output_text(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// The one line a failed command printed on stderr; panics unless it
+/// failed and printed exactly one (non-blank) line.
+pub fn one_line_error(o: &std::process::Output) -> String {
+    assert!(
+        !o.status.success(),
+        "expected a failure: {}",
+        output_text(o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    lines[0].to_string()
+}

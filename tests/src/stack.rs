@@ -152,13 +152,7 @@ pub fn test_password(role: Role) -> String {
 /// CONTRACT §10 (`sluice nats-config --auth`), passwords [`test_password`].
 pub fn secured_nats_config(partitions: u32) -> String {
     let mut config = NatsServerConfig::new(partitions);
-    config.users = Role::ALL
-        .into_iter()
-        .map(|role| RoleUser {
-            role,
-            password: test_password(role),
-        })
-        .collect();
+    config.users = RoleUser::every(|role| test_password(role).into());
     config.render()
 }
 

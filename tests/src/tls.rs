@@ -2,10 +2,20 @@
 //! server certificate for 127.0.0.1 and a client certificate, written as
 //! PEM files into a temp dir, for the TLS tests of NATS and the gateway.
 //! Nothing is checked in and nothing outlives the test.
+//!
+//! [`TestCa::https`] is an HTTPS client (hyper over tokio-rustls) that
+//! trusts this CA only, for the gateway's `--tls-cert/--tls-key`: the
+//! workspace's reqwest is built without TLS, whose rustls backend would
+//! bring aws-lc-rs (a C build) into every test build.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -99,6 +109,57 @@ impl TestCa {
         self.dir.path()
     }
 
+    /// A rustls client config that trusts this CA and nothing else.
+    pub fn client_tls_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(self.ca())? {
+            roots.add(cert?)?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Arc::new(config))
+    }
+
+    /// One HTTP/1.1 request over TLS to `addr` (verified as the IP
+    /// address, which the server certificate names), trusting this CA
+    /// only. Fails when the TLS handshake or the request does.
+    pub async fn https(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<HttpsResponse> {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        let tls = tokio_rustls::TlsConnector::from(self.client_tls_config()?)
+            .connect(name, tcp)
+            .await
+            .context("the TLS handshake")?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = sender
+            .send_request(request.body(Empty::<Bytes>::new())?)
+            .await?;
+        let (parts, body) = response.into_parts();
+        Ok(HttpsResponse {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: body.collect().await?.to_bytes(),
+        })
+    }
+
     /// A nats-server `tls { }` block with this server certificate; with
     /// `verify`, clients must present a certificate signed by this CA.
     pub fn nats_tls_block(&self, verify: bool) -> String {
@@ -108,5 +169,21 @@ impl TestCa {
             self.server_key(),
             self.ca()
         )
+    }
+}
+
+/// What [`TestCa::https`] got back.
+#[derive(Debug)]
+pub struct HttpsResponse {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl HttpsResponse {
+    /// The body as JSON.
+    pub fn json(&self) -> Result<serde_json::Value> {
+        serde_json::from_slice(&self.body)
+            .with_context(|| format!("a JSON body: {}", String::from_utf8_lossy(&self.body)))
     }
 }

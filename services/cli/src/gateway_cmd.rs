@@ -6,6 +6,7 @@ use anyhow::Result;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_gateway::GatewayOptions;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct GatewayArgs {
@@ -28,6 +29,12 @@ pub struct GatewayArgs {
     /// Require `Authorization: Bearer TOKEN` on /v1/* (401 otherwise); /healthz and /metrics stay open.
     #[arg(long, env = "SLUICE_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// Serve HTTPS (and TLS on --grpc-listen) with this PEM certificate chain; needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
 }
 
 pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
@@ -43,6 +50,19 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
         anyhow::bail!("--api-token (SLUICE_API_TOKEN) is empty; give a token or leave it unset");
     }
     opts.api_token = args.api_token.clone().map(sluice_gateway::ApiToken::new);
+    opts.tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(sluice_gateway::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        (None, None) => None,
+        (Some(_), None) => {
+            anyhow::bail!("--tls-cert needs --tls-key (the certificate's private key)")
+        }
+        (None, Some(_)) => {
+            anyhow::bail!("--tls-key needs --tls-cert (the certificate it belongs to)")
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -2,7 +2,7 @@
 
 use crate::cli::Common;
 use anyhow::{Context as _, Result};
-use sluice_core::nats_config::{Cluster, NatsServerConfig, Role, RoleUser};
+use sluice_core::nats_config::{Cluster, NatsServerConfig, Password, Role, RoleUser};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsConfigArgs {
@@ -34,6 +34,13 @@ pub struct NatsConfigArgs {
     /// named once on stderr.
     #[arg(long)]
     pub auth: bool,
+    /// With --auth: write each password as a reference to its variable
+    /// (password: $SLUICE_AUTH_CLIENT_PASSWORD, ...), which nats-server
+    /// resolves from its own environment when it loads the file, so the
+    /// file holds no secret (compose.yaml runs this way). Such a password
+    /// must start with a letter (nats-server reads 1234 as a number).
+    #[arg(long, requires = "auth")]
+    pub auth_from_env: bool,
 }
 
 pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
@@ -48,7 +55,9 @@ pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
         listen: args.cluster_listen.clone(),
         routes: args.routes.clone(),
     });
-    if args.auth {
+    if args.auth_from_env {
+        server.users = RoleUser::every(|_| Password::FromEnv);
+    } else if args.auth {
         server.users = Role::ALL
             .into_iter()
             .map(|role| {
@@ -64,7 +73,10 @@ pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
                         p
                     }
                 };
-                Ok(RoleUser { role, password })
+                Ok(RoleUser {
+                    role,
+                    password: password.into(),
+                })
             })
             .collect::<Result<_>>()?;
     }

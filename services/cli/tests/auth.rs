@@ -16,7 +16,9 @@ use sluice_core::nats_config::Role;
 use sluice_core::partition::partition_of;
 use sluice_core::storage::{bucket_stream, LEASE_BUCKET, POLICY_BUCKET};
 use sluice_core::subject::Verb;
-use sluice_tests::{ask, serial, test_password, NatsServer, Stack, TestCa, TestConfig, PEEK};
+use sluice_tests::{
+    ask, one_line_error, serial, test_password, NatsServer, Stack, TestCa, TestConfig, PEEK,
+};
 use std::process::{Command, Output};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -76,15 +78,6 @@ fn sluice_as(role: Role, args: &[&str], url: &str, config: &std::path::Path) -> 
 
 fn text(o: &Output) -> String {
     sluice_tests::output_text(o)
-}
-
-/// The one line a failed command prints on stderr.
-fn one_line_error(o: &Output) -> String {
-    assert!(!o.status.success(), "expected a failure: {}", text(o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one line: {err}");
-    lines[0].to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

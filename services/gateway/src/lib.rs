@@ -16,6 +16,8 @@
 //!   (CONTRACT §11), deciding through the same client as `/v1/allow`.
 //! - `metrics.rs`: `/metrics`.
 //! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
+//! - `https.rs`: `--tls-cert` / `--tls-key`, HTTPS on the HTTP listener
+//!   and TLS on the gRPC one.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
 //!   fallback, so it is healthy as long as it can reach NATS.
@@ -33,12 +35,14 @@
 mod allow;
 mod api_token;
 mod envoy;
+mod https;
 mod metrics;
 mod options;
 mod proxy;
 mod respond;
 
 pub use api_token::ApiToken;
+pub use https::{TlsFiles, HANDSHAKE_TIMEOUT};
 pub use options::{GatewayOptions, DEFAULT_KEY_HEADER, DEFAULT_LISTEN};
 pub use respond::SOURCE_HEADER;
 /// The type of [`GatewayOptions::upstream`].
@@ -53,6 +57,7 @@ use axum::Router;
 use sluice_client::{Client, ClientOptions};
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -79,15 +84,17 @@ pub async fn run(opts: GatewayOptions, shutdown: impl Future<Output = ()>) -> an
     serve(listener, opts, shutdown).await
 }
 
-/// Serves HTTP on an already bound listener (`opts.listen` is ignored), and
-/// gRPC on `opts.grpc_listen` when set (bound here), until `shutdown`
-/// completes; then stops accepting, finishes the requests in flight and
-/// flushes the NATS connection.
+/// Serves HTTP (HTTPS with `opts.tls`) on an already bound listener
+/// (`opts.listen` is ignored), and gRPC on `opts.grpc_listen` when set
+/// (bound here), until `shutdown` completes; then stops accepting,
+/// finishes the requests in flight and flushes the NATS connection.
 pub async fn serve(
     listener: TcpListener,
     opts: GatewayOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // First, so that bad files end the start before anything connects.
+    let tls = opts.tls.as_ref().map(TlsFiles::load).transpose()?;
     let key_header = HeaderName::from_bytes(opts.key_header.as_bytes()).with_context(|| {
         format!(
             "the key header {:?} is not a valid header name",
@@ -134,8 +141,9 @@ pub async fn serve(
         api_token: opts.api_token.clone(),
     });
     let addr = listener.local_addr()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(
-        "gateway listening on http://{addr}, NATS {}, fallback {}, {}",
+        "gateway listening on {scheme}://{addr}, NATS {}, fallback {}, {}",
         opts.nats_url,
         opts.config.fallback,
         match &opts.upstream {
@@ -152,8 +160,9 @@ pub async fn serve(
     let grpc = match grpc_listener {
         Some(listener) => {
             tracing::info!(
-                "envoy rate limit service listening on {} (gRPC), {}",
+                "envoy rate limit service listening on {} (gRPC{}), {}",
                 listener.local_addr()?,
+                if tls.is_some() { " over TLS" } else { "" },
                 match &opts.config.envoy {
                     Some(e) => format!("{} [envoy] rules", e.rules().len()),
                     None => "no [envoy] table: every descriptor under policy default".into(),
@@ -162,20 +171,29 @@ pub async fn serve(
             Some(tokio::spawn(envoy::serve(
                 app.clone(),
                 listener,
+                tls.as_ref().map(|t| t.grpc.clone()),
                 stop_rx.clone(),
             )))
         }
         None => None,
     };
-    let mut http_stop = stop_rx;
-    let server = axum::serve(
-        listener,
-        router(app, opts.api_token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = http_stop.wait_for(|stop| *stop).await;
-    })
-    .into_future();
+    let router = router(app, opts.api_token.clone());
+    let server: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
+        Some(tls) => Box::pin(https::serve(listener, tls.http, router, stop_rx)),
+        None => {
+            let mut http_stop = stop_rx;
+            Box::pin(
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move {
+                    let _ = http_stop.wait_for(|stop| *stop).await;
+                })
+                .into_future(),
+            )
+        }
+    };
     tokio::pin!(server, shutdown);
     let mut stopping = false;
     let served = loop {

@@ -1,6 +1,7 @@
 //! [`GatewayOptions`]: what `sluice gateway` is started with.
 
 use crate::api_token::ApiToken;
+use crate::https::TlsFiles;
 use sluice_client::NatsAuth;
 use sluice_core::config::Config;
 use sluice_core::policy::DEFAULT_POLICY;
@@ -47,6 +48,10 @@ pub struct GatewayOptions {
     /// <token>` (CONTRACT §10); `/healthz`, `/metrics` and proxy mode stay
     /// open. Default none.
     pub api_token: Option<ApiToken>,
+    /// When set, the HTTP listener serves HTTPS (all of it: `/v1/*`,
+    /// `/healthz`, `/metrics`, proxy mode) and the gRPC listener TLS, with
+    /// this certificate and key (CONTRACT §10). Default none: plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 impl GatewayOptions {
@@ -63,6 +68,7 @@ impl GatewayOptions {
             timeout: Duration::from_millis(100),
             batching: true,
             api_token: None,
+            tls: None,
         }
     }
 }

@@ -91,12 +91,48 @@ impl fmt::Display for Role {
     }
 }
 
-/// A role's user in the config: its password, in the clear (nats-server
-/// also accepts bcrypt hashes, `$2a$...`, written here as they are).
+/// A role's user in the config.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RoleUser {
     pub role: Role,
-    pub password: String,
+    pub password: Password,
+}
+
+impl RoleUser {
+    /// One user per role, in [`Role::ALL`]'s order, each with `password(role)`.
+    pub fn every(mut password: impl FnMut(Role) -> Password) -> Vec<RoleUser> {
+        Role::ALL
+            .into_iter()
+            .map(|role| RoleUser {
+                role,
+                password: password(role),
+            })
+            .collect()
+    }
+}
+
+/// Where nats-server gets a role's password from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Password {
+    /// Written into the config, in the clear (nats-server also accepts
+    /// bcrypt hashes, `$2a$...`, written here as they are).
+    Literal(String),
+    /// A reference to the role's variable ([`Role::password_env`]:
+    /// `password: $SLUICE_AUTH_CLIENT_PASSWORD`), which nats-server
+    /// resolves from its own environment when it loads the file; so the
+    /// file holds no secret and can be checked in (compose.yaml does).
+    /// nats-server parses the variable's value as a config value: a
+    /// password of digits only, or `true`, is not a string to it. Use
+    /// letters and digits starting with a letter (or put the value in
+    /// double quotes inside the variable). An unset variable stops the
+    /// server at start with "variable reference ... can not be found".
+    FromEnv,
+}
+
+impl From<String> for Password {
+    fn from(password: String) -> Password {
+        Password::Literal(password)
+    }
 }
 
 /// The password is never shown.
@@ -268,7 +304,10 @@ pub(super) fn render(w: &mut fmt::Formatter<'_>, users: &[RoleUser]) -> fmt::Res
         writeln!(w, "    # {}", role_summary(user.role))?;
         writeln!(w, "    {{")?;
         writeln!(w, "      user: {}", quote(user.role.name()))?;
-        writeln!(w, "      password: {}", quote(&user.password))?;
+        match &user.password {
+            Password::Literal(p) => writeln!(w, "      password: {}", quote(p))?,
+            Password::FromEnv => writeln!(w, "      password: ${}", user.role.password_env())?,
+        }
         writeln!(w, "      permissions: {{")?;
         write_list(w, "publish", &p.publish)?;
         write_list(w, "subscribe", &p.subscribe)?;
@@ -450,7 +489,7 @@ mod tests {
             .into_iter()
             .map(|role| RoleUser {
                 role,
-                password: format!("pw-{role}\"x"),
+                password: format!("pw-{role}\"x").into(),
             })
             .collect();
         let text = config.render();
@@ -467,5 +506,16 @@ mod tests {
         assert!(!NatsServerConfig::new(16).render().contains("authorization"));
         assert_eq!(Role::Admin.password_env(), "SLUICE_AUTH_ADMIN_PASSWORD");
         assert!(!format!("{:?}", config.users[0]).contains("pw-"));
+    }
+
+    #[test]
+    fn passwords_from_env_are_variable_references_nats_server_resolves() {
+        let mut config = NatsServerConfig::new(16);
+        config.users = RoleUser::every(|_| Password::FromEnv);
+        let text = config.render();
+        for role in Role::ALL {
+            let line = format!("password: ${}\n", role.password_env());
+            assert!(text.contains(&line), "{text}");
+        }
     }
 }

@@ -38,16 +38,22 @@ use tonic::{Code, Request, Response, Status};
 /// The largest request accepted (Envoy's are a few hundred bytes).
 const MAX_REQUEST_BYTES: usize = 256 * 1024;
 
-/// Serves the rate limit service on `listener` until `stop` says so; then
-/// finishes the calls in flight.
+/// Serves the rate limit service on `listener` (over TLS with `tls`, the
+/// gateway's `--tls-cert/--tls-key`) until `stop` says so; then finishes
+/// the calls in flight.
 pub(crate) async fn serve(
     app: Arc<App>,
     listener: TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let service =
         RateLimitServiceServer::new(Service { app }).max_decoding_message_size(MAX_REQUEST_BYTES);
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls)?;
+    }
+    server
         .add_service(service)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),

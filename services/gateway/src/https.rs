@@ -1,0 +1,203 @@
+//! `--tls-cert FILE --tls-key FILE` (CONTRACT §10): the gateway's one HTTP
+//! listener speaks HTTPS instead of plain HTTP, for everything on it
+//! (`/v1/*`, `/healthz`, `/metrics` and proxy mode), and the Envoy rate
+//! limit service (`--grpc-listen`) uses TLS with the same certificate.
+//! An API token sent over plain HTTP can be read by anyone on the path;
+//! this is what lets a gateway be reached without a TLS-terminating proxy
+//! in front of it.
+//!
+//! Why an accept loop of our own: `axum::serve` speaks plain TCP only. The
+//! loop below is axum's "low-level rustls" pattern: tokio-rustls for the
+//! handshake and hyper-util's connection builder (HTTP/1.1 and HTTP/2, by
+//! ALPN) for the rest. It brings no new TLS stack or crypto library:
+//! rustls with *ring*, as async-nats already uses it.
+//!
+//! - The files are read and checked when the gateway starts, before it
+//!   connects to NATS ([`TlsFiles::load`]); each failure is one line naming
+//!   the file and its flag. They are not reloaded: restart the gateway to
+//!   use renewed files.
+//! - Each handshake runs in its connection's own task, bounded by
+//!   [`HANDSHAKE_TIMEOUT`], so a client that connects and says nothing
+//!   holds only that task, never the accept loop. A failed handshake
+//!   (plain HTTP sent to the TLS port, a client that does not trust the
+//!   certificate) closes that connection and is logged at debug level.
+//! - Shutdown: stop accepting, then let the connections finish the
+//!   requests in flight (hyper-util's graceful shutdown), as `axum::serve`
+//!   does for plain HTTP.
+//! - No client certificates: callers authenticate with `--api-token`.
+
+use anyhow::{anyhow, bail, Context as _};
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::ServerConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tower::Service as _;
+
+/// The longest a TLS handshake may take before its connection is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The PEM files the gateway serves TLS with (`--tls-cert`, `--tls-key`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The server's certificate chain, leaf first (PEM).
+    pub cert: PathBuf,
+    /// The leaf certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// What [`TlsFiles::load`] read and checked: the HTTPS config, and the
+/// same PEM for the gRPC server (tonic builds its own rustls config).
+pub(crate) struct Tls {
+    pub(crate) http: Arc<ServerConfig>,
+    pub(crate) grpc: tonic::transport::ServerTlsConfig,
+}
+
+impl TlsFiles {
+    /// Reads both files and checks that they make a certificate and its
+    /// key; every error names the file and its flag.
+    pub(crate) fn load(&self) -> anyhow::Result<Tls> {
+        let cert_pem = read(&self.cert, "certificate", "--tls-cert")?;
+        let key_pem = read(&self.key, "key", "--tls-key")?;
+        let certs = CertificateDer::pem_slice_iter(&cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                anyhow!(
+                    "the TLS certificate file {} (--tls-cert) is not valid PEM: {e}",
+                    self.cert.display()
+                )
+            })?;
+        if certs.is_empty() {
+            bail!(
+                "the TLS certificate file {} (--tls-cert) holds no certificate; \
+                 give a PEM file with -----BEGIN CERTIFICATE-----",
+                self.cert.display()
+            );
+        }
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+            pem::Error::NoItemsFound => anyhow!(
+                "the TLS key file {} (--tls-key) holds no private key; give a PEM file with \
+                 -----BEGIN PRIVATE KEY----- (or RSA / EC PRIVATE KEY)",
+                self.key.display()
+            ),
+            e => anyhow!(
+                "the TLS key file {} (--tls-key) is not a valid PEM private key: {e}",
+                self.key.display()
+            ),
+        })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut http = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("rustls has no TLS protocol version")?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| {
+                anyhow!(
+                    "the TLS certificate {} (--tls-cert) and key {} (--tls-key) do not go \
+                     together: {e}; give the key of that certificate",
+                    self.cert.display(),
+                    self.key.display()
+                )
+            })?;
+        http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // tonic's own rustls config takes the process's default provider;
+        // make it *ring*, like ours (an error only means one is set).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let grpc = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem))
+            .timeout(HANDSHAKE_TIMEOUT);
+        Ok(Tls {
+            http: Arc::new(http),
+            grpc,
+        })
+    }
+}
+
+fn read(path: &Path, what: &str, flag: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| {
+        format!(
+            "cannot read the TLS {what} file {} ({flag})",
+            path.display()
+        )
+    })
+}
+
+/// Serves `router` over TLS on `listener` until `stop` turns true (or its
+/// sender is gone); then stops accepting and waits for the connections to
+/// finish their requests.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let acceptor = TlsAcceptor::from(config);
+    let mut make_service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (tcp, remote) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait a little
+                // instead of spinning, as axum::serve does.
+                tracing::warn!("accepting an HTTPS connection failed: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let service = match make_service.call(remote).await {
+            Ok(service) => TowerToHyperService::new(service),
+            Err(never) => match never {},
+        };
+        let acceptor = acceptor.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!("TLS handshake with {remote} failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("TLS handshake with {remote} took over {HANDSHAKE_TIMEOUT:?}");
+                    return;
+                }
+            };
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!("HTTPS connection from {remote}: {e}");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Errors of one connection that was gone before it was accepted.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
