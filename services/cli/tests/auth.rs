@@ -259,7 +259,7 @@ async fn admin_commands_work_as_admin_and_are_refused_with_one_line_otherwise() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_and_commands_connect_over_mutual_tls_and_a_wrong_ca_is_one_line() {
+async fn workers_gateways_and_commands_connect_over_mutual_tls_and_a_wrong_ca_is_one_line() {
     let ca = TestCa::new().unwrap();
     let other = TestCa::new().unwrap();
     let config = format!(
@@ -311,6 +311,29 @@ async fn workers_and_commands_connect_over_mutual_tls_and_a_wrong_ca_is_one_line
             sluice_tests::tail_of_file(&log, 20)
         )
     });
+
+    // The gateway connects over TLS too and answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let gateway_config =
+        sluice_core::config::Config::from_toml("partitions = 8\n", "gateway.toml").unwrap();
+    let mut opts = sluice_gateway::GatewayOptions::new(url.clone(), gateway_config);
+    opts.nats_auth = sluice_client::NatsAuth {
+        tls_ca: Some(ca.ca().to_path_buf()),
+        tls_cert: Some(ca.client_cert().to_path_buf()),
+        tls_key: Some(ca.client_key().to_path_buf()),
+        ..Default::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let gateway = tokio::spawn(sluice_gateway::serve(listener, opts, async move {
+        let _ = stop_rx.await;
+    }));
+    let resp = reqwest::get(format!("http://{addr}/v1/allow/dave?cost=0"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "{:?}", resp.text().await);
+    let _ = stop_tx.send(());
+    gateway.await.unwrap().expect("the gateway ran cleanly");
 
     let wrong = Command::new(SLUICE)
         .args(["status", "--nats", &url])
