@@ -462,13 +462,16 @@ def render(data, chart_rel):
           "(C=256, M=2), then `kill -9`; once its leases expired a new worker starts. Time from that start until "
           "every partition answers (journal mode replays what was counted since each partition's snapshot):")
         w("")
-        w("| durability | load (decisions/s) | start → every partition answers | first / last partition answering |")
-        w("|---|---|---|---|")
+        w("| durability | load (decisions/s) | start → every partition answers |")
+        w("|---|---|---|")
         for durability, runs in tk["runs"].items():
             for r in runs:
-                rs = r.get("restore", {})
-                w(f"| {durability} | {kfmt(r.get('load_throughput'))} | **{r.get('start_to_answering_s')} s** | "
-                  f"{rs.get('first_answering_s', 0):.2f} s / {rs.get('last_answering_s', 0):.2f} s |")
+                w(f"| {durability} | {kfmt(r.get('load_throughput'))} | **{r.get('start_to_answering_s')} s** |")
+        before = tk.get("before")
+        if before:
+            for durability, runs in before["runs"].items():
+                times = ", ".join(f"{r.get('start_to_answering_s')} s" for r in runs)
+                w(f"| {durability}, before (`{before.get('commit')}`) | | {times} |")
         if tk.get("measured"):
             w("")
             w(f"Measured {tk['measured']} at `{tk.get('commit', '?')}` (`bench/run.sh --parts takeover`).")

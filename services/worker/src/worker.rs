@@ -488,21 +488,32 @@ impl Controller {
                 mine || orphaned
             })
             .collect();
-        for p in to_claim {
-            self.claim(p).await;
+        // All at once: one round trip for the lot, not one per partition
+        // (a worker taking over 64 partitions spent ~0.35 s claiming them
+        // one by one while the first shards restored on the same thread).
+        let claims = to_claim.into_iter().map(|p| {
+            let shared = &self.shared;
+            async move {
+                let key = partition_key(p);
+                let result = lease::acquire(
+                    &shared.stores.leases,
+                    &key,
+                    &shared.worker_id,
+                    shared.lease_ttl,
+                )
+                .await;
+                (p, result)
+            }
+        });
+        for (p, result) in futures::future::join_all(claims).await {
+            self.claimed(p, result);
         }
     }
 
-    async fn claim(&mut self, p: u32) {
+    /// Starts the shard of `p` if its lease was acquired.
+    fn claimed(&mut self, p: u32, result: Result<lease::Lease, LeaseError>) {
         let shared = &self.shared;
-        match lease::acquire(
-            &shared.stores.leases,
-            &partition_key(p),
-            &shared.worker_id,
-            shared.lease_ttl,
-        )
-        .await
-        {
+        match result {
             Ok(lease) => {
                 tracing::debug!(partition = p, revision = lease.revision, "lease acquired");
                 shared
