@@ -18,6 +18,10 @@ FAULTS = {
 }
 
 
+def seconds(x):
+    return "not within 60 s (while the fault lasted)" if x == float("inf") else f"{x:.2f} s"
+
+
 def render(results):
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -43,9 +47,9 @@ def render(results):
             by.setdefault(f["fault"], []).append(f)
     for fault, fs in by.items():
         gaps = sorted(f["longest_gap_s"] for f in fs)
-        rec = sorted(f["recovered_s"] for f in fs)
+        rec = sorted(f["recovered_s"] if f["recovered_s"] is not None else float("inf") for f in fs)
         out.append(f"| {FAULTS.get(fault, fault)} | {gaps[len(gaps) // 2]:.2f} s / {gaps[-1]:.2f} s | "
-                   f"{rec[len(rec) // 2]:.2f} s / {rec[-1]:.2f} s |")
+                   f"{seconds(rec[len(rec) // 2])} / {seconds(rec[-1])} |")
     out.append("")
     return "\n".join(out)
 
