@@ -12,7 +12,7 @@ FAULTS = {
     "kill_worker": "kill -9 of a worker",
     "freeze_worker": "SIGSTOP of a worker past its lease, SIGCONT",
     "stop_meta_leader": "the JetStream meta leader's node stopped (started again once every partition answered)",
-    "freeze_nats_node": "SIGSTOP of a NATS node for 5 s, SIGCONT",
+    "freeze_nats_node": "SIGSTOP of a NATS node for at least 5 s (until every partition answers, at most 60 s), SIGCONT",
     "restart_all_workers": "every worker stopped, as many started",
     "flood_during_handover": "a worker joins while 5,000 new keys are asked",
 }

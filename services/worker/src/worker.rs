@@ -105,7 +105,13 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         .auth
         .connect_options()?
         .name(format!("sluice-worker {worker_id}"))
-        .connection_timeout(Duration::from_secs(5));
+        .connection_timeout(Duration::from_secs(5))
+        // A server that stops without closing the connection (frozen,
+        // partitioned) is noticed only by unanswered pings: every 60 s by
+        // default, so a worker stayed on a frozen node for a minute or more
+        // (docs/RELIABILITY.md). With a ping a second it moves to another
+        // server after a few seconds.
+        .ping_interval(WORKER_PING_INTERVAL);
     let client = opts.auth.connect(&opts.nats_url, connect).await?;
     probe::check_mapping(&client, config.partitions).await?;
     let stores = Stores::open(
@@ -248,6 +254,9 @@ struct Controller {
     /// was given: one line a minute at most while it goes on.
     evictions_reported: (u64, Option<Instant>),
 }
+
+/// How often a worker pings its NATS server (see [`run`]).
+const WORKER_PING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often a worker forgetting keys at its bound says so, at most.
 const EVICTION_REPORT_EVERY: Duration = Duration::from_secs(60);
