@@ -57,18 +57,17 @@ pub fn of_header(value: Option<&str>) -> u64 {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct HolderValue<'a> {
     v: u64,
-    #[serde(borrow)]
-    worker: std::borrow::Cow<'a, str>,
+    worker: &'a str,
 }
 
 /// The value of a partition lease or a worker heartbeat held by `worker`.
 pub fn holder_value(worker: &str) -> Vec<u8> {
     serde_json::to_vec(&HolderValue {
         v: u64::from(CURRENT),
-        worker: worker.into(),
+        worker,
     })
     .expect("a string and a number serialize")
 }
@@ -89,16 +88,20 @@ pub fn holder_of(value: &[u8]) -> Result<String, HolderError> {
         // Worker ids never start with `{` (CONTRACT §5: A-Z a-z 0-9 _ -).
         return Ok(String::from_utf8_lossy(value).into_owned());
     }
+    // The version is checked before the worker is required: a newer format
+    // may not name it, or not as a string.
     #[derive(Deserialize)]
-    struct Version {
+    struct AnyVersion {
         v: u64,
+        worker: Option<serde_json::Value>,
     }
-    let version: Version =
-        serde_json::from_slice(value).map_err(|e| HolderError::Unreadable(format!("{e}")))?;
-    check(|| "a lease value".to_string(), version.v)?;
-    let holder: HolderValue =
-        serde_json::from_slice(value).map_err(|e| HolderError::Unreadable(format!("{e}")))?;
-    Ok(holder.worker.into_owned())
+    let value: AnyVersion =
+        serde_json::from_slice(value).map_err(|e| HolderError::Unreadable(e.to_string()))?;
+    check(|| "a lease value".to_string(), value.v)?;
+    match value.worker {
+        Some(serde_json::Value::String(worker)) => Ok(worker),
+        _ => Err(HolderError::Unreadable("no \"worker\" string".to_string())),
+    }
 }
 
 #[cfg(test)]
@@ -119,7 +122,7 @@ mod tests {
 
     #[test]
     fn newer_or_unreadable_holder_values_are_refused() {
-        let newer = holder_of(br#"{"v":3,"owner":{"id":"w-1"}}"#).unwrap_err();
+        let newer = holder_of(br#"{"v":3,"worker":{"id":"w-1"}}"#).unwrap_err();
         assert_eq!(
             newer,
             HolderError::Newer(NewerFormat {
@@ -130,6 +133,10 @@ mod tests {
         assert!(newer
             .to_string()
             .contains("format v3, newer than this sluice reads (v2)"));
+        assert!(matches!(
+            holder_of(br#"{"v":3,"owner":{"id":"w-1"}}"#).unwrap_err(),
+            HolderError::Newer(_)
+        ));
         assert!(matches!(
             holder_of(b"{not json").unwrap_err(),
             HolderError::Unreadable(_)

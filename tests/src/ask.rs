@@ -58,9 +58,19 @@ pub async fn request(
     subject: &str,
     body: &[u8],
 ) -> Result<async_nats::Message, AskError> {
+    request_within(client, subject, body, REQUEST_TIMEOUT).await
+}
+
+/// [`request`], waiting up to `timeout`.
+pub async fn request_within(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<async_nats::Message, AskError> {
     let req = async_nats::Request::new()
         .payload(body.to_vec().into())
-        .timeout(Some(REQUEST_TIMEOUT));
+        .timeout(Some(timeout));
     client
         .send_request(subject.to_string(), req)
         .await
@@ -78,7 +88,17 @@ pub async fn ask(
     key: &str,
     body: &[u8],
 ) -> Result<DecisionReply, AskError> {
-    let msg = request(client, &Verb::Allow.client_subject(key), body).await?;
+    ask_within(client, key, body, REQUEST_TIMEOUT).await
+}
+
+/// [`ask`], waiting up to `timeout` for the reply.
+pub async fn ask_within(
+    client: &async_nats::Client,
+    key: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<DecisionReply, AskError> {
+    let msg = request_within(client, &Verb::Allow.client_subject(key), body, timeout).await?;
     match decode_reply(&msg.payload).map_err(AskError::Malformed)? {
         Reply::Decision(d) => Ok(d),
         Reply::Error(e) => Err(AskError::Reply(e)),

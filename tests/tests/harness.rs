@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use nix::errno::Errno;
@@ -60,16 +60,15 @@ async fn request_text(client: &async_nats::Client, subject: &str) -> Result<Stri
     request_within(client, subject, TIMEOUT).await
 }
 
-/// One request; a request that was in flight while a connection broke is
-/// lost, so retries need a timeout well under `eventually`'s.
+/// One request's reply as text; a request that was in flight while a
+/// connection broke is lost, so retries need a timeout well under
+/// `eventually`'s.
 async fn request_within(
     client: &async_nats::Client,
     subject: &str,
     timeout: Duration,
 ) -> Result<String> {
-    let msg = tokio::time::timeout(timeout, client.request(subject.to_string(), "".into()))
-        .await
-        .context("request timed out")??;
+    let msg = sluice_tests::request_within(client, subject, b"", timeout).await?;
     Ok(String::from_utf8(msg.payload.to_vec())?)
 }
 

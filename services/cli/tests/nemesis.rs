@@ -24,8 +24,9 @@ use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_core::wire::inspect::{decode_admin_reply, InspectReply};
-use sluice_core::wire::{decode_reply, Reply};
-use sluice_tests::{eventually, worker_command, ChildGuard, NatsCluster, Signal};
+use sluice_tests::{
+    ask_within, eventually, worker_command, AskError, ChildGuard, NatsCluster, Signal,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -252,24 +253,13 @@ fn signal(pid: u32, sig: Signal) {
 }
 
 async fn ask_once(client: &async_nats::Client, key: &str, body: &'static [u8]) -> Outcome {
-    let req = async_nats::Request::new()
-        .payload(body.into())
-        .timeout(Some(CLIENT_TIMEOUT));
-    match client
-        .send_request(Verb::Allow.client_subject(key), req)
-        .await
-    {
-        Ok(msg) => match decode_reply(&msg.payload) {
-            Ok(Reply::Decision(d)) if d.allowed => Outcome::Allowed,
-            Ok(Reply::Decision(_)) => Outcome::Denied,
-            Ok(Reply::Error(_)) => Outcome::ErrorReply,
-            Err(_) => Outcome::Failed,
-        },
-        Err(e) => match e.kind() {
-            async_nats::RequestErrorKind::NoResponders => Outcome::NoResponders,
-            async_nats::RequestErrorKind::TimedOut => Outcome::TimedOut,
-            _ => Outcome::Failed,
-        },
+    match ask_within(client, key, body, CLIENT_TIMEOUT).await {
+        Ok(d) if d.allowed => Outcome::Allowed,
+        Ok(_) => Outcome::Denied,
+        Err(AskError::Reply(_)) => Outcome::ErrorReply,
+        Err(AskError::NoResponders) => Outcome::NoResponders,
+        Err(AskError::TimedOut) => Outcome::TimedOut,
+        Err(AskError::Request(_) | AskError::Malformed(_)) => Outcome::Failed,
     }
 }
 
