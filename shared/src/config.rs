@@ -26,8 +26,10 @@
 
 mod envoy;
 mod table;
+mod usage;
 
 use crate::policy::{Policy, DEFAULT_POLICY};
+use crate::usage::UsageConfig;
 /// One rule for policy names, shared with the wire protocol.
 pub use crate::wire::is_valid_policy_name;
 pub use envoy::{EntryMatch, EnvoyConfig, EnvoyRule, EnvoyTarget, KeyTemplate, ValueMatch};
@@ -197,6 +199,8 @@ pub struct Config {
     /// `None` without the table (every descriptor then counts under
     /// `default`, keyed by its domain and entries).
     pub envoy: Option<EnvoyConfig>,
+    /// `[usage]`: usage history (CONTRACT §9); on by default.
+    pub usage: UsageConfig,
 }
 
 impl Default for Config {
@@ -215,6 +219,7 @@ impl Default for Config {
             max_keys: DEFAULT_MAX_KEYS,
             policies,
             envoy: None,
+            usage: UsageConfig::default(),
         }
     }
 }
@@ -469,6 +474,9 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
     if let Some(envoy) = table.envoy {
         config.envoy = Some(envoy.check().map_err(|e| e.below("envoy"))?);
     }
+    if let Some(usage) = table.usage {
+        config.usage = usage.check().map_err(|e| e.below("usage"))?;
+    }
     Ok(config)
 }
 
@@ -593,6 +601,7 @@ mod tests {
             "max_keys",
             "policies",
             "envoy",
+            "usage",
         ];
         assert_eq!(suggest("partiton", &top_level), Some("partitions"));
         assert_eq!(suggest("colour", &top_level), None);
@@ -609,5 +618,35 @@ mod tests {
             parse_duration(&format!("{}d", days + 1)),
             Err(DurationError::TooLong(_))
         ));
+    }
+
+    #[test]
+    fn usage_is_on_by_default_and_its_tiers_are_checked() {
+        let config = Config::from_toml("", "t.toml").unwrap();
+        assert!(config.usage.enabled);
+        assert_eq!(config.usage.tiers.len(), 4);
+        let off = Config::from_toml("[usage]\nenabled = false", "t.toml").unwrap();
+        assert!(!off.usage.enabled);
+        let short = Config::from_toml(
+            "[usage]\ntiers = [{ step = \"1s\", keep = \"20s\" }, { step = \"2s\", keep = \"1m\" }]",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(short.usage.tiers[1].name(), "2s");
+        let bad = Config::from_toml(
+            "[usage]\ntiers = [{ step = \"1m\", keep = \"1d\" }, { step = \"90s\", keep = \"1d\" }]",
+            "t.toml",
+        )
+        .unwrap_err();
+        assert_eq!(bad.field, "usage.tiers");
+        assert!(bad.reason.contains("whole multiple"), "{bad}");
+        let typo = Config::from_toml("[usage]\nenable = false", "t.toml").unwrap_err();
+        assert!(typo.to_string().contains("enable"), "{typo}");
+        let bad_step = Config::from_toml(
+            "[usage]\ntiers = [{ step = \"soon\", keep = \"1d\" }]",
+            "t.toml",
+        )
+        .unwrap_err();
+        assert_eq!(bad_step.field, "usage.tiers[0].step");
     }
 }

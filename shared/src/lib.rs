@@ -26,6 +26,8 @@
 //! - [`format`]: the format versions of snapshots, journal messages and
 //!   lease values, so a worker refuses state newer than it reads.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
+//! - [`usage`]: usage history (CONTRACT §9): tiers, stored records, which
+//!   buckets answer a range, the checks of a query.
 //!
 //! ```
 //! use sluice_core::policy::Policy;
@@ -52,4 +54,5 @@ pub mod policy;
 pub mod storage;
 pub mod subject;
 pub mod time;
+pub mod usage;
 pub mod wire;

@@ -18,6 +18,7 @@
 
 use crate::config::DEFAULT_PARTITIONS;
 use crate::subject::Verb;
+use crate::usage::UsageConfig;
 use std::fmt;
 
 pub mod auth;
@@ -61,6 +62,9 @@ pub struct NatsServerConfig {
     /// One user per role (CONTRACT §10, [`auth`]); empty: no authorization,
     /// anyone who reaches the server may do anything.
     pub users: Vec<RoleUser>,
+    /// The steps of the workers' usage tiers (`1m`, ...), which name their
+    /// streams, for the `worker` role's permissions.
+    pub usage_steps: Vec<String>,
 }
 
 /// The `cluster { }` block of one server.
@@ -96,6 +100,11 @@ impl NatsServerConfig {
             max_file_store: None,
             cluster: None,
             users: Vec::new(),
+            usage_steps: UsageConfig::default()
+                .tiers
+                .iter()
+                .map(|t| t.name())
+                .collect(),
         }
     }
 
@@ -112,11 +121,11 @@ impl fmt::Display for NatsServerConfig {
             w,
             "# nats-server config for sluice, printed by `sluice nats-config`.\n\
              #\n\
-             # It maps the subjects clients use (rl.allow.<key>, rl.hit.<key>, and\n\
-             # rl.inspect.<key>, rl.reset.<key> for operators) onto {n} per-partition\n\
-             # subjects (rl.p.<n>.allow.<key>, ...) with the server's own partition\n\
-             # function, and enables JetStream, which sluice uses for partition leases\n\
-             # and counter snapshots.\n\
+             # It maps the subjects clients use (rl.allow.<key>, rl.hit.<key>,\n\
+             # rl.usage.<key>, and rl.inspect.<key>, rl.reset.<key> for operators)\n\
+             # onto {n} per-partition subjects (rl.p.<n>.allow.<key>, ...) with the\n\
+             # server's own partition function, and enables JetStream, which sluice\n\
+             # uses for partition leases, counter snapshots and usage history.\n\
              #\n\
              # nats-server's command-line flags override this file: -p PORT, -js, -sd DIR.\n\
              # Check it with: nats-server -t -c FILE\n"
@@ -170,7 +179,7 @@ impl fmt::Display for NatsServerConfig {
         writeln!(w, "}}")?;
 
         if !self.users.is_empty() {
-            auth::render(w, &self.users)?;
+            auth::render(w, &self.users, &self.usage_steps)?;
         }
 
         if let Some(cluster) = &self.cluster {

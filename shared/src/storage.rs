@@ -76,6 +76,29 @@ pub fn kv_subject(bucket: &str, key: &str) -> String {
     format!("$KV.{bucket}.{key}")
 }
 
+/// The stream of one usage tier (CONTRACT §9), named by its step:
+/// `SLUICE_USAGE_1m`.
+pub fn usage_stream(step: &str) -> String {
+    format!("SLUICE_USAGE_{step}")
+}
+
+/// Every subject of [`usage_stream`]: `sluice.usage.<step>.>`.
+pub fn usage_subjects(step: &str) -> String {
+    format!("sluice.usage.{step}.>")
+}
+
+/// What the subjects of one partition's records in one tier start with:
+/// `sluice.usage.<step>.<partition>.`.
+pub fn usage_partition_prefix(step: &str, partition: u32) -> String {
+    format!("sluice.usage.{step}.{partition}.")
+}
+
+/// The subject of one partition's record of one bucket (its start in ms):
+/// `sluice.usage.<step>.<partition>.<bucket-ms>`.
+pub fn usage_subject(step: &str, partition: u32, bucket_ms: u64) -> String {
+    format!("{}{bucket_ms}", usage_partition_prefix(step, partition))
+}
+
 /// The journal subject a worker appends to: `sluice.journal.w.<worker>`.
 pub fn journal_subject(worker: &str) -> String {
     format!("sluice.journal.{WORKER_KEY}{worker}")

@@ -31,6 +31,9 @@ pub const WORKER_PREFIX: &str = "rl.w";
 /// The top-keys query (CONTRACT §9). Not under `rl.usage.`, which the
 /// mapping sends to one key's owner.
 pub const TOP: &str = "rl.top";
+/// Where the worker that took an `rl.top` asks every worker for its
+/// partitions' share (internal).
+pub const TOP_SCATTER: &str = "sluice.top";
 /// The last token of a batch subject.
 const BATCH: &str = "batch";
 
@@ -64,7 +67,13 @@ impl Verb {
     /// The verbs workers answer today, so the ones the server maps onto
     /// partitions ([`crate::nats_config::mapping`]) and a partition's owner
     /// subscribes to.
-    pub const ANSWERED: [Verb; 4] = [Verb::Allow, Verb::Hit, Verb::Inspect, Verb::Reset];
+    pub const ANSWERED: [Verb; 5] = [
+        Verb::Allow,
+        Verb::Hit,
+        Verb::Inspect,
+        Verb::Reset,
+        Verb::Usage,
+    ];
 
     /// The verb's token in subjects: `allow`, `hit`, ...
     pub const fn as_str(self) -> &'static str {
@@ -433,12 +442,13 @@ mod tests {
                 "rl.p.5.hit.*",
                 "rl.p.5.inspect.*",
                 "rl.p.5.reset.*",
+                "rl.p.5.usage.*",
                 "rl.p.5.batch"
             ]
         );
         assert_eq!(owner_subjects(5)[0], Verb::Allow.partition_subject(5));
-        assert_eq!(owner_subjects(5)[4], batch_subject(5));
-        assert_eq!(every_owner_subject().len(), 5);
+        assert_eq!(owner_subjects(5)[5], batch_subject(5));
+        assert_eq!(every_owner_subject().len(), 6);
         assert_eq!(every_owner_subject()[0], "rl.p.*.allow.*");
         assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
         assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");

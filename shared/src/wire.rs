@@ -38,6 +38,7 @@
 //!   writer.
 //! - [`batch`]: the batch format of the batching client.
 //! - [`inspect`]: bodies of `rl.inspect.<key>` and `rl.reset.<key>` (CONTRACT §8).
+//! - [`usage`]: bodies of `rl.usage.<key>` and `rl.top` (CONTRACT §9).
 
 pub mod batch;
 mod error;
@@ -47,6 +48,7 @@ pub mod inspect;
 mod msgpack;
 mod reply;
 mod request;
+pub mod usage;
 
 pub use error::{ErrorCode, ErrorReply};
 pub use headers::{

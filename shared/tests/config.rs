@@ -504,7 +504,7 @@ fn unknown_top_level_field_is_refused_with_a_suggestion() {
     assert_error(
         "partiton = 32",
         "partiton",
-        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, policies, envoy)",
+        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, policies, envoy, usage)",
     );
     assert_error(
         "colour = \"blue\"",

@@ -116,6 +116,7 @@ fn single_server_config_has_listen_jetstream_and_every_mapping() {
             "\"rl.hit.*\": \"rl.p.{{partition(64,1)}}.hit.{{wildcard(1)}}\"",
             "\"rl.inspect.*\": \"rl.p.{{partition(64,1)}}.inspect.{{wildcard(1)}}\"",
             "\"rl.reset.*\": \"rl.p.{{partition(64,1)}}.reset.{{wildcard(1)}}\"",
+            "\"rl.usage.*\": \"rl.p.{{partition(64,1)}}.usage.{{wildcard(1)}}\"",
             "}",
         ]
     );

@@ -129,6 +129,36 @@ async def test_concurrent_asks_on_one_key_let_exactly_the_limit_through(client):
     assert sorted(d.remaining for d in decisions if d.allowed) == list(range(15))
 
 
+async def test_usage_shows_what_was_used_and_denied_and_top_ranks_keys(client):
+    key, other = fresh("usage"), fresh("usage-other")
+    for _ in range(17):
+        await client.allow(key)  # 15 allowed, 2 denied
+    await client.hit(key, cost=3)
+    await client.allow(other)
+    await client.nats.flush()
+
+    async def counted():
+        u = await client.usage(key)
+        return (u.used, u.denied) == (18, 2)
+
+    await eventually("usage shows the asks and the hit", counted)
+    u = await client.usage(key, step="1m")
+    assert u.step_ms == 60_000 and u.policy == "default" and u.parts[-1].step_ms == 60_000
+    assert u.points[-1].t_ms <= u.complete_to_ms
+    top = await client.top(n=1000, by="denied")
+    assert [(e.key, e.denied) for e in top.keys if e.key in (key, other)] == [(key, 2)]
+    used = await client.top(n=1000)
+    mine = {e.key: e.used for e in used.keys}
+    assert mine[key] == 18 and mine[other] == 1
+    with pytest.raises(BadRequest) as e:
+        await client.usage(key, step="2m")
+    assert e.value.status == 400 and "1m" in str(e.value)
+    with pytest.raises(BadRequest):
+        await client.top(n=1001)
+    with pytest.raises(UnknownPolicy):
+        await client.usage(key, policy="nope")
+
+
 async def test_an_unknown_policy_raises_unknown_policy_with_the_workers_message(client):
     with pytest.raises(UnknownPolicy) as e:
         await client.allow(fresh("u"), policy="logn")

@@ -116,6 +116,8 @@ pub enum Command {
     Inspect(crate::key_cmd::KeyArgs),
     /// Forget a key's counters under every policy (or one).
     Reset(crate::key_cmd::KeyArgs),
+    /// A key's usage history as a table and a chart, or the top keys (--top N).
+    Usage(crate::usage_cmd::UsageArgs),
     /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
     /// Show partitions, their owners, snapshot ages and worker health.
@@ -134,6 +136,7 @@ impl Cli {
             Command::Policy(args) => crate::policy_cmd::run(&self.common, args),
             Command::Inspect(args) => crate::key_cmd::inspect(&self.common, args),
             Command::Reset(args) => crate::key_cmd::reset(&self.common, args),
+            Command::Usage(args) => crate::usage_cmd::run(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
             Command::Status(args) => crate::status_cmd::run(&self.common, args),
             Command::Bench(args) => crate::bench_cmd::run(&self.common, args),

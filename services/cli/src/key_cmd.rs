@@ -23,8 +23,8 @@ pub struct KeyArgs {
     pub json: bool,
 }
 
-/// How long to wait for the key's owner.
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait for the key's owner (a top query asks every worker).
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
     let reply: InspectReply = request(common, args, Verb::Inspect)?;
@@ -74,13 +74,24 @@ fn request<T: DeserializeOwned>(common: &Common, args: &KeyArgs, verb: Verb) -> 
     let token =
         try_encode_key(args.key.as_bytes()).map_err(|e| anyhow!("key {:?}: {e}", args.key))?;
     let body = encode_scope(args.policy.as_deref(), Encoding::Json);
+    request_once(common, verb.as_str(), &verb.client_subject(&token), body)
+}
+
+/// Sends one request to a worker (`what` names the command to the
+/// server) and decodes its reply; an error reply becomes the error, with
+/// its status and sentence.
+pub fn request_once<T: DeserializeOwned>(
+    common: &Common,
+    what: &str,
+    subject: &str,
+    body: Vec<u8>,
+) -> Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let client = common.connect(&format!("sluice {}", verb.as_str())).await?;
-        let subject = verb.client_subject(&token);
-        let msg = tokio::time::timeout(TIMEOUT, client.request(subject.clone(), body.into()))
+        let client = common.connect(&format!("sluice {what}")).await?;
+        let msg = tokio::time::timeout(TIMEOUT, client.request(subject.to_string(), body.into()))
             .await
             .map_err(|_| anyhow!("no answer on {subject} within {TIMEOUT:?}"))?
             .map_err(|e| anyhow!("no worker answered on {subject} ({e}); is a worker running?"))?;

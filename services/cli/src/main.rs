@@ -14,6 +14,7 @@ mod nats_config_cmd;
 mod policy_cmd;
 mod signals;
 mod status_cmd;
+mod usage_cmd;
 mod worker_cmd;
 
 use clap::Parser;

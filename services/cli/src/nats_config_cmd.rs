@@ -50,6 +50,7 @@ pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
     server.http = args.http.clone();
     server.server_name = args.server_name.clone();
     server.store_dir = args.store_dir.clone();
+    server.usage_steps = config.usage.tiers.iter().map(|t| t.name()).collect();
     server.cluster = args.cluster_name.as_ref().map(|name| Cluster {
         name: name.clone(),
         listen: args.cluster_listen.clone(),

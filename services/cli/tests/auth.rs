@@ -17,7 +17,8 @@ use sluice_core::partition::partition_of;
 use sluice_core::storage::{bucket_stream, LEASE_BUCKET, POLICY_BUCKET};
 use sluice_core::subject::Verb;
 use sluice_tests::{
-    ask, one_line_error, serial, test_password, NatsServer, Stack, TestCa, TestConfig, PEEK,
+    ask, error_of, one_line_error, request, serial, test_password, NatsServer, Stack, TestCa,
+    TestConfig, PEEK,
 };
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -101,6 +102,28 @@ async fn a_client_asks_but_the_server_refuses_everything_else_and_nothing_change
     client.flush().await.unwrap();
     let owners = stack.owners().await;
     assert_eq!(ask(&admin, victim, PEEK).await.unwrap().remaining, 2);
+    // ... and read usage (CONTRACT §9): the workers, as `worker`, keep it
+    // in their usage streams and answer a top query together.
+    let usage = request(
+        &client,
+        &Verb::Usage.client_subject(victim),
+        br#"{"step":"1m"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(error_of(&usage).is_none(), "{:?}", error_of(&usage));
+    let usage: serde_json::Value = serde_json::from_slice(&usage.payload).unwrap();
+    let used: u64 = usage["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["used"].as_u64().unwrap())
+        .sum();
+    assert_eq!(used, 3, "{usage}");
+    let top = request(&client, sluice_core::subject::TOP, br#"{"n":1}"#)
+        .await
+        .unwrap();
+    assert!(error_of(&top).is_none(), "{:?}", error_of(&top));
 
     // Publishes the server refuses (checked on the subject after the
     // mapping: rl.inspect.victim arrives as rl.p.<n>.inspect.victim).

@@ -228,6 +228,7 @@ fn write_the_format_1_fixture() {
         c,
         t: COUNTED_AT_NS + at_s * 1_000_000_000,
         r,
+        d: false,
     };
     let records = vec![
         record(&keys[0].0, 1, 10, false),

@@ -184,6 +184,71 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
     gw.stop().await;
 }
 
+/// `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9): the
+/// workers' replies as JSON, their errors with their statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_and_top_are_served_as_json() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let gw = Gateway::start(&stack.nats.url(), config(Fallback::Closed), None).await;
+    let http = http();
+    // 5 allowed, 1 denied by the worker; the 7th is denied by the
+    // gateway's deny cache and never reaches a worker (not usage).
+    for _ in 0..7 {
+        call(http.get(gw.url("/v1/allow/carol@x.io"))).await;
+    }
+    let (status, headers, body) = call(http.get(gw.url("/v1/usage/carol@x.io?step=1m"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(header(&headers, "content-type"), Some("application/json"));
+    assert_eq!(body["key"], "carol%40x%2Eio");
+    assert_eq!(body["step_ms"], 60_000);
+    let points = body["points"].as_array().unwrap();
+    let sum = |field: &str| {
+        points
+            .iter()
+            .map(|p| p[field].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!((sum("used"), sum("denied")), (5, 1), "{body}");
+
+    let (status, _, body) = call(http.get(gw.url("/v1/usage?top=5&by=denied"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["by"], "denied");
+    assert_eq!(body["keys"][0]["key"], "carol%40x%2Eio");
+    assert_eq!(body["keys"][0]["denied"], 1);
+
+    for (path, status, says) in [
+        ("/v1/usage/carol?step=2m", StatusCode::BAD_REQUEST, "1m"),
+        (
+            "/v1/usage/carol?from=9&to=1",
+            StatusCode::BAD_REQUEST,
+            "after",
+        ),
+        ("/v1/usage/carol?policy=nope", StatusCode::NOT_FOUND, "nope"),
+        (
+            "/v1/usage/carol?form=1",
+            StatusCode::BAD_REQUEST,
+            "unknown query parameter",
+        ),
+        (
+            "/v1/usage/carol?from=yesterday",
+            StatusCode::BAD_REQUEST,
+            "unsigned integer",
+        ),
+        ("/v1/usage?top=1001", StatusCode::BAD_REQUEST, "1 to 1000"),
+        ("/v1/usage?top=3&by=cost", StatusCode::BAD_REQUEST, "by"),
+        ("/v1/usage", StatusCode::BAD_REQUEST, "top=N"),
+    ] {
+        let (got, _, body) = call(http.get(gw.url(path))).await;
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains(says),
+            "{path}: {body}"
+        );
+    }
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_400_404_or_413_with_a_json_error_body() {
     let _serial = serial().await;

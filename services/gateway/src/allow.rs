@@ -136,7 +136,7 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Erro
 
 /// URL percent-decoding to bytes; a `%` not followed by two hex digits is
 /// kept as it is (as browsers and axum do).
-fn percent_decode(s: &[u8]) -> Vec<u8> {
+pub(crate) fn percent_decode(s: &[u8]) -> Vec<u8> {
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;

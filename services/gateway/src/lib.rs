@@ -8,6 +8,7 @@
 //!   future; returns when the shutdown future completes and in-flight
 //!   requests are answered.
 //! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`.
+//! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9).
 //! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
 //!   other path.
 //! - `respond.rs`: decision and error responses, one set of headers
@@ -40,6 +41,7 @@ mod metrics;
 mod options;
 mod proxy;
 mod respond;
+mod usage;
 
 pub use api_token::ApiToken;
 pub use https::{TlsFiles, HANDSHAKE_TIMEOUT};
@@ -240,7 +242,9 @@ fn warn_of_unknown_envoy_policies(config: &sluice_core::config::Config) {
 fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
     let mut v1 = Router::new()
         .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
-        .route(allow::PREFIX, any(allow::empty_key));
+        .route(allow::PREFIX, any(allow::empty_key))
+        .route("/v1/usage/{key}", get(usage::series))
+        .route("/v1/usage", get(usage::top));
     if let Some(token) = token {
         v1 = v1.route_layer(axum::middleware::from_fn_with_state(
             token,

@@ -23,6 +23,7 @@
 //! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
+use crate::ledger::Ledger;
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,7 @@ use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
+use sluice_core::usage::Counts;
 use sluice_core::wire::inspect::{
     InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
 };
@@ -44,7 +46,12 @@ use std::sync::{Arc, RwLock};
 
 /// One counted request: what journal mode stores before it answers
 /// ([`crate::journal`] has the format), and replays at takeover.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Encoded as an array of its fields in this order; the trailing ones only
+/// when set (`[n, p, k, c, t]` for a count, `[.., t, true]` for a reset,
+/// `[.., t, false, true]` for a denial), so records of counts read the
+/// same as before resets and denials were recorded.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct Record {
     /// Partition.
     pub n: u32,
@@ -52,19 +59,52 @@ pub struct Record {
     pub p: String,
     /// Key token.
     pub k: String,
-    /// Units counted.
+    /// Units counted (a denial: units denied).
     pub c: u64,
     /// When (ns since the epoch, the owner's clock).
     pub t: u64,
-    /// A reset (`rl.reset`): the counter was forgotten (`c` is 0). Left
-    /// out of the encoding when false, so records of counts read the same
-    /// as before resets existed.
-    #[serde(default, skip_serializing_if = "is_false")]
+    /// A reset (`rl.reset`): the counter was forgotten (`c` is 0).
+    #[serde(default)]
     pub r: bool,
+    /// A denied ask, journaled for its usage (CONTRACT §9) only when usage
+    /// is recorded: it changed no counter and replay changes none.
+    #[serde(default)]
+    pub d: bool,
 }
 
-fn is_false(b: &bool) -> bool {
-    !b
+impl Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let fields = if self.d {
+            7
+        } else if self.r {
+            6
+        } else {
+            5
+        };
+        let mut st = s.serialize_struct("Record", fields)?;
+        st.serialize_field("n", &self.n)?;
+        st.serialize_field("p", &self.p)?;
+        st.serialize_field("k", &self.k)?;
+        st.serialize_field("c", &self.c)?;
+        st.serialize_field("t", &self.t)?;
+        if fields > 5 {
+            st.serialize_field("r", &self.r)?;
+        }
+        if fields > 6 {
+            st.serialize_field("d", &self.d)?;
+        }
+        st.end()
+    }
+}
+
+/// What a decided ask adds to its key's usage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Usage {
+    Used,
+    Denied,
+    /// Allowed without consuming (a peek).
+    Neither,
 }
 
 /// A message as it arrived on one of a partition's subjects.
@@ -82,6 +122,8 @@ pub struct Owned<'c> {
     pub partition: u32,
     pub counters: &'c Counters,
     pub stats: &'c ShardStats,
+    /// Its usage ledger, when usage is recorded (CONTRACT §9).
+    pub usage: Option<&'c Ledger>,
 }
 
 /// What to answer: a reply value, before it gets NATS headers
@@ -173,15 +215,34 @@ impl Tally {
     fn changed(&mut self, policy: &str, token: &str, cost: u64, reset: bool, now: Nanos) {
         self.changes += 1;
         if self.journal {
-            self.records.push(Record {
-                n: self.partition,
-                p: policy.to_string(),
-                k: token.to_string(),
-                c: cost,
-                t: now.as_u64(),
-                r: reset,
-            });
+            self.record(policy, token, cost, now, reset, false);
         }
+    }
+
+    /// Journal mode with usage recorded: a denied ask's record, stored
+    /// for its usage only.
+    fn denied(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
+        self.record(policy, token, cost, now, false, true);
+    }
+
+    fn record(
+        &mut self,
+        policy: &str,
+        token: &str,
+        cost: u64,
+        now: Nanos,
+        reset: bool,
+        denied: bool,
+    ) {
+        self.records.push(Record {
+            n: self.partition,
+            p: policy.to_string(),
+            k: token.to_string(),
+            c: cost,
+            t: now.as_u64(),
+            r: reset,
+            d: denied,
+        });
     }
 
     fn outcome(&mut self, verb: Verb, result: &Result<(Decision, &str), ErrorReply>) {
@@ -303,6 +364,8 @@ pub struct Decider {
     config: Arc<Config>,
     stats: Arc<WorkerStats>,
     journal: bool,
+    /// Usage is recorded (`[usage] enabled`).
+    usage: bool,
     /// The policies in force; replaced whole when the bucket changes
     /// ([`Decider::set_policies`]). A batch takes them once and decides
     /// with that version.
@@ -324,6 +387,7 @@ impl Decider {
         Decider {
             policies: RwLock::new(Arc::new(policies)),
             meters: RwLock::new(Arc::new(meters)),
+            usage: config.usage.enabled,
             config,
             stats,
             journal,
@@ -407,7 +471,11 @@ impl Decider {
             }
             Inbound::Ask(ask) => {
                 let verb = ask.verb;
-                if !Verb::ANSWERED.contains(&verb) || (verb == Verb::Allow && !wants_reply) {
+                // Usage queries are the shard's ([`crate::usage::query`]).
+                if !Verb::ANSWERED.contains(&verb)
+                    || verb == Verb::Usage
+                    || (verb == Verb::Allow && !wants_reply)
+                {
                     return None;
                 }
                 let encoding = Encoding::of_body(body);
@@ -634,13 +702,26 @@ impl Decider {
         tally: &mut Tally,
     ) -> Result<(Decision, &'p str), ErrorReply> {
         let base = ask::admit(|name| policies.get(name), policy_name, op)?;
+        let cost = match op {
+            Op::Allow(c) | Op::Record(c) => c,
+        };
         // A per-key override replaces the policy's limits for this key;
         // a blocked key is denied (a hit is still recorded, as served).
         let policy = match (policies.override_of(base.name(), key.as_str()), op) {
             (None, _) | (Some(Override::Blocked), Op::Record(_)) => base,
             (Some(Override::Limits(limits)), _) => ask::admit(|_| Some(limits), base.name(), op)?,
             (Some(Override::Blocked), Op::Allow(_)) => {
-                return Ok((blocked(base), base.name()));
+                let decision = blocked(base);
+                self.record_usage(
+                    base.name(),
+                    key.as_str(),
+                    cost,
+                    Usage::Denied,
+                    now,
+                    owned,
+                    tally,
+                );
+                return Ok((decision, base.name()));
             }
         };
         let token = key.as_str();
@@ -649,13 +730,55 @@ impl Decider {
             ask::counter_key(&mut buf, policy.name(), token);
             owned.counters.apply(policy, &buf, now, op)
         });
-        if op.consumed(&decision) {
-            let cost = match op {
-                Op::Allow(c) | Op::Record(c) => c,
-            };
+        let usage = if op.consumed(&decision) {
             tally.changed(policy.name(), token, cost, false, now);
-        }
+            Usage::Used
+        } else if decision.allowed {
+            Usage::Neither
+        } else {
+            Usage::Denied
+        };
+        self.record_usage(base.name(), token, cost, usage, now, owned, tally);
         Ok((decision, policy.name()))
+    }
+
+    /// Records the usage of one decided ask (CONTRACT §9): `cost` units
+    /// used or denied (a peek, cost 0, is neither). In snapshot mode into
+    /// the partition's ledger now; in journal mode a count is already a
+    /// record and a denial becomes one, and both reach the ledger once
+    /// stored ([`crate::usage::UsageBook::journaled`]).
+    #[allow(clippy::too_many_arguments)]
+    fn record_usage(
+        &self,
+        policy: &str,
+        token: &str,
+        cost: u64,
+        usage: Usage,
+        now: Nanos,
+        owned: Owned<'_>,
+        tally: &mut Tally,
+    ) {
+        if !self.usage || cost == 0 {
+            return;
+        }
+        let counts = match usage {
+            Usage::Used => Counts {
+                used: cost,
+                denied: 0,
+            },
+            Usage::Denied => Counts {
+                used: 0,
+                denied: cost,
+            },
+            Usage::Neither => return,
+        };
+        if self.journal {
+            if usage == Usage::Denied {
+                tally.denied(policy, token, cost, now);
+            }
+        } else if let Some(ledger) = owned.usage {
+            ledger.add(policy, token, now.as_u64() / 1_000_000, counts);
+        }
     }
 
     /// Applies a journal record at takeover: it was counted, so it is
@@ -666,6 +789,9 @@ impl Decider {
         let Some(policy) = policies.get(&record.p) else {
             return false;
         };
+        if record.d {
+            return false;
+        }
         KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
             ask::counter_key(&mut buf, &record.p, &record.k);
@@ -715,9 +841,15 @@ mod tests {
     }
 
     impl Fixture {
+        /// Journal mode without usage: every record is a count or a reset.
         fn new() -> Fixture {
-            let config = Config::from_toml(CONFIG, "test.toml").unwrap();
-            let decider = Decider::new(Arc::new(config), Arc::default(), true);
+            let mut config = Config::from_toml(CONFIG, "test.toml").unwrap();
+            config.usage.enabled = false;
+            Fixture::with(config, true)
+        }
+
+        fn with(config: Config, journal: bool) -> Fixture {
+            let decider = Decider::new(Arc::new(config), Arc::default(), journal);
             Fixture {
                 policies: decider.policies(),
                 decider,
@@ -732,6 +864,7 @@ mod tests {
                 partition: self.partition,
                 counters: &self.counters,
                 stats: &self.shard,
+                usage: None,
             }
         }
 
@@ -1181,6 +1314,7 @@ mod tests {
                 partition: 2,
                 counters: &other,
                 stats: &other_stats,
+                usage: None,
             }),
             _ => None,
         };
@@ -1206,6 +1340,7 @@ mod tests {
             c: 20,
             t: T0.as_u64(),
             r: false,
+            d: false,
         };
         assert!(f.decider.replay(&f.policies, &record, &f.counters));
         assert_eq!(f.remaining(&key, T0), 0);
@@ -1305,10 +1440,12 @@ mod tests {
             c: 15,
             t: T0.as_u64(),
             r: false,
+            d: false,
         };
         let reset = Record {
             c: 0,
             r: true,
+            d: false,
             ..counted.clone()
         };
         assert!(f.decider.replay(&f.policies, &counted, &replayed));
@@ -1329,6 +1466,7 @@ mod tests {
             c: 2,
             t: 7,
             r: false,
+            d: false,
         };
         let bytes = rmp_serde::to_vec(&count).unwrap();
         assert_eq!(bytes[0], 0x95, "a count is an array of five");
@@ -1336,8 +1474,9 @@ mod tests {
         assert_eq!(old, (1, "default".into(), "k".into(), 2, 7));
         let reset = Record {
             r: true,
+            d: false,
             c: 0,
-            ..count
+            ..count.clone()
         };
         let back: Record = rmp_serde::from_slice(&rmp_serde::to_vec(&reset).unwrap()).unwrap();
         assert_eq!(back, reset);
@@ -1355,6 +1494,17 @@ mod tests {
         let message = rmp_serde::to_vec(&vec![reset.clone(), reset]).unwrap();
         let old = rmp_serde::from_slice::<Vec<OldRecord>>(&message);
         assert!(old.is_err(), "{old:?}");
+        // A denial (usage): seven fields, read back as one.
+        let denial = Record {
+            d: true,
+            c: 3,
+            ..count.clone()
+        };
+        let bytes = rmp_serde::to_vec(&denial).unwrap();
+        let back: Record = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, denial);
+        assert_eq!(rmp_serde::to_vec(&count).unwrap().first(), Some(&0x95));
+        assert_eq!(bytes.first(), Some(&0x97));
     }
 
     #[test]
@@ -1493,5 +1643,84 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Usage (CONTRACT §9) in snapshot mode goes into the ledger when
+    /// decided: allowed asks and hits as used, denied asks as denied, a
+    /// peek as neither, each under the policy asked for.
+    #[test]
+    fn usage_is_recorded_in_the_ledger_as_decided_in_snapshot_mode() {
+        let f = Fixture::with(Config::from_toml(CONFIG, "test.toml").unwrap(), false);
+        let ledger = Ledger::new(f.decider.config().usage.tiers.clone(), 0, 0);
+        let key = key_in(1, "u");
+        let owned = Owned {
+            usage: Some(&ledger),
+            ..f.owned()
+        };
+        let send = |verb: Verb, body: &[u8]| {
+            let subject = verb.mapped_subject(1, &key);
+            let mut tally = f.decider.tally(1);
+            let message = Message {
+                subject: &subject,
+                body,
+                wants_reply: true,
+            };
+            f.decider
+                .message(&f.policies, message, owned, T0, &mut tally);
+            assert!(
+                tally.finish(f.decider.stats(), &f.shard).is_empty(),
+                "no records in snapshot mode"
+            );
+        };
+        for _ in 0..17 {
+            send(Verb::Allow, b""); // 15 allowed, 2 denied
+        }
+        send(Verb::Allow, br#"{"cost":0}"#);
+        send(Verb::Hit, br#"{"cost":4}"#);
+        send(Verb::Allow, br#"{"policy":"login","cost":2}"#);
+        let minute = T0.as_u64() / 1_000_000 / 60_000 * 60_000;
+        let everything = |_: &str, _: &str| true;
+        let (mut counts, _) = ledger
+            .minute_counts(minute, &everything)
+            .expect("the minute is in memory");
+        counts.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            counts,
+            vec![
+                (
+                    "default".to_string(),
+                    key.clone(),
+                    Counts {
+                        used: 19,
+                        denied: 2
+                    }
+                ),
+                (
+                    "login".to_string(),
+                    key.clone(),
+                    Counts { used: 2, denied: 0 }
+                ),
+            ]
+        );
+    }
+
+    /// In journal mode a denial becomes a record of its own (`d`), so its
+    /// usage survives a crash; a peek still stores nothing.
+    #[test]
+    fn a_denial_is_journaled_for_its_usage_in_journal_mode() {
+        let f = Fixture::with(Config::from_toml(CONFIG, "test.toml").unwrap(), true);
+        let key = key_in(1, "d");
+        let mut records = Vec::new();
+        for _ in 0..16 {
+            records.extend(f.send(Verb::Allow, &key, b"", true, T0).1);
+        }
+        records.extend(f.send(Verb::Allow, &key, br#"{"cost":0}"#, true, T0).1);
+        assert_eq!(records.len(), 16);
+        assert!(records[..15].iter().all(|r| !r.d && r.c == 1));
+        assert!(records[15].d && records[15].c == 1 && !records[15].r);
+        // Replayed, a denial changes no counter.
+        let fresh = Counters::new();
+        assert!(!f.decider.replay(&f.policies, &records[15], &fresh));
+        assert_eq!(fresh.len(), 0);
     }
 }

@@ -90,23 +90,24 @@ impl Writer {
         subject: String,
         stats: Arc<WorkerStats>,
         on_failure: JournalFailure,
+        on_stored: impl OnStored,
     ) -> (Writer, JoinHandle<()>) {
         let meters = stats.clone();
-        let append = move |records| {
+        let append = move |records: Vec<Record>| {
             let (js, subject, meters) = (js.clone(), subject.clone(), meters.clone());
             tokio::spawn(async move {
                 let started = Instant::now();
-                let appended = journal::append(js, subject, records).await;
+                let appended = journal::append(js, subject, &records).await;
                 let took = secs(started.elapsed());
                 meters.meters.journal_append_duration.observe(took);
-                appended
+                (appended, records)
             })
         };
         let send_replies = move |replies| -> BoxFuture<'static, ()> {
             let client = client.clone();
             Box::pin(async move { reply::publish(&client, replies).await })
         };
-        Writer::start(append, send_replies, stats, on_failure)
+        Writer::start(append, send_replies, on_stored, stats, on_failure)
     }
 
     /// [`Writer::spawn`] with the journal and NATS replaced by `append` and
@@ -114,6 +115,7 @@ impl Writer {
     fn start(
         append: impl StartAppend,
         send_replies: impl SendReplies,
+        on_stored: impl OnStored,
         stats: Arc<WorkerStats>,
         on_failure: JournalFailure,
     ) -> (Writer, JoinHandle<()>) {
@@ -124,6 +126,7 @@ impl Writer {
             acked.clone(),
             append,
             send_replies,
+            on_stored,
             stats,
             on_failure,
         ));
@@ -188,8 +191,14 @@ const APPENDS_IN_FLIGHT: usize = 2;
 
 /// One group's append, running on its own task (so that a second one is
 /// published while the first waits for its ack): the stream sequence of its
-/// last message.
-type Append = JoinHandle<Result<u64, String>>;
+/// last message, and the records it held.
+type Append = JoinHandle<(Result<u64, String>, Vec<Record>)>;
+
+/// Told of each group's records once its append is done, in append order,
+/// before its answers go out: with the stream sequence of its last
+/// message, or `None` when the append failed (usage, CONTRACT §9).
+pub trait OnStored: FnMut(&[Record], Option<u64>) + Send + 'static {}
+impl<F: FnMut(&[Record], Option<u64>) + Send + 'static> OnStored for F {}
 
 /// Starts appending records to the journal.
 trait StartAppend: FnMut(Vec<Record>) -> Append + Send + 'static {}
@@ -209,6 +218,7 @@ async fn run(
     acked: Arc<AtomicU64>,
     mut append: impl StartAppend,
     mut send_replies: impl SendReplies,
+    mut on_stored: impl OnStored,
     stats: Arc<WorkerStats>,
     on_failure: JournalFailure,
 ) {
@@ -220,7 +230,8 @@ async fn run(
             biased;
             stored = async { (&mut in_flight.front_mut().expect("guarded").0).await }, if !in_flight.is_empty() => {
                 let (_, records, mut answers) = in_flight.pop_front().expect("guarded");
-                let stored = stored.unwrap_or_else(|e| Err(format!("the append task failed: {e}")));
+                let (stored, held) = stored.unwrap_or_else(|e| (Err(format!("the append task failed: {e}")), Vec::new()));
+                on_stored(&held, stored.as_ref().ok().copied());
                 let ok = match stored {
                     Ok(seq) => {
                         acked.fetch_max(seq, Ordering::SeqCst);
@@ -294,6 +305,7 @@ mod tests {
             c: 1,
             t: n,
             r: false,
+            d: false,
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),
@@ -323,7 +335,16 @@ mod tests {
         let append = move |records: Vec<Record>| {
             let (ack, acked) = oneshot::channel();
             appends_tx.send((records.len(), ack)).unwrap();
-            tokio::spawn(async move { acked.await.unwrap_or(Err("no ack".into())) })
+            tokio::spawn(async move { (acked.await.unwrap_or(Err("no ack".into())), records) })
+        };
+        // What usage is told: each group's keys and sequence, in append order.
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let on_stored = {
+            let told = told.clone();
+            move |records: &[Record], seq: Option<u64>| {
+                let keys: Vec<String> = records.iter().map(|r| r.k.clone()).collect();
+                told.lock().unwrap().push((keys, seq));
+            }
         };
         let (replies_tx, mut replies) = mpsc::unbounded_channel::<String>();
         let send_replies = move |sent: Vec<Outgoing>| -> BoxFuture<'static, ()> {
@@ -335,6 +356,7 @@ mod tests {
         let (writer, task) = Writer::start(
             append,
             send_replies,
+            on_stored,
             Arc::new(WorkerStats::default()),
             JournalFailure::Unavailable,
         );
@@ -401,6 +423,15 @@ mod tests {
         assert_eq!(writer.acked(), 30);
         drop(writer);
         task.await.unwrap();
+        let key = |n: u64| format!("key-{n}");
+        assert_eq!(
+            *told.lock().unwrap(),
+            vec![
+                (vec![key(1)], Some(10)),
+                (vec![key(2)], Some(20)),
+                (vec![key(3), key(4)], Some(30))
+            ]
+        );
     }
 
     /// An append JetStream refuses: by default its asks get a 503 in their
@@ -410,8 +441,15 @@ mod tests {
     #[tokio::test]
     async fn a_failed_append_answers_503_unless_told_to_answer() {
         for on_failure in [JournalFailure::Unavailable, JournalFailure::Answer] {
-            let append = |_records: Vec<Record>| {
-                tokio::spawn(async { Err::<u64, String>("no stream found".into()) })
+            let append = |records: Vec<Record>| {
+                tokio::spawn(async { (Err::<u64, String>("no stream found".into()), records) })
+            };
+            let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let on_stored = {
+                let failed = failed.clone();
+                move |records: &[Record], seq: Option<u64>| {
+                    failed.lock().unwrap().push((records.len(), seq));
+                }
             };
             let (replies_tx, mut replies) = mpsc::unbounded_channel::<Outgoing>();
             let send_replies = move |sent: Vec<Outgoing>| -> BoxFuture<'static, ()> {
@@ -421,7 +459,8 @@ mod tests {
                 Box::pin(async {})
             };
             let stats = Arc::new(WorkerStats::default());
-            let (writer, task) = Writer::start(append, send_replies, stats.clone(), on_failure);
+            let (writer, task) =
+                Writer::start(append, send_replies, on_stored, stats.clone(), on_failure);
             let decided = crate::reply::Reply::decision(
                 &sluice_core::policy::Decision {
                     allowed: true,
@@ -465,6 +504,8 @@ mod tests {
             assert_eq!(stats.journal_errors.load(Ordering::Relaxed), 2);
             drop(writer);
             task.await.unwrap();
+            // Usage still hears of both groups, as not stored.
+            assert_eq!(*failed.lock().unwrap(), vec![(1, None), (1, None)]);
         }
     }
 }

@@ -58,7 +58,7 @@ fn encoded_len_bound(r: &Record) -> usize {
 pub async fn append(
     js: async_nats::jetstream::Context,
     subject: String,
-    records: Vec<Record>,
+    records: &[Record],
 ) -> Result<u64, String> {
     let mut acks = Vec::new();
     let mut start = 0;
@@ -207,16 +207,16 @@ async fn read(journal: &stream::Stream, subject: &str, after: u64, upto: u64) ->
 }
 
 /// Replays every record of `partition` after `after_seq` that the workers
-/// `writers` appended, in the order they were stored, handing each to
-/// `apply` (which says whether it was applied). Returns how many were
-/// applied.
+/// `writers` appended, in the order they were stored, handing each and
+/// its stream sequence to `apply` (which says whether it was applied).
+/// Returns how many were applied.
 pub async fn replay(
     journal: &stream::Stream,
     tails: &Tails,
     partition: u32,
     writers: &[String],
     after_seq: u64,
-    mut apply: impl FnMut(&Record) -> bool,
+    mut apply: impl FnMut(u64, &Record) -> bool,
 ) -> Result<usize> {
     let mut records: Vec<(u64, Record)> = Vec::new();
     for writer in writers {
@@ -237,7 +237,7 @@ pub async fn replay(
     // Owners of a partition follow one another, so the stream's order is
     // the order in which its records were counted (and reset).
     records.sort_by_key(|(seq, _)| *seq);
-    Ok(records.iter().filter(|(_, r)| apply(r)).count())
+    Ok(records.iter().filter(|(seq, r)| apply(*seq, r)).count())
 }
 
 /// Runs [`purge_covered`] every `every`, for ever (the worker aborts it).

@@ -21,6 +21,8 @@
 //!   mode.
 //! - [`policy_watch`]: live policies from the `sluice-policies` bucket.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
+//! - [`ledger`]: one partition's usage (CONTRACT §9) in memory, minute by
+//!   minute, until stored.
 //! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`lease`]: partition leases in JetStream KV, the fencing token.
 //! - [`snapshot`]: chunked, fenced snapshots in JetStream KV.
@@ -31,12 +33,15 @@
 //!   `sluice_core::storage`).
 //! - [`service`]: `$SRV` discovery and the status endpoint.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
+//! - [`usage`]: usage history (CONTRACT §9): the ledgers stored and rolled
+//!   up per partition, and the usage queries.
 
 pub mod counters;
 pub mod decide;
 pub mod group_commit;
 pub mod journal;
 pub mod lease;
+pub mod ledger;
 pub mod metrics;
 pub mod outbox;
 pub mod policy_watch;
@@ -49,6 +54,7 @@ pub mod shared;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
+pub mod usage;
 pub mod worker;
 pub mod worker_batch;
 

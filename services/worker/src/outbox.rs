@@ -15,9 +15,10 @@ use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
+use crate::usage::UsageBook;
 use anyhow::Result;
 use async_nats::jetstream::stream;
-use sluice_core::config::JournalFailure;
+use sluice_core::config::{Config, JournalFailure};
 use sluice_core::storage::journal_subject;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,17 +56,18 @@ impl OutboxTasks {
 
 impl Outbox {
     /// In journal mode (`stores.journal` is open) starts the worker's
-    /// journal writer and the purge of covered records, every
-    /// `purge_every`.
+    /// journal writer, which tells `usage` what it stored, and the purge of
+    /// covered records (every five snapshot intervals, at least a second).
     pub fn start(
         client: async_nats::Client,
         stores: &Stores,
         worker_id: &str,
         stats: Arc<WorkerStats>,
-        partitions: u32,
-        purge_every: Duration,
-        on_failure: JournalFailure,
+        config: &Config,
+        usage: Option<Arc<UsageBook>>,
     ) -> (Outbox, OutboxTasks) {
+        let on_failure = config.journal_failure;
+        let purge_every = (config.snapshot_interval * 5).max(Duration::from_secs(1));
         let Some(stream) = stores.journal.clone() else {
             return (
                 Outbox {
@@ -82,12 +84,17 @@ impl Outbox {
             journal_subject(worker_id),
             stats.clone(),
             on_failure,
+            move |records: &[Record], seq: Option<u64>| {
+                if let Some(usage) = &usage {
+                    usage.journaled(records, seq);
+                }
+            },
         );
         let purging = tokio::spawn(journal::purge_covered_every(
             purge_every,
             stream.clone(),
             stores.snapshots.clone(),
-            partitions,
+            config.partitions,
         ));
         let journal = Journal {
             writer,
@@ -204,7 +211,7 @@ impl Outbox {
         &self,
         partition: u32,
         manifest: &mut Manifest,
-        apply: impl FnMut(&Record) -> bool,
+        apply: impl FnMut(u64, &Record) -> bool,
     ) -> Result<usize> {
         let Some(j) = &self.journal else {
             return Ok(0);

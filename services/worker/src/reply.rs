@@ -50,8 +50,8 @@ impl Reply {
                 encoding,
             } => Reply::decision(decision, policy, *encoding),
             Answer::Error { error, encoding } => Reply::error(error, *encoding),
-            Answer::Inspect(reply, encoding) => Reply::payload(reply.encode(*encoding), *encoding),
-            Answer::Reset(reply, encoding) => Reply::payload(reply.encode(*encoding), *encoding),
+            Answer::Inspect(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
+            Answer::Reset(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
             Answer::Batch(results) => {
                 let mut reply = match results {
                     Ok(results) => Reply {
@@ -69,7 +69,7 @@ impl Reply {
     }
 
     /// A reply that is only a body (inspect, reset).
-    fn payload(body: Vec<u8>, encoding: Encoding) -> Reply {
+    pub fn body(body: Vec<u8>, encoding: Encoding) -> Reply {
         Reply {
             headers: HeaderMap::new(),
             payload: body.into(),

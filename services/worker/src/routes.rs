@@ -9,14 +9,16 @@
 
 use crate::counters::Counters;
 use crate::decide::Owned;
+use crate::ledger::Ledger;
 use crate::stats::ShardStats;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// An answering shard's counters and stats.
+/// An answering shard's counters, stats and usage ledger.
 struct Route {
     counters: Counters,
     stats: Arc<ShardStats>,
+    usage: Option<Arc<Ledger>>,
 }
 
 /// The routes of the shards answering now.
@@ -24,8 +26,21 @@ struct Route {
 pub struct Routes(RwLock<HashMap<u32, Route>>);
 
 impl Routes {
-    pub fn open(&self, partition: u32, counters: Counters, stats: Arc<ShardStats>) {
-        self.write().insert(partition, Route { counters, stats });
+    pub fn open(
+        &self,
+        partition: u32,
+        counters: Counters,
+        stats: Arc<ShardStats>,
+        usage: Option<Arc<Ledger>>,
+    ) {
+        self.write().insert(
+            partition,
+            Route {
+                counters,
+                stats,
+                usage,
+            },
+        );
     }
 
     /// Closes `partition`'s route if it is still this shard's (`stats`; a
@@ -50,6 +65,7 @@ impl Routes {
                 partition,
                 counters: &r.counters,
                 stats: &r.stats,
+                usage: r.usage.as_deref(),
             })
         };
         f(&lookup)

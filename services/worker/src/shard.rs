@@ -15,6 +15,7 @@
 use crate::counters::Counters;
 use crate::decide::{Message, Owned};
 use crate::lease::{self, Lease, LeaseError};
+use crate::ledger::Ledger;
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
@@ -23,7 +24,7 @@ use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
-use sluice_core::subject::owner_subjects;
+use sluice_core::subject::{owner_subjects, Inbound, Verb};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -94,10 +95,13 @@ struct Shard {
     /// When the snapshot being written was started (none while a manifest
     /// is only rewritten with a new journal position).
     snapshot_started: Option<std::time::Instant>,
+    /// The partition's usage in memory (CONTRACT §9), when recorded.
+    usage: Option<Arc<Ledger>>,
 }
 
 type Renewal = Pin<Box<dyn Future<Output = Result<Lease, LeaseError>> + Send>>;
 type SnapshotJob = JoinHandle<Result<(Manifest, u64)>>;
+type UsageJob = JoinHandle<Result<()>>;
 
 async fn run(
     shared: Arc<Shared>,
@@ -119,12 +123,14 @@ async fn run(
         changes_at_snapshot: 0,
         changes_in_flight: 0,
         snapshot_started: None,
+        usage: None,
     };
     let started = Instant::now();
     let mut subs = match shard.start().await {
         Ok(subs) => subs,
         Err(e) => {
             tracing::error!(partition, "cannot take the partition over: {e:#}");
+            shard.close_usage();
             let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
             return Exit::Failed;
         }
@@ -134,10 +140,12 @@ async fn run(
     let stats = shard.shared.stats.clone();
     let meters = &stats.meters;
     meters.takeover_duration.observe(secs(started.elapsed()));
-    shard
-        .shared
-        .routes
-        .open(partition, shard.counters.clone(), shard.stats.clone());
+    shard.shared.routes.open(
+        partition,
+        shard.counters.clone(),
+        shard.stats.clone(),
+        shard.usage.clone(),
+    );
     tracing::debug!(
         partition,
         keys = shard.counters.len(),
@@ -160,6 +168,7 @@ async fn run(
     snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut renewal: Option<Renewal> = None;
     let mut snapshot_job: Option<SnapshotJob> = None;
+    let mut usage_job: Option<UsageJob> = None;
     let mut batch = Vec::with_capacity(MAX_BATCH);
 
     // One timer for the lease deadline, moved when a renewal moves it (not
@@ -223,7 +232,18 @@ async fn run(
                     }
                 }
             }
+            done = async { usage_job.as_mut().expect("guarded").await }, if usage_job.is_some() => {
+                usage_job = None;
+                match done {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(partition, "storing usage failed, will retry: {e:#}"),
+                    Err(e) => tracing::error!(partition, "the usage flush task failed: {e}"),
+                }
+            }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
+                if usage_job.is_none() {
+                    usage_job = shard.start_usage_flush();
+                }
                 if shard.dirty() {
                     snapshot_job = Some(shard.start_snapshot());
                 } else if shard.journal_position_stale() {
@@ -272,11 +292,15 @@ async fn run(
             shard.snapshot_written(manifest, rev);
         }
     }
+    if let Some(job) = usage_job.take() {
+        let _ = job.await;
+    }
     if exit == Exit::Released {
         shard.hand_over().await;
         let meters = &shard.shared.stats.meters;
         meters.handover_duration.observe(secs(stopped.elapsed()));
     }
+    shard.close_usage();
     exit
 }
 
@@ -308,13 +332,28 @@ impl Shard {
         let mut manifest = manifest.unwrap_or_default();
         let decider = &self.shared.decider;
         let policies = decider.policies();
+        let now_ms = now.as_u64() / 1_000_000;
+        self.usage = self
+            .shared
+            .usage
+            .as_ref()
+            .map(|book| book.open_ledger(self.partition, now_ms, manifest.journal_seq));
+        let mut usage_records = Vec::new();
         let applied = self
             .shared
             .outbox
-            .replay(self.partition, &mut manifest, |record| {
+            .replay(self.partition, &mut manifest, |seq, record| {
+                if self.usage.is_some() {
+                    usage_records.push((seq, record.clone()));
+                }
                 decider.replay(&policies, record, &self.counters)
             })
             .await?;
+        if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
+            book.replay(self.partition, ledger, &usage_records)
+                .await
+                .context("cannot restore the usage the journal holds")?;
+        }
         if applied > 0 {
             tracing::debug!(partition = self.partition, applied, "replayed the journal");
             // The replayed counts are only in memory: the next snapshot
@@ -353,8 +392,41 @@ impl Shard {
 
     /// The journal position and writers a snapshot taken now may claim
     /// ([`crate::outbox::Outbox::position`]).
+    ///
+    /// With usage recorded, no further than the stored usage holds: a new
+    /// owner replays the journal from the snapshot's position for usage too.
     fn journal_position(&self) -> (u64, Vec<String>) {
-        self.shared.outbox.position(self.manifest.journal_seq)
+        let (seq, writers) = self.shared.outbox.position(self.manifest.journal_seq);
+        match &self.usage {
+            Some(ledger) if self.shared.outbox.is_journal() => {
+                (seq.min(ledger.stored_through()), writers)
+            }
+            _ => (seq, writers),
+        }
+    }
+
+    /// Stores the usage counted since the last flush and the rollups due
+    /// (on its own task), unless a flush is running.
+    fn start_usage_flush(&self) -> Option<UsageJob> {
+        let ledger = self.usage.clone()?;
+        let book = self.shared.usage.clone()?;
+        let clock = self.shared.clock.clone();
+        let partition = self.partition;
+        let valid_until = self.lease.valid_until;
+        Some(tokio::spawn(async move {
+            let now_ms = clock.now().as_u64() / 1_000_000;
+            book.flush(partition, &ledger, now_ms, || {
+                std::time::Instant::now() < valid_until
+            })
+            .await
+        }))
+    }
+
+    /// Unregisters the usage ledger (once nothing more is counted in it).
+    fn close_usage(&self) {
+        if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
+            book.close_ledger(self.partition, ledger);
+        }
     }
 
     /// Journal mode, nothing counted since the last snapshot, but our
@@ -445,6 +517,16 @@ impl Shard {
     /// Final snapshot, then release the lease, so the next owner starts at once.
     async fn hand_over(&mut self) {
         let partition = self.partition;
+        if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
+            let now_ms = self.shared.clock.now().as_u64() / 1_000_000;
+            let lease = &self.lease;
+            if let Err(e) = book
+                .flush(partition, ledger, now_ms, || lease.is_valid())
+                .await
+            {
+                tracing::error!(partition, "final usage flush failed; what was counted since the last one is missing from usage: {e:#}");
+            }
+        }
         if self.dirty() && self.lease.is_valid() {
             match self.start_snapshot().await {
                 Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev),
@@ -484,11 +566,16 @@ impl Shard {
             partition: self.partition,
             counters: &self.counters,
             stats: &self.stats,
+            usage: self.usage.as_deref(),
         };
         let policies = shared.decider.policies();
         let mut tally = shared.decider.tally(self.partition);
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
+            if is_usage_query(msg.subject.as_str()) {
+                tokio::spawn(crate::usage::query::answer_usage(shared.clone(), msg));
+                continue;
+            }
             let answer = shared.decider.message(
                 &policies,
                 Message {
@@ -507,6 +594,12 @@ impl Shard {
         let records = tally.finish(&shared.stats, &self.stats);
         shared.outbox.answer(records, replies, received).await;
     }
+}
+
+/// `rl.p.<n>.usage.<key>`: read from the store, so answered on its own
+/// task rather than among the decisions.
+fn is_usage_query(subject: &str) -> bool {
+    matches!(Inbound::parse(subject), Some(Inbound::Ask(ask)) if ask.verb == Verb::Usage)
 }
 
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.

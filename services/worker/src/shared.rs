@@ -12,6 +12,7 @@ use crate::outbox::Outbox;
 use crate::routes::Routes;
 use crate::stats::{PolicyStatus, WorkerStats};
 use crate::store::Stores;
+use crate::usage::UsageBook;
 use sluice_core::config::Config;
 use sluice_core::time::Clock;
 use std::sync::Arc;
@@ -35,4 +36,6 @@ pub struct Shared {
     pub policy_status: PolicyStatus,
     /// The bound on the live counters of all its partitions (`max_keys`).
     pub key_bound: Arc<KeyBound>,
+    /// Usage history (CONTRACT §9); `None` when `[usage] enabled = false`.
+    pub usage: Option<Arc<UsageBook>>,
 }

@@ -22,6 +22,7 @@ use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
 use crate::shared::Shared;
 use crate::stats::{ShardsView, WorkerStats};
 use crate::store::{StoreOptions, Stores};
+use crate::usage::{store::UsageStore, UsageBook};
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
@@ -125,14 +126,19 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     )
     .await?;
     let stats = Arc::new(WorkerStats::default());
+    let usage = if config.usage.enabled {
+        let store = UsageStore::open(stores.js.clone(), &config.usage.tiers, opts.replicas).await?;
+        Some(Arc::new(UsageBook::new(store, &config)))
+    } else {
+        None
+    };
     let (outbox, outbox_tasks) = Outbox::start(
         client.clone(),
         &stores,
         &worker_id,
         stats.clone(),
-        config.partitions,
-        (config.snapshot_interval * 5).max(Duration::from_secs(1)),
-        config.journal_failure,
+        &config,
+        usage.clone(),
     );
     let key_bound = KeyBound::new(config.max_keys);
     let shared = Arc::new(Shared {
@@ -148,6 +154,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         outbox,
         policy_status: Default::default(),
         key_bound,
+        usage,
     });
     crate::policy_watch::load(&shared).await?;
     let policy_watch = tokio::spawn(crate::policy_watch::watch(shared.clone()));
@@ -183,9 +190,20 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
             }
         }
     });
+    let top = shared.usage.is_some().then(|| {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::usage::query::serve_top(shared).await {
+                tracing::warn!("cannot answer top queries: {e:#}");
+            }
+        })
+    });
     tracing::info!(worker = %worker_id, partitions = shared.config.partitions, "worker started");
     let result = controller.run(shutdown).await;
     strays.abort();
+    if let Some(top) = top {
+        top.abort();
+    }
     worker_batches.abort();
     policy_watch.abort();
     // Every shard flushed the journal writer before it handed over.

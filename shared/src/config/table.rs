@@ -58,6 +58,9 @@ pub(super) struct FileTable {
     /// `[envoy]`, checked by `config/envoy.rs`.
     #[serde(default)]
     pub(super) envoy: Option<super::envoy::EnvoyTable>,
+    /// `[usage]`, checked by `config/usage.rs`.
+    #[serde(default)]
+    pub(super) usage: Option<super::usage::UsageTable>,
 }
 
 /// One `[policies.X]` table, as written: in the config file, or as JSON in

@@ -47,10 +47,12 @@
 
 use super::quote;
 use crate::storage::{
-    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, SNAPSHOT_BUCKET,
+    bucket_stream, usage_stream, usage_subjects, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET,
+    POLICY_BUCKET, SNAPSHOT_BUCKET,
 };
 use crate::subject::{
-    probe, Verb, PARTITION_PREFIX, ROOT, STATUS_GROUP, STATUS_SERVICE, TOP, WORKER_PREFIX,
+    probe, Verb, PARTITION_PREFIX, ROOT, STATUS_GROUP, STATUS_SERVICE, TOP, TOP_SCATTER,
+    WORKER_PREFIX,
 };
 use std::fmt;
 
@@ -154,11 +156,12 @@ pub struct Permissions {
     pub allow_responses: bool,
 }
 
-/// The permissions of `role`.
-pub fn permissions(role: Role) -> Permissions {
+/// The permissions of `role`, on a server whose workers keep usage in
+/// tiers of `usage_steps` (`1m`, ...: their streams are named by them).
+pub fn permissions(role: Role, usage_steps: &[String]) -> Permissions {
     match role {
         Role::Client => client(),
-        Role::Worker => worker(),
+        Role::Worker => worker(usage_steps),
         Role::Admin => admin(),
     }
 }
@@ -242,7 +245,7 @@ fn client() -> Permissions {
     }
 }
 
-fn worker() -> Permissions {
+fn worker(usage_steps: &[String]) -> Permissions {
     // The start-up probe of the mapping publishes `rl.allow.<probe>`.
     let mut publish = ask_subjects(&[Verb::Allow]);
     publish.extend([
@@ -250,11 +253,17 @@ fn worker() -> Permissions {
         kv_write(SNAPSHOT_BUCKET),
         JOURNAL_SUBJECTS.to_string(),
         "$JS.API.INFO".to_string(),
+        // A top query's share of every worker (CONTRACT §9).
+        TOP_SCATTER.to_string(),
     ]);
     for bucket in [LEASE_BUCKET, SNAPSHOT_BUCKET, POLICY_BUCKET] {
         publish.extend(js_own(&bucket_stream(bucket)));
     }
     publish.extend(js_own(JOURNAL_STREAM));
+    for step in usage_steps {
+        publish.push(usage_subjects(step));
+        publish.extend(js_own(&usage_stream(step)));
+    }
     Permissions {
         publish,
         subscribe: vec![
@@ -262,6 +271,7 @@ fn worker() -> Permissions {
             INBOXES.to_string(),
             "$SRV.>".to_string(),
             format!("{STATUS_GROUP}.>"),
+            TOP_SCATTER.to_string(),
         ],
         allow_responses: true,
     }
@@ -287,7 +297,11 @@ fn admin() -> Permissions {
 }
 
 /// Writes the `authorization { users = [...] }` block for `users`.
-pub(super) fn render(w: &mut fmt::Formatter<'_>, users: &[RoleUser]) -> fmt::Result {
+pub(super) fn render(
+    w: &mut fmt::Formatter<'_>,
+    users: &[RoleUser],
+    usage_steps: &[String],
+) -> fmt::Result {
     writeln!(
         w,
         "\n# Who may do what (CONTRACT §10; docs/SECURITY.md): one user per role,\n\
@@ -300,7 +314,7 @@ pub(super) fn render(w: &mut fmt::Formatter<'_>, users: &[RoleUser]) -> fmt::Res
     writeln!(w, "authorization {{")?;
     writeln!(w, "  users = [")?;
     for user in users {
-        let p = permissions(user.role);
+        let p = permissions(user.role, usage_steps);
         writeln!(w, "    # {}", role_summary(user.role))?;
         writeln!(w, "    {{")?;
         writeln!(w, "      user: {}", quote(user.role.name()))?;
@@ -345,6 +359,14 @@ mod tests {
     use super::*;
     use crate::nats_config::NatsServerConfig;
 
+    fn default_steps() -> Vec<String> {
+        crate::usage::UsageConfig::default()
+            .tiers
+            .iter()
+            .map(|t| t.name())
+            .collect()
+    }
+
     /// A NATS subject pattern match (`*` one token, `>` the rest).
     fn matches(pattern: &str, subject: &str) -> bool {
         let mut p = pattern.split('.');
@@ -361,14 +383,14 @@ mod tests {
     }
 
     fn may_publish(role: Role, subject: &str) -> bool {
-        permissions(role)
+        permissions(role, &default_steps())
             .publish
             .iter()
             .any(|p| matches(p, subject))
     }
 
     fn may_subscribe(role: Role, subject: &str) -> bool {
-        permissions(role)
+        permissions(role, &default_steps())
             .subscribe
             .iter()
             .any(|p| matches(p, subject))
@@ -424,7 +446,7 @@ mod tests {
         ] {
             assert!(!may_subscribe(Role::Client, refused), "{refused}");
         }
-        assert!(!permissions(Role::Client).allow_responses);
+        assert!(!permissions(Role::Client, &[]).allow_responses);
     }
 
     #[test]
@@ -479,7 +501,7 @@ mod tests {
         }
         assert!(!may_publish(Role::Worker, "$KV.sluice-policies.default"));
         assert!(!may_publish(Role::Worker, "$JS.API.STREAM.DELETE.OTHER"));
-        assert!(permissions(Role::Worker).allow_responses);
+        assert!(permissions(Role::Worker, &[]).allow_responses);
     }
 
     #[test]

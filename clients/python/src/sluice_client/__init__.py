@@ -2,7 +2,9 @@
 on NATS.
 
 - :class:`SluiceClient` (``client.py``): ``allow``, ``peek``, ``hit``,
-  ``hit_and_peek``; retries and the ``open``/``closed`` fallback.
+  ``hit_and_peek``; retries and the ``open``/``closed`` fallback; ``usage``
+  and ``top`` (CONTRACT §9).
+- :class:`Usage`, :class:`Top` (``usage.py``): usage history replies.
 - :class:`Decision`, :class:`Source` (``decision.py``): the typed answer and
   the headers an HTTP server should return.
 - :class:`SluiceError` and its kinds (``errors.py``).
@@ -20,6 +22,7 @@ from .client import Fallback, SluiceClient
 from .decision import Decision, Source
 from .errors import BadRequest, SluiceError, TooLarge, Unavailable, UnknownPolicy
 from .key import MAX_TOKEN_LEN, encode_key
+from .usage import Top, TopEntry, Usage, UsagePart, UsagePoint
 
 __all__ = [
     "SluiceClient",
@@ -33,6 +36,11 @@ __all__ = [
     "Unavailable",
     "encode_key",
     "MAX_TOKEN_LEN",
+    "Usage",
+    "UsagePoint",
+    "UsagePart",
+    "Top",
+    "TopEntry",
 ]
 
 __version__ = "0.1.0"

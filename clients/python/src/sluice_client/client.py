@@ -29,6 +29,7 @@ from nats.aio.client import Client as NATS
 from .decision import Decision, Source
 from .errors import SluiceError, Unavailable
 from .key import Key, encode_key
+from .usage import Top, Usage, decode_top, decode_usage, query_body
 from .wire import (
     DEFAULT_POLICY,
     MalformedReply,
@@ -40,6 +41,8 @@ from .wire import (
 
 ALLOW_PREFIX = "rl.allow."
 HIT_PREFIX = "rl.hit."
+# A top query asks every worker: longer than an ask.
+QUERY_TIMEOUT = 10.0
 
 
 class Fallback(str, enum.Enum):
@@ -217,6 +220,53 @@ class SluiceClient:
         answers, the fallback applies."""
         token, policy = self._prepare(key, policy, cost)
         return await self._decide(HIT_PREFIX + token, token, policy, cost)
+
+    async def usage(
+        self,
+        key: Key,
+        policy: Optional[str] = None,
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
+        step: Optional[str] = None,
+        timeout: float = QUERY_TIMEOUT,
+    ) -> Usage:
+        """``key``'s usage history (CONTRACT §9): by default the last hour
+        under ``default``, at the finest step that holds it (``1m``,
+        ``5m``, ``1h``, ``1d``). Raises the worker's error for a bad query,
+        :class:`Unavailable` when no worker answers."""
+        token = encode_key(key)
+        if policy is not None:
+            check_policy(policy)
+        body = query_body(policy=policy, from_ms=from_ms, to_ms=to_ms, step=step)
+        msg = await self._query("rl.usage." + token, body, timeout)
+        return decode_usage(msg.data, msg.headers)
+
+    async def top(
+        self,
+        n: int = 10,
+        by: str = "used",
+        from_ms: Optional[int] = None,
+        to_ms: Optional[int] = None,
+        policy: Optional[str] = None,
+        timeout: float = QUERY_TIMEOUT,
+    ) -> Top:
+        """The ``n`` keys that used (``by="denied"``: were denied) the most
+        in the range (default: the last hour), with their exact totals."""
+        if policy is not None:
+            check_policy(policy)
+        body = query_body(n=n, by=by, from_ms=from_ms, to_ms=to_ms, policy=policy)
+        msg = await self._query("rl.top", body, timeout)
+        return decode_top(msg.data, msg.headers)
+
+    async def _query(self, subject: str, body: bytes, timeout: float) -> Any:
+        try:
+            return await self._nc.request(subject, body, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise Unavailable("no worker answered on {} (no responders)".format(subject)) from None
+        except nats.errors.TimeoutError:
+            raise Unavailable("no answer on {} within {:g} s".format(subject, timeout)) from None
+        except nats.errors.Error as e:
+            raise Unavailable("cannot ask on {}: {}".format(subject, e)) from None
 
     @staticmethod
     def _prepare(key: Key, policy: Optional[str], cost: int) -> "tuple[str, str]":

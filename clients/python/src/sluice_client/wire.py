@@ -74,29 +74,43 @@ def _uint(body: Mapping[str, Any], field: str) -> int:
     return value
 
 
-def decode_reply(
-    data: bytes, headers: Optional[Mapping[str, str]] = None
-) -> Union[Decision, SluiceError]:
-    """A worker's reply: a :class:`Decision`, or the typed error it
-    carries (returned, not raised). Raises :class:`MalformedReply`."""
+def reply_map(data: bytes) -> Mapping[str, Any]:
+    """A reply's MessagePack map; raises :class:`MalformedReply`."""
     try:
         body = msgpack.unpackb(data, raw=False)
     except Exception as e:  # msgpack raises several types
         raise MalformedReply("the reply is not MessagePack: {}".format(e)) from None
     if not isinstance(body, dict):
         raise MalformedReply("the reply is not a map: {!r}".format(body))
-    if "error" in body:
-        status = None
-        raw_status = (headers or {}).get(ERROR_CODE_HEADER)
-        if raw_status is not None and raw_status.isdigit():
-            status = int(raw_status)
-        code = body.get("error")
-        message = body.get("message")
-        return error_from_reply(
-            code if isinstance(code, str) else None,
-            status,
-            message if isinstance(message, str) else "the worker refused the request ({})".format(code),
-        )
+    return body
+
+
+def error_of(body: Mapping[str, Any], headers: Optional[Mapping[str, str]]) -> Optional[SluiceError]:
+    """The typed error an error reply (a map with ``error``) carries, else None."""
+    if "error" not in body:
+        return None
+    status = None
+    raw_status = (headers or {}).get(ERROR_CODE_HEADER)
+    if raw_status is not None and raw_status.isdigit():
+        status = int(raw_status)
+    code = body.get("error")
+    message = body.get("message")
+    return error_from_reply(
+        code if isinstance(code, str) else None,
+        status,
+        message if isinstance(message, str) else "the worker refused the request ({})".format(code),
+    )
+
+
+def decode_reply(
+    data: bytes, headers: Optional[Mapping[str, str]] = None
+) -> Union[Decision, SluiceError]:
+    """A worker's reply: a :class:`Decision`, or the typed error it
+    carries (returned, not raised). Raises :class:`MalformedReply`."""
+    body = reply_map(data)
+    error = error_of(body, headers)
+    if error is not None:
+        return error
     allowed = body.get("allowed")
     policy = body.get("policy")
     if not isinstance(allowed, bool):

@@ -1,0 +1,299 @@
+//! Usage history at the owner (CONTRACT §9): every counted request adds to
+//! its key's minute in memory ([`crate::ledger`]), each shard stores the minutes
+//! it changed on its snapshot tick and rolls ended buckets up into the
+//! coarser tiers ([`UsageBook::flush`]), and queries read the stored
+//! records plus what is still only in memory ([`query`]).
+//!
+//! Where a count enters the ledger decides what survives a crash. In
+//! snapshot mode it enters when decided: a `kill -9` loses what was counted
+//! since the last flush, at most one snapshot interval, like the counters.
+//! In journal mode it enters once the journal holds it
+//! ([`UsageBook::journaled`], from the journal writer), denials included
+//! (they are journaled for this). Every stored minute says up to which
+//! journal sequence it holds the partition's records (`w`), and a snapshot
+//! claims no journal position past what the stored minutes hold
+//! ([`Ledger::stored_through`]), so a new owner replays exactly the
+//! records that are not in the store yet ([`UsageBook::replay`]).
+//!
+//! docs/USAGE.md tells the design, the storage layout and the measured
+//! costs; the pure part (tiers, records, which buckets answer a range) is
+//! `sluice_core::usage`.
+
+pub mod query;
+pub mod store;
+
+use crate::decide::Record;
+use crate::ledger::{Ledger, Stored, ToStore};
+use anyhow::{Context as _, Result};
+use sluice_core::config::Config;
+use sluice_core::usage::{BucketId, BucketRecord, Counts, UsageConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use store::{PutError, UsageStore};
+
+/// A worker's usage: the store and the ledgers of the partitions it answers.
+pub struct UsageBook {
+    pub store: UsageStore,
+    pub config: UsageConfig,
+    ledgers: RwLock<HashMap<u32, Arc<Ledger>>>,
+    /// Journal mode: every record at or below this journal sequence that
+    /// the writer stored is in its partition's ledger.
+    delivered: AtomicU64,
+    /// How long after a bucket ends it may still be counted in (a
+    /// journal ack, a flush in flight), so before it may be rolled up.
+    pub grace_ms: u64,
+    /// At takeover, the coarser buckets that ended this recently are
+    /// rolled up again (the previous owner may have died before it did).
+    lookback_ms: u64,
+}
+
+impl UsageBook {
+    pub fn new(store: UsageStore, config: &Config) -> UsageBook {
+        let grace_ms = 2 * config.snapshot_interval.as_millis() as u64 + 1_000;
+        UsageBook {
+            store,
+            config: config.usage.clone(),
+            ledgers: RwLock::default(),
+            delivered: AtomicU64::new(0),
+            grace_ms,
+            lookback_ms: 2 * config.lease_ttl.as_millis() as u64 + 10_000 + grace_ms,
+        }
+    }
+
+    /// The ledger of a partition taken over at `now_ms`, whose restored
+    /// state covers the journal up to `stored_through`; it owes the recent
+    /// rollups. Registered for the journal writer and the top query.
+    pub fn open_ledger(&self, partition: u32, now_ms: u64, stored_through: u64) -> Arc<Ledger> {
+        let ledger = Arc::new(Ledger::new(
+            self.config.tiers.clone(),
+            now_ms,
+            stored_through,
+        ));
+        ledger.owe_recent_rollups(now_ms, self.lookback_ms);
+        self.ledgers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(partition, ledger.clone());
+        ledger
+    }
+
+    /// Unregisters `ledger` (if a newer one of the partition has not
+    /// replaced it).
+    pub fn close_ledger(&self, partition: u32, ledger: &Arc<Ledger>) {
+        let mut ledgers = self.ledgers.write().unwrap_or_else(|e| e.into_inner());
+        if ledgers
+            .get(&partition)
+            .is_some_and(|l| Arc::ptr_eq(l, ledger))
+        {
+            ledgers.remove(&partition);
+        }
+    }
+
+    pub fn ledger(&self, partition: u32) -> Option<Arc<Ledger>> {
+        self.ledgers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&partition)
+            .cloned()
+    }
+
+    /// The partitions whose ledgers are open here, with them.
+    pub fn ledgers(&self) -> BTreeMap<u32, Arc<Ledger>> {
+        let ledgers = self.ledgers.read().unwrap_or_else(|e| e.into_inner());
+        ledgers.iter().map(|(p, l)| (*p, l.clone())).collect()
+    }
+
+    /// Journal mode: `records` were stored in the journal (up to sequence
+    /// `seq`), or their append failed (`None`: they were counted anyway
+    /// and are in memory only, like their counters).
+    pub fn journaled(&self, records: &[Record], seq: Option<u64>) {
+        if records.is_empty() {
+            return;
+        }
+        {
+            let ledgers = self.ledgers.read().unwrap_or_else(|e| e.into_inner());
+            for record in records {
+                let Some(counts) = counts_of(record) else {
+                    continue;
+                };
+                match ledgers.get(&record.n) {
+                    Some(ledger) => ledger.add(&record.p, &record.k, record.t / 1_000_000, counts),
+                    None => tracing::debug!(
+                        partition = record.n,
+                        "usage of a record whose partition is no longer answered here is left out"
+                    ),
+                }
+            }
+        }
+        if let Some(seq) = seq {
+            self.delivered.fetch_max(seq, Ordering::Release);
+        }
+    }
+
+    /// Stores the minutes of `partition` that changed, then the rollups
+    /// that are due, at `now_ms`, while `owner()` says the partition is
+    /// still ours. A failure leaves what was not stored to the next flush.
+    pub async fn flush(
+        &self,
+        partition: u32,
+        ledger: &Ledger,
+        now_ms: u64,
+        owner: impl Fn() -> bool,
+    ) -> Result<()> {
+        for minute in ledger.unmerged() {
+            let stored = self.store.get(partition, (0, minute)).await?;
+            ledger.merge_stored(minute, stored.as_ref().map(|(r, seq)| (r, *seq)));
+        }
+        ledger.advance(self.delivered.load(Ordering::Acquire));
+        let (to_store, watermark) = ledger.to_store();
+        let puts = to_store
+            .iter()
+            .map(|m| self.store_minute(partition, m, &owner));
+        let results = futures::future::join_all(puts).await;
+        let mut stored = Vec::with_capacity(to_store.len());
+        let mut failure = None;
+        for (m, result) in to_store.iter().zip(results) {
+            match result {
+                Ok(seq) => stored.push(Stored {
+                    minute: m.minute,
+                    changes: m.changes,
+                    seq,
+                }),
+                Err(e) => failure = Some(e),
+            }
+        }
+        ledger.stored(&stored, watermark, failure.is_none());
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for bucket in ledger.due_rollups(now_ms, self.grace_ms) {
+            if !owner() {
+                anyhow::bail!(
+                    "the partition's lease ended; its rollups are left to the next owner"
+                );
+            }
+            self.roll_up(partition, ledger, bucket).await?;
+        }
+        ledger.forget_stored(now_ms, self.grace_ms);
+        Ok(())
+    }
+
+    /// Stores one minute. When another worker wrote it since we read or
+    /// wrote it (a worker that lost the partition, finishing a flush it
+    /// began before), ours replaces it if the partition is still ours:
+    /// what that worker counted after it lost the lease was never ours to
+    /// keep, and everything before is in ours.
+    async fn store_minute(
+        &self,
+        partition: u32,
+        m: &ToStore,
+        owner: &impl Fn() -> bool,
+    ) -> Result<u64> {
+        let bucket = (0, m.minute);
+        if !owner() {
+            anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
+        }
+        match self
+            .store
+            .put(partition, bucket, &m.record, m.expected_seq)
+            .await
+        {
+            Ok(seq) => Ok(seq),
+            Err(PutError::Moved) if owner() => {
+                tracing::warn!(
+                    partition,
+                    minute = m.minute,
+                    "a usage record was written by another worker meanwhile; replacing it"
+                );
+                self.store.replace(partition, bucket, &m.record).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Stores `bucket` as the sum of the finer tier's stored records in it.
+    async fn roll_up(&self, partition: u32, ledger: &Ledger, bucket: BucketId) -> Result<()> {
+        let (tier, start) = bucket;
+        let tiers = &self.config.tiers;
+        let finer = tiers[tier - 1].step_ms();
+        let parts: Vec<u64> = (start..start + tiers[tier].step_ms())
+            .step_by(finer as usize)
+            .collect();
+        let records = self.store.read(partition, tier - 1, &parts).await?;
+        let mut sum = BucketRecord {
+            v: sluice_core::format::CURRENT,
+            ..Default::default()
+        };
+        for record in records.values() {
+            sum.add(record);
+            sum.w = sum.w.max(record.w);
+        }
+        if !sum.keys.is_empty() {
+            self.store
+                .replace(partition, bucket, &sum)
+                .await
+                .context("cannot store a rollup")?;
+        }
+        ledger.rolled_up(bucket);
+        Ok(())
+    }
+
+    /// Journal mode, at takeover: adds the usage of the replayed `records`
+    /// (with their journal sequences) that the stored minutes do not hold
+    /// yet. Reads the stored minutes they fall in first.
+    pub async fn replay(
+        &self,
+        partition: u32,
+        ledger: &Ledger,
+        records: &[(u64, Record)],
+    ) -> Result<()> {
+        let step = &self.config.tiers[0];
+        let mut minutes: Vec<u64> = records
+            .iter()
+            .map(|(_, r)| step.bucket_of(r.t / 1_000_000))
+            .collect();
+        minutes.sort_unstable();
+        minutes.dedup();
+        let mut stored = HashMap::new();
+        for minute in &minutes {
+            if let Some(found) = self.store.get(partition, (0, *minute)).await? {
+                stored.insert(*minute, found);
+            }
+        }
+        for minute in &minutes {
+            ledger.merge_stored(*minute, stored.get(minute).map(|(r, seq)| (r, *seq)));
+        }
+        for (seq, record) in records {
+            let Some(counts) = counts_of(record) else {
+                continue;
+            };
+            let minute = step.bucket_of(record.t / 1_000_000);
+            let holds = stored.get(&minute).map_or(0, |(r, _)| r.w);
+            if *seq > holds {
+                ledger.add(&record.p, &record.k, record.t / 1_000_000, counts);
+            }
+            ledger.advance(*seq);
+        }
+        Ok(())
+    }
+}
+
+/// What a journal record adds to usage: units used, or (a denial) denied;
+/// nothing for a reset.
+pub fn counts_of(record: &Record) -> Option<Counts> {
+    if record.r {
+        return None;
+    }
+    Some(if record.d {
+        Counts {
+            used: 0,
+            denied: record.c,
+        }
+    } else {
+        Counts {
+            used: record.c,
+            denied: 0,
+        }
+    })
+}

@@ -1,0 +1,417 @@
+//! The usage queries: `rl.usage.<key>` at the key's owner, and `rl.top`,
+//! which any worker takes and asks every worker for its partitions' share.
+//!
+//! Both read the same way: the range is laid out in buckets
+//! ([`sluice_core::usage::resolve_series`], [`cover`]), the stored records
+//! of those buckets are read, and the minutes still in the owner's memory
+//! are laid over them, so an answer holds everything counted up to the
+//! moment it was asked (CONTRACT §9: "within 1 s"). A coarser bucket is
+//! read from its own tier only once it is final (ended, rolled up);
+//! before that, from its finer buckets.
+//!
+//! Top N is exact: a key lives in one partition, so the N largest of all
+//! are among the N largest of each partition; each worker sends those of
+//! its partitions, and the worker that was asked merges them once every
+//! partition has answered (or refuses with a 503 naming those that did
+//! not).
+
+use super::UsageBook;
+use crate::ledger::{KeyCounts, Ledger};
+use crate::reply::Reply;
+use crate::shared::Shared;
+use anyhow::Result;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use sluice_core::key::KeyToken;
+use sluice_core::policy::DEFAULT_POLICY;
+use sluice_core::subject::{PartitionSubject, TOP, TOP_SCATTER};
+use sluice_core::usage::{
+    cover, resolve_series, resolve_top, top, BucketId, BucketRecord, By, Counts, TopPlan,
+};
+use sluice_core::wire::usage::{
+    decode_top_query, decode_usage_query, Point, TopEntry, TopReply, UsageReply,
+};
+use sluice_core::wire::{Encoding, ErrorReply};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the worker that took `rl.top` waits for every partition.
+const SCATTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The records a query needs, and the owner's minutes laid over them.
+struct Loaded {
+    stored: HashMap<BucketId, BucketRecord>,
+    /// Minutes in memory: their counts, and whether those already hold the
+    /// stored record (else they add to it).
+    memory: HashMap<u64, (KeyCounts, bool)>,
+}
+
+impl Loaded {
+    /// Reads `buckets` of `partition`: minutes in memory (that `wanted`
+    /// keeps) from the ledger, the rest from the store.
+    async fn read(
+        book: &UsageBook,
+        partition: u32,
+        ledger: &Ledger,
+        buckets: &[BucketId],
+        wanted: &(dyn Fn(&str, &str) -> bool + Sync),
+    ) -> Result<Loaded> {
+        let mut memory = HashMap::new();
+        let mut by_tier: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        for &(tier, start) in buckets {
+            if tier == 0 {
+                if let Some((counts, merged)) = ledger.minute_counts(start, wanted) {
+                    memory.insert(start, (counts, merged));
+                    if merged {
+                        continue;
+                    }
+                }
+            }
+            by_tier.entry(tier).or_default().push(start);
+        }
+        let mut stored = HashMap::new();
+        for (tier, starts) in by_tier {
+            for (start, record) in book.store.read(partition, tier, &starts).await? {
+                stored.insert((tier, start), record);
+            }
+        }
+        Ok(Loaded { stored, memory })
+    }
+
+    /// Every count of `bucket` that `wanted` keeps, handed to `f`.
+    fn each(
+        &self,
+        bucket: BucketId,
+        wanted: &dyn Fn(&str, &str) -> bool,
+        f: &mut dyn FnMut(&str, &str, Counts),
+    ) {
+        let mut stored_too = true;
+        if bucket.0 == 0 {
+            if let Some((counts, merged)) = self.memory.get(&bucket.1) {
+                for (policy, key, c) in counts {
+                    f(policy, key, *c);
+                }
+                stored_too = !merged;
+            }
+        }
+        if stored_too {
+            if let Some(record) = self.stored.get(&bucket) {
+                for (policy, keys) in &record.keys {
+                    for (key, c) in keys {
+                        if wanted(policy, key) {
+                            f(policy, key, *c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Answers one `rl.p.<n>.usage.<key>` request on its own task.
+pub async fn answer_usage(shared: Arc<Shared>, msg: async_nats::Message) {
+    let Some(to) = msg.reply.clone() else {
+        return;
+    };
+    let encoding = Encoding::of_body(&msg.payload);
+    let reply = match series(&shared, &msg).await {
+        Ok(reply) => Reply::body(reply.encode(encoding), encoding),
+        Err(error) => Reply::error(&error, encoding),
+    };
+    crate::reply::publish(&shared.client, vec![(to, reply)]).await;
+}
+
+async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply, ErrorReply> {
+    let subject = PartitionSubject::parse(msg.subject.as_str()).ok_or_else(|| {
+        ErrorReply::bad_request(format!("{} is not a usage subject", msg.subject))
+    })?;
+    let key = KeyToken::parse(subject.key_token)?;
+    let book = book(shared)?;
+    let (query, _) = decode_usage_query(&msg.payload).map_err(|e| e.reply)?;
+    let policy = query.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
+    if shared.decider.policies().get(&policy).is_none() {
+        return Err(ErrorReply::unknown_policy(&policy));
+    }
+    let home = key.partition(shared.config.partitions);
+    let ledger = match book.ledger(home) {
+        Some(ledger) if home == subject.partition => ledger,
+        _ => {
+            return Err(ErrorReply::unavailable(format!(
+                "key {key} belongs to partition {home}, which this worker does not answer for right now; ask it on rl.usage.{key}"
+            )))
+        }
+    };
+    let now_ms = shared.clock.now().as_u64() / 1_000_000;
+    let tiers = &book.config.tiers;
+    let plan = resolve_series(
+        &book.config,
+        now_ms,
+        query.from_ms,
+        query.to_ms,
+        query.step.as_deref(),
+    )
+    .map_err(|e| ErrorReply::bad_request(e.0))?;
+    let usable = |b: BucketId| ledger.is_final(b, now_ms, book.grace_ms);
+    let covers: Vec<Vec<BucketId>> = plan
+        .points
+        .iter()
+        .map(|&(tier, start)| cover(tiers, tier, start, start + tiers[tier].step_ms(), &usable))
+        .collect();
+    let needed: Vec<BucketId> = covers.iter().flatten().copied().collect();
+    let token = key.as_str();
+    let wanted = |p: &str, k: &str| p == policy && k == token;
+    let loaded = Loaded::read(book, home, &ledger, &needed, &wanted)
+        .await
+        .map_err(|e| ErrorReply::unavailable(format!("cannot read usage right now: {e:#}")))?;
+    let points = plan
+        .points
+        .iter()
+        .zip(&covers)
+        .map(|(&(_, t_ms), buckets)| {
+            let mut sum = Counts::default();
+            for bucket in buckets {
+                loaded.each(*bucket, &wanted, &mut |_, _, c| sum.add(c));
+            }
+            Point {
+                t_ms,
+                used: sum.used,
+                denied: sum.denied,
+            }
+        })
+        .collect();
+    Ok(UsageReply {
+        key: token.to_string(),
+        policy,
+        step_ms: plan.step_ms,
+        points,
+        complete_to_ms: now_ms,
+        parts: plan.parts,
+    })
+}
+
+fn book(shared: &Shared) -> Result<&UsageBook, ErrorReply> {
+    shared.usage.as_deref().ok_or_else(|| {
+        ErrorReply::unavailable(
+            "usage history is turned off on this worker ([usage] enabled = false in its config)",
+        )
+    })
+}
+
+/// What the worker that took `rl.top` asks every worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Scatter {
+    from_ms: u64,
+    to_ms: u64,
+    n: usize,
+    by: By,
+    policy: Option<String>,
+}
+
+/// A worker's share of a top query: the largest of each of its partitions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Share {
+    partitions: Vec<(u32, Vec<TopEntry>)>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Answers `rl.top` (queue group: one worker takes each) and every
+/// worker's share of one (`sluice.usage.top`), until the subscriptions end.
+pub async fn serve_top(shared: Arc<Shared>) -> Result<()> {
+    let client = &shared.client;
+    let mut asked = client.queue_subscribe(TOP, "sluice-top".into()).await?;
+    let mut shares = client.subscribe(TOP_SCATTER).await?;
+    loop {
+        tokio::select! {
+            msg = asked.next() => match msg {
+                Some(msg) => { tokio::spawn(answer_top(shared.clone(), msg)); }
+                None => return Ok(()),
+            },
+            msg = shares.next() => match msg {
+                Some(msg) => { tokio::spawn(answer_share(shared.clone(), msg)); }
+                None => return Ok(()),
+            },
+        }
+    }
+}
+
+async fn answer_top(shared: Arc<Shared>, msg: async_nats::Message) {
+    let Some(to) = msg.reply.clone() else {
+        return;
+    };
+    let encoding = Encoding::of_body(&msg.payload);
+    let reply = match gather_top(&shared, &msg.payload).await {
+        Ok(reply) => Reply::body(reply.encode(encoding), encoding),
+        Err(error) => Reply::error(&error, encoding),
+    };
+    crate::reply::publish(&shared.client, vec![(to, reply)]).await;
+}
+
+async fn gather_top(shared: &Shared, body: &[u8]) -> Result<TopReply, ErrorReply> {
+    let book = book(shared)?;
+    let (query, _) = decode_top_query(body).map_err(|e| e.reply)?;
+    if let Some(policy) = &query.policy {
+        if shared.decider.policies().get(policy).is_none() {
+            return Err(ErrorReply::unknown_policy(policy));
+        }
+    }
+    let now_ms = shared.clock.now().as_u64() / 1_000_000;
+    let by = query.by.unwrap_or_default();
+    let plan = resolve_top(
+        &book.config,
+        now_ms,
+        query.from_ms,
+        query.to_ms,
+        query.n,
+        by,
+    )
+    .map_err(|e| ErrorReply::bad_request(e.0))?;
+    let scatter = Scatter {
+        from_ms: plan.from_ms,
+        to_ms: plan.to_ms,
+        n: plan.n,
+        by,
+        policy: query.policy,
+    };
+    let client = &shared.client;
+    let inbox = client.new_inbox();
+    let unavailable =
+        |e: &dyn std::fmt::Display| ErrorReply::unavailable(format!("cannot ask the workers: {e}"));
+    let mut replies = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| unavailable(&e))?;
+    let body = serde_json::to_vec(&scatter).expect("a scatter encodes");
+    client
+        .publish_with_reply(TOP_SCATTER, inbox, body.into())
+        .await
+        .map_err(|e| unavailable(&e))?;
+    let partitions = shared.config.partitions;
+    let mut answered: BTreeMap<u32, Vec<TopEntry>> = BTreeMap::new();
+    let deadline = tokio::time::sleep(SCATTER_TIMEOUT);
+    tokio::pin!(deadline);
+    while (answered.len() as u32) < partitions {
+        tokio::select! {
+            _ = &mut deadline => break,
+            msg = replies.next() => {
+                let Some(msg) = msg else { break };
+                let Ok(share) = serde_json::from_slice::<Share>(&msg.payload) else { continue };
+                if let Some(e) = share.error {
+                    tracing::warn!("a worker could not give its share of a top query: {e}");
+                }
+                for (p, entries) in share.partitions {
+                    answered.entry(p).or_insert(entries);
+                }
+            }
+        }
+    }
+    let missing: Vec<u32> = (0..partitions)
+        .filter(|p| !answered.contains_key(p))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ErrorReply::unavailable(format!(
+            "partitions {missing:?} did not answer within {SCATTER_TIMEOUT:?} (being taken over, or their worker is down); ask again"
+        )));
+    }
+    let all = answered.into_values().flatten().map(|e| {
+        let counts = Counts {
+            used: e.used,
+            denied: e.denied,
+        };
+        ((e.key, e.policy), counts)
+    });
+    let keys = entries(top(all, plan.n, by));
+    Ok(TopReply {
+        by,
+        from_ms: plan.from_ms,
+        to_ms: plan.to_ms,
+        keys,
+        complete_to_ms: now_ms,
+    })
+}
+
+async fn answer_share(shared: Arc<Shared>, msg: async_nats::Message) {
+    let Some(to) = msg.reply.clone() else {
+        return;
+    };
+    let Some(book) = shared.usage.as_deref() else {
+        return;
+    };
+    let share = match serde_json::from_slice::<Scatter>(&msg.payload) {
+        Ok(scatter) => {
+            let now_ms = shared.clock.now().as_u64() / 1_000_000;
+            let plan = TopPlan {
+                from_ms: scatter.from_ms,
+                to_ms: scatter.to_ms,
+                n: scatter.n,
+                by: scatter.by,
+            };
+            let mut share = Share::default();
+            for (partition, ledger) in book.ledgers() {
+                match partition_top(
+                    book,
+                    partition,
+                    &ledger,
+                    &plan,
+                    scatter.policy.as_deref(),
+                    now_ms,
+                )
+                .await
+                {
+                    Ok(entries) => share.partitions.push((partition, entries)),
+                    Err(e) => share.error = Some(format!("partition {partition}: {e:#}")),
+                }
+            }
+            share
+        }
+        Err(e) => Share {
+            error: Some(format!("a top query this worker cannot read: {e}")),
+            ..Default::default()
+        },
+    };
+    if !sluice_core::subject::is_safe_reply_subject(to.as_str()) {
+        return;
+    }
+    let body = serde_json::to_vec(&share).expect("a share encodes");
+    let _ = shared.client.publish(to, body.into()).await;
+}
+
+/// The `plan.n` largest keys of one partition over the plan's range.
+async fn partition_top(
+    book: &UsageBook,
+    partition: u32,
+    ledger: &Ledger,
+    plan: &TopPlan,
+    policy: Option<&str>,
+    now_ms: u64,
+) -> Result<Vec<TopEntry>> {
+    let tiers = &book.config.tiers;
+    let usable = |b: BucketId| ledger.is_final(b, now_ms, book.grace_ms);
+    let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
+    let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
+    let loaded = Loaded::read(book, partition, ledger, &buckets, &wanted).await?;
+    let mut totals: HashMap<(String, String), Counts> = HashMap::new();
+    for bucket in &buckets {
+        loaded.each(*bucket, &wanted, &mut |p, k, c| {
+            totals
+                .entry((k.to_string(), p.to_string()))
+                .or_default()
+                .add(c);
+        });
+    }
+    Ok(entries(top(totals, plan.n, plan.by)))
+}
+
+/// Ranked `((key, policy), counts)` as the entries of a reply.
+fn entries(ranked: Vec<((String, String), Counts)>) -> Vec<TopEntry> {
+    ranked
+        .into_iter()
+        .map(|((key, policy), c)| TopEntry {
+            key,
+            policy,
+            used: c.used,
+            denied: c.denied,
+        })
+        .collect()
+}

@@ -1,0 +1,197 @@
+//! Bodies of `rl.usage.<key>` and `rl.top` (CONTRACT §9).
+//!
+//! Operator and dashboard requests, not the hot path: serde in both
+//! encodings, as [`super::inspect`] does; an unknown field or a bad value is
+//! refused with a sentence, and the reply is in the request's encoding. The
+//! checks that need the tiers and the clock (a step that is not a tier,
+//! `from_ms > to_ms`, `n` over 1000) are [`crate::usage`]'s.
+
+use super::error::ErrorReply;
+use super::request::{encode_body, is_valid_policy_name, too_large, Encoding, RequestError};
+use crate::usage::{By, Part};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// The body of `rl.usage.<key>`: all optional. Default: policy `default`,
+/// the last hour, the finest tier that holds `from_ms`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_ms: Option<u64>,
+    /// `1m`, `5m`, `1h`, `1d` (the configured tiers' steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+}
+
+/// The body of `rl.top`. Default: the last hour, 10 keys, by `used`, every
+/// policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<By>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+const USAGE_FIELDS: &str = "a usage request is empty or a map with the optional fields \"policy\" (a policy name), \"from_ms\" and \"to_ms\" (milliseconds since the epoch) and \"step\" (\"1m\", \"5m\", \"1h\" or \"1d\")";
+const TOP_FIELDS: &str = "a top request is empty or a map with the optional fields \"from_ms\" and \"to_ms\" (milliseconds since the epoch), \"n\" (1 to 1000), \"by\" (\"used\" or \"denied\") and \"policy\" (a policy name)";
+
+/// Decodes the body of `rl.usage.<key>`; empty is every default.
+pub fn decode_usage_query(body: &[u8]) -> Result<(UsageQuery, Encoding), RequestError> {
+    let (query, encoding): (UsageQuery, _) = decode(body, USAGE_FIELDS)?;
+    check_policy(query.policy.as_deref(), encoding)?;
+    Ok((query, encoding))
+}
+
+/// Decodes the body of `rl.top`; empty is every default.
+pub fn decode_top_query(body: &[u8]) -> Result<(TopQuery, Encoding), RequestError> {
+    let (query, encoding): (TopQuery, _) = decode(body, TOP_FIELDS)?;
+    check_policy(query.policy.as_deref(), encoding)?;
+    Ok((query, encoding))
+}
+
+fn decode<T: DeserializeOwned + Default>(
+    body: &[u8],
+    fields: &str,
+) -> Result<(T, Encoding), RequestError> {
+    let encoding = Encoding::of_body(body);
+    let refuse = |reply: ErrorReply| RequestError { encoding, reply };
+    if let Some(too_large) = too_large(body, "a few query fields") {
+        return Err(refuse(too_large));
+    }
+    if body.is_empty() {
+        return Ok((T::default(), encoding));
+    }
+    let parsed: Result<T, String> = match encoding {
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
+        Encoding::MsgPack => rmp_serde::from_slice(body).map_err(|e| e.to_string()),
+    };
+    parsed
+        .map(|q| (q, encoding))
+        .map_err(|e| refuse(ErrorReply::bad_request(format!("{fields}: {e}"))))
+}
+
+fn check_policy(policy: Option<&str>, encoding: Encoding) -> Result<(), RequestError> {
+    match policy {
+        Some(p) if !is_valid_policy_name(p) => Err(RequestError {
+            encoding,
+            reply: ErrorReply::bad_request(format!(
+                "{p:?} is not a policy name: 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'"
+            )),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// One point of a series: a bucket's start and its counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Point {
+    pub t_ms: u64,
+    pub used: u64,
+    pub denied: u64,
+}
+
+/// The reply to `rl.usage.<key>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReply {
+    /// The key token, as sent.
+    pub key: String,
+    pub policy: String,
+    /// The step asked for (or chosen): that of the newest part.
+    pub step_ms: u64,
+    /// Oldest first, one per step of every part.
+    pub points: Vec<Point>,
+    /// Everything counted before this instant is in the points.
+    pub complete_to_ms: u64,
+    /// Which step answers which span: more than one when the range is
+    /// older than the asked step's tier keeps (each older span comes from
+    /// the finest tier that still holds it).
+    pub parts: Vec<Part>,
+}
+
+/// One key of a top reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopEntry {
+    pub key: String,
+    pub policy: String,
+    pub used: u64,
+    pub denied: u64,
+}
+
+/// The reply to `rl.top`: the keys with the largest totals in
+/// `[from_ms, to_ms)` (the range asked for, aligned to the finest step that
+/// holds its start), largest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopReply {
+    pub by: By,
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub keys: Vec<TopEntry>,
+    pub complete_to_ms: u64,
+}
+
+impl UsageReply {
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        encode_body(self, encoding)
+    }
+}
+
+impl TopReply {
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        encode_body(self, encoding)
+    }
+}
+
+/// Encodes a query body (client side): empty when every field is a default.
+pub fn encode_query<T: Serialize + Default + PartialEq>(query: &T, encoding: Encoding) -> Vec<u8> {
+    if *query == T::default() {
+        return Vec::new();
+    }
+    encode_body(query, encoding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ErrorCode;
+
+    #[test]
+    fn queries_decode_in_both_encodings_and_bad_ones_say_why() {
+        let (q, e) = decode_usage_query(b"").unwrap();
+        assert_eq!((q, e), (UsageQuery::default(), Encoding::MsgPack));
+        let (q, e) = decode_usage_query(br#"{"policy":"login","from_ms":5,"step":"1h"}"#).unwrap();
+        assert_eq!(e, Encoding::Json);
+        assert_eq!(
+            (q.policy.as_deref(), q.from_ms, q.step.as_deref()),
+            (Some("login"), Some(5), Some("1h"))
+        );
+        let packed = encode_query(&q, Encoding::MsgPack);
+        assert_eq!(decode_usage_query(&packed).unwrap().0, q);
+        let (t, _) = decode_top_query(br#"{"n":3,"by":"denied"}"#).unwrap();
+        assert_eq!((t.n, t.by), (Some(3), Some(By::Denied)));
+        for bad in [
+            &br#"{"cost":1}"#[..],
+            br#"{"from_ms":-1}"#,
+            br#"{"policy":"no such"}"#,
+            br#"{"step":5}"#,
+            b"\xc1",
+        ] {
+            let e = decode_usage_query(bad).unwrap_err();
+            assert_eq!(e.reply.code, ErrorCode::BadRequest, "{bad:?}");
+        }
+        let e = decode_top_query(br#"{"by":"cost"}"#).unwrap_err();
+        assert!(e.reply.message.contains("by"), "{}", e.reply.message);
+    }
+}
