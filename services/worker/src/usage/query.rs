@@ -20,13 +20,15 @@ use crate::ledger::{KeyCounts, Ledger};
 use crate::reply::Reply;
 use crate::shared::Shared;
 use anyhow::Result;
+use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_core::key::KeyToken;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::{PartitionSubject, TOP, TOP_SCATTER};
 use sluice_core::usage::{
-    cover, resolve_series, resolve_top, top, BucketId, BucketRecord, By, Counts, TopPlan,
+    cover, resolve_series, resolve_top, top, visit_record, BucketId, By, Counts, RecordError,
+    TopPlan,
 };
 use sluice_core::wire::usage::{
     decode_top_query, decode_usage_query, Point, TopEntry, TopReply, UsageReply,
@@ -39,9 +41,10 @@ use std::time::Duration;
 /// How long the worker that took `rl.top` waits for every partition.
 const SCATTER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The records a query needs, and the owner's minutes laid over them.
+/// The records a query needs (as stored), and the owner's minutes laid
+/// over them.
 struct Loaded {
-    stored: HashMap<BucketId, BucketRecord>,
+    stored: HashMap<BucketId, Bytes>,
     /// Minutes in memory: their counts, and whether those already hold the
     /// stored record (else they add to it).
     memory: HashMap<u64, (KeyCounts, bool)>,
@@ -85,7 +88,7 @@ impl Loaded {
         bucket: BucketId,
         wanted: &dyn Fn(&str, &str) -> bool,
         f: &mut dyn FnMut(&str, &str, Counts),
-    ) {
+    ) -> Result<(), RecordError> {
         let mut stored_too = true;
         if bucket.0 == 0 {
             if let Some((counts, merged)) = self.memory.get(&bucket.1) {
@@ -97,15 +100,14 @@ impl Loaded {
         }
         if stored_too {
             if let Some(record) = self.stored.get(&bucket) {
-                for (policy, keys) in &record.keys {
-                    for (key, c) in keys {
-                        if wanted(policy, key) {
-                            f(policy, key, *c);
-                        }
+                visit_record(record, |policy, key, c| {
+                    if wanted(policy, key) {
+                        f(policy, key, c);
                     }
-                }
+                })?;
             }
         }
+        Ok(())
     }
 }
 
@@ -164,22 +166,21 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
     let loaded = Loaded::read(book, home, &ledger, &needed, &wanted)
         .await
         .map_err(|e| ErrorReply::unavailable(format!("cannot read usage right now: {e:#}")))?;
-    let points = plan
-        .points
-        .iter()
-        .zip(&covers)
-        .map(|(&(_, t_ms), buckets)| {
-            let mut sum = Counts::default();
-            for bucket in buckets {
-                loaded.each(*bucket, &wanted, &mut |_, _, c| sum.add(c));
-            }
-            Point {
-                t_ms,
-                used: sum.used,
-                denied: sum.denied,
-            }
-        })
-        .collect();
+    let unreadable = |e: RecordError| ErrorReply::unavailable(format!("cannot read usage: {e}"));
+    let mut points = Vec::with_capacity(plan.points.len());
+    for (&(_, t_ms), buckets) in plan.points.iter().zip(&covers) {
+        let mut sum = Counts::default();
+        for bucket in buckets {
+            loaded
+                .each(*bucket, &wanted, &mut |_, _, c| sum.add(c))
+                .map_err(unreadable)?;
+        }
+        points.push(Point {
+            t_ms,
+            used: sum.used,
+            denied: sum.denied,
+        });
+    }
     Ok(UsageReply {
         key: token.to_string(),
         policy,
@@ -391,16 +392,26 @@ async fn partition_top(
     let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
     let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
     let loaded = Loaded::read(book, partition, ledger, &buckets, &wanted).await?;
-    let mut totals: HashMap<(String, String), Counts> = HashMap::new();
+    // By policy, then key: a string is made once per key, not per bucket.
+    let mut totals: HashMap<String, HashMap<String, Counts>> = HashMap::new();
     for bucket in &buckets {
         loaded.each(*bucket, &wanted, &mut |p, k, c| {
-            totals
-                .entry((k.to_string(), p.to_string()))
-                .or_default()
-                .add(c);
-        });
+            let keys = match totals.get_mut(p) {
+                Some(keys) => keys,
+                None => totals.entry(p.to_string()).or_default(),
+            };
+            match keys.get_mut(k) {
+                Some(t) => t.add(c),
+                None => {
+                    keys.insert(k.to_string(), c);
+                }
+            }
+        })?;
     }
-    Ok(entries(top(totals, plan.n, plan.by)))
+    let all = totals
+        .into_iter()
+        .flat_map(|(p, keys)| keys.into_iter().map(move |(k, c)| ((k, p.clone()), c)));
+    Ok(entries(top(all, plan.n, plan.by)))
 }
 
 /// Ranked `((key, policy), counts)` as the entries of a reply.

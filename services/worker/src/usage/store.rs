@@ -9,6 +9,7 @@
 
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::storage::{usage_partition_prefix, usage_stream, usage_subject, usage_subjects};
 use sluice_core::usage::{BucketId, BucketRecord, Tier};
@@ -181,35 +182,46 @@ impl UsageStore {
         partition: u32,
         bucket: BucketId,
     ) -> Result<Option<(BucketRecord, u64)>> {
+        let Some((payload, seq)) = self.get_raw(partition, bucket).await? else {
+            return Ok(None);
+        };
+        let record = BucketRecord::decode(&payload).with_context(|| {
+            format!(
+                "cannot read the usage record {}",
+                self.subject(partition, bucket)
+            )
+        })?;
+        Ok(Some((record, seq)))
+    }
+
+    /// [`UsageStore::get`], as stored.
+    async fn get_raw(&self, partition: u32, bucket: BucketId) -> Result<Option<(Bytes, u64)>> {
         let subject = self.subject(partition, bucket);
         match self.streams[bucket.0]
             .direct_get_last_for_subject(subject.clone())
             .await
         {
-            Ok(msg) => Ok(Some((
-                BucketRecord::decode(&msg.payload)
-                    .with_context(|| format!("cannot read the usage record {subject}"))?,
-                msg.sequence,
-            ))),
+            Ok(msg) => Ok(Some((msg.payload, msg.sequence))),
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("cannot read the usage record {subject}")),
         }
     }
 
     /// The stored records of `buckets` (starts, all of tier `tier`) of
-    /// `partition`; absent ones are left out.
+    /// `partition`, as stored (read them with
+    /// [`sluice_core::usage::visit_record`]); absent ones are left out.
     pub async fn read(
         &self,
         partition: u32,
         tier: usize,
         buckets: &[u64],
-    ) -> Result<HashMap<u64, BucketRecord>> {
+    ) -> Result<HashMap<u64, Bytes>> {
         let mut out = HashMap::with_capacity(buckets.len());
         if buckets.len() <= DIRECT_GETS {
-            let gets = buckets.iter().map(|b| self.get(partition, (tier, *b)));
+            let gets = buckets.iter().map(|b| self.get_raw(partition, (tier, *b)));
             for (b, record) in buckets.iter().zip(futures::future::join_all(gets).await) {
-                if let Some((record, _)) = record? {
-                    out.insert(*b, record);
+                if let Some((payload, _)) = record? {
+                    out.insert(*b, payload);
                 }
             }
             return Ok(out);
@@ -254,9 +266,7 @@ impl UsageStore {
                     continue;
                 };
                 if wanted.contains(&bucket) {
-                    let record = BucketRecord::decode(&msg.payload)
-                        .with_context(|| format!("cannot read the usage record {}", msg.subject))?;
-                    out.insert(bucket, record);
+                    out.insert(bucket, msg.payload.clone());
                 }
             }
             anyhow::Ok(())
