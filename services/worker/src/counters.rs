@@ -1,12 +1,14 @@
-//! One partition's counters: a moka cache of buckets, each a small map from
-//! (policy, key) to the key's state.
+//! One partition's counters: a moka cache of buckets, each a small table
+//! from (policy, key) to the key's state, packed ([`table`]).
 //!
 //! Why buckets: a moka entry costs 340–385 bytes of its own
-//! (docs/BENCHMARKS.md, "Memory"), several times a key's
+//! (docs/BENCHMARKS.md, "1M keys"), several times a key's
 //! state, so one entry per key put a million keys at ~560 bytes each. Keys
 //! are spread by hash over [`BUCKETS`] buckets per partition; moka holds the
 //! buckets (and forgets a bucket once all of its keys have gone idle), and a
-//! key costs only its slot in its bucket's map (230–260 bytes of RSS in all).
+//! key costs only its record in its bucket's table: no allocation of its
+//! own, 41 bytes for a key of the 1M test, ~100 bytes of RSS in all with the
+//! table's index and its share of the bucket.
 //!
 //! A partition's counters are written by its owner task and, while the owner
 //! answers, by worker-batch tasks ([`crate::worker_batch`]), and read by the
@@ -56,9 +58,12 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 /// Buckets per partition. With the default 64 partitions a worker holding
-/// all of them has at most 65 536 moka entries (~25 MB), and a million keys
-/// are ~15 to a bucket.
-pub const BUCKETS: u64 = 1024;
+/// all of them has at most 32 768 buckets (~12 MB with their moka entries),
+/// and a million keys are ~30 to a bucket. With 1024 buckets, the buckets
+/// were a quarter of what a million keys cost (docs/BENCHMARKS.md); more
+/// keys to a bucket cost no more to find (its table is a hash table), and a
+/// snapshot holds a bucket's lock a few microseconds longer.
+pub const BUCKETS: u64 = 512;
 
 /// How often a bucket in use looks for slots it may forget.
 pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
@@ -68,8 +73,8 @@ pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
 /// that expired that soon was gone again by the next request for any of its
 /// keys, which then paid a new bucket, a moka insert and an eviction (a
 /// fifth of a worker's CPU in a GCRA profile). Keeping buckets this long
-/// costs at most the 64 × 1024 bucket entries a worker may hold anyway
-/// (~25 MB), plus forgettable slots until the bucket's next prune.
+/// costs at most the 64 × [`BUCKETS`] bucket entries a worker may hold
+/// anyway (~12 MB), plus forgettable slots until the bucket's next prune.
 pub const MIN_IDLE_TTL: Duration = Duration::from_secs(2);
 
 mod table;
@@ -1179,7 +1184,7 @@ mod tests {
 
     #[test]
     fn a_bound_far_below_the_buckets_still_holds_and_spares_keys_asked_again() {
-        // 50 keys over 2 × 1024 buckets: nearly every bucket is empty.
+        // 50 keys over 2 × 512 buckets: nearly every bucket is empty.
         let bound = KeyBound::new(50);
         let long = Duration::from_secs(3600);
         let partitions = [
