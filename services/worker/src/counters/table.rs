@@ -1,15 +1,16 @@
 //! One bucket's keys and states, packed back to back in one arena.
 //!
 //! A key costs one record in the arena and four bytes in the index, and no
-//! allocation of its own: the record holds the key's [`Stamp`] (8 bytes),
-//! the lengths of its key and state (a varint each, one byte for a key
-//! under 128 bytes and any state but a long log), the counter key's bytes
+//! allocation of its own: the record holds the key's [`Stamp`] (4 bytes: to
+//! the second, rounded up), the lengths of its key and state (a varint each,
+//! one byte for a key under 64 bytes and any state but a long log; the
+//! stamp's flag is the key length's low bit), the counter key's bytes
 //! and the state packed by [`sluice_core::packed`] (15 bytes for a sliding
 //! window of a minute and an hour). The index is a `hashbrown::HashTable` of record
 //! offsets, probed with the key's hash (the one that also picked the bucket)
 //! and checked by comparing the key's bytes in the arena. So a counted key of
 //! the 1M test (`default/m-123456`, a sliding window of two limits) takes
-//! 41 bytes in the arena and 4 in the index (plus the index's spare slots).
+//! 37 bytes in the arena and 4 in the index (plus the index's spare slots).
 //!
 //! A sliding log is the exception: its state is up to `max` timestamps a
 //! limit, which a decision would otherwise unpack and pack again whole. It is
@@ -26,6 +27,7 @@ use super::Stamp;
 use hashbrown::HashTable;
 use sluice_core::packed::{self, get_varint, put_varint, Scratch, NOT_PACKED};
 use sluice_core::policy::KeyState;
+use sluice_core::time::Nanos;
 
 /// What a decision on a packed key needs besides the table: states to
 /// unpack into and a buffer to pack into, reused from one key to the next.
@@ -99,8 +101,9 @@ fn log_ref(i: u32) -> [u8; LOG_REF_LEN] {
 pub struct Table {
     /// Where each key's record starts in `arena`.
     index: HashTable<u32>,
-    /// Records back to back: stamp (u64, little-endian), key length, state
-    /// length (varints), key bytes, state bytes.
+    /// Records back to back: stamp (u32 seconds, little-endian), key length
+    /// (times 2, plus the stamp's flag) and state length (varints), key
+    /// bytes, state bytes.
     arena: Vec<u8>,
     /// Bytes of `arena` that no record in `index` covers.
     dead: usize,
@@ -148,9 +151,14 @@ impl Table {
         stamp_at(&self.arena, at)
     }
 
+    /// Stores `stamp` (see [`stamp_at`] for how it is rounded).
     pub fn set_stamp(&mut self, at: u32, stamp: Stamp) {
         let at = at as usize;
-        self.arena[at..at + 8].copy_from_slice(&stamp.0.to_le_bytes());
+        self.arena[at..at + STAMP_SECS].copy_from_slice(&stamp_secs(stamp).to_le_bytes());
+        // The flag is the low bit of the key length's varint, whose length
+        // does not depend on it.
+        let flag = &mut self.arena[at + STAMP_SECS];
+        *flag = (*flag & !1) | u8::from(stamp.asked_again());
     }
 
     pub fn key(&self, at: u32) -> &str {
@@ -244,11 +252,14 @@ impl Table {
             Key::Bytes(b) => b.len(),
             Key::Within(r) => r.len(),
         };
-        let varint_len = |v: usize| (64 - (v as u64 | 1).leading_zeros() as usize).div_ceil(7);
-        self.grow_for(8 + varint_len(key_len) + varint_len(state.len()) + key_len + state.len());
+        let key_word = (key_len as u64) << 1 | u64::from(stamp.asked_again());
+        let varint_len = |v: u64| (64 - (v | 1).leading_zeros() as usize).div_ceil(7);
+        let header = STAMP_SECS + varint_len(key_word) + varint_len(state.len() as u64);
+        self.grow_for(header + key_len + state.len());
         let at = self.arena.len();
-        self.arena.extend_from_slice(&stamp.0.to_le_bytes());
-        put_varint(&mut self.arena, key_len as u64);
+        self.arena
+            .extend_from_slice(&stamp_secs(stamp).to_le_bytes());
+        put_varint(&mut self.arena, key_word);
         put_varint(&mut self.arena, state.len() as u64);
         match key {
             Key::Bytes(b) => self.arena.extend_from_slice(b),
@@ -415,11 +426,11 @@ impl Table {
 
 fn record_at(arena: &[u8], at: u32) -> Record {
     let at = at as usize;
-    let mut rest = &arena[at + 8..];
+    let mut rest = &arena[at + STAMP_SECS..];
     let before = rest.len();
-    let key_len = get_varint(&mut rest).unwrap_or(0) as usize;
+    let key_len = (get_varint(&mut rest).unwrap_or(0) >> 1) as usize;
     let state_len = get_varint(&mut rest).unwrap_or(0) as usize;
-    let key = at + 8 + (before - rest.len());
+    let key = at + STAMP_SECS + (before - rest.len());
     Record {
         at,
         key,
@@ -434,11 +445,26 @@ fn key_at(arena: &[u8], at: u32) -> &[u8] {
     &arena[r.key..r.state]
 }
 
+/// Bytes of a record's stamp: when it may be forgotten, in whole seconds
+/// since the epoch (until 2106), rounded up. So a key may stay up to a
+/// second longer than it matters, never less, and 4 bytes a key are saved.
+/// Whether it was asked again is the low bit of the key length that follows.
+const STAMP_SECS: usize = 4;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+fn stamp_secs(stamp: Stamp) -> u32 {
+    let secs = stamp.forgettable_at().as_u64().div_ceil(NS_PER_SEC);
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
 fn stamp_at(arena: &[u8], at: u32) -> Stamp {
     let at = at as usize;
-    let mut word = [0; 8];
-    word.copy_from_slice(&arena[at..at + 8]);
-    Stamp(u64::from_le_bytes(word))
+    let mut word = [0; STAMP_SECS];
+    word.copy_from_slice(&arena[at..at + STAMP_SECS]);
+    let secs = u64::from(u32::from_le_bytes(word));
+    let asked_again = arena[at + STAMP_SECS] & 1 == 1;
+    Stamp::new(Nanos(secs * NS_PER_SEC), asked_again)
 }
 
 #[cfg(test)]
@@ -457,6 +483,30 @@ mod tests {
             Limit::new(500, Duration::from_secs(3600), None).unwrap(),
         ];
         Policy::new("default", algorithm, limits).unwrap()
+    }
+
+    /// A stamp at a whole second, as records keep them.
+    fn secs(s: u64, asked_again: bool) -> Stamp {
+        Stamp::new(Nanos::from_secs(s), asked_again)
+    }
+
+    #[test]
+    fn a_stamp_is_kept_to_the_second_rounded_up_with_its_flag() {
+        let mut f = Fixture::new();
+        let state = KeyState::Gcra(Vec::new());
+        f.insert(
+            "p/a",
+            state.clone(),
+            Stamp::new(Nanos(100 * 1_000_000_000 + 1), true),
+        );
+        f.insert("p/b", state, Stamp::new(Nanos(100 * 1_000_000_000), false));
+        let got = f.contents();
+        assert_eq!(got["p/a"].1, secs(101, true));
+        assert_eq!(got["p/b"].1, secs(100, false));
+        let at = f.table.find(f.hash("p/b"), "p/b").unwrap();
+        f.table.set_stamp(at, secs(u64::MAX / 1_000_000_000, true));
+        assert_eq!(f.table.stamp(at), secs(u64::from(u32::MAX), true));
+        assert_eq!(f.table.key(at), "p/b");
     }
 
     struct Fixture {
@@ -502,29 +552,29 @@ mod tests {
     }
 
     #[test]
-    fn a_key_of_the_1m_test_takes_41_bytes_in_the_arena_and_no_allocation_of_its_own() {
+    fn a_key_of_the_1m_test_takes_37_bytes_in_the_arena_and_no_allocation_of_its_own() {
         // `default/m-123456` under 10/min + 500/h, sliding window, counted once.
         let policy = policy(Algorithm::SlidingWindow);
         let mut state = policy.new_state();
         policy.decide(&mut state, Nanos(1_799_999_999_999_999_999), 1);
         let mut f = Fixture::new();
-        f.insert("default/m-123456", state.clone(), Stamp(7));
-        // Stamp 8, two one-byte lengths, the key 16, the packed state 15.
-        assert_eq!(f.table.arena.len(), 8 + 1 + 1 + 16 + 15);
+        f.insert("default/m-123456", state.clone(), secs(7, true));
+        // Stamp 4, two one-byte lengths, the key 16, the packed state 15.
+        assert_eq!(f.table.arena.len(), 4 + 1 + 1 + 16 + 15);
         // 30 such keys (a bucket's share of a million keys over 64 × 512
-        // buckets): arena and index, spare capacity included, 52 bytes a
-        // key (41 + 11); nothing else is allocated for them.
+        // buckets): arena and index, spare capacity included, 48 bytes a
+        // key (37 + 11); nothing else is allocated for them.
         for i in 0..29 {
             f.insert(
                 &format!("default/m-{}", 200_000 + i),
                 state.clone(),
-                Stamp(i),
+                secs(i, false),
             );
         }
         assert!(f.table.logs.is_none());
         let per_key = f.table.allocated() / 30;
-        assert!(per_key <= 56, "{per_key} bytes a key");
-        assert_eq!(f.contents()["default/m-123456"], (state, Stamp(7)));
+        assert!(per_key <= 52, "{per_key} bytes a key");
+        assert_eq!(f.contents()["default/m-123456"], (state, secs(7, true)));
     }
 
     #[test]
@@ -567,12 +617,12 @@ mod tests {
                     assert_eq!(removed, model.remove(&key).is_some());
                 }
                 1 if step % 50 == 0 => {
-                    let cut = Stamp(next() % 1_000);
+                    let cut = secs(next() % 1_000, false);
                     f.table.retain(|stamp| stamp > cut);
                     model.retain(|_, (_, stamp)| *stamp > cut);
                 }
                 _ => {
-                    let stamp = Stamp(next() % 1_000);
+                    let stamp = secs(next() % 1_000, r & 1 == 1);
                     let op = Op::Allow(1 + (r >> 50) % 3);
                     match f.table.find(hash, &key) {
                         Some(at) => {
