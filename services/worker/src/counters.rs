@@ -93,7 +93,9 @@ thread_local! {
 /// padding per key): the top bit is the flag, free because times stay below
 /// 2^63 ns since the epoch until the year 2262. Ordered as words, stamps
 /// rank slots in the order the key bound forgets them: asked once before
-/// asked again, each the earliest forgettable first.
+/// asked again, each the earliest forgettable first. A bucket's table keeps
+/// it in 4 bytes, to the second (rounded up), with the flag beside it
+/// ([`table`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Stamp(u64);
 
@@ -122,7 +124,7 @@ impl Stamp {
 /// of all its partitions: how many it may hold, how many it holds, and how
 /// many it forgot to stay within the bound.
 ///
-/// `held` is kept by the slot maps themselves (every insert and removal,
+/// `held` is kept by the bucket tables themselves (every insert and removal,
 /// and a dropped bucket releases its slots), so it matches what is in
 /// memory. Two decisions may both see room for one key, so the bound can be
 /// passed by a few keys, as many as decisions run at once, and by one key per
