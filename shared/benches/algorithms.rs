@@ -8,6 +8,7 @@
 //! paths are measured and the sliding log stays full (100 timestamps).
 
 use criterion::{criterion_group, Criterion, Throughput};
+use sluice_core::packed;
 use sluice_core::policy::{Algorithm, KeyState, Limit, Policy};
 use sluice_core::time::Nanos;
 use std::hint::black_box;
@@ -75,14 +76,17 @@ fn busy_state(p: &Policy) -> KeyState {
 
 fn print_state_sizes() {
     println!("State bytes per key (after 1 s at 2x the rate; 100/s, and 100/s + 1000/min):");
-    println!("| algorithm | limits | memory | rmp_serde::to_vec | rmp_serde::to_vec_named |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| algorithm | limits | memory | packed | rmp_serde::to_vec | rmp_serde::to_vec_named |"
+    );
+    println!("|---|---|---|---|---|---|");
     for algorithm in Algorithm::ALL {
         for limits in [1, 2] {
             let state = busy_state(&policy(algorithm, limits));
             println!(
-                "| {algorithm} | {limits} | {} | {} | {} |",
+                "| {algorithm} | {limits} | {} | {} | {} | {} |",
                 memory_bytes(&state),
+                packed::packed_len(&state),
                 rmp_serde::to_vec(&state).unwrap().len(),
                 rmp_serde::to_vec_named(&state).unwrap().len(),
             );

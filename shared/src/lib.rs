@@ -8,6 +8,7 @@
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
+//! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
 //! - [`ask`]: the rules an ask passes before it touches a counter, and what it
 //!   does to it; the same at a worker and in a client's local limiter.
 //! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
@@ -48,6 +49,7 @@ pub mod format;
 pub mod key;
 pub mod metrics;
 pub mod nats_config;
+pub mod packed;
 pub mod partition;
 pub mod policies;
 pub mod policy;

@@ -5,13 +5,15 @@
 //! - token bucket and GCRA give identical decisions;
 //! - for every algorithm: `retry_after` is exact, peeks are invisible,
 //!   `idle_expiry` is truthful, and random (restored) states never panic,
-//!   never report more than the limit, and a denial consumes nothing.
+//!   never report more than the limit, and a denial consumes nothing;
+//! - every state, random ones included, packs and unpacks to itself.
 //!
 //! Windows are a few hundred ns long so that random gaps cross many of them;
 //! a scale factor repeats the same shapes at realistic magnitudes.
 
 use proptest::prelude::*;
 use sluice_core::algorithm::{fixed_window, gcra, sliding_log, sliding_window, token_bucket};
+use sluice_core::packed;
 use sluice_core::policy::{Algorithm, Decision, KeyState, Limit, Policy};
 use sluice_core::time::Nanos;
 use std::time::Duration;
@@ -468,6 +470,30 @@ proptest! {
         // And a later look from the same state does not panic either.
         policy.idle_expiry(&mut s, Nanos(now / 2));
         policy.decide(&mut s, Nanos(now.saturating_add(now / 3)), cost);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// The worker holds states packed (`sluice_core::packed`): any state,
+    /// restored garbage included, must come back exactly, and a scratch
+    /// reused across keys of every algorithm must not carry one into another.
+    #[test]
+    fn every_state_packs_and_unpacks_to_itself(
+        (_, state) in policy_with_random_state(),
+        (_, other) in policy_with_random_state(),
+    ) {
+        let mut scratch = packed::Scratch::default();
+        for s in [&other, &state] {
+            let mut bytes = Vec::new();
+            packed::pack(s, &mut bytes);
+            prop_assert_ne!(bytes[0], packed::NOT_PACKED);
+            prop_assert_eq!(bytes.len(), packed::packed_len(s));
+            let unpacked = packed::unpack(&bytes);
+            prop_assert_eq!(unpacked.as_ref(), Some(s));
+            prop_assert_eq!(scratch.unpack(&bytes).map(|u| &*u), Some(s));
+        }
     }
 }
 

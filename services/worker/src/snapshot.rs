@@ -156,6 +156,13 @@ pub struct Encoded {
     pub entries: u64,
 }
 
+impl Encoded {
+    /// The chunks, in order: their concatenation is the snapshot's bytes.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+}
+
 /// What `rmp_serde` writes for an [`Entry`], from borrowed parts.
 #[derive(Serialize)]
 struct EntryRef<'a> {
