@@ -27,7 +27,8 @@ pub type KeyCounts = Vec<(String, String, Counts)>;
 /// One minute of the finest tier.
 #[derive(Default)]
 struct Minute {
-    by_policy: HashMap<Box<str>, Keys, foldhash::fast::RandomState>,
+    /// By policy: a few, so a short list (no hashing per count).
+    by_policy: Vec<(Box<str>, Keys)>,
     /// Counted requests added since the minute was created: bumped by every
     /// add, so a flush knows whether the minute changed while it was stored.
     changes: u64,
@@ -44,9 +45,12 @@ struct Minute {
 
 impl Minute {
     fn add(&mut self, policy: &str, key: &str, counts: Counts) {
-        let keys = match self.by_policy.get_mut(policy) {
-            Some(keys) => keys,
-            None => self.by_policy.entry(policy.into()).or_default(),
+        let keys = match self.by_policy.iter().position(|(p, _)| &**p == policy) {
+            Some(i) => &mut self.by_policy[i].1,
+            None => {
+                self.by_policy.push((policy.into(), Keys::default()));
+                &mut self.by_policy.last_mut().expect("just pushed").1
+            }
         };
         match keys.get_mut(key) {
             Some(c) => c.add(counts),
