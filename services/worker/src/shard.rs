@@ -419,13 +419,13 @@ impl Shard {
         let book = self.shared.usage.clone()?;
         let clock = self.shared.clock.clone();
         let partition = self.partition;
-        let valid_until = self.lease.valid_until;
+        let valid_until = self.lease_valid_until.clone();
         Some(tokio::spawn(async move {
             let now_ms = clock.now().as_u64() / 1_000_000;
-            book.flush(partition, &ledger, now_ms, || {
-                std::time::Instant::now() < valid_until
-            })
-            .await
+            let owner = || {
+                std::time::Instant::now() < *valid_until.lock().unwrap_or_else(|e| e.into_inner())
+            };
+            book.flush(partition, &ledger, now_ms, true, owner).await
         }))
     }
 
@@ -528,7 +528,7 @@ impl Shard {
             let now_ms = self.shared.clock.now().as_u64() / 1_000_000;
             let lease = &self.lease;
             if let Err(e) = book
-                .flush(partition, ledger, now_ms, || lease.is_valid())
+                .flush(partition, ledger, now_ms, false, || lease.is_valid())
                 .await
             {
                 tracing::error!(partition, "final usage flush failed; what was counted since the last one is missing from usage: {e:#}");

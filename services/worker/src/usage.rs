@@ -131,14 +131,18 @@ impl UsageBook {
         }
     }
 
-    /// Stores the minutes of `partition` that changed, then the rollups
-    /// that are due, at `now_ms`, while `owner()` says the partition is
-    /// still ours. A failure leaves what was not stored to the next flush.
+    /// Stores the minutes of `partition` that changed, then (with
+    /// `rollups`) the rollups that are due, at `now_ms`, while `owner()`
+    /// says the partition is still ours. A failure leaves what was not
+    /// stored to the next flush. A handover stores the minutes only: the
+    /// next owner owes itself the recent rollups anyway, and a handover
+    /// should be short.
     pub async fn flush(
         &self,
         partition: u32,
         ledger: &Ledger,
         now_ms: u64,
+        rollups: bool,
         owner: impl Fn() -> bool,
     ) -> Result<()> {
         for minute in ledger.unmerged() {
@@ -167,7 +171,12 @@ impl UsageBook {
         if let Some(e) = failure {
             return Err(e);
         }
-        for bucket in ledger.due_rollups(now_ms, self.grace_ms) {
+        let due = if rollups {
+            ledger.due_rollups(now_ms, self.grace_ms)
+        } else {
+            Vec::new()
+        };
+        for bucket in due {
             if !owner() {
                 anyhow::bail!(
                     "the partition's lease ended; its rollups are left to the next owner"
