@@ -20,6 +20,7 @@
 
 use crate::decide::Record;
 use crate::snapshot;
+use crate::store;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{consumer, stream};
 use futures::StreamExt;
@@ -143,10 +144,8 @@ impl Tails {
                 return Ok(tail.clone());
             }
         }
-        let first = journal
-            .get_info()
-            .await
-            .context("cannot read the journal")?
+        let first = store::takeover_request("read the journal's state", journal.get_info())
+            .await?
             .state
             .first_sequence;
         let after = after_seq.min(first.saturating_sub(1));
@@ -164,27 +163,27 @@ async fn read(journal: &stream::Stream, subject: &str, after: u64, upto: u64) ->
         by_partition: HashMap::new(),
         read_at: Instant::now(),
     };
-    let consumer = journal
-        .create_consumer(consumer::pull::OrderedConfig {
+    let consumer = store::takeover_request(
+        "read the journal",
+        journal.create_consumer(consumer::pull::OrderedConfig {
             filter_subject: subject.to_string(),
             deliver_policy: consumer::DeliverPolicy::ByStartSequence {
                 start_sequence: after + 1,
             },
             ..Default::default()
-        })
-        .await
-        .context("cannot read the journal")?;
-    let mut messages = consumer
-        .messages()
-        .await
-        .context("cannot read the journal")?;
+        }),
+    )
+    .await?;
+    let mut messages = store::takeover_request("read the journal", consumer.messages()).await?;
     let mut seq = after;
     while seq < upto {
-        let msg = messages
-            .next()
-            .await
-            .context("the journal ended early")?
-            .context("cannot read the journal")?;
+        let next = async {
+            match messages.next().await {
+                Some(msg) => msg.map_err(anyhow::Error::from),
+                None => Err(anyhow::anyhow!("the journal ended early")),
+            }
+        };
+        let msg = store::takeover_request("read the journal", next).await?;
         seq = msg
             .info()
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -221,10 +220,22 @@ pub async fn replay(
     let mut records: Vec<(u64, Record)> = Vec::new();
     for writer in writers {
         let subject = journal_subject(writer);
-        let last = match journal.get_last_raw_message_by_subject(&subject).await {
+        let last = store::takeover_request(
+            "read the journal",
+            journal.get_last_raw_message_by_subject(&subject),
+        )
+        .await;
+        let last = match last {
             Ok(m) => m.sequence,
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => continue,
-            Err(e) => return Err(e).context("cannot read the journal"),
+            Err(e)
+                if e.downcast_ref::<stream::LastRawMessageError>()
+                    .is_some_and(|e| {
+                        e.kind() == stream::LastRawMessageErrorKind::NoMessageFound
+                    }) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
         };
         if last <= after_seq {
             continue;

@@ -19,6 +19,7 @@ use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
 use crate::stats::{secs, LeaseEvent, ShardStats};
+use crate::store;
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
@@ -35,6 +36,23 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 /// How many waiting requests one batch takes at most.
 const MAX_BATCH: usize = 256;
+
+/// How long a failed takeover is tried again while its lease is kept
+/// ([`Shard::try_again`]): longer than nats-server takes to replace a
+/// frozen stream leader.
+const TAKEOVER_RETRIES_FOR: Duration = Duration::from_secs(15);
+
+/// The pause before a failed takeover is tried again.
+const TAKEOVER_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// What to do after a failed takeover attempt.
+enum Again {
+    Yes,
+    /// Another worker holds the lease now.
+    LeaseLost,
+    /// Give the partition up (release the lease).
+    No,
+}
 
 /// Why a shard ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,12 +139,33 @@ async fn run(
         snapshot_started: None,
     };
     let started = Instant::now();
-    let mut subs = match shard.start().await {
-        Ok(subs) => subs,
-        Err(e) => {
-            tracing::error!(partition, "cannot take the partition over: {e:#}");
-            let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
-            return Exit::Failed;
+    let mut attempts = 1;
+    let mut subs = loop {
+        let e = match shard.start().await {
+            Ok(subs) => break subs,
+            Err(e) => e,
+        };
+        match shard.try_again(&e, started, &mut stop).await {
+            Again::Yes => {
+                tracing::warn!(
+                    partition,
+                    attempts,
+                    "cannot take the partition over yet, trying again: {e:#}"
+                );
+                attempts += 1;
+            }
+            Again::LeaseLost => {
+                tracing::error!(
+                    partition,
+                    "cannot take the partition over, and the lease was taken: {e:#}"
+                );
+                return Exit::Lost;
+            }
+            Again::No => {
+                tracing::error!(partition, attempts, "cannot take the partition over: {e:#}");
+                let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
+                return Exit::Failed;
+            }
         }
     };
     shard.stats.answering.store(true, Ordering::SeqCst);
@@ -324,9 +363,11 @@ impl Shard {
         // Fence: from now on a late snapshot by the previous owner fails its CAS.
         manifest.lease_rev = self.lease.revision;
         manifest.worker = self.shared.worker_id.clone();
-        self.manifest_rev = snapshot::write_manifest(kv, self.partition, &manifest, rev)
-            .await
-            .context("cannot fence the snapshot manifest")?;
+        self.manifest_rev = store::takeover_request(
+            "fence the snapshot manifest",
+            snapshot::write_manifest(kv, self.partition, &manifest, rev),
+        )
+        .await?;
         self.manifest = manifest;
         self.manifest_written_at = Instant::now();
         self.stats
@@ -343,6 +384,45 @@ impl Shard {
         }
         client.flush().await?;
         Ok(subs)
+    }
+
+    /// After a failed [`Shard::start`]: whether to try again at once, with
+    /// the lease renewed and the counters emptied. A takeover fails when a
+    /// stream it reads has no leader (its node froze or stopped); nats-server
+    /// elects another within seconds (5.8-8.2 s measured for a frozen one,
+    /// docs/RELIABILITY.md), so the takeover is tried again for up to
+    /// [`TAKEOVER_RETRIES_FOR`] while the lease is kept, instead of giving
+    /// the partition up, which left it unanswered until the lease was
+    /// released (or expired) and claimed again. State of a newer format is
+    /// not tried again: it stays unreadable.
+    async fn try_again(
+        &mut self,
+        error: &anyhow::Error,
+        started: Instant,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> Again {
+        if error
+            .downcast_ref::<sluice_core::format::NewerFormat>()
+            .is_some()
+            || started.elapsed() >= TAKEOVER_RETRIES_FOR
+            || !matches!(stop.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+        {
+            return Again::No;
+        }
+        tokio::time::sleep(TAKEOVER_RETRY_PAUSE).await;
+        let ttl = self.shared.lease_ttl;
+        let holder = &self.shared.worker_id;
+        let renewal = lease::renew(&self.shared.stores.leases, &mut self.lease, holder, ttl);
+        match tokio::time::timeout(store::TAKEOVER_REQUEST_TIMEOUT, renewal).await {
+            Ok(Err(LeaseError::Taken)) => return Again::LeaseLost,
+            Ok(Ok(())) => {}
+            // Still ours for a while: the next attempt renews it again.
+            Ok(Err(LeaseError::Transient(_))) | Err(_) if self.lease.is_valid() => {}
+            Ok(Err(LeaseError::Transient(_))) | Err(_) => return Again::No,
+        }
+        // What a failed attempt restored is dropped: the next one starts over.
+        self.counters = Counters::within(self.shared.key_bound.clone());
+        Again::Yes
     }
 
     /// Changed since the last snapshot that was written (a failed one
