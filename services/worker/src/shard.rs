@@ -332,6 +332,11 @@ impl Shard {
                 m.lease_rev,
                 self.lease.revision
             );
+        }
+        let restore = async {
+            let Some(m) = &manifest else {
+                return Ok(());
+            };
             let entries = snapshot::read_entries(kv, self.partition, m).await?;
             // Inserting is most of a restore's CPU: off the answering thread,
             // and on the other core while another partition restores.
@@ -343,17 +348,28 @@ impl Shard {
             })
             .await
             .context("restoring the counters panicked")?;
-        }
+            anyhow::Ok(())
+        };
+        // The journal's tail is read while the snapshot is restored: the
+        // first partition of a takeover reads it for all, so its requests
+        // go out first, ahead of the snapshot chunks of every partition.
+        let none = Manifest::default();
+        let journal = self
+            .shared
+            .outbox
+            .journal_since(self.partition, manifest.as_ref().unwrap_or(&none));
+        let (since, restored) = tokio::join!(journal, restore);
+        restored?;
+        let since = since?;
         let mut manifest = manifest.unwrap_or_default();
         let decider = &self.shared.decider;
         let policies = decider.policies();
         let applied = self
             .shared
             .outbox
-            .replay(self.partition, &mut manifest, |record| {
+            .replay(self.partition, &mut manifest, &since, |record| {
                 decider.replay(&policies, record, &self.counters)
-            })
-            .await?;
+            });
         if applied > 0 {
             tracing::debug!(partition = self.partition, applied, "replayed the journal");
             // The replayed counts are only in memory: the next snapshot
