@@ -107,7 +107,7 @@ pub async fn append(
 ///
 /// Most of a dead writer's tail is usually covered by the snapshots already
 /// (the journal is purged only every few snapshot intervals): after heavy
-/// load, ~870,000 records were read to replay ~130,000. So each partition
+/// load, ~340,000 records were read to replay ~115,000. So each partition
 /// of a takeover notes where its replay starts ([`Tails::replays_after`])
 /// before any tail is read, and a read keeps only the records some
 /// partition may replay: records are first decoded without copying their
