@@ -7,6 +7,11 @@
 #   bench/nemesis.sh                 # ~10 minutes; rewrites the table in docs/RELIABILITY.md
 #   bench/nemesis.sh --no-docs       # print the results only
 #
+# To look at one fault (prints the results; render the docs only from a
+# whole run): SLUICE_NEMESIS_FAULTS=freeze_nats_node (fault names as in
+# the JSON, comma-separated), SLUICE_NEMESIS_RUNS=journal/gcra,... and
+# SLUICE_NEMESIS_LOGS=DIR (every worker's and NATS node's log kept there).
+#
 # The short form (journal mode, sliding log, four faults) runs in the normal
 # suite (`scripts/test.sh --test nemesis`).
 set -euo pipefail

@@ -107,6 +107,38 @@ enum Usage {
     Neither,
 }
 
+/// A [`Record`] decoded without copying its strings (they borrow from the
+/// journal message), so a takeover skips the records it does not replay
+/// without allocating for them ([`crate::journal::Tails`]).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+pub struct RecordRef<'a> {
+    pub n: u32,
+    #[serde(borrow)]
+    pub p: &'a str,
+    #[serde(borrow)]
+    pub k: &'a str,
+    pub c: u64,
+    pub t: u64,
+    #[serde(default)]
+    pub r: bool,
+    #[serde(default)]
+    pub d: bool,
+}
+
+impl RecordRef<'_> {
+    pub fn to_owned(self) -> Record {
+        Record {
+            n: self.n,
+            p: self.p.to_string(),
+            k: self.k.to_string(),
+            c: self.c,
+            t: self.t,
+            r: self.r,
+            d: self.d,
+        }
+    }
+}
+
 /// A message as it arrived on one of a partition's subjects.
 #[derive(Clone, Copy, Debug)]
 pub struct Message<'m> {

@@ -18,8 +18,9 @@
 //! Records are dropped once every partition's snapshot covers them
 //! ([`purge_covered`]); the stream's `max_age` is only the backstop.
 
-use crate::decide::Record;
+use crate::decide::{Record, RecordRef};
 use crate::snapshot;
+use crate::store;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{consumer, stream};
 use futures::StreamExt;
@@ -103,17 +104,44 @@ pub async fn append(
 /// serialized, so partitions claimed together wait for the first read
 /// rather than repeat it. Tails are dropped once a takeover is over
 /// ([`Tails::forget_unused`]).
+///
+/// Most of a dead writer's tail is usually covered by the snapshots already
+/// (the journal is purged only every few snapshot intervals): after heavy
+/// load, ~340,000 records were read to replay ~115,000. So each partition
+/// of a takeover notes where its replay starts ([`Tails::replays_after`])
+/// before any tail is read, and a read keeps only the records some
+/// partition may replay: records are first decoded without copying their
+/// strings ([`RecordRef`]), and only those kept are copied.
 #[derive(Default)]
 pub struct Tails {
     by_subject: tokio::sync::Mutex<HashMap<String, Arc<Tail>>>,
+    /// Where each partition being taken over replays from, and since when.
+    replay_starts: std::sync::Mutex<HashMap<u32, (u64, Instant)>>,
 }
 
-/// One subject's records, after `after` up to `upto` (stream sequences).
+/// One subject's records, after `after` up to `upto` (stream sequences),
+/// except those of a partition at or below its entry in `dropped_upto`.
 struct Tail {
     after: u64,
     upto: u64,
     by_partition: HashMap<u32, Vec<(u64, Record)>>,
+    dropped_upto: HashMap<u32, u64>,
+    /// How many records the read decoded, kept or not.
+    records_read: usize,
     read_at: Instant,
+}
+
+impl Tail {
+    /// Whether it holds every record of `partition` after `after_seq` up
+    /// to `last`.
+    fn serves(&self, partition: u32, after_seq: u64, last: u64) -> bool {
+        self.after <= after_seq
+            && self.upto >= last
+            && self
+                .dropped_upto
+                .get(&partition)
+                .is_none_or(|dropped| *dropped <= after_seq)
+    }
 }
 
 /// How long a tail is kept after it was read: the partitions of one
@@ -121,70 +149,99 @@ struct Tail {
 const TAIL_KEPT: Duration = Duration::from_secs(10);
 
 impl Tails {
-    /// Drops the tails read more than [`TAIL_KEPT`] ago.
+    /// Drops the tails read, and the replay starts noted, more than
+    /// [`TAIL_KEPT`] ago.
     pub fn forget_unused(&self) {
         if let Ok(mut tails) = self.by_subject.try_lock() {
             tails.retain(|_, tail| tail.read_at.elapsed() < TAIL_KEPT);
         }
+        self.starts()
+            .retain(|_, (_, noted)| noted.elapsed() < TAIL_KEPT);
     }
 
-    /// The records of `subject` after `after_seq` up to at least `last`,
-    /// from a tail read earlier or read now.
+    fn starts(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (u64, Instant)>> {
+        self.replay_starts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that `partition` replays the records after `after_seq`: a
+    /// tail read from now on may drop its records at or below it.
+    fn replays_after(&self, partition: u32, after_seq: u64) {
+        self.starts().insert(partition, (after_seq, Instant::now()));
+    }
+
+    /// The records of `subject` that `partition` replays, after `after_seq`
+    /// up to at least `last`, from a tail read earlier or read now.
     async fn tail(
         &self,
         journal: &stream::Stream,
         subject: &str,
+        partition: u32,
         after_seq: u64,
         last: u64,
     ) -> Result<Arc<Tail>> {
         let mut tails = self.by_subject.lock().await;
         if let Some(tail) = tails.get(subject) {
-            if tail.after <= after_seq && tail.upto >= last {
+            if tail.serves(partition, after_seq, last) {
                 return Ok(tail.clone());
             }
         }
-        let first = journal
-            .get_info()
-            .await
-            .context("cannot read the journal")?
+        let first = store::takeover_request("read the journal's state", journal.get_info())
+            .await?
             .state
             .first_sequence;
         let after = after_seq.min(first.saturating_sub(1));
-        let tail = Arc::new(read(journal, subject, after, last).await?);
+        let started = Instant::now();
+        let tail = Arc::new(read(journal, subject, after, last, self).await?);
+        tracing::debug!(
+            subject,
+            records_read = tail.records_read,
+            records_kept = tail.by_partition.values().map(Vec::len).sum::<usize>(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "read a journal tail"
+        );
         tails.insert(subject.to_string(), tail.clone());
         Ok(tail)
     }
 }
 
-/// Reads `subject`'s records after `after` up to `upto`, by partition.
-async fn read(journal: &stream::Stream, subject: &str, after: u64, upto: u64) -> Result<Tail> {
+/// Reads `subject`'s records after `after` up to `upto`, by partition,
+/// without those no partition replays ([`Tails::replays_after`]).
+async fn read(
+    journal: &stream::Stream,
+    subject: &str,
+    after: u64,
+    upto: u64,
+    tails: &Tails,
+) -> Result<Tail> {
     let mut tail = Tail {
         after,
         upto,
         by_partition: HashMap::new(),
+        dropped_upto: HashMap::new(),
+        records_read: 0,
         read_at: Instant::now(),
     };
-    let consumer = journal
-        .create_consumer(consumer::pull::OrderedConfig {
+    let consumer = store::takeover_request(
+        "read the journal",
+        journal.create_consumer(consumer::pull::OrderedConfig {
             filter_subject: subject.to_string(),
             deliver_policy: consumer::DeliverPolicy::ByStartSequence {
                 start_sequence: after + 1,
             },
             ..Default::default()
-        })
-        .await
-        .context("cannot read the journal")?;
-    let mut messages = consumer
-        .messages()
-        .await
-        .context("cannot read the journal")?;
+        }),
+    )
+    .await?;
+    let mut messages = store::takeover_request("read the journal", consumer.messages()).await?;
     let mut seq = after;
     while seq < upto {
-        let msg = messages
-            .next()
-            .await
-            .context("the journal ended early")?
-            .context("cannot read the journal")?;
+        let next = async {
+            match messages.next().await {
+                Some(msg) => msg.map_err(anyhow::Error::from),
+                None => Err(anyhow::anyhow!("the journal ended early")),
+            }
+        };
+        let msg = store::takeover_request("read the journal", next).await?;
         seq = msg
             .info()
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -192,52 +249,105 @@ async fn read(journal: &stream::Stream, subject: &str, after: u64, upto: u64) ->
         let version = msg.headers.as_ref().map(|h| h.get(format::FORMAT_HEADER));
         let version = format::of_header(version.flatten().map(|v| v.as_str()));
         format::check(|| format!("journal message {seq} of {subject}"), version)?;
-        let records: Vec<Record> = match rmp_serde::from_slice(&msg.payload) {
+        let records: Vec<RecordRef<'_>> = match rmp_serde::from_slice(&msg.payload) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(subject, seq, "skipping an unreadable journal message: {e}");
                 continue;
             }
         };
+        tail.records_read += records.len();
+        let starts = tails.starts();
         for r in records {
-            tail.by_partition.entry(r.n).or_default().push((seq, r));
+            if let Some((replay_after, _)) = starts.get(&r.n) {
+                if seq <= *replay_after {
+                    let dropped = tail.dropped_upto.entry(r.n).or_default();
+                    *dropped = (*dropped).max(*replay_after);
+                    continue;
+                }
+            }
+            tail.by_partition
+                .entry(r.n)
+                .or_default()
+                .push((seq, r.to_owned()));
         }
     }
     Ok(tail)
 }
 
-/// Replays every record of `partition` after `after_seq` that the workers
-/// `writers` appended, in the order they were stored, handing each and
-/// its stream sequence to `apply` (which says whether it was applied).
-/// Returns how many were applied.
-pub async fn replay(
+/// What the journal holds that a takeover replays: the tails of the
+/// writers its manifest names, after its journal position. Read while the
+/// snapshot is restored ([`read_since`]), applied after ([`Since::replay`]).
+#[derive(Default)]
+pub struct Since {
+    after_seq: u64,
+    tails: Vec<Arc<Tail>>,
+}
+
+/// Reads (or shares, [`Tails`]) the tails of `writers` after `after_seq`
+/// that `partition` replays. Notes first where its replay starts, before
+/// any tail is read ([`Tails::replays_after`]).
+pub async fn read_since(
     journal: &stream::Stream,
     tails: &Tails,
     partition: u32,
     writers: &[String],
     after_seq: u64,
-    mut apply: impl FnMut(u64, &Record) -> bool,
-) -> Result<usize> {
-    let mut records: Vec<(u64, Record)> = Vec::new();
+) -> Result<Since> {
+    tails.replays_after(partition, after_seq);
+    let mut since = Since {
+        after_seq,
+        tails: Vec::new(),
+    };
     for writer in writers {
         let subject = journal_subject(writer);
-        let last = match journal.get_last_raw_message_by_subject(&subject).await {
+        let last = store::takeover_request(
+            "read the journal",
+            journal.get_last_raw_message_by_subject(&subject),
+        )
+        .await;
+        let last = match last {
             Ok(m) => m.sequence,
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => continue,
-            Err(e) => return Err(e).context("cannot read the journal"),
+            Err(e)
+                if e.downcast_ref::<stream::LastRawMessageError>()
+                    .is_some_and(|e| {
+                        e.kind() == stream::LastRawMessageErrorKind::NoMessageFound
+                    }) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
         };
         if last <= after_seq {
             continue;
         }
-        let tail = tails.tail(journal, &subject, after_seq, last).await?;
-        if let Some(mine) = tail.by_partition.get(&partition) {
-            records.extend(mine.iter().filter(|(seq, _)| *seq > after_seq).cloned());
-        }
+        since.tails.push(
+            tails
+                .tail(journal, &subject, partition, after_seq, last)
+                .await?,
+        );
     }
-    // Owners of a partition follow one another, so the stream's order is
-    // the order in which its records were counted (and reset).
-    records.sort_by_key(|(seq, _)| *seq);
-    Ok(records.iter().filter(|(seq, r)| apply(*seq, r)).count())
+    Ok(since)
+}
+
+impl Since {
+    /// Hands every record of `partition` and its stream sequence to
+    /// `apply` (which says whether it was applied), in the order they were
+    /// stored; returns how many were applied. The records are lent from the
+    /// shared tails, not copied.
+    pub fn replay(&self, partition: u32, mut apply: impl FnMut(u64, &Record) -> bool) -> usize {
+        let mut records: Vec<&(u64, Record)> = self
+            .tails
+            .iter()
+            .filter_map(|tail| tail.by_partition.get(&partition))
+            .flatten()
+            .filter(|(seq, _)| *seq > self.after_seq)
+            .collect();
+        // Owners of a partition follow one another, so the stream's order
+        // is the order in which its records were counted (and reset).
+        records.sort_by_key(|(seq, _)| *seq);
+        records.iter().filter(|(seq, r)| apply(*seq, r)).count()
+    }
 }
 
 /// Runs [`purge_covered`] every `every`, for ever (the worker aborts it).
@@ -283,5 +393,48 @@ pub async fn purge_covered(
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_without_copying_are_the_records_appended() {
+        let records = vec![
+            Record {
+                n: 3,
+                p: "login".into(),
+                k: "alice".into(),
+                c: 2,
+                t: 1_700_000_000_000_000_000,
+                r: false,
+                d: false,
+            },
+            Record {
+                n: 63,
+                p: "default".into(),
+                k: "bob%2Ebob".into(),
+                c: 0,
+                t: 7,
+                r: true,
+                d: false,
+            },
+            // A denial, journaled for its usage.
+            Record {
+                n: 5,
+                p: "default".into(),
+                k: "carol".into(),
+                c: 3,
+                t: 8,
+                r: false,
+                d: true,
+            },
+        ];
+        let encoded = encode(&records).unwrap();
+        let read: Vec<RecordRef<'_>> = rmp_serde::from_slice(&encoded).unwrap();
+        let owned: Vec<Record> = read.into_iter().map(RecordRef::to_owned).collect();
+        assert_eq!(owned, records);
     }
 }

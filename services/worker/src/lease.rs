@@ -8,6 +8,7 @@
 //! earlier, and stops answering [`safety_margin`] before that: by the time
 //! anyone else can create the key, the old holder has been silent for a while.
 
+use crate::store;
 use anyhow::{anyhow, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
@@ -49,7 +50,8 @@ impl Lease {
     }
 }
 
-/// Tries to take `key`, writing `holder` as its value.
+/// Tries to take `key`, writing `holder` as its value, within
+/// [`store::TAKEOVER_REQUEST_TIMEOUT`] per request.
 pub async fn acquire(
     store: &kv::Store,
     key: &str,
@@ -57,17 +59,15 @@ pub async fn acquire(
     ttl: Duration,
 ) -> Result<Lease, LeaseError> {
     let sent = Instant::now();
-    match store
-        .create(key, Bytes::from(format::holder_value(holder)))
-        .await
-    {
-        Ok(revision) => Ok(Lease {
+    let value = Bytes::from(format::holder_value(holder));
+    match store::takeover_request("claim the lease", store::create(store, key, value)).await {
+        Ok(Some(revision)) => Ok(Lease {
             key: key.to_string(),
             revision,
             valid_until: sent + ttl - safety_margin(ttl),
         }),
-        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Err(LeaseError::Taken),
-        Err(e) => Err(LeaseError::Transient(e.to_string())),
+        Ok(None) => Err(LeaseError::Taken),
+        Err(e) => Err(LeaseError::Transient(format!("{e:#}"))),
     }
 }
 

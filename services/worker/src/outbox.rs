@@ -197,37 +197,52 @@ impl Outbox {
         }
     }
 
-    /// At takeover, after the snapshot is restored: replays the journal
-    /// records of `partition` the snapshot in `manifest` does not hold,
-    /// handing each to `apply`, and lists this worker among the
-    /// manifest's writers. Returns how many records were applied (always 0
-    /// in snapshot mode).
+    /// At takeover: what the journal holds of `partition` that the snapshot
+    /// in `manifest` does not (read while the snapshot is restored);
+    /// nothing in snapshot mode.
+    pub async fn journal_since(
+        &self,
+        partition: u32,
+        manifest: &Manifest,
+    ) -> Result<journal::Since> {
+        match &self.journal {
+            Some(j) => {
+                journal::read_since(
+                    &j.stream,
+                    &j.tails,
+                    partition,
+                    &manifest.journal_writers,
+                    manifest.journal_seq,
+                )
+                .await
+            }
+            None => Ok(journal::Since::default()),
+        }
+    }
+
+    /// At takeover, after the snapshot is restored: replays the records of
+    /// `partition` in `since`, handing each to `apply`, and lists this
+    /// worker among the manifest's writers. Returns how many records were
+    /// applied (always 0 in snapshot mode).
     ///
     /// The manifest keeps claiming only what its chunks hold, and the
     /// previous writers stay listed, so a next owner replays their records
     /// again until a snapshot of ours covers them; our own records from now
     /// on are on our subject.
-    pub async fn replay(
+    pub fn replay(
         &self,
         partition: u32,
         manifest: &mut Manifest,
+        since: &journal::Since,
         apply: impl FnMut(u64, &Record) -> bool,
-    ) -> Result<usize> {
+    ) -> usize {
         let Some(j) = &self.journal else {
-            return Ok(0);
+            return 0;
         };
-        let applied = journal::replay(
-            &j.stream,
-            &j.tails,
-            partition,
-            &manifest.journal_writers,
-            manifest.journal_seq,
-            apply,
-        )
-        .await?;
+        let applied = since.replay(partition, apply);
         if !manifest.journal_writers.contains(&j.worker_id) {
             manifest.journal_writers.push(j.worker_id.clone());
         }
-        Ok(applied)
+        applied
     }
 }

@@ -20,6 +20,7 @@ use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
 use crate::stats::{secs, LeaseEvent, ShardStats};
+use crate::store;
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
@@ -36,6 +37,23 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 /// How many waiting requests one batch takes at most.
 const MAX_BATCH: usize = 256;
+
+/// How long a failed takeover is tried again while its lease is kept
+/// ([`Shard::try_again`]): longer than nats-server takes to replace a
+/// frozen stream leader.
+const TAKEOVER_RETRIES_FOR: Duration = Duration::from_secs(15);
+
+/// The pause before a failed takeover is tried again.
+const TAKEOVER_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// What to do after a failed takeover attempt.
+enum Again {
+    Yes,
+    /// Another worker holds the lease now.
+    LeaseLost,
+    /// Give the partition up (release the lease).
+    No,
+}
 
 /// Why a shard ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,15 +150,42 @@ async fn run(
         lease_valid_until: Arc::new(Mutex::new(lease.valid_until)),
     };
     let started = Instant::now();
-    let mut subs = match shard.start().await {
-        Ok(subs) => subs,
-        Err(e) => {
-            tracing::error!(partition, "cannot take the partition over: {e:#}");
-            shard.close_usage();
-            let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
-            return Exit::Failed;
+    let mut attempts = 1;
+    let mut subs = loop {
+        let e = match shard.start().await {
+            Ok(subs) => break subs,
+            Err(e) => e,
+        };
+        match shard.try_again(&e, started, &mut stop).await {
+            Again::Yes => {
+                tracing::warn!(
+                    partition,
+                    attempts,
+                    "cannot take the partition over yet, trying again: {e:#}"
+                );
+                attempts += 1;
+            }
+            Again::LeaseLost => {
+                tracing::error!(
+                    partition,
+                    "cannot take the partition over, and the lease was taken: {e:#}"
+                );
+                shard.close_usage();
+                return Exit::Lost;
+            }
+            Again::No => {
+                tracing::error!(partition, attempts, "cannot take the partition over: {e:#}");
+                shard.close_usage();
+                let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
+                return Exit::Failed;
+            }
         }
     };
+    // A takeover tried again renewed the lease meanwhile.
+    *shard
+        .lease_valid_until
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = shard.lease.valid_until;
     shard.stats.answering.store(true, Ordering::SeqCst);
     // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
     let stats = shard.shared.stats.clone();
@@ -324,6 +369,11 @@ impl Shard {
                 m.lease_rev,
                 self.lease.revision
             );
+        }
+        let restore = async {
+            let Some(m) = &manifest else {
+                return Ok(());
+            };
             let entries = snapshot::read_entries(kv, self.partition, m).await?;
             // Inserting is most of a restore's CPU: off the answering thread,
             // and on the other core while another partition restores.
@@ -335,7 +385,19 @@ impl Shard {
             })
             .await
             .context("restoring the counters panicked")?;
-        }
+            anyhow::Ok(())
+        };
+        // The journal's tail is read while the snapshot is restored: the
+        // first partition of a takeover reads it for all, so its requests
+        // go out first, ahead of the snapshot chunks of every partition.
+        let none = Manifest::default();
+        let journal = self
+            .shared
+            .outbox
+            .journal_since(self.partition, manifest.as_ref().unwrap_or(&none));
+        let (since, restored) = tokio::join!(journal, restore);
+        restored?;
+        let since = since?;
         let mut manifest = manifest.unwrap_or_default();
         let decider = &self.shared.decider;
         let policies = decider.policies();
@@ -346,16 +408,15 @@ impl Shard {
             .as_ref()
             .map(|book| book.open_ledger(self.partition, now_ms, manifest.journal_seq));
         let mut usage_records = Vec::new();
-        let applied = self
-            .shared
-            .outbox
-            .replay(self.partition, &mut manifest, |seq, record| {
-                if self.usage.is_some() {
-                    usage_records.push((seq, record.clone()));
-                }
-                decider.replay(&policies, record, &self.counters)
-            })
-            .await?;
+        let applied =
+            self.shared
+                .outbox
+                .replay(self.partition, &mut manifest, &since, |seq, record| {
+                    if self.usage.is_some() {
+                        usage_records.push((seq, record.clone()));
+                    }
+                    decider.replay(&policies, record, &self.counters)
+                });
         if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
             book.replay(self.partition, ledger, &usage_records)
                 .await
@@ -370,9 +431,11 @@ impl Shard {
         // Fence: from now on a late snapshot by the previous owner fails its CAS.
         manifest.lease_rev = self.lease.revision;
         manifest.worker = self.shared.worker_id.clone();
-        self.manifest_rev = snapshot::write_manifest(kv, self.partition, &manifest, rev)
-            .await
-            .context("cannot fence the snapshot manifest")?;
+        self.manifest_rev = store::takeover_request(
+            "fence the snapshot manifest",
+            snapshot::write_manifest(kv, self.partition, &manifest, rev),
+        )
+        .await?;
         self.manifest = manifest;
         self.manifest_written_at = Instant::now();
         self.stats
@@ -389,6 +452,45 @@ impl Shard {
         }
         client.flush().await?;
         Ok(subs)
+    }
+
+    /// After a failed [`Shard::start`]: whether to try again at once, with
+    /// the lease renewed and the counters emptied. A takeover fails when a
+    /// stream it reads has no leader (its node froze or stopped); nats-server
+    /// elects another within seconds (5.8-8.2 s measured for a frozen one,
+    /// docs/RELIABILITY.md), so the takeover is tried again for up to
+    /// [`TAKEOVER_RETRIES_FOR`] while the lease is kept, instead of giving
+    /// the partition up, which left it unanswered until the lease was
+    /// released (or expired) and claimed again. State of a newer format is
+    /// not tried again: it stays unreadable.
+    async fn try_again(
+        &mut self,
+        error: &anyhow::Error,
+        started: Instant,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> Again {
+        if error
+            .downcast_ref::<sluice_core::format::NewerFormat>()
+            .is_some()
+            || started.elapsed() >= TAKEOVER_RETRIES_FOR
+            || !matches!(stop.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+        {
+            return Again::No;
+        }
+        tokio::time::sleep(TAKEOVER_RETRY_PAUSE).await;
+        let ttl = self.shared.lease_ttl;
+        let holder = &self.shared.worker_id;
+        let renewal = lease::renew(&self.shared.stores.leases, &mut self.lease, holder, ttl);
+        match tokio::time::timeout(store::TAKEOVER_REQUEST_TIMEOUT, renewal).await {
+            Ok(Err(LeaseError::Taken)) => return Again::LeaseLost,
+            Ok(Ok(())) => {}
+            // Still ours for a while: the next attempt renews it again.
+            Ok(Err(LeaseError::Transient(_))) | Err(_) if self.lease.is_valid() => {}
+            Ok(Err(LeaseError::Transient(_))) | Err(_) => return Again::No,
+        }
+        // What a failed attempt restored is dropped: the next one starts over.
+        self.counters = Counters::within(self.shared.key_bound.clone());
+        Again::Yes
     }
 
     /// Changed since the last snapshot that was written (a failed one

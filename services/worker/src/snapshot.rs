@@ -15,7 +15,7 @@
 //! owner fails.
 
 use crate::counters::{Counters, Entry};
-use crate::store::Stores;
+use crate::store::{self, Stores};
 use anyhow::{anyhow, bail, Context as _, Result};
 use sluice_core::storage::{
     chunk_key, generation_keys, kv_subject, partition_key, SNAPSHOT_BUCKET,
@@ -65,9 +65,11 @@ pub fn manifest_key(partition: u32) -> String {
     partition_key(partition)
 }
 
-/// The manifest and its KV revision (0 when there is none yet).
+/// The manifest and its KV revision (0 when there is none yet), from the
+/// stream's leader within [`store::TAKEOVER_REQUEST_TIMEOUT`].
 pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Manifest>, u64)> {
-    match kv.entry(manifest_key(partition)).await? {
+    let key = manifest_key(partition);
+    match store::takeover_request("read the snapshot manifest", store::entry(kv, &key)).await? {
         Some(e) if e.operation == kv::Operation::Put => {
             // The version first: a newer format may not parse as ours.
             #[derive(Deserialize)]
@@ -89,7 +91,8 @@ pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Man
     }
 }
 
-/// Reads the chunks a manifest names and decodes the entries.
+/// Reads the chunks a manifest names (from the stream's leader, each
+/// within [`store::TAKEOVER_REQUEST_TIMEOUT`]) and decodes the entries.
 pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Result<Vec<Entry>> {
     if m.chunks == 0 {
         return Ok(Vec::new());
@@ -97,11 +100,11 @@ pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Resul
     let mut bytes = Vec::with_capacity(m.bytes as usize);
     for i in 0..m.chunks {
         let key = chunk_key(partition, &m.gen, i);
-        let chunk = kv
-            .get(&key)
+        let chunk = store::takeover_request("read a snapshot chunk", store::entry(kv, &key))
             .await?
+            .filter(|e| e.operation == kv::Operation::Put)
             .ok_or_else(|| anyhow!("snapshot chunk {key} is missing"))?;
-        bytes.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&chunk.value);
     }
     if bytes.len() as u64 != m.bytes {
         bail!(
@@ -139,7 +142,9 @@ pub async fn write_manifest(
     let value = Bytes::from(serde_json::to_vec(&m)?);
     let key = manifest_key(partition);
     let rev = if expected == 0 {
-        kv.create(&key, value).await.map_err(|e| anyhow!("{e}"))?
+        store::create(kv, &key, value)
+            .await?
+            .ok_or_else(|| anyhow!("another worker wrote the manifest {key} first"))?
     } else {
         kv.update(&key, value, expected)
             .await

@@ -15,12 +15,23 @@
 //!   watched by [`crate::policy_watch`].
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
 //!   requests, each worker's on `sluice.journal.w.<worker>`.
+//!
+//! Entries are read from the stream's leader ([`entry`], [`create`]), not
+//! with the direct gets async-nats uses, which any replica answers: a
+//! replica on a frozen NATS node keeps its place among those that answer
+//! (the routes to a frozen node stay up), so about one read in three went
+//! unanswered for as long as the node was frozen, and takeovers, which read
+//! manifests, chunks and lease tombstones, failed until it woke up
+//! (docs/RELIABILITY.md). A frozen leader is replaced within seconds, and
+//! a leader's read is never stale.
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
+use bytes::Bytes;
 use sluice_core::storage::{
     bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, SNAPSHOT_BUCKET,
 };
+use std::future::Future;
 use std::time::Duration;
 
 /// How the JetStream resources are laid out; `replicas` is 1 on a single
@@ -144,5 +155,97 @@ async fn open_bucket(js: &Context, config: kv::Config) -> Result<kv::Store> {
         Err(create_err) => js.get_key_value(&name).await.with_context(|| {
             format!("cannot create or open the KV bucket {name}: {create_err}; is JetStream enabled on the server?")
         }),
+    }
+}
+
+/// How long one JetStream request of a takeover (a lease claim, a
+/// manifest, a chunk, the journal's state) may take: a few milliseconds
+/// normally, so when a stream's leader froze, the request fails soon after
+/// and the takeover tries again with the new leader, instead of waiting
+/// out the context's 5 s.
+pub const TAKEOVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `request` (`what` names it in the error), given up after
+/// [`TAKEOVER_REQUEST_TIMEOUT`].
+pub async fn takeover_request<T, E>(
+    what: &str,
+    request: impl Future<Output = std::result::Result<T, E>>,
+) -> Result<T>
+where
+    E: Into<anyhow::Error>,
+{
+    match tokio::time::timeout(TAKEOVER_REQUEST_TIMEOUT, request).await {
+        Ok(result) => result.map_err(|e| e.into().context(format!("cannot {what}"))),
+        Err(_) => Err(anyhow!(
+            "cannot {what}: no answer within {TAKEOVER_REQUEST_TIMEOUT:?}"
+        )),
+    }
+}
+
+/// The latest entry of `key` (a put, or the delete, purge or expiry
+/// marker that removed it), read from the stream's leader; `None` if the
+/// key never held anything.
+pub async fn entry(store: &kv::Store, key: &str) -> Result<Option<kv::Entry>> {
+    let subject = format!("{}{key}", store.prefix);
+    let message = match store.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) => m,
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => {
+            return Err(anyhow!(
+                "cannot read {key} in the bucket {}: {e}",
+                store.name
+            ))
+        }
+    };
+    Ok(Some(kv::Entry {
+        bucket: store.name.clone(),
+        key: key.to_string(),
+        operation: operation_of(&message.headers),
+        value: message.payload,
+        revision: message.sequence,
+        delta: 0,
+        created: message.time,
+        seen_current: false,
+    }))
+}
+
+/// What a KV message did, from its headers (as async-nats reads them).
+fn operation_of(headers: &async_nats::HeaderMap) -> kv::Operation {
+    if let Some(op) = headers.get("KV-Operation") {
+        return op.as_str().parse().unwrap_or(kv::Operation::Put);
+    }
+    match headers.get("Nats-Marker-Reason").map(|r| r.as_str()) {
+        Some("MaxAge" | "Purge") => kv::Operation::Purge,
+        Some("Remove") => kv::Operation::Delete,
+        _ => kv::Operation::Put,
+    }
+}
+
+/// Creates `key` with `value` unless it holds a value (a deleted, purged or
+/// expired key is created again), as `kv::Store::create` does but reading
+/// the key from the leader ([`entry`]). Returns the new revision, or `None`
+/// if the key holds a value.
+pub async fn create(store: &kv::Store, key: &str, value: Bytes) -> Result<Option<u64>> {
+    let first = match store.update(key, value.clone(), 0).await {
+        Ok(revision) => return Ok(Some(revision)),
+        Err(e) => e,
+    };
+    match entry(store, key).await? {
+        Some(e) if e.operation != kv::Operation::Put => {
+            match store.update(key, value, e.revision).await {
+                Ok(revision) => Ok(Some(revision)),
+                // Someone else created it in between.
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+                Err(e) => Err(anyhow!(
+                    "cannot create {key} in the bucket {}: {e}",
+                    store.name
+                )),
+            }
+        }
+        Some(_) => Ok(None),
+        None => Err(anyhow!(
+            "cannot create {key} in the bucket {}: {first}",
+            store.name
+        )),
     }
 }
