@@ -293,13 +293,17 @@ async fn run(
                 }
             }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
-                if usage_job.is_none() {
-                    usage_job = shard.start_usage_flush();
-                }
-                if shard.dirty() {
-                    snapshot_job = Some(shard.start_snapshot());
-                } else if shard.journal_position_stale() {
+                // In journal mode a snapshot stores the usage first (see
+                // `start_snapshot`); two flushes of one ledger never overlap.
+                let snapshot_flushes = shard.snapshot_flushes_usage();
+                let flushing = snapshot_flushes && usage_job.is_some();
+                if shard.dirty() && !flushing {
+                    snapshot_job = Some(shard.start_snapshot(true));
+                } else if shard.journal_position_stale() && !flushing {
                     snapshot_job = Some(shard.refresh_journal_position());
+                }
+                if usage_job.is_none() && !(snapshot_flushes && snapshot_job.is_some()) {
+                    usage_job = shard.start_usage_flush();
                 }
             }
             first = subs.next() => {
@@ -563,9 +567,31 @@ impl Shard {
         })
     }
 
-    fn start_snapshot(&mut self) -> SnapshotJob {
+    /// Journal mode with usage: a snapshot stores the partition's usage
+    /// first and then claims the journal position that usage now holds,
+    /// rather than the one the last flush held (one snapshot interval
+    /// behind, which a takeover after heavy load paid for in a longer
+    /// journal tail).
+    fn snapshot_flushes_usage(&self) -> bool {
+        self.usage.is_some() && self.shared.usage.is_some() && self.shared.outbox.is_journal()
+    }
+
+    /// Starts a snapshot (with `rollups`: and, in journal mode with usage,
+    /// the rollups that are due; a handover leaves those to the next owner).
+    fn start_snapshot(&mut self, rollups: bool) -> SnapshotJob {
         let changes = self.stats.changes();
-        let (journal_seq, journal_writers) = self.journal_position();
+        let flush = if self.snapshot_flushes_usage() {
+            self.usage.clone().zip(self.shared.usage.clone())
+        } else {
+            None
+        };
+        let (journal_seq, journal_writers) = if flush.is_some() {
+            (0, Vec::new())
+        } else {
+            self.journal_position()
+        };
+        let claimed = self.manifest.journal_seq;
+        let valid_until = self.lease_valid_until.clone();
         let counters = self.counters.clone();
         let shared = self.shared.clone();
         let partition = self.partition;
@@ -582,7 +608,23 @@ impl Shard {
         };
         self.changes_in_flight = changes;
         self.snapshot_started = Some(std::time::Instant::now());
+        let mut manifest = manifest;
         tokio::spawn(async move {
+            if let Some((ledger, book)) = flush {
+                let now_ms = shared.clock.now().as_u64() / 1_000_000;
+                let owner = || {
+                    std::time::Instant::now()
+                        < *valid_until.lock().unwrap_or_else(|e| e.into_inner())
+                };
+                book.flush(partition, &ledger, now_ms, rollups, owner)
+                    .await
+                    .context("cannot store the usage this snapshot would claim")?;
+                // Taken after the flush and before the copy below: every
+                // record at or below it is in the counters and in the stored usage.
+                let (seq, writers) = shared.outbox.position(claimed);
+                manifest.journal_seq = seq.min(ledger.stored_through());
+                manifest.journal_writers = writers;
+            }
             // Off the thread that answers requests (a worker's runtime has one).
             let encoded = tokio::task::spawn_blocking(move || snapshot::encode(&counters))
                 .await
@@ -637,7 +679,7 @@ impl Shard {
             }
         }
         if self.dirty() && self.lease.is_valid() {
-            match self.start_snapshot().await {
+            match self.start_snapshot(false).await {
                 Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev),
                 Ok(Err(e)) => {
                     self.shared.stats.meters.snapshot_failures.inc();
