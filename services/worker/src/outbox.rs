@@ -234,12 +234,12 @@ impl Outbox {
         partition: u32,
         manifest: &mut Manifest,
         since: &journal::Since,
-        apply: impl FnMut(u64, &Record) -> bool,
+        mut apply: impl FnMut(&Record) -> bool,
     ) -> usize {
         let Some(j) = &self.journal else {
             return 0;
         };
-        let applied = since.replay(partition, apply);
+        let applied = since.replay(partition, |_, record| apply(record));
         if !manifest.journal_writers.contains(&j.worker_id) {
             manifest.journal_writers.push(j.worker_id.clone());
         }

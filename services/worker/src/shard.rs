@@ -182,10 +182,7 @@ async fn run(
         }
     };
     // A takeover tried again renewed the lease meanwhile.
-    *shard
-        .lease_valid_until
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = shard.lease.valid_until;
+    shard.note_lease();
     shard.stats.answering.store(true, Ordering::SeqCst);
     // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
     let stats = shard.shared.stats.clone();
@@ -243,8 +240,8 @@ async fn run(
                 renewal = None;
                 match result {
                     Ok(lease) => {
-                        *shard.lease_valid_until.lock().unwrap_or_else(|e| e.into_inner()) = lease.valid_until;
                         shard.lease = lease;
+                        shard.note_lease();
                         meters.lease(LeaseEvent::Renewed);
                     }
                     Err(LeaseError::Taken) => {
@@ -411,18 +408,14 @@ impl Shard {
             .usage
             .as_ref()
             .map(|book| book.open_ledger(self.partition, now_ms, manifest.journal_seq));
-        let mut usage_records = Vec::new();
-        let applied =
-            self.shared
-                .outbox
-                .replay(self.partition, &mut manifest, &since, |seq, record| {
-                    if self.usage.is_some() {
-                        usage_records.push((seq, record.clone()));
-                    }
-                    decider.replay(&policies, record, &self.counters)
-                });
+        let applied = self
+            .shared
+            .outbox
+            .replay(self.partition, &mut manifest, &since, |record| {
+                decider.replay(&policies, record, &self.counters)
+            });
         if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
-            book.replay(self.partition, ledger, &usage_records)
+            book.replay(self.partition, ledger, &since)
                 .await
                 .context("cannot restore the usage the journal holds")?;
         }
@@ -525,14 +518,26 @@ impl Shard {
         let book = self.shared.usage.clone()?;
         let clock = self.shared.clock.clone();
         let partition = self.partition;
-        let valid_until = self.lease_valid_until.clone();
+        let owner = self.lease_held();
         Some(tokio::spawn(async move {
             let now_ms = clock.now().as_u64() / 1_000_000;
-            let owner = || {
-                std::time::Instant::now() < *valid_until.lock().unwrap_or_else(|e| e.into_inner())
-            };
             book.flush(partition, &ledger, now_ms, true, owner).await
         }))
+    }
+
+    /// Keeps [`Shard::lease_held`] current after the lease changed.
+    fn note_lease(&self) {
+        *self
+            .lease_valid_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self.lease.valid_until;
+    }
+
+    /// Whether the lease (as renewed since) is still valid, for a task that
+    /// outlives this borrow.
+    fn lease_held(&self) -> impl Fn() -> bool + Send + 'static {
+        let valid_until = self.lease_valid_until.clone();
+        move || std::time::Instant::now() < *valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Unregisters the usage ledger (once nothing more is counted in it).
@@ -591,7 +596,7 @@ impl Shard {
             self.journal_position()
         };
         let claimed = self.manifest.journal_seq;
-        let valid_until = self.lease_valid_until.clone();
+        let owner = self.lease_held();
         let counters = self.counters.clone();
         let shared = self.shared.clone();
         let partition = self.partition;
@@ -612,10 +617,6 @@ impl Shard {
         tokio::spawn(async move {
             if let Some((ledger, book)) = flush {
                 let now_ms = shared.clock.now().as_u64() / 1_000_000;
-                let owner = || {
-                    std::time::Instant::now()
-                        < *valid_until.lock().unwrap_or_else(|e| e.into_inner())
-                };
                 book.flush(partition, &ledger, now_ms, rollups, owner)
                     .await
                     .context("cannot store the usage this snapshot would claim")?;

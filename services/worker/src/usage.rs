@@ -23,11 +23,12 @@ pub mod query;
 pub mod store;
 
 use crate::decide::Record;
+use crate::journal;
 use crate::ledger::{Ledger, Stored, ToStore};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::usage::{visit_record, BucketId, BucketRecord, Counts, UsageConfig};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use store::{PutError, UsageStore};
@@ -255,42 +256,38 @@ impl UsageBook {
         Ok(())
     }
 
-    /// Journal mode, at takeover: adds the usage of the replayed `records`
-    /// (with their journal sequences) that the stored minutes do not hold
-    /// yet. Reads the stored minutes they fall in first.
+    /// Journal mode, at takeover: adds the usage of the records of
+    /// `partition` that `since` replays and the stored minutes do not hold
+    /// yet. Reads the stored minutes they fall in first. The records are
+    /// walked twice where they lie in the journal's tails (no copy).
     pub async fn replay(
         &self,
         partition: u32,
         ledger: &Ledger,
-        records: &[(u64, Record)],
+        since: &journal::Since,
     ) -> Result<()> {
         let step = &self.config.tiers[0];
-        let mut minutes: Vec<u64> = records
-            .iter()
-            .map(|(_, r)| step.bucket_of(r.t / 1_000_000))
-            .collect();
-        minutes.sort_unstable();
-        minutes.dedup();
+        let mut minutes = BTreeSet::new();
+        since.replay(partition, |_, record| {
+            minutes.insert(step.bucket_of(record.t / 1_000_000));
+            false
+        });
         let mut stored = HashMap::new();
-        for minute in &minutes {
-            if let Some(found) = self.store.get(partition, (0, *minute)).await? {
-                stored.insert(*minute, found);
+        for &minute in &minutes {
+            let found = self.store.get(partition, (0, minute)).await?;
+            ledger.merge_stored(minute, found.as_ref().map(|(r, seq)| (r, *seq)));
+            stored.insert(minute, found.map_or(0, |(r, _)| r.w));
+        }
+        since.replay(partition, |seq, record| {
+            if let Some(counts) = counts_of(record) {
+                let minute = step.bucket_of(record.t / 1_000_000);
+                if seq > stored.get(&minute).copied().unwrap_or(0) {
+                    ledger.add(&record.p, &record.k, record.t / 1_000_000, counts);
+                }
             }
-        }
-        for minute in &minutes {
-            ledger.merge_stored(*minute, stored.get(minute).map(|(r, seq)| (r, *seq)));
-        }
-        for (seq, record) in records {
-            let Some(counts) = counts_of(record) else {
-                continue;
-            };
-            let minute = step.bucket_of(record.t / 1_000_000);
-            let holds = stored.get(&minute).map_or(0, |(r, _)| r.w);
-            if *seq > holds {
-                ledger.add(&record.p, &record.k, record.t / 1_000_000, counts);
-            }
-            ledger.advance(*seq);
-        }
+            ledger.advance(seq);
+            true
+        });
         Ok(())
     }
 }
