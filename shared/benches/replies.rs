@@ -55,6 +55,7 @@ fn requests(c: &mut Criterion) {
             key: KeyToken::parse(k).unwrap(),
             policy: "default".into(),
             cost: 1,
+            budget: Default::default(),
         })
         .collect();
     let batch_body = batch::encode_items(&items);

@@ -9,6 +9,8 @@
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
+//! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
+//!   client to decide from without a round trip, and what is exact with them.
 //! - [`ask`]: the rules an ask passes before it touches a counter, and what it
 //!   does to it; the same at a worker and in a client's local limiter.
 //! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
@@ -44,6 +46,7 @@
 pub mod algorithm;
 pub mod ask;
 pub mod assignment;
+pub mod budget;
 pub mod config;
 pub mod format;
 pub mod key;

@@ -220,6 +220,7 @@ pub fn resolve(base: &Policy, table: &OverrideTable) -> Result<Override, String>
     PolicyTable {
         algorithm: base.algorithm(),
         limits: table.limits.clone(),
+        local_budget: base.local_budget(),
     }
     .to_policy(base.name())
     .map(Override::Limits)

@@ -88,6 +88,8 @@ pub enum PolicyError {
     NoLimits,
     #[error("sliding_log keeps one timestamp per allowed request, so max is capped at {max}; use sliding_window for larger limits")]
     LogTooLarge { max: u64 },
+    #[error("local_budget needs fixed_window, token_bucket or gcra: under {0} a slice spent after it was granted would leave the window before its units were used, admitting more than the limit (docs/CLIENT.md, \"Local budgets\"); remove local_budget or change the algorithm")]
+    BudgetNotSupported(Algorithm),
 }
 
 /// `max` units per `per`; for token bucket and GCRA, a bucket of `burst` units.
@@ -143,6 +145,9 @@ pub struct Policy {
     name: String,
     algorithm: Algorithm,
     limits: Vec<Limit>,
+    /// Owners grant clients slices of a key's budget to decide from
+    /// locally ([`crate::budget`]).
+    local_budget: bool,
 }
 
 impl Policy {
@@ -168,7 +173,23 @@ impl Policy {
             name: name.into(),
             algorithm,
             limits,
+            local_budget: false,
         })
+    }
+
+    /// The same policy with local budgets on or off ([`crate::budget`]);
+    /// refused for algorithms that cannot grant them exactly.
+    pub fn with_local_budget(mut self, on: bool) -> Result<Policy, PolicyError> {
+        if on && !crate::budget::supports(self.algorithm) {
+            return Err(PolicyError::BudgetNotSupported(self.algorithm));
+        }
+        self.local_budget = on;
+        Ok(self)
+    }
+
+    /// Whether owners grant slices of this policy's keys' budgets.
+    pub fn local_budget(&self) -> bool {
+        self.local_budget
     }
 
     /// The built-in policy used without a config file: 15 per second, sliding window.
@@ -233,6 +254,56 @@ impl Policy {
     /// then answers what a peek would answer.
     pub fn record(&self, state: &mut KeyState, now: Nanos, cost: u64) -> Decision {
         self.run(state, now, cost, Mode::Record)
+    }
+
+    /// `allow` of `cost` that also asks for a slice of up to `want` more
+    /// units for the asker to decide from locally ([`crate::budget`]).
+    /// When the ask is allowed and the policy has local budgets, the slice
+    /// is taken at once like an ask of its size (so nothing can be admitted
+    /// past the limit), at most half of what is left after the ask (the
+    /// rest stays for the other askers), and the decision tells what is
+    /// left after both. `None` when the policy has no local budgets, or
+    /// the ask was denied; a grant of 0 units says "none left to slice".
+    pub fn grant(
+        &self,
+        state: &mut KeyState,
+        now: Nanos,
+        cost: u64,
+        want: u64,
+    ) -> (Decision, Option<crate::budget::Grant>) {
+        let decision = self.decide(state, now, cost);
+        if !self.local_budget || !decision.allowed {
+            return (decision, None);
+        }
+        let units = want.min(decision.remaining / 2);
+        let decision = if units > 0 {
+            self.decide(state, now, units)
+        } else {
+            decision
+        };
+        let grant = crate::budget::Grant {
+            units,
+            lease: crate::budget::lease(&self.limits, self.algorithm, now),
+            taken_at: now,
+        };
+        // Nothing else decides on the state between the two, so the slice
+        // fits whenever `remaining` said it would.
+        debug_assert!(decision.allowed, "a slice of what remained is allowed");
+        (decision, Some(grant))
+    }
+
+    /// Gives back `units` of a slice taken at `taken_at` and not spent
+    /// ([`crate::budget`]), then answers what a peek would. Nothing for
+    /// algorithms without budgets; for a fixed window, only while the
+    /// window the slice was taken in lasts.
+    pub fn refund(
+        &self,
+        state: &mut KeyState,
+        now: Nanos,
+        units: u64,
+        taken_at: Nanos,
+    ) -> Decision {
+        self.run(state, now, 0, Mode::Refund { units, taken_at })
     }
 
     /// How long until this state is indistinguishable from a fresh one, if no
@@ -328,6 +399,7 @@ enum Mode {
     Allow,
     Record,
     Expiry,
+    Refund { units: u64, taken_at: Nanos },
 }
 
 fn run_limits<A: Algo>(
@@ -339,6 +411,9 @@ fn run_limits<A: Algo>(
 ) -> Decision {
     for (limit, state) in limits.iter().zip(states.iter_mut()) {
         A::advance(limit, state, now);
+        if let Mode::Refund { units, taken_at } = mode {
+            A::refund(limit, state, now, units, taken_at);
+        }
     }
     let take = match mode {
         Mode::Allow => {
@@ -354,7 +429,7 @@ fn run_limits<A: Algo>(
             }
         }
         Mode::Record => cost,
-        Mode::Expiry => 0,
+        Mode::Expiry | Mode::Refund { .. } => 0,
     };
     if take > 0 {
         for (limit, state) in limits.iter().zip(states.iter_mut()) {

@@ -673,6 +673,7 @@ fn the_json_form_of_a_policy_table_reads_like_the_toml_one() {
                 per: "1m".to_string(),
                 burst: None,
             }],
+            local_budget: false,
         }
     );
     let policy = table.to_policy("login").unwrap();

@@ -591,6 +591,7 @@ fn item<'a>(key: &'a str, policy: &'a str, cost: u64) -> batch::Item<'a> {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
+        budget: Default::default(),
     }
 }
 

@@ -36,6 +36,10 @@ pub enum PolicyCommand {
         /// and gcra; repeat for limits that must all hold.
         #[arg(long = "limit", required = true)]
         limits: Vec<String>,
+        /// Let clients decide a hot key's asks from slices of its budget
+        /// (fixed_window, token_bucket, gcra; docs/CLIENT.md).
+        #[arg(long)]
+        local_budget: bool,
     },
     /// Remove a policy from the bucket (the config file's, if any, is back
     /// in force; `default` cannot be removed).
@@ -80,10 +84,12 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 policy,
                 algorithm,
                 limits,
+                local_budget,
             } => {
                 let table = PolicyTable {
                     algorithm: algorithm.parse::<Algorithm>().map_err(|e| anyhow!("{e}"))?,
                     limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
+                    local_budget: *local_budget,
                 };
                 put(&bucket(common).await?, policy, &table).await
             }

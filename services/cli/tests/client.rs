@@ -492,6 +492,7 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
             key: KeyToken::parse(key).unwrap(),
             policy: "default".into(),
             cost,
+            budget: Default::default(),
         }
     }
     let body = batch::encode_items(&[item(&their_key, 1), item(&my_key, 2), item(&their_key, 3)]);
@@ -811,6 +812,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     reset_ms: 1,
                     retry_after_ms: 0,
                     policy: "default".into(),
+                    grant: None,
                 })
             })
             .collect();

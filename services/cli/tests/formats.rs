@@ -229,6 +229,9 @@ fn write_the_format_1_fixture() {
         t: COUNTED_AT_NS + at_s * 1_000_000_000,
         r,
         d: false,
+        s: false,
+        g: 0,
+        u: 0,
     };
     let records = vec![
         record(&keys[0].0, 1, 10, false),

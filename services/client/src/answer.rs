@@ -15,6 +15,9 @@ pub enum Source {
     /// The client's deny cache: the key and policy were denied earlier and
     /// the retry time has not passed yet; no network was used.
     DenyCache,
+    /// A slice of the key's budget that its owner granted this client
+    /// (local budgets, docs/CLIENT.md); no network was used.
+    Budget,
     /// No worker answered; the configured fallback decided: `Open` (allowed)
     /// or `Local` (the in-process limiter). `Closed` gives an
     /// [`Error::Unavailable`](crate::Error::Unavailable) instead of an answer.
@@ -22,12 +25,13 @@ pub enum Source {
 }
 
 impl Source {
-    /// `worker`, `deny_cache`, `fallback_open`, `fallback_local`
+    /// `worker`, `deny_cache`, `budget`, `fallback_open`, `fallback_local`
     /// (metrics labels, the gateway's `Sluice-Source` header).
     pub const fn as_str(self) -> &'static str {
         match self {
             Source::Worker => "worker",
             Source::DenyCache => "deny_cache",
+            Source::Budget => "budget",
             Source::Fallback(Fallback::Open) => "fallback_open",
             Source::Fallback(Fallback::Local) => "fallback_local",
             Source::Fallback(Fallback::Closed) => "fallback_closed",

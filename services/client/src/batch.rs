@@ -68,7 +68,7 @@ use crate::client::{Decoded, Inner, NoAnswer};
 use bytes::Bytes;
 use sluice_core::key::KeyToken;
 use sluice_core::subject::{batch_subject, worker_batch_subject};
-use sluice_core::wire::batch::{self, Item, ReplyError};
+use sluice_core::wire::batch::{self, Budget, Item, ReplyError};
 use sluice_core::wire::{ErrorCode, Reply};
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -114,6 +114,7 @@ struct Waiter {
     token: String,
     policy: String,
     cost: u64,
+    budget: Budget,
     partition: u32,
     tx: oneshot::Sender<Outcome>,
 }
@@ -200,21 +201,27 @@ impl Lane {
 
 impl Inner {
     /// Sends the ask at once if its destination is idle, else joins the
-    /// destination's next batch.
+    /// destination's next batch. `budget`: what the item does for a local
+    /// budget besides its ask (only a batch can carry it: an ask the
+    /// worker sends back to be asked alone is asked without it, and a
+    /// refund is then dropped). The flag says whether the reply answered
+    /// the item as sent.
     pub(crate) async fn ask_batched(
         self: &Arc<Self>,
         token: &str,
         policy: &str,
         cost: u64,
+        budget: Budget,
         partition: u32,
         deadline: Instant,
-    ) -> Result<Reply, NoAnswer> {
+    ) -> (Result<Reply, NoAnswer>, bool) {
         let batcher = self.batcher.as_ref().expect("batching is on");
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter {
             token: token.to_string(),
             policy: policy.to_string(),
             cost,
+            budget,
             partition,
             tx,
         };
@@ -269,13 +276,20 @@ impl Inner {
             (None, _) => {}
         }
         match tokio::time::timeout_at(deadline.into(), rx).await {
-            Ok(Ok(Outcome::Done(outcome))) => outcome,
+            Ok(Ok(Outcome::Done(outcome))) => (outcome, true),
             Ok(Ok(Outcome::AskAlone)) | Ok(Err(_)) => {
-                self.single(token, policy, cost, partition, deadline).await
+                if matches!(budget, Budget::Refund(_)) {
+                    return (
+                        Err(NoAnswer::Other("a refund travels only in a batch".into())),
+                        false,
+                    );
+                }
+                let outcome = self.single(token, policy, cost, partition, deadline).await;
+                (outcome, false)
             }
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(NoAnswer::TimedOut)
+                (Err(NoAnswer::TimedOut), false)
             }
         }
     }
@@ -288,6 +302,7 @@ impl Inner {
                 key: KeyToken::parse(&w.token).expect("encode_key makes canonical tokens"),
                 policy: Cow::Borrowed(w.policy.as_str()),
                 cost: w.cost,
+                budget: w.budget,
             })
             .collect();
         let body = Bytes::from(batch::encode_items(&items));

@@ -7,6 +7,7 @@
 
 use crate::answer::{Answer, Source};
 use crate::batch::Batcher;
+use crate::budgets::{Budgets, Plan};
 use crate::deny_cache::DenyCache;
 use crate::error::{ConnectError, Error};
 use crate::local::LocalLimiter;
@@ -17,12 +18,14 @@ use async_nats::client::RequestErrorKind;
 use async_nats::connection::State;
 use bytes::Bytes;
 use sluice_core::ask::Op;
+use sluice_core::budget::Refund;
 use sluice_core::config::Fallback;
 use sluice_core::key::try_encode_key;
 use sluice_core::partition::partition_of;
 use sluice_core::policies::Policies;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::{Verb, TOP};
+use sluice_core::wire::batch::Budget;
 use sluice_core::wire::usage::{encode_query, TopQuery, TopReply, UsageQuery, UsageReply};
 use sluice_core::wire::{self, Encoding, ErrorCode, Reply, MAX_COST};
 use std::fmt;
@@ -52,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) nats: async_nats::Client,
     pub(crate) opts: ClientOptions,
     deny: Option<DenyCache>,
+    /// Local budgets ([`ClientOptions::budgets`], with batching only).
+    budgets: Option<Budgets>,
     local: LocalLimiter,
     pub(crate) batcher: Option<Batcher>,
     /// Per partition: since when (ms after `epoch`, plus 1; 0 = it answers)
@@ -63,13 +68,18 @@ pub(crate) struct Inner {
     /// ([`ClientOptions::follow_policies`]); stopped when the last clone of
     /// the client is dropped.
     follower: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The task giving back the slices whose lease ended (local budgets);
+    /// stopped with the client, like the follower.
+    sweeper: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let follower = self.follower.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(task) = follower.take() {
-            task.abort();
+        for task in [&mut self.follower, &mut self.sweeper] {
+            let task = task.get_mut().unwrap_or_else(|e| e.into_inner());
+            if let Some(task) = task.take() {
+                task.abort();
+            }
         }
     }
 }
@@ -138,11 +148,13 @@ impl Client {
                 .deny_cache
                 .then(|| DenyCache::new(opts.deny_cache_capacity)),
             local: LocalLimiter::new(opts.policies.clone(), opts.clock.clone()),
+            budgets: (opts.batching && opts.budgets).then(|| Budgets::new(opts.clock.clone())),
             batcher: opts.batching.then(|| Batcher::new(opts.partitions)),
             silent_since: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             stats: Counters::default(),
             follower: Default::default(),
+            sweeper: Default::default(),
             nats,
             opts,
         };
@@ -150,6 +162,10 @@ impl Client {
         if inner.opts.follow_policies {
             let task = tokio::spawn(follow_policies(Arc::downgrade(&inner)));
             *inner.follower.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }
+        if inner.budgets.is_some() {
+            let task = tokio::spawn(sweep_slices(Arc::downgrade(&inner)));
+            *inner.sweeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         }
         Ok(Client { inner })
     }
@@ -181,16 +197,65 @@ impl Client {
         }
         let deadline = Instant::now() + inner.opts.timeout;
         let partition = partition_of(&token, inner.opts.partitions);
+        if let Some(budgets) = &inner.budgets {
+            return self
+                .ask_with_budget(budgets, &token, policy, cost, partition, deadline)
+                .await;
+        }
         let outcome = if inner.batcher.is_some() {
             inner
-                .ask_batched(&token, policy, cost, partition, deadline)
+                .ask_batched(&token, policy, cost, Budget::None, partition, deadline)
                 .await
+                .0
         } else {
             inner
                 .single(&token, policy, cost, partition, deadline)
                 .await
         };
         inner.conclude(&token, policy, outcome, Op::Allow(cost))
+    }
+
+    /// An ask with local budgets on: from the key's slice if it has one,
+    /// else from the owner, asking for a slice when the key is hot.
+    async fn ask_with_budget(
+        &self,
+        budgets: &Budgets,
+        token: &str,
+        policy: &str,
+        cost: u64,
+        partition: u32,
+        deadline: Instant,
+    ) -> Result<Answer, Error> {
+        let inner = &self.inner;
+        let mut key = String::new();
+        sluice_core::ask::counter_key(&mut key, policy, token);
+        let mut ended = None;
+        let plan = budgets.plan(&key, policy, cost, &mut ended);
+        if let Some(refund) = ended {
+            inner.give_back(token, policy, refund);
+        }
+        let (want, sent) = match plan {
+            Plan::Local(answer) => {
+                inner.stats.budget.fetch_add(1, Ordering::Relaxed);
+                return Ok(answer);
+            }
+            Plan::Ask { want, sent } => (want, sent),
+        };
+        let budget = want.map_or(Budget::None, Budget::Slice);
+        let (outcome, as_sent) = inner
+            .ask_batched(token, policy, cost, budget, partition, deadline)
+            .await;
+        if want.is_some() {
+            let reply = match &outcome {
+                Ok(Reply::Decision(d)) if as_sent => Some(d),
+                _ => None,
+            };
+            if reply.and_then(|d| d.grant).is_some_and(|g| g.units > 0) {
+                inner.stats.slices.fetch_add(1, Ordering::Relaxed);
+            }
+            budgets.settle(&key, policy, sent, reply);
+        }
+        inner.conclude(token, policy, outcome, Op::Allow(cost))
     }
 
     /// Whether one unit of `policy` would be allowed for `key` now, without
@@ -370,6 +435,40 @@ pub(crate) fn decode_single(msg: &async_nats::Message) -> Decoded<Reply> {
 }
 
 impl Inner {
+    /// Gives a slice's unspent units back to the key's owner (and counts
+    /// what was spent as its usage), in the next batch for its owner,
+    /// without waiting for the answer. A refund that is lost (no owner
+    /// right now) only leaves its units counted until the window ends or
+    /// the bucket refills them.
+    fn give_back(self: &Arc<Self>, token: &str, policy: &str, refund: Refund) {
+        let inner = self.clone();
+        let token = token.to_string();
+        let policy = policy.to_string();
+        tokio::spawn(async move {
+            let partition = partition_of(&token, inner.opts.partitions);
+            let deadline = Instant::now() + inner.opts.timeout;
+            let budget = Budget::Refund(refund);
+            let (outcome, _) = inner
+                .ask_batched(&token, &policy, 0, budget, partition, deadline)
+                .await;
+            match outcome {
+                Ok(Reply::Decision(_)) => {
+                    inner.stats.refunds.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Reply::Error(e)) => {
+                    tracing::debug!(key = token, policy, "a slice given back was refused: {e}");
+                }
+                Err(why) => {
+                    tracing::debug!(
+                        key = token,
+                        policy,
+                        "a slice could not be given back: {why}"
+                    );
+                }
+            }
+        });
+    }
+
     /// One ask on its own: `rl.allow.<key>`, through the server's mapping.
     pub(crate) async fn single(
         &self,
@@ -548,6 +647,29 @@ impl Inner {
         let slot = &self.silent_since[partition as usize];
         if slot.load(Ordering::Relaxed) != 0 {
             slot.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Every lease, gives back the slices whose lease ended (of keys no
+/// longer asked: an ask finds its key's ended slice itself), for as long
+/// as the client lives.
+async fn sweep_slices(inner: std::sync::Weak<Inner>) {
+    let mut tick = tokio::time::interval(sluice_core::budget::LEASE.into());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let budgets = inner
+            .budgets
+            .as_ref()
+            .expect("the sweeper runs with budgets");
+        for (key, refund) in budgets.sweep() {
+            if let Some((policy, token)) = key.split_once('/') {
+                inner.give_back(token, policy, refund);
+            }
         }
     }
 }

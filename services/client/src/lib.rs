@@ -16,6 +16,8 @@
 //! - `batch.rs`: concurrent asks for one worker share one request, with no
 //!   added delay for an ask that has nothing to share with.
 //! - `deny_cache.rs`: a denied key is answered locally until its retry time.
+//! - `budgets.rs`: local budgets: a hot key's asks decided from slices of
+//!   its budget that its owner granted (`sluice_core::budget`).
 //! - `local.rs`: the `local` fallback, the workers' algorithms in-process.
 //! - `probe.rs`: the startup check of the partition count.
 //! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (CONTRACT §10),
@@ -43,6 +45,7 @@
 
 mod answer;
 mod batch;
+mod budgets;
 mod client;
 mod deny_cache;
 mod error;

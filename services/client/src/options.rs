@@ -39,6 +39,10 @@ pub struct ClientOptions {
     /// Answer repeated asks for a denied key and policy locally until their
     /// retry time. Default true.
     pub deny_cache: bool,
+    /// Decide most asks of a hot key locally, from slices of its budget
+    /// that its owner grants, where the policy has `local_budget = true`
+    /// (docs/CLIENT.md, "Local budgets"). Needs batching. Default true.
+    pub budgets: bool,
     /// The most keys the deny cache holds (expired ones are dropped first;
     /// when full, new denials are not cached). Default 100 000.
     pub deny_cache_capacity: usize,
@@ -84,6 +88,7 @@ impl Default for ClientOptions {
             batching: true,
             check_partitions: true,
             deny_cache: true,
+            budgets: true,
             deny_cache_capacity: 100_000,
             no_responders_retries: 4,
             no_responders_backoff: Duration::from_millis(2),
@@ -119,6 +124,11 @@ impl ClientOptions {
 
     pub fn batching(mut self, on: bool) -> ClientOptions {
         self.batching = on;
+        self
+    }
+
+    pub fn budgets(mut self, on: bool) -> ClientOptions {
+        self.budgets = on;
         self
     }
 
@@ -159,6 +169,7 @@ impl fmt::Debug for ClientOptions {
             .field("batching", &self.batching)
             .field("check_partitions", &self.check_partitions)
             .field("deny_cache", &self.deny_cache)
+            .field("budgets", &self.budgets)
             .field("deny_cache_capacity", &self.deny_cache_capacity)
             .field("no_responders_retries", &self.no_responders_retries)
             .field("no_responders_backoff", &self.no_responders_backoff)

@@ -8,6 +8,9 @@ pub(crate) struct Counters {
     pub(crate) hits: AtomicU64,
     pub(crate) worker: AtomicU64,
     pub(crate) deny_cache: AtomicU64,
+    pub(crate) budget: AtomicU64,
+    pub(crate) slices: AtomicU64,
+    pub(crate) refunds: AtomicU64,
     pub(crate) fallback_open: AtomicU64,
     pub(crate) fallback_local: AtomicU64,
     pub(crate) fallback_closed: AtomicU64,
@@ -33,6 +36,13 @@ pub struct ClientStats {
     pub worker: u64,
     /// Denials answered from the deny cache, with no network.
     pub deny_cache: u64,
+    /// Asks allowed from a slice of a key's budget, with no network
+    /// (local budgets).
+    pub budget: u64,
+    /// Slices granted to this client.
+    pub slices: u64,
+    /// Slices given back (their unspent units and what was spent).
+    pub refunds: u64,
     /// Asks the `open` fallback allowed.
     pub fallback_open: u64,
     /// Asks the `local` fallback decided.
@@ -73,6 +83,9 @@ impl Counters {
             hits: get(&self.hits),
             worker: get(&self.worker),
             deny_cache: get(&self.deny_cache),
+            budget: get(&self.budget),
+            slices: get(&self.slices),
+            refunds: get(&self.refunds),
             fallback_open: get(&self.fallback_open),
             fallback_local: get(&self.fallback_local),
             fallback_closed: get(&self.fallback_closed),

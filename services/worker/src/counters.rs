@@ -622,6 +622,20 @@ impl Counters {
     /// Applies `op` to the counter `key` (built with [`sluice_core::ask::counter_key`]) under
     /// `policy` at `now`. The caller has validated the cost.
     pub fn apply(&self, policy: &Policy, key: &str, now: Nanos, op: Op) -> Decision {
+        self.update(policy, key, now, |state| op.apply(policy, state, now))
+    }
+
+    /// Runs `f` on the state of the counter `key` under `policy` at `now`
+    /// and stores what it leaves (one read-modify-write under the bucket's
+    /// lock): [`Counters::apply`], and the grants and refunds of local
+    /// budgets ([`sluice_core::budget`]).
+    pub fn update<R>(
+        &self,
+        policy: &Policy,
+        key: &str,
+        now: Nanos,
+        f: impl FnOnce(&mut KeyState) -> R,
+    ) -> R {
         let hash = self.hash(key.as_bytes());
         let id = Counters::bucket_of_hash(hash);
         let t = Instant::now();
@@ -641,8 +655,8 @@ impl Counters {
         let mut slots = bucket.lock();
         let pruned = slots.prune(now);
         let run = |state: &mut KeyState| {
-            let decision = op.apply(policy, state, now);
-            (decision, policy.idle_expiry(state, now))
+            let out = f(state);
+            (out, policy.idle_expiry(state, now))
         };
         let mut over_bound = false;
         let (decision, needed) = WORK.with_borrow_mut(|work| match slots.table.find(hash, key) {

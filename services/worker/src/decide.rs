@@ -28,13 +28,16 @@ use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use sluice_core::ask::{self, Op};
+use sluice_core::budget::{Grant, Refund};
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::{Override, Policies};
+use sluice_core::policy::KeyState;
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::usage::Counts;
+use sluice_core::wire::batch::Budget;
 use sluice_core::wire::inspect::{
     InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
 };
@@ -48,9 +51,11 @@ use std::sync::{Arc, RwLock};
 /// ([`crate::journal`] has the format), and replays at takeover.
 ///
 /// Encoded as an array of its fields in this order; the trailing ones only
-/// when set (`[n, p, k, c, t]` for a count, `[.., t, true]` for a reset,
-/// `[.., t, false, true]` for a denial), so records of counts read the
-/// same as before resets and denials were recorded.
+/// up to the last one set (`[n, p, k, c, t]` for a count, `[.., t, true]`
+/// for a reset, `[.., t, false, true]` for a denial, `[.., false, false,
+/// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
+/// back), so records of counts read the same as before resets, denials
+/// and budgets were recorded.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct Record {
     /// Partition.
@@ -59,7 +64,7 @@ pub struct Record {
     pub p: String,
     /// Key token.
     pub k: String,
-    /// Units counted (a denial: units denied).
+    /// Units counted (a denial: units denied; a refund: units given back).
     pub c: u64,
     /// When (ns since the epoch, the owner's clock).
     pub t: u64,
@@ -70,12 +75,46 @@ pub struct Record {
     /// is recorded: it changed no counter and replay changes none.
     #[serde(default)]
     pub d: bool,
+    /// A slice of a local budget ([`sluice_core::budget`]): counted like
+    /// an ask, but usage counts its units only as they come back spent.
+    #[serde(default)]
+    pub s: bool,
+    /// A slice given back: when it was taken (ns, nonzero), so that replay
+    /// gives `c` units back into the same window.
+    #[serde(default)]
+    pub g: u64,
+    /// With a refund: the units of the slice that were spent (its usage).
+    #[serde(default)]
+    pub u: u64,
+}
+
+impl Record {
+    /// A record of `c` units of `k` under `p` at `t`: a count, unless
+    /// the caller marks it otherwise.
+    fn new(n: u32, p: &str, k: &str, c: u64, t: Nanos) -> Record {
+        Record {
+            n,
+            p: p.to_string(),
+            k: k.to_string(),
+            c,
+            t: t.as_u64(),
+            r: false,
+            d: false,
+            s: false,
+            g: 0,
+            u: 0,
+        }
+    }
 }
 
 impl Serialize for Record {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let fields = if self.d {
+        let fields = if self.g != 0 || self.u != 0 {
+            10
+        } else if self.s {
+            8
+        } else if self.d {
             7
         } else if self.r {
             6
@@ -93,6 +132,13 @@ impl Serialize for Record {
         }
         if fields > 6 {
             st.serialize_field("d", &self.d)?;
+        }
+        if fields > 7 {
+            st.serialize_field("s", &self.s)?;
+        }
+        if fields > 8 {
+            st.serialize_field("g", &self.g)?;
+            st.serialize_field("u", &self.u)?;
         }
         st.end()
     }
@@ -123,6 +169,12 @@ pub struct RecordRef<'a> {
     pub r: bool,
     #[serde(default)]
     pub d: bool,
+    #[serde(default)]
+    pub s: bool,
+    #[serde(default)]
+    pub g: u64,
+    #[serde(default)]
+    pub u: u64,
 }
 
 impl RecordRef<'_> {
@@ -135,6 +187,9 @@ impl RecordRef<'_> {
             t: self.t,
             r: self.r,
             d: self.d,
+            s: self.s,
+            g: self.g,
+            u: self.u,
         }
     }
 }
@@ -247,34 +302,40 @@ impl Tally {
     fn changed(&mut self, policy: &str, token: &str, cost: u64, reset: bool, now: Nanos) {
         self.changes += 1;
         if self.journal {
-            self.record(policy, token, cost, now, reset, false);
+            let mut record = Record::new(self.partition, policy, token, cost, now);
+            record.r = reset;
+            self.records.push(record);
+        }
+    }
+
+    /// A slice of `units` was taken for a client's local budget.
+    fn sliced(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
+        self.changes += 1;
+        if self.journal {
+            let mut record = Record::new(self.partition, policy, token, units, now);
+            record.s = true;
+            self.records.push(record);
+        }
+    }
+
+    /// A slice came back: its unspent units went back into the counter
+    /// and its spent ones are usage.
+    fn refunded(&mut self, policy: &str, token: &str, refund: &Refund, now: Nanos) {
+        self.changes += 1;
+        if self.journal {
+            let mut record = Record::new(self.partition, policy, token, refund.units, now);
+            record.g = refund.taken_at.as_u64().max(1);
+            record.u = refund.spent;
+            self.records.push(record);
         }
     }
 
     /// Journal mode with usage recorded: a denied ask's record, stored
     /// for its usage only.
     fn denied(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
-        self.record(policy, token, cost, now, false, true);
-    }
-
-    fn record(
-        &mut self,
-        policy: &str,
-        token: &str,
-        cost: u64,
-        now: Nanos,
-        reset: bool,
-        denied: bool,
-    ) {
-        self.records.push(Record {
-            n: self.partition,
-            p: policy.to_string(),
-            k: token.to_string(),
-            c: cost,
-            t: now.as_u64(),
-            r: reset,
-            d: denied,
-        });
+        let mut record = Record::new(self.partition, policy, token, cost, now);
+        record.d = true;
+        self.records.push(record);
     }
 
     fn outcome(&mut self, verb: Verb, result: &Result<(Decision, &str), ErrorReply>) {
@@ -680,13 +741,36 @@ impl Decider {
             };
             let mut tally = self.tally(owned.partition);
             for (_, i, item) in share {
-                let op = Op::Allow(item.cost);
-                let result =
-                    self.apply(policies, item.key, &item.policy, op, now, owned, &mut tally);
-                tally.outcome(Verb::Allow, &result);
+                let (result, grant) = match item.budget {
+                    Budget::None => {
+                        let op = Op::Allow(item.cost);
+                        let result = self.apply(
+                            policies,
+                            item.key,
+                            &item.policy,
+                            op,
+                            now,
+                            owned,
+                            &mut tally,
+                        );
+                        (result, None)
+                    }
+                    budget => match self.budget(policies, item, budget, now, owned, &mut tally) {
+                        Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
+                        Err(e) => (Err(e), None),
+                    },
+                };
+                if matches!(item.budget, Budget::Refund(_)) {
+                    // Giving back decides nothing.
+                    tally.decisions += 1;
+                } else {
+                    tally.outcome(Verb::Allow, &result);
+                }
                 results[*i] = Some(match result {
                     Ok((decision, policy)) => {
-                        wire::Reply::Decision(DecisionReply::new(&decision, policy))
+                        let mut reply = DecisionReply::new(&decision, policy);
+                        reply.grant = grant;
+                        wire::Reply::Decision(reply)
                     }
                     Err(e) => wire::Reply::Error(e),
                 });
@@ -774,6 +858,73 @@ impl Decider {
         Ok((decision, policy.name()))
     }
 
+    /// A batch item of a local budget ([`sluice_core::budget`]): an ask
+    /// that also asks for a slice, or a slice given back. The same checks
+    /// as [`Decider::apply`]; a blocked key gets its denial from there (and
+    /// a slice given back for it changes nothing).
+    #[allow(clippy::too_many_arguments)]
+    fn budget<'p>(
+        &self,
+        policies: &'p Policies,
+        item: &batch::Item<'_>,
+        budget: Budget,
+        now: Nanos,
+        owned: Owned<'_>,
+        tally: &mut Tally,
+    ) -> Result<(Decision, &'p str, Option<Grant>), ErrorReply> {
+        let op = Op::Allow(item.cost);
+        let base = ask::admit(|name| policies.get(name), &item.policy, op)?;
+        let token = item.key.as_str();
+        let policy = match policies.override_of(base.name(), token) {
+            None => base,
+            Some(Override::Limits(limits)) => ask::admit(|_| Some(limits), base.name(), op)?,
+            Some(Override::Blocked) => {
+                return self
+                    .apply(policies, item.key, &item.policy, op, now, owned, tally)
+                    .map(|(decision, policy)| (decision, policy, None));
+            }
+        };
+        let update = |f: &mut dyn FnMut(&mut KeyState) -> (Decision, Option<Grant>)| {
+            KEY.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                ask::counter_key(&mut buf, policy.name(), token);
+                owned.counters.update(policy, &buf, now, f)
+            })
+        };
+        match budget {
+            Budget::Slice(want) => {
+                let (decision, grant) =
+                    update(&mut |state| policy.grant(state, now, item.cost, want));
+                let usage = if decision.allowed {
+                    tally.changed(policy.name(), token, item.cost, false, now);
+                    if let Some(g) = grant.filter(|g| g.units > 0) {
+                        tally.sliced(policy.name(), token, g.units, now);
+                    }
+                    Usage::Used
+                } else {
+                    Usage::Denied
+                };
+                self.record_usage(base.name(), token, item.cost, usage, now, owned, tally);
+                Ok((decision, policy.name(), grant))
+            }
+            Budget::Refund(refund) => {
+                let (decision, _) = update(&mut |state| {
+                    let peek = policy.refund(state, now, refund.units, refund.taken_at);
+                    (peek, None)
+                });
+                if refund.units > 0 || refund.spent > 0 {
+                    tally.refunded(policy.name(), token, &refund, now);
+                }
+                // The spent units are usage from now on; journal mode
+                // counts them once the refund's record is stored.
+                let spent = refund.spent;
+                self.record_usage(base.name(), token, spent, Usage::Used, now, owned, tally);
+                Ok((decision, policy.name(), None))
+            }
+            Budget::None => unreachable!("plain asks go through Decider::apply"),
+        }
+    }
+
     /// Records the usage of one decided ask (CONTRACT §9): `cost` units
     /// used or denied (a peek, cost 0, is neither). In snapshot mode into
     /// the partition's ledger now; in journal mode a count is already a
@@ -829,9 +980,14 @@ impl Decider {
             ask::counter_key(&mut buf, &record.p, &record.k);
             if record.r {
                 counters.forget(&buf);
-            } else {
+            } else if record.g == 0 {
                 counters.apply(policy, &buf, Nanos(record.t), Op::Record(record.c));
             }
+            // A slice given back (`g`) is not given back again: a record
+            // may be in the restored snapshot and replayed too, and
+            // replay errs on the side of denying (ARCHITECTURE.md, "The
+            // journal"), so its units stay counted until their window ends
+            // or the bucket refills them.
         });
         true
     }
@@ -1221,6 +1377,120 @@ mod tests {
         assert_eq!(decision(answer.unwrap()).remaining, 14);
     }
 
+    /// Sends `items` as one batch on the fixture's partition; returns the
+    /// results and the records to store.
+    fn batch_of(
+        f: &Fixture,
+        items: &[batch::Item<'_>],
+        now: Nanos,
+    ) -> (Vec<wire::Reply>, Vec<Record>) {
+        let body = batch::encode_items(items);
+        let subject = batch_subject(f.partition);
+        let mut tally = f.decider.tally(f.partition);
+        let message = Message {
+            subject: &subject,
+            body: &body,
+            wants_reply: true,
+        };
+        let answer = f
+            .decider
+            .message(&f.policies, message, f.owned(), now, &mut tally);
+        let records = tally.finish(f.decider.stats(), &f.shard);
+        let Some(Answer::Batch(Ok(results))) = answer else {
+            panic!("expected batch results, got {answer:?}");
+        };
+        (results, records)
+    }
+
+    #[test]
+    fn a_budget_slice_is_counted_and_journaled_and_what_comes_back_is_given_back() {
+        let mut config = Config::from_toml(
+            r#"
+            partitions = 4
+            [policies.default]
+            algorithm = "fixed_window"
+            limits = [ { max = 100, per = "1s" } ]
+            local_budget = true
+            [policies.plain]
+            algorithm = "fixed_window"
+            limits = [ { max = 100, per = "1s" } ]
+            "#,
+            "test.toml",
+        )
+        .unwrap();
+        config.usage.enabled = false;
+        let f = Fixture::with(config, true);
+        let key = key_in(1, "hot");
+        let item = |policy: &'static str, cost, budget| batch::Item {
+            key: KeyToken::parse(&key).unwrap(),
+            policy: Cow::Borrowed(policy),
+            cost,
+            budget,
+        };
+        let (results, records) = batch_of(&f, &[item("default", 1, Budget::Slice(30))], T0);
+        let wire::Reply::Decision(d) = &results[0] else {
+            panic!("{results:?}")
+        };
+        let grant = d.grant.expect("a policy with local budgets grants a slice");
+        assert_eq!((grant.units, d.remaining), (30, 69));
+        assert_eq!(grant.taken_at, T0);
+        assert_eq!(records.len(), 2, "the ask and the slice");
+        assert!(!records[0].s && records[1].s && records[1].c == 30);
+        // 20 of the 30 come back, 10 were spent.
+        let refund = Budget::Refund(Refund {
+            units: 20,
+            spent: 10,
+            taken_at: grant.taken_at,
+        });
+        let (results, records) = batch_of(&f, &[item("default", 0, refund)], T0);
+        let wire::Reply::Decision(d) = &results[0] else {
+            panic!("{results:?}")
+        };
+        assert_eq!((d.remaining, d.grant), (89, None));
+        assert_eq!(
+            (records[0].c, records[0].u, records[0].g),
+            (20, 10, T0.as_u64())
+        );
+        // Replayed, a refund gives nothing back (replay errs towards denying).
+        let replayed = Counters::new();
+        for r in &records {
+            f.decider.replay(&f.policies, r, &replayed);
+        }
+        assert_eq!(replayed.len(), 0);
+        // A policy without local budgets grants none; the ask is decided.
+        let (results, _) = batch_of(&f, &[item("plain", 1, Budget::Slice(30))], T0);
+        let wire::Reply::Decision(d) = &results[0] else {
+            panic!("{results:?}")
+        };
+        assert_eq!((d.allowed, d.remaining, d.grant), (true, 99, None));
+    }
+
+    #[test]
+    fn budget_fields_that_do_not_go_together_are_refused_and_change_nothing() {
+        let f = Fixture::new();
+        let key = key_in(1, "bad");
+        let item = |cost, budget| batch::Item {
+            key: KeyToken::parse(&key).unwrap(),
+            policy: Cow::Borrowed("default"),
+            cost,
+            budget,
+        };
+        let refund = Budget::Refund(Refund {
+            units: 5,
+            spent: 0,
+            taken_at: T0,
+        });
+        let (results, records) = batch_of(&f, &[item(0, Budget::Slice(3)), item(1, refund)], T0);
+        for r in &results {
+            let wire::Reply::Error(e) = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+        }
+        assert!(records.is_empty());
+        assert_eq!(f.remaining(&key, T0), 15);
+    }
+
     #[test]
     fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         let f = Fixture::new();
@@ -1230,6 +1500,7 @@ mod tests {
             key: KeyToken::parse(key).unwrap(),
             policy: Cow::Borrowed(policy),
             cost,
+            budget: Default::default(),
         };
         let mine: &'static str = Box::leak(mine.into_boxed_str());
         let theirs: &'static str = Box::leak(theirs.into_boxed_str());
@@ -1333,11 +1604,13 @@ mod tests {
                 key: KeyToken::parse(a).unwrap(),
                 policy: Cow::Borrowed("default"),
                 cost: 2,
+                budget: Default::default(),
             },
             batch::Item {
                 key: KeyToken::parse(b).unwrap(),
                 policy: Cow::Borrowed("default"),
                 cost: 3,
+                budget: Default::default(),
             },
         ]);
         let answered = |p: u32| match p {
@@ -1373,6 +1646,9 @@ mod tests {
             t: T0.as_u64(),
             r: false,
             d: false,
+            s: false,
+            g: 0,
+            u: 0,
         };
         assert!(f.decider.replay(&f.policies, &record, &f.counters));
         assert_eq!(f.remaining(&key, T0), 0);
@@ -1473,6 +1749,9 @@ mod tests {
             t: T0.as_u64(),
             r: false,
             d: false,
+            s: false,
+            g: 0,
+            u: 0,
         };
         let reset = Record {
             c: 0,
@@ -1499,6 +1778,9 @@ mod tests {
             t: 7,
             r: false,
             d: false,
+            s: false,
+            g: 0,
+            u: 0,
         };
         let bytes = rmp_serde::to_vec(&count).unwrap();
         assert_eq!(bytes[0], 0x95, "a count is an array of five");

@@ -306,6 +306,9 @@ mod tests {
             t: n,
             r: false,
             d: false,
+            s: false,
+            g: 0,
+            u: 0,
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),

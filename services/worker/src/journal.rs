@@ -411,6 +411,9 @@ mod tests {
                 t: 1_700_000_000_000_000_000,
                 r: false,
                 d: false,
+                s: false,
+                g: 0,
+                u: 0,
             },
             Record {
                 n: 63,
@@ -420,6 +423,9 @@ mod tests {
                 t: 7,
                 r: true,
                 d: false,
+                s: false,
+                g: 0,
+                u: 0,
             },
             // A denial, journaled for its usage.
             Record {
@@ -430,6 +436,9 @@ mod tests {
                 t: 8,
                 r: false,
                 d: true,
+                s: false,
+                g: 0,
+                u: 0,
             },
         ];
         let encoded = encode(&records).unwrap();

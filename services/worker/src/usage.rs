@@ -293,10 +293,17 @@ impl UsageBook {
 }
 
 /// What a journal record adds to usage: units used, or (a denial) denied;
-/// nothing for a reset.
+/// nothing for a reset or a slice, a slice's spent units when it comes back.
 pub fn counts_of(record: &Record) -> Option<Counts> {
-    if record.r {
+    if record.r || record.s {
+        // A slice's units are usage once they come back spent.
         return None;
+    }
+    if record.g != 0 {
+        return Some(Counts {
+            used: record.u,
+            denied: 0,
+        });
     }
     Some(if record.d {
         Counts {

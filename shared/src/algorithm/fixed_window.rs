@@ -74,6 +74,16 @@ impl Algo for FixedWindow {
         state.count = state.count.saturating_add(cost);
     }
 
+    /// Only into the window the units were taken in: once it has ended
+    /// they are gone with it, and taking them off the next window's count
+    /// would let that window admit more than `max`.
+    fn refund(limit: &Limit, state: &mut State, _now: Nanos, units: u64, taken_at: Nanos) {
+        let per = limit.per().0;
+        if taken_at.0 - taken_at.0 % per == state.start {
+            state.count = state.count.saturating_sub(units);
+        }
+    }
+
     fn usage(limit: &Limit, state: &State, now: Nanos) -> Usage {
         Usage {
             remaining: limit.max().saturating_sub(state.count),

@@ -134,6 +134,23 @@ impl Algo for Gcra {
         };
     }
 
+    /// The TAT moves back by the units' emission intervals. A TAT at or
+    /// before `now` means the same as `now` (a key fully rested), so
+    /// moving it further back gives nothing more: the same brim as the
+    /// token bucket's.
+    fn refund(limit: &Limit, state: &mut State, now: Nanos, units: u64, _taken_at: Nanos) {
+        let s = Self::scaled(limit, state, now);
+        let tat = s
+            .tat
+            .saturating_sub(u128::from(units).saturating_mul(s.t))
+            .max(s.now);
+        let max = u128::from(limit.max());
+        *state = State {
+            tat: u64::try_from(tat / max).unwrap_or(u64::MAX),
+            frac: (tat % max) as u64,
+        };
+    }
+
     fn usage(limit: &Limit, state: &State, now: Nanos) -> Usage {
         let s = Self::scaled(limit, state, now);
         let backlog = s.tat.saturating_sub(s.now);

@@ -58,4 +58,20 @@ pub trait Algo {
 
     /// Remaining and reset at `now`. `state` has been advanced to `now`.
     fn usage(limit: &Limit, state: &Self::State, now: Nanos) -> Usage;
+
+    /// Gives back `units` that were taken at `taken_at` and not used (the
+    /// unspent part of a local budget, [`crate::budget`]): afterwards the
+    /// state is what it would be had they never been taken, as far as
+    /// later decisions can tell, and never emptier than that. `state` has
+    /// been advanced to `now`. Algorithms that cannot give back exactly
+    /// keep the default, which gives back nothing (a policy refuses
+    /// budgets for them, [`crate::budget::supports`]).
+    fn refund(
+        _limit: &Limit,
+        _state: &mut Self::State,
+        _now: Nanos,
+        _units: u64,
+        _taken_at: Nanos,
+    ) {
+    }
 }

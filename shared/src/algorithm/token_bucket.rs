@@ -110,6 +110,16 @@ impl Algo for TokenBucket {
         *state = s;
     }
 
+    /// Back into the bucket, which never holds more than full: the refill
+    /// is linear up to the brim, so a bucket that would have overflowed
+    /// without the units taken is full either way.
+    fn refund(_limit: &Limit, state: &mut State, _now: Nanos, units: u64, _taken_at: Nanos) {
+        state.used = state.used.saturating_sub(units);
+        if state.used == 0 {
+            state.frac = 0;
+        }
+    }
+
     fn usage(limit: &Limit, state: &State, now: Nanos) -> Usage {
         let s = Self::refilled(limit, state, now);
         Usage {

@@ -74,6 +74,15 @@ pub struct PolicyTable {
     /// All must hold.
     #[serde(deserialize_with = "limits")]
     pub limits: Vec<LimitTable>,
+    /// Owners grant clients slices of a hot key's budget to decide from
+    /// locally (`sluice_core::budget`); fixed_window, token_bucket and gcra
+    /// only.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub local_budget: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// One limit: `max` units per `per` (a duration as written, e.g. `"1m"`);
@@ -112,6 +121,7 @@ impl PolicyTable {
                         .then_some(l.burst()),
                 })
                 .collect(),
+            local_budget: policy.local_budget(),
         }
     }
 
@@ -161,7 +171,9 @@ impl PolicyTable {
         // Each limit was checked against the algorithm above; what is left
         // for Policy::new to refuse concerns the whole list.
         Policy::new(name, self.algorithm, limits)
-            .map_err(|e| FieldError::new("limits", e.to_string()))
+            .map_err(|e| FieldError::new("limits", e.to_string()))?
+            .with_local_budget(self.local_budget)
+            .map_err(|e| FieldError::new("local_budget", e.to_string()))
     }
 }
 
@@ -192,7 +204,9 @@ impl LimitTable {
             PolicyError::ZeroMax | PolicyError::LogTooLarge { .. } => field("max"),
             PolicyError::ZeroWindow => field("per"),
             PolicyError::ZeroBurst | PolicyError::BurstNotSupported => field("burst"),
-            PolicyError::UnknownAlgorithm(_) | PolicyError::NoLimits => path.to_string(),
+            PolicyError::UnknownAlgorithm(_)
+            | PolicyError::NoLimits
+            | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm
         // (e.g. the sliding log's cap on max); checking one limit at a time

@@ -40,8 +40,10 @@ use super::error::{quoted, ErrorCode, ErrorReply};
 use super::fields::{duplicate, read_msgpack_field, read_msgpack_name, Fields, Scalar};
 use super::msgpack::{Reader, Value, Writer};
 use super::reply::{encode_reply_body, error_reply, MalformedReply, RawReply, Reply, ReplyBody};
-use super::request::{encode_body, Encoding};
+use super::request::{encode_body, Encoding, MAX_COST};
+use crate::budget::Refund;
 use crate::key::KeyToken;
+use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -53,7 +55,7 @@ pub const MAX_ITEMS: usize = 256;
 /// The largest batch body (256 items of the longest key and policy name fit).
 pub const MAX_BODY: usize = 128 * 1024;
 
-const ITEM_FIELDS: &str = "a batch item has only the fields \"key\" (a key token), \"policy\" (a string) and \"cost\" (an unsigned integer)";
+const ITEM_FIELDS: &str = "a batch item has only the fields \"key\" (a key token), \"policy\" (a string), \"cost\" (an unsigned integer), and for local budgets \"slice\", or \"refund\", \"spent\" and \"slice_at\" (unsigned integers)";
 const BATCH_FIELDS: &str = "a batch is a map with the one field \"items\" (an array of item maps)";
 
 /// One ask in a batch.
@@ -62,6 +64,22 @@ pub struct Item<'a> {
     pub key: KeyToken<'a>,
     pub policy: Cow<'a, str>,
     pub cost: u64,
+    pub budget: Budget,
+}
+
+/// What a batch item does besides its ask: local budgets
+/// ([`crate::budget`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Budget {
+    #[default]
+    None,
+    /// Field `slice`: with the ask (cost at least 1), a slice of up to
+    /// this many units; the reply's decision carries the grant, if the
+    /// policy has local budgets.
+    Slice(u64),
+    /// Fields `refund`, `spent` and `slice_at`: a slice's unspent units
+    /// given back (the item's cost is 0; its reply is a peek's).
+    Refund(Refund),
 }
 
 /// Encodes a batch request (client side). Every field is written.
@@ -71,6 +89,14 @@ pub fn encode_items(items: &[Item<'_>]) -> Vec<u8> {
         key: &'a str,
         policy: &'a str,
         cost: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        slice: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        refund: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spent: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        slice_at: Option<u64>,
     }
     #[derive(Serialize)]
     struct BatchOut<'a> {
@@ -78,10 +104,23 @@ pub fn encode_items(items: &[Item<'_>]) -> Vec<u8> {
     }
     let items = items
         .iter()
-        .map(|i| ItemOut {
-            key: i.key.as_str(),
-            policy: &i.policy,
-            cost: i.cost,
+        .map(|i| {
+            let refund = match i.budget {
+                Budget::Refund(r) => Some(r),
+                _ => None,
+            };
+            ItemOut {
+                key: i.key.as_str(),
+                policy: &i.policy,
+                cost: i.cost,
+                slice: match i.budget {
+                    Budget::Slice(want) => Some(want),
+                    _ => None,
+                },
+                refund: refund.map(|r| r.units),
+                spent: refund.map(|r| r.spent),
+                slice_at: refund.map(|r| r.taken_at.as_u64()),
+            }
         })
         .collect();
     encode_body(&BatchOut { items }, Encoding::MsgPack)
@@ -180,12 +219,29 @@ fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, Str
     };
     let mut key = None;
     let mut fields = Fields::default();
+    let mut budget = BudgetFields::default();
     for _ in 0..n {
-        // `key` is read here, the rest as in a single request. Peek at the
-        // name without consuming it twice: read it, then dispatch.
+        // `key` and the budget's fields are read here, the rest as in a
+        // single request. Peek at the name without consuming it twice:
+        // read it, then dispatch.
         let mut probe = r.clone();
         let name = read_msgpack_name(&mut probe, ITEM_FIELDS)?;
-        if name == "key" {
+        if let Some(slot) = budget.slot(name) {
+            *r = probe;
+            if slot.is_some() {
+                return Err(duplicate(name));
+            }
+            match Scalar::from(r.next().map_err(|e| e.sentence().to_string())?) {
+                Scalar::Uint(u) => *slot = Some(u),
+                other => {
+                    return Err(format!(
+                        "{} must be an unsigned integer, not {}",
+                        quoted(name),
+                        other.type_name()
+                    ))
+                }
+            }
+        } else if name == "key" {
             *r = probe;
             if key.is_some() {
                 return Err(duplicate("key"));
@@ -204,13 +260,79 @@ fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, Str
         }
     }
     let key = key.ok_or_else(|| format!("the item has no \"key\"; {ITEM_FIELDS}"))?;
-    Ok(validate(key, fields))
+    Ok(validate(key, fields, budget))
 }
 
-fn validate<'a>(key: &'a str, fields: Fields<'a>) -> Result<Item<'a>, ErrorReply> {
+fn validate<'a>(
+    key: &'a str,
+    fields: Fields<'a>,
+    budget: BudgetFields,
+) -> Result<Item<'a>, ErrorReply> {
     let key = KeyToken::parse(key)?;
     let (policy, cost) = fields.finish().map_err(ErrorReply::bad_request)?;
-    Ok(Item { key, policy, cost })
+    let budget = budget.finish(cost).map_err(ErrorReply::bad_request)?;
+    Ok(Item {
+        key,
+        policy,
+        cost,
+        budget,
+    })
+}
+
+/// The budget fields of an item as read, before the checks that need them all.
+#[derive(Default)]
+struct BudgetFields {
+    slice: Option<u64>,
+    refund: Option<u64>,
+    spent: Option<u64>,
+    slice_at: Option<u64>,
+}
+
+impl BudgetFields {
+    fn slot(&mut self, name: &str) -> Option<&mut Option<u64>> {
+        match name {
+            "slice" => Some(&mut self.slice),
+            "refund" => Some(&mut self.refund),
+            "spent" => Some(&mut self.spent),
+            "slice_at" => Some(&mut self.slice_at),
+            _ => None,
+        }
+    }
+
+    fn finish(self, cost: u64) -> Result<Budget, String> {
+        let sane = |name: &str, n: u64| {
+            if n > MAX_COST {
+                Err(format!(
+                    "{name:?} {n} is absurd; no slice holds more than {MAX_COST}"
+                ))
+            } else {
+                Ok(n)
+            }
+        };
+        match (self.slice, self.refund, self.spent, self.slice_at) {
+            (None, None, None, None) => Ok(Budget::None),
+            (Some(want), None, None, None) => {
+                if cost == 0 {
+                    return Err("a \"slice\" comes with an ask of cost 1 or more, not a peek".into());
+                }
+                Ok(Budget::Slice(sane("slice", want)?))
+            }
+            (None, Some(units), Some(spent), Some(at)) => {
+                if cost != 0 {
+                    return Err(format!(
+                        "a refund item gives units back and takes none: send \"cost\": 0, not {cost}"
+                    ));
+                }
+                Ok(Budget::Refund(Refund {
+                    units: sane("refund", units)?,
+                    spent: sane("spent", spent)?,
+                    taken_at: Nanos(at),
+                }))
+            }
+            (Some(_), ..) => Err("an item either asks for a \"slice\" or gives one back (\"refund\"), not both".into()),
+            _ => Err("a refund needs all of \"refund\" (units not spent), \"spent\" and \"slice_at\" (from the grant)".into()),
+        }
+    }
 }
 
 /// Encodes a batch reply (worker side): one result per item, in order.

@@ -20,7 +20,9 @@ use super::error::{ErrorCode, ErrorReply};
 use super::headers::RateLimitHeaders;
 use super::msgpack;
 use super::request::Encoding;
+use crate::budget::Grant;
 use crate::policy::Decision;
+use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
 /// A decision reply body (CONTRACT §1 field names and meanings).
@@ -32,6 +34,12 @@ pub struct DecisionReply {
     pub reset_ms: u64,
     pub retry_after_ms: u64,
     pub policy: String,
+    /// A slice of the key's budget, in the reply to a batch item that
+    /// asked for one ([`crate::budget`]): the fields `slice` (units),
+    /// `slice_lease_ns` and `slice_at` (when the owner took it, ns).
+    /// Written and read with the other fields by this module.
+    #[serde(skip)]
+    pub grant: Option<Grant>,
 }
 
 impl DecisionReply {
@@ -44,6 +52,18 @@ impl DecisionReply {
             reset_ms: decision.reset.as_millis_ceil(),
             retry_after_ms: decision.retry_after.as_millis_ceil(),
             policy: policy.into(),
+            grant: None,
+        }
+    }
+
+    /// The decision this reply says, durations in whole milliseconds.
+    pub fn decision(&self) -> Decision {
+        Decision {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset: Nanos::from_millis(self.reset_ms),
+            retry_after: Nanos::from_millis(self.retry_after_ms),
         }
     }
 
@@ -127,6 +147,12 @@ struct DecisionOut<'a> {
     reset_ms: u64,
     retry_after_ms: u64,
     policy: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slice: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slice_lease_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slice_at: Option<u64>,
 }
 
 impl<'a> DecisionOut<'a> {
@@ -138,6 +164,9 @@ impl<'a> DecisionOut<'a> {
             reset_ms: d.reset.as_millis_ceil(),
             retry_after_ms: d.retry_after.as_millis_ceil(),
             policy,
+            slice: None,
+            slice_lease_ns: None,
+            slice_at: None,
         }
     }
 
@@ -149,6 +178,9 @@ impl<'a> DecisionOut<'a> {
             reset_ms: r.reset_ms,
             retry_after_ms: r.retry_after_ms,
             policy: &r.policy,
+            slice: r.grant.map(|g| g.units),
+            slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
+            slice_at: r.grant.map(|g| g.taken_at.as_u64()),
         }
     }
 }
@@ -193,11 +225,14 @@ impl ReplyBody for DecisionOut<'_> {
             + 1
             + 4 * 9
             + MSGPACK_STR_HEADER;
-        FIXED + self.policy.len()
+        const GRANT: usize =
+            (1 + "slice".len()) + (1 + "slice_lease_ns".len()) + (1 + "slice_at".len()) + 3 * 9;
+        FIXED + self.policy.len() + if self.slice.is_some() { GRANT } else { 0 }
     }
 
     fn write_msgpack(&self, w: &mut msgpack::Writer) {
-        w.map(6);
+        let grant = self.slice.zip(self.slice_lease_ns).zip(self.slice_at);
+        w.map(if grant.is_some() { 9 } else { 6 });
         w.str("allowed");
         w.bool(self.allowed);
         w.str("limit");
@@ -210,6 +245,14 @@ impl ReplyBody for DecisionOut<'_> {
         w.uint(self.retry_after_ms);
         w.str("policy");
         w.str(self.policy);
+        if let Some(((units, lease), at)) = grant {
+            w.str("slice");
+            w.uint(units);
+            w.str("slice_lease_ns");
+            w.uint(lease);
+            w.str("slice_at");
+            w.uint(at);
+        }
     }
 }
 
@@ -270,6 +313,9 @@ pub(crate) struct RawReply {
     policy: Option<String>,
     error: Option<String>,
     message: Option<String>,
+    slice: Option<u64>,
+    slice_lease_ns: Option<u64>,
+    slice_at: Option<u64>,
 }
 
 impl RawReply {
@@ -287,6 +333,19 @@ impl RawReply {
             reset_ms: field(self.reset_ms, "reset_ms")?,
             retry_after_ms: field(self.retry_after_ms, "retry_after_ms")?,
             policy: field(self.policy, "policy")?,
+            grant: match (self.slice, self.slice_lease_ns, self.slice_at) {
+                (Some(units), Some(lease), Some(at)) => Some(Grant {
+                    units,
+                    lease: Nanos(lease),
+                    taken_at: Nanos(at),
+                }),
+                (None, None, None) => None,
+                _ => {
+                    return Err(MalformedReply(
+                        "a slice needs \"slice\", \"slice_lease_ns\" and \"slice_at\"".into(),
+                    ))
+                }
+            },
         }))
     }
 }

@@ -141,6 +141,7 @@ mod tests {
                     key: KeyToken::parse(t).unwrap(),
                     policy: Cow::Borrowed("default"),
                     cost: 1,
+                    budget: Default::default(),
                 })
                 .collect();
             let body = batch::encode_items(&items);
