@@ -139,10 +139,13 @@ pub struct Refund {
 }
 
 impl Slice {
-    /// The slice of `grant`, whose ask was sent at `sent`, and whose reply
-    /// said `decision` (the limit, what was left after the ask and the
-    /// slice, and when the limit resets).
-    pub fn new(grant: &Grant, sent: Nanos, decision: &Decision) -> Slice {
+    /// The slice of `grant`, whose ask was sent at `sent` and answered at
+    /// `received`, with `decision` (the limit, what was left after the ask
+    /// and the slice, and when the limit resets). The lease counts from
+    /// `sent`, so it ends here no later than at the owner; the reset from
+    /// `received`, so an answer's `reset` is never too early (as a
+    /// worker's, rounded up).
+    pub fn new(grant: &Grant, sent: Nanos, received: Nanos, decision: &Decision) -> Slice {
         Slice {
             left: grant.units,
             spent: 0,
@@ -150,7 +153,7 @@ impl Slice {
             taken_at: grant.taken_at,
             limit: decision.limit,
             remaining_at_grant: decision.remaining,
-            resets_at: sent.saturating_add(decision.reset),
+            resets_at: received.saturating_add(decision.reset),
         }
     }
 
@@ -287,9 +290,9 @@ mod tests {
             reset: Nanos(1000),
             retry_after: Nanos::ZERO,
         };
-        let mut slice = Slice::new(&grant, Nanos(10), &reply);
+        let mut slice = Slice::new(&grant, Nanos(10), Nanos(12), &reply);
         let d = slice.take(2, Nanos(50)).unwrap();
-        assert_eq!((d.remaining, d.reset, d.limit), (21, Nanos(960), 50));
+        assert_eq!((d.remaining, d.reset, d.limit), (21, Nanos(962), 50));
         assert_eq!(slice.take(2, Nanos(60)), None, "only one unit is left");
         assert!(
             slice.take(1, Nanos(110)).is_none(),

@@ -135,7 +135,7 @@ fn run(case: &Case) -> Run {
         }
         if let Some(grant) = grant.filter(|g| g.units > 0) {
             out.largest_slice = out.largest_slice.max(grant.units);
-            slices[client] = Some(Slice::new(&grant, at, &decision));
+            slices[client] = Some(Slice::new(&grant, at, at, &decision));
         }
     }
     out

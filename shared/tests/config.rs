@@ -519,7 +519,7 @@ fn unknown_policy_and_limit_fields_are_refused() {
     assert_error(
         "[policies.p]\nalgoritm = \"gcra\"\nlimits = [ { max = 1, per = \"1s\" } ]",
         "policies.p.algoritm",
-        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits)",
+        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget)",
     );
     assert_error(
         &policy("gcra", r#"[ { max = 1, per = "1s", brust = 2 } ]"#),
@@ -704,7 +704,7 @@ fn json_tables_are_refused_with_paths_relative_to_the_table() {
         (
             r#"{"algoritm":"gcra","limits":[]}"#,
             "algoritm",
-            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits)",
+            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget)",
         ),
         (
             r#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"},{"max":500,"per":"1x"}]}"#,
@@ -825,4 +825,36 @@ fn max_keys_defaults_to_two_million_and_must_be_a_positive_integer() {
         "max_keys",
         "expected an integer of at least 1, e.g. max_keys = 2_000_000, found a string (\"1M\")",
     );
+}
+
+#[test]
+fn local_budget_is_off_unless_asked_for_and_only_where_it_is_exact() {
+    let limits = r#"[ { max = 10, per = "1s" } ]"#;
+    let config = parse(&policy("fixed_window", limits));
+    assert!(!config.policies["p"].local_budget());
+    for algorithm in ["fixed_window", "token_bucket", "gcra"] {
+        let text = format!("{}local_budget = true\n", policy(algorithm, limits));
+        assert!(parse(&text).policies["p"].local_budget(), "{algorithm}");
+    }
+    for algorithm in ["sliding_log", "sliding_window"] {
+        let text = format!("{}local_budget = true\n", policy(algorithm, limits));
+        assert_error(
+            &text,
+            "policies.p.local_budget",
+            "local_budget needs fixed_window, token_bucket or gcra",
+        );
+    }
+    // The JSON form of CONTRACT §7 carries it, and leaves it out when off.
+    let table = PolicyTable::from_json(
+        br#"{"algorithm":"gcra","limits":[{"max":10,"per":"1s"}],"local_budget":true}"#,
+    )
+    .unwrap();
+    let policy = table.to_policy("p").unwrap();
+    assert!(policy.local_budget());
+    assert_eq!(PolicyTable::of(&policy), table);
+    let off = PolicyTable::from_json(br#"{"algorithm":"gcra","limits":[{"max":10,"per":"1s"}]}"#)
+        .unwrap();
+    assert!(!serde_json::to_string(&off)
+        .unwrap()
+        .contains("local_budget"));
 }

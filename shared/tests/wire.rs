@@ -596,6 +596,76 @@ fn item<'a>(key: &'a str, policy: &'a str, cost: u64) -> batch::Item<'a> {
 }
 
 #[test]
+fn budget_items_and_grants_round_trip_and_the_reply_bytes_are_rmp_serdes() {
+    use sluice_core::budget::{Grant, Refund};
+    let refund = Refund {
+        units: 7,
+        spent: 3,
+        taken_at: Nanos(123_456_789),
+    };
+    let mut ask = item("alice", "hot", 1);
+    ask.budget = batch::Budget::Slice(40);
+    let mut back = item("alice", "hot", 0);
+    back.budget = batch::Budget::Refund(refund);
+    let items = vec![ask, back];
+    let body = batch::encode_items(&items);
+    let decoded: Vec<_> = batch::decode_items(&body)
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(decoded, items);
+
+    let d = Decision {
+        allowed: true,
+        limit: 300,
+        remaining: 120,
+        reset: Nanos::from_millis(250),
+        retry_after: Nanos::ZERO,
+    };
+    let mut reply = DecisionReply::new(&d, "hot");
+    reply.grant = Some(Grant {
+        units: 40,
+        lease: Nanos(100_000_000),
+        taken_at: Nanos(1_700_000_000_000_000_000),
+    });
+    let packed = batch::encode_results(&[Reply::Decision(reply.clone())]);
+    let results = batch::decode_results(&packed, 1).unwrap();
+    assert_eq!(results, vec![Reply::Decision(reply.clone())]);
+    // The hand-written MessagePack is what rmp-serde writes for the same map.
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        reset_ms: u64,
+        retry_after_ms: u64,
+        policy: &'a str,
+        slice: u64,
+        slice_lease_ns: u64,
+        slice_at: u64,
+    }
+    let expected = rmp_serde::to_vec_named(&Out {
+        allowed: true,
+        limit: 300,
+        remaining: 120,
+        reset_ms: 250,
+        retry_after_ms: 0,
+        policy: "hot",
+        slice: 40,
+        slice_lease_ns: 100_000_000,
+        slice_at: 1_700_000_000_000_000_000,
+    })
+    .unwrap();
+    assert_eq!(reply.encode(Encoding::MsgPack), expected);
+    let json = reply.encode(Encoding::Json);
+    assert_eq!(decode_reply(&json).unwrap(), Reply::Decision(reply));
+    // Half a grant is no grant.
+    let half = br#"{"allowed":true,"limit":1,"remaining":0,"reset_ms":1,"retry_after_ms":0,"policy":"p","slice":3}"#;
+    assert!(decode_reply(half).is_err());
+}
+
+#[test]
 fn a_batch_request_round_trips() {
     let items = vec![
         item("alice", "default", 1),

@@ -24,11 +24,12 @@
 //! turn budgets on).
 
 use crate::answer::{Answer, Source};
-use sluice_core::budget::{self, Grant, Refund, Slice};
+use foldhash::fast::RandomState;
+use sluice_core::budget::{self, Refund, Slice};
 use sluice_core::time::{Clock, Nanos};
 use sluice_core::wire::DecisionReply;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const SHARDS: usize = 16;
@@ -58,7 +59,7 @@ enum Held {
 
 struct Shard {
     heat: Box<[Heat]>,
-    held: HashMap<String, Held>,
+    held: HashMap<String, Held, RandomState>,
 }
 
 pub(crate) struct Budgets {
@@ -85,11 +86,11 @@ impl Budgets {
                 .map(|_| {
                     Mutex::new(Shard {
                         heat: vec![Heat::default(); SLOTS].into_boxed_slice(),
-                        held: HashMap::new(),
+                        held: HashMap::default(),
                     })
                 })
                 .collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             clock,
             no_budget: Mutex::new(HashMap::new()),
         }
@@ -106,6 +107,13 @@ impl Budgets {
         ended: &mut Option<Refund>,
     ) -> Plan {
         let now = self.clock.now();
+        if cost == 0 {
+            // A peek is the owner's to answer, and leaves a slice alone.
+            return Plan::Ask {
+                want: None,
+                sent: now,
+            };
+        }
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
         if let Some(held) = shard.held.get_mut(key) {
@@ -130,7 +138,7 @@ impl Budgets {
             }
         }
         let asks = shard.warm(hash, now);
-        if asks < HOT_ASKS || cost == 0 || self.offers_none(policy, now) {
+        if asks < HOT_ASKS || self.offers_none(policy, now) {
             return Plan::Ask {
                 want: None,
                 sent: now,
@@ -157,11 +165,14 @@ impl Budgets {
         reply: Option<&DecisionReply>,
     ) {
         let hash = self.hasher.hash_one(key);
+        let received = self.clock.now();
         let slice = match reply {
             Some(r) => match (r.grant, r.allowed) {
-                (Some(grant), _) if grant.units > 0 => Some(slice_of(&grant, sent, r)),
+                (Some(grant), _) if grant.units > 0 => {
+                    Some(Slice::new(&grant, sent, received, &r.decision()))
+                }
                 (None, true) => {
-                    let until = self.clock.now().saturating_add(NO_BUDGET_FOR);
+                    let until = received.saturating_add(NO_BUDGET_FOR);
                     lock(&self.no_budget).insert(policy.to_string(), until);
                     None
                 }
@@ -218,10 +229,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn slice_of(grant: &Grant, sent: Nanos, reply: &DecisionReply) -> Slice {
-    Slice::new(grant, sent, &reply.decision())
-}
-
 impl Shard {
     /// Counts an ask of the key with `hash` at `now`; returns its asks in
     /// this tick or the one before, whichever is more.
@@ -255,6 +262,7 @@ impl Shard {
 mod tests {
     use super::*;
     use sluice_core::time::ManualClock;
+    use sluice_core::budget::Grant;
 
     fn budgets() -> (Budgets, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));
@@ -319,7 +327,15 @@ mod tests {
                 taken_at: Nanos(5)
             })
         );
-        let _ = clock;
+        // A peek goes to the owner and leaves the slice alone.
+        b.settle("p/k", "p", clock.now(), Some(&reply(true, Some(grant))));
+        let mut ended = None;
+        assert!(matches!(
+            b.plan("p/k", "p", 0, &mut ended),
+            Plan::Ask { want: None, .. }
+        ));
+        assert_eq!(ended, None);
+        assert!(matches!(ask(&b, "p/k").0, Plan::Local(_)));
     }
 
     #[test]

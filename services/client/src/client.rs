@@ -33,6 +33,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+thread_local! {
+    /// The budget key (`policy/token`) of an ask is built here: one buffer
+    /// per thread, not one `String` per ask.
+    static COUNTER_KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 /// A sluice client over one NATS connection. Cheap to clone; all clones
 /// share the connection, the deny cache, the batch queues and the local
 /// limiter, so one `Client` serves any number of tasks.
@@ -227,10 +233,11 @@ impl Client {
         deadline: Instant,
     ) -> Result<Answer, Error> {
         let inner = &self.inner;
-        let mut key = String::new();
-        sluice_core::ask::counter_key(&mut key, policy, token);
         let mut ended = None;
-        let plan = budgets.plan(&key, policy, cost, &mut ended);
+        let plan = COUNTER_KEY.with_borrow_mut(|key| {
+            sluice_core::ask::counter_key(key, policy, token);
+            budgets.plan(key, policy, cost, &mut ended)
+        });
         if let Some(refund) = ended {
             inner.give_back(token, policy, refund);
         }
@@ -253,6 +260,8 @@ impl Client {
             if reply.and_then(|d| d.grant).is_some_and(|g| g.units > 0) {
                 inner.stats.slices.fetch_add(1, Ordering::Relaxed);
             }
+            let mut key = String::new();
+            sluice_core::ask::counter_key(&mut key, policy, token);
             budgets.settle(&key, policy, sent, reply);
         }
         inner.conclude(token, policy, outcome, Op::Allow(cost))

@@ -191,10 +191,11 @@ impl Collector for ClientValues {
         page::family(
             &mut e,
             "sluice_gateway_decisions",
-            "Decisions by who made them: a worker, the deny cache, or a fallback.",
+            "Decisions by who made them: a worker, the deny cache, a slice of a hot key's budget, or a fallback.",
             [
                 ("worker", c.worker),
                 ("deny_cache", c.deny_cache),
+                ("budget", c.budget),
                 ("fallback_open", c.fallback_open),
                 ("fallback_local", c.fallback_local),
             ]

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use sluice_client::{Answer, Error};
 use sluice_core::wire::{Encoding, ErrorCode, ErrorReply};
 
-/// Says who decided: `worker`, `deny_cache`, `fallback_open`, `fallback_local`.
+/// Says who decided: `worker`, `deny_cache`, `budget`, `fallback_open`, `fallback_local`.
 pub const SOURCE_HEADER: &str = "Sluice-Source";
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
