@@ -20,6 +20,11 @@ K keys uniform and Zipf, the same duration per cell):
 - the Redis targets again back to back (`paired`): rounds of the batching
   echo, sluice and Redis one right after the other, so that the machine's
   drift during the run does not decide them;
+- hot keys (`hotkeys`, issue 21): half of all asks on 10 keys, the rest
+  uniform, under a fixed window the hot keys exceed: the batching echo,
+  Redis INCR and sluice with local budgets off and on, back to back in
+  rotating rounds, with over- and under-admission counted per key and
+  window; and uniform keys with budgets off and on;
 - p99 at half of sluice's best throughput, open loop, against the ceiling's
   p99 at the same rate;
 - worker RSS with 1M active keys, and the time to restore them after kill -9.
@@ -297,6 +302,26 @@ def matrix_config(durability):
     return "\n".join(lines)
 
 
+# The hot-key workload (issue 21): C=64 over M=2 connections, 10,000 keys of
+# which 10 get half of all asks. Its fixed window is one the hot keys exceed
+# many times over (each gets ~5 % of all asks, thousands per second) while
+# the other keys stay far under it (~1/20,000 of the asks each).
+HOT = {"keys": 10_000, "hot_keys": 10, "hot_share": 0.5, "c": 64, "m": 2, "max": 2000, "per": "1s"}
+
+
+def hotkeys_config(local_budget):
+    """One worker config with the hot-key policy twice: `hot` (budgets off)
+    and `hot_budget`, the same limit with local budgets on where this build
+    has them (the one line below)."""
+    limit = f'limits = [ {{ max = {HOT["max"]}, per = "{HOT["per"]}" }} ]'
+    lines = ["partitions = 64", 'durability = "snapshot"', "",
+             "[policies.hot]", 'algorithm = "fixed_window"', limit, "",
+             "[policies.hot_budget]", 'algorithm = "fixed_window"', limit]
+    if local_budget:
+        lines.append("local_budget = true")
+    return "\n".join(lines) + "\n"
+
+
 MILLION_CONFIG = """partitions = 64
 durability = "snapshot"
 
@@ -543,6 +568,60 @@ class Harness:
                                       self.load_flags(c) + argv + ["--policy", algo],
                                       kind="paired", member=member, algorithm=algo, redis=target, c=c,
                                       round=rnd + 1)
+        finally:
+            PROCS.stop(redis)
+            stack.stop()
+            PROCS.stop(echo)
+            echo_nats.stop()
+
+    def local_budget_supported(self):
+        """Whether this build's config takes `local_budget` (issue 21): the
+        config parser refuses fields it does not know."""
+        cfg = self.workdir / "budget-probe.toml"
+        cfg.write_text(hotkeys_config(True))
+        r = subprocess.run([self.sluice, "nats-config", "--config", str(cfg)], capture_output=True, text=True)
+        if r.returncode != 0:
+            log(f"hotkeys: this build has no local budgets ({r.stderr.strip().splitlines()[-1:]}); "
+                "the budgets-on cells run with budgets off")
+        return r.returncode == 0
+
+    def hotkeys(self):
+        """Issue 21's hot-key workload, back to back in rounds of rotating
+        order like `paired`: the batching echo (the ceiling), Redis INCR,
+        sluice through the batching client with local budgets off and on
+        (one worker, snapshot mode, the same fixed window), and uniform keys
+        with budgets off and on. The fixed-window cells count over- and
+        under-admission per key and window (the reports' `admission`)."""
+        if not self.batching:
+            return
+        a = self.args
+        budgets = self.local_budget_supported()
+        cfg = self.workdir / "hotkeys.toml"
+        cfg.write_text(hotkeys_config(budgets))
+        echo_nats, echo = self.start_echo(cfg)
+        stack = Stack(self, hotkeys_config(budgets), 1, "hotkeys")
+        redis_url, redis = self.start_redis()
+        self.extra["hotkeys"] = {**HOT, "local_budget": budgets, "rounds": a.rounds, "workers": 1}
+        hot = ["--hot-keys", str(HOT["hot_keys"]), "--hot-share", str(HOT["hot_share"])]
+        load = ["-c", str(HOT["c"]), "-m", str(HOT["m"]), "-k", str(HOT["keys"]),
+                "--duration", f"{round(a.duration * 1000)}ms", "--warmup", f"{round(a.warmup * 1000)}ms"]
+        batching = ["--client", "batching"]
+        # (member, where, keys, policy, flags)
+        members = [
+            ("echo", echo_nats.url, "hot", "hot", ["--target", "echo"] + batching + hot),
+            ("redis-incr", redis_url, "hot", "hot", ["--target", "redis-incr"] + hot),
+            ("budgets off", stack.nats.url, "hot", "hot", batching + hot),
+            ("budgets on", stack.nats.url, "hot", "hot_budget", batching + hot),
+            ("uniform, budgets off", stack.nats.url, "uniform", "hot", batching),
+            ("uniform, budgets on", stack.nats.url, "uniform", "hot_budget", batching),
+        ]
+        try:
+            for rnd in range(a.rounds):
+                k = rnd % len(members)
+                for member, url, keys, policy, argv in members[k:] + members[:k]:
+                    self.cell(url, cfg, f"hotkeys round {rnd + 1}: {member}",
+                              load + argv + ["--policy", policy], kind="hotkeys", member=member, keys=keys,
+                              policy=policy, round=rnd + 1)
         finally:
             PROCS.stop(redis)
             stack.stop()
@@ -855,6 +934,8 @@ class Harness:
             self.batching_grid()
         if "paired" in a.parts:
             self.paired()
+        if "hotkeys" in a.parts:
+            self.hotkeys()
         if "rate" in a.parts:
             self.half_load()
         if "stall" in a.parts:
@@ -922,14 +1003,16 @@ def main():
     p.add_argument("--connections", type=int, default=2)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
-    p.add_argument("--parts", default="ceiling,redis,matrix,batching,paired,rate,stall,million,flood,takeover,usage",
-                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,rate,stall,million,flood,"
-                   "takeover,usage")
+    p.add_argument("--parts",
+                   default="ceiling,redis,matrix,batching,paired,hotkeys,rate,stall,million,flood,takeover,usage",
+                   help="comma-separated subset of ceiling,redis,matrix,batching,paired,hotkeys,rate,stall,million,"
+                   "flood,takeover,usage")
     p.add_argument("--takeover-keys", type=int, default=100_000,
                    help="keys under load before the kill of the takeover test (default 100000)")
     p.add_argument("--flood-bound", type=int, help="max_keys of the flood test's worker, which is sent 5 times as "
                    "many new keys, twice (default 500000, quick 100000)")
-    p.add_argument("--rounds", type=int, help="rounds of the back-to-back Redis comparison (default 3, quick 2)")
+    p.add_argument("--rounds", type=int, help="rounds of the back-to-back Redis and hot-key comparisons "
+                   "(default 3, quick 2)")
     p.add_argument("--lease-ttl", help="lease_ttl of the memory/restore test's worker (default: the worker's, 3s); "
                    "the kill -9 -> answering time is about lease_ttl plus the restore")
     p.add_argument("--stall-keys", type=int, help="keys held while measuring snapshot stalls (default 300000, quick 100000)")

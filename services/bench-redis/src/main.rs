@@ -66,13 +66,18 @@ fn run(cli: &Cli) -> Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let plan = cli.load.plan()?;
+    let mut plan = cli.load.plan()?;
     let policy = config.policy(&plan.args.policy).with_context(|| {
         format!(
             "no policy {:?} in the config; the Redis targets take their limit from it",
             plan.args.policy
         )
     })?;
+    // INCR's script names each decision's window: over- and under-admission
+    // are counted as for sluice.
+    if cli.target == RedisKind::Incr {
+        plan.count_admission(policy);
+    }
     let spec = RedisSpec {
         kind: cli.target,
         url: cli.redis.clone(),

@@ -6,7 +6,8 @@
 //! workers would.
 
 use anyhow::{bail, Context as _, Result};
-use sluice_bench::{Connect, Outcome, Rng, Target};
+use sluice_bench::admission::Window;
+use sluice_bench::{Connect, Outcome, Reply, Rng, Target};
 use sluice_core::policy::Policy;
 use std::cell::Cell;
 use std::sync::Arc;
@@ -111,7 +112,7 @@ pub struct RedisTarget {
 }
 
 impl Target for RedisTarget {
-    async fn ask(&self, key: usize) -> (Outcome, Option<String>) {
+    async fn ask(&self, key: usize) -> Reply {
         let mut conn = self.conn.clone();
         let spec = &self.spec;
         let mut invocation = self.script.key(&spec.keys[key]);
@@ -133,12 +134,19 @@ impl Target for RedisTarget {
                     .arg(spec.cost);
             }
         }
-        let call = invocation.invoke_async::<(i64, i64)>(&mut conn);
+        // {allowed, remaining} and, from INCR's script, the window number.
+        let call = invocation.invoke_async::<Vec<i64>>(&mut conn);
         match tokio::time::timeout(spec.timeout, call).await {
-            Ok(Ok((1, _))) => (Outcome::Allowed, None),
-            Ok(Ok(_)) => (Outcome::Denied, None),
-            Ok(Err(e)) => (Outcome::Other, Some(e.to_string())),
-            Err(_) => (Outcome::Timeout, None),
+            Ok(Ok(reply)) => {
+                let outcome = match reply.first() {
+                    Some(1) => Outcome::Allowed,
+                    _ => Outcome::Denied,
+                };
+                let window = reply.get(2).map(|&k| Window::Index(k as u64));
+                Reply::from(outcome).in_window(window)
+            }
+            Ok(Err(e)) => Reply::other(e.to_string()),
+            Err(_) => Outcome::Timeout.into(),
         }
     }
 }
@@ -158,7 +166,8 @@ pub async fn check_redis(url: &str) -> Result<()> {
 }
 
 // The Lua limiters. Each reads the server's clock (TIME), as a sluice worker
-// decides with its own clock, and returns {allowed (1|0), remaining}.
+// decides with its own clock, and returns {allowed (1|0), remaining}; INCR's
+// also the number of its window (for the admission accounting).
 
 /// Sliding log: one sorted-set member per allowed request, scored by time (µs).
 /// ARGV: window_ms, max, unique member id.
@@ -178,19 +187,21 @@ return {0, 0}
 "#;
 
 /// Fixed window: INCR a counter per window, PEXPIRE it on its first hit.
-/// ARGV: window_ms, max, cost.
+/// Windows are `[k·window_ms, (k+1)·window_ms)` since the epoch, as a
+/// worker's. ARGV: window_ms, max, cost. Returns {allowed, remaining, k}.
 const INCR_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
-local k = KEYS[1] .. ':' .. math.floor(now / window)
+local w = math.floor(now / window)
+local k = KEYS[1] .. ':' .. w
 local cost = tonumber(ARGV[3])
 local n = redis.call('INCRBY', k, cost)
 if n == cost then redis.call('PEXPIRE', k, window) end
 local max = tonumber(ARGV[2])
-if n <= max then return {1, max - n} end
+if n <= max then return {1, max - n, w} end
 redis.call('DECRBY', k, cost)
-return {0, 0}
+return {0, 0, w}
 "#;
 
 /// Token bucket: tokens and last refill time in a hash.

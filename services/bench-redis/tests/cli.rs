@@ -26,6 +26,8 @@ fn help_lists_the_redis_targets_and_the_load_flags_of_sluice_bench() {
         "--connections",
         "--rate",
         "--dist",
+        "--hot-keys",
+        "--hot-share",
         "--policy",
         "--json",
     ] {

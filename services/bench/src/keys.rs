@@ -1,4 +1,5 @@
-//! Which key each request asks for: uniform, Zipf, or each key once in order.
+//! Which key each request asks for: uniform, Zipf, or each key once in order;
+//! optionally with a few hot keys that get a fixed share of all asks.
 //!
 //! Keys are numbered `0..K`; the load generator turns a number into a subject
 //! or a key string prepared up front, so choosing a key costs a random number
@@ -33,6 +34,12 @@ enum Kind {
     /// The cumulative distribution, `cdf[i]` = P(rank <= i); last is 1.
     Zipf(Arc<Vec<f64>>),
     Seq(Arc<AtomicU64>),
+    /// Keys `0..hot` get `share` of the asks (uniform among them), the
+    /// other keys the rest (uniform among them).
+    Hot {
+        hot: u64,
+        share: f64,
+    },
 }
 
 impl Keys {
@@ -58,6 +65,18 @@ impl Keys {
         Keys { n, kind }
     }
 
+    /// Uniform keys, except that the first `hot` of the `n` keys get
+    /// `share` of all asks between them; the other `n - hot` keys share the
+    /// rest evenly. `hot` must be below `n` and `share` within `0..=1`.
+    pub fn hot(n: u64, hot: u64, share: f64) -> Keys {
+        assert!(0 < hot && hot < n, "hot keys are some of the keys, not all");
+        assert!((0.0..=1.0).contains(&share), "a share is within 0..=1");
+        Keys {
+            n,
+            kind: Kind::Hot { hot, share },
+        }
+    }
+
     /// The next key number, in `0..len()`.
     pub fn next(&self, rng: &mut Rng) -> usize {
         match &self.kind {
@@ -66,6 +85,13 @@ impl Keys {
             Kind::Zipf(cdf) => {
                 let u = rng.unit();
                 cdf.partition_point(|&c| c < u).min(cdf.len() - 1)
+            }
+            Kind::Hot { hot, share } => {
+                if rng.unit() <= *share {
+                    rng.below(*hot) as usize
+                } else {
+                    (hot + rng.below(self.n - hot)) as usize
+                }
             }
         }
     }
@@ -140,6 +166,38 @@ mod tests {
         let ratio = seen[0] as f64 / seen[1] as f64;
         assert!((1.85..2.15).contains(&ratio), "rank 1 / rank 2 = {ratio}");
         assert!(seen.iter().all(|&n| n < seen[0] + 1));
+    }
+
+    #[test]
+    fn hot_keys_get_their_share_and_the_rest_is_uniform() {
+        let keys = Keys::hot(1000, 10, 0.5);
+        let mut rng = Rng::new(5);
+        let mut seen = vec![0u32; 1000];
+        let n = 400_000;
+        for _ in 0..n {
+            seen[keys.next(&mut rng)] += 1;
+        }
+        let hot: u32 = seen[..10].iter().sum();
+        let share = hot as f64 / n as f64;
+        assert!((share - 0.5).abs() < 0.005, "hot share {share}");
+        // Each hot key ~20,000; each other key ~202.
+        for &k in &seen[..10] {
+            assert!((18_500..21_500).contains(&k), "{:?}", &seen[..10]);
+        }
+        let cold = &seen[10..];
+        assert!(cold.iter().all(|&k| (120..300).contains(&k)), "{cold:?}");
+        assert_eq!(cold.iter().sum::<u32>(), n - hot);
+    }
+
+    #[test]
+    fn hot_share_zero_and_one_are_the_two_extremes() {
+        let mut rng = Rng::new(6);
+        let all_hot = Keys::hot(100, 3, 1.0);
+        let no_hot = Keys::hot(100, 3, 0.0);
+        for _ in 0..10_000 {
+            assert!(all_hot.next(&mut rng) < 3);
+            assert!(no_hot.next(&mut rng) >= 3);
+        }
     }
 
     #[test]

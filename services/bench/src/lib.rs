@@ -13,13 +13,16 @@
 //! - [`Connect`] / [`Target`] (`target.rs`): the seam to what is loaded;
 //!   one `Target` per connection, asked by key number.
 //! - `load.rs`: the threads, the closed and open loops, the measured window.
-//! - `keys.rs`: uniform, Zipf or sequential key numbers, and the [`Rng`].
+//! - `keys.rs`: uniform, Zipf or sequential key numbers (optionally with a
+//!   few hot keys), and the [`Rng`].
+//! - `admission.rs`: over- and under-admission of fixed-window limits,
+//!   per key and window, from the windows the targets' answers name.
 //! - `report.rs`: outcomes, HDR latency histograms, the [`Report`].
 //!
 //! A target that allows everything, loaded with 1000 requests:
 //!
 //! ```
-//! use sluice_bench::{load, Connect, Dist, Keys, LoadOptions, Outcome, Target};
+//! use sluice_bench::{load, Connect, Dist, Keys, LoadOptions, Outcome, Reply, Target};
 //! use std::time::Duration;
 //!
 //! #[derive(Clone)]
@@ -33,8 +36,8 @@
 //! }
 //!
 //! impl Target for Yes {
-//!     async fn ask(&self, _key: usize) -> (Outcome, Option<String>) {
-//!         (Outcome::Allowed, None)
+//!     async fn ask(&self, _key: usize) -> Reply {
+//!         Reply::from(Outcome::Allowed)
 //!     }
 //! }
 //!
@@ -47,12 +50,14 @@
 //!     requests: Some(1000),
 //!     rate: None,
 //!     progress: false,
+//!     admission: None,
 //! };
 //! let measured = load::run(Yes, Keys::new(100, Dist::Zipf, 1.0), &opts)?;
 //! assert_eq!(measured.recorder.allowed, 1000);
 //! # anyhow::Ok(())
 //! ```
 
+pub mod admission;
 pub mod keys;
 pub mod load;
 pub mod report;
@@ -63,4 +68,4 @@ pub use keys::{Dist, Keys, Rng};
 pub use load::LoadOptions;
 pub use report::{Outcome, Report};
 pub use run::{parse_duration, LoadArgs, Plan};
-pub use target::{Connect, Target};
+pub use target::{Connect, Reply, Target};

@@ -12,10 +12,15 @@
 //!
 //! Only requests that end inside the measured window (after the warm-up)
 //! count. A progress line goes to stderr about once a second.
+//!
+//! With `admission` set, every decision (warm-up included) is also counted
+//! per key and fixed window, timed by the wall clock at send and answer
+//! (see [`crate::admission`]).
 
+use crate::admission::{wall_ns, FixedLimit};
 use crate::keys::{Keys, Rng};
 use crate::report::{Outcome, Recorder};
-use crate::target::{Connect, Target};
+use crate::target::{Connect, Reply, Target};
 use anyhow::{anyhow, Context as _, Result};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -37,6 +42,8 @@ pub struct LoadOptions {
     /// Open loop: requests per second (all threads together).
     pub rate: Option<f64>,
     pub progress: bool,
+    /// Count decisions per key and window of this fixed-window limit.
+    pub admission: Option<FixedLimit>,
 }
 
 /// What a run measured.
@@ -52,6 +59,7 @@ struct Start {
     at: Instant,
     window_start: Instant,
     window_end: Option<Instant>,
+    admission: Option<FixedLimit>,
 }
 
 struct Shared {
@@ -182,6 +190,7 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
         at,
         window_start,
         window_end,
+        admission: opts.admission,
     }));
     // Progress, once a second, until the window ends (or the budget runs out).
     let mut last = (at, 0u64);
@@ -284,25 +293,61 @@ fn take_one(shared: &Shared) -> bool {
     }
 }
 
+/// When a request left: for its latency, and (with admission accounting)
+/// on the wall clock.
+#[derive(Clone, Copy)]
+struct Sent {
+    began: Instant,
+    wall_ns: u64,
+}
+
+impl Sent {
+    /// Leaving now; latency counts from `began` if given (the open loop's
+    /// schedule), else from now.
+    fn now(start: &Start, began: Option<Instant>) -> Sent {
+        let now = Instant::now();
+        Sent {
+            began: began.unwrap_or(now),
+            wall_ns: if start.admission.is_some() {
+                wall_ns()
+            } else {
+                0
+            },
+        }
+    }
+}
+
 fn note(
     shared: &Shared,
     start: &Start,
     rec: &RefCell<Recorder>,
-    outcome: Outcome,
-    why: Option<String>,
-    began: Instant,
+    key: usize,
+    reply: Reply,
+    sent: Sent,
 ) {
     let done = Instant::now();
+    let Reply {
+        outcome,
+        why,
+        window,
+    } = reply;
     shared.done.fetch_add(1, Ordering::Relaxed);
     if matches!(outcome, Outcome::Allowed | Outcome::Denied) {
         shared.decided.fetch_add(1, Ordering::Relaxed);
+        if let Some(limit) = &start.admission {
+            let allowed = outcome == Outcome::Allowed;
+            let received = wall_ns();
+            rec.borrow_mut()
+                .tally
+                .count(limit, key, allowed, window, sent.wall_ns, received);
+        }
     } else {
         shared.errors.fetch_add(1, Ordering::Relaxed);
     }
     let in_window = done >= start.window_start && start.window_end.is_none_or(|end| done <= end);
     if in_window {
         let mut rec = rec.borrow_mut();
-        rec.record(outcome, done - began);
+        rec.record(outcome, done - sent.began);
         if let Some(why) = why {
             rec.note_other(|| why);
         }
@@ -335,9 +380,9 @@ async fn closed_loop<T: Target>(
         joins.push(tokio::task::spawn_local(async move {
             while take_one(&shared) {
                 let key = keys.next(&mut rng);
-                let began = Instant::now();
-                let (outcome, why) = target.ask(key).await;
-                note(&shared, &start, &rec, outcome, why, began);
+                let sent = Sent::now(&start, None);
+                let reply = target.ask(key).await;
+                note(&shared, &start, &rec, key, reply, sent);
             }
         }));
     }
@@ -388,9 +433,10 @@ async fn open_loop<T: Target>(
         let key = keys.next(&mut rng);
         let shared = shared.clone();
         let rec = rec.clone();
+        let left = Sent::now(&start, Some(began));
         tokio::task::spawn_local(async move {
-            let (outcome, why) = target.ask(key).await;
-            note(&shared, &start, &rec, outcome, why, began);
+            let reply = target.ask(key).await;
+            note(&shared, &start, &rec, key, reply, left);
             drop(permit);
         });
         sent += 1;

@@ -1,6 +1,7 @@
 //! What a run measured: outcomes counted per kind, latencies in an HDR
 //! histogram, and the report printed at the end (text or one JSON object).
 
+use crate::admission::{Admission, Tally};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -44,6 +45,9 @@ pub struct Recorder {
     pub other: u64,
     /// The first few "other" errors, to say what went wrong.
     pub samples: Vec<String>,
+    /// Decisions per key and fixed window (every decision, not only the
+    /// measured window's; empty unless admission is accounted).
+    pub tally: Tally,
 }
 
 /// Latencies are recorded in microseconds, 1 µs to 100 s, 3 significant digits.
@@ -60,6 +64,7 @@ impl Default for Recorder {
             error_replies: BTreeMap::new(),
             other: 0,
             samples: Vec::new(),
+            tally: Tally::default(),
         }
     }
 }
@@ -96,6 +101,7 @@ impl Recorder {
             *self.error_replies.entry(code).or_default() += n;
         }
         self.other += other.other;
+        self.tally.merge(other.tally);
         for s in other.samples {
             if self.samples.len() < 5 {
                 self.samples.push(s);
@@ -131,6 +137,9 @@ pub struct Setup {
     pub keys: u64,
     pub dist: String,
     pub zipf_s: Option<f64>,
+    /// Keys `0..hot_keys` get `hot_share` of the asks (`--hot-keys`).
+    pub hot_keys: Option<u64>,
+    pub hot_share: Option<f64>,
     pub policy: String,
     pub cost: u64,
     pub warmup_s: f64,
@@ -184,6 +193,9 @@ pub struct Report {
     pub ready_ms: Option<u64>,
     /// What the batching client did (batches, asks per batch, retries).
     pub client_stats: Option<serde_json::Value>,
+    /// Over- and under-admission of a fixed-window policy, where the
+    /// target tells each decision's window.
+    pub admission: Option<Admission>,
 }
 
 impl Report {
@@ -228,6 +240,7 @@ impl Report {
             latency_us: latency,
             ready_ms: None,
             client_stats: None,
+            admission: None,
         }
     }
 
@@ -246,10 +259,13 @@ impl Report {
             ),
             None => format!("closed loop, {} in flight", s.concurrency),
         };
-        let dist = match s.zipf_s {
+        let mut dist = match s.zipf_s {
             Some(z) => format!("{} (s={z})", s.dist),
             None => s.dist.clone(),
         };
+        if let (Some(hot), Some(share)) = (s.hot_keys, s.hot_share) {
+            let _ = write!(dist, ", {hot} hot keys with {:.0} % of asks", share * 100.0);
+        }
         let _ = writeln!(
             out,
             "load on {target}; {load} over {} connection(s) on {} thread(s); {} keys {dist}; policy {} cost {}",
@@ -309,6 +325,20 @@ impl Report {
         if let Some(stats) = &self.client_stats {
             let _ = writeln!(out, "  client      {stats}");
         }
+        if let Some(a) = &self.admission {
+            let _ = writeln!(
+                out,
+                "  admission   limit {} per {} ms: over {} in {} (key, window), under {} in {} of {} limited; {} unplaced",
+                a.max,
+                a.per_ms,
+                a.over_admitted,
+                a.over_windows,
+                a.under_admitted,
+                a.under_windows,
+                a.limited_windows,
+                a.unplaced
+            );
+        }
         out
     }
 }
@@ -354,6 +384,8 @@ mod tests {
             keys: 10,
             dist: "uniform".into(),
             zipf_s: None,
+            hot_keys: None,
+            hot_share: None,
             policy: "default".into(),
             cost: 1,
             warmup_s: 0.0,

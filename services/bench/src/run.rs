@@ -3,12 +3,13 @@
 //! into a [`Plan`]; then the load against a [`Connect`], and the report on
 //! stdout. Which target, and how to tell it is ready, is the binary's part.
 
+use crate::admission::FixedLimit;
 use crate::keys::{Dist, Keys, Rng};
 use crate::load::{self, LoadOptions};
 use crate::report::{Recorder, Report, Setup};
 use crate::target::Connect;
 use anyhow::{bail, Result};
-use sluice_core::policy::DEFAULT_POLICY;
+use sluice_core::policy::{Policy, DEFAULT_POLICY};
 use std::time::Duration;
 
 /// The load: how much, for how long, on which keys. The same flags and
@@ -49,6 +50,16 @@ pub struct LoadArgs {
     /// Zipf exponent (with --dist zipf).
     #[arg(long, default_value_t = 1.0)]
     pub zipf_s: f64,
+    /// Hot keys: the first N of the --keys get --hot-share of all asks
+    /// between them (uniform among them); the other keys get the rest,
+    /// uniform. With --dist uniform. E.g. `-k 10000 --hot-keys 10
+    /// --hot-share 0.5`: half of all asks on 10 keys, the other half over
+    /// the other 9,990.
+    #[arg(long, value_name = "N")]
+    pub hot_keys: Option<u64>,
+    /// The share of all asks that go to the --hot-keys, within 0..=1.
+    #[arg(long, default_value_t = 0.5, value_name = "SHARE")]
+    pub hot_share: f64,
     /// Keys are `<prefix><i>`. Default: a fresh prefix per run, so runs do
     /// not share counters.
     #[arg(long)]
@@ -84,6 +95,9 @@ pub struct Plan {
     pub threads: usize,
     /// The keys' prefix: `--key-prefix`, or a fresh one.
     pub prefix: String,
+    /// Over- and under-admission are counted against this limit (see
+    /// [`Plan::count_admission`]).
+    pub admission: Option<FixedLimit>,
 }
 
 impl LoadArgs {
@@ -95,6 +109,17 @@ impl LoadArgs {
         if self.rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
             bail!("--rate must be a positive number of requests per second");
         }
+        if let Some(hot) = self.hot_keys {
+            if hot == 0 || hot >= self.keys {
+                bail!("--hot-keys must be at least 1 and fewer than --keys");
+            }
+            if self.dist != Dist::Uniform {
+                bail!("--hot-keys goes with --dist uniform (the other keys are uniform)");
+            }
+            if !(0.0..=1.0).contains(&self.hot_share) {
+                bail!("--hot-share must be within 0 and 1");
+            }
+        }
         let connections = self.connections.min(self.concurrency);
         let threads = self
             .threads
@@ -105,11 +130,28 @@ impl LoadArgs {
             connections,
             threads,
             prefix: self.key_prefix.clone().unwrap_or_else(fresh_prefix),
+            admission: None,
         })
     }
 }
 
 impl Plan {
+    /// Counts over- and under-admission against `policy` if it is a fixed
+    /// window with one limit (the report's `admission`); the target must
+    /// tell each decision's window. Returns whether it will.
+    pub fn count_admission(&mut self, policy: &Policy) -> bool {
+        self.admission = FixedLimit::of(policy);
+        self.admission.is_some()
+    }
+
+    fn keys(&self) -> Keys {
+        let a = &self.args;
+        match a.hot_keys {
+            Some(hot) => Keys::hot(a.keys, hot, a.hot_share),
+            None => Keys::new(a.keys, a.dist, a.zipf_s),
+        }
+    }
+
     /// The key names `<prefix><i>`, by key number.
     pub fn key_names(&self) -> Vec<String> {
         (0..self.args.keys)
@@ -141,6 +183,8 @@ impl Plan {
             keys: a.keys,
             dist: format!("{:?}", a.dist).to_lowercase(),
             zipf_s: (a.dist == Dist::Zipf).then_some(a.zipf_s),
+            hot_keys: a.hot_keys,
+            hot_share: a.hot_keys.map(|_| a.hot_share),
             policy: a.policy.clone(),
             cost: a.cost,
             warmup_s: if a.requests.is_some() {
@@ -153,7 +197,7 @@ impl Plan {
         let mut report = if a.requests == Some(0) {
             Report::new(setup, &Recorder::default(), Duration::ZERO)
         } else {
-            let keys = Keys::new(a.keys, a.dist, a.zipf_s);
+            let keys = self.keys();
             let opts = LoadOptions {
                 concurrency: a.concurrency,
                 connections: self.connections,
@@ -163,10 +207,14 @@ impl Plan {
                 requests: a.requests,
                 rate: a.rate,
                 progress: !a.quiet,
+                admission: self.admission,
             };
             let measured = load::run(connect, keys, &opts)?;
             let mut r = Report::new(setup, &measured.recorder, measured.window);
             r.client_stats = measured.client_stats;
+            r.admission = self
+                .admission
+                .map(|limit| measured.recorder.tally.admission(&limit, a.cost));
             r
         };
         report.ready_ms = ready_ms;
@@ -199,4 +247,35 @@ fn fresh_prefix() -> String {
         .as_nanos() as u64;
     let mut rng = Rng::new(nanos ^ ((std::process::id() as u64) << 40));
     format!("b{:06x}-", rng.next_u64() & 0xff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))?;
+        cli.load.plan()
+    }
+
+    #[test]
+    fn hot_keys_are_some_of_the_keys_over_uniform_ones() {
+        let p = plan(&["-k", "10000", "--hot-keys", "10", "--hot-share", "0.5"]).unwrap();
+        assert_eq!((p.args.hot_keys, p.args.hot_share), (Some(10), 0.5));
+        for bad in [
+            &["-k", "10", "--hot-keys", "10"][..],
+            &["--hot-keys", "0"],
+            &["--hot-keys", "5", "--hot-share", "1.5"],
+            &["--hot-keys", "5", "--dist", "zipf"],
+        ] {
+            assert!(plan(bad).is_err(), "{bad:?} is refused");
+        }
+    }
 }

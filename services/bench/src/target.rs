@@ -12,6 +12,7 @@
 //! a subject or a key name it prepared up front, so choosing a key costs the
 //! generator nothing per request.
 
+use crate::admission::Window;
 use crate::report::Outcome;
 use anyhow::Result;
 use std::future::Future;
@@ -26,12 +27,48 @@ pub trait Connect: Clone + Send + 'static {
 
 /// One connection of the load generator.
 pub trait Target: 'static {
-    /// Asks for key number `key`; an [`Outcome::Other`] comes with a reason.
-    fn ask(&self, key: usize) -> impl Future<Output = (Outcome, Option<String>)>;
+    /// Asks for key number `key`.
+    fn ask(&self, key: usize) -> impl Future<Output = Reply>;
 
     /// What a client library did on this connection, for the report
     /// (counters; the generator adds them up across connections).
     fn stats(&self) -> Option<serde_json::Value> {
         None
+    }
+}
+
+/// How one ask ended, as a target tells it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub outcome: Outcome,
+    /// Why, for an [`Outcome::Other`].
+    pub why: Option<String>,
+    /// Which fixed window the decision counted in, where the target can
+    /// tell and was asked to (see [`crate::admission`]).
+    pub window: Option<Window>,
+}
+
+impl Reply {
+    /// An [`Outcome::Other`] and its reason.
+    pub fn other(why: impl Into<String>) -> Reply {
+        Reply {
+            why: Some(why.into()),
+            ..Reply::from(Outcome::Other)
+        }
+    }
+
+    /// The same reply, placed in `window`.
+    pub fn in_window(self, window: Option<Window>) -> Reply {
+        Reply { window, ..self }
+    }
+}
+
+impl From<Outcome> for Reply {
+    fn from(outcome: Outcome) -> Reply {
+        Reply {
+            outcome,
+            why: None,
+            window: None,
+        }
     }
 }

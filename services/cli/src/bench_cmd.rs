@@ -57,7 +57,13 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         return echo::serve(&common.nats, &common.nats_auth());
     }
     let config = common.load_config()?;
-    let plan = args.load.plan()?;
+    let mut plan = args.load.plan()?;
+    // Over- and under-admission, where the policy is a fixed window that
+    // this config knows (the echo responder decides nothing).
+    let accounted = match config.policy(&plan.args.policy) {
+        Some(policy) if args.target == TargetKind::Sluice => plan.count_admission(policy),
+        _ => false,
+    };
     let load = &plan.args;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -71,6 +77,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         load.cost,
     )?;
     spec.auth = common.nats_auth();
+    spec.windows = accounted;
     if args.client == ClientKind::Batching {
         spec.batching = Some(batching::BatchingSpec {
             partitions: config.partitions,

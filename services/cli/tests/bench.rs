@@ -18,6 +18,10 @@ limits = [ { max = 100, per = "1s" } ]
 [policies.log]
 algorithm = "sliding_log"
 limits = [ { max = 5, per = "10s" } ]
+
+[policies.fw]
+algorithm = "fixed_window"
+limits = [ { max = 30, per = "1s" } ]
 "#;
 
 /// Runs `sluice bench <args> --json -q` and returns the report.
@@ -143,6 +147,54 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
         "{r}"
     );
     assert!(stats["batches"].is_u64(), "{r}");
+
+    // Hot keys under a fixed window they exceed: the worker admits exactly
+    // `max` per key and window, which the admission accounting confirms,
+    // through either client.
+    let config = stack.config_path().to_str().unwrap().to_string();
+    for client in ["plain", "batching"] {
+        let r = bench(
+            &url,
+            &[
+                "--config",
+                &config,
+                "--client",
+                client,
+                "--policy",
+                "fw",
+                "-d",
+                "1s",
+                "--warmup",
+                "0s",
+                "-c",
+                "8",
+                "-m",
+                "1",
+                "-k",
+                "100",
+                "--hot-keys",
+                "2",
+                "--hot-share",
+                "0.5",
+            ],
+        );
+        assert_report(&r);
+        assert_eq!(
+            (r["hot_keys"].as_u64(), r["hot_share"].as_f64()),
+            (Some(2), Some(0.5))
+        );
+        assert_eq!(r["errors"]["total"], 0, "{r}");
+        let a = &r["admission"];
+        assert_eq!(a["max"], 30, "{r}");
+        assert_eq!(a["over_admitted"], 0, "{r}");
+        assert_eq!(a["under_admitted"], 0, "{r}");
+        assert_eq!(a["unplaced"], 0, "{r}");
+        assert!(
+            a["limited_windows"].as_u64().unwrap() >= 2,
+            "both hot keys limited: {r}"
+        );
+        assert!(r["denied"].as_u64().unwrap() > 0, "{r}");
+    }
 
     // Only wait until every partition answers.
     let r = bench(&url, &["-n", "0"]);

@@ -2,11 +2,16 @@
 //! batching on, one client (one NATS connection) per load connection, the
 //! deny cache off unless `--deny-cache` (so every ask reaches a worker), and
 //! fallback `closed` (so an ask nobody answered is an error, not a guess).
+//! Every answer a fallback did not make is a decision, wherever it was made
+//! (a worker, the deny cache, or a slice of a key's budget); the target
+//! counts them by source (`answered_by_<source>` in the client stats).
 
 use super::targets::NatsSpec;
 use anyhow::{Context as _, Result};
-use sluice_bench::Outcome;
+use sluice_bench::admission::Window;
+use sluice_bench::{Outcome, Reply};
 use sluice_client::{Client, ClientOptions, Error, Fallback, Source};
+use std::cell::RefCell;
 
 #[derive(Clone, Debug)]
 pub struct BatchingSpec {
@@ -17,6 +22,8 @@ pub struct BatchingSpec {
 pub struct BatchingTarget {
     client: Client,
     spec: NatsSpec,
+    /// Decisions by `Source::as_str`, in the order first seen.
+    sources: RefCell<Vec<(&'static str, u64)>>,
 }
 
 pub async fn connect(
@@ -38,39 +45,54 @@ pub async fn connect(
     Ok(BatchingTarget {
         client,
         spec: target.clone(),
+        sources: RefCell::new(Vec::new()),
     })
 }
 
 impl BatchingTarget {
-    pub async fn ask(&self, key: usize) -> (Outcome, Option<String>) {
+    pub async fn ask(&self, key: usize) -> Reply {
         let key = &self.spec.keys[key];
         match self
             .client
             .ask(key, &self.spec.policy, self.spec.cost)
             .await
         {
-            Ok(answer) if answer.source == Source::Worker || answer.source == Source::DenyCache => {
-                if answer.allowed {
-                    (Outcome::Allowed, None)
+            Ok(answer) if matches!(answer.source, Source::Fallback(_)) => {
+                Reply::other(format!("decided by {}", answer.source))
+            }
+            Ok(answer) => {
+                self.count_source(answer.source);
+                let outcome = if answer.allowed {
+                    Outcome::Allowed
                 } else {
-                    (Outcome::Denied, None)
-                }
+                    Outcome::Denied
+                };
+                let window = self.spec.windows.then_some(Window::Reset(answer.reset));
+                Reply::from(outcome).in_window(window)
             }
-            Ok(answer) => (
-                Outcome::Other,
-                Some(format!("decided by {}", answer.source)),
-            ),
             Err(Error::Unavailable(m)) if m.contains("no responders") => {
-                (Outcome::NoResponders, None)
+                Outcome::NoResponders.into()
             }
-            Err(Error::Unavailable(m)) if m.contains("timed out") => (Outcome::Timeout, None),
-            Err(e) => (Outcome::ErrorReply(e.status()), Some(e.to_string())),
+            Err(Error::Unavailable(m)) if m.contains("timed out") => Outcome::Timeout.into(),
+            Err(e) => Reply {
+                why: Some(e.to_string()),
+                ..Outcome::ErrorReply(e.status()).into()
+            },
+        }
+    }
+
+    fn count_source(&self, source: Source) {
+        let name = source.as_str();
+        let mut sources = self.sources.borrow_mut();
+        match sources.iter_mut().find(|(s, _)| *s == name) {
+            Some((_, n)) => *n += 1,
+            None => sources.push((name, 1)),
         }
     }
 
     pub fn stats(&self) -> serde_json::Value {
         let s = self.client.stats();
-        serde_json::json!({
+        let mut stats = serde_json::json!({
             "asks": s.asks,
             "worker": s.worker,
             "deny_cache": s.deny_cache,
@@ -83,6 +105,10 @@ impl BatchingTarget {
             "timeouts": s.timeouts,
             "fallbacks": s.fallbacks(),
             "errors": s.errors,
-        })
+        });
+        for (source, n) in self.sources.borrow().iter() {
+            stats[format!("answered_by_{source}")] = (*n).into();
+        }
+        stats
     }
 }

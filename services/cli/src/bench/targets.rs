@@ -10,7 +10,8 @@ use bytes::Bytes;
 use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
 use clap::error::{ContextKind, ContextValue};
 use clap::ValueEnum;
-use sluice_bench::{Connect, Outcome, Target};
+use sluice_bench::admission::Window;
+use sluice_bench::{Connect, Outcome, Reply, Target};
 use sluice_core::key::try_encode_key;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
@@ -114,6 +115,9 @@ pub struct NatsSpec {
     pub policy: String,
     pub cost: u64,
     pub batching: Option<BatchingSpec>,
+    /// Tell each decision's fixed window (its `reset`), for the admission
+    /// accounting; the plain client then decodes every reply's body.
+    pub windows: bool,
 }
 
 impl NatsSpec {
@@ -153,6 +157,7 @@ impl NatsSpec {
             policy: policy.to_string(),
             cost,
             batching: None,
+            windows: false,
         })
     }
 }
@@ -172,6 +177,7 @@ impl Connect for NatsSpec {
                     subjects: self.subjects.clone(),
                     body: self.body.clone(),
                     timeout: self.timeout,
+                    windows: self.windows,
                 }))
             }
             ClientKind::Batching => {
@@ -194,7 +200,7 @@ pub enum NatsTarget {
 }
 
 impl Target for NatsTarget {
-    async fn ask(&self, key: usize) -> (Outcome, Option<String>) {
+    async fn ask(&self, key: usize) -> Reply {
         match self {
             NatsTarget::Plain(t) => t.ask(key).await,
             NatsTarget::Batching(t) => t.ask(key).await,
@@ -214,10 +220,11 @@ pub struct PlainTarget {
     subjects: Arc<Vec<Subject>>,
     body: Bytes,
     timeout: Duration,
+    windows: bool,
 }
 
 impl PlainTarget {
-    async fn ask(&self, key: usize) -> (Outcome, Option<String>) {
+    async fn ask(&self, key: usize) -> Reply {
         let request = async_nats::Request::new()
             .payload(self.body.clone())
             .timeout(Some(self.timeout));
@@ -226,11 +233,20 @@ impl PlainTarget {
             .send_request(self.subjects[key].clone(), request)
             .await
         {
-            Ok(msg) => (classify_reply(&msg), None),
+            Ok(msg) => {
+                let outcome = classify_reply(&msg);
+                let decided = matches!(outcome, Outcome::Allowed | Outcome::Denied);
+                let window = if self.windows && decided {
+                    reply_window(&msg.payload)
+                } else {
+                    None
+                };
+                Reply::from(outcome).in_window(window)
+            }
             Err(e) => match e.kind() {
-                RequestErrorKind::NoResponders => (Outcome::NoResponders, None),
-                RequestErrorKind::TimedOut => (Outcome::Timeout, None),
-                _ => (Outcome::Other, Some(e.to_string())),
+                RequestErrorKind::NoResponders => Outcome::NoResponders.into(),
+                RequestErrorKind::TimedOut => Outcome::Timeout.into(),
+                _ => Reply::other(e.to_string()),
             },
         }
     }
@@ -250,5 +266,14 @@ pub fn classify_reply(msg: &async_nats::Message) -> Outcome {
         Outcome::Denied
     } else {
         Outcome::Allowed
+    }
+}
+
+/// The window a decision's body names through its `reset` (None if the
+/// body is not a decision).
+fn reply_window(body: &[u8]) -> Option<Window> {
+    match wire::decode_reply(body) {
+        Ok(wire::Reply::Decision(d)) => Some(Window::Reset(Duration::from_millis(d.reset_ms))),
+        _ => None,
     }
 }
