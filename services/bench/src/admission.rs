@@ -65,8 +65,13 @@ pub enum Window {
 }
 
 /// The number of the window whose end is the only multiple of `per_ns` in
-/// `(sent_ns + reset − 1 ms, received_ns + reset]` (times in ns since the
-/// Unix epoch), or `None` if there is none or more than one.
+/// `(sent_ns + reset − slack, received_ns + reset]` (times in ns since the
+/// Unix epoch), or `None` if there is none or more than one. The slack is
+/// 1 ms (a worker's `reset` is rounded up to it) plus an eighth of the
+/// window, at most 50 ms: an answer from a slice of a local budget counts
+/// its reset from when the slice arrived, so it ends late by that trip
+/// back (never early); window ends lie a whole window apart, so a wider
+/// bracket still finds only the right one.
 pub fn window_of_reset(
     reset: Duration,
     per_ns: u64,
@@ -74,7 +79,8 @@ pub fn window_of_reset(
     received_ns: u64,
 ) -> Option<u64> {
     let reset = reset.as_nanos() as u64;
-    let lo = (sent_ns + reset).checked_sub(1_000_000)?; // exclusive
+    let slack = 1_000_000 + (per_ns / 8).min(50_000_000);
+    let lo = (sent_ns + reset).checked_sub(slack)?; // exclusive
     let hi = received_ns.max(sent_ns) + reset; // inclusive
     let end = (lo / per_ns + 1) * per_ns; // the first multiple above lo
     if end > hi || end + per_ns <= hi {
@@ -245,6 +251,9 @@ mod tests {
         assert_eq!(k, Some(T / SEC));
         // An exact (local) reset works too.
         let k = window_of_reset(Duration::from_nanos(699_600_000), SEC, sent, received);
+        assert_eq!(k, Some(T / SEC));
+        // So does one from a slice, late by the trip back of its grant.
+        let k = window_of_reset(Duration::from_millis(704), SEC, sent, sent);
         assert_eq!(k, Some(T / SEC));
     }
 
