@@ -606,14 +606,17 @@ class Harness:
         load = ["-c", str(HOT["c"]), "-m", str(HOT["m"]), "-k", str(HOT["keys"]),
                 "--duration", f"{round(a.duration * 1000)}ms", "--warmup", f"{round(a.warmup * 1000)}ms"]
         batching = ["--client", "batching"]
+        # sluice's rows run the batching client as it ships: its deny cache
+        # on, so a hot key's denials are local with budgets off and on.
+        client = batching + ["--deny-cache"]
         # (member, where, keys, policy, flags)
         members = [
             ("echo", echo_nats.url, "hot", "hot", ["--target", "echo"] + batching + hot),
             ("redis-incr", redis_url, "hot", "hot", ["--target", "redis-incr"] + hot),
-            ("budgets off", stack.nats.url, "hot", "hot", batching + hot),
-            ("budgets on", stack.nats.url, "hot", "hot_budget", batching + hot),
-            ("uniform, budgets off", stack.nats.url, "uniform", "hot", batching),
-            ("uniform, budgets on", stack.nats.url, "uniform", "hot_budget", batching),
+            ("budgets off", stack.nats.url, "hot", "hot", client + hot),
+            ("budgets on", stack.nats.url, "hot", "hot_budget", client + hot),
+            ("uniform, budgets off", stack.nats.url, "uniform", "hot", client),
+            ("uniform, budgets on", stack.nats.url, "uniform", "hot_budget", client),
         ]
         try:
             for rnd in range(a.rounds):

@@ -137,15 +137,21 @@ def under_text(adm):
     return f"{adm['under_admitted']:,}{share}"
 
 
-def local_share(r):
-    """The share of a batching client's decisions made from a slice of a
-    key's budget (no round trip), or None where it cannot tell."""
+def pct(shares):
+    """The median of some shares as a percentage, or – without any."""
+    return f"{100 * statistics.median(shares):.1f} %" if shares else "–"
+
+
+def local_share(r, sources=("budget",)):
+    """The share of a batching client's decisions made by `sources` (a
+    slice of a key's budget, the deny cache: no round trip), or None where
+    it cannot tell."""
     cs = (r or {}).get("client_stats") or {}
     by_source = {k[len("answered_by_"):]: v for k, v in cs.items() if k.startswith("answered_by_")}
     if by_source and sum(by_source.values()):
-        return by_source.get("budget", 0) / sum(by_source.values())
-    if cs.get("asks") and "budget" in cs:
-        return cs["budget"] / cs["asks"]
+        return sum(by_source.get(s, 0) for s in sources) / sum(by_source.values())
+    if cs.get("asks") and all(s in cs for s in sources):
+        return sum(cs[s] for s in sources) / cs["asks"]
     return None
 
 
@@ -194,7 +200,9 @@ def hot_section(data, w):
       "`budgets on` is the same policy with `local_budget = true`: the batching client asks a hot key's owner for "
       "a slice of its remaining budget and decides from it locally for a short lease"
       + ("" if hk.get("local_budget") else " (**this build has no local budgets: those cells ran with them off**)")
-      + ". `uniform` rows: 10,000 uniform keys, no hot ones (nobody near the limit). Each round runs every row "
+      + ". sluice's rows use the batching client as it ships, deny cache on (`--deny-cache`), so with budgets "
+      "off and on alike a hot key's denials are answered in the client; Redis INCR runs its script for every ask. "
+      "`uniform` rows: 10,000 uniform keys, no hot ones (nobody near the limit). Each round runs every row "
       f"one right after the other, in an order that rotates by round ({len(rounds)} rounds); ratios are per round, "
       "then the median.")
     w("")
@@ -204,8 +212,8 @@ def hot_section(data, w):
       "(Redis: the window its script names); both 0 for a limiter that decides every ask in one place.")
     w("")
     w("| row | keys | decisions/s (median) | ÷ Redis INCR | ÷ echo ceiling | denied | over-admitted | "
-      "under-admitted | decided locally | errors |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+      "under-admitted | from slices | from the deny cache | errors |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
     for member in HOT_MEMBERS:
         rows = [got[member] for got in rounds.values() if member in got]
         if not rows:
@@ -218,6 +226,7 @@ def hot_section(data, w):
         vs_echo = hot_ratios(data, member, "echo") if same_load and member != "echo" else []
         adm = hot_admission(data, member)
         shares = [x for x in (local_share(r) for r in good) if x is not None]
+        cached = [x for x in (local_share(r, ("deny_cache",)) for r in good) if x is not None]
         errors = sum(r["errors"]["total"] for r in good)
         denied = [r for r in good if r["allowed"] + r["denied"]]
         den = (f"{100 * sum(r['denied'] for r in denied) / sum(r['allowed'] + r['denied'] for r in denied):.0f} %"
@@ -228,7 +237,7 @@ def hot_section(data, w):
           f"{f'{statistics.median(vs_redis):.2f}×' if vs_redis else '–'} | "
           f"{f'{statistics.median(vs_echo):.2f}×' if vs_echo else '–'} | {den} | "
           f"{over} | {under_text(adm)} | "
-          f"{f'{100 * statistics.median(shares):.1f} %' if shares else '–'} | {errors} |")
+          f"{pct(shares)} | {pct(cached)} | {errors} |")
     w("")
     w("Each round:")
     w("")
