@@ -261,8 +261,8 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::time::ManualClock;
     use sluice_core::budget::Grant;
+    use sluice_core::time::ManualClock;
 
     fn budgets() -> (Budgets, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new(Nanos::from_secs(1_000)));

@@ -1436,6 +1436,9 @@ mod tests {
         assert_eq!(grant.taken_at, T0);
         assert_eq!(records.len(), 2, "the ask and the slice");
         assert!(!records[0].s && records[1].s && records[1].c == 30);
+        // Usage: the ask is used now, the slice only as it comes back spent.
+        let used = |r: &Record| crate::usage::counts_of(r).map(|c| c.used);
+        assert_eq!((used(&records[0]), used(&records[1])), (Some(1), None));
         // 20 of the 30 come back, 10 were spent.
         let refund = Budget::Refund(Refund {
             units: 20,
@@ -1451,6 +1454,10 @@ mod tests {
             (records[0].c, records[0].u, records[0].g),
             (20, 10, T0.as_u64())
         );
+        assert_eq!(used(&records[0]), Some(10));
+        // A refund record reads back as written.
+        let bytes = rmp_serde::to_vec(&records[0]).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Record>(&bytes).unwrap(), records[0]);
         // Replayed, a refund gives nothing back (replay errs towards denying).
         let replayed = Counters::new();
         for r in &records {
