@@ -22,8 +22,10 @@
 //! shard grows, and a full cache stops caching rather than evicting.
 
 use crate::answer::{Answer, Source};
+use crate::client::with_counter_key;
+use foldhash::fast::RandomState;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -46,7 +48,7 @@ pub(crate) struct DenyCache {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<String, Denied>,
+    map: HashMap<String, Denied, RandomState>,
     /// Prune expired entries when the map reaches this size.
     prune_at: usize,
 }
@@ -58,12 +60,12 @@ impl DenyCache {
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
-                        map: HashMap::new(),
+                        map: HashMap::default(),
                         prune_at: 64.min(per_shard),
                     })
                 })
                 .collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             per_shard,
         }
     }
@@ -83,10 +85,13 @@ impl DenyCache {
 
     /// The cached denial for `policy`/`token` that covers `cost`, if any.
     pub(crate) fn get(&self, policy: &str, token: &str, cost: u64) -> Option<Answer> {
-        let key = cache_key(policy, token);
+        with_counter_key(policy, token, |key| self.get_key(key, policy, cost))
+    }
+
+    fn get_key(&self, key: &str, policy: &str, cost: u64) -> Option<Answer> {
         let now = Instant::now();
-        let shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
-        let d = shard.map.get(&key)?;
+        let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let d = shard.map.get(key)?;
         if now >= d.until || cost.max(1) < d.cost {
             return None;
         }
@@ -106,7 +111,8 @@ impl DenyCache {
         if answer.allowed || answer.retry_after.is_zero() {
             return;
         }
-        let key = cache_key(&answer.policy, token);
+        let mut key = String::new();
+        sluice_core::ask::counter_key(&mut key, &answer.policy, token);
         let now = Instant::now();
         let denied = Denied {
             until: now + answer.retry_after,
@@ -144,14 +150,6 @@ impl DenyCache {
 }
 
 /// Policy names have no `/` (CONTRACT: `[A-Za-z0-9_-]`), so this is unambiguous.
-fn cache_key(policy: &str, token: &str) -> String {
-    let mut k = String::with_capacity(policy.len() + 1 + token.len());
-    k.push_str(policy);
-    k.push('/');
-    k.push_str(token);
-    k
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
