@@ -126,8 +126,10 @@ struct Tail {
     upto: u64,
     by_partition: HashMap<u32, Vec<(u64, Record)>>,
     dropped_upto: HashMap<u32, u64>,
-    /// How many records the read decoded, kept or not.
+    /// How many records the read decoded, kept or not, and how many of
+    /// them were denials (journaled for usage only).
     records_read: usize,
+    denials_read: usize,
     read_at: Instant,
 }
 
@@ -179,6 +181,7 @@ impl Tails {
         after_seq: u64,
         last: u64,
     ) -> Result<Arc<Tail>> {
+        let entered = Instant::now();
         let mut tails = self.by_subject.lock().await;
         if let Some(tail) = tails.get(subject) {
             if tail.serves(partition, after_seq, last) {
@@ -194,8 +197,12 @@ impl Tails {
         let tail = Arc::new(read(journal, subject, after, last, self).await?);
         tracing::debug!(
             subject,
+            after,
+            upto = last,
             records_read = tail.records_read,
+            denials_read = tail.denials_read,
             records_kept = tail.by_partition.values().map(Vec::len).sum::<usize>(),
+            waited_ms = (started - entered).as_millis() as u64,
             took_ms = started.elapsed().as_millis() as u64,
             "read a journal tail"
         );
@@ -219,6 +226,7 @@ async fn read(
         by_partition: HashMap::new(),
         dropped_upto: HashMap::new(),
         records_read: 0,
+        denials_read: 0,
         read_at: Instant::now(),
     };
     let consumer = store::takeover_request(
@@ -257,6 +265,7 @@ async fn read(
             }
         };
         tail.records_read += records.len();
+        tail.denials_read += records.iter().filter(|r| r.d).count();
         let starts = tails.starts();
         for r in records {
             if let Some((replay_after, _)) = starts.get(&r.n) {

@@ -10,6 +10,12 @@
 //! marked so (`merged == false`): the flush and the queries add the stored
 //! record to it. Minutes that began after the takeover are ours alone.
 //!
+//! In journal mode a new owner adds what the journal holds past the stored
+//! minutes after the partition already answers ([`Ledger::replay_pending`]):
+//! new counts may come first, as sums do not care about order, but nothing
+//! may read or store the ledger's totals before that replay is in, so the
+//! flush and the queries wait for it ([`Ledger::replayed`]).
+//!
 //! Adding takes the partition's ledger lock once per counted request (no
 //! await under it; on a worker's one-thread runtime it is contended only
 //! while a flush copies a minute). Keys are found by `&str`; a string is
@@ -18,6 +24,7 @@
 use sluice_core::usage::{BucketId, BucketRecord, Counts, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
+use tokio::sync::watch;
 
 type Keys = HashMap<Box<str>, Counts, foldhash::fast::RandomState>;
 
@@ -116,6 +123,8 @@ pub struct Ledger {
     /// Minutes starting at or before this began before the takeover.
     first_own_minute: u64,
     state: Mutex<State>,
+    /// Whether every journal record the takeover replays is in the counts.
+    replayed: watch::Sender<bool>,
 }
 
 impl Ledger {
@@ -132,7 +141,31 @@ impl Ledger {
                 watermark: stored_through,
                 stored_through,
             }),
+            replayed: watch::channel(true).0,
         }
+    }
+
+    /// A takeover's journal replay will add to the counts later
+    /// ([`Ledger::replay_done`]); until then [`Ledger::replayed`] waits.
+    pub fn replay_pending(&self) {
+        self.replayed.send_replace(false);
+    }
+
+    /// The takeover's journal replay is in the counts.
+    pub fn replay_done(&self) {
+        self.replayed.send_replace(true);
+    }
+
+    pub fn is_replayed(&self) -> bool {
+        *self.replayed.borrow()
+    }
+
+    /// Waits until the counts hold the takeover's journal replay: before,
+    /// a total read or stored would miss what the journal holds.
+    pub async fn replayed(&self) {
+        let mut done = self.replayed.subscribe();
+        // The sender lives as long as `self`: this ends only once done.
+        let _ = done.wait_for(|done| *done).await;
     }
 
     pub fn tiers(&self) -> &[Tier] {
@@ -425,6 +458,24 @@ mod tests {
         // Stored minutes are forgotten once past the grace.
         ledger.forget_stored(after, grace);
         assert_eq!(ledger.minutes(), 0);
+    }
+
+    #[test]
+    fn a_pending_replay_holds_readers_back_until_it_is_in() {
+        use futures::FutureExt as _;
+        let ledger = Ledger::new(UsageConfig::default().tiers, 1000 * M, 0);
+        assert!(ledger.is_replayed());
+        assert!(ledger.replayed().now_or_never().is_some());
+        ledger.replay_pending();
+        // New counts go in meanwhile; readers wait for the replay.
+        ledger.add("default", "k", 1000 * M, counts(1, 0));
+        assert!(!ledger.is_replayed());
+        let mut waiting = Box::pin(ledger.replayed());
+        assert!(waiting.as_mut().now_or_never().is_none());
+        ledger.add("default", "k", 1000 * M, counts(2, 0));
+        ledger.replay_done();
+        assert!(waiting.now_or_never().is_some());
+        assert!(ledger.is_replayed());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use crate::counters::Counters;
 use crate::decide::{Message, Owned};
+use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
 use crate::ledger::Ledger;
 use crate::reply::Reply;
@@ -115,6 +116,9 @@ struct Shard {
     snapshot_started: Option<std::time::Instant>,
     /// The partition's usage in memory (CONTRACT §9), when recorded.
     usage: Option<Arc<Ledger>>,
+    /// Journal mode: what the takeover replays, kept for the usage replay
+    /// that follows once the partition answers ([`Shard::start_usage_replay`]).
+    usage_replay: Option<journal::Since>,
     /// The lease's `valid_until`, kept current across renewals for the
     /// usage flush on its own task: it stores nothing once the lease may
     /// have ended (a worker frozen past it must not overwrite the next
@@ -147,6 +151,7 @@ async fn run(
         changes_in_flight: 0,
         snapshot_started: None,
         usage: None,
+        usage_replay: None,
         lease_valid_until: Arc::new(Mutex::new(lease.valid_until)),
     };
     let started = Instant::now();
@@ -194,9 +199,10 @@ async fn run(
         shard.stats.clone(),
         shard.usage.clone(),
     );
+    let usage_replay = shard.start_usage_replay();
     tracing::debug!(
         partition,
-        keys = shard.counters.len(),
+        keys = shard.stats.keys.load(Ordering::Relaxed),
         took_ms = started.elapsed().as_millis() as u64,
         "answering"
     );
@@ -291,15 +297,20 @@ async fn run(
             }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
                 // In journal mode a snapshot stores the usage first (see
-                // `start_snapshot`); two flushes of one ledger never overlap.
+                // `start_snapshot`); two flushes of one ledger never overlap,
+                // and none starts before the takeover's usage replay is in
+                // (it would wait for it).
                 let snapshot_flushes = shard.snapshot_flushes_usage();
-                let flushing = snapshot_flushes && usage_job.is_some();
+                let flushing = snapshot_flushes && (usage_job.is_some() || !shard.usage_replayed());
                 if shard.dirty() && !flushing {
                     snapshot_job = Some(shard.start_snapshot(true));
                 } else if shard.journal_position_stale() && !flushing {
                     snapshot_job = Some(shard.refresh_journal_position());
                 }
-                if usage_job.is_none() && !(snapshot_flushes && snapshot_job.is_some()) {
+                if usage_job.is_none()
+                    && shard.usage_replayed()
+                    && !(snapshot_flushes && snapshot_job.is_some())
+                {
                     usage_job = shard.start_usage_flush();
                 }
             }
@@ -353,6 +364,11 @@ async fn run(
         let meters = &shard.shared.stats.meters;
         meters.handover_duration.observe(secs(stopped.elapsed()));
     }
+    // Unfinished, it leaves the usage to the next owner's replay: nothing
+    // was stored past the journal position this takeover started from.
+    if let Some(job) = usage_replay {
+        job.abort();
+    }
     shard.close_usage();
     exit
 }
@@ -362,7 +378,9 @@ impl Shard {
     async fn start(&mut self) -> Result<SelectAll<Subscriber>> {
         let kv = &self.shared.stores.snapshots;
         let now = self.shared.clock.now();
+        let phase = std::time::Instant::now();
         let (manifest, rev) = snapshot::read_manifest(kv, self.partition).await?;
+        let t_manifest = phase.elapsed();
         if let Some(m) = &manifest {
             anyhow::ensure!(
                 m.lease_rev <= self.lease.revision,
@@ -399,25 +417,25 @@ impl Shard {
         let (since, restored) = tokio::join!(journal, restore);
         restored?;
         let since = since?;
+        let t_restored = phase.elapsed();
         let mut manifest = manifest.unwrap_or_default();
         let decider = &self.shared.decider;
         let policies = decider.policies();
         let now_ms = now.as_u64() / 1_000_000;
-        self.usage = self
-            .shared
-            .usage
-            .as_ref()
-            .map(|book| book.open_ledger(self.partition, now_ms, manifest.journal_seq));
+        let journal = self.shared.outbox.is_journal();
+        self.usage =
+            self.shared.usage.as_ref().map(|book| {
+                book.open_ledger(self.partition, now_ms, manifest.journal_seq, journal)
+            });
         let applied = self
             .shared
             .outbox
             .replay(self.partition, &mut manifest, &since, |record| {
                 decider.replay(&policies, record, &self.counters)
             });
-        if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
-            book.replay(self.partition, ledger, &since)
-                .await
-                .context("cannot restore the usage the journal holds")?;
+        let t_replayed = phase.elapsed();
+        if journal && self.usage.is_some() {
+            self.usage_replay = Some(since);
         }
         if applied > 0 {
             tracing::debug!(partition = self.partition, applied, "replayed the journal");
@@ -448,6 +466,14 @@ impl Shard {
             subs.push(client.subscribe(subject).await?);
         }
         client.flush().await?;
+        tracing::debug!(
+            partition = self.partition,
+            manifest_ms = t_manifest.as_millis() as u64,
+            restored_ms = t_restored.as_millis() as u64,
+            replayed_ms = t_replayed.as_millis() as u64,
+            subscribed_ms = phase.elapsed().as_millis() as u64,
+            "takeover phases"
+        );
         Ok(subs)
     }
 
@@ -525,6 +551,46 @@ impl Shard {
         }))
     }
 
+    /// Journal mode with usage, once the partition answers: adds the usage
+    /// of what the takeover replayed ([`crate::usage::UsageBook::replay`])
+    /// on its own task, tried again while the lease is held. Until it is
+    /// in, flushes and usage queries of the partition wait for it.
+    fn start_usage_replay(&mut self) -> Option<JoinHandle<()>> {
+        let since = self.usage_replay.take()?;
+        let ledger = self.usage.clone()?;
+        let book = self.shared.usage.clone()?;
+        let partition = self.partition;
+        let owner = self.lease_held();
+        Some(tokio::spawn(async move {
+            loop {
+                match book.replay(partition, &ledger, &since).await {
+                    Ok(()) => return,
+                    Err(e) if owner() => {
+                        tracing::warn!(
+                            partition,
+                            "cannot restore the usage the journal holds yet, trying again: {e:#}"
+                        );
+                        tokio::time::sleep(TAKEOVER_RETRY_PAUSE).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            partition,
+                            "cannot restore the usage the journal holds, and the lease ended: {e:#}"
+                        );
+                        return;
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Whether the takeover's usage replay is in (or there is none).
+    fn usage_replayed(&self) -> bool {
+        self.usage
+            .as_ref()
+            .is_none_or(|ledger| ledger.is_replayed())
+    }
+
     /// Keeps [`Shard::lease_held`] current after the lease changed.
     fn note_lease(&self) {
         *self
@@ -573,10 +639,16 @@ impl Shard {
     }
 
     /// Journal mode with usage: a snapshot stores the partition's usage
-    /// first and then claims the journal position that usage now holds,
-    /// rather than the one the last flush held (one snapshot interval
-    /// behind, which a takeover after heavy load paid for in a longer
-    /// journal tail).
+    /// too, so that it may claim the journal position it copies the
+    /// counters at rather than the one the last flush held (one snapshot
+    /// interval behind, which a takeover after heavy load paid for in a
+    /// longer journal tail). The position is taken first, then the counters
+    /// are copied while the usage is stored (which holds at least every
+    /// record up to that position: the journal writer hands records to
+    /// usage before it counts them acknowledged), and the claim is the
+    /// position if the flush stored it all. (Storing the usage before
+    /// taking the position made the claim lag the copy by the flush's
+    /// duration: ~40 % more of the tail replayed after heavy load.)
     fn snapshot_flushes_usage(&self) -> bool {
         self.usage.is_some() && self.shared.usage.is_some() && self.shared.outbox.is_journal()
     }
@@ -591,11 +663,11 @@ impl Shard {
             None
         };
         let (journal_seq, journal_writers) = if flush.is_some() {
-            (0, Vec::new())
+            // Capped by what the flush below stores.
+            self.shared.outbox.position(self.manifest.journal_seq)
         } else {
             self.journal_position()
         };
-        let claimed = self.manifest.journal_seq;
         let owner = self.lease_held();
         let counters = self.counters.clone();
         let shared = self.shared.clone();
@@ -615,21 +687,17 @@ impl Shard {
         self.snapshot_started = Some(std::time::Instant::now());
         let mut manifest = manifest;
         tokio::spawn(async move {
+            // Off the thread that answers requests (a worker's runtime has
+            // one), and beside the usage flush.
+            let encoding = tokio::task::spawn_blocking(move || snapshot::encode(&counters));
             if let Some((ledger, book)) = flush {
                 let now_ms = shared.clock.now().as_u64() / 1_000_000;
                 book.flush(partition, &ledger, now_ms, rollups, owner)
                     .await
                     .context("cannot store the usage this snapshot would claim")?;
-                // Taken after the flush and before the copy below: every
-                // record at or below it is in the counters and in the stored usage.
-                let (seq, writers) = shared.outbox.position(claimed);
-                manifest.journal_seq = seq.min(ledger.stored_through());
-                manifest.journal_writers = writers;
+                manifest.journal_seq = manifest.journal_seq.min(ledger.stored_through());
             }
-            // Off the thread that answers requests (a worker's runtime has one).
-            let encoded = tokio::task::spawn_blocking(move || snapshot::encode(&counters))
-                .await
-                .context("the snapshot encoder panicked")??;
+            let encoded = encoding.await.context("the snapshot encoder panicked")??;
             snapshot::write(
                 &shared.stores,
                 partition,

@@ -15,6 +15,17 @@
 //! ([`Ledger::stored_through`]), so a new owner replays exactly the
 //! records that are not in the store yet ([`UsageBook::replay`]).
 //!
+//! That replay is not on the takeover's critical path: the partition
+//! answers once its counters are restored, and the shard replays the usage
+//! right after (a stored minute read per replayed minute, then every
+//! replayed record added). It added ~0.2 s to a journal takeover after
+//! heavy load when the partition waited for it (docs/BENCHMARKS.md).
+//! Meanwhile the ledger takes new counts but nothing reads or stores its
+//! totals: flushes and queries wait for the replay ([`Ledger::replayed`]),
+//! and a snapshot claims no journal position past what the last flush
+//! stored, so a handover or crash before the replay is in leaves the next
+//! owner to replay the same records.
+//!
 //! docs/USAGE.md tells the design, the storage layout and the measured
 //! costs; the pure part (tiers, records, which buckets answer a range) is
 //! `sluice_core::usage`.
@@ -31,7 +42,13 @@ use sluice_core::usage::{visit_record, BucketId, BucketRecord, Counts, UsageConf
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use store::{PutError, UsageStore};
+
+/// How long a flush or a query waits for a takeover's usage replay
+/// ([`Ledger::replayed`]) before it gives up (the flush is tried again on
+/// the next tick; the query answers 503).
+pub const REPLAY_WAIT: Duration = Duration::from_secs(2);
 
 /// A worker's usage: the store and the ledgers of the partitions it answers.
 pub struct UsageBook {
@@ -64,14 +81,25 @@ impl UsageBook {
 
     /// The ledger of a partition taken over at `now_ms`, whose restored
     /// state covers the journal up to `stored_through`; it owes the recent
-    /// rollups. Registered for the journal writer and the top query.
-    pub fn open_ledger(&self, partition: u32, now_ms: u64, stored_through: u64) -> Arc<Ledger> {
+    /// rollups, and (with `replays`) the usage of the journal's records
+    /// past that ([`UsageBook::replay`]). Registered for the journal writer
+    /// and the top query.
+    pub fn open_ledger(
+        &self,
+        partition: u32,
+        now_ms: u64,
+        stored_through: u64,
+        replays: bool,
+    ) -> Arc<Ledger> {
         let ledger = Arc::new(Ledger::new(
             self.config.tiers.clone(),
             now_ms,
             stored_through,
         ));
         ledger.owe_recent_rollups(now_ms, self.lookback_ms);
+        if replays {
+            ledger.replay_pending();
+        }
         self.ledgers
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -137,7 +165,8 @@ impl UsageBook {
     /// says the partition is still ours. A failure leaves what was not
     /// stored to the next flush. A handover stores the minutes only: the
     /// next owner owes itself the recent rollups anyway, and a handover
-    /// should be short.
+    /// should be short. Waits for a takeover's usage replay first (up to
+    /// [`REPLAY_WAIT`]): a flush before it would store totals without it.
     pub async fn flush(
         &self,
         partition: u32,
@@ -146,6 +175,9 @@ impl UsageBook {
         rollups: bool,
         owner: impl Fn() -> bool,
     ) -> Result<()> {
+        tokio::time::timeout(REPLAY_WAIT, ledger.replayed())
+            .await
+            .context("the usage the journal holds is not restored yet")?;
         for minute in ledger.unmerged() {
             let stored = self.store.get(partition, (0, minute)).await?;
             ledger.merge_stored(minute, stored.as_ref().map(|(r, seq)| (r, *seq)));
@@ -256,9 +288,11 @@ impl UsageBook {
         Ok(())
     }
 
-    /// Journal mode, at takeover: adds the usage of the records of
+    /// Journal mode, after a takeover: adds the usage of the records of
     /// `partition` that `since` replays and the stored minutes do not hold
-    /// yet. Reads the stored minutes they fall in first. The records are
+    /// yet, then marks the ledger replayed. Reads the stored minutes they
+    /// fall in first, together; nothing is added until every read
+    /// succeeded, so a failed replay can be tried again. The records are
     /// walked twice where they lie in the journal's tails (no copy).
     pub async fn replay(
         &self,
@@ -266,28 +300,44 @@ impl UsageBook {
         ledger: &Ledger,
         since: &journal::Since,
     ) -> Result<()> {
+        let started = std::time::Instant::now();
         let step = &self.config.tiers[0];
         let mut minutes = BTreeSet::new();
         since.replay(partition, |_, record| {
             minutes.insert(step.bucket_of(record.t / 1_000_000));
             false
         });
+        let reads = minutes.iter().map(|&m| self.store.get(partition, (0, m)));
+        let found = futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
+        // From here on nothing awaits: the replay is in all at once.
         let mut stored = HashMap::new();
-        for &minute in &minutes {
-            let found = self.store.get(partition, (0, minute)).await?;
+        for (&minute, found) in minutes.iter().zip(found) {
             ledger.merge_stored(minute, found.as_ref().map(|(r, seq)| (r, *seq)));
             stored.insert(minute, found.map_or(0, |(r, _)| r.w));
         }
-        since.replay(partition, |seq, record| {
+        let added = since.replay(partition, |seq, record| {
+            let mut added = false;
             if let Some(counts) = counts_of(record) {
                 let minute = step.bucket_of(record.t / 1_000_000);
                 if seq > stored.get(&minute).copied().unwrap_or(0) {
                     ledger.add(&record.p, &record.k, record.t / 1_000_000, counts);
+                    added = true;
                 }
             }
             ledger.advance(seq);
-            true
+            added
         });
+        ledger.replay_done();
+        tracing::debug!(
+            partition,
+            minutes = minutes.len(),
+            added,
+            took_ms = started.elapsed().as_millis() as u64,
+            "usage replayed"
+        );
         Ok(())
     }
 }

@@ -19,7 +19,7 @@ use super::UsageBook;
 use crate::ledger::{KeyCounts, Ledger};
 use crate::reply::Reply;
 use crate::shared::Shared;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -52,7 +52,9 @@ struct Loaded {
 
 impl Loaded {
     /// Reads `buckets` of `partition`: minutes in memory (that `wanted`
-    /// keeps) from the ledger, the rest from the store.
+    /// keeps) from the ledger, the rest from the store. Right after a
+    /// takeover it waits for the ledger to hold the journal's usage
+    /// ([`Ledger::replayed`]): a total without it would be short.
     async fn read(
         book: &UsageBook,
         partition: u32,
@@ -60,6 +62,13 @@ impl Loaded {
         buckets: &[BucketId],
         wanted: &(dyn Fn(&str, &str) -> bool + Sync),
     ) -> Result<Loaded> {
+        tokio::time::timeout(crate::usage::REPLAY_WAIT, ledger.replayed())
+            .await
+            .with_context(|| {
+                format!(
+                    "the usage of partition {partition} is still being restored from the journal"
+                )
+            })?;
         let mut memory = HashMap::new();
         let mut by_tier: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         for &(tier, start) in buckets {
