@@ -247,6 +247,10 @@ pub struct Tally {
     hits: u64,
     errors: u64,
     changes: u64,
+    /// Local budgets: slices granted, their units, units given back.
+    slices: u64,
+    sliced_units: u64,
+    returned_units: u64,
     records: Vec<Record>,
     meters: Arc<PolicyMeters>,
     /// Allowed, denied and hit counts by policy (its place in `meters`), of
@@ -271,6 +275,9 @@ impl Tally {
             hits: 0,
             errors: 0,
             changes: 0,
+            slices: 0,
+            sliced_units: 0,
+            returned_units: 0,
             records: Vec::new(),
             meters,
             by_policy: [(0, [0; 3]); POLICY_SLOTS],
@@ -311,6 +318,8 @@ impl Tally {
     /// A slice of `units` was taken for a client's local budget.
     fn sliced(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
         self.changes += 1;
+        self.slices += 1;
+        self.sliced_units += units;
         if self.journal {
             let mut record = Record::new(self.partition, policy, token, units, now);
             record.s = true;
@@ -322,6 +331,7 @@ impl Tally {
     /// and its spent ones are usage.
     fn refunded(&mut self, policy: &str, token: &str, refund: &Refund, now: Nanos) {
         self.changes += 1;
+        self.returned_units += refund.units;
         if self.journal {
             let mut record = Record::new(self.partition, policy, token, refund.units, now);
             record.g = refund.taken_at.as_u64().max(1);
@@ -374,6 +384,15 @@ impl Tally {
                 if *n > 0 {
                     counter.inc_by(*n);
                 }
+            }
+        }
+        for (counter, n) in [
+            (&worker.meters.budget_slices, self.slices),
+            (&worker.meters.budget_sliced_units, self.sliced_units),
+            (&worker.meters.budget_returned_units, self.returned_units),
+        ] {
+            if n > 0 {
+                counter.inc_by(n);
             }
         }
         add(&shard.decisions, self.decisions);
@@ -1455,6 +1474,10 @@ mod tests {
             (20, 10, T0.as_u64())
         );
         assert_eq!(used(&records[0]), Some(10));
+        let meters = &f.decider.stats().meters;
+        assert_eq!(meters.budget_slices.get(), 1);
+        assert_eq!(meters.budget_sliced_units.get(), 30);
+        assert_eq!(meters.budget_returned_units.get(), 20);
         // A refund record reads back as written.
         let bytes = rmp_serde::to_vec(&records[0]).unwrap();
         assert_eq!(rmp_serde::from_slice::<Record>(&bytes).unwrap(), records[0]);

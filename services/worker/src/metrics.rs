@@ -76,6 +76,25 @@ pub fn render(shared: &Shared, shards: &ShardsView) -> Result<String, fmt::Error
         "Snapshots that could not be written (retried at the next interval; a final one leaves the previous snapshot to the next owner).",
         m.snapshot_failures.clone(),
     );
+    for (name, help, counter) in [
+        (
+            "sluice_worker_budget_slices",
+            "Local budgets: slices of a hot key's budget granted to clients (of at least one unit).",
+            &m.budget_slices,
+        ),
+        (
+            "sluice_worker_budget_sliced_units",
+            "Local budgets: units taken from keys' states for slices (counted as used at once).",
+            &m.budget_sliced_units,
+        ),
+        (
+            "sluice_worker_budget_returned_units",
+            "Local budgets: units of slices that clients gave back unspent.",
+            &m.budget_returned_units,
+        ),
+    ] {
+        registry.register(name, help, counter.clone());
+    }
     registry.register_collector(Box::new(StatusValues(service::status(shared, shards))));
     page::render(&registry)
 }

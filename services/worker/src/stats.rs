@@ -165,6 +165,12 @@ pub struct Meters {
     pub snapshot_failures: Counter,
     /// One journal append, from publish to JetStream's ack (seconds).
     pub journal_append_duration: Histogram,
+    /// Local budgets: slices granted (of at least one unit).
+    pub budget_slices: Counter,
+    /// Local budgets: units taken from keys' states for slices.
+    pub budget_sliced_units: Counter,
+    /// Local budgets: units of slices given back unspent.
+    pub budget_returned_units: Counter,
 }
 
 impl Default for Meters {
@@ -191,6 +197,9 @@ impl Default for Meters {
             snapshot_bytes: Histogram::new(exponential_buckets(256.0, 4.0, 12)),
             snapshot_failures: Counter::default(),
             journal_append_duration: duration_histogram(),
+            budget_slices: Counter::default(),
+            budget_sliced_units: Counter::default(),
+            budget_returned_units: Counter::default(),
         }
     }
 }
