@@ -32,7 +32,6 @@ use sluice_core::budget::{Grant, Refund};
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::{Override, Policies};
-use sluice_core::policy::KeyState;
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
@@ -708,7 +707,17 @@ impl Decider {
         let op = Op::of(verb, request.cost)
             .ok_or_else(|| ErrorReply::bad_request(format!("{} does not count", verb.as_str())))?;
         let owned = self.locate(key, |p| (p == owned.partition).then_some(owned))?;
-        self.apply(policies, key, &request.policy, op, now, owned, tally)
+        self.apply(
+            policies,
+            key,
+            &request.policy,
+            op,
+            Budget::None,
+            now,
+            owned,
+            tally,
+        )
+        .map(|(decision, policy, _)| (decision, policy))
     }
 
     /// Decides a batch (`rl.p.<n>.batch` or `rl.w.<worker-id>.batch`): each
@@ -760,24 +769,20 @@ impl Decider {
             };
             let mut tally = self.tally(owned.partition);
             for (_, i, item) in share {
-                let (result, grant) = match item.budget {
-                    Budget::None => {
-                        let op = Op::Allow(item.cost);
-                        let result = self.apply(
-                            policies,
-                            item.key,
-                            &item.policy,
-                            op,
-                            now,
-                            owned,
-                            &mut tally,
-                        );
-                        (result, None)
-                    }
-                    budget => match self.budget(policies, item, budget, now, owned, &mut tally) {
-                        Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
-                        Err(e) => (Err(e), None),
-                    },
+                let op = Op::Allow(item.cost);
+                let applied = self.apply(
+                    policies,
+                    item.key,
+                    &item.policy,
+                    op,
+                    item.budget,
+                    now,
+                    owned,
+                    &mut tally,
+                );
+                let (result, grant) = match applied {
+                    Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
+                    Err(e) => (Err(e), None),
                 };
                 if matches!(item.budget, Budget::Refund(_)) {
                     // Giving back decides nothing.
@@ -823,8 +828,11 @@ impl Decider {
         })
     }
 
-    /// Checks the policy and the cost, then applies `op`. Nothing changes
-    /// unless every check passed.
+    /// Checks the policy and the cost, then applies `op`, and with it what
+    /// a batch item does for a local budget ([`sluice_core::budget`]): an
+    /// ask that also asks for a slice (the grant comes back), or a slice
+    /// given back (the item's cost is 0; the answer is a peek's). Nothing
+    /// changes unless every check passed.
     #[allow(clippy::too_many_arguments)]
     fn apply<'p>(
         &self,
@@ -832,41 +840,52 @@ impl Decider {
         key: KeyToken<'_>,
         policy_name: &str,
         op: Op,
+        budget: Budget,
         now: Nanos,
         owned: Owned<'_>,
         tally: &mut Tally,
-    ) -> Result<(Decision, &'p str), ErrorReply> {
+    ) -> Result<(Decision, &'p str, Option<Grant>), ErrorReply> {
         let base = ask::admit(|name| policies.get(name), policy_name, op)?;
         let cost = match op {
             Op::Allow(c) | Op::Record(c) => c,
         };
+        let token = key.as_str();
         // A per-key override replaces the policy's limits for this key;
-        // a blocked key is denied (a hit is still recorded, as served).
-        let policy = match (policies.override_of(base.name(), key.as_str()), op) {
+        // a blocked key is denied (a hit is still recorded, as served, and
+        // what was spent from a slice is still usage).
+        let policy = match (policies.override_of(base.name(), token), op) {
             (None, _) | (Some(Override::Blocked), Op::Record(_)) => base,
             (Some(Override::Limits(limits)), _) => ask::admit(|_| Some(limits), base.name(), op)?,
             (Some(Override::Blocked), Op::Allow(_)) => {
                 let decision = blocked(base);
-                self.record_usage(
-                    base.name(),
-                    key.as_str(),
-                    cost,
-                    Usage::Denied,
-                    now,
-                    owned,
-                    tally,
-                );
-                return Ok((decision, base.name()));
+                self.record_usage(base.name(), token, cost, Usage::Denied, now, owned, tally);
+                if let Budget::Refund(refund) = budget {
+                    let spent_only = Refund { units: 0, ..refund };
+                    self.gave_back(base.name(), token, &spent_only, now, owned, tally);
+                }
+                return Ok((decision, base.name(), None));
             }
         };
-        let token = key.as_str();
-        let decision = KEY.with(|buf| {
+        let (decision, grant) = KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
             ask::counter_key(&mut buf, policy.name(), token);
-            owned.counters.apply(policy, &buf, now, op)
+            owned
+                .counters
+                .update(policy, &buf, now, |state| match budget {
+                    Budget::None => (op.apply(policy, state, now), None),
+                    Budget::Slice(want) => policy.grant(state, now, cost, want),
+                    Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
+                })
         });
+        if let Budget::Refund(refund) = budget {
+            self.gave_back(policy.name(), token, &refund, now, owned, tally);
+            return Ok((decision, policy.name(), None));
+        }
         let usage = if op.consumed(&decision) {
             tally.changed(policy.name(), token, cost, false, now);
+            if let Some(g) = grant.filter(|g| g.units > 0) {
+                tally.sliced(policy.name(), token, g.units, now);
+            }
             Usage::Used
         } else if decision.allowed {
             Usage::Neither
@@ -874,74 +893,26 @@ impl Decider {
             Usage::Denied
         };
         self.record_usage(base.name(), token, cost, usage, now, owned, tally);
-        Ok((decision, policy.name()))
+        Ok((decision, policy.name(), grant))
     }
 
-    /// A batch item of a local budget ([`sluice_core::budget`]): an ask
-    /// that also asks for a slice, or a slice given back. The same checks
-    /// as [`Decider::apply`]; a blocked key gets its denial from there (and
-    /// a slice given back for it changes nothing).
+    /// A slice came back: its record (journal mode) and the usage of what
+    /// was spent from it (journal mode counts that once the record is
+    /// stored).
     #[allow(clippy::too_many_arguments)]
-    fn budget<'p>(
+    fn gave_back(
         &self,
-        policies: &'p Policies,
-        item: &batch::Item<'_>,
-        budget: Budget,
+        policy: &str,
+        token: &str,
+        refund: &Refund,
         now: Nanos,
         owned: Owned<'_>,
         tally: &mut Tally,
-    ) -> Result<(Decision, &'p str, Option<Grant>), ErrorReply> {
-        let op = Op::Allow(item.cost);
-        let base = ask::admit(|name| policies.get(name), &item.policy, op)?;
-        let token = item.key.as_str();
-        let policy = match policies.override_of(base.name(), token) {
-            None => base,
-            Some(Override::Limits(limits)) => ask::admit(|_| Some(limits), base.name(), op)?,
-            Some(Override::Blocked) => {
-                return self
-                    .apply(policies, item.key, &item.policy, op, now, owned, tally)
-                    .map(|(decision, policy)| (decision, policy, None));
-            }
-        };
-        let update = |f: &mut dyn FnMut(&mut KeyState) -> (Decision, Option<Grant>)| {
-            KEY.with(|buf| {
-                let mut buf = buf.borrow_mut();
-                ask::counter_key(&mut buf, policy.name(), token);
-                owned.counters.update(policy, &buf, now, f)
-            })
-        };
-        match budget {
-            Budget::Slice(want) => {
-                let (decision, grant) =
-                    update(&mut |state| policy.grant(state, now, item.cost, want));
-                let usage = if decision.allowed {
-                    tally.changed(policy.name(), token, item.cost, false, now);
-                    if let Some(g) = grant.filter(|g| g.units > 0) {
-                        tally.sliced(policy.name(), token, g.units, now);
-                    }
-                    Usage::Used
-                } else {
-                    Usage::Denied
-                };
-                self.record_usage(base.name(), token, item.cost, usage, now, owned, tally);
-                Ok((decision, policy.name(), grant))
-            }
-            Budget::Refund(refund) => {
-                let (decision, _) = update(&mut |state| {
-                    let peek = policy.refund(state, now, refund.units, refund.taken_at);
-                    (peek, None)
-                });
-                if refund.units > 0 || refund.spent > 0 {
-                    tally.refunded(policy.name(), token, &refund, now);
-                }
-                // The spent units are usage from now on; journal mode
-                // counts them once the refund's record is stored.
-                let spent = refund.spent;
-                self.record_usage(base.name(), token, spent, Usage::Used, now, owned, tally);
-                Ok((decision, policy.name(), None))
-            }
-            Budget::None => unreachable!("plain asks go through Decider::apply"),
+    ) {
+        if refund.units > 0 || refund.spent > 0 {
+            tally.refunded(policy, token, refund, now);
         }
+        self.record_usage(policy, token, refund.spent, Usage::Used, now, owned, tally);
     }
 
     /// Records the usage of one decided ask (CONTRACT §9): `cost` units
