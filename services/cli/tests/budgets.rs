@@ -12,11 +12,12 @@
 //! - token bucket: sorted by their second stamp, the `i`-th admission
 //!   happened by that stamp, so `i ≤ burst + rate · (stamp − start)`.
 
+use sluice_bench::admission::wall_ns;
 use sluice_client::{Client, ClientOptions, Source};
 use sluice_core::config::Config;
 use sluice_tests::{serial, Stack};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -55,13 +56,6 @@ struct Stamped {
     after: u64,
     allowed: bool,
     local: bool,
-}
-
-fn wall_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is past 1970")
-        .as_nanos() as u64
 }
 
 /// Four clients asking `policy` for one key as fast as they can; every
