@@ -360,6 +360,17 @@ async fn run(
         let _ = job.await;
     }
     if exit == Exit::Released {
+        // A renewal in flight when the stop came may already have moved
+        // the lease's revision on the server: take its result, or the
+        // release below would expect the old revision, fail, and leave the
+        // partition unowned until the lease expired.
+        if let Some(renewing) = renewal.take() {
+            if let Ok(lease) = renewing.await {
+                shard.lease = lease;
+                shard.note_lease();
+                meters.lease(LeaseEvent::Renewed);
+            }
+        }
         shard.hand_over().await;
         let meters = &shard.shared.stats.meters;
         meters.handover_duration.observe(secs(stopped.elapsed()));
