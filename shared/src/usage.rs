@@ -16,9 +16,12 @@
 //! writes each bucket it touched once per flush, so the write rate does not
 //! grow with the request rate either.
 //!
-//! Why records hold absolute counts, not increments: rewriting a bucket
-//! with what the owner has is idempotent, so a retried flush never counts
-//! twice, and a new owner continues a bucket by reading it first. Coarser
+//! Why records hold absolute counts, not increments: a reader needs one
+//! record per bucket, and a new owner continues a bucket by reading it
+//! first. The owner keeps in memory only what it counted since its last
+//! write and adds that to the stored record ([`add_to_record`]); each write
+//! is marked so that a retried one is recognised, not added twice (the
+//! worker's `ledger` module says how). Coarser
 //! tiers are rollups, recomputed from the finer tier's stored records once
 //! a bucket has ended: a rollup is an exact sum of the finer tier by
 //! construction, and recomputing one is as idempotent as writing it.
@@ -229,16 +232,22 @@ pub enum By {
 
 /// One partition's usage in one bucket of one tier, as stored: by policy,
 /// then by key token.
+///
+/// Generic over the strings so that [`add_to_record`] can write one made
+/// of borrowed ones ([`BucketRecord`] is the owned one).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BucketRecord {
+pub struct BucketRecordOf<S: Ord> {
     /// Format ([`format::CURRENT`]).
     pub v: u32,
     /// Journal mode: the journal's stream sequence up to which every record
     /// of the partition is in these counts (a new owner replaying the
     /// journal adds only what is past it). 0 otherwise.
     pub w: u64,
-    pub keys: BTreeMap<String, BTreeMap<String, Counts>>,
+    pub keys: BTreeMap<S, BTreeMap<S, Counts>>,
 }
+
+/// One partition's usage in one bucket, with owned strings.
+pub type BucketRecord = BucketRecordOf<String>;
 
 /// Why a stored record cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -251,11 +260,13 @@ pub enum RecordError {
     Malformed(String),
 }
 
-impl BucketRecord {
+impl<S: Ord + Serialize> BucketRecordOf<S> {
     pub fn encode(&self) -> Vec<u8> {
         rmp_serde::to_vec_named(self).expect("a usage record always encodes")
     }
+}
 
+impl BucketRecord {
     pub fn decode(bytes: &[u8]) -> Result<BucketRecord, RecordError> {
         #[derive(Deserialize)]
         struct Version {
@@ -291,11 +302,12 @@ impl BucketRecord {
 /// `f`, without building the record: a query over a month reads hundreds
 /// of records with thousands of keys each, and wants one key (or a sum).
 /// The format is checked first (`v` leads the map, as
-/// [`BucketRecord::encode`] writes it).
-pub fn visit_record(
-    bytes: &[u8],
-    mut f: impl FnMut(&str, &str, Counts),
-) -> Result<(), RecordError> {
+/// [`BucketRecord::encode`] writes it). Returns the record's watermark
+/// (`w`).
+pub fn visit_record<'a>(
+    bytes: &'a [u8],
+    mut f: impl FnMut(&'a str, &'a str, Counts),
+) -> Result<u64, RecordError> {
     use crate::wire::msgpack::{Reader, Value};
     let malformed = |what: &str| RecordError::Malformed(what.to_string());
     let mut r = Reader::new(bytes);
@@ -304,6 +316,7 @@ pub fn visit_record(
         return Err(malformed("not a map"));
     };
     let mut versioned = false;
+    let mut watermark = 0;
     for _ in 0..fields {
         let field = match next()? {
             Value::Str(s) => s,
@@ -318,7 +331,10 @@ pub fn visit_record(
                 versioned = true;
             }
             ("w", true) => {
-                next()?;
+                let Value::Uint(w) = next()? else {
+                    return Err(malformed("w is not a number"));
+                };
+                watermark = w;
             }
             ("keys", true) => {
                 let Value::Map(policies) = next()? else {
@@ -345,7 +361,41 @@ pub fn visit_record(
             _ => return Err(malformed("an unexpected field, or no format version first")),
         }
     }
-    Ok(())
+    Ok(watermark)
+}
+
+/// The record holding the counts of `stored` (an encoded record; `None`:
+/// nothing stored yet) plus every count of `more`, encoded, with the larger
+/// of the two watermarks. The stored keys are borrowed, not copied: an
+/// owner adds what it counted since its last write to a record of every
+/// key of the partition's minute.
+pub fn add_to_record<'a>(
+    stored: Option<&'a [u8]>,
+    w: u64,
+    more: impl IntoIterator<Item = (&'a str, &'a str, Counts)>,
+) -> Result<Vec<u8>, RecordError> {
+    let mut sum = BucketRecordOf::<&str> {
+        v: format::CURRENT,
+        w,
+        keys: BTreeMap::new(),
+    };
+    let mut add = |policy, key, counts| {
+        sum.keys
+            .entry(policy)
+            .or_default()
+            .entry(key)
+            .or_default()
+            .add(counts)
+    };
+    let stored_w = match stored {
+        Some(bytes) => visit_record(bytes, &mut add)?,
+        None => 0,
+    };
+    for (policy, key, counts) in more {
+        add(policy, key, counts);
+    }
+    sum.w = sum.w.max(stored_w);
+    Ok(sum.encode())
 }
 
 /// A bucket of a tier: `(tier index, start in ms)`.
@@ -648,10 +698,12 @@ mod tests {
                 .insert(key.into(), Counts { used, denied });
         }
         let mut seen = Vec::new();
-        visit_record(&r.encode(), |p, k, c| {
+        let bytes = r.encode();
+        let w = visit_record(&bytes, |p, k, c| {
             seen.push((p.to_string(), k.to_string(), c))
         })
         .unwrap();
+        assert_eq!(w, 3);
         let want: Vec<_> = r
             .keys
             .iter()
@@ -672,6 +724,51 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn adding_to_a_record_sums_every_key_and_keeps_the_larger_watermark() {
+        let c = |used, denied| Counts { used, denied };
+        let mut stored = BucketRecord {
+            v: format::CURRENT,
+            w: 9,
+            ..Default::default()
+        };
+        for (policy, key, counts) in [
+            ("a", "k1", c(1, 0)),
+            ("a", "k2", c(3, 2)),
+            ("b", "k1", c(5, 0)),
+        ] {
+            stored
+                .keys
+                .entry(policy.into())
+                .or_default()
+                .insert(key.into(), counts);
+        }
+        let bytes = stored.encode();
+        let more = [
+            ("a", "k2", c(1, 1)),
+            ("a", "k3", c(2, 0)),
+            ("c", "k1", c(0, 4)),
+        ];
+        let sum = BucketRecord::decode(&add_to_record(Some(&bytes), 4, more).unwrap()).unwrap();
+        assert_eq!(sum.w, 9);
+        assert_eq!(sum.counts("a", "k1"), c(1, 0));
+        assert_eq!(sum.counts("a", "k2"), c(4, 3));
+        assert_eq!(sum.counts("a", "k3"), c(2, 0));
+        assert_eq!(sum.counts("b", "k1"), c(5, 0));
+        assert_eq!(sum.counts("c", "k1"), c(0, 4));
+        assert_eq!(sum.keys.values().map(|k| k.len()).sum::<usize>(), 5);
+        // Nothing stored: the counts alone, with our watermark.
+        let alone = BucketRecord::decode(&add_to_record(None, 4, more).unwrap()).unwrap();
+        assert_eq!((alone.w, alone.counts("a", "k2")), (4, c(1, 1)));
+        // A stored record that cannot be read is an error, not a zero.
+        assert!(add_to_record(Some(b"\xc1"), 4, more).is_err());
+        stored.v = format::CURRENT + 1;
+        assert!(matches!(
+            add_to_record(Some(&stored.encode()), 4, more),
+            Err(RecordError::Newer(_))
+        ));
     }
 
     #[test]

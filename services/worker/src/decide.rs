@@ -1966,7 +1966,7 @@ mod tests {
     #[test]
     fn usage_is_recorded_in_the_ledger_as_decided_in_snapshot_mode() {
         let f = Fixture::with(Config::from_toml(CONFIG, "test.toml").unwrap(), false);
-        let ledger = Ledger::new(f.decider.config().usage.tiers.clone(), 0, 0);
+        let ledger = Ledger::new(f.decider.config().usage.tiers.clone(), 0);
         let key = key_in(1, "u");
         let owned = Owned {
             usage: Some(&ledger),
@@ -1995,9 +1995,10 @@ mod tests {
         send(Verb::Allow, br#"{"policy":"login","cost":2}"#);
         let minute = T0.as_u64() / 1_000_000 / 60_000 * 60_000;
         let everything = |_: &str, _: &str| true;
-        let (mut counts, _) = ledger
+        let mut counts = ledger
             .minute_counts(minute, &everything)
-            .expect("the minute is in memory");
+            .expect("the minute is in memory")
+            .lacking(None);
         counts.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
             counts,

@@ -1,14 +1,30 @@
-//! One partition's usage in memory: the finest tier's buckets ("minutes")
-//! that are not yet stored as they stand, and the coarser buckets owed a
-//! rollup.
+//! One partition's usage in memory: what was counted in each of the
+//! finest tier's buckets ("minutes") since it was last written, and the
+//! coarser buckets owed a rollup.
 //!
-//! A minute holds absolute counts: what the stored record holds (once it
-//! was read, or written by us) plus what was counted since. A minute this
-//! owner did not start (it began before the takeover) may already have a
-//! stored record from the previous owner; until that record is merged in
-//! ([`Ledger::merge_stored`]) the minute holds only what we counted, and is
-//! marked so (`merged == false`): the flush and the queries add the stored
-//! record to it. Minutes that began after the takeover are ours alone.
+//! The store holds a minute's absolute counts, every key of the partition
+//! in one record; memory holds only what was counted since the last write.
+//! So a worker's memory grows with the keys counted per flush interval, not
+//! per minute: when memory held the whole minute, a million new keys in a
+//! minute held a million entries (docs/BENCHMARKS.md, "1M keys"), and a
+//! flood of new keys grew without bound.
+//!
+//! A flush *takes* what each minute counted ([`Ledger::take`]), reads the
+//! stored record, adds the taken counts to it
+//! ([`sluice_core::usage::add_to_record`]) and writes it back expecting the
+//! stream sequence it read: a record written meanwhile (by a worker that
+//! lost the partition, finishing a flush) makes the write fail, and the
+//! next flush adds to that one instead of overwriting it.
+//!
+//! Taken counts stay here, visible to queries, until their write is known
+//! to have landed. Every write is marked with this ledger's id and the
+//! write's number ([`WriteMark`]; numbers increase), and a record holds
+//! every count this ledger took under its number or a lower one. Whoever
+//! reads the record knows what it holds: a write whose acknowledgement was
+//! lost is recognised by the next flush ([`Ledger::lacking`]) instead of
+//! being added twice, and a query adds exactly what the record it read
+//! lacks ([`MinuteView::lacking`]), however its read interleaves with a
+//! flush.
 //!
 //! In journal mode a new owner adds what the journal holds past the stored
 //! minutes after the partition already answers ([`Ledger::replay_pending`]):
@@ -18,12 +34,14 @@
 //!
 //! Adding takes the partition's ledger lock once per counted request (no
 //! await under it; on a worker's one-thread runtime it is contended only
-//! while a flush copies a minute). Keys are found by `&str`; a string is
-//! allocated only the first time a key is counted in a minute.
+//! while a flush takes the counts or a query copies them). Keys are found
+//! by `&str`; a string is allocated only the first time a key is counted
+//! since the last take.
 
-use sluice_core::usage::{BucketId, BucketRecord, Counts, Tier};
+use sluice_core::usage::{BucketId, Counts, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::hash::BuildHasher as _;
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 type Keys = HashMap<Box<str>, Counts, foldhash::fast::RandomState>;
@@ -31,26 +49,14 @@ type Keys = HashMap<Box<str>, Counts, foldhash::fast::RandomState>;
 /// Counts by policy and key, as a query takes them out of a minute.
 pub type KeyCounts = Vec<(String, String, Counts)>;
 
-/// One minute of the finest tier.
+/// Counts by policy and key.
 #[derive(Default)]
-struct Minute {
+pub struct Counted {
     /// By policy: a few, so a short list (no hashing per count).
     by_policy: Vec<(Box<str>, Keys)>,
-    /// Counted requests added since the minute was created: bumped by every
-    /// add, so a flush knows whether the minute changed while it was stored.
-    changes: u64,
-    /// `changes` when the record last stored was copied.
-    stored_changes: u64,
-    /// The stored record (if any) is in the counts.
-    merged: bool,
-    /// The stream sequence of the minute's record as we last read or wrote
-    /// it (0: none), which our next write expects: a write by a worker
-    /// that lost the partition meanwhile then fails instead of replacing
-    /// the owner's counts with older ones.
-    seq: u64,
 }
 
-impl Minute {
+impl Counted {
     fn add(&mut self, policy: &str, key: &str, counts: Counts) {
         let keys = match self.by_policy.iter().position(|(p, _)| &**p == policy) {
             Some(i) => &mut self.by_policy[i].1,
@@ -65,51 +71,105 @@ impl Minute {
                 keys.insert(key.into(), counts);
             }
         }
-        self.changes += 1;
     }
 
+    fn is_empty(&self) -> bool {
+        self.by_policy.is_empty()
+    }
+
+    /// Every `(policy, key, counts)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, Counts)> {
+        self.by_policy
+            .iter()
+            .flat_map(|(p, keys)| keys.iter().map(move |(k, c)| (&**p, &**k, *c)))
+    }
+
+    fn copy(&self, wanted: &dyn Fn(&str, &str) -> bool) -> KeyCounts {
+        self.iter()
+            .filter(|(p, k, _)| wanted(p, k))
+            .map(|(p, k, c)| (p.to_string(), k.to_string(), c))
+            .collect()
+    }
+}
+
+/// Which write of which ledger a stored record is (a header on it): the
+/// record holds every count that ledger took under this write's number or
+/// a lower one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteMark {
+    pub ledger: u64,
+    pub write: u64,
+}
+
+impl WriteMark {
+    /// As a header value: `<ledger>.<write>`.
+    pub fn to_header(self) -> String {
+        format!("{}.{}", self.ledger, self.write)
+    }
+
+    /// A header value; `None` when it is not one.
+    pub fn parse(value: &str) -> Option<WriteMark> {
+        let (ledger, write) = value.split_once('.')?;
+        Some(WriteMark {
+            ledger: ledger.parse().ok()?,
+            write: write.parse().ok()?,
+        })
+    }
+}
+
+/// One minute of the finest tier.
+#[derive(Default)]
+struct Minute {
+    /// Counted since the last take.
+    fresh: Counted,
+    /// Taken by writes not known to have landed: by write number, lowest
+    /// first. Shared with the flush that writes them.
+    taken: Vec<(u64, Arc<Counted>)>,
+}
+
+impl Minute {
     fn dirty(&self) -> bool {
-        self.changes != self.stored_changes
-    }
-
-    fn record(&self, w: u64) -> BucketRecord {
-        let mut record = BucketRecord {
-            v: sluice_core::format::CURRENT,
-            w,
-            ..Default::default()
-        };
-        for (policy, keys) in &self.by_policy {
-            record.keys.insert(
-                policy.to_string(),
-                keys.iter().map(|(k, c)| (k.to_string(), *c)).collect(),
-            );
-        }
-        record
+        !self.fresh.is_empty() || !self.taken.is_empty()
     }
 }
 
-/// A minute to store: its start, its record, what it had counted, and the
-/// stream sequence its stored record has now (0: none).
-pub struct ToStore {
-    pub minute: u64,
-    pub record: BucketRecord,
-    pub changes: u64,
-    pub expected_seq: u64,
+/// What a flush took: the minutes to write, the mark their writes carry,
+/// and the journal watermark they hold.
+pub struct Take {
+    pub minutes: Vec<u64>,
+    pub mark: WriteMark,
+    pub watermark: u64,
 }
 
-/// A minute stored: its start, what it had counted, its new sequence.
-pub struct Stored {
-    pub minute: u64,
-    pub changes: u64,
-    pub seq: u64,
+/// A minute's counts in memory as a query saw them, by the write number
+/// they go (or went) out under.
+pub struct MinuteView {
+    ledger: u64,
+    parts: Vec<(u64, KeyCounts)>,
+}
+
+impl MinuteView {
+    /// What a stored record marked `stored` (`None`: no mark, or no
+    /// record) lacks of these counts.
+    pub fn lacking(self, stored: Option<WriteMark>) -> KeyCounts {
+        let held = |write: u64| stored.is_some_and(|m| m.ledger == self.ledger && m.write >= write);
+        self.parts
+            .into_iter()
+            .filter(|(write, _)| !held(*write))
+            .flat_map(|(_, counts)| counts)
+            .collect()
+    }
 }
 
 struct State {
     minutes: BTreeMap<u64, Minute>,
     /// Coarser buckets whose rollup is owed (tier index ≥ 1).
     pending: BTreeSet<BucketId>,
+    /// The number the next take gives its writes.
+    next_write: u64,
     /// Journal mode: the highest journal sequence whose records are in
-    /// these counts (records replayed at takeover or stored by our writer).
+    /// these counts or in the stored records (records replayed at takeover
+    /// or stored by our writer).
     watermark: u64,
     /// Journal mode: every record at or below this is in the stored
     /// records (what the last complete flush covered); a snapshot may claim
@@ -119,25 +179,27 @@ struct State {
 
 /// One partition's usage not yet final in the store.
 pub struct Ledger {
+    /// Tells this ledger's writes from any other's (another worker's, or
+    /// this worker's in an earlier ownership of the partition).
+    id: u64,
     tiers: Vec<Tier>,
-    /// Minutes starting at or before this began before the takeover.
-    first_own_minute: u64,
     state: Mutex<State>,
     /// Whether every journal record the takeover replays is in the counts.
     replayed: watch::Sender<bool>,
 }
 
 impl Ledger {
-    /// The ledger of a partition taken over at `now_ms`, whose restored
-    /// state covers the journal up to `stored_through` (0 in snapshot mode).
-    pub fn new(tiers: Vec<Tier>, now_ms: u64, stored_through: u64) -> Ledger {
-        let first_own_minute = tiers[0].bucket_of(now_ms) + tiers[0].step_ms();
+    /// The ledger of a partition whose restored state covers the journal
+    /// up to `stored_through` (0 in snapshot mode).
+    pub fn new(tiers: Vec<Tier>, stored_through: u64) -> Ledger {
         Ledger {
+            // Randomly keyed: a different id for every ledger of every worker.
+            id: std::hash::RandomState::new().hash_one(stored_through),
             tiers,
-            first_own_minute,
             state: Mutex::new(State {
                 minutes: BTreeMap::new(),
                 pending: BTreeSet::new(),
+                next_write: 1,
                 watermark: stored_through,
                 stored_through,
             }),
@@ -184,10 +246,8 @@ impl Ledger {
         state
             .minutes
             .entry(minute)
-            .or_insert_with(|| Minute {
-                merged: minute >= self.first_own_minute,
-                ..Default::default()
-            })
+            .or_default()
+            .fresh
             .add(policy, key, counts);
     }
 
@@ -202,87 +262,76 @@ impl Ledger {
         self.lock().stored_through
     }
 
-    /// Minutes that began before the takeover and were never merged with
-    /// their stored record (the flush reads those first).
-    pub fn unmerged(&self) -> Vec<u64> {
+    /// Takes every minute's fresh counts under the next write number; the
+    /// minutes to write are those holding taken counts (this take's, or an
+    /// earlier one's whose write is not known to have landed).
+    pub fn take(&self) -> Take {
+        let mut state = self.lock();
+        let write = state.next_write;
+        state.next_write += 1;
+        let mut minutes = Vec::new();
+        for (t, m) in state.minutes.iter_mut() {
+            if !m.fresh.is_empty() {
+                let fresh = std::mem::take(&mut m.fresh);
+                m.taken.push((write, Arc::new(fresh)));
+            }
+            if !m.taken.is_empty() {
+                minutes.push(*t);
+            }
+        }
+        Take {
+            minutes,
+            mark: WriteMark {
+                ledger: self.id,
+                write,
+            },
+            watermark: state.watermark,
+        }
+    }
+
+    /// What the stored record of `minute`, marked `stored`, lacks of the
+    /// counts taken so far; the taken counts it holds are forgotten (an
+    /// earlier write landed after all).
+    pub fn lacking(&self, minute: u64, stored: Option<WriteMark>) -> Vec<Arc<Counted>> {
+        if let Some(mark) = stored.filter(|m| m.ledger == self.id) {
+            self.written(minute, mark.write);
+        }
         let state = self.lock();
         state
             .minutes
-            .iter()
-            .filter(|(_, m)| !m.merged && m.dirty())
-            .map(|(t, _)| *t)
-            .collect()
+            .get(&minute)
+            .map(|m| m.taken.iter().map(|(_, c)| c.clone()).collect())
+            .unwrap_or_default()
     }
 
-    /// Adds the stored record of `minute` (read by the flush or at
-    /// takeover, with its stream sequence) into it, once.
-    pub fn merge_stored(&self, minute: u64, stored: Option<(&BucketRecord, u64)>) {
+    /// The record of `minute` holding every count taken under `write` or a
+    /// lower number is stored: those are forgotten, and the minute's
+    /// coarser bucket owes a rollup.
+    pub fn written(&self, minute: u64, write: u64) {
         let mut state = self.lock();
-        let m = state.minutes.entry(minute).or_default();
-        if m.merged {
-            return;
+        if let Some(m) = state.minutes.get_mut(&minute) {
+            m.taken.retain(|(w, _)| *w > write);
         }
-        m.merged = true;
-        if let Some((stored, seq)) = stored {
-            for (policy, keys) in &stored.keys {
-                for (key, counts) in keys {
-                    m.add(policy, key, *counts);
-                }
-            }
-            m.seq = seq;
-            state.watermark = state.watermark.max(stored.w);
+        if let Some(coarser) = self.tiers.get(1) {
+            state.pending.insert((1, coarser.bucket_of(minute)));
         }
     }
 
-    /// Copies every changed, merged minute to store, with the watermark
-    /// they cover, which [`Ledger::stored`] makes `stored_through` once all
-    /// of them are stored.
-    pub fn to_store(&self) -> (Vec<ToStore>, u64) {
-        let state = self.lock();
-        let w = state.watermark;
-        let minutes = state
-            .minutes
-            .iter()
-            .filter(|(_, m)| m.merged && m.dirty())
-            .map(|(t, m)| ToStore {
-                minute: *t,
-                record: m.record(w),
-                changes: m.changes,
-                expected_seq: m.seq,
-            })
-            .collect();
-        (minutes, w)
-    }
-
-    /// The copies of [`Ledger::to_store`] are stored: their minutes are
-    /// clean unless counted again meanwhile, their coarser buckets owe a
-    /// rollup, and (when every copy was stored) the journal up to
+    /// Every minute of a take was written: the journal up to its
     /// `watermark` is in the store.
-    pub fn stored(&self, stored: &[Stored], watermark: u64, all: bool) {
+    pub fn stored_all(&self, watermark: u64) {
         let mut state = self.lock();
-        for s in stored {
-            if let Some(m) = state.minutes.get_mut(&s.minute) {
-                m.stored_changes = m.stored_changes.max(s.changes);
-                m.seq = m.seq.max(s.seq);
-            }
-            if let Some(coarser) = self.tiers.get(1) {
-                state.pending.insert((1, coarser.bucket_of(s.minute)));
-            }
-        }
-        if all {
-            state.stored_through = state.stored_through.max(watermark);
-        }
+        state.stored_through = state.stored_through.max(watermark);
     }
 
-    /// Forgets minutes that are stored as they stand and ended `grace_ms`
-    /// before `now_ms` (nothing more is counted in them but a takeover's
-    /// replay, which reads them again).
+    /// Forgets minutes that hold nothing unwritten and ended `grace_ms`
+    /// before `now_ms`.
     pub fn forget_stored(&self, now_ms: u64, grace_ms: u64) {
         let step = self.tiers[0].step_ms();
         let mut state = self.lock();
         state
             .minutes
-            .retain(|t, m| m.dirty() || !m.merged || t + step + grace_ms > now_ms);
+            .retain(|t, m| m.dirty() || t + step + grace_ms > now_ms);
     }
 
     /// Owes the rollup of every coarser bucket that ended less than
@@ -301,7 +350,7 @@ impl Ledger {
     }
 
     /// The rollups that can be done at `now_ms`: buckets that ended
-    /// `grace_ms` ago and hold nothing still owed (no changed minute, no
+    /// `grace_ms` ago and hold nothing still owed (no unwritten minute, no
     /// finer rollup owed), finest tier first.
     pub fn due_rollups(&self, now_ms: u64, grace_ms: u64) -> Vec<BucketId> {
         let state = self.lock();
@@ -312,10 +361,7 @@ impl Ledger {
                 let step = self.tiers[*tier].step_ms();
                 let end = b + step;
                 end + grace_ms <= now_ms
-                    && !state
-                        .minutes
-                        .range(*b..end)
-                        .any(|(_, m)| m.dirty() || !m.merged)
+                    && !state.minutes.range(*b..end).any(|(_, m)| m.dirty())
                     && !state
                         .pending
                         .iter()
@@ -344,25 +390,26 @@ impl Ledger {
         bucket.1 + step + grace_ms <= now_ms && !self.lock().pending.contains(&bucket)
     }
 
-    /// What memory adds to the stored record of `minute`, for a query: the
-    /// counts and whether they replace the stored record (merged) or add to
-    /// it. `None` when the minute is not in memory.
+    /// The counts of `minute` in memory that `wanted` keeps, for a query to
+    /// add to the stored record it reads next ([`MinuteView::lacking`]).
+    /// `None` when the minute is not in memory.
     pub fn minute_counts(
         &self,
         minute: u64,
         wanted: &dyn Fn(&str, &str) -> bool,
-    ) -> Option<(KeyCounts, bool)> {
+    ) -> Option<MinuteView> {
         let state = self.lock();
         let m = state.minutes.get(&minute)?;
-        let mut out = Vec::new();
-        for (policy, keys) in &m.by_policy {
-            for (key, counts) in keys {
-                if wanted(policy, key) {
-                    out.push((policy.to_string(), key.to_string(), *counts));
-                }
-            }
-        }
-        Some((out, m.merged))
+        let mut parts: Vec<(u64, KeyCounts)> = m
+            .taken
+            .iter()
+            .map(|(write, counts)| (*write, counts.copy(wanted)))
+            .collect();
+        parts.push((state.next_write, m.fresh.copy(wanted)));
+        Some(MinuteView {
+            ledger: self.id,
+            parts,
+        })
     }
 
     /// Minutes in memory (for status and tests).
@@ -374,7 +421,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::usage::UsageConfig;
+    use sluice_core::usage::{add_to_record, BucketRecord, UsageConfig};
 
     const M: u64 = 60_000;
 
@@ -382,69 +429,248 @@ mod tests {
         Counts { used, denied }
     }
 
-    fn stored_all(to_store: &[ToStore]) -> Vec<Stored> {
-        to_store
-            .iter()
-            .map(|s| Stored {
-                minute: s.minute,
-                changes: s.changes,
-                seq: s.expected_seq + 1,
+    fn ledger(stored_through: u64) -> Ledger {
+        Ledger::new(UsageConfig::default().tiers, stored_through)
+    }
+
+    /// A minute's store: its record and the mark of the write that made it.
+    #[derive(Default)]
+    struct Store {
+        record: Option<Vec<u8>>,
+        mark: Option<WriteMark>,
+    }
+
+    impl Store {
+        /// What a flush of `minute` writes for `take` (not stored yet).
+        fn flush(&self, ledger: &Ledger, minute: u64, take: &Take) -> Option<Vec<u8>> {
+            let lacking = ledger.lacking(minute, self.mark);
+            if lacking.is_empty() {
+                return None;
+            }
+            let more = lacking.iter().flat_map(|c| c.iter());
+            Some(add_to_record(self.record.as_deref(), take.watermark, more).unwrap())
+        }
+
+        fn land(&mut self, record: Vec<u8>, take: &Take) {
+            self.record = Some(record);
+            self.mark = Some(take.mark);
+        }
+
+        fn counts(&self, key: &str) -> Counts {
+            self.record.as_deref().map_or(Counts::default(), |r| {
+                BucketRecord::decode(r).unwrap().counts("default", key)
             })
-            .collect()
+        }
+
+        /// What a query sees: memory copied first, then the record read.
+        fn query(&self, ledger: &Ledger, minute: u64, key: &str) -> Counts {
+            let mut total = self.counts(key);
+            if let Some(view) = ledger.minute_counts(minute, &|_, k| k == key) {
+                for (_, _, c) in view.lacking(self.mark) {
+                    total.add(c);
+                }
+            }
+            total
+        }
     }
 
     #[test]
-    fn a_minute_begun_before_the_takeover_is_stored_only_once_merged() {
-        let now = 1000 * M + 30_000;
-        let ledger = Ledger::new(UsageConfig::default().tiers, now, 0);
-        ledger.add("default", "alice", now, counts(2, 1));
-        ledger.add("default", "alice", now + M, counts(1, 0));
-        // The minute of the takeover waits for its stored record.
-        assert_eq!(ledger.unmerged(), vec![1000 * M]);
-        let (to_store, _) = ledger.to_store();
-        assert_eq!(
-            to_store.iter().map(|s| s.minute).collect::<Vec<_>>(),
-            vec![1001 * M]
-        );
-        let mut previous = BucketRecord::default();
-        previous
-            .keys
-            .entry("default".into())
-            .or_default()
-            .insert("alice".into(), counts(5, 0));
-        ledger.merge_stored(1000 * M, Some((&previous, 9)));
-        ledger.merge_stored(1000 * M, Some((&previous, 9)));
-        let (to_store, _) = ledger.to_store();
-        assert_eq!(to_store.len(), 2);
-        assert_eq!(to_store[0].record.counts("default", "alice"), counts(7, 1));
-        // Its next write expects the record it read; the new minute none.
-        assert_eq!(to_store[0].expected_seq, 9);
-        assert_eq!(to_store[1].expected_seq, 0);
+    fn memory_holds_only_what_was_counted_since_the_last_write() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        let mut store = Store::default();
+        ledger.add("default", "alice", minute + 1, counts(2, 1));
+        ledger.add("default", "bob", minute + 2, counts(1, 0));
+        let take = ledger.take();
+        assert_eq!(take.minutes, vec![minute]);
+        let record = store.flush(&ledger, minute, &take).unwrap();
+        store.land(record, &take);
+        ledger.written(minute, take.mark.write);
+        assert_eq!(store.counts("alice"), counts(2, 1));
+        // Nothing in memory any more; new counts add to the record.
+        assert!(ledger
+            .minute_counts(minute, &|_, _| true)
+            .unwrap()
+            .lacking(None)
+            .is_empty());
+        ledger.add("default", "alice", minute + 3, counts(1, 0));
+        assert_eq!(store.query(&ledger, minute, "alice"), counts(3, 1));
+        let take = ledger.take();
+        let record = store.flush(&ledger, minute, &take).unwrap();
+        store.land(record, &take);
+        ledger.written(minute, take.mark.write);
+        assert_eq!(store.counts("alice"), counts(3, 1));
+        assert_eq!(store.counts("bob"), counts(1, 0));
+        // Nothing new: nothing to write.
+        assert!(ledger.take().minutes.is_empty());
+    }
+
+    #[test]
+    fn a_write_whose_acknowledgement_was_lost_is_not_added_twice() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        let mut store = Store::default();
+        ledger.add("default", "k", minute, counts(5, 0));
+        let first = ledger.take();
+        let record = store.flush(&ledger, minute, &first).unwrap();
+        // It landed, but the flush never heard so.
+        store.land(record, &first);
+        ledger.add("default", "k", minute, counts(1, 0));
+        // A query meanwhile: the record holds the first take, memory adds
+        // only what came after.
+        assert_eq!(store.query(&ledger, minute, "k"), counts(6, 0));
+        let second = ledger.take();
+        let record = store.flush(&ledger, minute, &second).unwrap();
+        store.land(record, &second);
+        ledger.written(minute, second.mark.write);
+        assert_eq!(store.counts("k"), counts(6, 0));
+        assert_eq!(store.query(&ledger, minute, "k"), counts(6, 0));
+    }
+
+    #[test]
+    fn a_write_that_failed_is_added_by_the_next_one() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        let mut store = Store::default();
+        ledger.add("default", "k", minute, counts(5, 0));
+        let first = ledger.take();
+        let _lost = store.flush(&ledger, minute, &first).unwrap();
+        // Not landed: the query still sees it in memory.
+        assert_eq!(store.query(&ledger, minute, "k"), counts(5, 0));
+        ledger.add("default", "k", minute, counts(1, 2));
+        let second = ledger.take();
+        assert_eq!(second.minutes, vec![minute]);
+        let record = store.flush(&ledger, minute, &second).unwrap();
+        store.land(record, &second);
+        ledger.written(minute, second.mark.write);
+        assert_eq!(store.counts("k"), counts(6, 2));
+        // A minute holding only a failed take is written again too.
+        let other = minute + M;
+        ledger.add("default", "k", other, counts(1, 0));
+        let third = ledger.take();
+        let _lost = store.flush(&ledger, other, &third).unwrap();
+        assert_eq!(ledger.take().minutes, vec![other]);
+    }
+
+    #[test]
+    fn a_query_counts_everything_once_however_a_flush_interleaves() {
+        // Two flushes, each taking, landing its write, and only then
+        // hearing so, with counts added in between. A query copies memory
+        // before step `copy` and reads the record before step `read`: it
+        // must hold at least what was added before its copy (nothing lost)
+        // and at most what was added before its read (nothing twice).
+        enum Step {
+            Add(u64),
+            Take,
+            Land,
+            Hear,
+        }
+        use Step::*;
+        let steps = [
+            Take,
+            Land,
+            Add(4),
+            Hear,
+            Add(1),
+            Take,
+            Add(2),
+            Land,
+            Hear,
+            Add(8),
+        ];
+        let minute = 1000 * M;
+        for copy in 0..=steps.len() {
+            for read in copy..=steps.len() {
+                let ledger = ledger(0);
+                let mut store = Store::default();
+                ledger.add("default", "k", minute, counts(3, 0));
+                let (mut added, mut added_at_copy) = (3, 0);
+                let (mut take, mut record) = (None, None);
+                let mut view = None;
+                let mut total = None;
+                for i in 0..=steps.len() {
+                    if i == copy {
+                        view = ledger.minute_counts(minute, &|_, _| true);
+                        added_at_copy = added;
+                    }
+                    if i == read {
+                        let mut sum = store.counts("k");
+                        for (_, _, c) in view.take().unwrap().lacking(store.mark) {
+                            sum.add(c);
+                        }
+                        total = Some((sum.used, added));
+                    }
+                    match steps.get(i) {
+                        Some(Add(n)) => {
+                            ledger.add("default", "k", minute, counts(*n, 0));
+                            added += n;
+                        }
+                        Some(Take) => {
+                            let t = ledger.take();
+                            record = store.flush(&ledger, minute, &t);
+                            take = Some(t);
+                        }
+                        Some(Land) => store.land(record.take().unwrap(), take.as_ref().unwrap()),
+                        Some(Hear) => ledger.written(minute, take.as_ref().unwrap().mark.write),
+                        None => {}
+                    }
+                }
+                let (total, added_at_read) = total.unwrap();
+                assert!(
+                    (added_at_copy..=added_at_read).contains(&total),
+                    "copy before step {copy}, read before step {read}: {total} not in {added_at_copy}..={added_at_read}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_of_another_ledger_lacks_everything_taken_here() {
+        let minute = 1000 * M;
+        let previous = ledger(0);
+        let mut store = Store::default();
+        previous.add("default", "k", minute, counts(9, 0));
+        let take = previous.take();
+        let record = store.flush(&previous, minute, &take).unwrap();
+        store.land(record, &take);
+        // A new owner of the partition, with the same write numbers.
+        let next = ledger(0);
+        next.add("default", "k", minute, counts(1, 0));
+        assert_eq!(store.query(&next, minute, "k"), counts(10, 0));
+        let take = next.take();
+        assert_eq!(take.mark.write, 1);
+        let record = store.flush(&next, minute, &take).unwrap();
+        store.land(record, &take);
+        next.written(minute, take.mark.write);
+        assert_eq!(store.counts("k"), counts(10, 0));
     }
 
     #[test]
     fn rollups_wait_for_their_minutes_and_finer_rollups() {
         let start = 1000 * M; // a multiple of 5 minutes
-        let ledger = Ledger::new(UsageConfig::default().tiers, start - M, 0);
+        let ledger = ledger(0);
         for i in 0..5 {
             ledger.add("default", "k", start + i * M, counts(1, 0));
         }
         let grace = 5_000;
         let after = start + 5 * M + grace;
+        let write_all = |ledger: &Ledger| {
+            let take = ledger.take();
+            for minute in &take.minutes {
+                ledger.written(*minute, take.mark.write);
+            }
+            ledger.stored_all(take.watermark);
+        };
         // Nothing stored yet: nothing owed.
         assert_eq!(ledger.due_rollups(after, grace), vec![]);
-        let (to_store, w) = ledger.to_store();
-        let stored = stored_all(&to_store);
-        ledger.stored(&stored, w, true);
+        write_all(&ledger);
         assert_eq!(ledger.due_rollups(after - 1, grace), vec![]);
         assert_eq!(ledger.due_rollups(after, grace), vec![(1, start)]);
         assert!(!ledger.is_final((1, start), after, grace));
         // Counted again (a late replay): owed again only once stored again.
         ledger.add("default", "k", start + M, counts(1, 0));
         assert_eq!(ledger.due_rollups(after, grace), vec![]);
-        let (to_store, w) = ledger.to_store();
-        let stored = stored_all(&to_store);
-        ledger.stored(&stored, w, true);
+        write_all(&ledger);
         assert_eq!(ledger.due_rollups(after, grace), vec![(1, start)]);
         ledger.rolled_up((1, start));
         assert!(ledger.is_final((1, start), after, grace));
@@ -455,7 +681,7 @@ mod tests {
             ledger.due_rollups(hour.1 + 60 * M + grace, grace),
             vec![hour]
         );
-        // Stored minutes are forgotten once past the grace.
+        // Written minutes are forgotten once past the grace.
         ledger.forget_stored(after, grace);
         assert_eq!(ledger.minutes(), 0);
     }
@@ -463,7 +689,7 @@ mod tests {
     #[test]
     fn a_pending_replay_holds_readers_back_until_it_is_in() {
         use futures::FutureExt as _;
-        let ledger = Ledger::new(UsageConfig::default().tiers, 1000 * M, 0);
+        let ledger = ledger(0);
         assert!(ledger.is_replayed());
         assert!(ledger.replayed().now_or_never().is_some());
         ledger.replay_pending();
@@ -480,15 +706,26 @@ mod tests {
 
     #[test]
     fn stored_through_moves_only_when_every_minute_was_stored() {
-        let ledger = Ledger::new(UsageConfig::default().tiers, 1000 * M, 40);
+        let ledger = ledger(40);
         assert_eq!(ledger.stored_through(), 40);
         ledger.add("default", "k", 1001 * M, counts(1, 0));
         ledger.advance(50);
-        let (to_store, w) = ledger.to_store();
-        assert_eq!(w, 50);
-        ledger.stored(&stored_all(&to_store), w, false);
+        let take = ledger.take();
+        assert_eq!(take.watermark, 50);
         assert_eq!(ledger.stored_through(), 40);
-        ledger.stored(&[], w, true);
+        ledger.stored_all(take.watermark);
         assert_eq!(ledger.stored_through(), 50);
+    }
+
+    #[test]
+    fn a_write_mark_reads_back_and_junk_is_no_mark() {
+        let mark = WriteMark {
+            ledger: u64::MAX,
+            write: 7,
+        };
+        assert_eq!(WriteMark::parse(&mark.to_header()), Some(mark));
+        for junk in ["", "7", "a.b", "1.2.3", "-1.2"] {
+            assert_eq!(WriteMark::parse(junk), None, "{junk:?}");
+        }
     }
 }

@@ -35,10 +35,12 @@ pub mod store;
 
 use crate::decide::Record;
 use crate::journal;
-use crate::ledger::{Ledger, Stored, ToStore};
+use crate::ledger::{Ledger, Take};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
-use sluice_core::usage::{visit_record, BucketId, BucketRecord, Counts, UsageConfig};
+use sluice_core::usage::{
+    add_to_record, visit_record, BucketId, BucketRecord, Counts, UsageConfig,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -91,11 +93,7 @@ impl UsageBook {
         stored_through: u64,
         replays: bool,
     ) -> Arc<Ledger> {
-        let ledger = Arc::new(Ledger::new(
-            self.config.tiers.clone(),
-            now_ms,
-            stored_through,
-        ));
+        let ledger = Arc::new(Ledger::new(self.config.tiers.clone(), stored_through));
         ledger.owe_recent_rollups(now_ms, self.lookback_ms);
         if replays {
             ledger.replay_pending();
@@ -160,7 +158,7 @@ impl UsageBook {
         }
     }
 
-    /// Stores the minutes of `partition` that changed, then (with
+    /// Stores what `partition` counted since its last flush, then (with
     /// `rollups`) the rollups that are due, at `now_ms`, while `owner()`
     /// says the partition is still ours. A failure leaves what was not
     /// stored to the next flush. A handover stores the minutes only: the
@@ -178,32 +176,20 @@ impl UsageBook {
         tokio::time::timeout(REPLAY_WAIT, ledger.replayed())
             .await
             .context("the usage the journal holds is not restored yet")?;
-        for minute in ledger.unmerged() {
-            let stored = self.store.get(partition, (0, minute)).await?;
-            ledger.merge_stored(minute, stored.as_ref().map(|(r, seq)| (r, *seq)));
-        }
         ledger.advance(self.delivered.load(Ordering::Acquire));
-        let (to_store, watermark) = ledger.to_store();
-        let puts = to_store
+        let take = ledger.take();
+        let writes = take
+            .minutes
             .iter()
-            .map(|m| self.store_minute(partition, m, &owner));
-        let results = futures::future::join_all(puts).await;
-        let mut stored = Vec::with_capacity(to_store.len());
-        let mut failure = None;
-        for (m, result) in to_store.iter().zip(results) {
-            match result {
-                Ok(seq) => stored.push(Stored {
-                    minute: m.minute,
-                    changes: m.changes,
-                    seq,
-                }),
-                Err(e) => failure = Some(e),
-            }
-        }
-        ledger.stored(&stored, watermark, failure.is_none());
+            .map(|&minute| self.store_minute(partition, ledger, minute, &take, &owner));
+        let failure = futures::future::join_all(writes)
+            .await
+            .into_iter()
+            .find_map(Result::err);
         if let Some(e) = failure {
             return Err(e);
         }
+        ledger.stored_all(take.watermark);
         let due = if rollups {
             ledger.due_rollups(now_ms, self.grace_ms)
         } else {
@@ -221,36 +207,53 @@ impl UsageBook {
         Ok(())
     }
 
-    /// Stores one minute. When another worker wrote it since we read or
-    /// wrote it (a worker that lost the partition, finishing a flush it
-    /// began before), ours replaces it if the partition is still ours:
-    /// what that worker counted after it lost the lease was never ours to
-    /// keep, and everything before is in ours.
+    /// Adds what `take` took of `minute` (and whatever earlier takes'
+    /// writes did not land) to its stored record and writes it back,
+    /// expecting the record it read: a record written meanwhile (by a
+    /// worker that lost the partition, finishing its flush) fails the
+    /// write, and the next flush adds to that record instead.
     async fn store_minute(
         &self,
         partition: u32,
-        m: &ToStore,
+        ledger: &Ledger,
+        minute: u64,
+        take: &Take,
         owner: &impl Fn() -> bool,
-    ) -> Result<u64> {
-        let bucket = (0, m.minute);
+    ) -> Result<()> {
+        let bucket = (0, minute);
+        if !owner() {
+            anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
+        }
+        let stored = self.store.get(partition, bucket).await?;
+        let lacking = ledger.lacking(minute, stored.as_ref().and_then(|s| s.mark));
+        if lacking.is_empty() {
+            // An earlier write landed after all and holds everything.
+            return Ok(());
+        }
+        let more = lacking.iter().flat_map(|counted| counted.iter());
+        let record = add_to_record(
+            stored.as_ref().map(|s| &s.payload[..]),
+            take.watermark,
+            more,
+        )
+        .context("cannot add to the stored usage record")?;
+        let expected = stored.map_or(0, |s| s.seq);
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
         }
         match self
             .store
-            .put(partition, bucket, &m.record, m.expected_seq)
+            .put(partition, bucket, record, expected, Some(take.mark))
             .await
         {
-            Ok(seq) => Ok(seq),
-            Err(PutError::Moved) if owner() => {
-                tracing::warn!(
-                    partition,
-                    minute = m.minute,
-                    "a usage record was written by another worker meanwhile; replacing it"
-                );
-                self.store.replace(partition, bucket, &m.record).await
+            Ok(_) => {
+                ledger.written(minute, take.mark.write);
+                Ok(())
             }
-            Err(e) => Err(e.into()),
+            Err(PutError::Moved) => Err(anyhow::anyhow!(
+                "the usage record of minute {minute} was written by another worker meanwhile; the next flush adds to it"
+            )),
+            Err(PutError::Failed(e)) => Err(e),
         }
     }
 
@@ -312,11 +315,18 @@ impl UsageBook {
             .await
             .into_iter()
             .collect::<Result<Vec<_>>>()?;
-        // From here on nothing awaits: the replay is in all at once.
         let mut stored = HashMap::new();
         for (&minute, found) in minutes.iter().zip(found) {
-            ledger.merge_stored(minute, found.as_ref().map(|(r, seq)| (r, *seq)));
-            stored.insert(minute, found.map_or(0, |(r, _)| r.w));
+            let w = match found {
+                Some(record) => visit_record(&record.payload, |_, _, _| {})
+                    .context("cannot read a stored usage record")?,
+                None => 0,
+            };
+            stored.insert(minute, w);
+        }
+        // From here on nothing awaits: the replay is in all at once.
+        if let Some(&w) = stored.values().max() {
+            ledger.advance(w);
         }
         let added = since.replay(partition, |seq, record| {
             let mut added = false;

@@ -41,20 +41,23 @@ use std::time::Duration;
 /// How long the worker that took `rl.top` waits for every partition.
 const SCATTER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The records a query needs (as stored), and the owner's minutes laid
-/// over them.
+/// The records a query needs (as stored), and what the owner's memory
+/// adds to them.
 struct Loaded {
     stored: HashMap<BucketId, Bytes>,
-    /// Minutes in memory: their counts, and whether those already hold the
-    /// stored record (else they add to it).
-    memory: HashMap<u64, (KeyCounts, bool)>,
+    /// Minutes in memory: the counts their stored records lack.
+    memory: HashMap<u64, KeyCounts>,
 }
 
 impl Loaded {
-    /// Reads `buckets` of `partition`: minutes in memory (that `wanted`
-    /// keeps) from the ledger, the rest from the store. Right after a
-    /// takeover it waits for the ledger to hold the journal's usage
-    /// ([`Ledger::replayed`]): a total without it would be short.
+    /// Reads `buckets` of `partition` from the store and, for the minutes
+    /// in memory, what memory adds to them (that `wanted` keeps). Memory is
+    /// copied before its minute's record is read, and the record's write
+    /// mark says which of those counts it already holds
+    /// ([`crate::ledger::MinuteView::lacking`]), so a flush landing between the two
+    /// neither drops nor doubles a count. Right after a takeover it waits
+    /// for the ledger to hold the journal's usage ([`Ledger::replayed`]): a
+    /// total without it would be short.
     async fn read(
         book: &UsageBook,
         partition: u32,
@@ -69,20 +72,30 @@ impl Loaded {
                     "the usage of partition {partition} is still being restored from the journal"
                 )
             })?;
-        let mut memory = HashMap::new();
+        let mut in_memory = Vec::new();
         let mut by_tier: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         for &(tier, start) in buckets {
             if tier == 0 {
-                if let Some((counts, merged)) = ledger.minute_counts(start, wanted) {
-                    memory.insert(start, (counts, merged));
-                    if merged {
-                        continue;
-                    }
+                if let Some(view) = ledger.minute_counts(start, wanted) {
+                    in_memory.push((start, view));
+                    continue;
                 }
             }
             by_tier.entry(tier).or_default().push(start);
         }
         let mut stored = HashMap::new();
+        let mut memory = HashMap::new();
+        let gets = in_memory
+            .iter()
+            .map(|(start, _)| book.store.get(partition, (0, *start)));
+        let records = futures::future::join_all(gets).await;
+        for ((start, view), record) in in_memory.into_iter().zip(records) {
+            let record = record?;
+            memory.insert(start, view.lacking(record.as_ref().and_then(|r| r.mark)));
+            if let Some(record) = record {
+                stored.insert((0, start), record.payload);
+            }
+        }
         for (tier, starts) in by_tier {
             for (start, record) in book.store.read(partition, tier, &starts).await? {
                 stored.insert((tier, start), record);
@@ -98,23 +111,17 @@ impl Loaded {
         wanted: &dyn Fn(&str, &str) -> bool,
         f: &mut dyn FnMut(&str, &str, Counts),
     ) -> Result<(), RecordError> {
-        let mut stored_too = true;
         if bucket.0 == 0 {
-            if let Some((counts, merged)) = self.memory.get(&bucket.1) {
-                for (policy, key, c) in counts {
-                    f(policy, key, *c);
-                }
-                stored_too = !merged;
+            for (policy, key, c) in self.memory.get(&bucket.1).into_iter().flatten() {
+                f(policy, key, *c);
             }
         }
-        if stored_too {
-            if let Some(record) = self.stored.get(&bucket) {
-                visit_record(record, |policy, key, c| {
-                    if wanted(policy, key) {
-                        f(policy, key, c);
-                    }
-                })?;
-            }
+        if let Some(record) = self.stored.get(&bucket) {
+            visit_record(record, |policy, key, c| {
+                if wanted(policy, key) {
+                    f(policy, key, c);
+                }
+            })?;
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! ours. `allow_direct` lets a bucket be read with one direct get; a range
 //! of buckets is read with an ordered consumer from the range's start time.
 
+use crate::ledger::WriteMark;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
@@ -55,6 +56,19 @@ async fn open_stream(js: &jetstream::Context, config: &stream::Config) -> Result
 
 fn is_not_found(e: &jetstream::context::GetStreamError) -> bool {
     matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+}
+
+/// The header that marks which write of which ledger a record is
+/// ([`WriteMark`]).
+const WRITE_HEADER: &str = "Sluice-Usage-Write";
+
+/// A bucket's record as stored: its bytes (read them with
+/// [`sluice_core::usage::visit_record`]), its stream sequence and, when a
+/// flush wrote it, its write's mark.
+pub struct StoredRecord {
+    pub payload: Bytes,
+    pub seq: u64,
+    pub mark: Option<WriteMark>,
 }
 
 /// Why a record was not stored.
@@ -129,15 +143,17 @@ impl UsageStore {
         usage_subject(&self.tiers[tier].name(), partition, bucket)
     }
 
-    /// Stores the record of `bucket` of `partition`, replacing the one
-    /// before, which must be at stream sequence `expected` (0: none), else
-    /// [`PutError::Moved`]. Returns the new record's sequence.
+    /// Stores `record` (encoded) as the record of `bucket` of `partition`,
+    /// marked `mark` (a flush's write; `None` for a rollup), replacing the
+    /// one before, which must be at stream sequence `expected` (0: none),
+    /// else [`PutError::Moved`]. Returns the new record's sequence.
     pub async fn put(
         &self,
         partition: u32,
         bucket: BucketId,
-        record: &BucketRecord,
+        record: Vec<u8>,
         expected: u64,
+        mark: Option<WriteMark>,
     ) -> Result<u64, PutError> {
         let subject = self.subject(partition, bucket);
         let mut headers = async_nats::HeaderMap::new();
@@ -145,12 +161,15 @@ impl UsageStore {
             async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
             expected.to_string().as_str(),
         );
+        if let Some(mark) = mark {
+            headers.insert(WRITE_HEADER, mark.to_header().as_str());
+        }
         let failed = |e: &dyn std::fmt::Display| {
             PutError::Failed(anyhow::anyhow!("cannot store usage on {subject}: {e}"))
         };
         let ack = self
             .js
-            .publish_with_headers(subject.clone(), headers, record.encode().into())
+            .publish_with_headers(subject.clone(), headers, record.into())
             .await
             .map_err(|e| failed(&e))?
             .await;
@@ -163,45 +182,38 @@ impl UsageStore {
         }
     }
 
-    /// Stores the record of `bucket` of `partition` in place of whatever
-    /// is there now. Returns the new record's sequence.
+    /// Stores `record` as the record of `bucket` of `partition` in place
+    /// of whatever is there now. Returns the new record's sequence.
     pub async fn replace(
         &self,
         partition: u32,
         bucket: BucketId,
         record: &BucketRecord,
     ) -> Result<u64> {
-        let now = self.get(partition, bucket).await?.map_or(0, |(_, seq)| seq);
-        Ok(self.put(partition, bucket, record, now).await?)
+        let now = self
+            .get(partition, bucket)
+            .await?
+            .map_or(0, |stored| stored.seq);
+        Ok(self
+            .put(partition, bucket, record.encode(), now, None)
+            .await?)
     }
 
-    /// The stored record of `bucket` of `partition` and its stream
-    /// sequence, if any.
-    pub async fn get(
-        &self,
-        partition: u32,
-        bucket: BucketId,
-    ) -> Result<Option<(BucketRecord, u64)>> {
-        let Some((payload, seq)) = self.get_raw(partition, bucket).await? else {
-            return Ok(None);
-        };
-        let record = BucketRecord::decode(&payload).with_context(|| {
-            format!(
-                "cannot read the usage record {}",
-                self.subject(partition, bucket)
-            )
-        })?;
-        Ok(Some((record, seq)))
-    }
-
-    /// [`UsageStore::get`], as stored.
-    async fn get_raw(&self, partition: u32, bucket: BucketId) -> Result<Option<(Bytes, u64)>> {
+    /// The stored record of `bucket` of `partition` as stored, if any.
+    pub async fn get(&self, partition: u32, bucket: BucketId) -> Result<Option<StoredRecord>> {
         let subject = self.subject(partition, bucket);
         match self.streams[bucket.0]
             .direct_get_last_for_subject(subject.clone())
             .await
         {
-            Ok(msg) => Ok(Some((msg.payload, msg.sequence))),
+            Ok(msg) => Ok(Some(StoredRecord {
+                mark: msg
+                    .headers
+                    .get(WRITE_HEADER)
+                    .and_then(|v| WriteMark::parse(v.as_str())),
+                payload: msg.payload,
+                seq: msg.sequence,
+            })),
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("cannot read the usage record {subject}")),
         }
@@ -218,10 +230,10 @@ impl UsageStore {
     ) -> Result<HashMap<u64, Bytes>> {
         let mut out = HashMap::with_capacity(buckets.len());
         if buckets.len() <= DIRECT_GETS {
-            let gets = buckets.iter().map(|b| self.get_raw(partition, (tier, *b)));
+            let gets = buckets.iter().map(|b| self.get(partition, (tier, *b)));
             for (b, record) in buckets.iter().zip(futures::future::join_all(gets).await) {
-                if let Some((payload, _)) = record? {
-                    out.insert(*b, payload);
+                if let Some(stored) = record? {
+                    out.insert(*b, stored.payload);
                 }
             }
             return Ok(out);
