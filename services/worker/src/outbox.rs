@@ -57,7 +57,8 @@ impl OutboxTasks {
 impl Outbox {
     /// In journal mode (`stores.journal` is open) starts the worker's
     /// journal writer, which tells `usage` what it stored, and the purge of
-    /// covered records (every five snapshot intervals, at least a second).
+    /// covered records (every snapshot interval, at least a second: what a
+    /// dead writer's journal still holds is what a takeover reads).
     pub fn start(
         client: async_nats::Client,
         stores: &Stores,
@@ -67,7 +68,7 @@ impl Outbox {
         usage: Option<Arc<UsageBook>>,
     ) -> (Outbox, OutboxTasks) {
         let on_failure = config.journal_failure;
-        let purge_every = (config.snapshot_interval * 5).max(Duration::from_secs(1));
+        let purge_every = config.snapshot_interval.max(Duration::from_secs(1));
         let Some(stream) = stores.journal.clone() else {
             return (
                 Outbox {
