@@ -126,8 +126,23 @@ pub enum Command {
     Bench(crate::bench_cmd::BenchArgs),
 }
 
+impl Command {
+    /// Whether the command prints a report and ends (not a server, not a
+    /// load generator): piped into `head`, it should end quietly when the
+    /// reader goes away.
+    fn is_a_report(&self) -> bool {
+        !matches!(
+            self,
+            Command::Worker(_) | Command::Gateway(_) | Command::Dev(_) | Command::Bench(_)
+        )
+    }
+}
+
 impl Cli {
     pub fn run(self) -> Result<()> {
+        if self.command.is_a_report() {
+            crate::signals::die_on_broken_pipe();
+        }
         match &self.command {
             Command::Worker(args) => crate::worker_cmd::run(&self.common, args),
             Command::Gateway(args) => crate::gateway_cmd::run(&self.common, args),

@@ -1,4 +1,5 @@
-//! The shutdown signal every long-running command waits for: SIGTERM or SIGINT.
+//! The shutdown signal every long-running command waits for: SIGTERM or
+//! SIGINT; and SIGPIPE for the commands that print a report.
 
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -9,5 +10,18 @@ pub async fn terminate() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
         _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+}
+
+/// Lets SIGPIPE end the process, as it ends `cat` or `grep`: Rust ignores
+/// it, so a write to a closed pipe (`sluice usage alice | head -1`) fails,
+/// and `println!` panics on that failure. Only for commands that print a
+/// report and end: a server must see a closed socket as an error instead.
+pub fn die_on_broken_pipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: restores the default disposition, before any thread starts;
+    // no handler of ours runs.
+    if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+        tracing::debug!("cannot restore SIGPIPE: {e}");
     }
 }

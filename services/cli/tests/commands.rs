@@ -136,3 +136,27 @@ fn every_command_has_help_and_a_bad_config_is_one_line_with_file_and_field() {
         "{err}"
     );
 }
+
+/// A report piped into a reader that went away (`sluice nats-config |
+/// head -1`) ends quietly, as `cat` would: killed by SIGPIPE, not a panic
+/// on the failed write.
+#[test]
+fn a_report_into_a_closed_pipe_ends_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut child = Command::new(SLUICE)
+        .args(["nats-config"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the report is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(13),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
