@@ -382,14 +382,23 @@ impl Stack {
 
     /// Sends `signal` to one worker (e.g. SIGSTOP / SIGCONT to freeze it).
     pub fn signal_worker(&self, id: &str, signal: crate::Signal) {
+        self.worker(id)
+            .signal(signal)
+            .expect("the signal reaches the worker");
+    }
+
+    /// The process id of one worker.
+    pub fn worker_pid(&self, id: &str) -> u32 {
+        self.worker(id).pid()
+    }
+
+    fn worker(&self, id: &str) -> &ChildGuard {
         let (_, process) = self
             .workers
             .iter()
             .find(|(w, _)| w == id)
             .expect("known worker");
         process
-            .signal(signal)
-            .expect("the signal reaches the worker");
     }
 
     /// SIGTERM to one worker; it must exit 0 after handing over.

@@ -79,6 +79,17 @@ async fn check_status_and_nats_config_work_against_a_running_stack() {
         text(&table)
     );
 
+    // Transparent huge pages are off only while a worker takes partitions
+    // over (worker_cmd.rs says why): every partition answers, so back on.
+    for id in stack.worker_ids() {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", stack.worker_pid(&id))).unwrap();
+        assert!(
+            status.lines().any(|l| l == "THP_enabled:\t1"),
+            "worker {id}: {status}"
+        );
+    }
+
     stack.stop_workers();
     let none = sluice(&["check", "bob"], &url, &config);
     assert!(!none.status.success());

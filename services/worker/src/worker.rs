@@ -62,6 +62,11 @@ pub struct WorkerOptions {
     pub clock: Arc<dyn Clock>,
     /// Serve Prometheus metrics on this address.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Called with `true` when the worker begins taking partitions over
+    /// and with `false` once every one of them answers (or failed): the
+    /// binary turns transparent huge pages off meanwhile (see
+    /// `sluice worker`), which a library should not decide for its process.
+    pub taking_over: Option<fn(bool)>,
 }
 
 impl WorkerOptions {
@@ -74,6 +79,7 @@ impl WorkerOptions {
             replicas: 1,
             clock: Arc::new(SystemClock),
             metrics_listen: None,
+            taking_over: None,
         }
     }
 }
@@ -158,7 +164,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     });
     crate::policy_watch::load(&shared).await?;
     let policy_watch = tokio::spawn(crate::policy_watch::watch(shared.clone()));
-    let mut controller = Controller::new(shared.clone());
+    let mut controller = Controller::new(shared.clone(), opts.taking_over);
     let service = service::start(shared.clone(), controller.shards_view()).await?;
     let metrics = match opts.metrics_listen {
         Some(addr) => {
@@ -268,6 +274,8 @@ struct Controller {
     /// of them was claimed: one INFO line once they all answer (or failed),
     /// not one per partition.
     starting: Option<(Instant, Vec<u32>)>,
+    /// [`WorkerOptions::taking_over`].
+    taking_over: Option<fn(bool)>,
     /// Keys forgotten at the key bound as of the last warning, and when it
     /// was given: one line a minute at most while it goes on.
     evictions_reported: (u64, Option<Instant>),
@@ -280,7 +288,7 @@ const WORKER_PING_INTERVAL: Duration = Duration::from_secs(1);
 const EVICTION_REPORT_EVERY: Duration = Duration::from_secs(60);
 
 impl Controller {
-    fn new(shared: Arc<Shared>) -> Controller {
+    fn new(shared: Arc<Shared>, taking_over: Option<fn(bool)>) -> Controller {
         Controller {
             shared,
             view: View::default(),
@@ -289,6 +297,7 @@ impl Controller {
             shards_view: ShardsView::default(),
             started: Instant::now(),
             starting: None,
+            taking_over,
             evictions_reported: (0, None),
         }
     }
@@ -447,6 +456,9 @@ impl Controller {
             "partitions taken over and answering"
         );
         self.starting = None;
+        if let Some(hook) = self.taking_over {
+            hook(false);
+        }
     }
 
     /// Forgets shards that ended on their own (lease lost, failed start).
@@ -548,6 +560,11 @@ impl Controller {
                     .meters
                     .lease(crate::stats::LeaseEvent::Acquired);
                 self.view.owners.insert(p, shared.worker_id.clone());
+                if self.starting.is_none() {
+                    if let Some(hook) = self.taking_over {
+                        hook(true);
+                    }
+                }
                 let handle = shard::spawn(shared.clone(), p, lease);
                 self.starting
                     .get_or_insert_with(|| (Instant::now(), Vec::new()))
