@@ -39,10 +39,11 @@ pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
 /// partitions over, and back on after. mimalloc asks for them on its arenas
 /// (`MADV_HUGEPAGE`), and the kernel then zeroes 2 MiB at the first touch
 /// of each: in a takeover after heavy load that was 42 % of the answering
-/// thread's time, and every partition answered in 0.43–0.62 s against
-/// 0.34–0.47 s without (docs/BENCHMARKS.md, "Takeover after heavy load").
-/// Off for good, though, the plain subject answered ~10 % less. The flag
-/// is checked at each page fault, so it covers arenas mapped before it.
+/// thread's time, and every partition answered in 0.44–0.62 s against
+/// 0.35–0.38 s without (docs/BENCHMARKS.md, "Takeover after heavy load").
+/// Back on after, so that steady-state decisions keep the huge pages'
+/// shorter page walks. The flag is checked at each page fault, so it covers
+/// arenas mapped before it.
 fn huge_pages_off_while_taking_over(taking_over: bool) {
     if let Err(e) = nix::sys::prctl::set_thp_disable(taking_over) {
         tracing::debug!("cannot turn transparent huge pages on or off: {e}");
