@@ -33,9 +33,19 @@ use sluice_core::config::JournalFailure;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+
+/// How long an append waits for its acknowledgement. Every answer waits
+/// for the appends before it, so an ack that never comes holds the whole
+/// worker's journal-mode answers: when the NATS node a worker was connected
+/// to stopped, the acks of the appends in flight were lost with it, and
+/// with the library's default (5 s) every partition of that worker went 5 s
+/// without an answer (docs/RELIABILITY.md). An ack takes milliseconds
+/// otherwise; an append that times out answers its asks 503 (or as
+/// `journal_failure` says), and its counts stay in memory.
+pub const APPEND_ACK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Decided asks: what they counted, and what waits for it to be stored.
 #[derive(Default)]
@@ -93,6 +103,8 @@ impl Writer {
         on_stored: impl OnStored,
     ) -> (Writer, JoinHandle<()>) {
         let meters = stats.clone();
+        let mut js = js;
+        js.set_timeout(APPEND_ACK_TIMEOUT);
         let append = move |records: Vec<Record>| {
             let (js, subject, meters) = (js.clone(), subject.clone(), meters.clone());
             tokio::spawn(async move {
@@ -295,7 +307,6 @@ async fn run(
 mod tests {
     use super::*;
     use async_nats::Subject;
-    use std::time::Duration;
 
     fn group(n: u64) -> (Vec<Record>, Vec<Outgoing>) {
         let record = Record {

@@ -230,13 +230,10 @@ impl UsageBook {
             // An earlier write landed after all and holds everything.
             return Ok(());
         }
-        let more = lacking.iter().flat_map(|counted| counted.iter());
-        let record = add_to_record(
-            stored.as_ref().map(|s| &s.payload[..]),
-            take.watermark,
-            more,
-        )
-        .context("cannot add to the stored usage record")?;
+        let more = || lacking.iter().flat_map(|counted| counted.iter());
+        let payload = stored.as_ref().map(|s| &s.payload[..]);
+        let record = record_to_write(payload, take.watermark, more)
+            .with_context(|| format!("cannot add to the stored usage record of minute {minute}"))?;
         let expected = stored.map_or(0, |s| s.seq);
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
@@ -251,7 +248,7 @@ impl UsageBook {
                 Ok(())
             }
             Err(PutError::Moved) => Err(anyhow::anyhow!(
-                "the usage record of minute {minute} was written by another worker meanwhile; the next flush adds to it"
+                "the usage record of minute {minute} was written by another writer meanwhile; the next flush adds to it"
             )),
             Err(PutError::Failed(e)) => Err(e),
         }
@@ -352,6 +349,31 @@ impl UsageBook {
     }
 }
 
+/// The record to write for a minute: the stored one (`stored`, encoded)
+/// plus `more`. A stored record of a newer format is not touched (a newer
+/// worker wrote it; the error says so and the counts stay in memory). One
+/// that cannot be read at all is replaced by `more` alone, loudly: it can
+/// be neither queried nor added to, and keeping the counts in memory for
+/// ever would help no one.
+fn record_to_write<'a, I>(
+    stored: Option<&'a [u8]>,
+    w: u64,
+    more: impl Fn() -> I,
+) -> Result<Vec<u8>, sluice_core::usage::RecordError>
+where
+    I: Iterator<Item = (&'a str, &'a str, Counts)>,
+{
+    match add_to_record(stored, w, more()) {
+        Err(sluice_core::usage::RecordError::Malformed(why)) => {
+            tracing::error!(
+                "a stored usage record cannot be read ({why}); replacing it with what this worker counted"
+            );
+            add_to_record(None, w, more())
+        }
+        result => result,
+    }
+}
+
 /// What a journal record adds to usage: units used, or (a denial) denied;
 /// nothing for a reset or a slice, a slice's spent units when it comes back.
 pub fn counts_of(record: &Record) -> Option<Counts> {
@@ -376,4 +398,31 @@ pub fn counts_of(record: &Record) -> Option<Counts> {
             denied: 0,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::usage::RecordError;
+
+    #[test]
+    fn an_unreadable_record_is_replaced_and_a_newer_one_left_alone() {
+        let counts = Counts { used: 2, denied: 1 };
+        let more = || [("default", "k", counts)].into_iter();
+        let written = record_to_write(Some(b"\xc1"), 5, more).unwrap();
+        let record = BucketRecord::decode(&written).unwrap();
+        assert_eq!((record.w, record.counts("default", "k")), (5, counts));
+        let newer = BucketRecord {
+            v: sluice_core::format::CURRENT + 1,
+            ..Default::default()
+        }
+        .encode();
+        assert!(matches!(
+            record_to_write(Some(&newer), 5, more),
+            Err(RecordError::Newer(_))
+        ));
+        let stored = record_to_write(None, 3, more).unwrap();
+        let sum = BucketRecord::decode(&record_to_write(Some(&stored), 5, more).unwrap()).unwrap();
+        assert_eq!(sum.counts("default", "k"), Counts { used: 4, denied: 2 });
+    }
 }
