@@ -286,16 +286,6 @@ impl BucketRecord {
             .copied()
             .unwrap_or_default()
     }
-
-    /// Adds every count of `other` (rollups).
-    pub fn add(&mut self, other: &BucketRecord) {
-        for (policy, keys) in &other.keys {
-            let mine = self.keys.entry(policy.clone()).or_default();
-            for (key, counts) in keys {
-                mine.entry(key.clone()).or_default().add(*counts);
-            }
-        }
-    }
 }
 
 /// Hands every `(policy, key, counts)` of an encoded [`BucketRecord`] to
@@ -364,6 +354,35 @@ pub fn visit_record<'a>(
     Ok(watermark)
 }
 
+impl<'a> BucketRecordOf<&'a str> {
+    /// An empty record of the current format, with watermark `w`, to sum
+    /// counts borrowed from encoded records into (a rollup, or a minute
+    /// and what its owner counted since): no string is copied.
+    pub fn sum(w: u64) -> Self {
+        BucketRecordOf {
+            v: format::CURRENT,
+            w,
+            keys: BTreeMap::new(),
+        }
+    }
+
+    pub fn add_counts(&mut self, policy: &'a str, key: &'a str, counts: Counts) {
+        self.keys
+            .entry(policy)
+            .or_default()
+            .entry(key)
+            .or_default()
+            .add(counts)
+    }
+
+    /// Adds every count of an encoded record; returns its watermark.
+    pub fn add_encoded(&mut self, bytes: &'a [u8]) -> Result<u64, RecordError> {
+        visit_record(bytes, |policy, key, counts| {
+            self.add_counts(policy, key, counts)
+        })
+    }
+}
+
 /// The record holding the counts of `stored` (an encoded record; `None`:
 /// nothing stored yet) plus every count of `more`, encoded, with the larger
 /// of the two watermarks. The stored keys are borrowed, not copied: an
@@ -374,27 +393,14 @@ pub fn add_to_record<'a>(
     w: u64,
     more: impl IntoIterator<Item = (&'a str, &'a str, Counts)>,
 ) -> Result<Vec<u8>, RecordError> {
-    let mut sum = BucketRecordOf::<&str> {
-        v: format::CURRENT,
-        w,
-        keys: BTreeMap::new(),
-    };
-    let mut add = |policy, key, counts| {
-        sum.keys
-            .entry(policy)
-            .or_default()
-            .entry(key)
-            .or_default()
-            .add(counts)
-    };
-    let stored_w = match stored {
-        Some(bytes) => visit_record(bytes, &mut add)?,
-        None => 0,
-    };
-    for (policy, key, counts) in more {
-        add(policy, key, counts);
+    let mut sum = BucketRecordOf::sum(w);
+    if let Some(bytes) = stored {
+        let stored_w = sum.add_encoded(bytes)?;
+        sum.w = sum.w.max(stored_w);
     }
-    sum.w = sum.w.max(stored_w);
+    for (policy, key, counts) in more {
+        sum.add_counts(policy, key, counts);
+    }
     Ok(sum.encode())
 }
 

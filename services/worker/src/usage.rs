@@ -39,7 +39,7 @@ use crate::ledger::{Ledger, Take};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::usage::{
-    add_to_record, visit_record, BucketId, BucketRecord, Counts, UsageConfig,
+    add_to_record, visit_record, BucketId, BucketRecordOf, Counts, UsageConfig,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -263,20 +263,9 @@ impl UsageBook {
             .step_by(finer as usize)
             .collect();
         let records = self.store.read(partition, tier - 1, &parts).await?;
-        let mut sum = BucketRecord {
-            v: sluice_core::format::CURRENT,
-            ..Default::default()
-        };
+        let mut sum = BucketRecordOf::sum(0);
         for record in records.values() {
-            visit_record(record, |policy, key, counts| {
-                match sum.keys.get_mut(policy) {
-                    Some(keys) => keys,
-                    None => sum.keys.entry(policy.to_string()).or_default(),
-                }
-                .entry(key.to_string())
-                .or_default()
-                .add(counts)
-            })?;
+            sum.add_encoded(record)?;
         }
         if !sum.keys.is_empty() {
             self.store
@@ -403,7 +392,7 @@ pub fn counts_of(record: &Record) -> Option<Counts> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::usage::RecordError;
+    use sluice_core::usage::{BucketRecord, RecordError};
 
     #[test]
     fn an_unreadable_record_is_replaced_and_a_newer_one_left_alone() {

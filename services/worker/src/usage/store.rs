@@ -13,7 +13,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::storage::{usage_partition_prefix, usage_stream, usage_subject, usage_subjects};
-use sluice_core::usage::{BucketId, BucketRecord, Tier};
+use sluice_core::usage::{BucketId, BucketRecordOf, Tier};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -184,11 +184,11 @@ impl UsageStore {
 
     /// Stores `record` as the record of `bucket` of `partition` in place
     /// of whatever is there now. Returns the new record's sequence.
-    pub async fn replace(
+    pub async fn replace<S: Ord + serde::Serialize>(
         &self,
         partition: u32,
         bucket: BucketId,
-        record: &BucketRecord,
+        record: &BucketRecordOf<S>,
     ) -> Result<u64> {
         let now = self
             .get(partition, bucket)
