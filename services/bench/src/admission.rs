@@ -97,12 +97,35 @@ struct Cell {
     denied: u64,
 }
 
+impl Cell {
+    fn is_empty(&self) -> bool {
+        self.allowed == 0 && self.denied == 0
+    }
+
+    fn add(&mut self, allowed: bool) {
+        if allowed {
+            self.allowed += 1;
+        } else {
+            self.denied += 1;
+        }
+    }
+}
+
 /// Allowed and denied answers per key and window, of one load thread
 /// (merged at the end). Keys are the generator's key numbers.
+///
+/// Counting is on the load's hot path, so a key's latest window is a flat
+/// slot indexed by the key (one memory access per answer); a window the key
+/// left behind, or a late answer for one, is appended to `closed`, and
+/// cells of the same (key, window) are added up only when the admission is
+/// computed.
 #[derive(Debug, Default)]
 pub struct Tally {
-    /// By key number: its windows, mostly in order, so the search runs from the back.
-    keys: Vec<Vec<Cell>>,
+    /// By key number: the latest window it was answered in (empty: none yet).
+    current: Vec<Cell>,
+    /// (key, cell) for earlier windows, in no particular order, possibly
+    /// several per (key, window).
+    closed: Vec<(usize, Cell)>,
     unplaced: u64,
 }
 
@@ -130,41 +153,52 @@ impl Tally {
             self.unplaced += 1;
             return;
         };
-        let cell = self.cell(key, window);
-        if allowed {
-            cell.allowed += 1;
-        } else {
-            cell.denied += 1;
+        if self.current.len() <= key {
+            self.current.resize(key + 1, Cell::default());
         }
-    }
-
-    fn cell(&mut self, key: usize, window: u64) -> &mut Cell {
-        if self.keys.len() <= key {
-            self.keys.resize_with(key + 1, Vec::new);
+        let cell = &mut self.current[key];
+        if cell.is_empty() || cell.window == window {
+            cell.window = window;
+            cell.add(allowed);
+            return;
         }
-        let cells = &mut self.keys[key];
-        let at = match cells.iter().rposition(|c| c.window == window) {
-            Some(at) => at,
-            None => {
-                cells.push(Cell {
-                    window,
-                    ..Cell::default()
-                });
-                cells.len() - 1
-            }
+        let mut fresh = Cell {
+            window,
+            ..Cell::default()
         };
-        &mut cells[at]
+        fresh.add(allowed);
+        if window > cell.window {
+            self.closed.push((key, std::mem::replace(cell, fresh)));
+        } else {
+            // A late answer for a window the key has left.
+            self.closed.push((key, fresh));
+        }
     }
 
     pub fn merge(&mut self, other: Tally) {
         self.unplaced += other.unplaced;
-        for (key, cells) in other.keys.into_iter().enumerate() {
-            for c in cells {
-                let cell = self.cell(key, c.window);
-                cell.allowed += c.allowed;
-                cell.denied += c.denied;
+        self.closed.extend(other.closed);
+        let cells = other.current.into_iter().enumerate();
+        self.closed.extend(cells.filter(|(_, c)| !c.is_empty()));
+    }
+
+    /// Every (key, window) with an answer, once, with all its answers.
+    fn cells(&self) -> Vec<Cell> {
+        let current = self.current.iter().copied().enumerate();
+        let mut all: Vec<(usize, Cell)> = current.filter(|(_, c)| !c.is_empty()).collect();
+        all.extend_from_slice(&self.closed);
+        all.sort_unstable_by_key(|(key, c)| (*key, c.window));
+        let mut out: Vec<((usize, u64), Cell)> = Vec::with_capacity(all.len());
+        for (key, c) in all {
+            match out.last_mut() {
+                Some((at, sum)) if *at == (key, c.window) => {
+                    sum.allowed += c.allowed;
+                    sum.denied += c.denied;
+                }
+                _ => out.push(((key, c.window), c)),
             }
         }
+        out.into_iter().map(|(_, c)| c).collect()
     }
 
     /// Over- and under-admission against `limit`, each allowed answer
@@ -176,22 +210,20 @@ impl Tally {
             unplaced: self.unplaced,
             ..Admission::default()
         };
-        for cells in &self.keys {
-            for c in cells {
-                let allowed = c.allowed * cost;
-                a.key_windows += 1;
-                a.allowed += allowed;
-                if allowed > limit.max {
-                    a.over_admitted += allowed - limit.max;
-                    a.over_windows += 1;
-                }
-                if c.denied > 0 {
-                    a.limited_windows += 1;
-                    a.limited_allowed += allowed;
-                    if allowed < limit.max {
-                        a.under_admitted += limit.max - allowed;
-                        a.under_windows += 1;
-                    }
+        for c in self.cells() {
+            let allowed = c.allowed * cost;
+            a.key_windows += 1;
+            a.allowed += allowed;
+            if allowed > limit.max {
+                a.over_admitted += allowed - limit.max;
+                a.over_windows += 1;
+            }
+            if c.denied > 0 {
+                a.limited_windows += 1;
+                a.limited_allowed += allowed;
+                if allowed < limit.max {
+                    a.under_admitted += limit.max - allowed;
+                    a.under_windows += 1;
                 }
             }
         }
@@ -329,6 +361,30 @@ mod tests {
         // At cost 2 each allowed answer is 2 units.
         let got = a.admission(&limit, 2);
         assert_eq!((got.over_admitted, got.under_admitted), (5 + 3 + 1, 1));
+    }
+
+    #[test]
+    fn late_answers_and_merged_threads_add_up_per_key_and_window() {
+        let limit = FixedLimit {
+            max: 2,
+            per_ns: SEC,
+        };
+        let w = |k: u64| Some(Window::Index(k));
+        let mut a = Tally::default();
+        // Key 3: window 5, then 6, then a late answer for 5, then 6 again.
+        a.count(&limit, 3, true, w(5), 0, 0);
+        a.count(&limit, 3, true, w(6), 0, 0);
+        a.count(&limit, 3, true, w(5), 0, 0);
+        a.count(&limit, 3, false, w(6), 0, 0);
+        // Another thread saw key 3 in window 5 too (now 3 allowed: 1 over).
+        let mut b = Tally::default();
+        b.count(&limit, 3, true, w(5), 0, 0);
+        a.merge(b);
+        let got = a.admission(&limit, 1);
+        assert_eq!(got.key_windows, 2);
+        assert_eq!((got.over_admitted, got.over_windows), (1, 1));
+        // Window 6: 1 allowed, then a denial: 1 under.
+        assert_eq!((got.limited_windows, got.under_admitted), (1, 1));
     }
 
     #[test]

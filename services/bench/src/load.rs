@@ -65,9 +65,27 @@ struct Start {
 struct Shared {
     stop: AtomicBool,
     budget: Option<AtomicI64>,
+    /// One per load thread: counting answers must not make the threads
+    /// fight over one cache line (or over `stop`'s) on every answer.
+    progress: Box<[Progress]>,
+}
+
+/// What one load thread has seen so far (for the progress lines).
+#[derive(Default)]
+#[repr(align(128))]
+struct Progress {
     done: AtomicU64,
     decided: AtomicU64,
     errors: AtomicU64,
+}
+
+impl Shared {
+    fn total(&self, of: impl Fn(&Progress) -> &AtomicU64) -> u64 {
+        self.progress
+            .iter()
+            .map(|p| of(p).load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// Runs the load against the target `connect` opens; returns what the window measured.
@@ -76,9 +94,7 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         budget: opts.requests.map(|n| AtomicI64::new(n as i64)),
-        done: AtomicU64::new(0),
-        decided: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
+        progress: (0..threads).map(|_| Progress::default()).collect(),
     });
     let (start_tx, start_rx) = watch::channel::<Option<Start>>(None);
     let (up_tx, up_rx) = mpsc::channel::<Result<()>>();
@@ -124,7 +140,8 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
                     let seed = (t as u64 + 1) << 32;
                     match rate {
                         None => {
-                            closed_loop(&targets, &tasks, &keys, &shared, start, &rec, seed).await
+                            closed_loop(&targets, &tasks, &keys, &shared, t, start, &rec, seed)
+                                .await
                         }
                         Some(rate) => {
                             let targets: Vec<Rc<C::Target>> =
@@ -133,6 +150,7 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
                                 targets,
                                 &keys,
                                 &shared,
+                                t,
                                 start,
                                 &rec,
                                 seed,
@@ -215,7 +233,7 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
         );
         let now = Instant::now();
         if now >= next_tick {
-            let done = shared.done.load(Ordering::Relaxed);
+            let done = shared.total(|p| &p.done);
             if opts.progress {
                 let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
                 let phase = if now < window_start { " (warm-up)" } else { "" };
@@ -223,8 +241,8 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
                     "[bench] {:>5.1} s  {:>8.0} req/s  decided {}  errors {}{phase}",
                     now.duration_since(at).as_secs_f64(),
                     rate,
-                    shared.decided.load(Ordering::Relaxed),
-                    shared.errors.load(Ordering::Relaxed),
+                    shared.total(|p| &p.decided),
+                    shared.total(|p| &p.errors),
                 );
             }
             last = (now, done);
@@ -318,7 +336,7 @@ impl Sent {
 }
 
 fn note(
-    shared: &Shared,
+    progress: &Progress,
     start: &Start,
     rec: &RefCell<Recorder>,
     key: usize,
@@ -331,9 +349,9 @@ fn note(
         why,
         window,
     } = reply;
-    shared.done.fetch_add(1, Ordering::Relaxed);
+    progress.done.fetch_add(1, Ordering::Relaxed);
     if matches!(outcome, Outcome::Allowed | Outcome::Denied) {
-        shared.decided.fetch_add(1, Ordering::Relaxed);
+        progress.decided.fetch_add(1, Ordering::Relaxed);
         if let Some(limit) = &start.admission {
             let allowed = outcome == Outcome::Allowed;
             let received = wall_ns();
@@ -342,7 +360,7 @@ fn note(
                 .count(limit, key, allowed, window, sent.wall_ns, received);
         }
     } else {
-        shared.errors.fetch_add(1, Ordering::Relaxed);
+        progress.errors.fetch_add(1, Ordering::Relaxed);
     }
     let in_window = done >= start.window_start && start.window_end.is_none_or(|end| done <= end);
     if in_window {
@@ -357,11 +375,13 @@ fn note(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn closed_loop<T: Target>(
     targets: &[(usize, Rc<T>)],
     tasks: &[usize],
     keys: &Keys,
     shared: &Arc<Shared>,
+    thread: usize,
     start: Start,
     rec: &Rc<RefCell<Recorder>>,
     seed: u64,
@@ -382,7 +402,7 @@ async fn closed_loop<T: Target>(
                 let key = keys.next(&mut rng);
                 let sent = Sent::now(&start, None);
                 let reply = target.ask(key).await;
-                note(&shared, &start, &rec, key, reply, sent);
+                note(&shared.progress[thread], &start, &rec, key, reply, sent);
             }
         }));
     }
@@ -396,6 +416,7 @@ async fn open_loop<T: Target>(
     targets: Vec<Rc<T>>,
     keys: &Keys,
     shared: &Arc<Shared>,
+    thread: usize,
     start: Start,
     rec: &Rc<RefCell<Recorder>>,
     seed: u64,
@@ -436,7 +457,7 @@ async fn open_loop<T: Target>(
         let left = Sent::now(&start, Some(began));
         tokio::task::spawn_local(async move {
             let reply = target.ask(key).await;
-            note(&shared, &start, &rec, key, reply, left);
+            note(&shared.progress[thread], &start, &rec, key, reply, left);
             drop(permit);
         });
         sent += 1;
