@@ -239,6 +239,10 @@ def hot_section(data, w):
           f"{over} | {under_text(adm)} | "
           f"{pct(shares)} | {pct(cached)} | {errors} |")
     w("")
+    if hk.get("measured"):
+        w(f"Measured {hk['measured']} at `{hk.get('commit', '?')}` (`bench/run.sh --parts hotkeys`, merged into "
+          "this run's results).")
+        w("")
     w("Each round:")
     w("")
     w("| round | " + " | ".join(HOT_MEMBERS) + " |")
