@@ -34,6 +34,13 @@ pub fn mapping(verb: Verb, partitions: u32) -> (String, String) {
     (verb.client_wildcard(), verb.mapped_destination(partitions))
 }
 
+/// The largest message the rendered config lets through: 8 MiB (the
+/// server's default is 1 MiB). A usage record holds every key a partition
+/// counted in its bucket, a day's for the daily tier (docs/USAGE.md,
+/// "Limits"): 1 MiB is ~40,000 short keys, a day of a busy partition may
+/// hold more. 8 MiB is the most NATS recommends.
+pub const MAX_PAYLOAD: u64 = 8 << 20;
+
 /// A nats-server config file for sluice: listen address, JetStream, the
 /// partition mapping, and optionally a cluster block.
 ///
@@ -53,6 +60,8 @@ pub struct NatsServerConfig {
     /// JetStream's directory; `None` leaves it to nats-server, which uses a
     /// directory under the system's temp dir.
     pub store_dir: Option<String>,
+    /// The largest message the server takes, in bytes ([`MAX_PAYLOAD`]).
+    pub max_payload: u64,
     /// JetStream memory storage limit in bytes; `None`: the server's default.
     pub max_memory_store: Option<u64>,
     /// JetStream file storage limit in bytes; `None`: the server's default.
@@ -88,7 +97,8 @@ impl Default for NatsServerConfig {
 
 impl NatsServerConfig {
     /// A single server on `127.0.0.1:4222` named `sluice`, JetStream with the
-    /// server's default directory and limits, no monitoring, no cluster.
+    /// server's default directory and limits, messages up to [`MAX_PAYLOAD`],
+    /// no monitoring, no cluster.
     pub fn new(partitions: u32) -> NatsServerConfig {
         NatsServerConfig {
             partitions,
@@ -96,6 +106,7 @@ impl NatsServerConfig {
             listen: "127.0.0.1:4222".to_string(),
             http: None,
             store_dir: None,
+            max_payload: MAX_PAYLOAD,
             max_memory_store: None,
             max_file_store: None,
             cluster: None,
@@ -135,6 +146,18 @@ impl fmt::Display for NatsServerConfig {
         if let Some(http) = &self.http {
             writeln!(w, "http: {}  # monitoring", quote(http))?;
         }
+        writeln!(
+            w,
+            "\n# A usage record holds every key one partition counted in one bucket (a\n\
+             # day, for the daily tier) and must fit in one message: the default of\n\
+             # 1 MiB holds about 40,000 short keys, 8 MiB eight times as many."
+        )?;
+        let max_payload = self.max_payload;
+        writeln!(
+            w,
+            "max_payload: {max_payload}  # {}",
+            human_bytes(max_payload)
+        )?;
 
         writeln!(w, "\njetstream {{")?;
         match &self.store_dir {

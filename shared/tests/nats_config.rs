@@ -109,6 +109,7 @@ fn single_server_config_has_listen_jetstream_and_every_mapping() {
         [
             "server_name: \"sluice\"",
             "listen: \"127.0.0.1:4222\"",
+            "max_payload: 8388608",
             "jetstream {",
             "}",
             "mappings = {",

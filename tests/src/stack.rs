@@ -161,9 +161,21 @@ impl Stack {
     /// `config_toml`, and waits until they have settled (see
     /// [`start_workers`](Self::start_workers)).
     pub async fn start(sluice: impl Into<PathBuf>, config_toml: &str, workers: usize) -> Stack {
+        Stack::start_with_nats(sluice, config_toml, workers, |_| {}).await
+    }
+
+    /// [`Stack::start`] on a server whose config `adjust` changes (from
+    /// sluice's, [`NatsServerConfig::new`] with the config's partitions).
+    pub async fn start_with_nats(
+        sluice: impl Into<PathBuf>,
+        config_toml: &str,
+        workers: usize,
+        adjust: impl FnOnce(&mut NatsServerConfig),
+    ) -> Stack {
         let config = Config::from_toml(config_toml, "test.toml").expect("the test config is valid");
-        let nats =
-            NatsServer::start_with_partitions(config.partitions).expect("nats-server starts");
+        let mut nats_config = NatsServerConfig::new(config.partitions);
+        adjust(&mut nats_config);
+        let nats = NatsServer::start(&nats_config.render()).expect("nats-server starts");
         let client = nats.connect().await.expect("the stack connects");
         Stack::start_on(sluice, config_toml, workers, nats, client, Vec::new()).await
     }

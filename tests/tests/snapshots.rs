@@ -4,6 +4,7 @@
 
 use sluice_core::ask::{counter_key, Op};
 use sluice_core::config::Config;
+use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::policy::Policy;
 use sluice_core::storage::chunk_key;
 use sluice_core::time::Nanos;
@@ -50,7 +51,10 @@ fn hourly() -> Config {
 
 #[tokio::test]
 async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload() {
-    let nats = NatsServer::start_with_partitions(16).unwrap();
+    // nats-server's default max_payload (sluice's config raises it).
+    let mut server = NatsServerConfig::new(16);
+    server.max_payload = 1024 * 1024;
+    let nats = NatsServer::start(&server.render()).unwrap();
     let stores = stores(&nats).await;
     let config = hourly();
     let policy = config.default_policy();

@@ -395,3 +395,48 @@ fn now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+/// A partition-minute whose record outgrows nats-server's `max_payload`
+/// (the server's default 1 MiB here; `sluice nats-config` sets 8 MiB)
+/// cannot be stored: the worker says so with what to do, and the counts
+/// stay in memory, where queries still find them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_record_over_max_payload_is_refused_loudly_and_its_counts_kept() {
+    let _serial = serial().await;
+    let one_partition = config(false).replace("partitions = 8", "partitions = 1");
+    let stack = Stack::start_with_nats(SLUICE, &one_partition, 1, |nats| {
+        nats.max_payload = 1 << 20;
+    })
+    .await;
+    let client = stack.clients(1).await.remove(0);
+    // ~49 bytes a key in the record: 25,000 keys are ~1.2 MB. All in one
+    // minute: start well before its end.
+    let into_minute = now_ms() % 60_000;
+    if into_minute > 40_000 {
+        tokio::time::sleep(Duration::from_millis(60_000 - into_minute)).await;
+    }
+    let keys: Vec<String> = (0..25_000)
+        .map(|i| format!("customer-account-{i:07}-with-a-longer-name"))
+        .collect();
+    for key in &keys {
+        client
+            .publish(Verb::Hit.client_subject(key), "".into())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    let worker = stack.worker_ids().remove(0);
+    let hint = "raise nats-server's max_payload";
+    eventually(Duration::from_secs(20), TICK, || async {
+        match stack.worker_log(&worker).contains(hint) {
+            true => Ok(()),
+            false => Err(anyhow!("no warning naming max_payload yet")),
+        }
+    })
+    .await
+    .unwrap();
+    for key in [&keys[0], &keys[12_345], &keys[24_999]] {
+        let reply = usage(&client, key, "").await.unwrap();
+        assert_eq!(total(&reply), Counts { used: 1, denied: 0 }, "{key}");
+    }
+}

@@ -12,6 +12,7 @@ use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use futures::StreamExt;
+use sluice_core::nats_config::MAX_PAYLOAD;
 use sluice_core::storage::{usage_partition_prefix, usage_stream, usage_subject, usage_subjects};
 use sluice_core::usage::{BucketId, BucketRecordOf, Tier};
 use std::collections::HashMap;
@@ -171,7 +172,19 @@ impl UsageStore {
             .js
             .publish_with_headers(subject.clone(), headers, record.into())
             .await
-            .map_err(|e| failed(&e))?
+            .map_err(|e| match e.kind() {
+                jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                    PutError::Failed(anyhow::anyhow!(
+                        "cannot store usage on {subject}: {e}. One record holds every key the \
+                         partition counted in this bucket: raise nats-server's max_payload \
+                         (`sluice nats-config` sets {} MiB) or use more partitions. Until then the \
+                         bucket is not stored: a minute's counts wait in memory, a rollup is \
+                         tried again (docs/USAGE.md, \"Limits\")",
+                        MAX_PAYLOAD >> 20
+                    ))
+                }
+                _ => failed(&e),
+            })?
             .await;
         match ack {
             Ok(ack) => Ok(ack.sequence),
