@@ -15,6 +15,7 @@
 use sluice_bench::admission::wall_ns;
 use sluice_client::{Client, ClientOptions, Source};
 use sluice_core::config::Config;
+use sluice_core::time::{ManualClock, Nanos};
 use sluice_tests::{serial, Stack};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +39,11 @@ local_budget = true
 [policies.bucket]
 algorithm = "token_bucket"
 limits = [ { max = 300, per = "1s", burst = 100 } ]
+local_budget = true
+
+[policies.hourly]
+algorithm = "fixed_window"
+limits = [ { max = 1000, per = "1h" } ]
 local_budget = true
 "#;
 
@@ -192,4 +198,42 @@ async fn four_clients_on_one_hot_key_never_admit_more_than_a_token_bucket_allows
         done.len()
     );
     assert!(local > 0, "some admissions came from slices");
+}
+
+/// A client that closes gives back what its slices hold at once, their
+/// leases still running: nothing stays counted for the rest of a long
+/// window, as it would if the client just went away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_client_gives_back_what_its_slices_hold() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = Config::from_toml(CONFIG, "test.toml").unwrap();
+    // The client's clock stands still: all its asks fall in one tick (the
+    // key gets hot) and no slice's lease ends, so only closing gives back.
+    let mut options = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
+    options.clock = Arc::new(ManualClock::new(Nanos(wall_ns())));
+    let client = Client::connect_with(&stack.nats.url(), options)
+        .await
+        .unwrap();
+    let observer = ClientOptions::from_config(&config).budgets(false);
+    let observer = Client::connect_with(&stack.nats.url(), observer)
+        .await
+        .unwrap();
+    let key = "a-key-asked-often";
+    for _ in 0..20 {
+        let answer = client.ask(key, "hourly", 1).await.unwrap();
+        assert!(answer.allowed);
+    }
+    let stats = client.stats();
+    assert!(stats.budget > 0, "{stats:?}");
+    let left = observer.peek(key, "hourly").await.unwrap().remaining;
+    assert!(left < 1000 - 20, "a slice holds units: {left} left");
+
+    client.close().await;
+    let left = observer.peek(key, "hourly").await.unwrap().remaining;
+    assert_eq!(left, 1000 - 20, "20 asks, and nothing held");
+    // Asks go on, each decided by the owner.
+    let answer = client.ask(key, "hourly", 1).await.unwrap();
+    assert_eq!(answer.source, Source::Worker);
+    assert_eq!(answer.remaining, 1000 - 21);
 }

@@ -30,6 +30,7 @@ use sluice_core::time::{Clock, Nanos};
 use sluice_core::wire::DecisionReply;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const SHARDS: usize = 16;
@@ -68,6 +69,8 @@ pub(crate) struct Budgets {
     clock: Arc<dyn Clock>,
     /// Policies whose owners granted no slice, until when.
     no_budget: Mutex<HashMap<String, Nanos>>,
+    /// Set by [`Budgets::close`]: no more slices are asked for.
+    closed: AtomicBool,
 }
 
 /// What to do with an ask.
@@ -93,6 +96,7 @@ impl Budgets {
             hasher: RandomState::default(),
             clock,
             no_budget: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -138,7 +142,7 @@ impl Budgets {
             }
         }
         let asks = shard.warm(hash, now);
-        if asks < HOT_ASKS || self.offers_none(policy, now) {
+        if asks < HOT_ASKS || self.offers_none(policy, now) || self.closed.load(Ordering::Relaxed) {
             return Plan::Ask {
                 want: None,
                 sent: now,
@@ -191,11 +195,24 @@ impl Budgets {
     /// back for each (`policy/token`, refund).
     pub(crate) fn sweep(&self) -> Vec<(String, Refund)> {
         let now = self.clock.now();
+        self.take_out(|slice| slice.expired(now))
+    }
+
+    /// Takes out every slice, and asks for no more (the client is closing):
+    /// what to give back for each.
+    pub(crate) fn close(&self) -> Vec<(String, Refund)> {
+        self.closed.store(true, Ordering::Relaxed);
+        self.take_out(|_| true)
+    }
+
+    /// Takes out the slices `ending` picks and returns their refunds (those
+    /// with something to give back or report).
+    fn take_out(&self, ending: impl Fn(&Slice) -> bool) -> Vec<(String, Refund)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             shard.held.retain(|key, held| match held {
-                Held::Slice(slice) if slice.expired(now) => {
+                Held::Slice(slice) if ending(slice) => {
                     let refund = slice.refund();
                     if refund.units > 0 || refund.spent > 0 {
                         out.push((key.clone(), refund));
@@ -354,6 +371,28 @@ mod tests {
         assert_eq!(swept.len(), 1);
         assert_eq!((swept[0].1.units, swept[0].1.spent), (9, 1));
         assert!(matches!(ask(&b, "p/k").0, Plan::Ask { .. }));
+    }
+
+    #[test]
+    fn closing_takes_out_every_slice_and_asks_for_no_more() {
+        let (b, clock) = budgets();
+        let grant = Grant {
+            units: 10,
+            lease: budget::LEASE,
+            taken_at: Nanos(5),
+        };
+        b.settle("p/k", "p", clock.now(), Some(&reply(true, Some(grant))));
+        assert!(matches!(ask(&b, "p/k").0, Plan::Local(_)));
+        // The lease still runs: closing gives it back anyway.
+        let closed = b.close();
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].0, "p/k");
+        assert_eq!((closed[0].1.units, closed[0].1.spent), (9, 1));
+        assert!(b.sweep().is_empty(), "nothing is held any more");
+        // However hot a key gets, no slice is asked for.
+        for _ in 0..2 * HOT_ASKS {
+            assert!(matches!(ask(&b, "p/k").0, Plan::Ask { want: None, .. }));
+        }
     }
 
     #[test]

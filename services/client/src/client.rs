@@ -186,6 +186,25 @@ impl Client {
         Ok(Client { inner })
     }
 
+    /// Gives back what this client holds of local budgets (docs/CLIENT.md,
+    /// "Local budgets"), before it goes away: every slice, its lease over or
+    /// not, returns its unspent units to the key's owner (each waiting at
+    /// most [`ClientOptions::timeout`]), and no new slice is asked for;
+    /// asks go on working, each decided by its key's owner. A client
+    /// dropped without it gives nothing back: the units it held stay
+    /// counted until their window ends or the bucket refills.
+    pub async fn close(&self) {
+        let Some(budgets) = &self.inner.budgets else {
+            return;
+        };
+        let refunds = budgets.close().into_iter().filter_map(|(key, refund)| {
+            let (policy, token) = key.split_once('/')?;
+            let inner = self.inner.clone();
+            Some(inner.refund(token.to_string(), policy.to_string(), refund))
+        });
+        futures::future::join_all(refunds).await;
+    }
+
     /// Asks for one unit of the `default` policy.
     pub async fn allow(&self, key: impl AsRef<[u8]>) -> Result<Answer, Error> {
         self.ask(key, DEFAULT_POLICY, 1).await
@@ -459,32 +478,35 @@ impl Inner {
     /// right now) only leaves its units counted until the window ends or
     /// the bucket refills them.
     fn give_back(self: &Arc<Self>, token: &str, policy: &str, refund: Refund) {
-        let inner = self.clone();
-        let token = token.to_string();
-        let policy = policy.to_string();
-        tokio::spawn(async move {
-            let partition = partition_of(&token, inner.opts.partitions);
-            let deadline = Instant::now() + inner.opts.timeout;
-            let budget = Budget::Refund(refund);
-            let (outcome, _) = inner
-                .ask_batched(&token, &policy, 0, budget, partition, deadline)
-                .await;
-            match outcome {
-                Ok(Reply::Decision(_)) => {
-                    inner.stats.refunds.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Reply::Error(e)) => {
-                    tracing::debug!(key = token, policy, "a slice given back was refused: {e}");
-                }
-                Err(why) => {
-                    tracing::debug!(
-                        key = token,
-                        policy,
-                        "a slice could not be given back: {why}"
-                    );
-                }
+        tokio::spawn(
+            self.clone()
+                .refund(token.to_string(), policy.to_string(), refund),
+        );
+    }
+
+    /// Gives `refund` back to the owner of `token` under `policy`.
+    async fn refund(self: Arc<Self>, token: String, policy: String, refund: Refund) {
+        let partition = partition_of(&token, self.opts.partitions);
+        let deadline = Instant::now() + self.opts.timeout;
+        let budget = Budget::Refund(refund);
+        let (outcome, _) = self
+            .ask_batched(&token, &policy, 0, budget, partition, deadline)
+            .await;
+        match outcome {
+            Ok(Reply::Decision(_)) => {
+                self.stats.refunds.fetch_add(1, Ordering::Relaxed);
             }
-        });
+            Ok(Reply::Error(e)) => {
+                tracing::debug!(key = token, policy, "a slice given back was refused: {e}");
+            }
+            Err(why) => {
+                tracing::debug!(
+                    key = token,
+                    policy,
+                    "a slice could not be given back: {why}"
+                );
+            }
+        }
     }
 
     /// One ask on its own: `rl.allow.<key>`, through the server's mapping.

@@ -216,6 +216,9 @@ pub async fn serve(
             .context("the gRPC server failed")?;
     }
     served.context("the HTTP server failed")?;
+    // What the gateway holds of local budgets goes back to the owners (each
+    // refund waits at most the client's timeout).
+    client.close().await;
     // Hits are publishes: give them a moment to leave (not forever, NATS may be gone).
     let _ = tokio::time::timeout(Duration::from_secs(1), client.nats().flush()).await;
     tracing::info!("gateway stopped");
