@@ -355,16 +355,21 @@ mod tests {
         assert!(matches!(ask(&b, "p/k").0, Plan::Local(_)));
     }
 
-    #[test]
-    fn a_slice_whose_lease_ended_is_swept_and_given_back() {
-        let (b, clock) = budgets();
+    /// Holds a slice of 10 units of `p/k` and spends one from it.
+    fn one_spent_of_a_slice_of_ten(b: &Budgets, clock: &ManualClock) {
         let grant = Grant {
             units: 10,
             lease: budget::LEASE,
             taken_at: Nanos(5),
         };
         b.settle("p/k", "p", clock.now(), Some(&reply(true, Some(grant))));
-        assert!(matches!(ask(&b, "p/k").0, Plan::Local(_)));
+        assert!(matches!(ask(b, "p/k").0, Plan::Local(_)));
+    }
+
+    #[test]
+    fn a_slice_whose_lease_ended_is_swept_and_given_back() {
+        let (b, clock) = budgets();
+        one_spent_of_a_slice_of_ten(&b, &clock);
         assert!(b.sweep().is_empty(), "the lease lasts");
         clock.advance(budget::LEASE.into());
         let swept = b.sweep();
@@ -376,13 +381,7 @@ mod tests {
     #[test]
     fn closing_takes_out_every_slice_and_asks_for_no_more() {
         let (b, clock) = budgets();
-        let grant = Grant {
-            units: 10,
-            lease: budget::LEASE,
-            taken_at: Nanos(5),
-        };
-        b.settle("p/k", "p", clock.now(), Some(&reply(true, Some(grant))));
-        assert!(matches!(ask(&b, "p/k").0, Plan::Local(_)));
+        one_spent_of_a_slice_of_ten(&b, &clock);
         // The lease still runs: closing gives it back anyway.
         let closed = b.close();
         assert_eq!(closed.len(), 1);
