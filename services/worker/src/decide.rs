@@ -55,14 +55,20 @@ use std::sync::{Arc, RwLock};
 /// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
 /// back), so records of counts read the same as before resets, denials
 /// and budgets were recorded.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct Record {
+///
+/// Generic over its strings: [`Record`] owns them, [`RecordRef`] borrows
+/// them from the journal message it was decoded from, so a takeover skips
+/// the records it does not replay without allocating for them
+/// ([`crate::journal::Tails`]).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(bound(deserialize = "S: Deserialize<'de>"))]
+pub struct RecordOf<S> {
     /// Partition.
     pub n: u32,
     /// Policy name.
-    pub p: String,
+    pub p: S,
     /// Key token.
-    pub k: String,
+    pub k: S,
     /// Units counted (a denial: units denied; a refund: units given back).
     pub c: u64,
     /// When (ns since the epoch, the owner's clock).
@@ -87,6 +93,12 @@ pub struct Record {
     pub u: u64,
 }
 
+/// A journal record that owns its strings.
+pub type Record = RecordOf<String>;
+
+/// A journal record whose strings borrow from the message it was read from.
+pub type RecordRef<'a> = RecordOf<&'a str>;
+
 impl Record {
     /// A record of `c` units of `k` under `p` at `t`: a count, unless
     /// the caller marks it otherwise.
@@ -106,7 +118,7 @@ impl Record {
     }
 }
 
-impl Serialize for Record {
+impl<T: Serialize> Serialize for RecordOf<T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let fields = if self.g != 0 || self.u != 0 {
@@ -150,30 +162,6 @@ enum Usage {
     Denied,
     /// Allowed without consuming (a peek).
     Neither,
-}
-
-/// A [`Record`] decoded without copying its strings (they borrow from the
-/// journal message), so a takeover skips the records it does not replay
-/// without allocating for them ([`crate::journal::Tails`]).
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-pub struct RecordRef<'a> {
-    pub n: u32,
-    #[serde(borrow)]
-    pub p: &'a str,
-    #[serde(borrow)]
-    pub k: &'a str,
-    pub c: u64,
-    pub t: u64,
-    #[serde(default)]
-    pub r: bool,
-    #[serde(default)]
-    pub d: bool,
-    #[serde(default)]
-    pub s: bool,
-    #[serde(default)]
-    pub g: u64,
-    #[serde(default)]
-    pub u: u64,
 }
 
 impl RecordRef<'_> {
