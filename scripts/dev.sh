@@ -5,9 +5,10 @@
 # 127.0.0.1:8080). It prints a self-check and what to try; Ctrl-C stops all
 # of it and removes its temporary directory. Extra arguments go to
 # `sluice dev` (e.g. --workers 3 --listen 127.0.0.1:9090 --nats-port 4333).
+# Honours CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 export SLUICE_NATS_SERVER="$PWD/.tools/venv/bin/nats-server"
 cargo build --release -p sluice-cli
-exec target/release/sluice dev "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/sluice" dev "$@"
