@@ -46,6 +46,12 @@ pub struct BenchArgs {
     /// so every ask reaches a worker.
     #[arg(long)]
     pub deny_cache: bool,
+    /// With --client batching: ask for no slices of local budgets (on by
+    /// default, as in the client: the hot keys of a policy with
+    /// `local_budget = true` are then decided from slices), so a budgeted
+    /// policy can be measured both ways.
+    #[arg(long)]
+    pub no_budgets: bool,
     /// Run the echo responder (the ceiling's server side) until SIGTERM or
     /// SIGINT instead of generating load.
     #[arg(long)]
@@ -82,6 +88,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         spec.batching = Some(batching::BatchingSpec {
             partitions: config.partitions,
             deny_cache: args.deny_cache,
+            budgets: !args.no_budgets,
         });
     }
     let ready_ms = if !args.wait_ready.is_zero() || load.requests == Some(0) {

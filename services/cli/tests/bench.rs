@@ -22,6 +22,11 @@ limits = [ { max = 5, per = "10s" } ]
 [policies.fw]
 algorithm = "fixed_window"
 limits = [ { max = 30, per = "1s" } ]
+
+[policies.fw_budget]
+algorithm = "fixed_window"
+limits = [ { max = 300, per = "1s" } ]
+local_budget = true
 "#;
 
 /// Runs `sluice bench <args> --json -q` and returns the report.
@@ -194,6 +199,44 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
             "both hot keys limited: {r}"
         );
         assert!(r["denied"].as_u64().unwrap() > 0, "{r}");
+    }
+
+    // A policy with local budgets: the batching client decides its hot
+    // keys from slices, unless told not to.
+    for (flag, sliced) in [(None, true), (Some("--no-budgets"), false)] {
+        let mut args = vec![
+            "--config",
+            &config,
+            "--client",
+            "batching",
+            "--policy",
+            "fw_budget",
+            "-d",
+            "1s",
+            "--warmup",
+            "0s",
+            "-c",
+            "8",
+            "-m",
+            "1",
+            "-k",
+            "1",
+        ];
+        args.extend(flag);
+        let r = bench(&url, &args);
+        assert_eq!(r["errors"]["total"], 0, "{r}");
+        assert_eq!(r["admission"]["over_admitted"], 0, "{r}");
+        let stats = &r["client_stats"];
+        assert_eq!(
+            stats["slices"].as_u64().unwrap() > 0,
+            sliced,
+            "{flag:?}: {r}"
+        );
+        assert_eq!(
+            stats["budget"].as_u64().unwrap() > 0,
+            sliced,
+            "{flag:?}: {r}"
+        );
     }
 
     // Only wait until every partition answers.

@@ -1,7 +1,7 @@
 //! The batching client target (`--client batching`): `sluice-client` with
 //! batching on, one client (one NATS connection) per load connection, the
-//! deny cache off unless `--deny-cache` (so every ask reaches a worker), and
-//! fallback `closed` (so an ask nobody answered is an error, not a guess).
+//! deny cache off unless `--deny-cache` (so every ask reaches a worker),
+//! local budgets on unless `--no-budgets`, and fallback `closed` (so an ask nobody answered is an error, not a guess).
 //! Every answer a fallback did not make is a decision, wherever it was made
 //! (a worker, the deny cache, or a slice of a key's budget); the target
 //! counts them by source (`answered_by_<source>` in the client stats).
@@ -17,6 +17,8 @@ use std::cell::RefCell;
 pub struct BatchingSpec {
     pub partitions: u32,
     pub deny_cache: bool,
+    /// Local budgets ([`ClientOptions::budgets`]); `--no-budgets` turns them off.
+    pub budgets: bool,
 }
 
 pub struct BatchingTarget {
@@ -36,6 +38,7 @@ pub async fn connect(
         .fallback(Fallback::Closed)
         .batching(true)
         .deny_cache(spec.deny_cache)
+        .budgets(spec.budgets)
         .partitions(spec.partitions)
         .auth(target.auth.clone());
     opts.name = format!("sluice-bench-{index}");
