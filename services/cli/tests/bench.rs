@@ -29,6 +29,20 @@ limits = [ { max = 300, per = "1s" } ]
 local_budget = true
 "#;
 
+/// The arguments of a one-second run of 8 in flight on one connection,
+/// without warm-up: `client` asking `keys` keys under `policy` of `config`.
+fn one_second<'a>(
+    config: &'a str,
+    client: &'a str,
+    policy: &'a str,
+    keys: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--config", config, "--client", client, "--policy", policy, "-d", "1s", "--warmup", "0s",
+        "-c", "8", "-m", "1", "-k", keys,
+    ]
+}
+
 /// Runs `sluice bench <args> --json -q` and returns the report.
 fn bench(url: &str, args: &[&str]) -> Value {
     let out = Command::new(SLUICE)
@@ -158,31 +172,9 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
     // through either client.
     let config = stack.config_path().to_str().unwrap().to_string();
     for client in ["plain", "batching"] {
-        let r = bench(
-            &url,
-            &[
-                "--config",
-                &config,
-                "--client",
-                client,
-                "--policy",
-                "fw",
-                "-d",
-                "1s",
-                "--warmup",
-                "0s",
-                "-c",
-                "8",
-                "-m",
-                "1",
-                "-k",
-                "100",
-                "--hot-keys",
-                "2",
-                "--hot-share",
-                "0.5",
-            ],
-        );
+        let mut args = one_second(&config, client, "fw", "100");
+        args.extend(["--hot-keys", "2", "--hot-share", "0.5"]);
+        let r = bench(&url, &args);
         assert_report(&r);
         assert_eq!(
             (r["hot_keys"].as_u64(), r["hot_share"].as_f64()),
@@ -204,24 +196,7 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
     // A policy with local budgets: the batching client decides its hot
     // keys from slices, unless told not to.
     for (flag, sliced) in [(None, true), (Some("--no-budgets"), false)] {
-        let mut args = vec![
-            "--config",
-            &config,
-            "--client",
-            "batching",
-            "--policy",
-            "fw_budget",
-            "-d",
-            "1s",
-            "--warmup",
-            "0s",
-            "-c",
-            "8",
-            "-m",
-            "1",
-            "-k",
-            "1",
-        ];
+        let mut args = one_second(&config, "batching", "fw_budget", "1");
         args.extend(flag);
         let r = bench(&url, &args);
         assert_eq!(r["errors"]["total"], 0, "{r}");
