@@ -13,7 +13,14 @@
 # each build and new ÷ old.
 #
 # Environment: DURABILITY (snapshot), POLICY (fixed_window; any algorithm
-# name), CLIENTS ("plain batching"), WORKERS (1), SECS (4).
+# name), CLIENTS ("plain batching"), WORKERS (1), SECS (4), KEYS (10000).
+#
+# CPU=1: each cell sends a fixed number of requests instead (REQUESTS,
+# default 500000, no warm-up) and also prints the CPU time per decision of
+# the load generator (bash's `time`), the worker(s) and nats-server (user +
+# system time from /proc/<pid>/stat): steadier than throughput on a VM that
+# drifts, and it says which process a change made cheaper
+# (docs/BENCHMARKS.md, "Hot keys with local budgets").
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 OLD="${1:?usage: bench/ab.sh OLD_SLUICE NEW_SLUICE [ROUNDS]}"
@@ -24,10 +31,21 @@ POLICY="${POLICY:-fixed_window}"
 CLIENTS="${CLIENTS:-plain batching}"
 WORKERS="${WORKERS:-1}"
 SECS="${SECS:-4}"
+KEYS="${KEYS:-10000}"
+CPU="${CPU:-0}"
+REQUESTS="${REQUESTS:-500000}"
 
 write_config "$DURABILITY" "$POLICY"
 
-# cell <build-label> <binary> <client>: prints "<label> <client> <decisions/s>".
+# cpu_ticks <pid...>: their user + system time, in clock ticks.
+cpu_ticks() {
+    local total=0 p
+    for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    echo "$total"
+}
+
+# cell <build-label> <binary> <client>: prints "<label> <client> <decisions/s>"
+# (with CPU=1, then µs of CPU per decision: load generator, worker(s), nats-server).
 cell() {
     local label="$1" bin="$2" client="$3" workers=()
     SLUICE="$bin" start_nats
@@ -38,11 +56,27 @@ cell() {
     done
     "$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" -n 0 -q --wait-ready 30s > /dev/null
     if [ "$WORKERS" -gt 1 ]; then SLUICE="$NEW" until_ok "$WORKERS balanced workers" balanced "$WORKERS"; fi
-    local rate
-    rate=$("$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$client" --policy "$POLICY" \
-        -c 64 -m 2 -k 10000 -d "${SECS}s" --warmup 1s --json -q |
-        python3 -c 'import json,sys; print(round(json.load(sys.stdin)["throughput"]))')
-    echo "$label $client $rate"
+    local rate length=(-d "${SECS}s" --warmup 1s)
+    [ "$CPU" = 1 ] && length=(-n "$REQUESTS")
+    local w0 n0 w1 n1 took TIMEFORMAT='%U %S'
+    w0=$(cpu_ticks "${workers[@]}"); n0=$(cpu_ticks "$NATS_PID")
+    { took=$({ time "$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$client" \
+        --policy "$POLICY" -c 64 -m 2 -k "$KEYS" "${length[@]}" --json -q > "$WORK/report.json" \
+        2>> "$WORK/bench.log"; } 2>&1); }
+    w1=$(cpu_ticks "${workers[@]}"); n1=$(cpu_ticks "$NATS_PID")
+    rate=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["throughput"]))' "$WORK/report.json")
+    if [ "$CPU" = 1 ]; then
+        python3 - "$label" "$client" "$rate" "$REQUESTS" "$took" $((w1 - w0)) $((n1 - n0)) "$(getconf CLK_TCK)" <<'PY'
+import sys
+label, client, rate, n, took, w, nats, hz = sys.argv[1:]
+n, hz = int(n), int(hz)
+bench = sum(float(x) for x in took.split())
+us = lambda seconds: seconds * 1e6 / n
+print(f"{label} {client} {rate} {us(bench):.2f} {us(int(w) / hz):.2f} {us(int(nats) / hz):.2f}")
+PY
+    else
+        echo "$label $client $rate"
+    fi
     kill "${workers[@]}" "$NATS_PID" 2>/dev/null || true
     wait "${workers[@]}" "$NATS_PID" 2>/dev/null || true
 }
@@ -67,4 +101,9 @@ for client in dict.fromkeys(r[1] for r in rows):
     ratio = statistics.median(new) / statistics.median(old)
     print(f"  {client:9} old {old} median {statistics.median(old):.0f} | "
           f"new {new} median {statistics.median(new):.0f} | {ratio:.2f}")
+    for i, who in enumerate(["load generator", "worker", "nats-server"], start=3):
+        cpu = {b: [float(r[i]) for r in rows if r[1] == client and r[0] == b and len(r) > i] for b in ("old", "new")}
+        if cpu["old"] and cpu["new"]:
+            o, n = statistics.median(cpu["old"]), statistics.median(cpu["new"])
+            print(f"    CPU µs per decision, {who:14} old {o:.2f} | new {n:.2f} | {n / o:.2f}")
 PY
