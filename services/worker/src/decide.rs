@@ -1986,7 +1986,7 @@ mod tests {
         let mut counts = ledger
             .minute_counts(minute, &everything)
             .expect("the minute is in memory")
-            .lacking(None);
+            .lacking(&crate::ledger::WriteMarks::default());
         counts.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
             counts,

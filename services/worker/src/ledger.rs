@@ -19,7 +19,8 @@
 //! Taken counts stay here, visible to queries, until their write is known
 //! to have landed. Every write is marked with this ledger's id and the
 //! write's number ([`WriteMark`]; numbers increase), and a record holds
-//! every count this ledger took under its number or a lower one. Whoever
+//! every count this ledger took under its number or a lower one (a record
+//! keeps the marks of every ledger that wrote it, [`WriteMarks`]). Whoever
 //! reads the record knows what it holds: a write whose acknowledgement was
 //! lost is recognised by the next flush ([`Ledger::lacking`]) instead of
 //! being added twice, and a query adds exactly what the record it read
@@ -117,6 +118,50 @@ impl WriteMark {
     }
 }
 
+/// The marks a stored record carries (its header): for each ledger that
+/// wrote it, the highest write of that ledger it holds. A writer keeps the
+/// marks it read and puts its own in place of its ledger's, so a worker
+/// that lost the partition and rewrote the record after our write landed
+/// unheard keeps our mark, and our next flush does not add that write's
+/// counts again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteMarks(Vec<WriteMark>);
+
+/// The most marks a record keeps, the newest writers': a minute gets a new
+/// writer only when its partition changes owner.
+const MAX_MARKS: usize = 8;
+
+impl WriteMarks {
+    /// The highest write of `ledger` the record holds, if any.
+    pub fn of(&self, ledger: u64) -> Option<u64> {
+        self.0.iter().find(|m| m.ledger == ledger).map(|m| m.write)
+    }
+
+    /// These marks with `mark` in place of its ledger's, newest first.
+    pub fn with(&self, mark: WriteMark) -> WriteMarks {
+        let others = self.0.iter().filter(|m| m.ledger != mark.ledger);
+        WriteMarks(
+            std::iter::once(mark)
+                .chain(others.copied())
+                .take(MAX_MARKS)
+                .collect(),
+        )
+    }
+
+    /// As a header value: the marks, comma-separated.
+    pub fn to_header(&self) -> String {
+        let marks: Vec<String> = self.0.iter().map(|m| m.to_header()).collect();
+        marks.join(",")
+    }
+
+    /// A header value (one mark, as workers before this wrote, is one
+    /// too); none when it is not one.
+    pub fn parse(value: &str) -> WriteMarks {
+        let marks: Option<Vec<WriteMark>> = value.split(',').map(WriteMark::parse).collect();
+        WriteMarks(marks.unwrap_or_default())
+    }
+}
+
 /// One minute of the finest tier.
 #[derive(Default)]
 struct Minute {
@@ -149,10 +194,10 @@ pub struct MinuteView {
 }
 
 impl MinuteView {
-    /// What a stored record marked `stored` (`None`: no mark, or no
+    /// What a stored record marked `stored` (empty: no marks, or no
     /// record) lacks of these counts.
-    pub fn lacking(self, stored: Option<WriteMark>) -> KeyCounts {
-        let held = |write: u64| stored.is_some_and(|m| m.ledger == self.ledger && m.write >= write);
+    pub fn lacking(self, stored: &WriteMarks) -> KeyCounts {
+        let held = |write: u64| stored.of(self.ledger).is_some_and(|w| w >= write);
         self.parts
             .into_iter()
             .filter(|(write, _)| !held(*write))
@@ -292,9 +337,9 @@ impl Ledger {
     /// What the stored record of `minute`, marked `stored`, lacks of the
     /// counts taken so far; the taken counts it holds are forgotten (an
     /// earlier write landed after all).
-    pub fn lacking(&self, minute: u64, stored: Option<WriteMark>) -> Vec<Arc<Counted>> {
-        if let Some(mark) = stored.filter(|m| m.ledger == self.id) {
-            self.written(minute, mark.write);
+    pub fn lacking(&self, minute: u64, stored: &WriteMarks) -> Vec<Arc<Counted>> {
+        if let Some(write) = stored.of(self.id) {
+            self.written(minute, write);
         }
         let state = self.lock();
         state
@@ -433,17 +478,17 @@ mod tests {
         Ledger::new(UsageConfig::default().tiers, stored_through)
     }
 
-    /// A minute's store: its record and the mark of the write that made it.
+    /// A minute's store: its record and the marks of the writes that made it.
     #[derive(Default)]
     struct Store {
         record: Option<Vec<u8>>,
-        mark: Option<WriteMark>,
+        marks: WriteMarks,
     }
 
     impl Store {
         /// What a flush of `minute` writes for `take` (not stored yet).
         fn flush(&self, ledger: &Ledger, minute: u64, take: &Take) -> Option<Vec<u8>> {
-            let lacking = ledger.lacking(minute, self.mark);
+            let lacking = ledger.lacking(minute, &self.marks);
             if lacking.is_empty() {
                 return None;
             }
@@ -453,7 +498,7 @@ mod tests {
 
         fn land(&mut self, record: Vec<u8>, take: &Take) {
             self.record = Some(record);
-            self.mark = Some(take.mark);
+            self.marks = self.marks.with(take.mark);
         }
 
         fn counts(&self, key: &str) -> Counts {
@@ -466,7 +511,7 @@ mod tests {
         fn query(&self, ledger: &Ledger, minute: u64, key: &str) -> Counts {
             let mut total = self.counts(key);
             if let Some(view) = ledger.minute_counts(minute, &|_, k| k == key) {
-                for (_, _, c) in view.lacking(self.mark) {
+                for (_, _, c) in view.lacking(&self.marks) {
                     total.add(c);
                 }
             }
@@ -491,7 +536,7 @@ mod tests {
         assert!(ledger
             .minute_counts(minute, &|_, _| true)
             .unwrap()
-            .lacking(None)
+            .lacking(&WriteMarks::default())
             .is_empty());
         ledger.add("default", "alice", minute + 3, counts(1, 0));
         assert_eq!(store.query(&ledger, minute, "alice"), counts(3, 1));
@@ -595,7 +640,7 @@ mod tests {
                     }
                     if i == read {
                         let mut sum = store.counts("k");
-                        for (_, _, c) in view.take().unwrap().lacking(store.mark) {
+                        for (_, _, c) in view.take().unwrap().lacking(&store.marks) {
                             sum.add(c);
                         }
                         total = Some((sum.used, added));
@@ -715,6 +760,56 @@ mod tests {
         assert_eq!(ledger.stored_through(), 40);
         ledger.stored_all(take.watermark);
         assert_eq!(ledger.stored_through(), 50);
+    }
+
+    #[test]
+    fn a_record_another_ledger_rewrote_after_our_write_landed_unheard_still_holds_it() {
+        let ours = ledger(0);
+        let theirs = ledger(0);
+        let minute = 1000 * M;
+        let mut store = Store::default();
+        ours.add("default", "k", minute, counts(5, 0));
+        let first = ours.take();
+        let record = store.flush(&ours, minute, &first).unwrap();
+        // It landed, but our flush never heard so.
+        store.land(record, &first);
+        // A worker that lost the partition adds what it counted to the
+        // record it read (ours) and writes it under its own mark.
+        theirs.add("default", "k", minute, counts(2, 0));
+        let late = theirs.take();
+        let record = store.flush(&theirs, minute, &late).unwrap();
+        store.land(record, &late);
+        assert_eq!(store.counts("k"), counts(7, 0));
+        // Our next flush and our queries know the record holds our write.
+        assert_eq!(store.query(&ours, minute, "k"), counts(7, 0));
+        ours.add("default", "k", minute, counts(1, 0));
+        let second = ours.take();
+        let record = store.flush(&ours, minute, &second).unwrap();
+        store.land(record, &second);
+        assert_eq!(store.counts("k"), counts(8, 0));
+    }
+
+    #[test]
+    fn write_marks_keep_one_mark_per_ledger_and_read_back() {
+        let mark = |ledger, write| WriteMark { ledger, write };
+        let marks = WriteMarks::default().with(mark(1, 3)).with(mark(2, 9));
+        let marks = marks.with(mark(1, 4));
+        assert_eq!(
+            (marks.of(1), marks.of(2), marks.of(3)),
+            (Some(4), Some(9), None)
+        );
+        assert_eq!(marks.to_header(), "1.4,2.9");
+        assert_eq!(WriteMarks::parse(&marks.to_header()), marks);
+        // One mark, as workers before wrote it.
+        assert_eq!(WriteMarks::parse("7.2").of(7), Some(2));
+        // Junk anywhere: no marks.
+        for junk in ["", "7", "1.2,x", "1.2,,3.4"] {
+            assert_eq!(WriteMarks::parse(junk), WriteMarks::default(), "{junk:?}");
+        }
+        // At most MAX_MARKS, the newest writers'.
+        let many = (0..20).fold(WriteMarks::default(), |m, l| m.with(mark(l, 1)));
+        assert_eq!(many.0.len(), MAX_MARKS);
+        assert_eq!((many.of(19), many.of(0)), (Some(1), None));
     }
 
     #[test]

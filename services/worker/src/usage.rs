@@ -225,7 +225,8 @@ impl UsageBook {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
         }
         let stored = self.store.get(partition, bucket).await?;
-        let lacking = ledger.lacking(minute, stored.as_ref().and_then(|s| s.mark));
+        let marks = stored.as_ref().map(|s| s.marks.clone()).unwrap_or_default();
+        let lacking = ledger.lacking(minute, &marks);
         if lacking.is_empty() {
             // An earlier write landed after all and holds everything.
             return Ok(());
@@ -240,7 +241,7 @@ impl UsageBook {
         }
         match self
             .store
-            .put(partition, bucket, record, expected, Some(take.mark))
+            .put(partition, bucket, record, expected, Some(&marks.with(take.mark)))
             .await
         {
             Ok(_) => {

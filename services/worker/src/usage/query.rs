@@ -91,7 +91,8 @@ impl Loaded {
         let records = futures::future::join_all(gets).await;
         for ((start, view), record) in in_memory.into_iter().zip(records) {
             let record = record?;
-            memory.insert(start, view.lacking(record.as_ref().and_then(|r| r.mark)));
+            let marks = record.as_ref().map(|r| r.marks.clone()).unwrap_or_default();
+            memory.insert(start, view.lacking(&marks));
             if let Some(record) = record {
                 stored.insert((0, start), record.payload);
             }

@@ -7,7 +7,7 @@
 //! ours. `allow_direct` lets a bucket be read with one direct get; a range
 //! of buckets is read with an ordered consumer from the range's start time.
 
-use crate::ledger::WriteMark;
+use crate::ledger::WriteMarks;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
@@ -59,17 +59,17 @@ fn is_not_found(e: &jetstream::context::GetStreamError) -> bool {
     matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
 }
 
-/// The header that marks which write of which ledger a record is
-/// ([`WriteMark`]).
+/// The header that marks which writes of which ledgers a record holds
+/// ([`WriteMarks`]).
 const WRITE_HEADER: &str = "Sluice-Usage-Write";
 
 /// A bucket's record as stored: its bytes (read them with
-/// [`sluice_core::usage::visit_record`]), its stream sequence and, when a
-/// flush wrote it, its write's mark.
+/// [`sluice_core::usage::visit_record`]), its stream sequence and the
+/// marks of the flushes that wrote it (none for a rollup).
 pub struct StoredRecord {
     pub payload: Bytes,
     pub seq: u64,
-    pub mark: Option<WriteMark>,
+    pub marks: WriteMarks,
 }
 
 /// Why a record was not stored.
@@ -145,7 +145,7 @@ impl UsageStore {
     }
 
     /// Stores `record` (encoded) as the record of `bucket` of `partition`,
-    /// marked `mark` (a flush's write; `None` for a rollup), replacing the
+    /// marked `marks` (a flush's write; `None` for a rollup), replacing the
     /// one before, which must be at stream sequence `expected` (0: none),
     /// else [`PutError::Moved`]. Returns the new record's sequence.
     pub async fn put(
@@ -154,7 +154,7 @@ impl UsageStore {
         bucket: BucketId,
         record: Vec<u8>,
         expected: u64,
-        mark: Option<WriteMark>,
+        marks: Option<&WriteMarks>,
     ) -> Result<u64, PutError> {
         let subject = self.subject(partition, bucket);
         let mut headers = async_nats::HeaderMap::new();
@@ -162,8 +162,8 @@ impl UsageStore {
             async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
             expected.to_string().as_str(),
         );
-        if let Some(mark) = mark {
-            headers.insert(WRITE_HEADER, mark.to_header().as_str());
+        if let Some(marks) = marks {
+            headers.insert(WRITE_HEADER, marks.to_header().as_str());
         }
         let failed = |e: &dyn std::fmt::Display| {
             PutError::Failed(anyhow::anyhow!("cannot store usage on {subject}: {e}"))
@@ -220,10 +220,11 @@ impl UsageStore {
             .await
         {
             Ok(msg) => Ok(Some(StoredRecord {
-                mark: msg
+                marks: msg
                     .headers
                     .get(WRITE_HEADER)
-                    .and_then(|v| WriteMark::parse(v.as_str())),
+                    .map(|v| WriteMarks::parse(v.as_str()))
+                    .unwrap_or_default(),
                 payload: msg.payload,
                 seq: msg.sequence,
             })),
