@@ -35,7 +35,7 @@ pub mod store;
 
 use crate::decide::Record;
 use crate::journal;
-use crate::ledger::{Ledger, Take};
+use crate::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::usage::{
@@ -233,8 +233,14 @@ impl UsageBook {
         }
         let more = || lacking.iter().flat_map(|counted| counted.iter());
         let payload = stored.as_ref().map(|s| &s.payload[..]);
-        let record = record_to_write(payload, take.watermark, more)
+        let (record, replaced) = record_to_write(payload, take.watermark, more)
             .with_context(|| format!("cannot add to the stored usage record of minute {minute}"))?;
+        // A replaced record held nothing of what its marks claim.
+        let marks = if replaced {
+            WriteMarks::default()
+        } else {
+            marks
+        };
         let expected = stored.map_or(0, |s| s.seq);
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
@@ -340,16 +346,16 @@ impl UsageBook {
 }
 
 /// The record to write for a minute: the stored one (`stored`, encoded)
-/// plus `more`. A stored record of a newer format is not touched (a newer
-/// worker wrote it; the error says so and the counts stay in memory). One
-/// that cannot be read at all is replaced by `more` alone, loudly: it can
-/// be neither queried nor added to, and keeping the counts in memory for
-/// ever would help no one.
+/// plus `more`, and whether the stored one was replaced instead. A stored
+/// record of a newer format is not touched (a newer worker wrote it; the
+/// error says so and the counts stay in memory). One that cannot be read at
+/// all is replaced by `more` alone, loudly: it can be neither queried nor
+/// added to, and keeping the counts in memory for ever would help no one.
 fn record_to_write<'a, I>(
     stored: Option<&'a [u8]>,
     w: u64,
     more: impl Fn() -> I,
-) -> Result<Vec<u8>, sluice_core::usage::RecordError>
+) -> Result<(Vec<u8>, bool), sluice_core::usage::RecordError>
 where
     I: Iterator<Item = (&'a str, &'a str, Counts)>,
 {
@@ -358,9 +364,9 @@ where
             tracing::error!(
                 "a stored usage record cannot be read ({why}); replacing it with what this worker counted"
             );
-            add_to_record(None, w, more())
+            Ok((add_to_record(None, w, more())?, true))
         }
-        result => result,
+        result => Ok((result?, false)),
     }
 }
 
@@ -399,7 +405,8 @@ mod tests {
     fn an_unreadable_record_is_replaced_and_a_newer_one_left_alone() {
         let counts = Counts { used: 2, denied: 1 };
         let more = || [("default", "k", counts)].into_iter();
-        let written = record_to_write(Some(b"\xc1"), 5, more).unwrap();
+        let (written, replaced) = record_to_write(Some(b"\xc1"), 5, more).unwrap();
+        assert!(replaced);
         let record = BucketRecord::decode(&written).unwrap();
         assert_eq!((record.w, record.counts("default", "k")), (5, counts));
         let newer = BucketRecord {
@@ -411,8 +418,10 @@ mod tests {
             record_to_write(Some(&newer), 5, more),
             Err(RecordError::Newer(_))
         ));
-        let stored = record_to_write(None, 3, more).unwrap();
-        let sum = BucketRecord::decode(&record_to_write(Some(&stored), 5, more).unwrap()).unwrap();
+        let (stored, _) = record_to_write(None, 3, more).unwrap();
+        let (sum, replaced) = record_to_write(Some(&stored), 5, more).unwrap();
+        assert!(!replaced);
+        let sum = BucketRecord::decode(&sum).unwrap();
         assert_eq!(sum.counts("default", "k"), Counts { used: 4, denied: 2 });
     }
 }
