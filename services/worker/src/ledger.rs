@@ -501,6 +501,15 @@ mod tests {
             self.marks = self.marks.with(take.mark);
         }
 
+        /// A flush of `minute` for `take` whose write lands (whether the
+        /// ledger hears so is the caller's: [`Ledger::written`]).
+        fn flush_and_land(&mut self, ledger: &Ledger, minute: u64, take: &Take) {
+            let record = self
+                .flush(ledger, minute, take)
+                .expect("something to write");
+            self.land(record, take);
+        }
+
         fn counts(&self, key: &str) -> Counts {
             self.record.as_deref().map_or(Counts::default(), |r| {
                 BucketRecord::decode(r).unwrap().counts("default", key)
@@ -528,8 +537,7 @@ mod tests {
         ledger.add("default", "bob", minute + 2, counts(1, 0));
         let take = ledger.take();
         assert_eq!(take.minutes, vec![minute]);
-        let record = store.flush(&ledger, minute, &take).unwrap();
-        store.land(record, &take);
+        store.flush_and_land(&ledger, minute, &take);
         ledger.written(minute, take.mark.write);
         assert_eq!(store.counts("alice"), counts(2, 1));
         // Nothing in memory any more; new counts add to the record.
@@ -541,8 +549,7 @@ mod tests {
         ledger.add("default", "alice", minute + 3, counts(1, 0));
         assert_eq!(store.query(&ledger, minute, "alice"), counts(3, 1));
         let take = ledger.take();
-        let record = store.flush(&ledger, minute, &take).unwrap();
-        store.land(record, &take);
+        store.flush_and_land(&ledger, minute, &take);
         ledger.written(minute, take.mark.write);
         assert_eq!(store.counts("alice"), counts(3, 1));
         assert_eq!(store.counts("bob"), counts(1, 0));
@@ -557,16 +564,14 @@ mod tests {
         let mut store = Store::default();
         ledger.add("default", "k", minute, counts(5, 0));
         let first = ledger.take();
-        let record = store.flush(&ledger, minute, &first).unwrap();
-        // It landed, but the flush never heard so.
-        store.land(record, &first);
+        // It lands, but the flush never hears so.
+        store.flush_and_land(&ledger, minute, &first);
         ledger.add("default", "k", minute, counts(1, 0));
         // A query meanwhile: the record holds the first take, memory adds
         // only what came after.
         assert_eq!(store.query(&ledger, minute, "k"), counts(6, 0));
         let second = ledger.take();
-        let record = store.flush(&ledger, minute, &second).unwrap();
-        store.land(record, &second);
+        store.flush_and_land(&ledger, minute, &second);
         ledger.written(minute, second.mark.write);
         assert_eq!(store.counts("k"), counts(6, 0));
         assert_eq!(store.query(&ledger, minute, "k"), counts(6, 0));
@@ -585,8 +590,7 @@ mod tests {
         ledger.add("default", "k", minute, counts(1, 2));
         let second = ledger.take();
         assert_eq!(second.minutes, vec![minute]);
-        let record = store.flush(&ledger, minute, &second).unwrap();
-        store.land(record, &second);
+        store.flush_and_land(&ledger, minute, &second);
         ledger.written(minute, second.mark.write);
         assert_eq!(store.counts("k"), counts(6, 2));
         // A minute holding only a failed take is written again too.
@@ -676,16 +680,14 @@ mod tests {
         let mut store = Store::default();
         previous.add("default", "k", minute, counts(9, 0));
         let take = previous.take();
-        let record = store.flush(&previous, minute, &take).unwrap();
-        store.land(record, &take);
+        store.flush_and_land(&previous, minute, &take);
         // A new owner of the partition, with the same write numbers.
         let next = ledger(0);
         next.add("default", "k", minute, counts(1, 0));
         assert_eq!(store.query(&next, minute, "k"), counts(10, 0));
         let take = next.take();
         assert_eq!(take.mark.write, 1);
-        let record = store.flush(&next, minute, &take).unwrap();
-        store.land(record, &take);
+        store.flush_and_land(&next, minute, &take);
         next.written(minute, take.mark.write);
         assert_eq!(store.counts("k"), counts(10, 0));
     }
@@ -770,22 +772,19 @@ mod tests {
         let mut store = Store::default();
         ours.add("default", "k", minute, counts(5, 0));
         let first = ours.take();
-        let record = store.flush(&ours, minute, &first).unwrap();
-        // It landed, but our flush never heard so.
-        store.land(record, &first);
+        // It lands, but our flush never hears so.
+        store.flush_and_land(&ours, minute, &first);
         // A worker that lost the partition adds what it counted to the
         // record it read (ours) and writes it under its own mark.
         theirs.add("default", "k", minute, counts(2, 0));
         let late = theirs.take();
-        let record = store.flush(&theirs, minute, &late).unwrap();
-        store.land(record, &late);
+        store.flush_and_land(&theirs, minute, &late);
         assert_eq!(store.counts("k"), counts(7, 0));
         // Our next flush and our queries know the record holds our write.
         assert_eq!(store.query(&ours, minute, "k"), counts(7, 0));
         ours.add("default", "k", minute, counts(1, 0));
         let second = ours.take();
-        let record = store.flush(&ours, minute, &second).unwrap();
-        store.land(record, &second);
+        store.flush_and_land(&ours, minute, &second);
         assert_eq!(store.counts("k"), counts(8, 0));
     }
 

@@ -224,16 +224,17 @@ impl UsageBook {
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
         }
-        let stored = self.store.get(partition, bucket).await?;
-        let marks = stored.as_ref().map(|s| s.marks.clone()).unwrap_or_default();
+        let (payload, expected, marks) = match self.store.get(partition, bucket).await? {
+            Some(stored) => (Some(stored.payload), stored.seq, stored.marks),
+            None => (None, 0, WriteMarks::default()),
+        };
         let lacking = ledger.lacking(minute, &marks);
         if lacking.is_empty() {
             // An earlier write landed after all and holds everything.
             return Ok(());
         }
         let more = || lacking.iter().flat_map(|counted| counted.iter());
-        let payload = stored.as_ref().map(|s| &s.payload[..]);
-        let (record, replaced) = record_to_write(payload, take.watermark, more)
+        let (record, replaced) = record_to_write(payload.as_deref(), take.watermark, more)
             .with_context(|| format!("cannot add to the stored usage record of minute {minute}"))?;
         // A replaced record held nothing of what its marks claim.
         let marks = if replaced {
@@ -241,7 +242,6 @@ impl UsageBook {
         } else {
             marks
         };
-        let expected = stored.map_or(0, |s| s.seq);
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
         }

@@ -1,7 +1,8 @@
 //! The batching client target (`--client batching`): `sluice-client` with
 //! batching on, one client (one NATS connection) per load connection, the
 //! deny cache off unless `--deny-cache` (so every ask reaches a worker),
-//! local budgets on unless `--no-budgets`, and fallback `closed` (so an ask nobody answered is an error, not a guess).
+//! local budgets on unless `--no-budgets`, and fallback `closed` (so an ask
+//! nobody answered is an error, not a guess).
 //! Every answer a fallback did not make is a decision, wherever it was made
 //! (a worker, the deny cache, or a slice of a key's budget); the target
 //! counts them by source (`answered_by_<source>` in the client stats).

@@ -16,7 +16,7 @@
 //! not).
 
 use super::UsageBook;
-use crate::ledger::{KeyCounts, Ledger};
+use crate::ledger::{KeyCounts, Ledger, WriteMarks};
 use crate::reply::Reply;
 use crate::shared::Shared;
 use anyhow::{Context as _, Result};
@@ -91,8 +91,9 @@ impl Loaded {
         let records = futures::future::join_all(gets).await;
         for ((start, view), record) in in_memory.into_iter().zip(records) {
             let record = record?;
-            let marks = record.as_ref().map(|r| r.marks.clone()).unwrap_or_default();
-            memory.insert(start, view.lacking(&marks));
+            let unmarked = WriteMarks::default();
+            let marks = record.as_ref().map_or(&unmarked, |r| &r.marks);
+            memory.insert(start, view.lacking(marks));
             if let Some(record) = record {
                 stored.insert((0, start), record.payload);
             }
