@@ -13,7 +13,10 @@
 # each build and new ÷ old.
 #
 # Environment: DURABILITY (snapshot), POLICY (fixed_window; any algorithm
-# name), CLIENTS ("plain batching"), WORKERS (1), SECS (4), KEYS (10000).
+# name), CLIENTS ("plain batching"), WORKERS (1), SECS (4), KEYS (10000);
+# OLD_TOML / NEW_TOML: lines added to that build's sluice.toml (to A/B a
+# setting with one binary given twice, e.g. NEW_TOML=$'[usage]\nenabled = false');
+# OLD_KEYS / NEW_KEYS: that build's key count (default KEYS).
 #
 # CPU=1: each cell sends a fixed number of requests instead (REQUESTS,
 # default 500000, no warm-up) and also prints the CPU time per decision of
@@ -36,6 +39,11 @@ CPU="${CPU:-0}"
 REQUESTS="${REQUESTS:-500000}"
 
 write_config "$DURABILITY" "$POLICY"
+for label in old new; do
+    cp "$WORK/sluice.toml" "$WORK/$label.toml"
+    extra="${label^^}_TOML"
+    printf '%s\n' "${!extra:-}" >> "$WORK/$label.toml"
+done
 
 # cpu_ticks <pid...>: their user + system time, in clock ticks.
 cpu_ticks() {
@@ -50,18 +58,20 @@ cell() {
     local label="$1" bin="$2" client="$3" workers=()
     SLUICE="$bin" start_nats
     for _ in $(seq "$WORKERS"); do
-        SLUICE_LOG=warn "$bin" worker --nats "$URL" --config "$WORK/sluice.toml" >> "$WORK/worker.log" 2>&1 &
+        SLUICE_LOG=warn "$bin" worker --nats "$URL" --config "$WORK/$label.toml" >> "$WORK/worker.log" 2>&1 &
         workers+=($!)
         PIDS+=($!)
     done
-    "$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" -n 0 -q --wait-ready 30s > /dev/null
+    "$NEW" bench --nats "$URL" --config "$WORK/$label.toml" -n 0 -q --wait-ready 30s > /dev/null
     if [ "$WORKERS" -gt 1 ]; then SLUICE="$NEW" until_ok "$WORKERS balanced workers" balanced "$WORKERS"; fi
+    local keys_var="${label^^}_KEYS"
+    local keys="${!keys_var:-$KEYS}"
     local rate length=(-d "${SECS}s" --warmup 1s)
     [ "$CPU" = 1 ] && length=(-n "$REQUESTS")
     local w0 n0 w1 n1 took TIMEFORMAT='%U %S'
     w0=$(cpu_ticks "${workers[@]}"); n0=$(cpu_ticks "$NATS_PID")
-    { took=$({ time "$NEW" bench --nats "$URL" --config "$WORK/sluice.toml" --client "$client" \
-        --policy "$POLICY" -c 64 -m 2 -k "$KEYS" "${length[@]}" --json -q > "$WORK/report.json" \
+    { took=$({ time "$NEW" bench --nats "$URL" --config "$WORK/$label.toml" --client "$client" \
+        --policy "$POLICY" -c 64 -m 2 -k "$keys" "${length[@]}" --json -q > "$WORK/report.json" \
         2>> "$WORK/bench.log"; } 2>&1); }
     w1=$(cpu_ticks "${workers[@]}"); n1=$(cpu_ticks "$NATS_PID")
     rate=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["throughput"]))' "$WORK/report.json")
