@@ -1,5 +1,6 @@
 //! The format versions of what workers store in JetStream: snapshots,
-//! journal messages and lease values.
+//! journal messages, lease values and usage records, each kind versioned on
+//! its own.
 //!
 //! Why: during a rolling upgrade workers of two releases read each other's
 //! state. A release that changes a format must be able to tell, and a worker
@@ -12,15 +13,36 @@
 //! - a lease or heartbeat value is `{"v":2,"worker":"<id>"}`.
 //!
 //! Format 1 is what releases before versioning wrote: no `"v"`, no header,
-//! a lease value that is the bare worker id. A worker reads 1 and
-//! [`CURRENT`], writes [`CURRENT`], and refuses anything newer
-//! ([`NewerFormat`]). docs/ARCHITECTURE.md, "Formats", says what each
-//! version holds.
+//! a lease value that is the bare worker id. A worker reads every format of
+//! a kind up to that kind's newest ([`SNAPSHOT`], [`JOURNAL`], [`HOLDER`],
+//! [`USAGE`]) and refuses anything newer ([`NewerFormat`]). Why one version
+//! per kind: a change to one kind (journal records gaining fields) must not
+//! make older workers refuse the others (a lease value they read fine).
+//! docs/ARCHITECTURE.md, "Formats", says what each version holds.
 
 use serde::{Deserialize, Serialize};
 
-/// The format this release writes, and the newest it reads.
-pub const CURRENT: u32 = 2;
+/// The newest snapshot manifest format this release reads, and the one it
+/// writes.
+pub const SNAPSHOT: u32 = 2;
+
+/// The newest journal message format this release reads. Format 3 messages
+/// hold records with fields past a count's five (resets, denials, slices,
+/// slices given back); messages of counts only are still written as 2, so
+/// that a worker of an earlier release reads them during a rolling upgrade
+/// and refuses only what it would misread.
+pub const JOURNAL: u32 = 3;
+
+/// The format of a journal message whose records are all counts.
+pub const JOURNAL_COUNTS: u32 = 2;
+
+/// The newest lease and heartbeat value format this release reads, and the
+/// one it writes.
+pub const HOLDER: u32 = 2;
+
+/// The newest usage record format this release reads, and the one it
+/// writes.
+pub const USAGE: u32 = 2;
 
 /// The format of state written before formats were versioned.
 pub const UNVERSIONED: u32 = 1;
@@ -30,18 +52,22 @@ pub const FORMAT_HEADER: &str = "Sluice-Format";
 
 /// State in a format newer than this release reads.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{what} is in format v{found}, newer than this sluice reads (v{CURRENT}): it was written by a newer release; upgrade this worker (or finish the rolling upgrade) instead of letting it misread the state")]
+#[error("{what} is in format v{found}, newer than this sluice reads (v{reads}): it was written by a newer release; upgrade this worker (or finish the rolling upgrade) instead of letting it misread the state")]
 pub struct NewerFormat {
     pub what: String,
     pub found: u64,
+    /// The newest format of that kind this release reads.
+    pub reads: u32,
 }
 
-/// Refuses `found` when it is newer than [`CURRENT`].
-pub fn check(what: impl FnOnce() -> String, found: u64) -> Result<(), NewerFormat> {
-    if found > u64::from(CURRENT) {
+/// Refuses `found` when it is newer than `newest`, the newest format of
+/// that kind this release reads.
+pub fn check(newest: u32, what: impl FnOnce() -> String, found: u64) -> Result<(), NewerFormat> {
+    if found > u64::from(newest) {
         return Err(NewerFormat {
             what: what(),
             found,
+            reads: newest,
         });
     }
     Ok(())
@@ -66,7 +92,7 @@ struct HolderValue<'a> {
 /// The value of a partition lease or a worker heartbeat held by `worker`.
 pub fn holder_value(worker: &str) -> Vec<u8> {
     serde_json::to_vec(&HolderValue {
-        v: u64::from(CURRENT),
+        v: u64::from(HOLDER),
         worker,
     })
     .expect("a string and a number serialize")
@@ -97,7 +123,7 @@ pub fn holder_of(value: &[u8]) -> Result<String, HolderError> {
     }
     let value: AnyVersion =
         serde_json::from_slice(value).map_err(|e| HolderError::Unreadable(e.to_string()))?;
-    check(|| "a lease value".to_string(), value.v)?;
+    check(HOLDER, || "a lease value".to_string(), value.v)?;
     match value.worker {
         Some(serde_json::Value::String(worker)) => Ok(worker),
         _ => Err(HolderError::Unreadable("no \"worker\" string".to_string())),
@@ -127,7 +153,8 @@ mod tests {
             newer,
             HolderError::Newer(NewerFormat {
                 what: "a lease value".into(),
-                found: 3
+                found: 3,
+                reads: 2,
             })
         );
         assert!(newer
@@ -152,7 +179,12 @@ mod tests {
         assert_eq!(of_header(None), 1);
         assert_eq!(of_header(Some("2")), 2);
         assert_eq!(of_header(Some("v9")), u64::MAX);
-        assert!(check(|| "x".into(), of_header(Some("2"))).is_ok());
-        assert!(check(|| "x".into(), of_header(Some("3"))).is_err());
+        assert!(check(JOURNAL, || "x".into(), of_header(Some("3"))).is_ok());
+        let newer = check(JOURNAL, || "x".into(), of_header(Some("4"))).unwrap_err();
+        assert!(newer
+            .to_string()
+            .contains("format v4, newer than this sluice reads (v3)"));
+        // Each kind has its own newest: a lease value of 3 is refused.
+        assert!(check(HOLDER, || "x".into(), 3).is_err());
     }
 }

@@ -237,7 +237,7 @@ pub enum By {
 /// of borrowed ones ([`BucketRecord`] is the owned one).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecordOf<S: Ord> {
-    /// Format ([`format::CURRENT`]).
+    /// Format ([`format::USAGE`]).
     pub v: u32,
     /// Journal mode: the journal's stream sequence up to which every record
     /// of the partition is in these counts (a new owner replaying the
@@ -274,7 +274,11 @@ impl BucketRecord {
         }
         let version: Version =
             rmp_serde::from_slice(bytes).map_err(|e| RecordError::Malformed(e.to_string()))?;
-        format::check(|| "a usage record".to_string(), u64::from(version.v))?;
+        format::check(
+            format::USAGE,
+            || "a usage record".to_string(),
+            u64::from(version.v),
+        )?;
         rmp_serde::from_slice(bytes).map_err(|e| RecordError::Malformed(e.to_string()))
     }
 
@@ -317,7 +321,7 @@ pub fn visit_record<'a>(
                 let Value::Uint(v) = next()? else {
                     return Err(malformed("v is not a number"));
                 };
-                format::check(|| "a usage record".to_string(), v)?;
+                format::check(format::USAGE, || "a usage record".to_string(), v)?;
                 versioned = true;
             }
             ("w", true) => {
@@ -360,7 +364,7 @@ impl<'a> BucketRecordOf<&'a str> {
     /// and what its owner counted since): no string is copied.
     pub fn sum(w: u64) -> Self {
         BucketRecordOf {
-            v: format::CURRENT,
+            v: format::USAGE,
             w,
             keys: BTreeMap::new(),
         }
@@ -660,7 +664,7 @@ mod tests {
     #[test]
     fn a_record_round_trips_and_a_newer_one_is_refused() {
         let mut r = BucketRecord {
-            v: format::CURRENT,
+            v: format::USAGE,
             w: 7,
             ..Default::default()
         };
@@ -675,7 +679,7 @@ mod tests {
             Counts { used: 3, denied: 1 }
         );
         assert_eq!(back.counts("default", "bob"), Counts::default());
-        r.v = format::CURRENT + 1;
+        r.v = format::USAGE + 1;
         assert!(matches!(
             BucketRecord::decode(&r.encode()),
             Err(RecordError::Newer(_))
@@ -689,7 +693,7 @@ mod tests {
     #[test]
     fn a_visit_sees_what_decoding_sees_and_refuses_the_same() {
         let mut r = BucketRecord {
-            v: format::CURRENT,
+            v: format::USAGE,
             w: 3,
             ..Default::default()
         };
@@ -716,7 +720,7 @@ mod tests {
             .flat_map(|(p, keys)| keys.iter().map(move |(k, c)| (p.clone(), k.clone(), *c)))
             .collect();
         assert_eq!(seen, want);
-        r.v = format::CURRENT + 1;
+        r.v = format::USAGE + 1;
         assert!(matches!(
             visit_record(&r.encode(), |_, _, _| {}),
             Err(RecordError::Newer(_))
@@ -736,7 +740,7 @@ mod tests {
     fn adding_to_a_record_sums_every_key_and_keeps_the_larger_watermark() {
         let c = |used, denied| Counts { used, denied };
         let mut stored = BucketRecord {
-            v: format::CURRENT,
+            v: format::USAGE,
             w: 9,
             ..Default::default()
         };
@@ -770,7 +774,7 @@ mod tests {
         assert_eq!((alone.w, alone.counts("a", "k2")), (4, c(1, 1)));
         // A stored record that cannot be read is an error, not a zero.
         assert!(add_to_record(Some(b"\xc1"), 4, more).is_err());
-        stored.v = format::CURRENT + 1;
+        stored.v = format::USAGE + 1;
         assert!(matches!(
             add_to_record(Some(&stored.encode()), 4, more),
             Err(RecordError::Newer(_))

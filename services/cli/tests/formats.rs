@@ -14,6 +14,7 @@ use sluice_core::storage::{
 use sluice_tests::{
     ask, eventually, key_in_partition, rounds, serial, workspace_root, Load, Stack, PEEK, TICK,
 };
+use sluice_worker::decide::Record;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -59,17 +60,9 @@ fn fixture_keys() -> [(String, u64, &'static str); 4] {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_takes_over_format_1_state_and_holds_its_limits_under_load() {
-    let _serial = serial().await;
-    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
-    let keys = fixture_keys();
-    // The first worker made the buckets and the journal; it leaves cleanly.
-    stack.stop_workers();
-    let client = stack.clients(1).await.remove(0);
-    let js = jetstream::new(client.clone());
-
-    // What a previous release left behind when it died holding partition 3.
+/// Puts what a previous release left behind when it died holding partition
+/// 3 (the fixture) into the server's buckets and journal.
+async fn leave_format_1_state(js: &jetstream::Context) {
     let journal = js.get_stream("SLUICE_JOURNAL").await.unwrap();
     let before = journal.clone().info().await.unwrap().state.last_sequence;
     let records = std::fs::read(fixture_dir().join("journal.msgpack")).unwrap();
@@ -101,6 +94,21 @@ async fn a_worker_takes_over_format_1_state_and_holds_its_limits_under_load() {
         .put(partition_key(PARTITION), OLD_WORKER.into())
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_takes_over_format_1_state_and_holds_its_limits_under_load() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let keys = fixture_keys();
+    // The first worker made the buckets and the journal; it leaves cleanly.
+    stack.stop_workers();
+    let client = stack.clients(1).await.remove(0);
+    let js = jetstream::new(client.clone());
+
+    leave_format_1_state(&js).await;
+    let snapshots = js.get_key_value(SNAPSHOT_BUCKET).await.unwrap();
+    let leases = js.get_key_value(LEASE_BUCKET).await.unwrap();
     assert_eq!(
         stack.owners().await.get(&PARTITION).map(String::as_str),
         Some(OLD_WORKER),
@@ -147,6 +155,65 @@ async fn a_worker_takes_over_format_1_state_and_holds_its_limits_under_load() {
     let lease: Value = serde_json::from_slice(&lease).unwrap();
     assert_eq!(lease["v"], 2);
     assert_eq!(lease["worker"], stack.worker_ids()[0]);
+    // Its journal messages are format 2 when they hold counts only (an
+    // earlier release reads them), 3 when they hold anything else (the
+    // denials of the load, journaled for their usage).
+    let journal = js.get_stream("SLUICE_JOURNAL").await.unwrap();
+    let last = journal.clone().info().await.unwrap().state.last_sequence;
+    let mine = journal_subject(&stack.worker_ids()[0]);
+    let mut formats = Vec::new();
+    for seq in 1..=last {
+        let Ok(msg) = journal.get_raw_message(seq).await else {
+            continue;
+        };
+        if msg.subject.as_str() != mine {
+            continue;
+        }
+        let records: Vec<Record> = rmp_serde::from_slice(&msg.payload).unwrap();
+        let format = msg.headers.get("Sluice-Format").map(|v| v.to_string());
+        let expected = if records.iter().all(Record::is_count) {
+            "2"
+        } else {
+            "3"
+        };
+        assert_eq!(
+            format.as_deref(),
+            Some(expected),
+            "message {seq}: {records:?}"
+        );
+        formats.push(expected);
+    }
+    assert!(
+        formats.contains(&"3"),
+        "the load's denials were journaled: {formats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_message_of_a_newer_format_is_refused_and_its_partition_left_to_others() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    stack.stop_workers();
+    let client = stack.clients(1).await.remove(0);
+    let js = jetstream::new(client.clone());
+    leave_format_1_state(&js).await;
+    // The dead worker had also written a message of a journal format this
+    // release does not know.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Sluice-Format", "4");
+    let seq = js
+        .publish_with_headers(journal_subject(OLD_WORKER), headers, "?".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap()
+        .sequence;
+
+    let refused = format!(
+        "journal message {seq} of {} is in format v4, newer than this sluice reads (v3)",
+        journal_subject(OLD_WORKER)
+    );
+    a_new_worker_refuses_the_partition(&mut stack, &client, &refused).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,24 +230,30 @@ async fn a_snapshot_of_a_newer_format_is_refused_and_its_partition_left_to_other
         .await
         .unwrap();
 
+    let refused =
+        "the snapshot manifest of partition 3 is in format v99, newer than this sluice reads (v2)";
+    a_new_worker_refuses_the_partition(&mut stack, &client, refused).await;
+}
+
+/// Starts a worker and waits until every other partition answers and its
+/// log says why partition 3 was `refused`; then partition 3 must not answer.
+async fn a_new_worker_refuses_the_partition(
+    stack: &mut Stack,
+    client: &async_nats::Client,
+    refused: &str,
+) {
     let id = stack.spawn_worker();
-    // Every other partition answers; this one is refused, with a reason.
     let other = key_in_partition(PARTITION + 1, 16);
     eventually(Duration::from_secs(20), TICK, || async {
-        ask(&client, &other, PEEK).await?;
-        anyhow::ensure!(
-            stack
-                .worker_log(&id)
-                .contains("the snapshot manifest of partition 3 is in format v99, newer than this sluice reads (v2)"),
-            "not refused yet"
-        );
+        ask(client, &other, PEEK).await?;
+        anyhow::ensure!(stack.worker_log(&id).contains(refused), "not refused yet");
         Ok(())
     })
     .await
     .unwrap();
     let key = key_in_partition(PARTITION, 16);
     assert!(
-        ask(&client, &key, PEEK).await.is_err(),
+        ask(client, &key, PEEK).await.is_err(),
         "a partition whose state cannot be read is not answered"
     );
 }
@@ -197,7 +270,6 @@ async fn a_snapshot_of_a_newer_format_is_refused_and_its_partition_left_to_other
 fn write_the_format_1_fixture() {
     use sluice_core::policy::KeyState;
     use sluice_worker::counters::Entry;
-    use sluice_worker::decide::Record;
     let log = |units: u64| {
         KeyState::SlidingLog(vec![sluice_core::algorithm::sliding_log::State {
             log: (0..units)

@@ -118,10 +118,16 @@ impl Record {
     }
 }
 
-impl<T: Serialize> Serialize for RecordOf<T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let fields = if self.g != 0 || self.u != 0 {
+impl<S> RecordOf<S> {
+    /// A plain count: encoded as its first five fields only, as every
+    /// release since journal format 2 reads it.
+    pub fn is_count(&self) -> bool {
+        self.fields() == 5
+    }
+
+    /// How many fields it is encoded as (see [`RecordOf`]).
+    fn fields(&self) -> usize {
+        if self.g != 0 || self.u != 0 {
             10
         } else if self.s {
             8
@@ -131,7 +137,14 @@ impl<T: Serialize> Serialize for RecordOf<T> {
             6
         } else {
             5
-        };
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for RecordOf<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let fields = self.fields();
         let mut st = s.serialize_struct("Record", fields)?;
         st.serialize_field("n", &self.n)?;
         st.serialize_field("p", &self.p)?;

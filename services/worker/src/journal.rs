@@ -36,11 +36,27 @@ use std::time::{Duration, Instant};
 /// into several messages of at most about this size.
 pub const MAX_APPEND: usize = 512 * 1024;
 
-/// The headers of every journal message: its format ([`format::FORMAT_HEADER`]).
-fn format_headers() -> async_nats::HeaderMap {
+/// The headers of a journal message of `records`: its format
+/// ([`format::FORMAT_HEADER`]), the oldest that holds them all.
+fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
     let mut headers = async_nats::HeaderMap::new();
-    headers.insert(format::FORMAT_HEADER, format::CURRENT.to_string().as_str());
+    headers.insert(
+        format::FORMAT_HEADER,
+        format_of(records).to_string().as_str(),
+    );
     headers
+}
+
+/// The format of a journal message of `records`: [`format::JOURNAL_COUNTS`]
+/// when every record is a count (which workers of every release since
+/// format 2 read), else [`format::JOURNAL`], which a worker of an earlier
+/// release refuses instead of skipping records it cannot decode.
+pub fn format_of(records: &[Record]) -> u32 {
+    if records.iter().all(Record::is_count) {
+        format::JOURNAL_COUNTS
+    } else {
+        format::JOURNAL
+    }
 }
 
 pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
@@ -74,7 +90,11 @@ pub async fn append(
         }
         let payload = encode(&records[start..end]).map_err(|e| e.to_string())?;
         let ack = js
-            .publish_with_headers(subject.clone(), format_headers(), payload.into())
+            .publish_with_headers(
+                subject.clone(),
+                format_headers(&records[start..end]),
+                payload.into(),
+            )
             .await
             .map_err(|e| e.to_string())?;
         acks.push(ack);
@@ -256,7 +276,11 @@ async fn read(
             .stream_sequence;
         let version = msg.headers.as_ref().map(|h| h.get(format::FORMAT_HEADER));
         let version = format::of_header(version.flatten().map(|v| v.as_str()));
-        format::check(|| format!("journal message {seq} of {subject}"), version)?;
+        format::check(
+            format::JOURNAL,
+            || format!("journal message {seq} of {subject}"),
+            version,
+        )?;
         let records: Vec<RecordRef<'_>> = match rmp_serde::from_slice(&msg.payload) {
             Ok(r) => r,
             Err(e) => {
@@ -408,6 +432,65 @@ pub async fn purge_covered(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn count(k: &str) -> Record {
+        Record {
+            n: 1,
+            p: "default".into(),
+            k: k.into(),
+            c: 1,
+            t: 5,
+            r: false,
+            d: false,
+            s: false,
+            g: 0,
+            u: 0,
+        }
+    }
+
+    /// Messages of counts stay in format 2, which the five-field records
+    /// of earlier releases decode; a message holding any other record is
+    /// format 3, because such a decoder fails on it (and, before format 3,
+    /// skipped the whole message: its counts were lost to the takeover).
+    #[test]
+    fn only_messages_holding_more_than_counts_are_format_3() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct CountOfFormat2 {
+            n: u32,
+            p: String,
+            k: String,
+            c: u64,
+            t: u64,
+        }
+        let counts = vec![count("a"), count("b")];
+        assert_eq!(format_of(&counts), format::JOURNAL_COUNTS);
+        let read: Vec<CountOfFormat2> = rmp_serde::from_slice(&encode(&counts).unwrap()).unwrap();
+        assert_eq!(read.len(), 2);
+
+        let reset = Record {
+            r: true,
+            c: 0,
+            ..count("a")
+        };
+        let denial = Record {
+            d: true,
+            ..count("a")
+        };
+        let refund = Record {
+            g: 3,
+            u: 1,
+            ..count("a")
+        };
+        for other in [reset, denial, refund] {
+            let message = vec![count("b"), other];
+            assert_eq!(format_of(&message), format::JOURNAL);
+            assert!(
+                rmp_serde::from_slice::<Vec<CountOfFormat2>>(&encode(&message).unwrap()).is_err()
+            );
+        }
+        assert_eq!(format::JOURNAL, 3);
+    }
 
     #[test]
     fn records_read_without_copying_are_the_records_appended() {

@@ -35,7 +35,7 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// Format of the manifest and its chunks ([`sluice_core::format`]);
-    /// absent in format 1. Written as [`format::CURRENT`] whatever it holds.
+    /// absent in format 1. Written as [`format::SNAPSHOT`] whatever it holds.
     #[serde(default = "unversioned")]
     pub v: u64,
     /// Generation of the chunks; unique per write.
@@ -80,6 +80,7 @@ pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Man
             let unreadable = || format!("snapshot manifest of partition {partition} is unreadable");
             let version: Version = serde_json::from_slice(&e.value).with_context(unreadable)?;
             format::check(
+                format::SNAPSHOT,
                 || format!("the snapshot manifest of partition {partition}"),
                 version.v,
             )?;
@@ -136,7 +137,7 @@ pub async fn write_manifest(
     expected: u64,
 ) -> Result<u64> {
     let m = Manifest {
-        v: u64::from(format::CURRENT),
+        v: u64::from(format::SNAPSHOT),
         ..m.clone()
     };
     let value = Bytes::from(serde_json::to_vec(&m)?);

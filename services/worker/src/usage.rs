@@ -410,7 +410,7 @@ mod tests {
         let record = BucketRecord::decode(&written).unwrap();
         assert_eq!((record.w, record.counts("default", "k")), (5, counts));
         let newer = BucketRecord {
-            v: sluice_core::format::CURRENT + 1,
+            v: sluice_core::format::USAGE + 1,
             ..Default::default()
         }
         .encode();
