@@ -358,32 +358,97 @@ pub fn visit_record<'a>(
     Ok(watermark)
 }
 
-impl<'a> BucketRecordOf<&'a str> {
-    /// An empty record of the current format, with watermark `w`, to sum
-    /// counts borrowed from encoded records into (a rollup, or a minute
-    /// and what its owner counted since): no string is copied.
-    pub fn sum(w: u64) -> Self {
-        BucketRecordOf {
-            v: format::USAGE,
+/// A sum of counts borrowed from encoded records and from memory, to be
+/// encoded as one record (a rollup, or a stored minute plus what its owner
+/// counted since): no string is copied.
+///
+/// The counts are gathered in one vector and sorted once when encoded, not
+/// kept in a map as they come: a stored record is already in key order, so
+/// that sort is one merge pass with the few keys added to it, and a rollup
+/// merges its finer records' runs. A map's insert per key (a search of
+/// string compares down the tree) made a flush of a minute of 30,000 keys
+/// the answering thread's largest cost in a flood of new keys
+/// (docs/BENCHMARKS.md, "A flood of new keys").
+#[derive(Debug)]
+pub struct RecordSum<'a> {
+    w: u64,
+    entries: Vec<(&'a str, &'a str, Counts)>,
+}
+
+impl<'a> RecordSum<'a> {
+    /// An empty sum with watermark `w`.
+    pub fn new(w: u64) -> Self {
+        RecordSum {
             w,
-            keys: BTreeMap::new(),
+            entries: Vec::new(),
         }
     }
 
     pub fn add_counts(&mut self, policy: &'a str, key: &'a str, counts: Counts) {
-        self.keys
-            .entry(policy)
-            .or_default()
-            .entry(key)
-            .or_default()
-            .add(counts)
+        self.entries.push((policy, key, counts));
     }
 
-    /// Adds every count of an encoded record; returns its watermark.
-    pub fn add_encoded(&mut self, bytes: &'a [u8]) -> Result<u64, RecordError> {
-        visit_record(bytes, |policy, key, counts| {
-            self.add_counts(policy, key, counts)
-        })
+    /// Adds every count of an encoded record and keeps the larger watermark.
+    pub fn add_encoded(&mut self, bytes: &'a [u8]) -> Result<(), RecordError> {
+        let entries = &mut self.entries;
+        let w = visit_record(bytes, |policy, key, counts| {
+            entries.push((policy, key, counts))
+        })?;
+        self.w = self.w.max(w);
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The record, encoded as [`BucketRecord::encode`] encodes the same
+    /// counts.
+    pub fn encode(mut self) -> Vec<u8> {
+        // Stable and adaptive: runs already in order are merged, not sorted.
+        self.entries.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        self.entries.dedup_by(|next, kept| {
+            let same = (next.0, next.1) == (kept.0, kept.1);
+            if same {
+                kept.2.add(next.2);
+            }
+            same
+        });
+        let policies: Vec<&[(&str, &str, Counts)]> =
+            self.entries.chunk_by(|a, b| a.0 == b.0).collect();
+        let record = SortedRecord {
+            v: format::USAGE,
+            w: self.w,
+            keys: Policies(&policies),
+        };
+        rmp_serde::to_vec_named(&record).expect("a usage record always encodes")
+    }
+}
+
+/// A record's fields as [`BucketRecordOf`] has them, over sorted counts
+/// with no key twice: serialized the same way, without building the maps.
+#[derive(Serialize)]
+struct SortedRecord<'s, 'a> {
+    v: u32,
+    w: u64,
+    keys: Policies<'s, 'a>,
+}
+
+/// Counts grouped by policy, each group sorted by key.
+struct Policies<'s, 'a>(&'s [&'s [(&'a str, &'a str, Counts)]]);
+
+/// One policy's counts, sorted by key.
+struct Keys<'s, 'a>(&'s [(&'a str, &'a str, Counts)]);
+
+impl Serialize for Policies<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|group| (group[0].0, Keys(group))))
+    }
+}
+
+impl Serialize for Keys<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(_, key, counts)| (key, counts)))
     }
 }
 
@@ -397,10 +462,9 @@ pub fn add_to_record<'a>(
     w: u64,
     more: impl IntoIterator<Item = (&'a str, &'a str, Counts)>,
 ) -> Result<Vec<u8>, RecordError> {
-    let mut sum = BucketRecordOf::sum(w);
+    let mut sum = RecordSum::new(w);
     if let Some(bytes) = stored {
-        let stored_w = sum.add_encoded(bytes)?;
-        sum.w = sum.w.max(stored_w);
+        sum.add_encoded(bytes)?;
     }
     for (policy, key, counts) in more {
         sum.add_counts(policy, key, counts);
@@ -779,6 +843,52 @@ mod tests {
             add_to_record(Some(&stored.encode()), 4, more),
             Err(RecordError::Newer(_))
         ));
+    }
+
+    proptest::proptest! {
+        /// Records of random keys (some shared, several policies, keys
+        /// added twice, additions out of order): the sum's bytes must be
+        /// those of the record a map of the summed counts encodes to.
+        #[test]
+        fn a_sum_encodes_as_the_record_of_the_same_counts_would(
+            records in proptest::collection::vec(
+                (0..100u64, proptest::collection::vec((0..3usize, 0..300u32, 0..1000u64, 0..3u64), 0..200)),
+                0..4,
+            ),
+            more in proptest::collection::vec((0..2usize, 0..300u32, 0..2u64), 0..50),
+            w in 0..100u64,
+        ) {
+            let key = |i: u32| format!("k{}", i * 7919 % 1000);
+            let mut want = BucketRecord { v: format::USAGE, w, ..Default::default() };
+            let mut encoded = Vec::new();
+            for (record_w, entries) in &records {
+                let mut record = BucketRecord { v: format::USAGE, w: *record_w, ..Default::default() };
+                for &(policy, k, used, denied) in entries {
+                    let policy = ["api", "b", "login"][policy];
+                    record.keys.entry(policy.into()).or_default().insert(key(k), Counts { used, denied });
+                }
+                want.w = want.w.max(record.w);
+                for (policy, keys) in &record.keys {
+                    for (k, counts) in keys {
+                        want.keys.entry(policy.clone()).or_default().entry(k.clone()).or_default().add(*counts);
+                    }
+                }
+                encoded.push(record.encode());
+            }
+            let more: Vec<(&str, String, Counts)> = more
+                .iter()
+                .map(|&(policy, k, denied)| (["api", "zz"][policy], key(k), Counts { used: 1, denied }))
+                .collect();
+            let mut sum = RecordSum::new(w);
+            for bytes in &encoded {
+                sum.add_encoded(bytes).unwrap();
+            }
+            for (policy, k, counts) in &more {
+                sum.add_counts(policy, k, *counts);
+                want.keys.entry(policy.to_string()).or_default().entry(k.clone()).or_default().add(*counts);
+            }
+            proptest::prop_assert_eq!(sum.encode(), want.encode());
+        }
     }
 
     #[test]

@@ -101,6 +101,10 @@ struct Stamp(u64);
 
 impl Stamp {
     const ASKED_AGAIN: u64 = 1 << 63;
+    /// Ranks below every other stamp.
+    const ZERO: Stamp = Stamp(0);
+    /// Ranks above every other stamp.
+    const MAX: Stamp = Stamp(u64::MAX);
 
     fn new(forgettable_at: Nanos, asked_again: bool) -> Stamp {
         let at = forgettable_at.as_u64().min(Stamp::ASKED_AGAIN - 1);
@@ -142,6 +146,9 @@ pub struct KeyBound {
     /// Draws the buckets such an eviction looks at.
     sampler: Hasher,
     draws: AtomicU64,
+    /// Hashes the counter keys of every partition of the worker, so that a
+    /// bucket can find a key's hash again wherever the eviction comes from.
+    hasher: Hasher,
 }
 
 impl KeyBound {
@@ -155,6 +162,7 @@ impl KeyBound {
             partitions: AtomicU64::new(0),
             sampler: Hasher::default(),
             draws: AtomicU64::new(0),
+            hasher: Hasher::default(),
         })
     }
 
@@ -246,12 +254,16 @@ impl KeyBound {
                 Err(TryLockError::WouldBlock) => continue,
             };
             let len = slots.table.len();
-            let Some((_, stamp)) = slots.victim().filter(|_| len >= fair) else {
+            if len < fair {
+                continue;
+            }
+            let Some(victim) = slots.victim() else {
                 continue;
             };
+            let stamp = victim.stamp;
             let rank = (stamp.asked_again(), len <= fair, stamp);
             if !rank.0 && !rank.1 {
-                slots.evict_one();
+                slots.evict(victim);
                 return;
             }
             drop(slots);
@@ -277,8 +289,8 @@ impl KeyBound {
         for (_, bucket) in buckets {
             let mut slots = bucket.lock();
             match slots.victim() {
-                Some((_, stamp)) if !stamp.asked_again() => {
-                    slots.evict_one();
+                Some(victim) if !victim.stamp.asked_again() => {
+                    slots.evict(victim);
                     return;
                 }
                 Some(_) if any.is_none() => {
@@ -380,11 +392,10 @@ impl Slots {
             self.next_prune.min(first_prune)
         };
         let full = self.bound.full();
-        if full
-            && self.table.len() >= self.bound.fair_share()
-            && self.victim().is_some_and(|(_, stamp)| !stamp.asked_again())
-        {
-            self.evict_one();
+        if full && self.table.len() >= self.bound.fair_share() {
+            if let Some(victim) = self.victim().filter(|v| !v.stamp.asked_again()) {
+                self.evict(victim);
+            }
         }
         if let Some(at) = self.table.find(hash, key) {
             // A restored snapshot may name a key twice: the last one counts.
@@ -396,23 +407,26 @@ impl Slots {
         full && self.bound.over()
     }
 
-    /// The least valuable key's record and stamp (see the module doc).
-    fn victim(&self) -> Option<(u32, Stamp)> {
-        self.table
-            .records()
-            .map(|at| (at, self.table.stamp(at)))
-            .min_by_key(|(_, stamp)| *stamp)
+    /// The least valuable key (see the module doc), found without a scan
+    /// of the bucket most of the time ([`table`]).
+    fn victim(&mut self) -> Option<Victim> {
+        let hasher = &self.bound.hasher;
+        let (at, stamp, hash) = self.table.least(|k| hasher.hash_one(k))?;
+        Some(Victim { at, stamp, hash })
     }
 
-    /// Forgets the least valuable key.
-    fn evict_one(&mut self) -> bool {
-        let Some((at, _)) = self.victim() else {
-            return false;
-        };
-        self.table.remove_unhashed(at);
+    /// Forgets `victim`, just found by [`Slots::victim`].
+    fn evict(&mut self, victim: Victim) {
+        self.table.remove_at(victim.hash, victim.at);
         self.bound.release(1);
         self.bound.evicted.fetch_add(1, Ordering::Relaxed);
-        true
+    }
+
+    /// Forgets the least valuable key, if any.
+    fn evict_one(&mut self) {
+        if let Some(victim) = self.victim() {
+            self.evict(victim);
+        }
     }
 
     fn remove(&mut self, hash: u64, key: &str) -> bool {
@@ -422,6 +436,14 @@ impl Slots {
         }
         removed
     }
+}
+
+/// A bucket's least valuable key: where its record is, its stamp and hash.
+#[derive(Clone, Copy, Debug)]
+struct Victim {
+    at: u32,
+    stamp: Stamp,
+    hash: u64,
 }
 
 /// Some keys' slots plus how long the bucket may stay unused before all of
@@ -582,9 +604,9 @@ impl Counters {
         });
         bound.register(&buckets);
         Counters {
+            hasher: bound.hasher.clone(),
             bound,
             buckets,
-            hasher: Hasher::default(),
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
         }
@@ -667,7 +689,7 @@ impl Counters {
                     slots.bound.release(1);
                 } else {
                     let stamp = Stamp::new(now.saturating_add(needed), true);
-                    slots.table.set_stamp(at, stamp);
+                    slots.table.set_stamp(hash, at, stamp);
                 }
                 (decision, needed.as_u64())
             }

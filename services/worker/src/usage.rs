@@ -38,9 +38,7 @@ use crate::journal;
 use crate::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
-use sluice_core::usage::{
-    add_to_record, visit_record, BucketId, BucketRecordOf, Counts, UsageConfig,
-};
+use sluice_core::usage::{add_to_record, visit_record, BucketId, Counts, RecordSum, UsageConfig};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -66,6 +64,10 @@ pub struct UsageBook {
     /// At takeover, the coarser buckets that ended this recently are
     /// rolled up again (the previous owner may have died before it did).
     lookback_ms: u64,
+    /// Records being summed at once, off the answering thread: every
+    /// partition flushes on the same tick, and 64 busy minutes summed
+    /// together held a few MiB each at the same time.
+    summing: Arc<tokio::sync::Semaphore>,
 }
 
 impl UsageBook {
@@ -78,6 +80,9 @@ impl UsageBook {
             delivered: AtomicU64::new(0),
             grace_ms,
             lookback_ms: 2 * config.lease_ttl.as_millis() as u64 + 10_000 + grace_ms,
+            summing: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
         }
     }
 
@@ -233,9 +238,18 @@ impl UsageBook {
             // An earlier write landed after all and holds everything.
             return Ok(());
         }
-        let more = || lacking.iter().flat_map(|counted| counted.iter());
-        let (record, replaced) = record_to_write(payload.as_deref(), take.watermark, more)
-            .with_context(|| format!("cannot add to the stored usage record of minute {minute}"))?;
+        // A busy minute's record holds tens of thousands of keys: added to
+        // off the thread that answers requests, a core's worth at a time.
+        let watermark = take.watermark;
+        let permit = self.summing.clone().acquire_owned().await?;
+        let (record, replaced) = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let more = || lacking.iter().flat_map(|counted| counted.iter());
+            record_to_write(payload.as_deref(), watermark, more)
+        })
+        .await
+        .context("adding to a usage record panicked")?
+        .with_context(|| format!("cannot add to the stored usage record of minute {minute}"))?;
         // A replaced record held nothing of what its marks claim.
         let marks = if replaced {
             WriteMarks::default()
@@ -270,13 +284,21 @@ impl UsageBook {
             .step_by(finer as usize)
             .collect();
         let records = self.store.read(partition, tier - 1, &parts).await?;
-        let mut sum = BucketRecordOf::sum(0);
-        for record in records.values() {
-            sum.add_encoded(record)?;
-        }
-        if !sum.keys.is_empty() {
+        // Off the thread that answers requests, like a minute's flush.
+        let permit = self.summing.clone().acquire_owned().await?;
+        let sum = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>> {
+            let _permit = permit;
+            let mut sum = RecordSum::new(0);
+            for record in records.values() {
+                sum.add_encoded(record)?;
+            }
+            Ok((!sum.is_empty()).then(|| sum.encode()))
+        })
+        .await
+        .context("summing a rollup panicked")??;
+        if let Some(sum) = sum {
             self.store
-                .replace(partition, bucket, &sum)
+                .replace(partition, bucket, sum)
                 .await
                 .context("cannot store a rollup")?;
         }

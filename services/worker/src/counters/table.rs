@@ -22,6 +22,14 @@
 //! they are half of the arena, it is compacted in place (and its spare
 //! capacity given back). The arena grows by an eighth at a time, not by
 //! doubling: its spare capacity is memory every bucket pays.
+//!
+//! A table that has evicted keeps its least valuable records ([`Victims`]),
+//! so that the next evictions need not scan it: at the key bound every new
+//! key evicts one, and a scan per eviction made a flood of new keys run at
+//! ~60 % of the speed when buckets held ~490 keys (docs/BENCHMARKS.md). One
+//! scan finds the [`VICTIMS`] lowest stamps; every change of a record's
+//! place or stamp that ranks it below them adds it, and an entry whose
+//! record has gone, moved or been restamped is skipped when its turn comes.
 
 use super::Stamp;
 use hashbrown::HashTable;
@@ -97,6 +105,60 @@ fn log_ref(i: u32) -> [u8; LOG_REF_LEN] {
     [NOT_PACKED, b[0], b[1], b[2], b[3]]
 }
 
+/// A record that may be the least valuable: its stamp, its key's hash
+/// (to check it is still in the index, and to remove it) and its place.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    stamp: Stamp,
+    hash: u64,
+    at: u32,
+}
+
+/// How many candidates a scan keeps: an eviction scans the table once
+/// every this many evictions at most, while nothing else changes them.
+const VICTIMS: usize = 8;
+
+/// The least valuable records of a table that evicts.
+///
+/// Invariant: every live record ranks at or above `floor`, or has a current
+/// entry in `list` (one whose record is at `at` in the index with that
+/// stamp). So the least current entry is the least valuable record, unless
+/// no entry is current: then the table is scanned again.
+#[derive(Debug)]
+struct Victims {
+    /// At most [`VICTIMS`], most valuable first (the least is popped).
+    list: Vec<Candidate>,
+    floor: Stamp,
+    /// Scans so far (tests count them).
+    #[cfg(test)]
+    scans: usize,
+}
+
+impl Victims {
+    /// Nothing known: every record ranks at or above zero.
+    fn unknown() -> Victims {
+        Victims {
+            list: Vec::with_capacity(VICTIMS + 1),
+            floor: Stamp::ZERO,
+            #[cfg(test)]
+            scans: 0,
+        }
+    }
+
+    /// A record now at `at` with `stamp`: kept if it ranks below the floor.
+    fn note(&mut self, candidate: Candidate) {
+        if candidate.stamp >= self.floor {
+            return;
+        }
+        let i = self.list.partition_point(|c| c.stamp > candidate.stamp);
+        self.list.insert(i, candidate);
+        if self.list.len() > VICTIMS {
+            // The most valuable leaves the list: the floor drops to it.
+            self.floor = self.list.remove(0).stamp;
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Table {
     /// Where each key's record starts in `arena`.
@@ -109,6 +171,8 @@ pub struct Table {
     dead: usize,
     /// The sliding logs, if the bucket ever held one.
     logs: Option<Box<Logs>>,
+    /// The least valuable records, once the table has been asked for one.
+    victims: Option<Box<Victims>>,
 }
 
 impl Table {
@@ -151,14 +215,80 @@ impl Table {
         stamp_at(&self.arena, at)
     }
 
-    /// Stores `stamp` (see [`stamp_at`] for how it is rounded).
-    pub fn set_stamp(&mut self, at: u32, stamp: Stamp) {
-        let at = at as usize;
-        self.arena[at..at + STAMP_SECS].copy_from_slice(&stamp_secs(stamp).to_le_bytes());
+    /// Stores `stamp` for the record at `at`, whose key has `hash` (see
+    /// [`stamp_at`] for how it is rounded).
+    pub fn set_stamp(&mut self, hash: u64, at: u32, stamp: Stamp) {
+        let before = self.stamp(at);
+        let i = at as usize;
+        self.arena[i..i + STAMP_SECS].copy_from_slice(&stamp_secs(stamp).to_le_bytes());
         // The flag is the low bit of the key length's varint, whose length
         // does not depend on it.
-        let flag = &mut self.arena[at + STAMP_SECS];
+        let flag = &mut self.arena[i + STAMP_SECS];
         *flag = (*flag & !1) | u8::from(stamp.asked_again());
+        if self.stamp(at) != before {
+            self.placed(hash, at);
+        }
+    }
+
+    /// The record at `at` (key hash `hash`) is new, moved or restamped.
+    fn placed(&mut self, hash: u64, at: u32) {
+        if let Some(victims) = self.victims.as_deref_mut() {
+            let stamp = stamp_at(&self.arena, at);
+            victims.note(Candidate { stamp, hash, at });
+        }
+    }
+
+    /// The least valuable record: its place, stamp and key hash. Scans the
+    /// table only when no kept candidate is current; `rehash` hashes the
+    /// keys a scan keeps.
+    pub fn least(&mut self, rehash: impl Fn(&[u8]) -> u64) -> Option<(u32, Stamp, u64)> {
+        let Table {
+            index,
+            arena,
+            victims,
+            ..
+        } = self;
+        let victims = victims.get_or_insert_with(|| Box::new(Victims::unknown()));
+        let current = |c: &Candidate| {
+            index.find(c.hash, |&o| o == c.at).is_some() && stamp_at(arena, c.at) == c.stamp
+        };
+        while let Some(c) = victims.list.last() {
+            if current(c) {
+                return Some((c.at, c.stamp, c.hash));
+            }
+            victims.list.pop();
+        }
+        #[cfg(test)]
+        {
+            victims.scans += 1;
+        }
+        // The VICTIMS lowest, most valuable first.
+        let mut lowest: Vec<(Stamp, u32)> = Vec::with_capacity(VICTIMS + 1);
+        for &at in index.iter() {
+            let stamp = stamp_at(arena, at);
+            if lowest.len() == VICTIMS && stamp >= lowest[0].0 {
+                continue;
+            }
+            let i = lowest.partition_point(|&(s, _)| s > stamp);
+            lowest.insert(i, (stamp, at));
+            if lowest.len() > VICTIMS {
+                lowest.remove(0);
+            }
+        }
+        victims.floor = if index.len() > VICTIMS {
+            lowest.first().map_or(Stamp::MAX, |&(s, _)| s)
+        } else {
+            Stamp::MAX
+        };
+        victims.list.clear();
+        victims
+            .list
+            .extend(lowest.iter().map(|&(stamp, at)| Candidate {
+                stamp,
+                hash: rehash(key_at(arena, at)),
+                at,
+            }));
+        victims.list.last().map(|c| (c.at, c.stamp, c.hash))
     }
 
     pub fn key(&self, at: u32) -> &str {
@@ -243,6 +373,7 @@ impl Table {
             *slot = at;
         }
         self.dead += r.len();
+        self.placed(hash, at);
         self.compact_if_sparse(at)
     }
 
@@ -292,6 +423,7 @@ impl Table {
         let at = self.push(stamp, Key::Bytes(key.as_bytes()), bytes);
         let Table { index, arena, .. } = self;
         index.insert_unique(hash, at, |&o| rehash(key_at(arena, o)));
+        self.placed(hash, at);
     }
 
     /// Room in the index for `n` more keys.
@@ -315,16 +447,6 @@ impl Table {
     pub fn remove_at(&mut self, hash: u64, at: u32) {
         if let Ok(entry) = self.index.find_entry(hash, |&o| o == at) {
             entry.remove();
-            self.release(at);
-            self.compact_if_sparse(0);
-        }
-    }
-
-    /// Forgets the record at `at` when its hash is not at hand (a scan).
-    pub fn remove_unhashed(&mut self, at: u32) {
-        let before = self.index.len();
-        self.index.retain(|&mut o| o != at);
-        if self.index.len() < before {
             self.release(at);
             self.compact_if_sparse(0);
         }
@@ -368,6 +490,7 @@ impl Table {
         if self.index.is_empty() {
             self.arena = Vec::new();
             self.dead = 0;
+            self.forget_victims();
             if self
                 .logs
                 .as_ref()
@@ -379,6 +502,14 @@ impl Table {
             return self.compact(follow);
         }
         follow
+    }
+
+    /// The records moved: the candidates' places mean nothing any more.
+    fn forget_victims(&mut self) {
+        if let Some(victims) = self.victims.as_deref_mut() {
+            victims.list.clear();
+            victims.floor = Stamp::ZERO;
+        }
     }
 
     /// Moves the records together, in arena order, and gives back the
@@ -398,6 +529,7 @@ impl Table {
         self.arena.truncate(to);
         self.arena.shrink_to(to + to / 8);
         self.dead = 0;
+        self.forget_victims();
         let moved_to = |at: u32| places.binary_search(&at).map_or(at, |i| moved[i]);
         for at in self.index.iter_mut() {
             *at = moved_to(*at);
@@ -504,9 +636,20 @@ mod tests {
         assert_eq!(got["p/a"].1, secs(101, true));
         assert_eq!(got["p/b"].1, secs(100, false));
         let at = f.table.find(f.hash("p/b"), "p/b").unwrap();
-        f.table.set_stamp(at, secs(u64::MAX / 1_000_000_000, true));
+        f.table
+            .set_stamp(f.hash("p/b"), at, secs(u64::MAX / 1_000_000_000, true));
         assert_eq!(f.table.stamp(at), secs(u64::from(u32::MAX), true));
         assert_eq!(f.table.key(at), "p/b");
+    }
+
+    /// A reproducible stream of pseudo-random numbers (xorshift).
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
     }
 
     struct Fixture {
@@ -579,9 +722,10 @@ mod tests {
 
     #[test]
     fn the_table_struct_stays_small() {
-        // Every bucket pays it, 64 × 512 of them in a worker.
+        // Every bucket pays it, 64 × 512 of them in a worker: the index,
+        // the arena, the dead bytes and two pointers (logs, victims).
         assert!(
-            std::mem::size_of::<Table>() <= 72,
+            std::mem::size_of::<Table>() <= 80,
             "{}",
             std::mem::size_of::<Table>()
         );
@@ -595,13 +739,7 @@ mod tests {
         // compacted): the table must always hold what a plain map holds.
         let mut f = Fixture::new();
         let mut model: HashMap<String, (KeyState, Stamp)> = HashMap::new();
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut now = Nanos::from_secs(1_800_000_000);
         let mut compacted = false;
         for step in 0..20_000u64 {
@@ -634,7 +772,7 @@ mod tests {
                             let (got, at) = f.table.update(hash, at, &mut f.work, |state| {
                                 op.apply(&policy, state, now)
                             });
-                            f.table.set_stamp(at, stamp);
+                            f.table.set_stamp(hash, at, stamp);
                             assert_eq!(got, want, "step {step}");
                         }
                         None => {
@@ -658,5 +796,102 @@ mod tests {
         }
         assert_eq!(f.contents(), model);
         assert!(compacted);
+    }
+
+    /// The least stamp of `model`, as a scan would find it.
+    fn least_of(model: &HashMap<String, (KeyState, Stamp)>) -> Option<Stamp> {
+        model.values().map(|(_, stamp)| *stamp).min()
+    }
+
+    #[test]
+    fn the_least_valuable_record_is_the_one_a_scan_would_find() {
+        // Inserts, restamps up and down, moves (a state whose packed length
+        // changes), removals, prunes, compactions and evictions in any
+        // order: the kept candidates must always give the lowest stamp.
+        let mut f = Fixture::new();
+        let mut model: HashMap<String, (KeyState, Stamp)> = HashMap::new();
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        let policy = policy(Algorithm::FixedWindow);
+        let now = Nanos::from_secs(1_800_000_000);
+        let mut evictions = 0;
+        for step in 0..30_000u64 {
+            let r = next();
+            let key = format!("p/k{}", r % 200);
+            let hash = f.hash(&key);
+            let stamp = secs(next() % 10_000, r & 1 == 1);
+            match (r >> 20) % 16 {
+                0..=5 => match f.table.find(hash, &key) {
+                    Some(at) => {
+                        // Counting more grows the packed state: the record moves.
+                        let op = Op::Allow(1 + (r >> 40) % 300);
+                        let (_, at) = f
+                            .table
+                            .update(hash, at, &mut f.work, |state| op.apply(&policy, state, now));
+                        f.table.set_stamp(hash, at, stamp);
+                        let entry = model.get_mut(&key).unwrap();
+                        entry.1 = stamp;
+                        op.apply(&policy, &mut entry.0, now);
+                    }
+                    None => {
+                        let state = policy.new_state();
+                        model.insert(key.clone(), (state.clone(), stamp));
+                        f.insert(&key, state, stamp);
+                    }
+                },
+                6 | 7 => {
+                    assert_eq!(f.table.remove(hash, &key), model.remove(&key).is_some());
+                }
+                8 if step % 40 == 0 => {
+                    let cut = secs(next() % 3_000, false);
+                    f.table.retain(|stamp| stamp > cut);
+                    model.retain(|_, (_, stamp)| *stamp > cut);
+                }
+                _ => {
+                    let hasher = f.hasher.clone();
+                    let least = f.table.least(|k| hasher.hash_one(k));
+                    assert_eq!(least.map(|(_, s, _)| s), least_of(&model), "step {step}");
+                    if let Some((at, stamp, hash)) = least {
+                        let key = f.table.key(at).to_string();
+                        assert_eq!(hash, f.hash(&key));
+                        assert_eq!(model[&key].1, stamp);
+                        if r & 2 == 0 {
+                            f.table.remove_at(hash, at);
+                            model.remove(&key);
+                            evictions += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(evictions > 1_000, "{evictions}");
+        assert_eq!(f.contents(), model);
+    }
+
+    #[test]
+    fn evicting_a_flood_scans_the_table_once_every_few_evictions() {
+        // At the key bound every new key evicts the least valuable: a key
+        // counted earlier, so ranking lower than the new one.
+        let mut f = Fixture::new();
+        let state = KeyState::FixedWindow(Vec::new());
+        for i in 0..500 {
+            f.insert(&format!("p/old{i}"), state.clone(), secs(1_000 + i, false));
+        }
+        let hasher = f.hasher.clone();
+        for i in 0..2_000u64 {
+            let (at, stamp, hash) = f.table.least(|k| hasher.hash_one(k)).unwrap();
+            let key = f.table.key(at).to_string();
+            let want = if i < 500 {
+                format!("p/old{i}")
+            } else {
+                format!("p/new{}", i - 500)
+            };
+            assert_eq!((key.as_str(), stamp.asked_again()), (want.as_str(), false));
+            f.table.remove_at(hash, at);
+            f.insert(&format!("p/new{i}"), state.clone(), secs(2_000 + i, false));
+        }
+        assert_eq!(f.table.len(), 500);
+        let scans = f.table.victims.as_ref().unwrap().scans;
+        // One in VICTIMS evictions, plus one after each compaction.
+        assert!(scans <= 2_000 / VICTIMS + 2_000 / 250, "{scans} scans");
     }
 }

@@ -185,22 +185,33 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
         .await
         .map_err(|e| ErrorReply::unavailable(format!("cannot read usage right now: {e:#}")))?;
     let unreadable = |e: RecordError| ErrorReply::unavailable(format!("cannot read usage: {e}"));
-    let mut points = Vec::with_capacity(plan.points.len());
-    for (&(_, t_ms), buckets) in plan.points.iter().zip(&covers) {
-        let mut sum = Counts::default();
-        for bucket in buckets {
-            loaded
-                .each(*bucket, &wanted, &mut |_, _, c| sum.add(c))
-                .map_err(unreadable)?;
+    // Every record read holds all of the partition's keys in its bucket:
+    // picked through off the thread that answers requests.
+    let starts: Vec<u64> = plan.points.iter().map(|&(_, t_ms)| t_ms).collect();
+    let (policy, token) = (policy, token.to_string());
+    let points = tokio::task::spawn_blocking(move || {
+        let wanted = |p: &str, k: &str| p == policy && k == token;
+        let mut points = Vec::with_capacity(starts.len());
+        for (t_ms, buckets) in starts.into_iter().zip(&covers) {
+            let mut sum = Counts::default();
+            for bucket in buckets {
+                loaded
+                    .each(*bucket, &wanted, &mut |_, _, c| sum.add(c))
+                    .map_err(unreadable)?;
+            }
+            points.push(Point {
+                t_ms,
+                used: sum.used,
+                denied: sum.denied,
+            });
         }
-        points.push(Point {
-            t_ms,
-            used: sum.used,
-            denied: sum.denied,
-        });
-    }
+        Ok::<_, ErrorReply>((points, policy, token))
+    })
+    .await
+    .map_err(|e| ErrorReply::unavailable(format!("reading usage failed: {e}")))?;
+    let (points, policy, token) = points?;
     Ok(UsageReply {
-        key: token.to_string(),
+        key: token,
         policy,
         step_ms: plan.step_ms,
         points,
@@ -410,26 +421,35 @@ async fn partition_top(
     let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
     let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
     let loaded = Loaded::read(book, partition, ledger, &buckets, &wanted).await?;
-    // By policy, then key: a string is made once per key, not per bucket.
-    let mut totals: HashMap<String, HashMap<String, Counts>> = HashMap::new();
-    for bucket in &buckets {
-        loaded.each(*bucket, &wanted, &mut |p, k, c| {
-            let keys = match totals.get_mut(p) {
-                Some(keys) => keys,
-                None => totals.entry(p.to_string()).or_default(),
-            };
-            match keys.get_mut(k) {
-                Some(t) => t.add(c),
-                None => {
-                    keys.insert(k.to_string(), c);
+    // Every key of the partition over the range: summed off the thread that
+    // answers requests.
+    let policy = policy.map(str::to_string);
+    let (n, by) = (plan.n, plan.by);
+    tokio::task::spawn_blocking(move || -> Result<Vec<TopEntry>> {
+        let wanted = |p: &str, _: &str| policy.as_deref().is_none_or(|want| want == p);
+        // By policy, then key: a string is made once per key, not per bucket.
+        let mut totals: HashMap<String, HashMap<String, Counts>> = HashMap::new();
+        for bucket in &buckets {
+            loaded.each(*bucket, &wanted, &mut |p, k, c| {
+                let keys = match totals.get_mut(p) {
+                    Some(keys) => keys,
+                    None => totals.entry(p.to_string()).or_default(),
+                };
+                match keys.get_mut(k) {
+                    Some(t) => t.add(c),
+                    None => {
+                        keys.insert(k.to_string(), c);
+                    }
                 }
-            }
-        })?;
-    }
-    let all = totals
-        .into_iter()
-        .flat_map(|(p, keys)| keys.into_iter().map(move |(k, c)| ((k, p.clone()), c)));
-    Ok(entries(top(all, plan.n, plan.by)))
+            })?;
+        }
+        let all = totals
+            .into_iter()
+            .flat_map(|(p, keys)| keys.into_iter().map(move |(k, c)| ((k, p.clone()), c)));
+        Ok(entries(top(all, n, by)))
+    })
+    .await
+    .context("ranking a partition's keys panicked")?
 }
 
 /// Ranked `((key, policy), counts)` as the entries of a reply.

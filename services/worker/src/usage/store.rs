@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::nats_config::MAX_PAYLOAD;
 use sluice_core::storage::{usage_partition_prefix, usage_stream, usage_subject, usage_subjects};
-use sluice_core::usage::{BucketId, BucketRecordOf, Tier};
+use sluice_core::usage::{BucketId, Tier};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -195,21 +195,14 @@ impl UsageStore {
         }
     }
 
-    /// Stores `record` as the record of `bucket` of `partition` in place
-    /// of whatever is there now. Returns the new record's sequence.
-    pub async fn replace<S: Ord + serde::Serialize>(
-        &self,
-        partition: u32,
-        bucket: BucketId,
-        record: &BucketRecordOf<S>,
-    ) -> Result<u64> {
+    /// Stores `record` (encoded) as the record of `bucket` of `partition`
+    /// in place of whatever is there now. Returns the new record's sequence.
+    pub async fn replace(&self, partition: u32, bucket: BucketId, record: Vec<u8>) -> Result<u64> {
         let now = self
             .get(partition, bucket)
             .await?
             .map_or(0, |stored| stored.seq);
-        Ok(self
-            .put(partition, bucket, record.encode(), now, None)
-            .await?)
+        Ok(self.put(partition, bucket, record, now, None).await?)
     }
 
     /// The stored record of `bucket` of `partition` as stored, if any.
