@@ -58,12 +58,20 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 /// Buckets per partition. With the default 64 partitions a worker holding
-/// all of them has at most 32 768 buckets (~12 MB with their moka entries),
-/// and a million keys are ~30 to a bucket. With 1024 buckets, the buckets
-/// were a quarter of what a million keys cost (docs/BENCHMARKS.md); more
-/// keys to a bucket cost no more to find (its table is a hash table), and a
-/// snapshot holds a bucket's lock a few microseconds longer.
-pub const BUCKETS: u64 = 512;
+/// all of them has at most 4 096 buckets (~1.5 MB with their moka entries),
+/// and a million keys are ~240 to a bucket (~490 at the default `max_keys`):
+/// more keys to a bucket cost no more to find (its table is a hash table), a
+/// snapshot holds a bucket's lock longer (~240 keys encoded), and an
+/// eviction at the key bound takes its victim from the few least valuable
+/// keys its bucket keeps, not from a scan of the bucket (which cost a flood
+/// at the default bound 40 % of its speed: docs/BENCHMARKS.md). More
+/// buckets cost memory (at 1024, the buckets were a quarter of what a
+/// million keys cost) and decisions: at 512 a worker of 10,000 keys held
+/// ~32,000 buckets of one key or none, each decision missed the cache on
+/// its bucket's own look-aside slot, `Arc`, table and arena, and the worker
+/// spent 18 % more CPU per decision (docs/BENCHMARKS.md, "Hot keys with
+/// local budgets").
+pub const BUCKETS: u64 = 64;
 
 /// How often a bucket in use looks for slots it may forget.
 pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
@@ -74,7 +82,7 @@ pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
 /// keys, which then paid a new bucket, a moka insert and an eviction (a
 /// fifth of a worker's CPU in a GCRA profile). Keeping buckets this long
 /// costs at most the 64 × [`BUCKETS`] bucket entries a worker may hold
-/// anyway (~12 MB), plus forgettable slots until the bucket's next prune.
+/// anyway (~1.5 MB), plus forgettable slots until the bucket's next prune.
 pub const MIN_IDLE_TTL: Duration = Duration::from_secs(2);
 
 mod table;
@@ -1179,10 +1187,11 @@ mod tests {
 
     #[test]
     fn a_flood_of_new_keys_stays_within_the_bound_and_spares_keys_asked_again() {
-        // One partition; a bound of 4 keys per bucket on average. Buckets
-        // are kept for an hour: policy time stands still here while real
-        // time passes, and moka expires buckets in real time.
-        let max = 4 * BUCKETS;
+        // One partition; a bound of 32 keys per bucket on average, room
+        // for the 500 users. Buckets are kept for an hour: policy time
+        // stands still here while real time passes, and moka expires
+        // buckets in real time.
+        let max = 32 * BUCKETS;
         let bound = KeyBound::new(max);
         let counters = Counters::with(bound.clone(), Duration::from_secs(3600));
         let policy = Policy::builtin_default();
@@ -1222,7 +1231,7 @@ mod tests {
 
     #[test]
     fn a_bound_far_below_the_buckets_still_holds_and_spares_keys_asked_again() {
-        // 50 keys over 2 × 512 buckets: nearly every bucket is empty.
+        // 50 keys over 2 × 64 buckets: most buckets are empty.
         let bound = KeyBound::new(50);
         let long = Duration::from_secs(3600);
         let partitions = [

@@ -64,10 +64,10 @@ pub struct UsageBook {
     /// At takeover, the coarser buckets that ended this recently are
     /// rolled up again (the previous owner may have died before it did).
     lookback_ms: u64,
-    /// Records being summed at once, off the answering thread: every
-    /// partition flushes on the same tick, and 64 busy minutes summed
-    /// together held a few MiB each at the same time.
-    summing: Arc<tokio::sync::Semaphore>,
+    /// Records being read and summed at once, off the answering thread:
+    /// every partition flushes on the same tick, and 64 busy minutes
+    /// summed together held a few MiB each at the same time.
+    summing: tokio::sync::Semaphore,
 }
 
 impl UsageBook {
@@ -80,9 +80,9 @@ impl UsageBook {
             delivered: AtomicU64::new(0),
             grace_ms,
             lookback_ms: 2 * config.lease_ttl.as_millis() as u64 + 10_000 + grace_ms,
-            summing: Arc::new(tokio::sync::Semaphore::new(
+            summing: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
-            )),
+            ),
         }
     }
 
@@ -229,6 +229,9 @@ impl UsageBook {
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
         }
+        // Held from the read to the write: the records in memory at once
+        // are bounded too, not only the sums.
+        let _permit = self.summing.acquire().await?;
         let (payload, expected, marks) = match self.store.get(partition, bucket).await? {
             Some(stored) => (Some(stored.payload), stored.seq, stored.marks),
             None => (None, 0, WriteMarks::default()),
@@ -241,9 +244,7 @@ impl UsageBook {
         // A busy minute's record holds tens of thousands of keys: added to
         // off the thread that answers requests, a core's worth at a time.
         let watermark = take.watermark;
-        let permit = self.summing.clone().acquire_owned().await?;
         let (record, replaced) = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
             let more = || lacking.iter().flat_map(|counted| counted.iter());
             record_to_write(payload.as_deref(), watermark, more)
         })
@@ -283,11 +284,10 @@ impl UsageBook {
         let parts: Vec<u64> = (start..start + tiers[tier].step_ms())
             .step_by(finer as usize)
             .collect();
+        let _permit = self.summing.acquire().await?;
         let records = self.store.read(partition, tier - 1, &parts).await?;
         // Off the thread that answers requests, like a minute's flush.
-        let permit = self.summing.clone().acquire_owned().await?;
         let sum = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>> {
-            let _permit = permit;
             let mut sum = RecordSum::new(0);
             for record in records.values() {
                 sum.add_encoded(record)?;
