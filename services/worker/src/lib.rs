@@ -36,6 +36,7 @@
 //! - [`usage`]: usage history (CONTRACT §9): the ledgers stored and rolled
 //!   up per partition, and the usage queries.
 
+pub mod blocking;
 pub mod counters;
 pub mod decide;
 pub mod group_commit;

@@ -186,7 +186,7 @@ const ARRAY32: u8 = 0xdd;
 /// `Vec<Entry>`, except that the array header always has the 32-bit form,
 /// so the count can be filled in once it is known.
 ///
-/// Synchronous and CPU-bound: run it with `spawn_blocking`, off the thread
+/// Synchronous and CPU-bound: run it with [`crate::blocking::run`], off the thread
 /// that answers requests.
 pub fn encode(counters: &Counters) -> Result<Encoded> {
     let mut buf = BytesMut::with_capacity(CHUNK_BYTES);

@@ -244,7 +244,7 @@ impl UsageBook {
         // A busy minute's record holds tens of thousands of keys: added to
         // off the thread that answers requests, a core's worth at a time.
         let watermark = take.watermark;
-        let (record, replaced) = tokio::task::spawn_blocking(move || {
+        let (record, replaced) = crate::blocking::run(move || {
             let more = || lacking.iter().flat_map(|counted| counted.iter());
             record_to_write(payload.as_deref(), watermark, more)
         })
@@ -287,7 +287,7 @@ impl UsageBook {
         let _permit = self.summing.acquire().await?;
         let records = self.store.read(partition, tier - 1, &parts).await?;
         // Off the thread that answers requests, like a minute's flush.
-        let sum = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>> {
+        let sum = crate::blocking::run(move || -> Result<Option<Vec<u8>>> {
             let mut sum = RecordSum::new(0);
             for record in records.values() {
                 sum.add_encoded(record)?;

@@ -189,7 +189,7 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
     // picked through off the thread that answers requests.
     let starts: Vec<u64> = plan.points.iter().map(|&(_, t_ms)| t_ms).collect();
     let (policy, token) = (policy, token.to_string());
-    let points = tokio::task::spawn_blocking(move || {
+    let points = crate::blocking::run(move || {
         let wanted = |p: &str, k: &str| p == policy && k == token;
         let mut points = Vec::with_capacity(starts.len());
         for (t_ms, buckets) in starts.into_iter().zip(&covers) {
@@ -425,7 +425,7 @@ async fn partition_top(
     // answers requests.
     let policy = policy.map(str::to_string);
     let (n, by) = (plan.n, plan.by);
-    tokio::task::spawn_blocking(move || -> Result<Vec<TopEntry>> {
+    crate::blocking::run(move || -> Result<Vec<TopEntry>> {
         let wanted = |p: &str, _: &str| policy.as_deref().is_none_or(|want| want == p);
         // By policy, then key: a string is made once per key, not per bucket.
         let mut totals: HashMap<String, HashMap<String, Counts>> = HashMap::new();
