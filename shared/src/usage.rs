@@ -231,23 +231,18 @@ pub enum By {
 }
 
 /// One partition's usage in one bucket of one tier, as stored: by policy,
-/// then by key token.
-///
-/// Generic over the strings so that [`add_to_record`] can write one made
-/// of borrowed ones ([`BucketRecord`] is the owned one).
+/// then by key token. ([`RecordSum`] writes the same bytes from borrowed
+/// counts.)
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BucketRecordOf<S: Ord> {
+pub struct BucketRecord {
     /// Format ([`format::USAGE`]).
     pub v: u32,
     /// Journal mode: the journal's stream sequence up to which every record
     /// of the partition is in these counts (a new owner replaying the
     /// journal adds only what is past it). 0 otherwise.
     pub w: u64,
-    pub keys: BTreeMap<S, BTreeMap<S, Counts>>,
+    pub keys: BTreeMap<String, BTreeMap<String, Counts>>,
 }
-
-/// One partition's usage in one bucket, with owned strings.
-pub type BucketRecord = BucketRecordOf<String>;
 
 /// Why a stored record cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -260,13 +255,11 @@ pub enum RecordError {
     Malformed(String),
 }
 
-impl<S: Ord + Serialize> BucketRecordOf<S> {
+impl BucketRecord {
     pub fn encode(&self) -> Vec<u8> {
         rmp_serde::to_vec_named(self).expect("a usage record always encodes")
     }
-}
 
-impl BucketRecord {
     pub fn decode(bytes: &[u8]) -> Result<BucketRecord, RecordError> {
         #[derive(Deserialize)]
         struct Version {
@@ -425,7 +418,7 @@ impl<'a> RecordSum<'a> {
     }
 }
 
-/// A record's fields as [`BucketRecordOf`] has them, over sorted counts
+/// A record's fields as [`BucketRecord`] has them, over sorted counts
 /// with no key twice: serialized the same way, without building the maps.
 #[derive(Serialize)]
 struct SortedRecord<'s, 'a> {

@@ -221,14 +221,15 @@ impl Table {
     /// Stores `stamp` for the record at `at`, whose key has `hash` (see
     /// [`stamp_at`] for how it is rounded).
     pub fn set_stamp(&mut self, hash: u64, at: u32, stamp: Stamp) {
-        let before = self.stamp(at);
+        // Read only where candidates are kept: this is every decision's path.
+        let before = self.victims.is_some().then(|| self.stamp(at));
         let i = at as usize;
         self.arena[i..i + STAMP_SECS].copy_from_slice(&stamp_secs(stamp).to_le_bytes());
         // The flag is the low bit of the key length's varint, whose length
         // does not depend on it.
         let flag = &mut self.arena[i + STAMP_SECS];
         *flag = (*flag & !1) | u8::from(stamp.asked_again());
-        if self.stamp(at) != before {
+        if before.is_some_and(|before| before != self.stamp(at)) {
             self.placed(hash, at);
         }
     }
@@ -265,32 +266,17 @@ impl Table {
         {
             victims.scans += 1;
         }
-        // The VICTIMS lowest, most valuable first.
-        let mut lowest: Vec<(Stamp, u32)> = Vec::with_capacity(VICTIMS + 1);
+        // Every record noted from no floor keeps the VICTIMS lowest (and
+        // lowers the floor to what they left out); only those are hashed.
+        victims.list.clear();
+        victims.floor = Stamp::MAX;
         for &at in index.iter() {
             let stamp = stamp_at(arena, at);
-            if lowest.len() == VICTIMS && stamp >= lowest[0].0 {
-                continue;
-            }
-            let i = lowest.partition_point(|&(s, _)| s > stamp);
-            lowest.insert(i, (stamp, at));
-            if lowest.len() > VICTIMS {
-                lowest.remove(0);
-            }
+            victims.note(Candidate { stamp, hash: 0, at });
         }
-        victims.floor = if index.len() > VICTIMS {
-            lowest.first().map_or(Stamp::MAX, |&(s, _)| s)
-        } else {
-            Stamp::MAX
-        };
-        victims.list.clear();
-        victims
-            .list
-            .extend(lowest.iter().map(|&(stamp, at)| Candidate {
-                stamp,
-                hash: rehash(key_at(arena, at)),
-                at,
-            }));
+        for c in &mut victims.list {
+            c.hash = rehash(key_at(arena, c.at));
+        }
         victims.list.last().map(|c| (c.at, c.stamp, c.hash))
     }
 

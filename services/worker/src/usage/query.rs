@@ -179,8 +179,13 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
         .map(|&(tier, start)| cover(tiers, tier, start, start + tiers[tier].step_ms(), &usable))
         .collect();
     let needed: Vec<BucketId> = covers.iter().flatten().copied().collect();
-    let token = key.as_str();
-    let wanted = |p: &str, k: &str| p == policy && k == token;
+    let token = key.as_str().to_string();
+    // Owned: it picks what memory adds here and the records' counts on a
+    // blocking thread.
+    let wanted = {
+        let (policy, token) = (policy.clone(), token.clone());
+        move |p: &str, k: &str| p == policy && k == token
+    };
     let loaded = Loaded::read(book, home, &ledger, &needed, &wanted)
         .await
         .map_err(|e| ErrorReply::unavailable(format!("cannot read usage right now: {e:#}")))?;
@@ -188,9 +193,7 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
     // Every record read holds all of the partition's keys in its bucket:
     // picked through off the thread that answers requests.
     let starts: Vec<u64> = plan.points.iter().map(|&(_, t_ms)| t_ms).collect();
-    let (policy, token) = (policy, token.to_string());
     let points = crate::blocking::run(move || {
-        let wanted = |p: &str, k: &str| p == policy && k == token;
         let mut points = Vec::with_capacity(starts.len());
         for (t_ms, buckets) in starts.into_iter().zip(&covers) {
             let mut sum = Counts::default();
@@ -205,11 +208,10 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
                 denied: sum.denied,
             });
         }
-        Ok::<_, ErrorReply>((points, policy, token))
+        Ok::<_, ErrorReply>(points)
     })
     .await
-    .map_err(|e| ErrorReply::unavailable(format!("reading usage failed: {e}")))?;
-    let (points, policy, token) = points?;
+    .map_err(|e| ErrorReply::unavailable(format!("reading usage failed: {e}")))??;
     Ok(UsageReply {
         key: token,
         policy,
@@ -419,14 +421,13 @@ async fn partition_top(
     let tiers = &book.config.tiers;
     let usable = |b: BucketId| ledger.is_final(b, now_ms, book.grace_ms);
     let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
-    let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
+    let policy = policy.map(str::to_string);
+    let wanted = move |p: &str, _: &str| policy.as_deref().is_none_or(|want| want == p);
     let loaded = Loaded::read(book, partition, ledger, &buckets, &wanted).await?;
     // Every key of the partition over the range: summed off the thread that
     // answers requests.
-    let policy = policy.map(str::to_string);
     let (n, by) = (plan.n, plan.by);
     crate::blocking::run(move || -> Result<Vec<TopEntry>> {
-        let wanted = |p: &str, _: &str| policy.as_deref().is_none_or(|want| want == p);
         // By policy, then key: a string is made once per key, not per bucket.
         let mut totals: HashMap<String, HashMap<String, Counts>> = HashMap::new();
         for bucket in &buckets {
