@@ -35,10 +35,20 @@
 //!
 //! Adding takes the partition's ledger lock once per counted request (no
 //! await under it; on a worker's one-thread runtime it is contended only
-//! while a flush takes the counts or a query copies them). Keys are found
-//! by `&str`; a string is allocated only the first time a key is counted
-//! since the last take.
+//! while a flush takes the counts or a query copies them) and appends the
+//! count to the current minute's log ([`Log`]): its policy, key and counts
+//! at the end of one buffer, found beside the lock word. Counts are summed
+//! per key only when a flush takes them, off the answering thread
+//! ([`Counted::folded`]). Usage counted in a map per minute, searched for
+//! the minute and then the key on every request, cost the worker 0.4-0.5
+//! µs of its ~2.5 µs per decision, mostly waiting for those lines to come
+//! from memory: a worker's 64 ledgers are each touched once every few
+//! hundred requests (docs/BENCHMARKS.md, "Hot keys with local budgets").
+//! A log that grows past [`FOLD_AT`] (a flush late, or tens of thousands
+//! of requests a second in one partition) is summed on the spot, so
+//! memory stays bounded by the keys counted, as with the map.
 
+use sluice_core::packed::{get_varint, put_varint};
 use sluice_core::usage::{BucketId, Counts, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasher as _;
@@ -50,14 +60,73 @@ type Keys = HashMap<Box<str>, Counts, foldhash::fast::RandomState>;
 /// Counts by policy and key, as a query takes them out of a minute.
 pub type KeyCounts = Vec<(String, String, Counts)>;
 
-/// Counts by policy and key.
+/// A log past this many counts (or [`FOLD_AT_BYTES`] of them) is folded
+/// where it is added to: ~2 ms of folding on the answering thread, at most
+/// once per 65,536 requests of one partition in one flush interval.
+const FOLD_AT: usize = 1 << 16;
+const FOLD_AT_BYTES: usize = 1 << 21;
+
+/// Counts in the order they came, a key as often as it was counted, in
+/// one buffer: so that adding touches only its end. Each count is its
+/// policy's and its key's length and bytes, then units used and denied
+/// (varints, [`sluice_core::packed`]).
+#[repr(C)]
 #[derive(Default)]
-pub struct Counted {
+struct Log {
+    bytes: Vec<u8>,
+    counts: usize,
+}
+
+impl Log {
+    fn add(&mut self, policy: &str, key: &str, counts: Counts) {
+        for s in [policy, key] {
+            put_varint(&mut self.bytes, s.len() as u64);
+            self.bytes.extend_from_slice(s.as_bytes());
+        }
+        put_varint(&mut self.bytes, counts.used);
+        put_varint(&mut self.bytes, counts.denied);
+        self.counts += 1;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.counts == 0
+    }
+
+    fn is_full(&self) -> bool {
+        self.counts >= FOLD_AT || self.bytes.len() >= FOLD_AT_BYTES
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, Counts)> {
+        let mut rest = &self.bytes[..];
+        (0..self.counts).map(move |_| {
+            let mut string = || {
+                let len = get_varint(&mut rest).expect("logged by Log::add") as usize;
+                let (s, after) = rest.split_at(len);
+                rest = after;
+                std::str::from_utf8(s).expect("logged from a str")
+            };
+            let (policy, key) = (string(), string());
+            let used = get_varint(&mut rest).expect("logged by Log::add");
+            let denied = get_varint(&mut rest).expect("logged by Log::add");
+            (policy, key, Counts { used, denied })
+        })
+    }
+
+    /// Appends `other`'s counts after these.
+    fn append(&mut self, other: Log) {
+        self.bytes.extend_from_slice(&other.bytes);
+        self.counts += other.counts;
+    }
+}
+
+/// Counts by policy and key, summed per key.
+#[derive(Default)]
+struct Sums {
     /// By policy: a few, so a short list (no hashing per count).
     by_policy: Vec<(Box<str>, Keys)>,
 }
 
-impl Counted {
+impl Sums {
     fn add(&mut self, policy: &str, key: &str, counts: Counts) {
         let keys = match self.by_policy.iter().position(|(p, _)| &**p == policy) {
             Some(i) => &mut self.by_policy[i].1,
@@ -74,22 +143,112 @@ impl Counted {
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.by_policy.is_empty()
-    }
-
-    /// Every `(policy, key, counts)`.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, Counts)> {
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, Counts)> {
         self.by_policy
             .iter()
             .flat_map(|(p, keys)| keys.iter().map(move |(k, c)| (&**p, &**k, *c)))
     }
+}
+
+/// Counts by policy and key: as they came (a key may come more than once;
+/// whoever reads them adds them up), or summed per key.
+pub struct Counted(Form);
+
+enum Form {
+    Logged(Log),
+    Summed(Sums),
+}
+
+impl Counted {
+    /// Every `(policy, key, counts)`, a key as often as it was logged.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&str, &str, Counts)> + '_> {
+        match &self.0 {
+            Form::Logged(log) => Box::new(log.iter()),
+            Form::Summed(sums) => Box::new(sums.iter()),
+        }
+    }
+
+    /// The same counts summed per key; `None` when they already are.
+    /// Takes a millisecond or more for a busy minute: not on the answering
+    /// thread.
+    pub fn folded(&self) -> Option<Counted> {
+        let Form::Logged(log) = &self.0 else {
+            return None;
+        };
+        let mut sums = Sums::default();
+        for (p, k, c) in log.iter() {
+            sums.add(p, k, c);
+        }
+        Some(Counted(Form::Summed(sums)))
+    }
 
     fn copy(&self, wanted: &dyn Fn(&str, &str) -> bool) -> KeyCounts {
-        self.iter()
-            .filter(|(p, k, _)| wanted(p, k))
-            .map(|(p, k, c)| (p.to_string(), k.to_string(), c))
-            .collect()
+        copy_wanted(self.iter(), wanted)
+    }
+}
+
+/// The counts `wanted` keeps, owned and summed per key (a log holds a hot
+/// key once per request: a query copies it once).
+fn copy_wanted<'a>(
+    counts: impl Iterator<Item = (&'a str, &'a str, Counts)>,
+    wanted: &dyn Fn(&str, &str) -> bool,
+) -> KeyCounts {
+    let mut sums: HashMap<(&str, &str), Counts, foldhash::fast::RandomState> = HashMap::default();
+    for (p, k, c) in counts.filter(|(p, k, _)| wanted(p, k)) {
+        sums.entry((p, k)).or_default().add(c);
+    }
+    sums.into_iter()
+        .map(|((p, k), c)| (p.to_string(), k.to_string(), c))
+        .collect()
+}
+
+/// What a minute counted since the last take: a log, and the sums of the
+/// logs that grew full before it.
+#[repr(C)]
+#[derive(Default)]
+struct Fresh {
+    log: Log,
+    sums: Sums,
+}
+
+impl Fresh {
+    fn add(&mut self, policy: &str, key: &str, counts: Counts) {
+        self.log.add(policy, key, counts);
+        self.fold_if_full();
+    }
+
+    fn fold_if_full(&mut self) {
+        if self.log.is_full() {
+            let log = std::mem::take(&mut self.log);
+            for (p, k, c) in log.iter() {
+                self.sums.add(p, k, c);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.log.is_empty() && self.sums.by_policy.is_empty()
+    }
+
+    /// Adds `other`'s counts to these.
+    fn merge(&mut self, other: Fresh) {
+        for (p, k, c) in other.sums.iter() {
+            self.sums.add(p, k, c);
+        }
+        self.log.append(other.log);
+        self.fold_if_full();
+    }
+
+    /// What was counted, in parts; empty afterwards.
+    fn take(&mut self) -> impl Iterator<Item = Counted> {
+        let Fresh { log, sums } = std::mem::take(self);
+        let sums = (!sums.by_policy.is_empty()).then_some(Counted(Form::Summed(sums)));
+        let log = (!log.is_empty()).then_some(Counted(Form::Logged(log)));
+        sums.into_iter().chain(log)
+    }
+
+    fn copy(&self, wanted: &dyn Fn(&str, &str) -> bool) -> KeyCounts {
+        copy_wanted(self.log.iter().chain(self.sums.iter()), wanted)
     }
 }
 
@@ -166,7 +325,7 @@ impl WriteMarks {
 #[derive(Default)]
 struct Minute {
     /// Counted since the last take.
-    fresh: Counted,
+    fresh: Fresh,
     /// Taken by writes not known to have landed: by write number, lowest
     /// first. Shared with the flush that writes them.
     taken: Vec<(u64, Arc<Counted>)>,
@@ -206,7 +365,17 @@ impl MinuteView {
     }
 }
 
+/// `repr(C)`: what every add touches first, so that it shares the lines
+/// of the lock word.
+#[repr(C)]
 struct State {
+    /// The finest tier's step.
+    step_ms: u64,
+    /// The minute being counted now, and what it counted since it was last
+    /// settled into `minutes` ([`State::settle`]): an add of the current
+    /// minute finds it here, without a search of the map.
+    current: u64,
+    fresh: Fresh,
     minutes: BTreeMap<u64, Minute>,
     /// Coarser buckets whose rollup is owed (tier index ≥ 1).
     pending: BTreeSet<BucketId>,
@@ -222,13 +391,31 @@ struct State {
     stored_through: u64,
 }
 
+impl State {
+    /// Moves the current minute's counts into `minutes`, where everything
+    /// but [`Ledger::add`] looks for them.
+    fn settle(&mut self) {
+        if self.fresh.is_empty() {
+            return;
+        }
+        let fresh = std::mem::take(&mut self.fresh);
+        let minute = self.minutes.entry(self.current).or_default();
+        if minute.fresh.is_empty() {
+            minute.fresh = fresh;
+        } else {
+            minute.fresh.merge(fresh);
+        }
+    }
+}
+
 /// One partition's usage not yet final in the store.
+#[repr(C)]
 pub struct Ledger {
+    state: Mutex<State>,
     /// Tells this ledger's writes from any other's (another worker's, or
     /// this worker's in an earlier ownership of the partition).
     id: u64,
     tiers: Vec<Tier>,
-    state: Mutex<State>,
     /// Whether every journal record the takeover replays is in the counts.
     replayed: watch::Sender<bool>,
 }
@@ -240,14 +427,17 @@ impl Ledger {
         Ledger {
             // Randomly keyed: a different id for every ledger of every worker.
             id: std::hash::RandomState::new().hash_one(stored_through),
-            tiers,
             state: Mutex::new(State {
+                step_ms: tiers[0].step_ms(),
+                current: 0,
+                fresh: Fresh::default(),
                 minutes: BTreeMap::new(),
                 pending: BTreeSet::new(),
                 next_write: 1,
                 watermark: stored_through,
                 stored_through,
             }),
+            tiers,
             replayed: watch::channel(true).0,
         }
     }
@@ -279,21 +469,33 @@ impl Ledger {
         &self.tiers
     }
 
+    /// The state with every count settled in its minute ([`State::settle`]).
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.settle();
+        state
     }
 
     /// Counts one request (or a replayed record) of `key` under `policy` at
     /// `t_ms`.
     pub fn add(&self, policy: &str, key: &str, t_ms: u64, counts: Counts) {
-        let minute = self.tiers[0].bucket_of(t_ms);
-        let mut state = self.lock();
-        state
-            .minutes
-            .entry(minute)
-            .or_default()
-            .fresh
-            .add(policy, key, counts);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let minute = t_ms - t_ms % state.step_ms;
+        if minute == state.current {
+            state.fresh.add(policy, key, counts);
+        } else if minute > state.current {
+            state.settle();
+            state.current = minute;
+            state.fresh.add(policy, key, counts);
+        } else {
+            // Late (a replayed record): rare, so into the map.
+            state
+                .minutes
+                .entry(minute)
+                .or_default()
+                .fresh
+                .add(policy, key, counts);
+        }
     }
 
     /// Journal mode: records up to journal sequence `seq` are in the counts.
@@ -316,9 +518,8 @@ impl Ledger {
         state.next_write += 1;
         let mut minutes = Vec::new();
         for (t, m) in state.minutes.iter_mut() {
-            if !m.fresh.is_empty() {
-                let fresh = std::mem::take(&mut m.fresh);
-                m.taken.push((write, Arc::new(fresh)));
+            for part in m.fresh.take() {
+                m.taken.push((write, Arc::new(part)));
             }
             if !m.taken.is_empty() {
                 minutes.push(*t);
@@ -347,6 +548,35 @@ impl Ledger {
             .get(&minute)
             .map(|m| m.taken.iter().map(|(_, c)| c.clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// The counts of `minute` taken but not yet summed per key, for the
+    /// flush to fold ([`Counted::folded`]) before it reads the store: so
+    /// that takes whose writes fail hold sums, not every request's count.
+    pub fn unfolded(&self, minute: u64) -> Vec<Arc<Counted>> {
+        let state = self.lock();
+        let Some(m) = state.minutes.get(&minute) else {
+            return Vec::new();
+        };
+        m.taken
+            .iter()
+            .filter(|(_, c)| matches!(c.0, Form::Logged(_)))
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
+    /// Puts each folded part in place of the part it was folded from
+    /// (unless that write landed meanwhile and the part is gone).
+    pub fn folded(&self, minute: u64, folded: Vec<(Arc<Counted>, Counted)>) {
+        let mut state = self.lock();
+        let Some(m) = state.minutes.get_mut(&minute) else {
+            return;
+        };
+        for (from, sums) in folded {
+            if let Some(part) = m.taken.iter_mut().find(|(_, c)| Arc::ptr_eq(c, &from)) {
+                part.1 = Arc::new(sums);
+            }
+        }
     }
 
     /// The record of `minute` holding every count taken under `write` or a
@@ -555,6 +785,135 @@ mod tests {
         assert_eq!(store.counts("bob"), counts(1, 0));
         // Nothing new: nothing to write.
         assert!(ledger.take().minutes.is_empty());
+    }
+
+    #[test]
+    fn counts_logged_as_they_came_are_summed_per_key_when_folded() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        let mut store = Store::default();
+        for i in 0..10 {
+            ledger.add(
+                "default",
+                ["a", "b"][i % 2],
+                minute + i as u64,
+                counts(1, 0),
+            );
+        }
+        ledger.add("login", "a", minute, counts(0, 3));
+        // A query sees each key once, summed.
+        let mut seen = ledger
+            .minute_counts(minute, &|_, _| true)
+            .unwrap()
+            .lacking(&WriteMarks::default());
+        seen.sort_by(|x, y| (&x.0, &x.1).cmp(&(&y.0, &y.1)));
+        let owned = |p: &str, k: &str, c| (p.to_string(), k.to_string(), c);
+        assert_eq!(
+            seen,
+            vec![
+                owned("default", "a", counts(5, 0)),
+                owned("default", "b", counts(5, 0)),
+                owned("login", "a", counts(0, 3)),
+            ]
+        );
+        let take = ledger.take();
+        let logs = ledger.unfolded(minute);
+        assert_eq!(logs.len(), 1);
+        assert_eq!(logs[0].iter().count(), 11, "a key once per count");
+        let folded = logs
+            .into_iter()
+            .map(|log| {
+                let sums = log.folded().expect("a log folds");
+                (log, sums)
+            })
+            .collect();
+        ledger.folded(minute, folded);
+        assert!(ledger.unfolded(minute).is_empty());
+        let taken = ledger.lacking(minute, &WriteMarks::default());
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].iter().count(), 3, "summed per key");
+        assert!(taken[0].folded().is_none(), "already summed");
+        store.flush_and_land(&ledger, minute, &take);
+        ledger.written(minute, take.mark.write);
+        assert_eq!(store.counts("a"), counts(5, 0));
+        assert_eq!(store.counts("b"), counts(5, 0));
+    }
+
+    #[test]
+    fn a_count_for_an_earlier_minute_goes_to_that_minute() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        ledger.add("default", "k", minute + M, counts(1, 0));
+        // Late (a replayed record of the minute before), then a query
+        // settles the current minute between two adds of it.
+        ledger.add("default", "k", minute + 5, counts(2, 0));
+        let _ = ledger.minute_counts(minute + M, &|_, _| true);
+        ledger.add("default", "k", minute + M + 1, counts(4, 0));
+        let take = ledger.take();
+        assert_eq!(take.minutes, vec![minute, minute + M]);
+        let sum = |m| {
+            let mut total = Counts::default();
+            for part in ledger.lacking(m, &WriteMarks::default()) {
+                for (_, _, c) in part.iter() {
+                    total.add(c);
+                }
+            }
+            total
+        };
+        assert_eq!(sum(minute), counts(2, 0));
+        assert_eq!(sum(minute + M), counts(5, 0));
+    }
+
+    #[test]
+    fn a_fold_that_finishes_after_its_write_landed_changes_nothing() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        ledger.add("default", "k", minute, counts(2, 0));
+        let take = ledger.take();
+        let log = ledger.unfolded(minute).pop().unwrap();
+        ledger.written(minute, take.mark.write);
+        let sums = log.folded().unwrap();
+        ledger.folded(minute, vec![(log, sums)]);
+        assert!(ledger.lacking(minute, &WriteMarks::default()).is_empty());
+        // A minute already forgotten: nothing to put it in.
+        ledger.forget_stored(minute + 10 * M, 0);
+        let sums = Arc::new(Counted(Form::Summed(Sums::default())));
+        ledger.folded(minute, vec![(sums, Counted(Form::Summed(Sums::default())))]);
+        assert_eq!(ledger.minutes(), 0);
+    }
+
+    #[test]
+    fn a_log_that_grows_full_is_folded_where_it_is_added_to() {
+        let ledger = ledger(0);
+        let minute = 1000 * M;
+        let keys = ["a", "b", "c"];
+        let n = FOLD_AT * 2 + 7;
+        for i in 0..n {
+            ledger.add("default", keys[i % 3], minute, counts(1, 0));
+        }
+        {
+            let state = ledger.lock();
+            let fresh = &state.minutes[&minute].fresh;
+            assert_eq!(fresh.log.counts, 7, "two full logs folded");
+            assert_eq!(fresh.sums.iter().count(), 3);
+        }
+        // Long keys fill a log by their bytes first.
+        let long = "x".repeat(1024);
+        for _ in 0..FOLD_AT_BYTES / 1024 {
+            ledger.add("default", &long, minute, counts(1, 0));
+        }
+        {
+            let state = ledger.lock();
+            let fresh = &state.minutes[&minute].fresh;
+            assert!(fresh.log.bytes.len() < FOLD_AT_BYTES);
+            assert!(fresh.sums.iter().any(|(_, k, _)| k == long));
+        }
+        let take = ledger.take();
+        let mut store = Store::default();
+        store.flush_and_land(&ledger, minute, &take);
+        let total: u64 = keys.iter().map(|k| store.counts(k).used).sum();
+        assert_eq!(total, n as u64);
+        assert_eq!(store.counts(&long).used, (FOLD_AT_BYTES / 1024) as u64);
     }
 
     #[test]

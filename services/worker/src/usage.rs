@@ -229,6 +229,20 @@ impl UsageBook {
         if !owner() {
             anyhow::bail!("the partition's lease ended; its usage is left to the next owner");
         }
+        // Summed per key first, whatever the store does next: a take whose
+        // write fails stays in memory, and should cost its keys, not every
+        // request it counted.
+        let logs = ledger.unfolded(minute);
+        if !logs.is_empty() {
+            let folded = crate::blocking::run(move || {
+                logs.into_iter()
+                    .filter_map(|log| log.folded().map(|sums| (log, sums)))
+                    .collect()
+            })
+            .await
+            .context("summing counted usage panicked")?;
+            ledger.folded(minute, folded);
+        }
         // Held from the read to the write: the records in memory at once
         // are bounded too, not only the sums.
         let _permit = self.summing.acquire().await?;
