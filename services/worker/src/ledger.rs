@@ -63,7 +63,8 @@ pub type KeyCounts = Vec<(String, String, Counts)>;
 /// A log past this many counts (or [`FOLD_AT_BYTES`] of them) is folded
 /// where it is added to: ~2 ms of folding on the answering thread, at most
 /// once per 65,536 requests of one partition in one flush interval.
-const FOLD_AT: usize = 1 << 16;
+/// (Tests fold often, so that every path meets logs and sums together.)
+const FOLD_AT: usize = if cfg!(test) { 64 } else { 1 << 16 };
 const FOLD_AT_BYTES: usize = 1 << 21;
 
 /// Counts in the order they came, a key as often as it was counted, in
@@ -914,6 +915,60 @@ mod tests {
         let total: u64 = keys.iter().map(|k| store.counts(k).used).sum();
         assert_eq!(total, n as u64);
         assert_eq!(store.counts(&long).used, (FOLD_AT_BYTES / 1024) as u64);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Whatever is counted, in whichever minutes and order, with
+        /// queries settling the current minute and flushes folding what
+        /// they take, a minute's parts add up to what a plain map of every
+        /// count holds.
+        #[test]
+        fn the_parts_of_a_minute_add_up_to_every_count_added(
+            adds in proptest::collection::vec(
+                // Mostly the latest minute, as counts come.
+                (proptest::prop_oneof![6 => proptest::strategy::Just(2u64), 1 => 0u64..2],
+                 "[a-c]{0,3}", 0u64..4, "\\PC{0,6}", 0u64..1000, 0u64..1000),
+                0..600,
+            ),
+            query_every in 1usize..200,
+            take_every in 1usize..400,
+        ) {
+            let ledger = ledger(0);
+            let base = 1000 * M;
+            let mut expected: BTreeMap<(u64, String, String), Counts> = BTreeMap::new();
+            for (i, (minute, policy, ms, key, used, denied)) in adds.iter().enumerate() {
+                let t = base + minute * M + ms;
+                ledger.add(policy, key, t, counts(*used, *denied));
+                expected
+                    .entry((base + minute * M, policy.clone(), key.clone()))
+                    .or_default()
+                    .add(counts(*used, *denied));
+                if i % query_every == 0 {
+                    let _ = ledger.minute_counts(base + minute * M, &|_, _| true);
+                }
+                if i % take_every == 0 {
+                    let take = ledger.take();
+                    for m in take.minutes {
+                        let folded = ledger
+                            .unfolded(m)
+                            .into_iter()
+                            .filter_map(|log| log.folded().map(|sums| (log, sums)))
+                            .collect();
+                        ledger.folded(m, folded);
+                    }
+                }
+            }
+            let mut got: BTreeMap<(u64, String, String), Counts> = BTreeMap::new();
+            for minute in 0..3 {
+                let m = base + minute * M;
+                let view = ledger.minute_counts(m, &|_, _| true);
+                for (p, k, c) in view.map(|v| v.lacking(&WriteMarks::default())).unwrap_or_default() {
+                    got.entry((m, p, k)).or_default().add(c);
+                }
+            }
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]
