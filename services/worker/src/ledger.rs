@@ -144,6 +144,17 @@ impl Sums {
         }
     }
 
+    /// Adds every count of `counts` (a log's, or other sums').
+    fn add_all<'a>(&mut self, counts: impl Iterator<Item = (&'a str, &'a str, Counts)>) {
+        for (p, k, c) in counts {
+            self.add(p, k, c);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_policy.is_empty()
+    }
+
     fn iter(&self) -> impl Iterator<Item = (&str, &str, Counts)> {
         self.by_policy
             .iter()
@@ -177,9 +188,7 @@ impl Counted {
             return None;
         };
         let mut sums = Sums::default();
-        for (p, k, c) in log.iter() {
-            sums.add(p, k, c);
-        }
+        sums.add_all(log.iter());
         Some(Counted(Form::Summed(sums)))
     }
 
@@ -221,21 +230,17 @@ impl Fresh {
     fn fold_if_full(&mut self) {
         if self.log.is_full() {
             let log = std::mem::take(&mut self.log);
-            for (p, k, c) in log.iter() {
-                self.sums.add(p, k, c);
-            }
+            self.sums.add_all(log.iter());
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.log.is_empty() && self.sums.by_policy.is_empty()
+        self.log.is_empty() && self.sums.is_empty()
     }
 
     /// Adds `other`'s counts to these.
     fn merge(&mut self, other: Fresh) {
-        for (p, k, c) in other.sums.iter() {
-            self.sums.add(p, k, c);
-        }
+        self.sums.add_all(other.sums.iter());
         self.log.append(other.log);
         self.fold_if_full();
     }
@@ -243,7 +248,7 @@ impl Fresh {
     /// What was counted, in parts; empty afterwards.
     fn take(&mut self) -> impl Iterator<Item = Counted> {
         let Fresh { log, sums } = std::mem::take(self);
-        let sums = (!sums.by_policy.is_empty()).then_some(Counted(Form::Summed(sums)));
+        let sums = (!sums.is_empty()).then_some(Counted(Form::Summed(sums)));
         let log = (!log.is_empty()).then_some(Counted(Form::Logged(log)));
         sums.into_iter().chain(log)
     }
