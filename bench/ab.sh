@@ -17,6 +17,10 @@
 # OLD_TOML / NEW_TOML: lines added to that build's sluice.toml (to A/B a
 # setting with one binary given twice, e.g. NEW_TOML=$'[usage]\nenabled = false');
 # OLD_KEYS / NEW_KEYS: that build's key count (default KEYS).
+# HOT=1: issue 21's hot-key workload instead (docs/BENCHMARKS.md, "Hot keys:
+# local budgets"): 10 of the keys get half the asks, under a fixed window of
+# 2000 per second with `local_budget = true`, and the deny cache on (POLICY
+# is then `hot`; HOT_BUDGET=0 turns the budgets off).
 #
 # CPU=1: each cell sends a fixed number of requests instead (REQUESTS,
 # default 500000, no warm-up) and also prints the CPU time per decision of
@@ -38,7 +42,16 @@ KEYS="${KEYS:-10000}"
 CPU="${CPU:-0}"
 REQUESTS="${REQUESTS:-500000}"
 
-write_config "$DURABILITY" "$POLICY"
+HOT="${HOT:-0}"
+LOAD_ARGS=()
+if [ "$HOT" = 1 ]; then
+    POLICY=hot
+    write_config "$DURABILITY" fixed_window hot 2000 1s
+    [ "${HOT_BUDGET:-1}" = 1 ] && echo 'local_budget = true' >> "$WORK/sluice.toml"
+    LOAD_ARGS=(--hot-keys 10 --hot-share 0.5 --deny-cache)
+else
+    write_config "$DURABILITY" "$POLICY"
+fi
 for label in old new; do
     cp "$WORK/sluice.toml" "$WORK/$label.toml"
     extra="${label^^}_TOML"
@@ -71,7 +84,7 @@ cell() {
     local w0 n0 w1 n1 took TIMEFORMAT='%U %S'
     w0=$(cpu_ticks "${workers[@]}"); n0=$(cpu_ticks "$NATS_PID")
     { took=$({ time "$NEW" bench --nats "$URL" --config "$WORK/$label.toml" --client "$client" \
-        --policy "$POLICY" -c 64 -m 2 -k "$keys" "${length[@]}" --json -q > "$WORK/report.json" \
+        --policy "$POLICY" -c 64 -m 2 -k "$keys" "${length[@]}" "${LOAD_ARGS[@]}" --json -q > "$WORK/report.json" \
         2>> "$WORK/bench.log"; } 2>&1); }
     w1=$(cpu_ticks "${workers[@]}"); n1=$(cpu_ticks "$NATS_PID")
     rate=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["throughput"]))' "$WORK/report.json")

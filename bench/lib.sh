@@ -27,9 +27,10 @@ until_ok() {
     exit 1
 }
 
-# write_config <durability> <algorithm>: $WORK/sluice.toml with the
-# `default` policy (sliding window, 100/s) and a policy named after the
-# algorithm at 100/s.
+# write_config <durability> <algorithm> [name] [max] [per]: $WORK/sluice.toml
+# with the `default` policy (sliding window, 100/s) and a policy of that
+# algorithm, named after it unless given a name, at 100/s unless given a
+# limit. Lines appended to the file go into that policy.
 write_config() {
     cat > "$WORK/sluice.toml" <<TOML
 partitions = 64
@@ -37,9 +38,9 @@ durability = "$1"
 [policies.default]
 algorithm = "sliding_window"
 limits = [ { max = 100, per = "1s" } ]
-[policies.$2]
+[policies.${3:-$2}]
 algorithm = "$2"
-limits = [ { max = 100, per = "1s" } ]
+limits = [ { max = ${4:-100}, per = "${5:-1s}" } ]
 TOML
 }
 
