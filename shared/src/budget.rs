@@ -58,6 +58,13 @@
 //! Its unspent units are not given back: they stay counted until the
 //! window ends (fixed window) or the bucket has refilled them, at most one
 //! lease's worth of that client's asks. Nothing is ever admitted twice.
+//!
+//! ## Refunds are checked
+//!
+//! An owner gives back at most what a refund's own slice held, once
+//! ([`Outstanding`]); a refund no slice of its explains gives nothing back.
+//! Clients are not trusted (docs/SECURITY.md): a refund taken at its word
+//! would let any of them free a key's budget.
 
 use crate::policy::{Algorithm, Decision, Limit};
 use crate::time::Nanos;
@@ -197,6 +204,157 @@ impl Slice {
     }
 }
 
+/// How long an owner remembers a slice it granted, waiting for it to come
+/// back: fifty leases. A client gives a slice back within about two leases
+/// (at its end, or at the sweep after it); one that stalls longer gets
+/// nothing back for it, which only leaves its units counted.
+pub const GRANT_KEPT: Nanos = Nanos(LEASE.0 * 50);
+
+/// The most slices an owner remembers for one partition; past it the oldest
+/// is forgotten (its refund then gives nothing back).
+pub const MOST_OUTSTANDING: usize = 65_536;
+
+/// The slices an owner granted and has not had back, per counter key: a
+/// refund gives back at most what its own slice held, once.
+///
+/// Without it a refund was taken at its word, and any client could hand
+/// back units it never held: a key's budget freed at will, an admin's
+/// reset (CONTRACT §10) by another name. A slice is known by its key and
+/// [`Grant::taken_at`] (grants to several clients in one batch share it
+/// and add up); it is forgotten when it is all back, after [`GRANT_KEPT`],
+/// when its key is reset, and with the partition's ownership: a new owner
+/// knows no slice of the one before, so their refunds give nothing back
+/// (their units stay counted until the window ends or the bucket refills
+/// them, as if the client had died holding them).
+#[derive(Debug, Default)]
+pub struct Outstanding {
+    by_key: std::collections::HashMap<Box<str>, Vec<Held>>,
+    /// Every slice held, oldest first: `(taken_at, key)`.
+    order: std::collections::VecDeque<(Nanos, Box<str>)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    taken_at: Nanos,
+    units: u64,
+}
+
+/// What of a refund an owner takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Returned {
+    /// A slice this owner granted: all its unspent units go back.
+    Known,
+    /// No slice of this owner's explains it (granted by an earlier owner,
+    /// longer ago than [`GRANT_KEPT`], or never): nothing goes back. What
+    /// was spent of it is still usage, as a hit's would be.
+    Unknown,
+}
+
+/// A refund that claims more than its slice holds: refused whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a refund of {claimed} units (spent and unspent) for the slice taken at {taken_at} ns, \
+     which holds {held}: nothing was given back; a client gives back what its own slice held, once"
+)]
+pub struct Overclaim {
+    pub claimed: u64,
+    pub held: u64,
+    pub taken_at: u64,
+}
+
+impl Outstanding {
+    /// Remembers `units` granted for `key` at `taken_at` (the owner's now).
+    pub fn granted(&mut self, key: &str, taken_at: Nanos, units: u64) {
+        self.expire(taken_at);
+        if units == 0 {
+            return;
+        }
+        let held = self.by_key.entry(key.into()).or_default();
+        if let Some(h) = held.iter_mut().find(|h| h.taken_at == taken_at) {
+            h.units = h.units.saturating_add(units);
+            return;
+        }
+        held.push(Held { taken_at, units });
+        self.order.push_back((taken_at, key.into()));
+        while self.order.len() > MOST_OUTSTANDING {
+            self.forget_oldest();
+        }
+    }
+
+    /// Takes `refund` of `key` back at `now`: whether its unspent units go
+    /// back, or why it is refused (then nothing changes).
+    pub fn refund(
+        &mut self,
+        key: &str,
+        refund: &Refund,
+        now: Nanos,
+    ) -> Result<Returned, Overclaim> {
+        self.expire(now);
+        let Some(held) = self.by_key.get_mut(key) else {
+            return Ok(Returned::Unknown);
+        };
+        let Some(i) = held.iter().position(|h| h.taken_at == refund.taken_at) else {
+            return Ok(Returned::Unknown);
+        };
+        let claimed = refund.units.saturating_add(refund.spent);
+        let h = &mut held[i];
+        if claimed > h.units {
+            return Err(Overclaim {
+                claimed,
+                held: h.units,
+                taken_at: refund.taken_at.as_u64(),
+            });
+        }
+        h.units -= claimed;
+        if h.units == 0 {
+            held.swap_remove(i);
+            if held.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+        Ok(Returned::Known)
+    }
+
+    /// Forgets every slice of `key` (it was reset: what they held was
+    /// counted in a state that is gone).
+    pub fn forget(&mut self, key: &str) {
+        self.by_key.remove(key);
+    }
+
+    /// Slices held.
+    pub fn len(&self) -> usize {
+        self.by_key.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    fn expire(&mut self, now: Nanos) {
+        while self
+            .order
+            .front()
+            .is_some_and(|&(taken_at, _)| taken_at.saturating_add(GRANT_KEPT) <= now)
+        {
+            self.forget_oldest();
+        }
+    }
+
+    /// Forgets the oldest slice in `order` (if its key still holds it: one
+    /// given back, or reset, is gone already).
+    fn forget_oldest(&mut self) {
+        let Some((taken_at, key)) = self.order.pop_front() else {
+            return;
+        };
+        if let Some(held) = self.by_key.get_mut(&key) {
+            held.retain(|h| h.taken_at != taken_at);
+            if held.is_empty() {
+                self.by_key.remove(&key);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,5 +472,110 @@ mod tests {
         assert_eq!(want(5_000, 1, 10_000), 625);
         assert_eq!(want(0, 2, 10_000), 2);
         assert_eq!(want(50, 4, 8), 4, "never less than one ask");
+    }
+
+    fn refund(units: u64, spent: u64, taken_at: u64) -> Refund {
+        Refund {
+            units,
+            spent,
+            taken_at: Nanos(taken_at),
+        }
+    }
+
+    #[test]
+    fn a_refund_gives_back_at_most_its_own_slice_once() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(100), 10);
+        let over = held.refund("p/k", &refund(8, 3, 100), Nanos(150));
+        assert_eq!(
+            over,
+            Err(Overclaim {
+                claimed: 11,
+                held: 10,
+                taken_at: 100
+            })
+        );
+        assert_eq!(held.len(), 1, "a refused refund changes nothing");
+        assert_eq!(
+            held.refund("p/k", &refund(7, 3, 100), Nanos(150)),
+            Ok(Returned::Known)
+        );
+        assert!(held.is_empty());
+        assert_eq!(
+            held.refund("p/k", &refund(7, 3, 100), Nanos(160)),
+            Ok(Returned::Unknown),
+            "the same slice again gives nothing back"
+        );
+    }
+
+    #[test]
+    fn a_refund_no_grant_explains_gives_nothing_back() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(100), 10);
+        for (key, taken_at) in [("p/other", 100), ("p/k", 99), ("q/k", 100)] {
+            assert_eq!(
+                held.refund(key, &refund(1, 0, taken_at), Nanos(150)),
+                Ok(Returned::Unknown),
+                "{key} at {taken_at}"
+            );
+        }
+        assert_eq!(held.len(), 1);
+    }
+
+    #[test]
+    fn slices_granted_together_add_up_and_come_back_apart() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(100), 4);
+        held.granted("p/k", Nanos(100), 6);
+        held.granted("p/k", Nanos(200), 5);
+        assert_eq!(held.len(), 2);
+        assert_eq!(
+            held.refund("p/k", &refund(2, 2, 100), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        assert_eq!(
+            held.refund("p/k", &refund(6, 0, 100), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        assert_eq!(
+            held.refund("p/k", &refund(1, 0, 100), Nanos(300)),
+            Ok(Returned::Unknown)
+        );
+        assert_eq!(
+            held.refund("p/k", &refund(0, 5, 200), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        assert!(held.is_empty());
+    }
+
+    #[test]
+    fn slices_are_forgotten_after_a_while_on_reset_and_past_the_bound() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(0), 10);
+        let late = Nanos(GRANT_KEPT.0);
+        assert_eq!(
+            held.refund("p/k", &refund(10, 0, 0), late),
+            Ok(Returned::Unknown)
+        );
+        held.granted("p/k", late, 10);
+        held.forget("p/k");
+        assert_eq!(
+            held.refund("p/k", &refund(1, 0, late.0), late),
+            Ok(Returned::Unknown)
+        );
+        assert_eq!(held.len(), 0);
+        for i in 0..=MOST_OUTSTANDING as u64 {
+            held.granted(&format!("p/{i}"), Nanos(late.0 + i), 1);
+        }
+        assert_eq!(held.len(), MOST_OUTSTANDING);
+        assert_eq!(
+            held.refund("p/0", &refund(1, 0, late.0), late),
+            Ok(Returned::Unknown),
+            "the oldest went first"
+        );
+        assert_eq!(
+            held.refund("p/1", &refund(1, 0, late.0 + 1), late),
+            Ok(Returned::Known)
+        );
     }
 }

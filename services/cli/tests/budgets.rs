@@ -237,3 +237,51 @@ async fn a_closing_client_gives_back_what_its_slices_hold() {
     assert_eq!(answer.source, Source::Worker);
     assert_eq!(answer.remaining, 1000 - 21);
 }
+
+/// A client may give back only what a slice it was granted held: a refund
+/// made up by a client (any holder of the client role can send one) frees
+/// nothing, or it would be a reset without the admin role (docs/SECURITY.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_no_slice_explains_frees_nothing() {
+    use sluice_core::budget::Refund;
+    use sluice_core::key::KeyToken;
+    use sluice_core::partition::partition_of;
+    use sluice_core::subject::batch_subject;
+    use sluice_core::wire::batch::{self, Budget, Item};
+    use sluice_core::wire::Reply;
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = Config::from_toml(CONFIG, "test.toml").unwrap();
+    let client = ClientOptions::from_config(&config).budgets(false);
+    let client = Client::connect_with(&stack.nats.url(), client)
+        .await
+        .unwrap();
+    let key = "a-key-someone-wants-freed";
+    for _ in 0..10 {
+        assert!(client.ask(key, "hourly", 1).await.unwrap().allowed);
+    }
+    // The refund a client would send for a slice of 10 taken just now, by
+    // hand on the partition's batch subject.
+    let forged = Item {
+        key: KeyToken::parse(key).unwrap(),
+        policy: "hourly".into(),
+        cost: 0,
+        budget: Budget::Refund(Refund {
+            units: 10,
+            spent: 0,
+            taken_at: Nanos(wall_ns()),
+        }),
+    };
+    let subject = batch_subject(partition_of(key, config.partitions));
+    let reply = client
+        .nats()
+        .request(subject, batch::encode_items(&[forged]).into())
+        .await
+        .unwrap();
+    match &batch::decode_results(&reply.payload, 1).unwrap()[0] {
+        Reply::Decision(d) => assert_eq!(d.remaining, 1000 - 10, "answered as a peek"),
+        other => panic!("a refund is answered as a peek: {other:?}"),
+    }
+    let left = client.peek(key, "hourly").await.unwrap().remaining;
+    assert_eq!(left, 1000 - 10, "nothing was freed");
+}

@@ -48,6 +48,7 @@ use moka::sync::Cache;
 use moka::Expiry;
 use serde::{Deserialize, Serialize};
 use sluice_core::ask::Op;
+use sluice_core::budget::Outstanding;
 use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::time::Nanos;
 use std::cell::RefCell;
@@ -557,6 +558,9 @@ pub struct Counters {
     buckets: Arc<BucketCache>,
     hasher: Hasher,
     recent: Arc<[Mutex<Option<Recent>>]>,
+    /// The slices of local budgets granted from these counters and not
+    /// back yet (a refund gives back at most its own slice).
+    slices: Arc<Mutex<Outstanding>>,
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
@@ -616,6 +620,7 @@ impl Counters {
             bound,
             buckets,
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
+            slices: Arc::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
         }
     }
@@ -789,8 +794,10 @@ impl Counters {
         Some(slots.table.read(at, &mut work, KeyState::clone))
     }
 
-    /// Forgets the counter `key` (`rl.reset`); whether it had state.
+    /// Forgets the counter `key` (`rl.reset`), and the slices granted
+    /// from it; whether it had state.
     pub fn forget(&self, key: &str) -> bool {
+        self.slices().forget(key);
         let hash = self.hash(key.as_bytes());
         let id = Counters::bucket_of_hash(hash);
         let recent = self.recent(id);
@@ -799,6 +806,11 @@ impl Counters {
         };
         let mut slots = bucket.lock();
         slots.remove(hash, key)
+    }
+
+    /// The slices granted from these counters and not back yet.
+    pub fn slices(&self) -> MutexGuard<'_, Outstanding> {
+        self.slices.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The number of live counters (approximate while requests are running).

@@ -28,7 +28,7 @@ use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use sluice_core::ask::{self, Op};
-use sluice_core::budget::{Grant, Refund};
+use sluice_core::budget::{Grant, Refund, Returned};
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::{Override, Policies};
@@ -251,6 +251,8 @@ pub struct Tally {
     slices: u64,
     sliced_units: u64,
     returned_units: u64,
+    /// Units of refunds no slice of this owner explained (not given back).
+    unmatched_units: u64,
     records: Vec<Record>,
     meters: Arc<PolicyMeters>,
     /// Allowed, denied and hit counts by policy (its place in `meters`), of
@@ -278,6 +280,7 @@ impl Tally {
             slices: 0,
             sliced_units: 0,
             returned_units: 0,
+            unmatched_units: 0,
             records: Vec::new(),
             meters,
             by_policy: [(0, [0; 3]); POLICY_SLOTS],
@@ -390,6 +393,7 @@ impl Tally {
             (&worker.meters.budget_slices, self.slices),
             (&worker.meters.budget_sliced_units, self.sliced_units),
             (&worker.meters.budget_returned_units, self.returned_units),
+            (&worker.meters.budget_unmatched_units, self.unmatched_units),
         ] {
             if n > 0 {
                 counter.inc_by(n);
@@ -867,17 +871,35 @@ impl Decider {
                 return Ok((decision, base.name(), None));
             }
         };
-        let (decision, grant) = KEY.with(|buf| {
+        let (decision, grant, budget) = KEY.with(|buf| {
             let mut buf = buf.borrow_mut();
             ask::counter_key(&mut buf, policy.name(), token);
-            owned
-                .counters
-                .update(policy, &buf, now, |state| match budget {
-                    Budget::None => (op.apply(policy, state, now), None),
-                    Budget::Slice(want) => policy.grant(state, now, cost, want),
-                    Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
-                })
-        });
+            // A refund gives back at most what its own slice held, once; one
+            // that no slice of this owner explains gives nothing back.
+            let budget = match budget {
+                Budget::Refund(r) => match owned.counters.slices().refund(&buf, &r, now) {
+                    Ok(Returned::Known) => Budget::Refund(r),
+                    Ok(Returned::Unknown) => {
+                        tally.unmatched_units += r.units;
+                        Budget::Refund(Refund { units: 0, ..r })
+                    }
+                    Err(overclaim) => return Err(ErrorReply::bad_request(overclaim.to_string())),
+                },
+                other => other,
+            };
+            let (decision, grant) =
+                owned
+                    .counters
+                    .update(policy, &buf, now, |state| match budget {
+                        Budget::None => (op.apply(policy, state, now), None),
+                        Budget::Slice(want) => policy.grant(state, now, cost, want),
+                        Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
+                    });
+            if let Some(g) = grant.filter(|g| g.units > 0) {
+                owned.counters.slices().granted(&buf, g.taken_at, g.units);
+            }
+            Ok((decision, grant, budget))
+        })?;
         if let Budget::Refund(refund) = budget {
             self.gave_back(policy.name(), token, &refund, now, owned, tally);
             return Ok((decision, policy.name(), None));
@@ -1393,8 +1415,9 @@ mod tests {
         (results, records)
     }
 
-    #[test]
-    fn a_budget_slice_is_counted_and_journaled_and_what_comes_back_is_given_back() {
+    /// Journal mode, usage off: `default` (100 a second) with local
+    /// budgets, `plain` the same without.
+    fn budget_fixture() -> Fixture {
         let mut config = Config::from_toml(
             r#"
             partitions = 4
@@ -1410,7 +1433,12 @@ mod tests {
         )
         .unwrap();
         config.usage.enabled = false;
-        let f = Fixture::with(config, true);
+        Fixture::with(config, true)
+    }
+
+    #[test]
+    fn a_budget_slice_is_counted_and_journaled_and_what_comes_back_is_given_back() {
+        let f = budget_fixture();
         let key = key_in(1, "hot");
         let item = |policy: &'static str, cost, budget| batch::Item {
             key: KeyToken::parse(&key).unwrap(),
@@ -1465,6 +1493,73 @@ mod tests {
             panic!("{results:?}")
         };
         assert_eq!((d.allowed, d.remaining, d.grant), (true, 99, None));
+    }
+
+    #[test]
+    fn a_refund_gives_back_only_what_its_own_slice_held_and_only_once() {
+        let f = budget_fixture();
+        let key = key_in(1, "hot");
+        let item = |cost, budget| batch::Item {
+            key: KeyToken::parse(&key).unwrap(),
+            policy: Cow::Borrowed("default"),
+            cost,
+            budget,
+        };
+        let refund = |units, spent, taken_at| {
+            Budget::Refund(Refund {
+                units,
+                spent,
+                taken_at,
+            })
+        };
+        let outcomes = |items: &[batch::Item<'_>]| -> Vec<Result<u64, ErrorCode>> {
+            batch_of(&f, items, T0)
+                .0
+                .iter()
+                .map(|r| match r {
+                    wire::Reply::Decision(d) => Ok(d.remaining),
+                    wire::Reply::Error(e) => Err(e.code),
+                })
+                .collect()
+        };
+        let meters = &f.decider.stats().meters;
+        // Never granted: nothing goes back (a client freeing a key's
+        // budget would be a reset without the admin role).
+        assert_eq!(
+            outcomes(&[item(1, Budget::None), item(0, refund(50, 0, T0))]),
+            [Ok(99), Ok(99)]
+        );
+        assert_eq!(meters.budget_unmatched_units.get(), 50);
+        let (results, _) = batch_of(&f, &[item(1, Budget::Slice(30))], T0);
+        let wire::Reply::Decision(d) = &results[0] else {
+            panic!("{results:?}")
+        };
+        let taken_at = d.grant.expect("a slice").taken_at;
+        assert_eq!(d.remaining, 68);
+        // More than the slice held: refused whole, nothing changes.
+        let (results, records) = batch_of(&f, &[item(0, refund(25, 10, taken_at))], T0);
+        let wire::Reply::Error(e) = &results[0] else {
+            panic!("{results:?}")
+        };
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(e.message.contains("holds 30"), "{e}");
+        assert!(records.is_empty());
+        // Its own slice: the 20 unspent go back, once.
+        assert_eq!(outcomes(&[item(0, refund(20, 10, taken_at))]), [Ok(88)]);
+        assert_eq!(outcomes(&[item(0, refund(20, 10, taken_at))]), [Ok(88)]);
+        assert_eq!(meters.budget_returned_units.get(), 20);
+        assert_eq!(meters.budget_unmatched_units.get(), 70);
+        // A reset forgets its key's slices: one granted before it gives
+        // nothing back into the counts after it.
+        let (results, _) = batch_of(&f, &[item(1, Budget::Slice(30))], T0);
+        let wire::Reply::Decision(d) = &results[0] else {
+            panic!("{results:?}")
+        };
+        let taken_at = d.grant.expect("a slice").taken_at;
+        let (answer, _) = f.send(Verb::Reset, &key, b"", true, T0);
+        assert!(matches!(answer, Some(Answer::Reset(..))), "{answer:?}");
+        assert_eq!(outcomes(&[item(5, Budget::None)]), [Ok(95)]);
+        assert_eq!(outcomes(&[item(0, refund(30, 0, taken_at))]), [Ok(95)]);
     }
 
     #[test]

@@ -92,6 +92,11 @@ pub fn render(shared: &Shared, shards: &ShardsView) -> Result<String, fmt::Error
             "Local budgets: units of slices that clients gave back unspent.",
             &m.budget_returned_units,
         ),
+        (
+            "sluice_worker_budget_unmatched_units",
+            "Local budgets: unspent units of refunds that no slice granted by this owner explained (granted before it took the partition over, or never): not given back.",
+            &m.budget_unmatched_units,
+        ),
     ] {
         registry.register(name, help, counter.clone());
     }

@@ -171,6 +171,9 @@ pub struct Meters {
     pub budget_sliced_units: Counter,
     /// Local budgets: units of slices given back unspent.
     pub budget_returned_units: Counter,
+    /// Local budgets: unspent units of refunds that no slice of this owner
+    /// explained, not given back.
+    pub budget_unmatched_units: Counter,
 }
 
 impl Default for Meters {
@@ -200,6 +203,7 @@ impl Default for Meters {
             budget_slices: Counter::default(),
             budget_sliced_units: Counter::default(),
             budget_returned_units: Counter::default(),
+            budget_unmatched_units: Counter::default(),
         }
     }
 }
