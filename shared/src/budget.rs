@@ -210,9 +210,13 @@ impl Slice {
 /// nothing back for it, which only leaves its units counted.
 pub const GRANT_KEPT: Nanos = Nanos(LEASE.0 * 50);
 
-/// The most slices an owner remembers for one partition; past it the oldest
-/// is forgotten (its refund then gives nothing back).
-pub const MOST_OUTSTANDING: usize = 65_536;
+/// The most slices an owner remembers for one partition (given back ones
+/// included, until [`GRANT_KEPT`] after their grant); past it the oldest is
+/// forgotten (its refund then gives nothing back). A slice lives about two
+/// leases, so this is room for ~10,000 grants a second per partition; it
+/// bounds what a flood of slice requests can make a worker hold (with the
+/// longest keys, ~1.5 MiB a partition).
+pub const MOST_OUTSTANDING: usize = 4_096;
 
 /// The slices an owner granted and has not had back, per counter key: a
 /// refund gives back at most what its own slice held, once.
@@ -228,9 +232,10 @@ pub const MOST_OUTSTANDING: usize = 65_536;
 /// them, as if the client had died holding them).
 #[derive(Debug, Default)]
 pub struct Outstanding {
-    by_key: std::collections::HashMap<Box<str>, Vec<Held>>,
-    /// Every slice held, oldest first: `(taken_at, key)`.
-    order: std::collections::VecDeque<(Nanos, Box<str>)>,
+    by_key: std::collections::HashMap<std::sync::Arc<str>, Vec<Held>>,
+    /// Every slice granted in the last [`GRANT_KEPT`], oldest first:
+    /// `(taken_at, key)`.
+    order: std::collections::VecDeque<(Nanos, std::sync::Arc<str>)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -269,13 +274,18 @@ impl Outstanding {
         if units == 0 {
             return;
         }
-        let held = self.by_key.entry(key.into()).or_default();
+        // One copy of the key, shared by the map and the order.
+        let key: std::sync::Arc<str> = match self.by_key.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => key.into(),
+        };
+        let held = self.by_key.entry(key.clone()).or_default();
         if let Some(h) = held.iter_mut().find(|h| h.taken_at == taken_at) {
             h.units = h.units.saturating_add(units);
             return;
         }
         held.push(Held { taken_at, units });
-        self.order.push_back((taken_at, key.into()));
+        self.order.push_back((taken_at, key));
         while self.order.len() > MOST_OUTSTANDING {
             self.forget_oldest();
         }
