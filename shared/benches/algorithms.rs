@@ -3,6 +3,9 @@
 //!
 //! `cargo bench -p sluice-core --bench algorithms -- --warm-up-time 1 --measurement-time 2`
 //!
+//! Then unpacking and packing a key's state, as a worker does around each
+//! decision of a key it holds.
+//!
 //! Each iteration is one `Policy::decide` at a time 5 ms after the previous
 //! one, against 100 per second: about half the requests are allowed, so both
 //! paths are measured and the sliding log stays full (100 timestamps).
@@ -95,7 +98,30 @@ fn print_state_sizes() {
     println!();
 }
 
-criterion_group!(benches, decisions);
+/// What a worker does around each decision of a key it holds packed
+/// (`services/worker/src/counters/table.rs`): unpack the state into a
+/// reused one, and pack it again; two limits, a busy key.
+fn packing(c: &mut Criterion) {
+    let mut group = c.benchmark_group("unpack and pack");
+    group.throughput(Throughput::Elements(1));
+    for algorithm in Algorithm::ALL {
+        let mut bytes = Vec::new();
+        packed::pack(&busy_state(&policy(algorithm, 2)), &mut bytes);
+        let mut state = KeyState::Gcra(Vec::new());
+        let mut out = Vec::with_capacity(bytes.len());
+        group.bench_function(algorithm.as_str(), |b| {
+            b.iter(|| {
+                assert!(packed::unpack_into(black_box(&bytes), &mut state));
+                out.clear();
+                packed::pack(&state, &mut out);
+                black_box(out.len())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decisions, packing);
 
 fn main() {
     print_state_sizes();
