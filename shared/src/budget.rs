@@ -205,10 +205,12 @@ impl Slice {
 }
 
 /// How long an owner remembers a slice it granted, waiting for it to come
-/// back: fifty leases. A client gives a slice back within about two leases
-/// (at its end, or at the sweep after it); one that stalls longer gets
-/// nothing back for it, which only leaves its units counted.
-pub const GRANT_KEPT: Nanos = Nanos(LEASE.0 * 50);
+/// back: a minute. A client gives a slice back within about two leases (at
+/// its end, or at the sweep after it), or at once when the partition moved
+/// and its first try met the old owner; one that stalls longer gets nothing
+/// back for it, which only leaves its units counted. Memory is bounded by
+/// [`MOST_OUTSTANDING`] whatever this is.
+pub const GRANT_KEPT: Nanos = Nanos(60_000_000_000);
 
 /// The most slices an owner remembers for one partition (given back ones
 /// included, until [`GRANT_KEPT`] after their grant); past it the oldest is
@@ -226,10 +228,12 @@ pub const MOST_OUTSTANDING: usize = 4_096;
 /// reset (CONTRACT §10) by another name. A slice is known by its key and
 /// [`Grant::taken_at`] (grants to several clients in one batch share it
 /// and add up); it is forgotten when it is all back, after [`GRANT_KEPT`],
-/// when its key is reset, and with the partition's ownership: a new owner
-/// knows no slice of the one before, so their refunds give nothing back
-/// (their units stay counted until the window ends or the bucket refills
-/// them, as if the client had died holding them).
+/// and when its key is reset. Snapshots carry the slices not back yet to
+/// the partition's next owner ([`Outstanding::carried`],
+/// [`Outstanding::take_over`]); one granted after the last snapshot before
+/// a crash is unknown there, and its refund gives nothing back (its units
+/// stay counted until the window ends or the bucket refills them, as if
+/// the client had died holding it).
 #[derive(Debug, Default)]
 pub struct Outstanding {
     by_key: std::collections::HashMap<std::sync::Arc<str>, Vec<Held>>,
@@ -243,6 +247,25 @@ struct Held {
     taken_at: Nanos,
     units: u64,
 }
+
+/// A slice not back yet, as a snapshot carries it to the partition's next
+/// owner (so a handover does not turn its refund away).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldSlice {
+    /// The counter key (`policy/token`).
+    #[serde(rename = "k")]
+    pub key: String,
+    /// [`Grant::taken_at`], ns since the epoch.
+    #[serde(rename = "t")]
+    pub taken_at: u64,
+    /// Units not back yet.
+    #[serde(rename = "u")]
+    pub units: u64,
+}
+
+/// The most slices a snapshot carries (the newest): a manifest stays well
+/// under nats-server's default 1 MiB max payload with the longest keys.
+pub const MOST_CARRIED: usize = 1_024;
 
 /// What of a refund an owner takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,6 +352,40 @@ impl Outstanding {
     /// counted in a state that is gone).
     pub fn forget(&mut self, key: &str) {
         self.by_key.remove(key);
+    }
+
+    /// The slices granted less than [`GRANT_KEPT`] before `now` and not all
+    /// back, the newest [`MOST_CARRIED`], for the next owner.
+    pub fn carried(&mut self, now: Nanos) -> Vec<HeldSlice> {
+        self.expire(now);
+        let mut held: Vec<HeldSlice> = self
+            .by_key
+            .iter()
+            .flat_map(|(key, held)| {
+                held.iter().map(|h| HeldSlice {
+                    key: key.to_string(),
+                    taken_at: h.taken_at.as_u64(),
+                    units: h.units,
+                })
+            })
+            .collect();
+        if held.len() > MOST_CARRIED {
+            held.sort_unstable_by_key(|h| std::cmp::Reverse(h.taken_at));
+            held.truncate(MOST_CARRIED);
+        }
+        held
+    }
+
+    /// Takes over the slices the previous owner `carried` (those still
+    /// within [`GRANT_KEPT`] at `now`).
+    pub fn take_over(&mut self, carried: &[HeldSlice], now: Nanos) {
+        let mut carried: Vec<&HeldSlice> = carried.iter().collect();
+        carried.sort_unstable_by_key(|h| h.taken_at);
+        for h in carried {
+            if Nanos(h.taken_at).saturating_add(GRANT_KEPT) > now {
+                self.granted(&h.key, Nanos(h.taken_at), h.units);
+            }
+        }
     }
 
     /// Slices held.
@@ -587,5 +644,74 @@ mod tests {
             held.refund("p/1", &refund(1, 0, late.0 + 1), late),
             Ok(Returned::Known)
         );
+    }
+
+    #[test]
+    fn the_next_owner_takes_over_the_slices_not_back_yet() {
+        let mut old = Outstanding::default();
+        old.granted("p/a", Nanos(100), 10);
+        old.granted("p/a", Nanos(200), 5);
+        old.granted("p/b", Nanos(150), 7);
+        assert_eq!(
+            old.refund("p/a", &refund(3, 2, 100), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        old.granted("p/gone", Nanos(0), 1);
+        assert_eq!(
+            old.refund("p/gone", &refund(1, 0, 0), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        let mut carried = old.carried(Nanos(300));
+        carried.sort_by_key(|h| h.taken_at);
+        let slice = |key: &str, taken_at, units| HeldSlice {
+            key: key.into(),
+            taken_at,
+            units,
+        };
+        assert_eq!(
+            carried,
+            [
+                slice("p/a", 100, 5),
+                slice("p/b", 150, 7),
+                slice("p/a", 200, 5)
+            ]
+        );
+        // Through the manifest's JSON and back.
+        let carried: Vec<HeldSlice> =
+            serde_json::from_slice(&serde_json::to_vec(&carried).unwrap()).unwrap();
+        let mut new = Outstanding::default();
+        new.take_over(&carried, Nanos(400));
+        assert_eq!(
+            new.refund("p/a", &refund(6, 0, 100), Nanos(400)),
+            Err(Overclaim {
+                claimed: 6,
+                held: 5,
+                taken_at: 100
+            })
+        );
+        assert_eq!(
+            new.refund("p/a", &refund(5, 0, 100), Nanos(400)),
+            Ok(Returned::Known)
+        );
+        assert_eq!(
+            new.refund("p/b", &refund(7, 0, 150), Nanos(400)),
+            Ok(Returned::Known)
+        );
+        // Too old by the time the next owner starts: not taken over.
+        let mut late = Outstanding::default();
+        late.take_over(&carried, Nanos(150 + GRANT_KEPT.0));
+        assert_eq!(
+            late.len(),
+            1,
+            "only the slice taken at 200 is recent enough"
+        );
+        // At most the newest MOST_CARRIED.
+        let mut many = Outstanding::default();
+        for i in 0..MOST_CARRIED as u64 + 10 {
+            many.granted(&format!("p/{i}"), Nanos(1_000 + i), 1);
+        }
+        let carried = many.carried(Nanos(2_000));
+        assert_eq!(carried.len(), MOST_CARRIED);
+        assert!(carried.iter().all(|h| h.taken_at >= 1_010));
     }
 }

@@ -285,3 +285,54 @@ async fn a_refund_no_slice_explains_frees_nothing() {
     let left = client.peek(key, "hourly").await.unwrap().remaining;
     assert_eq!(left, 1000 - 10, "nothing was freed");
 }
+
+/// A handover carries the slices not back yet to the partition's next
+/// owner, whose counters already count them: their refunds still give the
+/// unspent units back there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_given_back_after_a_handover_still_come_back() {
+    use sluice_tests::key_in_partition;
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = Config::from_toml(CONFIG, "test.toml").unwrap();
+    // A clock that stands still: no lease ends, so the slices are held
+    // until the client closes.
+    let mut options = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
+    options.clock = Arc::new(ManualClock::new(Nanos(wall_ns())));
+    let client = Client::connect_with(&stack.nats.url(), options)
+        .await
+        .unwrap();
+    let observer = ClientOptions::from_config(&config).budgets(false);
+    let observer = Client::connect_with(&stack.nats.url(), observer)
+        .await
+        .unwrap();
+    // One hot key in every partition, each with a slice held.
+    let keys: Vec<String> = (0..config.partitions)
+        .map(|p| key_in_partition(p, config.partitions))
+        .collect();
+    for key in &keys {
+        for _ in 0..20 {
+            assert!(client.ask(key, "hourly", 1).await.unwrap().allowed);
+        }
+        let left = observer.peek(key, "hourly").await.unwrap().remaining;
+        assert!(left < 1000 - 20, "{key}: a slice holds units ({left} left)");
+    }
+    let before = stack.owners().await;
+    stack.start_workers(1).await;
+    let after = stack.owners().await;
+    let moved: Vec<u32> = (0..config.partitions)
+        .filter(|p| before.get(p) != after.get(p))
+        .collect();
+    assert!(!moved.is_empty(), "the newcomer took partitions: {after:?}");
+
+    client.close().await;
+    for (p, key) in keys.iter().enumerate() {
+        let left = observer.peek(key, "hourly").await.unwrap().remaining;
+        assert_eq!(
+            left,
+            1000 - 20,
+            "{key} (partition {p}, moved: {}): 20 asks, and nothing held",
+            moved.contains(&(p as u32))
+        );
+    }
+}

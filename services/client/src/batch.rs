@@ -204,8 +204,8 @@ impl Inner {
     /// destination's next batch. `budget`: what the item does for a local
     /// budget besides its ask (only a batch can carry it: an ask the
     /// worker sends back to be asked alone is asked without it, and a
-    /// refund is then dropped). The flag says whether the reply answered
-    /// the item as sent.
+    /// refund then fails as unavailable). The flag says whether the reply
+    /// answered the item as sent.
     pub(crate) async fn ask_batched(
         self: &Arc<Self>,
         token: &str,
@@ -280,7 +280,9 @@ impl Inner {
             Ok(Ok(Outcome::AskAlone)) | Ok(Err(_)) => {
                 if matches!(budget, Budget::Refund(_)) {
                     return (
-                        Err(NoAnswer::Other("a refund travels only in a batch".into())),
+                        Err(NoAnswer::Unavailable(
+                            "a refund travels only in a batch, and the worker it went to no longer owns its partition".into(),
+                        )),
                         false,
                     );
                 }

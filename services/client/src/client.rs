@@ -489,9 +489,18 @@ impl Inner {
         let partition = partition_of(&token, self.opts.partitions);
         let deadline = Instant::now() + self.opts.timeout;
         let budget = Budget::Refund(refund);
-        let (outcome, _) = self
+        let (mut outcome, _) = self
             .ask_batched(&token, &policy, 0, budget, partition, deadline)
             .await;
+        if let Err(NoAnswer::Unavailable(_)) = outcome {
+            // The partition moved (a handover): the worker that answered
+            // 503 is forgotten as its owner, so once more goes through the
+            // partition's subject to whoever owns it now, which took over
+            // the slices not back yet.
+            (outcome, _) = self
+                .ask_batched(&token, &policy, 0, budget, partition, deadline)
+                .await;
+        }
         match outcome {
             Ok(Reply::Decision(_)) => {
                 self.stats.refunds.fetch_add(1, Ordering::Relaxed);

@@ -418,6 +418,7 @@ impl Shard {
             })
             .await
             .context("restoring the counters panicked")?;
+            self.counters.slices().take_over(&m.slices, now);
             anyhow::Ok(())
         };
         // The journal's tail is read while the snapshot is restored: the
@@ -695,6 +696,12 @@ impl Shard {
             journal_writers,
             taken_at_ms: shared.clock.now().as_u64() / 1_000_000,
             worker: shared.worker_id.clone(),
+            // Taken before the counters are encoded: a slice granted
+            // meanwhile is in the counters but not here (its refund then
+            // gives nothing back: safe); one given back meanwhile is here
+            // too (a client that gave it back again after a crash would get
+            // it back twice). At a handover nothing is decided meanwhile.
+            slices: self.counters.slices().carried(shared.clock.now()),
             ..Default::default()
         };
         self.changes_in_flight = changes;

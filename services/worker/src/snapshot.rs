@@ -24,6 +24,7 @@ use sluice_core::storage::{
 use async_nats::jetstream::{kv, stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+use sluice_core::budget::HeldSlice;
 use sluice_core::format;
 use sluice_core::policy::KeyState;
 
@@ -54,6 +55,11 @@ pub struct Manifest {
     /// Wall-clock ms when it was taken.
     pub taken_at_ms: u64,
     pub worker: String,
+    /// Slices of local budgets granted and not back yet, so that the next
+    /// owner still takes their refunds ([`sluice_core::budget::Outstanding`]).
+    /// Workers of earlier releases leave it out and ignore it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<HeldSlice>,
 }
 
 fn unversioned() -> u64 {
