@@ -200,6 +200,23 @@ async fn four_clients_on_one_hot_key_never_admit_more_than_a_token_bucket_allows
     assert!(local > 0, "some admissions came from slices");
 }
 
+/// A client whose clock stands still (all its asks fall in one tick, so
+/// a key asked a few times is hot, and no slice's lease ends: only closing
+/// gives slices back), and an observer without budgets.
+async fn holder_and_observer(stack: &Stack) -> (Client, Client) {
+    let config = Config::from_toml(CONFIG, "test.toml").unwrap();
+    let mut options = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
+    options.clock = Arc::new(ManualClock::new(Nanos(wall_ns())));
+    let holder = Client::connect_with(&stack.nats.url(), options)
+        .await
+        .unwrap();
+    let observer = ClientOptions::from_config(&config).budgets(false);
+    let observer = Client::connect_with(&stack.nats.url(), observer)
+        .await
+        .unwrap();
+    (holder, observer)
+}
+
 /// A client that closes gives back what its slices hold at once, their
 /// leases still running: nothing stays counted for the rest of a long
 /// window, as it would if the client just went away.
@@ -207,18 +224,7 @@ async fn four_clients_on_one_hot_key_never_admit_more_than_a_token_bucket_allows
 async fn a_closing_client_gives_back_what_its_slices_hold() {
     let _serial = serial().await;
     let stack = Stack::start(SLUICE, CONFIG, 1).await;
-    let config = Config::from_toml(CONFIG, "test.toml").unwrap();
-    // The client's clock stands still: all its asks fall in one tick (the
-    // key gets hot) and no slice's lease ends, so only closing gives back.
-    let mut options = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
-    options.clock = Arc::new(ManualClock::new(Nanos(wall_ns())));
-    let client = Client::connect_with(&stack.nats.url(), options)
-        .await
-        .unwrap();
-    let observer = ClientOptions::from_config(&config).budgets(false);
-    let observer = Client::connect_with(&stack.nats.url(), observer)
-        .await
-        .unwrap();
+    let (client, observer) = holder_and_observer(&stack).await;
     let key = "a-key-asked-often";
     for _ in 0..20 {
         let answer = client.ask(key, "hourly", 1).await.unwrap();
@@ -295,17 +301,7 @@ async fn slices_given_back_after_a_handover_still_come_back() {
     let _serial = serial().await;
     let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
     let config = Config::from_toml(CONFIG, "test.toml").unwrap();
-    // A clock that stands still: no lease ends, so the slices are held
-    // until the client closes.
-    let mut options = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
-    options.clock = Arc::new(ManualClock::new(Nanos(wall_ns())));
-    let client = Client::connect_with(&stack.nats.url(), options)
-        .await
-        .unwrap();
-    let observer = ClientOptions::from_config(&config).budgets(false);
-    let observer = Client::connect_with(&stack.nats.url(), observer)
-        .await
-        .unwrap();
+    let (client, observer) = holder_and_observer(&stack).await;
     // One hot key in every partition, each with a slice held.
     let keys: Vec<String> = (0..config.partitions)
         .map(|p| key_in_partition(p, config.partitions))
