@@ -230,10 +230,12 @@ pub const MOST_OUTSTANDING: usize = 4_096;
 /// and add up); it is forgotten when it is all back, after [`GRANT_KEPT`],
 /// and when its key is reset. Snapshots carry the slices not back yet to
 /// the partition's next owner ([`Outstanding::carried`],
-/// [`Outstanding::take_over`]); one granted after the last snapshot before
-/// a crash is unknown there, and its refund gives nothing back (its units
-/// stay counted until the window ends or the bucket refills them, as if
-/// the client had died holding it).
+/// [`Outstanding::take_over`]), and in journal mode the replayed journal
+/// brings those granted since ([`Outstanding::replayed_grant`]). In
+/// snapshot mode one granted after the last snapshot before a crash is
+/// unknown there, and its refund gives nothing back (its units stay
+/// counted until the window ends or the bucket refills them, as if the
+/// client had died holding it).
 #[derive(Debug, Default)]
 pub struct Outstanding {
     by_key: std::collections::HashMap<std::sync::Arc<str>, Vec<Held>>,
@@ -323,29 +325,57 @@ impl Outstanding {
         now: Nanos,
     ) -> Result<Returned, Overclaim> {
         self.expire(now);
-        let Some(held) = self.by_key.get_mut(key) else {
-            return Ok(Returned::Unknown);
-        };
-        let Some(i) = held.iter().position(|h| h.taken_at == refund.taken_at) else {
+        let Some(units) = self.held_mut(key, refund.taken_at) else {
             return Ok(Returned::Unknown);
         };
         let claimed = refund.units.saturating_add(refund.spent);
-        let h = &mut held[i];
-        if claimed > h.units {
+        if claimed > *units {
             return Err(Overclaim {
                 claimed,
-                held: h.units,
+                held: *units,
                 taken_at: refund.taken_at.as_u64(),
             });
         }
-        h.units -= claimed;
-        if h.units == 0 {
-            held.swap_remove(i);
+        *units -= claimed;
+        self.drop_empty(key);
+        Ok(Returned::Known)
+    }
+
+    /// A grant that a journal replays after a takeover (journal mode):
+    /// remembered, unless the restored snapshot carried that slice already
+    /// (its count then stands: it may have been partly given back since).
+    pub fn replayed_grant(&mut self, key: &str, taken_at: Nanos, units: u64) {
+        if self.held_mut(key, taken_at).is_none() {
+            self.granted(key, taken_at, units);
+        }
+    }
+
+    /// A refund that a journal replays: what it claimed is not held any
+    /// more. Both replays err low (a record may also be in the restored
+    /// snapshot): what is remembered never exceeds what a slice holds, so
+    /// a later refund is refused rather than given back twice.
+    pub fn replayed_refund(&mut self, key: &str, taken_at: Nanos, claimed: u64) {
+        if let Some(units) = self.held_mut(key, taken_at) {
+            *units = units.saturating_sub(claimed);
+            self.drop_empty(key);
+        }
+    }
+
+    /// The units still held of the slice of `key` taken at `taken_at`.
+    fn held_mut(&mut self, key: &str, taken_at: Nanos) -> Option<&mut u64> {
+        let held = self.by_key.get_mut(key)?;
+        let h = held.iter_mut().find(|h| h.taken_at == taken_at)?;
+        Some(&mut h.units)
+    }
+
+    /// Forgets the slices of `key` that are all back.
+    fn drop_empty(&mut self, key: &str) {
+        if let Some(held) = self.by_key.get_mut(key) {
+            held.retain(|h| h.units > 0);
             if held.is_empty() {
                 self.by_key.remove(key);
             }
         }
-        Ok(Returned::Known)
     }
 
     /// Forgets every slice of `key` (it was reset: what they held was
@@ -681,6 +711,19 @@ mod tests {
             serde_json::from_slice(&serde_json::to_vec(&carried).unwrap()).unwrap();
         let mut new = Outstanding::default();
         new.take_over(&carried, Nanos(400));
+        // The journal replays the grants and a refund after the snapshot:
+        // a carried slice keeps its count, a refund takes off what it took.
+        new.replayed_grant("p/a", Nanos(100), 10);
+        new.replayed_grant("p/c", Nanos(300), 4);
+        new.replayed_refund("p/c", Nanos(300), 1);
+        assert_eq!(
+            new.refund("p/c", &refund(4, 0, 300), Nanos(400)),
+            Err(Overclaim {
+                claimed: 4,
+                held: 3,
+                taken_at: 300
+            })
+        );
         assert_eq!(
             new.refund("p/a", &refund(6, 0, 100), Nanos(400)),
             Err(Overclaim {

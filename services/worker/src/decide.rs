@@ -995,12 +995,24 @@ impl Decider {
                 counters.forget(&buf);
             } else if record.g == 0 {
                 counters.apply(policy, &buf, Nanos(record.t), Op::Record(record.c));
+                if record.s {
+                    counters
+                        .slices()
+                        .replayed_grant(&buf, Nanos(record.t), record.c);
+                }
+            } else {
+                // A slice given back (`g`) is not given back again: a
+                // record may be in the restored snapshot and replayed too,
+                // and replay errs on the side of denying (ARCHITECTURE.md,
+                // "The journal"), so its units stay counted until their
+                // window ends or the bucket refills them. Its slice holds
+                // that much less.
+                counters.slices().replayed_refund(
+                    &buf,
+                    Nanos(record.g),
+                    record.c.saturating_add(record.u),
+                );
             }
-            // A slice given back (`g`) is not given back again: a record
-            // may be in the restored snapshot and replayed too, and
-            // replay errs on the side of denying (ARCHITECTURE.md, "The
-            // journal"), so its units stay counted until their window ends
-            // or the bucket refills them.
         });
         true
     }
@@ -1560,6 +1572,49 @@ mod tests {
         assert!(matches!(answer, Some(Answer::Reset(..))), "{answer:?}");
         assert_eq!(outcomes(&[item(5, Budget::None)]), [Ok(95)]);
         assert_eq!(outcomes(&[item(0, refund(30, 0, taken_at))]), [Ok(95)]);
+    }
+
+    #[test]
+    fn a_journal_replay_remembers_the_slices_not_back_yet() {
+        let old = budget_fixture();
+        let key = key_in(1, "hot");
+        let item = |cost, budget| batch::Item {
+            key: KeyToken::parse(&key).unwrap(),
+            policy: Cow::Borrowed("default"),
+            cost,
+            budget,
+        };
+        let refund = |units, spent, taken_at| {
+            Budget::Refund(Refund {
+                units,
+                spent,
+                taken_at,
+            })
+        };
+        let later = Nanos(T0.0 + 1_000_000);
+        let mut journal = Vec::new();
+        for (now, want) in [(T0, 30), (later, 10)] {
+            let (results, records) = batch_of(&old, &[item(1, Budget::Slice(want))], now);
+            assert!(matches!(&results[0], wire::Reply::Decision(d) if d.grant.is_some()));
+            journal.extend(records);
+        }
+        let (_, records) = batch_of(&old, &[item(0, refund(10, 0, later))], later);
+        journal.extend(records);
+
+        // The next owner, from the journal alone (no snapshot).
+        let new = budget_fixture();
+        for record in &journal {
+            new.decider.replay(&new.policies, record, &new.counters);
+        }
+        let remaining = |items: &[batch::Item<'_>]| match &batch_of(&new, items, later).0[0] {
+            wire::Reply::Decision(d) => d.remaining,
+            other => panic!("{other:?}"),
+        };
+        // Replay gave nothing back: 2 asks and both slices are counted.
+        assert_eq!(remaining(&[item(0, Budget::None)]), 100 - 42);
+        // The first slice comes back there; the second was back already.
+        assert_eq!(remaining(&[item(0, refund(20, 10, T0))]), 100 - 22);
+        assert_eq!(remaining(&[item(0, refund(10, 0, later))]), 100 - 22);
     }
 
     #[test]
