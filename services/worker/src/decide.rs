@@ -1448,6 +1448,24 @@ mod tests {
         Fixture::with(config, true)
     }
 
+    /// A batch item of `key` under `default` (see [`budget_fixture`]).
+    fn hot_item(key: &str, cost: u64, budget: Budget) -> batch::Item<'_> {
+        batch::Item {
+            key: KeyToken::parse(key).unwrap(),
+            policy: Cow::Borrowed("default"),
+            cost,
+            budget,
+        }
+    }
+
+    fn refund(units: u64, spent: u64, taken_at: Nanos) -> Budget {
+        Budget::Refund(Refund {
+            units,
+            spent,
+            taken_at,
+        })
+    }
+
     #[test]
     fn a_budget_slice_is_counted_and_journaled_and_what_comes_back_is_given_back() {
         let f = budget_fixture();
@@ -1511,19 +1529,7 @@ mod tests {
     fn a_refund_gives_back_only_what_its_own_slice_held_and_only_once() {
         let f = budget_fixture();
         let key = key_in(1, "hot");
-        let item = |cost, budget| batch::Item {
-            key: KeyToken::parse(&key).unwrap(),
-            policy: Cow::Borrowed("default"),
-            cost,
-            budget,
-        };
-        let refund = |units, spent, taken_at| {
-            Budget::Refund(Refund {
-                units,
-                spent,
-                taken_at,
-            })
-        };
+        let item = |cost, budget| hot_item(&key, cost, budget);
         let outcomes = |items: &[batch::Item<'_>]| -> Vec<Result<u64, ErrorCode>> {
             batch_of(&f, items, T0)
                 .0
@@ -1578,19 +1584,7 @@ mod tests {
     fn a_journal_replay_remembers_the_slices_not_back_yet() {
         let old = budget_fixture();
         let key = key_in(1, "hot");
-        let item = |cost, budget| batch::Item {
-            key: KeyToken::parse(&key).unwrap(),
-            policy: Cow::Borrowed("default"),
-            cost,
-            budget,
-        };
-        let refund = |units, spent, taken_at| {
-            Budget::Refund(Refund {
-                units,
-                spent,
-                taken_at,
-            })
-        };
+        let item = |cost, budget| hot_item(&key, cost, budget);
         let later = Nanos(T0.0 + 1_000_000);
         let mut journal = Vec::new();
         for (now, want) in [(T0, 30), (later, 10)] {
