@@ -26,6 +26,7 @@ use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
+use sluice_core::budget::carried_through;
 use sluice_core::subject::{owner_subjects, Inbound, Verb};
 use std::future::Future;
 use std::pin::Pin;
@@ -696,11 +697,8 @@ impl Shard {
             journal_writers,
             taken_at_ms: shared.clock.now().as_u64() / 1_000_000,
             worker: shared.worker_id.clone(),
-            // Taken before the counters are encoded: a slice granted
-            // meanwhile is in the counters but not here (its refund then
-            // gives nothing back: safe); one given back meanwhile is here
-            // too (a client that gave it back again after a crash would get
-            // it back twice). At a handover nothing is decided meanwhile.
+            // Taken before the counters are encoded and again after: see
+            // `carried_through`.
             slices: self.counters.slices().carried(shared.clock.now()),
             ..Default::default()
         };
@@ -710,6 +708,7 @@ impl Shard {
         tokio::spawn(async move {
             // Off the thread that answers requests (a worker's runtime has
             // one), and beside the usage flush.
+            let slices = counters.clone();
             let encoding = crate::blocking::run(move || snapshot::encode(&counters));
             if let Some((ledger, book)) = flush {
                 let now_ms = shared.clock.now().as_u64() / 1_000_000;
@@ -719,6 +718,8 @@ impl Shard {
                 manifest.journal_seq = manifest.journal_seq.min(ledger.stored_through());
             }
             let encoded = encoding.await.context("the snapshot encoder panicked")??;
+            let after = slices.slices().carried(shared.clock.now());
+            manifest.slices = carried_through(std::mem::take(&mut manifest.slices), &after);
             snapshot::write(
                 &shared.stores,
                 partition,
