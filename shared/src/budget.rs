@@ -295,8 +295,9 @@ pub fn carried_through(before: Vec<HeldSlice>, after: &[HeldSlice]) -> Vec<HeldS
 pub enum Returned {
     /// A slice this owner granted: all its unspent units go back.
     Known,
-    /// No slice of this owner's explains it (granted by an earlier owner,
-    /// longer ago than [`GRANT_KEPT`], or never): nothing goes back. What
+    /// No slice of this owner's explains it (granted by an earlier owner
+    /// and not carried to this one, longer ago than [`GRANT_KEPT`], or
+    /// never): nothing goes back. What
     /// was spent of it is still usage, as a hit's would be.
     Unknown,
 }
@@ -391,8 +392,14 @@ impl Outstanding {
 
     /// Forgets the slices of `key` that are all back.
     fn drop_empty(&mut self, key: &str) {
+        self.retain(key, |h| h.units > 0);
+    }
+
+    /// Keeps the slices of `key` that `keep` says to (and the key only
+    /// while it holds one).
+    fn retain(&mut self, key: &str, keep: impl FnMut(&Held) -> bool) {
         if let Some(held) = self.by_key.get_mut(key) {
-            held.retain(|h| h.units > 0);
+            held.retain(keep);
             if held.is_empty() {
                 self.by_key.remove(key);
             }
@@ -461,14 +468,8 @@ impl Outstanding {
     /// Forgets the oldest slice in `order` (if its key still holds it: one
     /// given back, or reset, is gone already).
     fn forget_oldest(&mut self) {
-        let Some((taken_at, key)) = self.order.pop_front() else {
-            return;
-        };
-        if let Some(held) = self.by_key.get_mut(&key) {
-            held.retain(|h| h.taken_at != taken_at);
-            if held.is_empty() {
-                self.by_key.remove(&key);
-            }
+        if let Some((taken_at, key)) = self.order.pop_front() {
+            self.retain(&key, |h| h.taken_at != taken_at);
         }
     }
 }

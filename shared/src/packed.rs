@@ -80,7 +80,7 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 /// Reads an LEB128 varint from the front of `bytes`, advancing it; `None`
 /// when `bytes` ends first or the value does not fit a `u64`.
 pub fn get_varint(bytes: &mut &[u8]) -> Option<u64> {
-    get_varint_short(bytes).or_else(|| get_varint_wide(bytes).and_then(|v| u64::try_from(v).ok()))
+    get_varint_wide(bytes).and_then(|v| u64::try_from(v).ok())
 }
 
 /// A varint of at most nine bytes (63 bits: every count, and every time
@@ -100,6 +100,9 @@ fn get_varint_short(bytes: &mut &[u8]) -> Option<u64> {
 }
 
 fn put_varint_wide(out: &mut Vec<u8>, mut v: u128) {
+    if let Ok(v) = u64::try_from(v) {
+        return put_varint(out, v);
+    }
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -107,8 +110,12 @@ fn put_varint_wide(out: &mut Vec<u8>, mut v: u128) {
     out.push(v as u8);
 }
 
-/// An LEB128 varint of up to 70 bits (ten bytes).
+/// An LEB128 varint of up to 70 bits (ten bytes); in a `u64` while it fits
+/// nine.
 fn get_varint_wide(bytes: &mut &[u8]) -> Option<u128> {
+    if let Some(v) = get_varint_short(bytes) {
+        return Some(v.into());
+    }
     let mut v: u128 = 0;
     for (i, &b) in bytes.iter().enumerate().take(10) {
         v |= u128::from(b & 0x7f) << (7 * i);
@@ -143,17 +150,11 @@ fn put_round(out: &mut Vec<u8>, t: u64) {
             }
         }
     }
-    match q.checked_mul(32) {
-        Some(v) => put_varint(out, v | k),
-        None => put_varint_wide(out, u128::from(q) << 5 | u128::from(k)),
-    }
+    put_varint_wide(out, u128::from(q) << 5 | k);
 }
 
 fn get_round(bytes: &mut &[u8]) -> Option<u64> {
-    let v = match get_varint_short(bytes) {
-        Some(v) => u128::from(v),
-        None => get_varint_wide(bytes)?,
-    };
+    let v = get_varint_wide(bytes)?;
     let k = (v & 31) as u32;
     if k > MAX_ZEROS {
         return None;
