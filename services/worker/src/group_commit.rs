@@ -24,8 +24,8 @@
 //! counters, which is what a snapshot's journal position claims (whatever
 //! order two appends in flight got their sequences in).
 
-use crate::decide::Record;
 use crate::journal;
+use crate::journal::Record;
 use crate::reply::{self, Outgoing};
 use crate::stats::{secs, WorkerStats};
 use futures::future::BoxFuture;

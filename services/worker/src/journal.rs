@@ -18,7 +18,10 @@
 //! Records are dropped once every partition's snapshot covers them
 //! ([`purge_covered`]); the stream's `max_age` is only the backstop.
 
-use crate::decide::{Record, RecordRef};
+mod record;
+
+pub use record::{Record, RecordOf, RecordRef};
+
 use crate::snapshot;
 use crate::store;
 use anyhow::{Context as _, Result};

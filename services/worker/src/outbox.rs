@@ -8,13 +8,14 @@
 //! hand their answers here and never ask which mode is on; the snapshot's
 //! journal position and the takeover replay are answered here too.
 
-use crate::decide::Record;
 use crate::group_commit;
 use crate::journal;
+use crate::journal::Record;
 use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
+use crate::tally::Recording;
 use crate::usage::UsageBook;
 use anyhow::Result;
 use async_nats::jetstream::stream;
@@ -117,6 +118,16 @@ impl Outbox {
     /// Whether answers wait for the journal (decisions must build records).
     pub fn is_journal(&self) -> bool {
         self.journal.is_some()
+    }
+
+    /// Whether decisions keep records of what they counted: in journal
+    /// mode, for the journal to store before the answers go out.
+    pub fn recording(&self) -> Recording {
+        if self.is_journal() {
+            Recording::Records
+        } else {
+            Recording::Nothing
+        }
     }
 
     /// Sends a shard's decided batch, whose first message was taken at
@@ -245,5 +256,29 @@ impl Outbox {
             manifest.journal_writers.push(j.worker_id.clone());
         }
         applied
+    }
+}
+
+impl crate::owner::Journal for Outbox {
+    fn is_journal(&self) -> bool {
+        Outbox::is_journal(self)
+    }
+
+    fn position(&self, claimed: u64) -> (u64, Vec<String>) {
+        Outbox::position(self, claimed)
+    }
+
+    fn moved_past(&self, claimed: u64) -> bool {
+        Outbox::moved_past(self, claimed)
+    }
+
+    fn replay(
+        &self,
+        partition: u32,
+        manifest: &mut Manifest,
+        since: &journal::Since,
+        apply: &mut dyn FnMut(&Record) -> bool,
+    ) -> usize {
+        Outbox::replay(self, partition, manifest, since, apply)
     }
 }

@@ -9,8 +9,8 @@
 
 use crate::counters::Counters;
 use crate::decide::Owned;
-use crate::ledger::Ledger;
 use crate::stats::ShardStats;
+use crate::usage::ledger::Ledger;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

@@ -16,7 +16,7 @@ use crate::counters::Counters;
 use crate::decide::{Message, Owned};
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
-use crate::ledger::Ledger;
+use crate::owner::{Found, Owner, Settings, Snapshot, Write};
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
@@ -26,7 +26,6 @@ use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
-use sluice_core::budget::carried_through;
 use sluice_core::subject::{owner_subjects, Inbound, Verb};
 use std::future::Future;
 use std::pin::Pin;
@@ -99,24 +98,9 @@ pub fn spawn(shared: Arc<Shared>, partition: u32, lease: Lease) -> ShardHandle {
 
 struct Shard {
     shared: Arc<Shared>,
-    partition: u32,
     lease: Lease,
-    counters: Counters,
-    stats: Arc<ShardStats>,
-    manifest: Manifest,
-    manifest_rev: u64,
-    /// When the manifest was last written (journal mode refreshes an idle
-    /// partition's journal position, so the journal can be purged).
-    manifest_written_at: Instant,
-    /// `stats.changes` that the last written snapshot holds...
-    changes_at_snapshot: u64,
-    /// ...and that the snapshot being written holds.
-    changes_in_flight: u64,
-    /// When the snapshot being written was started (none while a manifest
-    /// is only rewritten with a new journal position).
-    snapshot_started: Option<std::time::Instant>,
-    /// The partition's usage in memory (CONTRACT §9), when recorded.
-    usage: Option<Arc<Ledger>>,
+    /// The partition's state and the rules that carry it ([`crate::owner`]).
+    owner: Owner,
     /// Journal mode: what the takeover replays, kept for the usage replay
     /// that follows once the partition answers ([`Shard::start_usage_replay`]).
     usage_replay: Option<journal::Since>,
@@ -138,20 +122,23 @@ async fn run(
     mut stop: oneshot::Receiver<()>,
     stats: Arc<ShardStats>,
 ) -> Exit {
-    let counters = Counters::within(shared.key_bound.clone());
-    let mut shard = Shard {
-        shared,
+    let settings = Settings {
         partition,
-        lease: lease.clone(),
+        worker_id: shared.worker_id.clone(),
+        snapshot_interval: shared.config.snapshot_interval,
+    };
+    let counters = Counters::within(shared.key_bound.clone());
+    let owner = Owner::new(
+        settings,
+        lease.revision,
         counters,
         stats,
-        manifest: Manifest::default(),
-        manifest_rev: 0,
-        manifest_written_at: Instant::now(),
-        changes_at_snapshot: 0,
-        changes_in_flight: 0,
-        snapshot_started: None,
-        usage: None,
+        std::time::Instant::now(),
+    );
+    let mut shard = Shard {
+        shared,
+        lease: lease.clone(),
+        owner,
         usage_replay: None,
         lease_valid_until: Arc::new(Mutex::new(lease.valid_until)),
     };
@@ -189,21 +176,22 @@ async fn run(
     };
     // A takeover tried again renewed the lease meanwhile.
     shard.note_lease();
-    shard.stats.answering.store(true, Ordering::SeqCst);
+    let shard_stats = shard.owner.stats().clone();
+    shard_stats.answering.store(true, Ordering::SeqCst);
     // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
     let stats = shard.shared.stats.clone();
     let meters = &stats.meters;
     meters.takeover_duration.observe(secs(started.elapsed()));
     shard.shared.routes.open(
         partition,
-        shard.counters.clone(),
-        shard.stats.clone(),
-        shard.usage.clone(),
+        shard.owner.counters().clone(),
+        shard_stats.clone(),
+        shard.owner.usage().cloned(),
     );
     let usage_replay = shard.start_usage_replay();
     tracing::debug!(
         partition,
-        keys = shard.stats.keys.load(Ordering::Relaxed),
+        keys = shard_stats.keys.load(Ordering::Relaxed),
         took_ms = started.elapsed().as_millis() as u64,
         "answering"
     );
@@ -247,8 +235,7 @@ async fn run(
                 renewal = None;
                 match result {
                     Ok(lease) => {
-                        shard.lease = lease;
-                        shard.note_lease();
+                        shard.renewed(lease);
                         meters.lease(LeaseEvent::Renewed);
                     }
                     Err(LeaseError::Taken) => {
@@ -272,24 +259,13 @@ async fn run(
             }
             done = async { snapshot_job.as_mut().expect("guarded").await }, if snapshot_job.is_some() => {
                 snapshot_job = None;
-                match done {
-                    Ok(Ok((manifest, rev))) => shard.snapshot_written(manifest, rev),
-                    Ok(Err(e)) => {
-                        shard.shared.stats.meters.snapshot_failures.inc();
-                        if shard.lost_to_someone_else().await {
-                            tracing::error!(partition, "another worker wrote this partition's snapshot; stopped answering: {e:#}");
-                            break Exit::Lost;
-                        }
-                        tracing::warn!(partition, "snapshot failed, will retry: {e:#}");
-                    }
-                    Err(e) => {
-                        shard.shared.stats.meters.snapshot_failures.inc();
-                        tracing::error!(partition, "snapshot task failed: {e}");
-                    }
+                if shard.write_ended(done).await.is_err() {
+                    break Exit::Lost;
                 }
             }
             done = async { usage_job.as_mut().expect("guarded").await }, if usage_job.is_some() => {
                 usage_job = None;
+                shard.owner.usage_flushed();
                 match done {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::warn!(partition, "storing usage failed, will retry: {e:#}"),
@@ -297,21 +273,10 @@ async fn run(
                 }
             }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
-                // In journal mode a snapshot stores the usage first (see
-                // `start_snapshot`); two flushes of one ledger never overlap,
-                // and none starts before the takeover's usage replay is in
-                // (it would wait for it).
-                let snapshot_flushes = shard.snapshot_flushes_usage();
-                let flushing = snapshot_flushes && (usage_job.is_some() || !shard.usage_replayed());
-                if shard.dirty() && !flushing {
-                    snapshot_job = Some(shard.start_snapshot(true));
-                } else if shard.journal_position_stale() && !flushing {
-                    snapshot_job = Some(shard.refresh_journal_position());
-                }
-                if usage_job.is_none()
-                    && shard.usage_replayed()
-                    && !(snapshot_flushes && snapshot_job.is_some())
-                {
+                let now = shard.shared.clock.now();
+                let due = shard.owner.tick(&shard.shared.outbox, std::time::Instant::now(), now);
+                snapshot_job = due.write.map(|write| shard.start_write(write));
+                if due.usage_flush {
                     usage_job = shard.start_usage_flush();
                 }
             }
@@ -334,8 +299,8 @@ async fn run(
     };
     let stopped = std::time::Instant::now();
 
-    shard.stats.answering.store(false, Ordering::SeqCst);
-    shard.shared.routes.close(partition, &shard.stats);
+    shard_stats.answering.store(false, Ordering::SeqCst);
+    shard.shared.routes.close(partition, &shard_stats);
     for sub in subs.iter_mut() {
         let _ = sub.unsubscribe().await;
     }
@@ -353,12 +318,14 @@ async fn run(
     // covers them) and every answer sent.
     shard.shared.outbox.flush().await;
     if let Some(job) = snapshot_job.take() {
-        if let Ok(Ok((manifest, rev))) = job.await {
-            shard.snapshot_written(manifest, rev);
+        match job.await {
+            Ok(Ok((manifest, rev))) => shard.written(manifest, rev),
+            _ => shard.owner.snapshot_failed(),
         }
     }
     if let Some(job) = usage_job.take() {
         let _ = job.await;
+        shard.owner.usage_flushed();
     }
     if exit == Exit::Released {
         // A renewal in flight when the stop came may already have moved
@@ -367,8 +334,7 @@ async fn run(
         // partition unowned until the lease expired.
         if let Some(renewing) = renewal.take() {
             if let Ok(lease) = renewing.await {
-                shard.lease = lease;
-                shard.note_lease();
+                shard.renewed(lease);
                 meters.lease(LeaseEvent::Renewed);
             }
         }
@@ -388,30 +354,25 @@ async fn run(
 impl Shard {
     /// Restores the partition and subscribes to its subjects.
     async fn start(&mut self) -> Result<SelectAll<Subscriber>> {
+        let partition = self.owner.partition();
         let kv = &self.shared.stores.snapshots;
         let now = self.shared.clock.now();
         let phase = std::time::Instant::now();
-        let (manifest, rev) = snapshot::read_manifest(kv, self.partition).await?;
+        let (manifest, rev) = snapshot::read_manifest(kv, partition).await?;
+        let found = Found { manifest, rev };
         let t_manifest = phase.elapsed();
-        if let Some(m) = &manifest {
-            anyhow::ensure!(
-                m.lease_rev <= self.lease.revision,
-                "the snapshot was written under a newer lease ({} > {}); another worker owns this partition",
-                m.lease_rev,
-                self.lease.revision
-            );
-        }
+        self.owner.check_found(&found)?;
         let restore = async {
-            let Some(m) = &manifest else {
+            let Some(m) = &found.manifest else {
                 return Ok(());
             };
-            let entries = snapshot::read_entries(kv, self.partition, m).await?;
+            let entries = snapshot::read_entries(kv, partition, m).await?;
             // Inserting is most of a restore's CPU: off the answering thread,
             // and on the other core while another partition restores. (Not
             // `blocking::run`: a takeover restores partitions back to back,
             // and collecting after each made the next fault its pages in
             // again: 1.6 s instead of 0.9-1.1 until all 64 answered.)
-            let counters = self.counters.clone();
+            let counters = self.owner.counters().clone();
             let shared = self.shared.clone();
             tokio::task::spawn_blocking(move || {
                 let policies = shared.decider.policies();
@@ -419,7 +380,6 @@ impl Shard {
             })
             .await
             .context("restoring the counters panicked")?;
-            self.counters.slices().take_over(&m.slices, now);
             anyhow::Ok(())
         };
         // The journal's tail is read while the snapshot is restored: the
@@ -429,61 +389,54 @@ impl Shard {
         let journal = self
             .shared
             .outbox
-            .journal_since(self.partition, manifest.as_ref().unwrap_or(&none));
+            .journal_since(partition, found.manifest.as_ref().unwrap_or(&none));
         let (since, restored) = tokio::join!(journal, restore);
         restored?;
         let since = since?;
         let t_restored = phase.elapsed();
-        let mut manifest = manifest.unwrap_or_default();
         let decider = &self.shared.decider;
         let policies = decider.policies();
         let now_ms = now.as_u64() / 1_000_000;
-        let journal = self.shared.outbox.is_journal();
-        self.usage =
-            self.shared.usage.as_ref().map(|book| {
-                book.open_ledger(self.partition, now_ms, manifest.journal_seq, journal)
-            });
-        let applied = self
-            .shared
-            .outbox
-            .replay(self.partition, &mut manifest, &since, |record| {
-                decider.replay(&policies, record, &self.counters)
-            });
+        let outbox = &self.shared.outbox;
+        let book = self.shared.usage.as_ref();
+        let (manifest, usage_replay_owed) = self.owner.take_over(
+            found,
+            &since,
+            outbox,
+            |stored_through| {
+                book.map(|book| {
+                    book.open_ledger(partition, now_ms, stored_through, outbox.is_journal())
+                })
+            },
+            |record, counters| decider.replay(&policies, record, counters),
+            now,
+        );
         let t_replayed = phase.elapsed();
-        if journal && self.usage.is_some() {
+        if usage_replay_owed {
             self.usage_replay = Some(since);
         }
-        if applied > 0 {
-            tracing::debug!(partition = self.partition, applied, "replayed the journal");
-            // The replayed counts are only in memory: the next snapshot
-            // (periodic or at handover) must persist them.
-            self.stats.add_changes(applied as u64);
-        }
-        // Fence: from now on a late snapshot by the previous owner fails its CAS.
-        manifest.lease_rev = self.lease.revision;
-        manifest.worker = self.shared.worker_id.clone();
-        self.manifest_rev = store::takeover_request(
+        let rev = store::takeover_request(
             "fence the snapshot manifest",
-            snapshot::write_manifest(kv, self.partition, &manifest, rev),
+            snapshot::write_manifest(kv, partition, &manifest, self.owner.manifest_rev()),
         )
         .await?;
-        self.manifest = manifest;
-        self.manifest_written_at = Instant::now();
-        self.stats
+        self.owner.fenced(manifest, rev, std::time::Instant::now());
+        let stats = self.owner.stats();
+        stats
             .last_snapshot_ms
-            .store(self.manifest.taken_at_ms, Ordering::Relaxed);
-        self.stats
+            .store(self.owner.manifest().taken_at_ms, Ordering::Relaxed);
+        stats
             .keys
-            .store(self.counters.len(), Ordering::Relaxed);
+            .store(self.owner.counters().len(), Ordering::Relaxed);
 
         let client = &self.shared.client;
         let mut subs = SelectAll::new();
-        for subject in owner_subjects(self.partition) {
+        for subject in owner_subjects(partition) {
             subs.push(client.subscribe(subject).await?);
         }
         client.flush().await?;
         tracing::debug!(
-            partition = self.partition,
+            partition,
             manifest_ms = t_manifest.as_millis() as u64,
             restored_ms = t_restored.as_millis() as u64,
             replayed_ms = t_replayed.as_millis() as u64,
@@ -527,39 +480,28 @@ impl Shard {
             Ok(Err(LeaseError::Transient(_))) | Err(_) if self.lease.is_valid() => {}
             Ok(Err(LeaseError::Transient(_))) | Err(_) => return Again::No,
         }
+        self.owner.renewed(self.lease.revision);
         // What a failed attempt restored is dropped: the next one starts over.
-        self.counters = Counters::within(self.shared.key_bound.clone());
+        self.close_usage();
+        self.owner
+            .start_over(Counters::within(self.shared.key_bound.clone()));
         Again::Yes
     }
 
-    /// Changed since the last snapshot that was written (a failed one
-    /// leaves the partition dirty, so the next tick tries again).
-    fn dirty(&self) -> bool {
-        self.stats.changes() != self.changes_at_snapshot
-    }
-
-    /// The journal position and writers a snapshot taken now may claim
-    /// ([`crate::outbox::Outbox::position`]).
-    ///
-    /// With usage recorded, no further than the stored usage holds: a new
-    /// owner replays the journal from the snapshot's position for usage too.
-    fn journal_position(&self) -> (u64, Vec<String>) {
-        let (seq, writers) = self.shared.outbox.position(self.manifest.journal_seq);
-        match &self.usage {
-            Some(ledger) if self.shared.outbox.is_journal() => {
-                (seq.min(ledger.stored_through()), writers)
-            }
-            _ => (seq, writers),
-        }
+    /// The lease was renewed: `lease` replaces ours.
+    fn renewed(&mut self, lease: Lease) {
+        self.owner.renewed(lease.revision);
+        self.lease = lease;
+        self.note_lease();
     }
 
     /// Stores the usage counted since the last flush and the rollups due
-    /// (on its own task), unless a flush is running.
+    /// (on its own task).
     fn start_usage_flush(&self) -> Option<UsageJob> {
-        let ledger = self.usage.clone()?;
+        let ledger = self.owner.usage()?.clone();
         let book = self.shared.usage.clone()?;
         let clock = self.shared.clock.clone();
-        let partition = self.partition;
+        let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
             let now_ms = clock.now().as_u64() / 1_000_000;
@@ -573,9 +515,9 @@ impl Shard {
     /// in, flushes and usage queries of the partition wait for it.
     fn start_usage_replay(&mut self) -> Option<JoinHandle<()>> {
         let since = self.usage_replay.take()?;
-        let ledger = self.usage.clone()?;
+        let ledger = self.owner.usage()?.clone();
         let book = self.shared.usage.clone()?;
-        let partition = self.partition;
+        let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
             loop {
@@ -600,13 +542,6 @@ impl Shard {
         }))
     }
 
-    /// Whether the takeover's usage replay is in (or there is none).
-    fn usage_replayed(&self) -> bool {
-        self.usage
-            .as_ref()
-            .is_none_or(|ledger| ledger.is_replayed())
-    }
-
     /// Keeps [`Shard::lease_held`] current after the lease changed.
     fn note_lease(&self) {
         *self
@@ -624,142 +559,122 @@ impl Shard {
 
     /// Unregisters the usage ledger (once nothing more is counted in it).
     fn close_usage(&self) {
-        if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
-            book.close_ledger(self.partition, ledger);
+        if let (Some(book), Some(ledger)) = (&self.shared.usage, self.owner.usage()) {
+            book.close_ledger(self.owner.partition(), ledger);
         }
     }
 
-    /// Journal mode, nothing counted since the last snapshot, but our
-    /// journal moved on: a manifest still claiming an old position keeps
-    /// every worker's records from being purged.
-    fn journal_position_stale(&self) -> bool {
-        self.shared.outbox.moved_past(self.manifest.journal_seq)
-            && self.manifest_written_at.elapsed() >= 4 * self.shared.config.snapshot_interval
+    /// Starts a write the owner asked for, on its own task.
+    fn start_write(&self, write: Write) -> SnapshotJob {
+        match write {
+            Write::Snapshot(snapshot) => self.start_snapshot(snapshot),
+            Write::Position {
+                manifest,
+                expected_rev,
+            } => {
+                let kv = self.shared.stores.snapshots.clone();
+                let partition = self.owner.partition();
+                tokio::spawn(async move {
+                    let rev =
+                        snapshot::write_manifest(&kv, partition, &manifest, expected_rev).await?;
+                    Ok((manifest, rev))
+                })
+            }
+        }
     }
 
-    /// Rewrites the manifest with the current journal position: the chunks
-    /// are unchanged, as nothing changed since they were written.
-    fn refresh_journal_position(&mut self) -> SnapshotJob {
-        let mut manifest = self.manifest.clone();
-        (manifest.journal_seq, manifest.journal_writers) = self.journal_position();
-        manifest.lease_rev = self.lease.revision;
-        self.changes_in_flight = self.changes_at_snapshot;
-        self.snapshot_started = None;
-        let kv = self.shared.stores.snapshots.clone();
-        let partition = self.partition;
-        let expected = self.manifest_rev;
-        tokio::spawn(async move {
-            let rev = snapshot::write_manifest(&kv, partition, &manifest, expected).await?;
-            Ok((manifest, rev))
-        })
-    }
-
-    /// Journal mode with usage: a snapshot stores the partition's usage
-    /// too, so that it may claim the journal position it copies the
-    /// counters at rather than the one the last flush held (one snapshot
-    /// interval behind, which a takeover after heavy load paid for in a
-    /// longer journal tail). The position is taken first, then the counters
-    /// are copied while the usage is stored (which holds at least every
-    /// record up to that position: the journal writer hands records to
-    /// usage before it counts them acknowledged), and the claim is the
-    /// position if the flush stored it all. (Storing the usage before
-    /// taking the position made the claim lag the copy by the flush's
-    /// duration: ~40 % more of the tail replayed after heavy load.)
-    fn snapshot_flushes_usage(&self) -> bool {
-        self.usage.is_some() && self.shared.usage.is_some() && self.shared.outbox.is_journal()
-    }
-
-    /// Starts a snapshot (with `rollups`: and, in journal mode with usage,
-    /// the rollups that are due; a handover leaves those to the next owner).
-    fn start_snapshot(&mut self, rollups: bool) -> SnapshotJob {
-        let changes = self.stats.changes();
-        let flush = if self.snapshot_flushes_usage() {
-            self.usage.clone().zip(self.shared.usage.clone())
-        } else {
-            None
-        };
-        let (journal_seq, journal_writers) = if flush.is_some() {
-            // Capped by what the flush below stores.
-            self.shared.outbox.position(self.manifest.journal_seq)
-        } else {
-            self.journal_position()
-        };
+    /// Encodes the counters (off the thread that answers requests: a
+    /// worker's runtime has one), stores the usage first when the snapshot
+    /// asks for it, and writes the snapshot.
+    fn start_snapshot(&self, snapshot: Snapshot) -> SnapshotJob {
+        let flush = snapshot
+            .flush_usage
+            .and_then(|rollups| Some((self.owner.usage()?.clone(), rollups)));
         let owner = self.lease_held();
-        let counters = self.counters.clone();
+        let counters = self.owner.counters().clone();
         let shared = self.shared.clone();
-        let partition = self.partition;
-        let expected = self.manifest_rev;
-        let previous_gen = self.manifest.gen.clone();
-        let manifest = Manifest {
-            gen: format!("{}x{}", self.lease.revision, changes),
-            lease_rev: self.lease.revision,
-            journal_seq,
-            journal_writers,
-            taken_at_ms: shared.clock.now().as_u64() / 1_000_000,
-            worker: shared.worker_id.clone(),
-            // Taken before the counters are encoded and again after: see
-            // `carried_through`.
-            slices: self.counters.slices().carried(shared.clock.now()),
-            ..Default::default()
-        };
-        self.changes_in_flight = changes;
-        self.snapshot_started = Some(std::time::Instant::now());
-        let mut manifest = manifest;
+        let partition = self.owner.partition();
         tokio::spawn(async move {
-            // Off the thread that answers requests (a worker's runtime has
-            // one), and beside the usage flush.
-            let slices = counters.clone();
-            let encoding = crate::blocking::run(move || snapshot::encode(&counters));
-            if let Some((ledger, book)) = flush {
+            let to_encode = counters.clone();
+            let encoding = crate::blocking::run(move || snapshot::encode(&to_encode));
+            let mut stored_through = None;
+            if let (Some((ledger, rollups)), Some(book)) = (flush, &shared.usage) {
                 let now_ms = shared.clock.now().as_u64() / 1_000_000;
                 book.flush(partition, &ledger, now_ms, rollups, owner)
                     .await
                     .context("cannot store the usage this snapshot would claim")?;
-                manifest.journal_seq = manifest.journal_seq.min(ledger.stored_through());
+                stored_through = Some(ledger.stored_through());
             }
             let encoded = encoding.await.context("the snapshot encoder panicked")??;
-            let after = slices.slices().carried(shared.clock.now());
-            manifest.slices = carried_through(std::mem::take(&mut manifest.slices), &after);
+            let expected = snapshot.expected_rev;
+            let previous_gen = snapshot.previous_gen.clone();
+            let manifest = snapshot.complete(&counters, shared.clock.now(), stored_through);
             snapshot::write(
                 &shared.stores,
                 partition,
                 encoded,
                 manifest,
                 expected,
-                (!previous_gen.is_empty()).then_some(previous_gen.as_str()),
+                previous_gen.as_deref(),
             )
             .await
         })
     }
 
-    fn snapshot_written(&mut self, manifest: Manifest, rev: u64) {
-        if let Some(started) = self.snapshot_started.take() {
-            let meters = &self.shared.stats.meters;
-            meters.snapshot_duration.observe(secs(started.elapsed()));
-            meters.snapshot_bytes.observe(manifest.bytes as f64);
+    /// A write ended: tells the owner. `Err` when the partition is someone
+    /// else's now.
+    async fn write_ended(
+        &mut self,
+        done: Result<Result<(Manifest, u64)>, tokio::task::JoinError>,
+    ) -> Result<(), ()> {
+        let partition = self.owner.partition();
+        match done {
+            Ok(Ok((manifest, rev))) => self.written(manifest, rev),
+            Ok(Err(e)) => {
+                self.owner.snapshot_failed();
+                self.shared.stats.meters.snapshot_failures.inc();
+                if self.lost_to_someone_else().await {
+                    tracing::error!(
+                        partition,
+                        "another worker wrote this partition's snapshot; stopped answering: {e:#}"
+                    );
+                    return Err(());
+                }
+                tracing::warn!(partition, "snapshot failed, will retry: {e:#}");
+            }
+            Err(e) => {
+                self.owner.snapshot_failed();
+                self.shared.stats.meters.snapshot_failures.inc();
+                tracing::error!(partition, "snapshot task failed: {e}");
+            }
         }
-        self.changes_at_snapshot = self.changes_in_flight;
-        self.manifest_written_at = Instant::now();
-        self.stats
-            .last_snapshot_ms
-            .store(manifest.taken_at_ms, Ordering::Relaxed);
-        self.stats.keys.store(manifest.entries, Ordering::Relaxed);
-        self.manifest = manifest;
-        self.manifest_rev = rev;
+        Ok(())
+    }
+
+    fn written(&mut self, manifest: Manifest, rev: u64) {
+        let written = self
+            .owner
+            .snapshot_written(manifest, rev, std::time::Instant::now());
+        if let Some(took) = written.took {
+            let meters = &self.shared.stats.meters;
+            meters.snapshot_duration.observe(secs(took));
+            meters.snapshot_bytes.observe(written.bytes as f64);
+        }
     }
 
     /// After a failed snapshot: is the manifest now someone else's?
     async fn lost_to_someone_else(&self) -> bool {
-        match snapshot::read_manifest(&self.shared.stores.snapshots, self.partition).await {
-            Ok((Some(m), _)) => m.lease_rev > self.lease.revision,
+        let kv = &self.shared.stores.snapshots;
+        match snapshot::read_manifest(kv, self.owner.partition()).await {
+            Ok((Some(m), _)) => self.owner.lost_to(m.lease_rev),
             _ => false,
         }
     }
 
     /// Final snapshot, then release the lease, so the next owner starts at once.
     async fn hand_over(&mut self) {
-        let partition = self.partition;
-        if let (Some(book), Some(ledger)) = (&self.shared.usage, &self.usage) {
+        let partition = self.owner.partition();
+        if let (Some(book), Some(ledger)) = (&self.shared.usage, self.owner.usage()) {
             let now_ms = self.shared.clock.now().as_u64() / 1_000_000;
             let lease = &self.lease;
             if let Err(e) = book
@@ -769,10 +684,17 @@ impl Shard {
                 tracing::error!(partition, "final usage flush failed; what was counted since the last one is missing from usage: {e:#}");
             }
         }
-        if self.dirty() && self.lease.is_valid() {
-            match self.start_snapshot(false).await {
-                Ok(Ok((manifest, rev))) => self.snapshot_written(manifest, rev),
+        let now = self.shared.clock.now();
+        let outbox = &self.shared.outbox;
+        let lease_valid = self.lease.is_valid();
+        let snapshot =
+            self.owner
+                .final_snapshot(outbox, lease_valid, std::time::Instant::now(), now);
+        if let Some(snapshot) = snapshot {
+            match self.start_snapshot(snapshot).await {
+                Ok(Ok((manifest, rev))) => self.written(manifest, rev),
                 Ok(Err(e)) => {
+                    self.owner.snapshot_failed();
                     self.shared.stats.meters.snapshot_failures.inc();
                     tracing::error!(
                         partition,
@@ -780,6 +702,7 @@ impl Shard {
                     )
                 }
                 Err(e) => {
+                    self.owner.snapshot_failed();
                     self.shared.stats.meters.snapshot_failures.inc();
                     tracing::error!(partition, "final snapshot task failed: {e}")
                 }
@@ -804,14 +727,15 @@ impl Shard {
         }
         let shared = &self.shared;
         let now = shared.clock.now();
+        let partition = self.owner.partition();
         let owned = Owned {
-            partition: self.partition,
-            counters: &self.counters,
-            stats: &self.stats,
-            usage: self.usage.as_deref(),
+            partition,
+            counters: self.owner.counters(),
+            stats: self.owner.stats(),
+            usage: self.owner.usage().map(|l| &**l),
         };
         let policies = shared.decider.policies();
-        let mut tally = shared.decider.tally(self.partition);
+        let mut tally = shared.decider.tally(partition);
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
             if is_usage_query(msg.subject.as_str()) {
@@ -833,7 +757,7 @@ impl Shard {
                 replies.push((to, Reply::of(&answer, &shared.worker_id)));
             }
         }
-        let records = tally.finish(&shared.stats, &self.stats);
+        let records = tally.finish(&shared.stats, self.owner.stats());
         shared.outbox.answer(records, replies, received).await;
     }
 }

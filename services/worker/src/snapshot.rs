@@ -15,6 +15,7 @@
 //! owner fails.
 
 use crate::counters::{Counters, Entry};
+use crate::kept::Carried;
 use crate::store::{self, Stores};
 use anyhow::{anyhow, bail, Context as _, Result};
 use sluice_core::storage::{
@@ -24,7 +25,6 @@ use sluice_core::storage::{
 use async_nats::jetstream::{kv, stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use sluice_core::budget::HeldSlice;
 use sluice_core::format;
 use sluice_core::policy::KeyState;
 
@@ -55,11 +55,10 @@ pub struct Manifest {
     /// Wall-clock ms when it was taken.
     pub taken_at_ms: u64,
     pub worker: String,
-    /// Slices of local budgets granted and not back yet, so that the next
-    /// owner still takes their refunds ([`sluice_core::budget::Outstanding`]).
-    /// Workers of earlier releases leave it out and ignore it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub slices: Vec<HeldSlice>,
+    /// What the owner keeps beside the counters' values (budget slices
+    /// not back yet, ...: [`crate::kept`]), each under a field of its own.
+    #[serde(flatten)]
+    pub carried: Carried,
 }
 
 fn unversioned() -> u64 {

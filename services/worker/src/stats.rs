@@ -2,7 +2,7 @@
 //! and `/metrics`.
 //!
 //! Plain atomics, written by the decision core ([`crate::decide`]) once per
-//! batch (a [`crate::decide::Tally`] gathers a batch's counts first) and read
+//! batch (a [`crate::tally::Tally`] gathers a batch's counts first) and read
 //! by the status endpoint and the metrics page. They sit apart from the
 //! tasks that write them so that the decision core needs none of the
 //! worker's NATS state.
@@ -44,6 +44,16 @@ impl WorkerStats {
             self.errors.fetch_add(n, Ordering::Relaxed);
             self.meters.errors.inc_by(n);
         }
+    }
+
+    /// How many decisions of `outcome` under `policy` were counted.
+    #[cfg(test)]
+    pub fn decisions_of(&self, outcome: Outcome, policy: &str) -> u64 {
+        let labels = DecisionLabels {
+            outcome,
+            policy: policy.to_string(),
+        };
+        self.meters.decisions.get_or_create(&labels).get()
     }
 }
 
@@ -142,7 +152,7 @@ fn duration_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Meters {
     /// Decisions by outcome and policy. Allowed, denied and hit are counted
-    /// through [`crate::decide::PolicyMeters`]' handles, errors through
+    /// through [`crate::tally::PolicyMeters`]' handles, errors through
     /// [`Meters::errors`].
     pub decisions: Family<DecisionLabels, Counter>,
     /// `decisions{outcome="error",policy=""}`.

@@ -1,5 +1,5 @@
 //! Usage history at the owner (CONTRACT §9): every counted request adds to
-//! its key's minute in memory ([`crate::ledger`]), each shard stores the minutes
+//! its key's minute in memory ([`crate::usage::ledger`]), each shard stores the minutes
 //! it changed on its snapshot tick and rolls ended buckets up into the
 //! coarser tiers ([`UsageBook::flush`]), and queries read the stored
 //! records plus what is still only in memory ([`query`]).
@@ -30,12 +30,13 @@
 //! costs; the pure part (tiers, records, which buckets answer a range) is
 //! `sluice_core::usage`.
 
+pub mod ledger;
 pub mod query;
 pub mod store;
 
-use crate::decide::Record;
 use crate::journal;
-use crate::ledger::{Ledger, Take, WriteMarks};
+use crate::journal::Record;
+use crate::usage::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::usage::{add_to_record, visit_record, BucketId, Counts, RecordSum, UsageConfig};

@@ -151,7 +151,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         client: client.clone(),
         stores,
         lease_ttl: config.lease_ttl,
-        decider: Decider::new(config.clone(), stats.clone(), outbox.is_journal()),
+        decider: Decider::new(config.clone(), stats.clone(), outbox.recording()),
         config,
         worker_id: worker_id.clone(),
         clock: opts.clock,

@@ -16,9 +16,9 @@
 //! not).
 
 use super::UsageBook;
-use crate::ledger::{KeyCounts, Ledger, WriteMarks};
 use crate::reply::Reply;
 use crate::shared::Shared;
+use crate::usage::ledger::{KeyCounts, Ledger, WriteMarks};
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -54,7 +54,7 @@ impl Loaded {
     /// in memory, what memory adds to them (that `wanted` keeps). Memory is
     /// copied before its minute's record is read, and the record's write
     /// mark says which of those counts it already holds
-    /// ([`crate::ledger::MinuteView::lacking`]), so a flush landing between the two
+    /// ([`crate::usage::ledger::MinuteView::lacking`]), so a flush landing between the two
     /// neither drops nor doubles a count. Right after a takeover it waits
     /// for the ledger to hold the journal's usage ([`Ledger::replayed`]): a
     /// total without it would be short.

@@ -7,7 +7,7 @@
 //! ours. `allow_direct` lets a bucket be read with one direct get; a range
 //! of buckets is read with an ordered consumer from the range's start time.
 
-use crate::ledger::WriteMarks;
+use crate::usage::ledger::WriteMarks;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;

@@ -1,0 +1,150 @@
+//! The journal's record: one counted request, as journal mode stores it
+//! before it answers and a new owner replays it at takeover.
+//!
+//! Its encoding is the journal's format (`sluice_core::format::JOURNAL`):
+//! an array of fields of which only those up to the last one set are
+//! written, so that every release reads the records of the ones before.
+//! Pure data, no I/O: the decision core builds records, [`crate::journal`]
+//! stores and reads them.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::time::Nanos;
+
+/// One counted request: what journal mode stores before it answers
+/// (encoded here; [`crate::journal`] stores and reads them), and replays at takeover.
+///
+/// Encoded as an array of its fields in this order; the trailing ones only
+/// up to the last one set (`[n, p, k, c, t]` for a count, `[.., t, true]`
+/// for a reset, `[.., t, false, true]` for a denial, `[.., false, false,
+/// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
+/// back), so records of counts read the same as before resets, denials
+/// and budgets were recorded.
+///
+/// Generic over its strings: [`Record`] owns them, [`RecordRef`] borrows
+/// them from the journal message it was decoded from, so a takeover skips
+/// the records it does not replay without allocating for them
+/// ([`crate::journal::Tails`]).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(bound(deserialize = "S: Deserialize<'de>"))]
+pub struct RecordOf<S> {
+    /// Partition.
+    pub n: u32,
+    /// Policy name.
+    pub p: S,
+    /// Key token.
+    pub k: S,
+    /// Units counted (a denial: units denied; a refund: units given back).
+    pub c: u64,
+    /// When (ns since the epoch, the owner's clock).
+    pub t: u64,
+    /// A reset (`rl.reset`): the counter was forgotten (`c` is 0).
+    #[serde(default)]
+    pub r: bool,
+    /// A denied ask, journaled for its usage (CONTRACT §9) only when usage
+    /// is recorded: it changed no counter and replay changes none.
+    #[serde(default)]
+    pub d: bool,
+    /// A slice of a local budget ([`sluice_core::budget`]): counted like
+    /// an ask, but usage counts its units only as they come back spent.
+    #[serde(default)]
+    pub s: bool,
+    /// A slice given back: when it was taken (ns, nonzero), so that replay
+    /// gives `c` units back into the same window.
+    #[serde(default)]
+    pub g: u64,
+    /// With a refund: the units of the slice that were spent (its usage).
+    #[serde(default)]
+    pub u: u64,
+}
+
+/// A journal record that owns its strings.
+pub type Record = RecordOf<String>;
+
+/// A journal record whose strings borrow from the message it was read from.
+pub type RecordRef<'a> = RecordOf<&'a str>;
+
+impl Record {
+    /// A record of `c` units of `k` under `p` at `t`: a count, unless
+    /// the caller marks it otherwise.
+    pub fn new(n: u32, p: &str, k: &str, c: u64, t: Nanos) -> Record {
+        Record {
+            n,
+            p: p.to_string(),
+            k: k.to_string(),
+            c,
+            t: t.as_u64(),
+            r: false,
+            d: false,
+            s: false,
+            g: 0,
+            u: 0,
+        }
+    }
+}
+
+impl<S> RecordOf<S> {
+    /// A plain count: encoded as its first five fields only, as every
+    /// release since journal format 2 reads it.
+    pub fn is_count(&self) -> bool {
+        self.fields() == 5
+    }
+
+    /// How many fields it is encoded as (see [`RecordOf`]).
+    fn fields(&self) -> usize {
+        if self.g != 0 || self.u != 0 {
+            10
+        } else if self.s {
+            8
+        } else if self.d {
+            7
+        } else if self.r {
+            6
+        } else {
+            5
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for RecordOf<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let fields = self.fields();
+        let mut st = s.serialize_struct("Record", fields)?;
+        st.serialize_field("n", &self.n)?;
+        st.serialize_field("p", &self.p)?;
+        st.serialize_field("k", &self.k)?;
+        st.serialize_field("c", &self.c)?;
+        st.serialize_field("t", &self.t)?;
+        if fields > 5 {
+            st.serialize_field("r", &self.r)?;
+        }
+        if fields > 6 {
+            st.serialize_field("d", &self.d)?;
+        }
+        if fields > 7 {
+            st.serialize_field("s", &self.s)?;
+        }
+        if fields > 8 {
+            st.serialize_field("g", &self.g)?;
+            st.serialize_field("u", &self.u)?;
+        }
+        st.end()
+    }
+}
+
+impl RecordRef<'_> {
+    pub fn to_owned(self) -> Record {
+        Record {
+            n: self.n,
+            p: self.p.to_string(),
+            k: self.k.to_string(),
+            c: self.c,
+            t: self.t,
+            r: self.r,
+            d: self.d,
+            s: self.s,
+            g: self.g,
+            u: self.u,
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The kinds of state an owner keeps beside its counters' values, and how
+//! each is carried from one owner to the next.
+//!
+//! A counter's value travels in the snapshot's chunks and the journal's
+//! records. Some state belongs to the partition without being a counter
+//! value: the budget slices granted and not back yet (and, next, holds and
+//! region grants). Each such kind implements [`Kept`] in a file of its own
+//! and is registered once, in the [`kept!`] list at the bottom of this file:
+//! that list makes the manifest's field for it ([`Carried`]), takes it at
+//! every snapshot, and hands it to the next owner at takeover.
+//!
+//! A snapshot is taken while decisions go on (the counters are encoded on
+//! another thread), so each kind is read twice: once before the counters
+//! are encoded and once after, and [`Kept::through`] keeps only what both
+//! readings agree the encoded counters hold. What is granted after the
+//! first reading or given back before the second is then carried neither
+//! twice nor where the counters never counted it.
+
+mod slices;
+
+use crate::counters::Counters;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sluice_core::time::Nanos;
+use std::fmt::Debug;
+
+/// One kind of state a partition's owner keeps beside its counters.
+pub trait Kept {
+    /// What a snapshot's manifest carries of it (left out when empty).
+    type Carried: Clone + Debug + Default + PartialEq + Serialize + DeserializeOwned;
+
+    /// Read as a snapshot begins, before the counters are encoded.
+    fn before(counters: &Counters, now: Nanos) -> Self::Carried;
+
+    /// Read again once the counters are encoded: what the snapshot carries,
+    /// given what [`Kept::before`] read.
+    fn through(before: Self::Carried, counters: &Counters, now: Nanos) -> Self::Carried;
+
+    /// At takeover, once the snapshot's counters are restored: the new
+    /// owner takes over what the manifest carried.
+    fn take_over(carried: &Self::Carried, counters: &Counters, now: Nanos);
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// Registers the kinds of kept state: one line each, `field: Kind`, where
+/// `field` is its name in the manifest.
+macro_rules! kept {
+    ($($(#[$doc:meta])* $field:ident: $kind:ty),* $(,)?) => {
+        /// What a snapshot's manifest carries beside the chunks: one field
+        /// per kind of kept state, each left out while empty (so earlier
+        /// releases read the manifest as before and ignore what they do not
+        /// know).
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        pub struct Carried {
+            $(
+                $(#[$doc])*
+                #[serde(default, skip_serializing_if = "is_default")]
+                pub $field: <$kind as Kept>::Carried,
+            )*
+        }
+
+        impl Carried {
+            /// Every kind, read as a snapshot begins.
+            pub fn before(counters: &Counters, now: Nanos) -> Carried {
+                Carried { $($field: <$kind>::before(counters, now),)* }
+            }
+
+            /// Every kind, read again once the counters are encoded.
+            pub fn through(self, counters: &Counters, now: Nanos) -> Carried {
+                Carried { $($field: <$kind>::through(self.$field, counters, now),)* }
+            }
+
+            /// Every kind, taken over by a new owner.
+            pub fn take_over(&self, counters: &Counters, now: Nanos) {
+                $(<$kind>::take_over(&self.$field, counters, now);)*
+            }
+        }
+    };
+}
+
+kept! {
+    /// Slices of local budgets granted and not back yet, so that the next
+    /// owner still takes their refunds ([`sluice_core::budget::Outstanding`]).
+    slices: slices::Slices,
+}

@@ -1,0 +1,28 @@
+//! Budget slices as kept state: the slices of local budgets an owner
+//! granted and that are not back yet ([`sluice_core::budget::Outstanding`],
+//! kept beside the counters), carried to the next owner so that their
+//! refunds still come back after a handover or a crash.
+
+use super::Kept;
+use crate::counters::Counters;
+use sluice_core::budget::{carried_through, HeldSlice};
+use sluice_core::time::Nanos;
+
+/// The budget slices not back yet ([`Kept`]).
+pub struct Slices;
+
+impl Kept for Slices {
+    type Carried = Vec<HeldSlice>;
+
+    fn before(counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
+        counters.slices().carried(now)
+    }
+
+    fn through(before: Vec<HeldSlice>, counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
+        carried_through(before, &counters.slices().carried(now))
+    }
+
+    fn take_over(carried: &Vec<HeldSlice>, counters: &Counters, now: Nanos) {
+        counters.slices().take_over(carried, now);
+    }
+}

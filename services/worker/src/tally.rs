@@ -1,0 +1,378 @@
+//! What the decisions of a batch did, gathered before it is published:
+//! the stats and the decisions by policy (`/metrics`), the records to
+//! store before answering, and the usage.
+//!
+//! A batch's counts are added to the shared stats once ([`Tally::finish`]),
+//! one atomic add per counter and batch rather than per decision, and its
+//! decisions by policy are counted on handles found through
+//! [`PolicyMeters`] without a lock or an allocation per decision.
+//!
+//! Whether records are kept is the outbox's to say ([`Recording`],
+//! [`crate::outbox::Outbox::recording`]): it is the one place that knows
+//! the durability mode.
+
+use crate::journal::Record;
+use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
+use crate::usage::ledger::Ledger;
+use prometheus_client::metrics::counter::Counter;
+use sluice_core::budget::Refund;
+use sluice_core::policy::Decision;
+use sluice_core::subject::Verb;
+use sluice_core::time::Nanos;
+use sluice_core::usage::Counts;
+use sluice_core::wire::ErrorReply;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Whether decisions keep records of what they counted, for the outbox to
+/// store before the answers go out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recording {
+    /// Journal mode: every change is a record, and usage reaches the
+    /// ledger from the stored records.
+    Records,
+    /// Snapshot mode: no records (they would be dropped unread); usage goes
+    /// to the ledger at once.
+    Nothing,
+}
+
+/// Units counted for one key under one policy.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted<'a> {
+    pub policy: &'a str,
+    pub token: &'a str,
+    pub cost: u64,
+}
+
+/// What a decided ask adds to its key's usage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Usage {
+    Used,
+    Denied,
+    /// Allowed without consuming (a peek).
+    Neither,
+}
+
+/// What the decisions of one batch on one partition did, published to the
+/// stats at once by [`Tally::finish`] (one atomic add per counter and
+/// batch, not per decision).
+pub struct Tally {
+    partition: u32,
+    recording: Recording,
+    decisions: u64,
+    allowed: u64,
+    denied: u64,
+    hits: u64,
+    errors: u64,
+    changes: u64,
+    /// Local budgets: slices granted, their units, units given back.
+    slices: u64,
+    sliced_units: u64,
+    returned_units: u64,
+    /// Units of refunds no slice of this owner explained (not given back).
+    unmatched_units: u64,
+    records: Vec<Record>,
+    meters: Arc<PolicyMeters>,
+    /// Allowed, denied and hit counts by policy (its place in `meters`), of
+    /// the first [`POLICY_SLOTS`] policies the batch decided for; the
+    /// counts of any further one go to its counters at once.
+    by_policy: [(usize, [u64; 3]); POLICY_SLOTS],
+    policies_used: usize,
+}
+
+/// Policies whose counts a [`Tally`] gathers before publishing them (a
+/// batch rarely decides for more).
+const POLICY_SLOTS: usize = 4;
+
+impl Tally {
+    pub fn new(partition: u32, recording: Recording, meters: Arc<PolicyMeters>) -> Tally {
+        Tally {
+            partition,
+            recording,
+            decisions: 0,
+            allowed: 0,
+            denied: 0,
+            hits: 0,
+            errors: 0,
+            changes: 0,
+            slices: 0,
+            sliced_units: 0,
+            returned_units: 0,
+            unmatched_units: 0,
+            records: Vec::new(),
+            meters,
+            by_policy: [(0, [0; 3]); POLICY_SLOTS],
+            policies_used: 0,
+        }
+    }
+
+    /// One more decision of `outcome` (an index of
+    /// [`Outcome::OF_POLICIES`]) under `policy`.
+    fn count_policy(&mut self, policy: &str, outcome: usize) {
+        let Some(p) = self.meters.index_of(policy) else {
+            return;
+        };
+        let used = &mut self.by_policy[..self.policies_used];
+        if let Some((_, counts)) = used.iter_mut().find(|(q, _)| *q == p) {
+            counts[outcome] += 1;
+        } else if self.policies_used < POLICY_SLOTS {
+            let mut counts = [0; 3];
+            counts[outcome] = 1;
+            self.by_policy[self.policies_used] = (p, counts);
+            self.policies_used += 1;
+        } else {
+            self.meters.counters[p][outcome].inc();
+        }
+    }
+
+    /// A counter changed (by `cost`, or forgotten by a reset): with
+    /// records kept, remember the record to store.
+    pub fn changed(&mut self, policy: &str, token: &str, cost: u64, reset: bool, now: Nanos) {
+        self.changes += 1;
+        if self.recording == Recording::Records {
+            let mut record = Record::new(self.partition, policy, token, cost, now);
+            record.r = reset;
+            self.records.push(record);
+        }
+    }
+
+    /// A slice of `units` was taken for a client's local budget.
+    pub fn sliced(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
+        self.changes += 1;
+        self.slices += 1;
+        self.sliced_units += units;
+        if self.recording == Recording::Records {
+            let mut record = Record::new(self.partition, policy, token, units, now);
+            record.s = true;
+            self.records.push(record);
+        }
+    }
+
+    /// A slice came back: its unspent units went back into the counter
+    /// and its spent ones are usage.
+    pub fn refunded(&mut self, policy: &str, token: &str, refund: &Refund, now: Nanos) {
+        self.changes += 1;
+        self.returned_units += refund.units;
+        if self.recording == Recording::Records {
+            let mut record = Record::new(self.partition, policy, token, refund.units, now);
+            record.g = refund.taken_at.as_u64().max(1);
+            record.u = refund.spent;
+            self.records.push(record);
+        }
+    }
+
+    /// Records kept, usage recorded: a denied ask's record, stored for
+    /// its usage only.
+    fn denied(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
+        let mut record = Record::new(self.partition, policy, token, cost, now);
+        record.d = true;
+        self.records.push(record);
+    }
+
+    pub fn outcome(&mut self, verb: Verb, result: &Result<(Decision, &str), ErrorReply>) {
+        self.decisions += 1;
+        let (policy, outcome) = match (result, verb) {
+            (Err(_), _) => {
+                self.errors += 1;
+                return;
+            }
+            (Ok((_, policy)), Verb::Hit) => {
+                self.hits += 1;
+                (policy, 2)
+            }
+            (Ok((d, policy)), _) if d.allowed => {
+                self.allowed += 1;
+                (policy, 0)
+            }
+            (Ok((_, policy)), _) => {
+                self.denied += 1;
+                (policy, 1)
+            }
+        };
+        self.count_policy(policy, outcome);
+    }
+
+    /// An inspect or a reset was answered (`ok`) or refused.
+    pub fn admin(&mut self, ok: bool) {
+        self.decisions += 1;
+        if !ok {
+            self.errors += 1;
+        }
+    }
+
+    /// A batch item only gave a slice back: it decided nothing.
+    pub fn gave_back_only(&mut self) {
+        self.decisions += 1;
+    }
+
+    /// A refund no slice of this owner explained: its units are not given
+    /// back.
+    pub fn unmatched(&mut self, units: u64) {
+        self.unmatched_units += units;
+    }
+
+    /// Records decided elsewhere in the same batch (a partition batch's
+    /// items), to be stored with this tally's.
+    pub fn append(&mut self, records: &mut Vec<Record>) {
+        self.records.append(records);
+    }
+
+    /// Records the usage of one decided ask (CONTRACT §9): `cost` units
+    /// used or denied (a peek, cost 0, is neither). Without records into
+    /// the partition's `ledger` now; with records a count is already one
+    /// and a denial becomes one, and both reach the ledger once stored
+    /// ([`crate::usage::UsageBook::journaled`]).
+    pub fn usage(
+        &mut self,
+        ledger: Option<&Ledger>,
+        counted: Counted<'_>,
+        usage: Usage,
+        now: Nanos,
+    ) {
+        let Counted {
+            policy,
+            token,
+            cost,
+        } = counted;
+        if cost == 0 {
+            return;
+        }
+        let counts = match usage {
+            Usage::Used => Counts {
+                used: cost,
+                denied: 0,
+            },
+            Usage::Denied => Counts {
+                used: 0,
+                denied: cost,
+            },
+            Usage::Neither => return,
+        };
+        match self.recording {
+            Recording::Records if usage == Usage::Denied => self.denied(policy, token, cost, now),
+            Recording::Records => {}
+            Recording::Nothing => {
+                if let Some(ledger) = ledger {
+                    ledger.add(policy, token, now.as_u64() / 1_000_000, counts);
+                }
+            }
+        }
+    }
+
+    /// Publishes the counts to `worker` and to the partition's `shard` and
+    /// returns the records to store (none unless records are kept). The
+    /// changes are published last (Release), after the counters they wrote.
+    pub fn finish(self, worker: &WorkerStats, shard: &ShardStats) -> Vec<Record> {
+        add(&worker.allowed, self.allowed);
+        add(&worker.denied, self.denied);
+        add(&worker.hits, self.hits);
+        worker.add_errors(self.errors);
+        for (p, counts) in &self.by_policy[..self.policies_used] {
+            for (counter, n) in self.meters.counters[*p].iter().zip(counts) {
+                if *n > 0 {
+                    counter.inc_by(*n);
+                }
+            }
+        }
+        for (counter, n) in [
+            (&worker.meters.budget_slices, self.slices),
+            (&worker.meters.budget_sliced_units, self.sliced_units),
+            (&worker.meters.budget_returned_units, self.returned_units),
+            (&worker.meters.budget_unmatched_units, self.unmatched_units),
+        ] {
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
+        add(&shard.decisions, self.decisions);
+        shard.add_changes(self.changes);
+        self.records
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    if n > 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The allowed, denied and hit counters of `sluice_worker_decisions_total`
+/// for each policy, found by name without a lock: the decision core looks
+/// a policy up here once per decision, and a [`Tally`] adds to the
+/// counters once per batch. Replaced whole when the policies change, and
+/// only ever grows: a policy taken out of force keeps its series (a counter
+/// never goes back), so whatever version of the policies a batch decides
+/// with, its names are here.
+#[derive(Default)]
+pub struct PolicyMeters {
+    index: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+    counters: Vec<[Counter; 3]>,
+}
+
+impl PolicyMeters {
+    /// These meters and those of `names` not among them yet, from `stats`'
+    /// family.
+    pub fn with<'n>(
+        &self,
+        stats: &WorkerStats,
+        names: impl Iterator<Item = &'n str>,
+    ) -> PolicyMeters {
+        let mut index = self.index.clone();
+        let mut counters = self.counters.clone();
+        for name in names {
+            if index.contains_key(name) {
+                continue;
+            }
+            index.insert(name.into(), counters.len());
+            counters.push(Outcome::OF_POLICIES.map(|outcome| {
+                stats.meters.decisions.get_or_create_owned(&DecisionLabels {
+                    outcome,
+                    policy: name.to_string(),
+                })
+            }));
+        }
+        PolicyMeters { index, counters }
+    }
+
+    pub fn index_of(&self, policy: &str) -> Option<usize> {
+        self.index.get(policy).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch deciding for more policies than a tally gathers counts the
+    /// rest at once: every decision is counted either way, and a name
+    /// without meters is not counted per policy.
+    #[test]
+    fn a_tally_counts_every_policy_past_its_slots() {
+        let stats = WorkerStats::default();
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let meters = Arc::new(PolicyMeters::default().with(&stats, names.into_iter()));
+        let mut tally = Tally::new(0, Recording::Nothing, meters);
+        for (i, name) in names.iter().enumerate() {
+            for _ in 0..=i {
+                tally.count_policy(name, 1);
+            }
+        }
+        tally.count_policy("unknown", 1);
+        tally.finish(&stats, &ShardStats::default());
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(stats.decisions_of(Outcome::Denied, name), i as u64 + 1);
+        }
+        assert_eq!(
+            stats
+                .meters
+                .decisions
+                .get(&DecisionLabels {
+                    outcome: Outcome::Denied,
+                    policy: "unknown".into()
+                })
+                .map(|c| c.get()),
+            None
+        );
+    }
+}
