@@ -86,6 +86,24 @@ pub fn counter_key(buf: &mut String, policy: &str, token: &str) {
     buf.push_str(token);
 }
 
+thread_local! {
+    /// The buffer [`with_counter_key`] builds keys in: one per thread, not
+    /// one `String` per ask (the worker builds one per decision, the client
+    /// one per ask it looks up in its deny cache and budgets).
+    static COUNTER_KEY: std::cell::RefCell<String> =
+        std::cell::RefCell::new(String::with_capacity(128));
+}
+
+/// Runs `f` on the counter key of `policy` and `token` ([`counter_key`]),
+/// built in this thread's buffer. `f` must not call it again (the buffer is
+/// borrowed while `f` runs).
+pub fn with_counter_key<R>(policy: &str, token: &str, f: impl FnOnce(&str) -> R) -> R {
+    COUNTER_KEY.with_borrow_mut(|key| {
+        counter_key(key, policy, token);
+        f(key)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

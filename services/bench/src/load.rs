@@ -138,26 +138,20 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
                     };
                     let rec = Rc::new(RefCell::new(Recorder::default()));
                     let seed = (t as u64 + 1) << 32;
+                    let load = Load {
+                        keys: &keys,
+                        shared: &shared,
+                        thread: t,
+                        start,
+                        rec: &rec,
+                        seed,
+                    };
                     match rate {
-                        None => {
-                            closed_loop(&targets, &tasks, &keys, &shared, t, start, &rec, seed)
-                                .await
-                        }
+                        None => closed_loop(&targets, &tasks, load).await,
                         Some(rate) => {
                             let targets: Vec<Rc<C::Target>> =
                                 targets.iter().map(|(_, t)| t.clone()).collect();
-                            open_loop(
-                                targets,
-                                &keys,
-                                &shared,
-                                t,
-                                start,
-                                &rec,
-                                seed,
-                                rate,
-                                inflight_cap,
-                            )
-                            .await
+                            open_loop(targets, load, rate, inflight_cap).await
                         }
                     }
                     let stats =
@@ -375,17 +369,26 @@ fn note(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn closed_loop<T: Target>(
-    targets: &[(usize, Rc<T>)],
-    tasks: &[usize],
-    keys: &Keys,
-    shared: &Arc<Shared>,
+/// What one load thread's loop works with.
+struct Load<'a> {
+    keys: &'a Keys,
+    shared: &'a Arc<Shared>,
     thread: usize,
     start: Start,
-    rec: &Rc<RefCell<Recorder>>,
+    rec: &'a Rc<RefCell<Recorder>>,
+    /// The thread's seed for its tasks' key choices.
     seed: u64,
-) {
+}
+
+async fn closed_loop<T: Target>(targets: &[(usize, Rc<T>)], tasks: &[usize], load: Load<'_>) {
+    let Load {
+        keys,
+        shared,
+        thread,
+        start,
+        rec,
+        seed,
+    } = load;
     let mut joins = Vec::new();
     for (i, &conn) in tasks.iter().enumerate() {
         let target = targets
@@ -411,18 +414,15 @@ async fn closed_loop<T: Target>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn open_loop<T: Target>(
-    targets: Vec<Rc<T>>,
-    keys: &Keys,
-    shared: &Arc<Shared>,
-    thread: usize,
-    start: Start,
-    rec: &Rc<RefCell<Recorder>>,
-    seed: u64,
-    rate: f64,
-    cap: usize,
-) {
+async fn open_loop<T: Target>(targets: Vec<Rc<T>>, load: Load<'_>, rate: f64, cap: usize) {
+    let Load {
+        keys,
+        shared,
+        thread,
+        start,
+        rec,
+        seed,
+    } = load;
     let permits = Arc::new(tokio::sync::Semaphore::new(cap));
     let mut rng = Rng::new(seed);
     let mut sent: u64 = 0;

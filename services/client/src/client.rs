@@ -33,22 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-thread_local! {
-    /// The key (`policy/token`, [`sluice_core::ask::counter_key`]) an ask
-    /// looks up in the deny cache and the budgets is built here: one
-    /// buffer per thread, not one `String` per ask.
-    static COUNTER_KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
-
-/// Runs `f` on the counter key of `policy` and `token`, built in this
-/// thread's buffer.
-pub(crate) fn with_counter_key<R>(policy: &str, token: &str, f: impl FnOnce(&str) -> R) -> R {
-    COUNTER_KEY.with_borrow_mut(|key| {
-        sluice_core::ask::counter_key(key, policy, token);
-        f(key)
-    })
-}
-
 /// A sluice client over one NATS connection. Cheap to clone; all clones
 /// share the connection, the deny cache, the batch queues and the local
 /// limiter, so one `Client` serves any number of tasks.
@@ -263,7 +247,7 @@ impl Client {
     ) -> Result<Answer, Error> {
         let inner = &self.inner;
         let mut ended = None;
-        let plan = with_counter_key(policy, token, |key| {
+        let plan = sluice_core::ask::with_counter_key(policy, token, |key| {
             budgets.plan(key, policy, cost, &mut ended)
         });
         if let Some(refund) = ended {
@@ -288,7 +272,7 @@ impl Client {
             if reply.and_then(|d| d.grant).is_some_and(|g| g.units > 0) {
                 inner.stats.slices.fetch_add(1, Ordering::Relaxed);
             }
-            with_counter_key(policy, token, |key| {
+            sluice_core::ask::with_counter_key(policy, token, |key| {
                 budgets.settle(key, policy, sent, reply)
             });
         }

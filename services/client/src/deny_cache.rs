@@ -22,8 +22,8 @@
 //! shard grows, and a full cache stops caching rather than evicting.
 
 use crate::answer::{Answer, Source};
-use crate::client::with_counter_key;
 use foldhash::fast::RandomState;
+use sluice_core::ask::with_counter_key;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Mutex;

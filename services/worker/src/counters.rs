@@ -188,15 +188,13 @@ impl Slots {
         Some(latest - now.as_u64())
     }
 
-    /// Stores a new key (`hash` is its hash, `rehash` hashes the keys
-    /// stored) with its state and stamp, within the key bound when this
+    /// Stores a new key (`hash` is its hash) with its state and stamp, within the key bound when this
     /// bucket holds at least its fair share and a key asked only once: then
     /// the least valuable of those makes room. A sliding log is moved out
     /// of `state`; `bytes` is a buffer to pack it in.
     /// Returns true when the key was stored over the bound, so that the
     /// caller, once it holds no lock, has [`KeyBound::evict_elsewhere`]
     /// make room.
-    #[allow(clippy::too_many_arguments)]
     fn remember(
         &mut self,
         hash: u64,
@@ -205,7 +203,6 @@ impl Slots {
         stamp: Stamp,
         now: Nanos,
         bytes: &mut Vec<u8>,
-        rehash: impl Fn(&[u8]) -> u64,
     ) -> bool {
         let first_prune = stamp.forgettable_at().max(now.saturating_add(PRUNE_EVERY));
         self.next_prune = if self.table.is_empty() {
@@ -225,6 +222,10 @@ impl Slots {
             self.bound.release(1);
         }
         self.bound.held.fetch_add(1, Ordering::Relaxed);
+        // The bucket's keys are hashed as every partition of the worker
+        // hashes them ([`KeyBound`]'s hasher).
+        let hasher = &self.bound.hasher;
+        let rehash = |k: &[u8]| hasher.hash_one(k);
         self.table.insert(hash, key, stamp, state, bytes, rehash);
         full && self.bound.over()
     }
@@ -527,8 +528,7 @@ impl Counters {
                 // stored at all.
                 if needed > Nanos::ZERO {
                     let stamp = Stamp::new(now.saturating_add(needed), false);
-                    let rehash = |k: &[u8]| self.hash(k);
-                    over_bound = slots.remember(hash, key, state, stamp, now, bytes, rehash);
+                    over_bound = slots.remember(hash, key, state, stamp, now, bytes);
                 }
                 (decision, needed.as_u64())
             }
@@ -703,8 +703,7 @@ impl Counters {
             let mut bytes = Vec::new();
             for (hash, mut entry, stamp) in new_slots {
                 let (key, state) = (&entry.key, &mut entry.state);
-                over_bound +=
-                    usize::from(slots.remember(hash, key, state, stamp, now, &mut bytes, rehash));
+                over_bound += usize::from(slots.remember(hash, key, state, stamp, now, &mut bytes));
             }
             drop(slots);
             bucket.set_idle_ttl_ns(self.ttl_for(longest).max(bucket.idle_ttl_ns()));

@@ -41,7 +41,6 @@ use sluice_core::wire::inspect::{
     InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
 };
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
-use std::cell::RefCell;
 use std::sync::Arc;
 
 /// A message as it arrived on one of a partition's subjects.
@@ -83,12 +82,6 @@ pub enum Answer<'p> {
     Inspect(InspectReply, Encoding),
     /// What a reset forgot (`rl.reset`).
     Reset(ResetReply, Encoding),
-}
-
-thread_local! {
-    /// The counter key is built here for every decision: one buffer per
-    /// thread, not one `String` per request.
-    static KEY: RefCell<String> = RefCell::new(String::with_capacity(128));
 }
 
 /// The answer for a key blocked by an override (`max = 0`): denied, asked
@@ -493,13 +486,11 @@ impl Decider {
                 return Ok((decision, base.name(), None));
             }
         };
-        let (decision, grant, budget) = KEY.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            ask::counter_key(&mut buf, policy.name(), token);
+        let (decision, grant, budget) = ask::with_counter_key(policy.name(), token, |buf| {
             // A refund gives back at most what its own slice held, once; one
             // that no slice of this owner explains gives nothing back.
             let budget = match budget {
-                Budget::Refund(r) => match owned.counters.slices().refund(&buf, &r, now) {
+                Budget::Refund(r) => match owned.counters.slices().refund(buf, &r, now) {
                     Ok(Returned::Known) => Budget::Refund(r),
                     Ok(Returned::Unknown) => {
                         turn.tally.unmatched(r.units);
@@ -509,16 +500,15 @@ impl Decider {
                 },
                 other => other,
             };
-            let (decision, grant) =
-                owned
-                    .counters
-                    .update(policy, &buf, now, |state| match budget {
-                        Budget::None => (op.apply(policy, state, now), None),
-                        Budget::Slice(want) => policy.grant(state, now, cost, want),
-                        Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
-                    });
+            let (decision, grant) = owned
+                .counters
+                .update(policy, buf, now, |state| match budget {
+                    Budget::None => (op.apply(policy, state, now), None),
+                    Budget::Slice(want) => policy.grant(state, now, cost, want),
+                    Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
+                });
             if let Some(g) = grant.filter(|g| g.units > 0) {
-                owned.counters.slices().granted(&buf, g.taken_at, g.units);
+                owned.counters.slices().granted(buf, g.taken_at, g.units);
             }
             Ok((decision, grant, budget))
         })?;
@@ -579,17 +569,15 @@ impl Decider {
         if record.d {
             return false;
         }
-        KEY.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            ask::counter_key(&mut buf, &record.p, &record.k);
+        ask::with_counter_key(&record.p, &record.k, |buf| {
             if record.r {
-                counters.forget(&buf);
+                counters.forget(buf);
             } else if record.g == 0 {
-                counters.apply(policy, &buf, Nanos(record.t), Op::Record(record.c));
+                counters.apply(policy, buf, Nanos(record.t), Op::Record(record.c));
                 if record.s {
                     counters
                         .slices()
-                        .replayed_grant(&buf, Nanos(record.t), record.c);
+                        .replayed_grant(buf, Nanos(record.t), record.c);
                 }
             } else {
                 // A slice given back (`g`) is not given back again: a
@@ -599,7 +587,7 @@ impl Decider {
                 // window ends or the bucket refills them. Its slice holds
                 // that much less.
                 counters.slices().replayed_refund(
-                    &buf,
+                    buf,
                     Nanos(record.g),
                     record.c.saturating_add(record.u),
                 );
