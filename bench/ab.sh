@@ -27,7 +27,7 @@
 # the load generator (bash's `time`), the worker(s) and nats-server (user +
 # system time from /proc/<pid>/stat): steadier than throughput on a VM that
 # drifts, and it says which process a change made cheaper
-# (docs/BENCHMARKS.md, "Hot keys with local budgets").
+# (docs/BENCHMARKS-HISTORY.md, "Hot keys with local budgets").
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 OLD="${1:?usage: bench/ab.sh OLD_SLUICE NEW_SLUICE [ROUNDS]}"

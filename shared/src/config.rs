@@ -58,7 +58,8 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
 /// Default bound on the live counters one worker holds: 1M active keys fit
 /// twice over (~275 bytes each under a 10/min + 500/h sliding window, so
-/// ~550 MB at the bound; docs/BENCHMARKS.md, "Memory").
+/// ~550 MB at the bound; docs/BENCHMARKS-HISTORY.md, "A flood of new keys:
+/// the counters and usage level off").
 pub const DEFAULT_MAX_KEYS: u64 = 2_000_000;
 /// The longest accepted policy name (the wire protocol's rule: a policy
 /// that can be configured can always be asked for).

@@ -361,7 +361,8 @@ pub fn visit_record<'a>(
 /// merges its finer records' runs. A map's insert per key (a search of
 /// string compares down the tree) made a flush of a minute of 30,000 keys
 /// the answering thread's largest cost in a flood of new keys
-/// (docs/BENCHMARKS.md, "A flood of new keys").
+/// (docs/BENCHMARKS-HISTORY.md, "A flood of new keys at the default
+/// `max_keys`").
 #[derive(Debug)]
 pub struct RecordSum<'a> {
     w: u64,

@@ -28,7 +28,8 @@ pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
     opts.taking_over = Some(huge_pages_off_while_taking_over);
     // One thread: on the 2-core machines this was measured on, a
     // current-thread runtime answers ~1.5x faster than the multi-thread one
-    // (docs/BENCHMARKS.md). Run more workers to use more cores.
+    // (docs/BENCHMARKS-HISTORY.md, "Hot keys with local budgets", tried a
+    // two-thread runtime). Run more workers to use more cores.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -21,10 +21,16 @@
 //! names as in the JSON, comma-separated) and `SLUICE_NEMESIS_RUNS`
 //! (`durability/algorithm`, comma-separated); `SLUICE_NEMESIS_LOGS=DIR`
 //! keeps every worker's log there.
+//!
+//! Two experiments on NATS itself under a frozen node, which the suite's
+//! timeouts rest on, are in `nats_freeze_experiments.rs`.
 
+mod common;
+
+use common::nats::{server_config, signal};
+use common::SLUICE;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_core::wire::inspect::{decode_admin_reply, InspectReply};
@@ -37,7 +43,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 const PARTITIONS: u32 = 16;
 const WORKERS: usize = 3;
 /// Each key's limit: all of a run falls in one window (100 years).
@@ -139,16 +144,6 @@ struct RunResult {
     faults: Vec<FaultResult>,
 }
 
-fn server_config() -> String {
-    // The cluster gives each node its name (`--server_name`).
-    NatsServerConfig::new(PARTITIONS)
-        .render()
-        .lines()
-        .filter(|l| !l.starts_with("server_name"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 fn sluice_config(durability: &str, algorithm: &str) -> String {
     format!(
         r#"
@@ -190,7 +185,8 @@ struct Cluster {
 
 impl Cluster {
     fn start(durability: &str, algorithm: &str) -> Cluster {
-        let nats = NatsCluster::start(3, |_| server_config()).expect("the NATS cluster starts");
+        let nats =
+            NatsCluster::start(3, |_| server_config(PARTITIONS)).expect("the NATS cluster starts");
         let urls = nats.urls().join(",");
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("sluice.toml");
@@ -264,10 +260,6 @@ impl Cluster {
             .map(|(id, p)| format!("--- {id}\n{}", p.log_tail(30)))
             .collect()
     }
-}
-
-fn signal(pid: u32, sig: Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).expect("signal sent");
 }
 
 async fn ask_once(client: &async_nats::Client, key: &str, body: &'static [u8]) -> Outcome {
@@ -628,214 +620,4 @@ async fn the_short_nemesis_run_keeps_every_promise() {
     }
     let r = run("journal", "sliding_log", SHORT, Form::Short).await;
     assert_promises(&r);
-}
-
-/// How long nats-server takes to replace the leader of an R3 stream whose
-/// node froze (SIGSTOP): the bound behind the takeover path's JetStream
-/// timeouts (docs/RELIABILITY.md). An experiment, not a check: it prints
-/// one line per trial, from the freeze until a publish through another
-/// node is acknowledged (the stream has a working leader again).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an experiment (~2 min): scripts/test.sh -p sluice-cli --test nemesis -- --ignored --nocapture frozen_stream_leader"]
-async fn how_long_nats_takes_to_replace_a_frozen_stream_leader() {
-    use async_nats::jetstream::{self, stream};
-    const TRIALS: usize = 8;
-    const STREAM: &str = "EXPERIMENT";
-    let _serial = sluice_tests::serial().await;
-    let nats = NatsCluster::start(3, |_| server_config()).expect("the NATS cluster starts");
-    let mut js = Vec::new();
-    for node in nats.nodes() {
-        let client = node.connect().await.expect("a client connects");
-        // Short, so that a request to the frozen leader fails fast.
-        js.push(
-            jetstream::ContextBuilder::new()
-                .timeout(Duration::from_millis(250))
-                .build(client),
-        );
-    }
-    eventually(Duration::from_secs(10), Duration::from_millis(100), || {
-        js[0].get_or_create_stream(stream::Config {
-            name: STREAM.into(),
-            subjects: vec!["experiment.>".into()],
-            num_replicas: 3,
-            ..Default::default()
-        })
-    })
-    .await
-    .expect("the stream is created");
-    let leader_of = |info: &stream::Info| -> Option<usize> {
-        let name = info.cluster.as_ref()?.leader.as_ref()?;
-        name.strip_prefix('n')?.parse().ok()
-    };
-    let all_current = |info: &stream::Info| -> bool {
-        info.cluster.as_ref().is_some_and(|c| {
-            c.leader.is_some() && c.replicas.len() == 2 && c.replicas.iter().all(|r| r.current)
-        })
-    };
-    let mut taken = Vec::new();
-    for trial in 0..TRIALS {
-        // A stream whose every replica is current, and its leader.
-        let info = eventually(
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || async {
-                let info = js[0].get_stream(STREAM).await?.info().await?.clone();
-                anyhow::ensure!(all_current(&info), "not every replica is current");
-                Ok::<_, anyhow::Error>(info)
-            },
-        )
-        .await
-        .expect("the stream is whole again");
-        let leader = leader_of(&info).expect("the stream has a leader");
-        let other = (leader + 1) % 3;
-        let meta = {
-            let jsz = nats.node(other).monitoring_get("/jsz").unwrap_or_default();
-            let v: serde_json::Value = serde_json::from_str(&jsz).unwrap_or_default();
-            v["meta_cluster"]["leader"]
-                .as_str()
-                .unwrap_or("?")
-                .to_string()
-        };
-        let pid = nats.node(leader).pid().expect("the node runs");
-        signal(pid, Signal::SIGSTOP);
-        let frozen = Instant::now();
-        let acked = eventually(
-            Duration::from_secs(60),
-            Duration::from_millis(50),
-            || async {
-                js[other]
-                    .publish(format!("experiment.{trial}"), "x".into())
-                    .await?
-                    .await?;
-                Ok::<_, anyhow::Error>(frozen.elapsed())
-            },
-        )
-        .await;
-        let new_leader = match js[other].get_stream(STREAM).await {
-            Ok(mut s) => s.info().await.ok().and_then(&leader_of),
-            Err(_) => None,
-        };
-        signal(pid, Signal::SIGCONT);
-        let acked = acked.expect("the stream gets a new leader within 60 s");
-        println!(
-            "trial {trial}: leader n{leader} (meta leader {meta}) frozen; a publish through n{other} \
-             acknowledged after {:.2} s; new leader {new_leader:?}",
-            acked.as_secs_f64()
-        );
-        taken.push(acked.as_secs_f64());
-    }
-    taken.sort_by(f64::total_cmp);
-    println!(
-        "a frozen stream leader replaced after {:.2} s (median) / {:.2} s (worst) over {TRIALS} trials",
-        taken[TRIALS / 2],
-        taken[TRIALS - 1]
-    );
-}
-
-/// What a NATS node's freeze does to KV requests through the other nodes,
-/// while messages are routed to the frozen one (as to the workers
-/// connected there): puts, async-nats's reads (direct gets, which any
-/// replica answers) and sluice's reads from the stream's leader
-/// (`sluice_worker::store::entry`). One character per request every
-/// 0.25 s: `+` answered within 0.6 s, `.` not. An experiment, not a check
-/// (docs/RELIABILITY.md).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an experiment (~2 min): scripts/test.sh -p sluice-cli --test nemesis -- --ignored --nocapture kv_requests_while"]
-async fn kv_requests_while_a_nats_node_is_frozen() {
-    use async_nats::jetstream::{self, kv};
-    const WITHIN: Duration = Duration::from_millis(600);
-    let _serial = sluice_tests::serial().await;
-    let nats = NatsCluster::start(3, |_| server_config()).expect("the NATS cluster starts");
-    let mut clients = Vec::new();
-    for node in nats.nodes() {
-        clients.push(node.connect().await.expect("a client connects"));
-    }
-    let js: Vec<_> = clients.iter().map(|c| jetstream::new(c.clone())).collect();
-    eventually(Duration::from_secs(10), Duration::from_millis(100), || {
-        js[0].create_key_value(kv::Config {
-            bucket: "experiment".into(),
-            num_replicas: 3,
-            ..Default::default()
-        })
-    })
-    .await
-    .expect("the bucket is created");
-    for frozen in 0..3 {
-        let other = (frozen + 1) % 3;
-        // Traffic from the other nodes to a subscriber on the frozen one.
-        let _sub = clients[frozen].subscribe("load.>").await.unwrap();
-        clients[frozen].flush().await.unwrap();
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut load = Vec::new();
-        for c in [other, (frozen + 2) % 3] {
-            let (client, stop) = (clients[c].clone(), stop_rx.clone());
-            load.push(tokio::spawn(async move {
-                for i in 0..1_000_000u64 {
-                    if *stop.borrow() {
-                        break;
-                    }
-                    let _ = client
-                        .publish(format!("load.{i}"), vec![0u8; 200].into())
-                        .await;
-                    if i % 50 == 0 {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                }
-            }));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let store = js[other].get_key_value("experiment").await.unwrap();
-        store.put("k", "v".into()).await.unwrap();
-        let mut stream = js[other].get_stream("KV_experiment").await.unwrap();
-        let info = stream.info().await.unwrap();
-        let leader = info
-            .cluster
-            .clone()
-            .and_then(|c| c.leader)
-            .unwrap_or_default();
-        let pid = nats.node(frozen).pid().expect("the node runs");
-        signal(pid, Signal::SIGSTOP);
-        let t0 = Instant::now();
-        let (mut puts, mut gets, mut leader_reads) = (String::new(), String::new(), String::new());
-        let mark = |ok: bool| if ok { '+' } else { '.' };
-        while t0.elapsed() < Duration::from_secs(20) {
-            let started = Instant::now();
-            let put = tokio::time::timeout(WITHIN, store.put("k", "v".into())).await;
-            puts.push(mark(put.is_ok_and(|r| r.is_ok())));
-            let get = tokio::time::timeout(WITHIN, store.get("k")).await;
-            gets.push(mark(get.is_ok_and(|r| r.is_ok())));
-            let read = tokio::time::timeout(WITHIN, sluice_worker::store::entry(&store, "k")).await;
-            leader_reads.push(mark(read.is_ok_and(|r| r.is_ok())));
-            tokio::time::sleep_until((started + Duration::from_millis(250)).into()).await;
-        }
-        signal(pid, Signal::SIGCONT);
-        let _ = stop_tx.send(true);
-        for task in load {
-            let _ = task.await;
-        }
-        println!(
-            "n{frozen} frozen (the bucket's leader: {leader}); requests through n{other}:\n  \
-             puts         {puts}\n  direct gets  {gets}\n  leader reads {leader_reads}"
-        );
-        // The stream whole again before the next node freezes.
-        eventually(
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || async {
-                let info = js[0]
-                    .get_stream("KV_experiment")
-                    .await?
-                    .info()
-                    .await?
-                    .clone();
-                let whole = info
-                    .cluster
-                    .is_some_and(|c| c.leader.is_some() && c.replicas.iter().all(|r| r.current));
-                anyhow::ensure!(whole, "not every replica is current");
-                Ok::<_, anyhow::Error>(())
-            },
-        )
-        .await
-        .expect("the stream is whole again");
-    }
 }

@@ -36,7 +36,7 @@
 //! as with one turn (each holds what arrived during half a round trip, as
 //! before), so nats-server and the worker see as many messages per ask;
 //! only the waiting goes. Three or four turns measured no faster than two
-//! (docs/BENCHMARKS.md, "Changes made").
+//! (docs/BENCHMARKS-HISTORY.md, "Changes made").
 //!
 //! The worker decides a batch's items of one partition in order, as if they
 //! had been sent one after the other, and answers all items in one reply;

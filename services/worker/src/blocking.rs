@@ -6,7 +6,7 @@
 //! threads instead. Those threads sit idle between jobs, and mimalloc gives
 //! the pages a thread freed back to the kernel only once that thread calls
 //! the allocator again: after a fill of 1M keys the worker's RSS read
-//! 133-155 MiB with 113-119 MiB live (docs/BENCHMARKS.md, "1M keys"). So
+//! 133-155 MiB with 113-119 MiB live (docs/BENCHMARKS-HISTORY.md, "1M keys"). So
 //! each job ends by having mimalloc collect what its thread freed. A
 //! takeover's restores do not: they run back to back, and each would fault
 //! in again what the one before gave back.

@@ -2,7 +2,7 @@
 //! from (policy, key) to the key's state, packed ([`table`]).
 //!
 //! Why buckets: a moka entry costs 340–385 bytes of its own
-//! (docs/BENCHMARKS.md, "1M keys"), several times a key's
+//! (docs/BENCHMARKS-HISTORY.md, "1M keys"), several times a key's
 //! state, so one entry per key put a million keys at ~560 bytes each. Keys
 //! are spread by hash over [`BUCKETS`] buckets per partition; moka holds the
 //! buckets (and forgets a bucket once all of its keys have gone idle), and a
@@ -65,12 +65,12 @@ use std::time::{Duration, Instant};
 /// snapshot holds a bucket's lock longer (~240 keys encoded), and an
 /// eviction at the key bound takes its victim from the few least valuable
 /// keys its bucket keeps, not from a scan of the bucket (which cost a flood
-/// at the default bound 40 % of its speed: docs/BENCHMARKS.md). More
+/// at the default bound 40 % of its speed: docs/BENCHMARKS-HISTORY.md). More
 /// buckets cost memory (at 1024, the buckets were a quarter of what a
 /// million keys cost) and decisions: at 512 a worker of 10,000 keys held
 /// ~32,000 buckets of one key or none, each decision missed the cache on
 /// its bucket's own look-aside slot, `Arc`, table and arena, and the worker
-/// spent 18 % more CPU per decision (docs/BENCHMARKS.md, "Hot keys with
+/// spent 18 % more CPU per decision (docs/BENCHMARKS-HISTORY.md, "Hot keys with
 /// local budgets").
 pub const BUCKETS: u64 = 64;
 

@@ -11,7 +11,7 @@
 //! more records per message, with no timer. Two, not one: with one, what was
 //! decided during an append waited for that append's ack and then for its
 //! own, and with two workers on two cores the journal halved what snapshot
-//! mode did (docs/BENCHMARKS.md, "Changes made").
+//! mode did (docs/BENCHMARKS-HISTORY.md, "Changes made").
 //!
 //! A reply is sent only once JetStream acknowledged the append holding its
 //! records *and every append before it*, so an answer a client saw always

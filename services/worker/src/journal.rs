@@ -118,8 +118,9 @@ pub async fn append(
 /// survivor takes those partitions over together; when each partition read
 /// the whole tail to keep its own records, a takeover read it once per
 /// partition (1.8–2.0 s for 32 partitions after heavy load,
-/// docs/BENCHMARKS.md). Now the first partition to need a subject reads it
-/// once, from the journal's first record (every partition's replay starts
+/// docs/BENCHMARKS-HISTORY.md, "Restore after a crash"). Now the first
+/// partition to need a subject reads it once, from the journal's first
+/// record (every partition's replay starts
 /// at or after it: the journal is purged only below what every snapshot
 /// covers), up to its last record then; the others use what it read while
 /// that still reaches the subject's last record (nothing was appended

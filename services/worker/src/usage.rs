@@ -19,7 +19,8 @@
 //! answers once its counters are restored, and the shard replays the usage
 //! right after (a stored minute read per replayed minute, then every
 //! replayed record added). It added ~0.2 s to a journal takeover after
-//! heavy load when the partition waited for it (docs/BENCHMARKS.md).
+//! heavy load when the partition waited for it (docs/BENCHMARKS-HISTORY.md,
+//! "Restore after a crash").
 //! Meanwhile the ledger takes new counts but nothing reads or stores its
 //! totals: flushes and queries wait for the replay ([`Ledger::replayed`]),
 //! and a snapshot claims no journal position past what the last flush

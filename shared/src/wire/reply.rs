@@ -14,7 +14,7 @@
 //! contract grows only by adding, and goes through serde (rmp-serde or
 //! serde_json): a client decodes only the replies to its own requests, and
 //! a hand-written reader for batch replies was tried and gained nothing end
-//! to end (docs/BENCHMARKS.md, "Changes made").
+//! to end (docs/BENCHMARKS-HISTORY.md, "Changes made").
 
 use super::error::{ErrorCode, ErrorReply};
 use super::headers::RateLimitHeaders;

@@ -26,7 +26,8 @@
 //! A table that has evicted keeps its least valuable records ([`Victims`]),
 //! so that the next evictions need not scan it: at the key bound every new
 //! key evicts one, and a scan per eviction made a flood of new keys run at
-//! ~60 % of the speed when buckets held ~490 keys (docs/BENCHMARKS.md). One
+//! ~60 % of the speed when buckets held ~490 keys (docs/BENCHMARKS-HISTORY.md,
+//! "Hot keys with local budgets"). One
 //! scan finds the [`VICTIMS`] lowest stamps; every change of a record's
 //! place or stamp that ranks it below them adds it, and an entry whose
 //! record has gone, moved or been restamped is skipped when its turn comes.

@@ -6,7 +6,7 @@
 //! in one record; memory holds only what was counted since the last write.
 //! So a worker's memory grows with the keys counted per flush interval, not
 //! per minute: when memory held the whole minute, a million new keys in a
-//! minute held a million entries (docs/BENCHMARKS.md, "1M keys"), and a
+//! minute held a million entries (docs/BENCHMARKS-HISTORY.md, "1M keys"), and a
 //! flood of new keys grew without bound.
 //!
 //! A flush *takes* what each minute counted ([`Ledger::take`]), reads the
@@ -43,7 +43,7 @@
 //! the minute and then the key on every request, cost the worker 0.4-0.5
 //! µs of its ~2.5 µs per decision, mostly waiting for those lines to come
 //! from memory: a worker's 64 ledgers are each touched once every few
-//! hundred requests (docs/BENCHMARKS.md, "Hot keys with local budgets").
+//! hundred requests (docs/BENCHMARKS-HISTORY.md, "Hot keys with local budgets").
 //! A log that grows past [`FOLD_AT`] (a flush late, or tens of thousands
 //! of requests a second in one partition) is summed on the spot, so
 //! memory stays bounded by the keys counted, as with the map.
