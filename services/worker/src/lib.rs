@@ -41,8 +41,10 @@
 //! - [`service`]: `$SRV` discovery and the status endpoint.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
 //! - [`blocking`]: CPU-heavy jobs off the answering thread.
-//! - [`shared`]: what the worker's tasks share.
+//! - [`answering`]: what the tasks that answer share (shards, worker
+//!   batches, usage queries).
 
+pub mod answering;
 pub mod blocking;
 pub mod counters;
 pub mod decide;
@@ -60,7 +62,6 @@ pub mod reply;
 pub mod routes;
 pub mod service;
 pub mod shard;
-pub mod shared;
 pub mod snapshot;
 pub mod stats;
 pub mod store;

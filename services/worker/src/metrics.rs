@@ -11,9 +11,7 @@
 //! the same [`service::status`] and encoded by a collector, so the page and
 //! `sluice status` cannot disagree.
 
-use crate::service::{self, WorkerStatus};
-use crate::shared::Shared;
-use crate::stats::ShardsView;
+use crate::service::{self, StatusSources, WorkerStatus};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::{routing::get, Router};
@@ -24,8 +22,8 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The `/metrics` page of a worker.
-pub fn render(shared: &Shared, shards: &ShardsView) -> Result<String, fmt::Error> {
-    let m = &shared.stats.meters;
+pub fn render(sources: &StatusSources) -> Result<String, fmt::Error> {
+    let m = &sources.stats.meters;
     let mut registry = Registry::default();
     registry.register(
         "sluice_worker_decisions",
@@ -100,7 +98,7 @@ pub fn render(shared: &Shared, shards: &ShardsView) -> Result<String, fmt::Error
     ] {
         registry.register(name, help, counter.clone());
     }
-    registry.register_collector(Box::new(StatusValues(service::status(shared, shards))));
+    registry.register_collector(Box::new(StatusValues(service::status(sources))));
     page::render(&registry)
 }
 
@@ -187,13 +185,13 @@ impl Collector for StatusValues {
 }
 
 /// Serves `/metrics` on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, shards: ShardsView) {
+pub async fn serve(listener: tokio::net::TcpListener, sources: Arc<StatusSources>) {
     let app = Router::new().route(
         "/metrics",
         get(move || {
-            let (shared, shards) = (shared.clone(), shards.clone());
+            let sources = sources.clone();
             async move {
-                match render(&shared, &shards) {
+                match render(&sources) {
                     Ok(text) => {
                         ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
                     }

@@ -12,32 +12,30 @@
 //!
 //! [`Decider::set_policies`]: crate::decide::Decider::set_policies
 
-use crate::shared::Shared;
+use crate::decide::Decider;
+use crate::stats::PolicyStatus;
 use anyhow::{anyhow, Result};
+use async_nats::jetstream::{self, kv};
 use sluice_client::policy_follow::{self, Event};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Reads the whole bucket once (at start, so the first answers already use
 /// its policies).
-pub async fn load(shared: &Shared) -> Result<()> {
-    let mut policies = (*shared.decider.policies()).clone();
-    policy_follow::load(&shared.stores.policies, &mut policies, &mut |e| {
-        report(shared, e)
-    })
-    .await
-    .map_err(|e| anyhow!(e))
+pub async fn load(bucket: &kv::Store, decider: &Decider, status: &PolicyStatus) -> Result<()> {
+    let mut policies = (*decider.policies()).clone();
+    policy_follow::load(bucket, &mut policies, &mut |e| report(decider, status, e))
+        .await
+        .map_err(|e| anyhow!(e))
 }
 
 /// Follows the bucket until the task is aborted.
-pub async fn watch(shared: Arc<Shared>) {
-    let policies = (*shared.decider.policies()).clone();
-    let js = shared.stores.js.clone();
-    policy_follow::follow(js, policies, |e| report(&shared, e)).await;
+pub async fn watch(js: jetstream::Context, decider: Arc<Decider>, status: Arc<PolicyStatus>) {
+    let policies = (*decider.policies()).clone();
+    policy_follow::follow(js, policies, |e| report(&decider, &status, e)).await;
 }
 
-fn report(shared: &Shared, event: Event<'_>) {
-    let status = &shared.policy_status;
+fn report(decider: &Decider, status: &PolicyStatus, event: Event<'_>) {
     let mut refused = status.refused.lock().unwrap_or_else(|e| e.into_inner());
     match event {
         Event::InForce {
@@ -45,7 +43,7 @@ fn report(shared: &Shared, event: Event<'_>) {
             revision,
             policies,
         } => {
-            shared.decider.set_policies(policies.clone());
+            decider.set_policies(policies.clone());
             for key in keys {
                 refused.remove(key);
             }

@@ -10,8 +10,8 @@
 //! facts: owned partitions with their decision counts, key counts and
 //! snapshot ages. `sluice status` reads those.
 
-use crate::shared::Shared;
-use crate::stats::ShardsView;
+use crate::counters::KeyBound;
+use crate::stats::{PolicyStatus, ShardsView, WorkerStats};
 use anyhow::{anyhow, Result};
 use async_nats::service::{self, ServiceExt};
 use futures::StreamExt;
@@ -58,9 +58,20 @@ pub struct PartitionStatus {
     pub last_snapshot_ms: u64,
 }
 
-pub fn status(shared: &Shared, shards: &ShardsView) -> WorkerStatus {
-    let s = &shared.stats;
-    let partitions = shards
+/// What a worker's status is read from: for `sluice status` and the
+/// `/metrics` page alike.
+pub struct StatusSources {
+    pub worker_id: String,
+    pub stats: Arc<WorkerStats>,
+    pub policy_status: Arc<PolicyStatus>,
+    pub key_bound: Arc<KeyBound>,
+    pub shards: ShardsView,
+}
+
+pub fn status(sources: &StatusSources) -> WorkerStatus {
+    let s = &sources.stats;
+    let partitions = sources
+        .shards
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
@@ -73,36 +84,38 @@ pub fn status(shared: &Shared, shards: &ShardsView) -> WorkerStatus {
         })
         .collect();
     WorkerStatus {
-        worker: shared.worker_id.clone(),
+        worker: sources.worker_id.clone(),
         allowed: s.allowed.load(Ordering::Relaxed),
         denied: s.denied.load(Ordering::Relaxed),
         hits: s.hits.load(Ordering::Relaxed),
         errors: s.errors.load(Ordering::Relaxed),
         journal_errors: s.journal_errors.load(Ordering::Relaxed),
-        policy_revision: shared.policy_status.revision.load(Ordering::Relaxed),
-        policy_refusals: shared.policy_status.refusals.load(Ordering::Relaxed),
-        refused_policies: shared
+        policy_revision: sources.policy_status.revision.load(Ordering::Relaxed),
+        policy_refusals: sources.policy_status.refusals.load(Ordering::Relaxed),
+        refused_policies: sources
             .policy_status
             .refused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
-        keys: shared.key_bound.held(),
-        max_keys: shared.key_bound.max(),
-        evicted_keys: shared.key_bound.evicted(),
+        keys: sources.key_bound.held(),
+        max_keys: sources.key_bound.max(),
+        evicted_keys: sources.key_bound.evicted(),
         partitions,
     }
 }
 
 /// Registers the service and answers `sluice.status.<worker>` until stopped.
-pub async fn start(shared: Arc<Shared>, shards: ShardsView) -> Result<service::Service> {
-    let for_stats = (shared.clone(), shards.clone());
-    let svc = shared
-        .client
+pub async fn start(
+    client: &async_nats::Client,
+    sources: Arc<StatusSources>,
+) -> Result<service::Service> {
+    let for_stats = sources.clone();
+    let svc = client
         .service_builder()
         .description("sluice limiter worker")
         .stats_handler(move |_endpoint, _stats| {
-            serde_json::to_value(status(&for_stats.0, &for_stats.1)).unwrap_or_default()
+            serde_json::to_value(status(&for_stats)).unwrap_or_default()
         })
         .start(STATUS_SERVICE, env!("CARGO_PKG_VERSION"))
         .await
@@ -111,12 +124,12 @@ pub async fn start(shared: Arc<Shared>, shards: ShardsView) -> Result<service::S
         .group(STATUS_GROUP)
         .endpoint_builder()
         .name("status")
-        .add(shared.worker_id.clone())
+        .add(sources.worker_id.clone())
         .await
         .map_err(|e| anyhow!("cannot add the status endpoint: {e}"))?;
     tokio::spawn(async move {
         while let Some(req) = endpoint.next().await {
-            let body = serde_json::to_vec(&status(&shared, &shards)).unwrap_or_default();
+            let body = serde_json::to_vec(&status(&sources)).unwrap_or_default();
             let _ = req.respond(Ok(body.into())).await;
         }
     });

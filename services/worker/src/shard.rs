@@ -12,16 +12,19 @@
 //! their records are stored). Worker batches ([`crate::worker_batch`])
 //! decide on its counters from their own tasks while its route is open.
 
+use crate::answering::Answering;
 use crate::counters::Counters;
+use crate::counters::KeyBound;
 use crate::decide::{Message, Owned};
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
 use crate::owner::{Found, Owner, Settings, Snapshot, Write};
 use crate::reply::Reply;
-use crate::shared::Shared;
 use crate::snapshot::{self, Manifest};
+use crate::stats::WorkerStats;
 use crate::stats::{secs, LeaseEvent, ShardStats};
 use crate::store;
+use crate::store::Stores;
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
@@ -83,11 +86,34 @@ impl ShardHandle {
     }
 }
 
+/// What owning a partition needs beyond what answering does
+/// ([`Answering`]): the stores, the lease's length, the snapshot interval,
+/// the worker's key bound and stats.
+pub struct Owning {
+    pub stores: Stores,
+    pub lease_ttl: Duration,
+    pub snapshot_interval: Duration,
+    pub key_bound: Arc<KeyBound>,
+    pub stats: Arc<WorkerStats>,
+}
+
 /// Starts owning `partition` under `lease`.
-pub fn spawn(shared: Arc<Shared>, partition: u32, lease: Lease) -> ShardHandle {
+pub fn spawn(
+    answering: Arc<Answering>,
+    owning: Arc<Owning>,
+    partition: u32,
+    lease: Lease,
+) -> ShardHandle {
     let (stop_tx, stop_rx) = oneshot::channel();
     let stats = Arc::new(ShardStats::default());
-    let join = tokio::spawn(run(shared, partition, lease, stop_rx, stats.clone()));
+    let join = tokio::spawn(run(
+        answering,
+        owning,
+        partition,
+        lease,
+        stop_rx,
+        stats.clone(),
+    ));
     ShardHandle {
         partition,
         stats,
@@ -97,7 +123,8 @@ pub fn spawn(shared: Arc<Shared>, partition: u32, lease: Lease) -> ShardHandle {
 }
 
 struct Shard {
-    shared: Arc<Shared>,
+    answering: Arc<Answering>,
+    owning: Arc<Owning>,
     lease: Lease,
     /// The partition's state and the rules that carry it ([`crate::owner`]).
     owner: Owner,
@@ -116,7 +143,8 @@ type SnapshotJob = JoinHandle<Result<(Manifest, u64)>>;
 type UsageJob = JoinHandle<Result<()>>;
 
 async fn run(
-    shared: Arc<Shared>,
+    answering: Arc<Answering>,
+    owning: Arc<Owning>,
     partition: u32,
     lease: Lease,
     mut stop: oneshot::Receiver<()>,
@@ -124,10 +152,10 @@ async fn run(
 ) -> Exit {
     let settings = Settings {
         partition,
-        worker_id: shared.worker_id.clone(),
-        snapshot_interval: shared.config.snapshot_interval,
+        worker_id: answering.worker_id.clone(),
+        snapshot_interval: owning.snapshot_interval,
     };
-    let counters = Counters::within(shared.key_bound.clone());
+    let counters = Counters::within(owning.key_bound.clone());
     let owner = Owner::new(
         settings,
         lease.revision,
@@ -136,7 +164,8 @@ async fn run(
         std::time::Instant::now(),
     );
     let mut shard = Shard {
-        shared,
+        answering,
+        owning,
         lease: lease.clone(),
         owner,
         usage_replay: None,
@@ -169,7 +198,7 @@ async fn run(
             Again::No => {
                 tracing::error!(partition, attempts, "cannot take the partition over: {e:#}");
                 shard.close_usage();
-                let _ = lease::release(&shard.shared.stores.leases, &shard.lease).await;
+                let _ = lease::release(&shard.owning.stores.leases, &shard.lease).await;
                 return Exit::Failed;
             }
         }
@@ -179,10 +208,10 @@ async fn run(
     let shard_stats = shard.owner.stats().clone();
     shard_stats.answering.store(true, Ordering::SeqCst);
     // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
-    let stats = shard.shared.stats.clone();
+    let stats = shard.owning.stats.clone();
     let meters = &stats.meters;
     meters.takeover_duration.observe(secs(started.elapsed()));
-    shard.shared.routes.open(
+    shard.answering.routes.open(
         partition,
         shard.owner.counters().clone(),
         shard_stats.clone(),
@@ -196,17 +225,17 @@ async fn run(
         "answering"
     );
 
-    let ttl = shard.shared.lease_ttl;
+    let ttl = shard.owning.lease_ttl;
     let mut renew_tick = interval_at(
         Instant::now() + lease::renew_interval(ttl),
         lease::renew_interval(ttl),
     );
     renew_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let snap_every = shard.shared.config.snapshot_interval;
+    let snap_every = shard.owning.snapshot_interval;
     // Partitions restored together would otherwise snapshot together, every
     // time: spread their first ticks over one interval.
     let first_snapshot =
-        snap_every.mul_f64(f64::from(partition + 1) / f64::from(shard.shared.config.partitions));
+        snap_every.mul_f64(f64::from(partition + 1) / f64::from(shard.answering.partitions));
     let mut snap_tick = interval_at(Instant::now() + first_snapshot, snap_every);
     snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut renewal: Option<Renewal> = None;
@@ -250,8 +279,8 @@ async fn run(
                 }
             }
             _ = renew_tick.tick(), if renewal.is_none() => {
-                let store = shard.shared.stores.leases.clone();
-                let holder = shard.shared.worker_id.clone();
+                let store = shard.owning.stores.leases.clone();
+                let holder = shard.answering.worker_id.clone();
                 let mut lease = shard.lease.clone();
                 renewal = Some(Box::pin(async move {
                     lease::renew(&store, &mut lease, &holder, ttl).await.map(|_| lease)
@@ -273,8 +302,8 @@ async fn run(
                 }
             }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
-                let now = shard.shared.clock.now();
-                let due = shard.owner.tick(&shard.shared.outbox, std::time::Instant::now(), now);
+                let now = shard.answering.clock.now();
+                let due = shard.owner.tick(&shard.answering.outbox, std::time::Instant::now(), now);
                 snapshot_job = due.write.map(|write| shard.start_write(write));
                 if due.usage_flush {
                     usage_job = shard.start_usage_flush();
@@ -300,7 +329,7 @@ async fn run(
     let stopped = std::time::Instant::now();
 
     shard_stats.answering.store(false, Ordering::SeqCst);
-    shard.shared.routes.close(partition, &shard_stats);
+    shard.answering.routes.close(partition, &shard_stats);
     for sub in subs.iter_mut() {
         let _ = sub.unsubscribe().await;
     }
@@ -316,7 +345,7 @@ async fn run(
     }
     // Every record of ours stored (so the final snapshot's journal position
     // covers them) and every answer sent.
-    shard.shared.outbox.flush().await;
+    shard.answering.outbox.flush().await;
     if let Some(job) = snapshot_job.take() {
         match job.await {
             Ok(Ok((manifest, rev))) => shard.written(manifest, rev),
@@ -339,7 +368,7 @@ async fn run(
             }
         }
         shard.hand_over().await;
-        let meters = &shard.shared.stats.meters;
+        let meters = &shard.owning.stats.meters;
         meters.handover_duration.observe(secs(stopped.elapsed()));
     }
     // Unfinished, it leaves the usage to the next owner's replay: nothing
@@ -355,8 +384,8 @@ impl Shard {
     /// Restores the partition and subscribes to its subjects.
     async fn start(&mut self) -> Result<SelectAll<Subscriber>> {
         let partition = self.owner.partition();
-        let kv = &self.shared.stores.snapshots;
-        let now = self.shared.clock.now();
+        let kv = &self.owning.stores.snapshots;
+        let now = self.answering.clock.now();
         let phase = std::time::Instant::now();
         let (manifest, rev) = snapshot::read_manifest(kv, partition).await?;
         let found = Found { manifest, rev };
@@ -373,9 +402,9 @@ impl Shard {
             // and collecting after each made the next fault its pages in
             // again: 1.6 s instead of 0.9-1.1 until all 64 answered.)
             let counters = self.owner.counters().clone();
-            let shared = self.shared.clone();
+            let decider = self.answering.decider.clone();
             tokio::task::spawn_blocking(move || {
-                let policies = shared.decider.policies();
+                let policies = decider.policies();
                 counters.import(entries, now, |name| policies.get(name))
             })
             .await
@@ -387,18 +416,18 @@ impl Shard {
         // go out first, ahead of the snapshot chunks of every partition.
         let none = Manifest::default();
         let journal = self
-            .shared
+            .answering
             .outbox
             .journal_since(partition, found.manifest.as_ref().unwrap_or(&none));
         let (since, restored) = tokio::join!(journal, restore);
         restored?;
         let since = since?;
         let t_restored = phase.elapsed();
-        let decider = &self.shared.decider;
+        let decider = &self.answering.decider;
         let policies = decider.policies();
         let now_ms = now.as_u64() / 1_000_000;
-        let outbox = &self.shared.outbox;
-        let book = self.shared.usage.as_ref();
+        let outbox = &self.answering.outbox;
+        let book = self.answering.usage.as_ref();
         let (manifest, usage_replay_owed) = self.owner.take_over(
             found,
             &since,
@@ -429,7 +458,7 @@ impl Shard {
             .keys
             .store(self.owner.counters().len(), Ordering::Relaxed);
 
-        let client = &self.shared.client;
+        let client = &self.answering.client;
         let mut subs = SelectAll::new();
         for subject in owner_subjects(partition) {
             subs.push(client.subscribe(subject).await?);
@@ -470,9 +499,9 @@ impl Shard {
             return Again::No;
         }
         tokio::time::sleep(TAKEOVER_RETRY_PAUSE).await;
-        let ttl = self.shared.lease_ttl;
-        let holder = &self.shared.worker_id;
-        let renewal = lease::renew(&self.shared.stores.leases, &mut self.lease, holder, ttl);
+        let ttl = self.owning.lease_ttl;
+        let holder = &self.answering.worker_id;
+        let renewal = lease::renew(&self.owning.stores.leases, &mut self.lease, holder, ttl);
         match tokio::time::timeout(store::TAKEOVER_REQUEST_TIMEOUT, renewal).await {
             Ok(Err(LeaseError::Taken)) => return Again::LeaseLost,
             Ok(Ok(())) => {}
@@ -484,7 +513,7 @@ impl Shard {
         // What a failed attempt restored is dropped: the next one starts over.
         self.close_usage();
         self.owner
-            .start_over(Counters::within(self.shared.key_bound.clone()));
+            .start_over(Counters::within(self.owning.key_bound.clone()));
         Again::Yes
     }
 
@@ -499,8 +528,8 @@ impl Shard {
     /// (on its own task).
     fn start_usage_flush(&self) -> Option<UsageJob> {
         let ledger = self.owner.usage()?.clone();
-        let book = self.shared.usage.clone()?;
-        let clock = self.shared.clock.clone();
+        let book = self.answering.usage.clone()?;
+        let clock = self.answering.clock.clone();
         let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
@@ -516,7 +545,7 @@ impl Shard {
     fn start_usage_replay(&mut self) -> Option<JoinHandle<()>> {
         let since = self.usage_replay.take()?;
         let ledger = self.owner.usage()?.clone();
-        let book = self.shared.usage.clone()?;
+        let book = self.answering.usage.clone()?;
         let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
@@ -559,7 +588,7 @@ impl Shard {
 
     /// Unregisters the usage ledger (once nothing more is counted in it).
     fn close_usage(&self) {
-        if let (Some(book), Some(ledger)) = (&self.shared.usage, self.owner.usage()) {
+        if let (Some(book), Some(ledger)) = (&self.answering.usage, self.owner.usage()) {
             book.close_ledger(self.owner.partition(), ledger);
         }
     }
@@ -572,7 +601,7 @@ impl Shard {
                 manifest,
                 expected_rev,
             } => {
-                let kv = self.shared.stores.snapshots.clone();
+                let kv = self.owning.stores.snapshots.clone();
                 let partition = self.owner.partition();
                 tokio::spawn(async move {
                     let rev =
@@ -592,14 +621,14 @@ impl Shard {
             .and_then(|rollups| Some((self.owner.usage()?.clone(), rollups)));
         let owner = self.lease_held();
         let counters = self.owner.counters().clone();
-        let shared = self.shared.clone();
+        let (answering, owning) = (self.answering.clone(), self.owning.clone());
         let partition = self.owner.partition();
         tokio::spawn(async move {
             let to_encode = counters.clone();
             let encoding = crate::blocking::run(move || snapshot::encode(&to_encode));
             let mut stored_through = None;
-            if let (Some((ledger, rollups)), Some(book)) = (flush, &shared.usage) {
-                let now_ms = shared.clock.now().as_u64() / 1_000_000;
+            if let (Some((ledger, rollups)), Some(book)) = (flush, &answering.usage) {
+                let now_ms = answering.clock.now().as_u64() / 1_000_000;
                 book.flush(partition, &ledger, now_ms, rollups, owner)
                     .await
                     .context("cannot store the usage this snapshot would claim")?;
@@ -608,9 +637,9 @@ impl Shard {
             let encoded = encoding.await.context("the snapshot encoder panicked")??;
             let expected = snapshot.expected_rev;
             let previous_gen = snapshot.previous_gen.clone();
-            let manifest = snapshot.complete(&counters, shared.clock.now(), stored_through);
+            let manifest = snapshot.complete(&counters, answering.clock.now(), stored_through);
             snapshot::write(
-                &shared.stores,
+                &owning.stores,
                 partition,
                 encoded,
                 manifest,
@@ -632,7 +661,7 @@ impl Shard {
             Ok(Ok((manifest, rev))) => self.written(manifest, rev),
             Ok(Err(e)) => {
                 self.owner.snapshot_failed();
-                self.shared.stats.meters.snapshot_failures.inc();
+                self.owning.stats.meters.snapshot_failures.inc();
                 if self.lost_to_someone_else().await {
                     tracing::error!(
                         partition,
@@ -644,7 +673,7 @@ impl Shard {
             }
             Err(e) => {
                 self.owner.snapshot_failed();
-                self.shared.stats.meters.snapshot_failures.inc();
+                self.owning.stats.meters.snapshot_failures.inc();
                 tracing::error!(partition, "snapshot task failed: {e}");
             }
         }
@@ -656,7 +685,7 @@ impl Shard {
             .owner
             .snapshot_written(manifest, rev, std::time::Instant::now());
         if let Some(took) = written.took {
-            let meters = &self.shared.stats.meters;
+            let meters = &self.owning.stats.meters;
             meters.snapshot_duration.observe(secs(took));
             meters.snapshot_bytes.observe(written.bytes as f64);
         }
@@ -664,7 +693,7 @@ impl Shard {
 
     /// After a failed snapshot: is the manifest now someone else's?
     async fn lost_to_someone_else(&self) -> bool {
-        let kv = &self.shared.stores.snapshots;
+        let kv = &self.owning.stores.snapshots;
         match snapshot::read_manifest(kv, self.owner.partition()).await {
             Ok((Some(m), _)) => self.owner.lost_to(m.lease_rev),
             _ => false,
@@ -674,8 +703,8 @@ impl Shard {
     /// Final snapshot, then release the lease, so the next owner starts at once.
     async fn hand_over(&mut self) {
         let partition = self.owner.partition();
-        if let (Some(book), Some(ledger)) = (&self.shared.usage, self.owner.usage()) {
-            let now_ms = self.shared.clock.now().as_u64() / 1_000_000;
+        if let (Some(book), Some(ledger)) = (&self.answering.usage, self.owner.usage()) {
+            let now_ms = self.answering.clock.now().as_u64() / 1_000_000;
             let lease = &self.lease;
             if let Err(e) = book
                 .flush(partition, ledger, now_ms, false, || lease.is_valid())
@@ -684,8 +713,8 @@ impl Shard {
                 tracing::error!(partition, "final usage flush failed; what was counted since the last one is missing from usage: {e:#}");
             }
         }
-        let now = self.shared.clock.now();
-        let outbox = &self.shared.outbox;
+        let now = self.answering.clock.now();
+        let outbox = &self.answering.outbox;
         let lease_valid = self.lease.is_valid();
         let snapshot =
             self.owner
@@ -695,7 +724,7 @@ impl Shard {
                 Ok(Ok((manifest, rev))) => self.written(manifest, rev),
                 Ok(Err(e)) => {
                     self.owner.snapshot_failed();
-                    self.shared.stats.meters.snapshot_failures.inc();
+                    self.owning.stats.meters.snapshot_failures.inc();
                     tracing::error!(
                         partition,
                         "final snapshot failed; the next owner starts from the previous one: {e:#}"
@@ -703,13 +732,13 @@ impl Shard {
                 }
                 Err(e) => {
                     self.owner.snapshot_failed();
-                    self.shared.stats.meters.snapshot_failures.inc();
+                    self.owning.stats.meters.snapshot_failures.inc();
                     tracing::error!(partition, "final snapshot task failed: {e}")
                 }
             }
         }
-        match lease::release(&self.shared.stores.leases, &self.lease).await {
-            Ok(()) => self.shared.stats.meters.lease(LeaseEvent::Released),
+        match lease::release(&self.owning.stores.leases, &self.lease).await {
+            Ok(()) => self.owning.stats.meters.lease(LeaseEvent::Released),
             Err(e) => tracing::warn!(partition, "{e:#}; it will expire by itself"),
         }
         tracing::debug!(partition, "handed over");
@@ -725,8 +754,8 @@ impl Shard {
         if batch.is_empty() {
             return;
         }
-        let shared = &self.shared;
-        let now = shared.clock.now();
+        let answering = &self.answering;
+        let now = answering.clock.now();
         let partition = self.owner.partition();
         let owned = Owned {
             partition,
@@ -734,15 +763,15 @@ impl Shard {
             stats: self.owner.stats(),
             usage: self.owner.usage().map(|l| &**l),
         };
-        let policies = shared.decider.policies();
-        let mut tally = shared.decider.tally(partition);
+        let policies = answering.decider.policies();
+        let mut tally = answering.decider.tally(partition);
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
             if is_usage_query(msg.subject.as_str()) {
-                tokio::spawn(crate::usage::query::answer_usage(shared.clone(), msg));
+                tokio::spawn(crate::usage::query::answer_usage(answering.clone(), msg));
                 continue;
             }
-            let answer = shared.decider.message(
+            let answer = answering.decider.message(
                 &policies,
                 Message {
                     subject: msg.subject.as_str(),
@@ -754,11 +783,11 @@ impl Shard {
                 &mut tally,
             );
             if let (Some(answer), Some(to)) = (answer, msg.reply) {
-                replies.push((to, Reply::of(&answer, &shared.worker_id)));
+                replies.push((to, Reply::of(&answer, &answering.worker_id)));
             }
         }
-        let records = tally.finish(&shared.stats, self.owner.stats());
-        shared.outbox.answer(records, replies, received).await;
+        let records = tally.finish(&self.owning.stats, self.owner.stats());
+        answering.outbox.answer(records, replies, received).await;
     }
 }
 

@@ -10,6 +10,7 @@
 //! [`ORPHAN_GRACE`] is claimed by whoever sees it first, so a crashed
 //! worker's partitions come back even while its heartbeat lingers.
 
+use crate::answering::Answering;
 use crate::counters::KeyBound;
 use crate::decide::Decider;
 use crate::lease::{self, LeaseError};
@@ -18,9 +19,10 @@ use crate::probe;
 use crate::reply::{self, Reply};
 use crate::routes::Routes;
 use crate::service;
+use crate::service::StatusSources;
+use crate::shard::Owning;
 use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
-use crate::shared::Shared;
-use crate::stats::{ShardsView, WorkerStats};
+use crate::stats::{PolicyStatus, ShardsView, WorkerStats};
 use crate::store::{StoreOptions, Stores};
 use crate::usage::{store::UsageStore, UsageBook};
 use anyhow::{Context as _, Result};
@@ -147,36 +149,51 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage.clone(),
     );
     let key_bound = KeyBound::new(config.max_keys);
-    let shared = Arc::new(Shared {
+    let decider = Arc::new(Decider::new(
+        config.clone(),
+        stats.clone(),
+        outbox.recording(),
+    ));
+    let policy_status = Arc::new(PolicyStatus::default());
+    crate::policy_watch::load(&stores.policies, &decider, &policy_status).await?;
+    let policy_watch = tokio::spawn(crate::policy_watch::watch(
+        stores.js.clone(),
+        decider.clone(),
+        policy_status.clone(),
+    ));
+    let answering = Arc::new(Answering {
         client: client.clone(),
-        stores,
-        lease_ttl: config.lease_ttl,
-        decider: Decider::new(config.clone(), stats.clone(), outbox.recording()),
-        config,
         worker_id: worker_id.clone(),
         clock: opts.clock,
-        stats,
+        partitions: config.partitions,
+        decider,
         routes: Routes::default(),
         outbox,
-        policy_status: Default::default(),
-        key_bound,
         usage,
     });
-    crate::policy_watch::load(&shared).await?;
-    let policy_watch = tokio::spawn(crate::policy_watch::watch(shared.clone()));
-    let mut controller = Controller::new(shared.clone(), opts.taking_over);
-    let service = service::start(shared.clone(), controller.shards_view()).await?;
+    let owning = Arc::new(Owning {
+        stores,
+        lease_ttl: config.lease_ttl,
+        snapshot_interval: config.snapshot_interval,
+        key_bound: key_bound.clone(),
+        stats: stats.clone(),
+    });
+    let mut controller = Controller::new(answering.clone(), owning.clone(), opts.taking_over);
+    let status = Arc::new(StatusSources {
+        worker_id: worker_id.clone(),
+        stats,
+        policy_status,
+        key_bound,
+        shards: controller.shards_view(),
+    });
+    let service = service::start(&client, status.clone()).await?;
     let metrics = match opts.metrics_listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen for metrics on {addr}"))?;
             tracing::info!(%addr, "serving /metrics");
-            Some(tokio::spawn(crate::metrics::serve(
-                listener,
-                shared.clone(),
-                controller.shards_view(),
-            )))
+            Some(tokio::spawn(crate::metrics::serve(listener, status)))
         }
         None => None,
     };
@@ -189,22 +206,22 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         }
     });
     let worker_batches = tokio::spawn({
-        let shared = shared.clone();
+        let answering = answering.clone();
         async move {
-            if let Err(e) = crate::worker_batch::serve(shared).await {
+            if let Err(e) = crate::worker_batch::serve(answering).await {
                 tracing::warn!("cannot answer worker batches: {e:#}");
             }
         }
     });
-    let top = shared.usage.is_some().then(|| {
-        let shared = shared.clone();
+    let top = answering.usage.is_some().then(|| {
+        let answering = answering.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::usage::query::serve_top(shared).await {
+            if let Err(e) = crate::usage::query::serve_top(answering).await {
                 tracing::warn!("cannot answer top queries: {e:#}");
             }
         })
     });
-    tracing::info!(worker = %worker_id, partitions = shared.config.partitions, "worker started");
+    tracing::info!(worker = %worker_id, partitions = config.partitions, "worker started");
     let result = controller.run(shutdown).await;
     strays.abort();
     if let Some(top) = top {
@@ -264,7 +281,8 @@ impl View {
 }
 
 struct Controller {
-    shared: Arc<Shared>,
+    answering: Arc<Answering>,
+    owning: Arc<Owning>,
     view: View,
     shards: BTreeMap<u32, ShardHandle>,
     stopping: BTreeSet<u32>,
@@ -288,9 +306,14 @@ const WORKER_PING_INTERVAL: Duration = Duration::from_secs(1);
 const EVICTION_REPORT_EVERY: Duration = Duration::from_secs(60);
 
 impl Controller {
-    fn new(shared: Arc<Shared>, taking_over: Option<fn(bool)>) -> Controller {
+    fn new(
+        answering: Arc<Answering>,
+        owning: Arc<Owning>,
+        taking_over: Option<fn(bool)>,
+    ) -> Controller {
         Controller {
-            shared,
+            answering,
+            owning,
             view: View::default(),
             shards: BTreeMap::new(),
             stopping: BTreeSet::new(),
@@ -307,9 +330,9 @@ impl Controller {
     }
 
     async fn run(&mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let leases = self.shared.stores.leases.clone();
-        let me = self.shared.worker_id.clone();
-        let ttl = self.shared.lease_ttl;
+        let leases = self.owning.stores.leases.clone();
+        let me = self.answering.worker_id.clone();
+        let ttl = self.owning.lease_ttl;
         let heartbeat_key = worker_key(&me);
         leases
             .put(&heartbeat_key, Bytes::from(format::holder_value(&me)))
@@ -346,7 +369,7 @@ impl Controller {
                         if entry.delta == 0 {
                             self.view.current = true;
                         }
-                        self.view.apply(&entry, self.shared.config.partitions);
+                        self.view.apply(&entry, self.answering.partitions);
                         if self.view.current {
                             self.reconcile().await;
                         }
@@ -397,7 +420,7 @@ impl Controller {
                     self.reap();
                     self.summarize_starts();
                     self.report_evictions();
-                    self.shared.outbox.forget_unused_tails();
+                    self.answering.outbox.forget_unused_tails();
                     if self.view.current {
                         self.reconcile().await;
                     }
@@ -413,7 +436,7 @@ impl Controller {
     /// limits of the forgotten keys start over, which an operator should
     /// know (and may answer with a larger `max_keys` or more workers).
     fn report_evictions(&mut self) {
-        let bound = &self.shared.key_bound;
+        let bound = &self.owning.key_bound;
         let evicted = bound.evicted();
         let (reported, at) = self.evictions_reported;
         if evicted == reported || at.is_some_and(|at| at.elapsed() < EVICTION_REPORT_EVERY) {
@@ -480,13 +503,13 @@ impl Controller {
     }
 
     async fn reconcile(&mut self) {
-        let shared = self.shared.clone();
-        let me = shared.worker_id.as_str();
-        let partitions = self.shared.config.partitions;
+        let answering = self.answering.clone();
+        let me = answering.worker_id.as_str();
+        let partitions = answering.partitions;
         // A worker whose heartbeats stopped (two missed, at ttl/3 each) is
         // about to expire: assigning it partitions would hand them to a dead
         // worker, so it is left out already.
-        let fresh = lease::renew_interval(shared.lease_ttl) * 2 + Duration::from_millis(250);
+        let fresh = lease::renew_interval(self.owning.lease_ttl) * 2 + Duration::from_millis(250);
         let now = Instant::now();
         let mut live: Vec<&str> = self
             .view
@@ -531,14 +554,14 @@ impl Controller {
         // (a worker taking over 64 partitions spent ~0.35 s claiming them
         // one by one while the first shards restored on the same thread).
         let claims = to_claim.into_iter().map(|p| {
-            let shared = &self.shared;
+            let (answering, owning) = (&self.answering, &self.owning);
             async move {
                 let key = partition_key(p);
                 let result = lease::acquire(
-                    &shared.stores.leases,
+                    &owning.stores.leases,
                     &key,
-                    &shared.worker_id,
-                    shared.lease_ttl,
+                    &answering.worker_id,
+                    owning.lease_ttl,
                 )
                 .await;
                 (p, result)
@@ -551,21 +574,21 @@ impl Controller {
 
     /// Starts the shard of `p` if its lease was acquired.
     fn claimed(&mut self, p: u32, result: Result<lease::Lease, LeaseError>) {
-        let shared = &self.shared;
+        let (answering, owning) = (&self.answering, &self.owning);
         match result {
             Ok(lease) => {
                 tracing::debug!(partition = p, revision = lease.revision, "lease acquired");
-                shared
+                owning
                     .stats
                     .meters
                     .lease(crate::stats::LeaseEvent::Acquired);
-                self.view.owners.insert(p, shared.worker_id.clone());
+                self.view.owners.insert(p, answering.worker_id.clone());
                 if self.starting.is_none() {
                     if let Some(hook) = self.taking_over {
                         hook(true);
                     }
                 }
-                let handle = shard::spawn(shared.clone(), p, lease);
+                let handle = shard::spawn(answering.clone(), owning.clone(), p, lease);
                 self.starting
                     .get_or_insert_with(|| (Instant::now(), Vec::new()))
                     .1

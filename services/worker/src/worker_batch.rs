@@ -25,8 +25,8 @@
 //! ([`crate::counters`]), and a shard closes its route before its final
 //! snapshot and after it stops answering ([`crate::routes`]).
 
+use crate::answering::Answering;
 use crate::reply::Reply;
-use crate::shared::Shared;
 use anyhow::Result;
 use futures::StreamExt;
 use sluice_core::subject::worker_batch_subject;
@@ -34,13 +34,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Answers `rl.w.<worker-id>.batch` until the subscription ends.
-pub async fn serve(shared: Arc<Shared>) -> Result<()> {
-    let mut sub = shared
+pub async fn serve(answering: Arc<Answering>) -> Result<()> {
+    let mut sub = answering
         .client
-        .subscribe(worker_batch_subject(&shared.worker_id))
+        .subscribe(worker_batch_subject(&answering.worker_id))
         .await?;
     while let Some(msg) = sub.next().await {
-        tokio::spawn(answer(shared.clone(), msg, Instant::now()));
+        tokio::spawn(answer(answering.clone(), msg, Instant::now()));
     }
     Ok(())
 }
@@ -48,16 +48,21 @@ pub async fn serve(shared: Arc<Shared>) -> Result<()> {
 /// Decides one worker batch, taken off the subscription at `received`,
 /// and replies, in journal mode once what it counted is stored. A batch
 /// nobody waits for is not decided.
-async fn answer(shared: Arc<Shared>, msg: async_nats::Message, received: Instant) {
+async fn answer(answering: Arc<Answering>, msg: async_nats::Message, received: Instant) {
     let Some(to) = msg.reply else {
         return;
     };
-    let now = shared.clock.now();
+    let now = answering.clock.now();
     // No await while the routes are held: a shard that stops waits for them.
-    let policies = shared.decider.policies();
-    let (reply, records) = shared.routes.with(|answered| {
-        let (answer, records) = shared.decider.batch(&policies, &msg.payload, now, answered);
-        (Reply::of(&answer, &shared.worker_id), records)
+    let policies = answering.decider.policies();
+    let (reply, records) = answering.routes.with(|answered| {
+        let (answer, records) = answering
+            .decider
+            .batch(&policies, &msg.payload, now, answered);
+        (Reply::of(&answer, &answering.worker_id), records)
     });
-    shared.outbox.answer_one(records, to, reply, received).await;
+    answering
+        .outbox
+        .answer_one(records, to, reply, received)
+        .await;
 }

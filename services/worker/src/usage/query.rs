@@ -16,8 +16,8 @@
 //! not).
 
 use super::UsageBook;
+use crate::answering::Answering;
 use crate::reply::Reply;
-use crate::shared::Shared;
 use crate::usage::ledger::{KeyCounts, Ledger, WriteMarks};
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
@@ -130,30 +130,33 @@ impl Loaded {
 }
 
 /// Answers one `rl.p.<n>.usage.<key>` request on its own task.
-pub async fn answer_usage(shared: Arc<Shared>, msg: async_nats::Message) {
+pub async fn answer_usage(answering: Arc<Answering>, msg: async_nats::Message) {
     let Some(to) = msg.reply.clone() else {
         return;
     };
     let encoding = Encoding::of_body(&msg.payload);
-    let reply = match series(&shared, &msg).await {
+    let reply = match series(&answering, &msg).await {
         Ok(reply) => Reply::body(reply.encode(encoding), encoding),
         Err(error) => Reply::error(&error, encoding),
     };
-    crate::reply::publish(&shared.client, vec![(to, reply)]).await;
+    crate::reply::publish(&answering.client, vec![(to, reply)]).await;
 }
 
-async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply, ErrorReply> {
+async fn series(
+    answering: &Answering,
+    msg: &async_nats::Message,
+) -> Result<UsageReply, ErrorReply> {
     let subject = PartitionSubject::parse(msg.subject.as_str()).ok_or_else(|| {
         ErrorReply::bad_request(format!("{} is not a usage subject", msg.subject))
     })?;
     let key = KeyToken::parse(subject.key_token)?;
-    let book = book(shared)?;
+    let book = book(answering)?;
     let (query, _) = decode_usage_query(&msg.payload).map_err(|e| e.reply)?;
     let policy = query.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
-    if shared.decider.policies().get(&policy).is_none() {
+    if answering.decider.policies().get(&policy).is_none() {
         return Err(ErrorReply::unknown_policy(&policy));
     }
-    let home = key.partition(shared.config.partitions);
+    let home = key.partition(answering.partitions);
     let ledger = match book.ledger(home) {
         Some(ledger) if home == subject.partition => ledger,
         _ => {
@@ -162,7 +165,7 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
             )))
         }
     };
-    let now_ms = shared.clock.now().as_u64() / 1_000_000;
+    let now_ms = answering.clock.now().as_u64() / 1_000_000;
     let tiers = &book.config.tiers;
     let plan = resolve_series(
         &book.config,
@@ -222,8 +225,8 @@ async fn series(shared: &Shared, msg: &async_nats::Message) -> Result<UsageReply
     })
 }
 
-fn book(shared: &Shared) -> Result<&UsageBook, ErrorReply> {
-    shared.usage.as_deref().ok_or_else(|| {
+fn book(answering: &Answering) -> Result<&UsageBook, ErrorReply> {
+    answering.usage.as_deref().ok_or_else(|| {
         ErrorReply::unavailable(
             "usage history is turned off on this worker ([usage] enabled = false in its config)",
         )
@@ -250,45 +253,45 @@ struct Share {
 
 /// Answers `rl.top` (queue group: one worker takes each) and every
 /// worker's share of one (`sluice.usage.top`), until the subscriptions end.
-pub async fn serve_top(shared: Arc<Shared>) -> Result<()> {
-    let client = &shared.client;
+pub async fn serve_top(answering: Arc<Answering>) -> Result<()> {
+    let client = &answering.client;
     let mut asked = client.queue_subscribe(TOP, "sluice-top".into()).await?;
     let mut shares = client.subscribe(TOP_SCATTER).await?;
     loop {
         tokio::select! {
             msg = asked.next() => match msg {
-                Some(msg) => { tokio::spawn(answer_top(shared.clone(), msg)); }
+                Some(msg) => { tokio::spawn(answer_top(answering.clone(), msg)); }
                 None => return Ok(()),
             },
             msg = shares.next() => match msg {
-                Some(msg) => { tokio::spawn(answer_share(shared.clone(), msg)); }
+                Some(msg) => { tokio::spawn(answer_share(answering.clone(), msg)); }
                 None => return Ok(()),
             },
         }
     }
 }
 
-async fn answer_top(shared: Arc<Shared>, msg: async_nats::Message) {
+async fn answer_top(answering: Arc<Answering>, msg: async_nats::Message) {
     let Some(to) = msg.reply.clone() else {
         return;
     };
     let encoding = Encoding::of_body(&msg.payload);
-    let reply = match gather_top(&shared, &msg.payload).await {
+    let reply = match gather_top(&answering, &msg.payload).await {
         Ok(reply) => Reply::body(reply.encode(encoding), encoding),
         Err(error) => Reply::error(&error, encoding),
     };
-    crate::reply::publish(&shared.client, vec![(to, reply)]).await;
+    crate::reply::publish(&answering.client, vec![(to, reply)]).await;
 }
 
-async fn gather_top(shared: &Shared, body: &[u8]) -> Result<TopReply, ErrorReply> {
-    let book = book(shared)?;
+async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, ErrorReply> {
+    let book = book(answering)?;
     let (query, _) = decode_top_query(body).map_err(|e| e.reply)?;
     if let Some(policy) = &query.policy {
-        if shared.decider.policies().get(policy).is_none() {
+        if answering.decider.policies().get(policy).is_none() {
             return Err(ErrorReply::unknown_policy(policy));
         }
     }
-    let now_ms = shared.clock.now().as_u64() / 1_000_000;
+    let now_ms = answering.clock.now().as_u64() / 1_000_000;
     let by = query.by.unwrap_or_default();
     let plan = resolve_top(
         &book.config,
@@ -306,7 +309,7 @@ async fn gather_top(shared: &Shared, body: &[u8]) -> Result<TopReply, ErrorReply
         by,
         policy: query.policy,
     };
-    let client = &shared.client;
+    let client = &answering.client;
     let inbox = client.new_inbox();
     let unavailable =
         |e: &dyn std::fmt::Display| ErrorReply::unavailable(format!("cannot ask the workers: {e}"));
@@ -319,7 +322,7 @@ async fn gather_top(shared: &Shared, body: &[u8]) -> Result<TopReply, ErrorReply
         .publish_with_reply(TOP_SCATTER, inbox, body.into())
         .await
         .map_err(|e| unavailable(&e))?;
-    let partitions = shared.config.partitions;
+    let partitions = answering.partitions;
     let mut answered: BTreeMap<u32, Vec<TopEntry>> = BTreeMap::new();
     let deadline = tokio::time::sleep(SCATTER_TIMEOUT);
     tokio::pin!(deadline);
@@ -363,16 +366,16 @@ async fn gather_top(shared: &Shared, body: &[u8]) -> Result<TopReply, ErrorReply
     })
 }
 
-async fn answer_share(shared: Arc<Shared>, msg: async_nats::Message) {
+async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
     let Some(to) = msg.reply.clone() else {
         return;
     };
-    let Some(book) = shared.usage.as_deref() else {
+    let Some(book) = answering.usage.as_deref() else {
         return;
     };
     let share = match serde_json::from_slice::<Scatter>(&msg.payload) {
         Ok(scatter) => {
-            let now_ms = shared.clock.now().as_u64() / 1_000_000;
+            let now_ms = answering.clock.now().as_u64() / 1_000_000;
             let plan = TopPlan {
                 from_ms: scatter.from_ms,
                 to_ms: scatter.to_ms,
@@ -406,7 +409,7 @@ async fn answer_share(shared: Arc<Shared>, msg: async_nats::Message) {
         return;
     }
     let body = serde_json::to_vec(&share).expect("a share encodes");
-    let _ = shared.client.publish(to, body.into()).await;
+    let _ = answering.client.publish(to, body.into()).await;
 }
 
 /// The `plan.n` largest keys of one partition over the plan's range.
