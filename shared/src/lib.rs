@@ -7,6 +7,8 @@
 //! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
+//! - [`limit`]: what a policy is made of ([`limit::Limit`], the algorithm's
+//!   name, the decision), apart so that algorithms and budgets need no policy.
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
@@ -50,6 +52,7 @@ pub mod budget;
 pub mod config;
 pub mod format;
 pub mod key;
+pub mod limit;
 pub mod metrics;
 pub mod nats_config;
 pub mod packed;
