@@ -17,6 +17,8 @@
 //!   does to it; the same at a worker and in a client's local limiter.
 //! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
 //!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
+//! - [`duration`]: durations as the config writes them (`"10s"`), parsed and
+//!   formatted, for the config and usage history's tiers.
 //! - [`policies`]: the policies in force: the file's overlaid by the
 //!   `sluice-policies` bucket (CONTRACT §7).
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
@@ -50,6 +52,7 @@ pub mod ask;
 pub mod assignment;
 pub mod budget;
 pub mod config;
+pub mod duration;
 pub mod format;
 pub mod key;
 pub mod limit;

@@ -26,7 +26,7 @@
 //! a bucket has ended: a rollup is an exact sum of the finer tier by
 //! construction, and recomputing one is as idempotent as writing it.
 
-use crate::config::format_duration;
+use crate::duration::format_duration;
 use crate::format::{self, NewerFormat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
