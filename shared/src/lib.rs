@@ -33,8 +33,9 @@
 //! - [`format`]: the format versions of snapshots, journal messages and
 //!   lease values, so a worker refuses state newer than it reads.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
-//! - [`usage`]: usage history (CONTRACT §9): tiers, stored records, which
-//!   buckets answer a range, the checks of a query.
+//! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
+//!   tiers, counts and the top-N merge, stored records, which buckets answer
+//!   a range and the checks of a query.
 //!
 //! ```
 //! use sluice_core::policy::Policy;
