@@ -8,7 +8,7 @@
 //! A reply is built for every request, so MessagePack replies are written
 //! by [`super::msgpack::Writer`] into a buffer sized once ([`ReplyBody`]),
 //! with the same bytes rmp-serde's `to_vec_named` writes (property-tested in
-//! `shared/tests/wire.rs`); JSON replies go through serde_json.
+//! `shared/tests/wire/replies.rs`); JSON replies go through serde_json.
 //!
 //! Decoding ([`decode_reply`]) is lenient about unknown fields, because the
 //! contract grows only by adding, and goes through serde (rmp-serde or
