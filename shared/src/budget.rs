@@ -66,7 +66,7 @@
 //! Clients are not trusted (docs/SECURITY.md): a refund taken at its word
 //! would let any of them free a key's budget.
 
-use crate::policy::{Algorithm, Decision, Limit};
+use crate::limit::{Algorithm, Decision, Limit};
 use crate::time::Nanos;
 
 /// The longest a slice lasts: short, so unspent units come back soon and

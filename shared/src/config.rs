@@ -24,46 +24,30 @@
 //! ([`Policy::builtin_default`], 15/s sliding window) and the defaults below.
 //! A file that defines policies but no `default` gets the built-in one added.
 
+mod defaults;
 mod envoy;
+mod error;
 mod table;
 mod usage;
 
+pub use crate::duration::{format_duration, parse_duration, DurationError};
 use crate::policy::{Policy, DEFAULT_POLICY};
 use crate::usage::UsageConfig;
 /// One rule for policy names, shared with the wire protocol.
 pub use crate::wire::is_valid_policy_name;
+pub use defaults::{
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_KEYS, DEFAULT_PARTITIONS, DEFAULT_SNAPSHOT_INTERVAL,
+    MAX_LEASE_TTL, MAX_PARTITIONS, MAX_POLICY_NAME_LEN, MIN_LEASE_TTL, MIN_SNAPSHOT_INTERVAL,
+};
 pub use envoy::{EntryMatch, EnvoyConfig, EnvoyRule, EnvoyTarget, KeyTemplate, ValueMatch};
+use error::key_path;
+pub use error::{ConfigError, FieldError};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 pub use table::{LimitTable, PolicyTable};
-
-/// Default number of partitions (CONTRACT §3).
-pub const DEFAULT_PARTITIONS: u32 = 64;
-/// The largest accepted partition count.
-pub const MAX_PARTITIONS: u32 = 1024;
-/// Default time between two snapshots of a partition's counters.
-pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(2);
-/// The shortest accepted snapshot interval: every owned partition is written
-/// to JetStream KV once per interval, so shorter ones mostly add load.
-pub const MIN_SNAPSHOT_INTERVAL: Duration = Duration::from_millis(100);
-/// Default lifetime of a partition lease that is not renewed.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(3);
-/// The shortest accepted lease lifetime (JetStream's TTL granularity).
-pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
-/// The longest accepted lease lifetime: a dead worker's partitions stay
-/// unanswered for up to this long.
-pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
-/// Default bound on the live counters one worker holds: 1M active keys fit
-/// twice over (~275 bytes each under a 10/min + 500/h sliding window, so
-/// ~550 MB at the bound; docs/BENCHMARKS-HISTORY.md, "A flood of new keys:
-/// the counters and usage level off").
-pub const DEFAULT_MAX_KEYS: u64 = 2_000_000;
-/// The longest accepted policy name (the wire protocol's rule: a policy
-/// that can be configured can always be asked for).
-pub const MAX_POLICY_NAME_LEN: usize = crate::wire::MAX_POLICY_NAME;
 
 /// The environment variable naming the config file (CONTRACT §4).
 pub const CONFIG_ENV: &str = "SLUICE_CONFIG";
@@ -225,85 +209,6 @@ impl Default for Config {
     }
 }
 
-/// Why a config cannot be used: the file, the field path and the reason.
-///
-/// `field` is empty when the problem is not one field's (a TOML syntax error,
-/// which gives its line and column in `reason`, or an unreadable file).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}", self.display())]
-pub struct ConfigError {
-    pub file: String,
-    pub field: String,
-    pub reason: String,
-}
-
-impl ConfigError {
-    fn new(file: &str, field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            file: file.to_string(),
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-
-    fn display(&self) -> String {
-        if self.field.is_empty() {
-            format!("{}: {}", self.file, self.reason)
-        } else {
-            format!("{}: {}: {}", self.file, self.field, self.reason)
-        }
-    }
-}
-
-/// Why a value in a table cannot be used: the field path within the table
-/// (empty when the problem is the whole table) and the reason. A
-/// [`ConfigError`] without the file, for tables that come from elsewhere
-/// (the JSON policies of CONTRACT §7).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}", self.display())]
-pub struct FieldError {
-    pub field: String,
-    pub reason: String,
-}
-
-impl FieldError {
-    fn new(field: impl Into<String>, reason: impl Into<String>) -> FieldError {
-        FieldError {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-
-    /// The same error in the file `file`.
-    pub fn in_file(self, file: &str) -> ConfigError {
-        ConfigError {
-            file: file.to_string(),
-            field: self.field,
-            reason: self.reason,
-        }
-    }
-
-    /// The field path below `prefix` (`policies.login` + `limits[1].per`).
-    fn below(self, prefix: &str) -> FieldError {
-        let field = if self.field.is_empty() {
-            prefix.to_string()
-        } else if self.field.starts_with('[') {
-            format!("{prefix}{}", self.field)
-        } else {
-            format!("{prefix}.{}", self.field)
-        };
-        FieldError { field, ..self }
-    }
-
-    fn display(&self) -> String {
-        if self.field.is_empty() {
-            self.reason.clone()
-        } else {
-            format!("{}: {}", self.field, self.reason)
-        }
-    }
-}
-
 impl Config {
     /// Parses and validates a config file's text. `file` is only used to name
     /// the file in errors.
@@ -345,68 +250,6 @@ impl Config {
             .get(DEFAULT_POLICY)
             .expect("a Config always has a default policy")
     }
-}
-
-/// Why a string is not a duration.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
-    #[error("{0:?} is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. \"10s\"")]
-    Invalid(String),
-    #[error("{0:?} is too long; the longest duration is {max}", max = format_duration(max_duration()))]
-    TooLong(String),
-}
-
-/// Parses a duration written as an integer and a unit: `ms`, `s`, `m`, `h` or
-/// `d` (`"1500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`). No sign, no fraction, no
-/// spaces. Anything longer than 213503 days (the most whole days that fit in
-/// `u64` nanoseconds) is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
-    let invalid = || DurationError::Invalid(s.to_string());
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
-    let (digits, unit) = s.split_at(split);
-    if digits.is_empty() {
-        return Err(invalid());
-    }
-    let nanos_per_unit: u64 = match unit {
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        "m" => 60 * 1_000_000_000,
-        "h" => 3_600 * 1_000_000_000,
-        "d" => 86_400 * 1_000_000_000,
-        _ => return Err(invalid()),
-    };
-    // Only digits are left, so the one way to fail is overflow.
-    let too_long = || DurationError::TooLong(s.to_string());
-    let n: u64 = digits.parse().map_err(|_| too_long())?;
-    let nanos = n.checked_mul(nanos_per_unit).ok_or_else(too_long)?;
-    let d = Duration::from_nanos(nanos);
-    if d > max_duration() {
-        return Err(too_long());
-    }
-    Ok(d)
-}
-
-fn max_duration() -> Duration {
-    // The largest whole number of days that fits in u64 nanoseconds.
-    Duration::from_secs(u64::MAX / 86_400_000_000_000 * 86_400)
-}
-
-/// Formats a duration in the config's syntax, in the largest unit that
-/// represents it exactly (`"2s"`, `"1500ms"`, `"1h"`); sub-millisecond parts
-/// are rounded down, which config values never have.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    for (unit, per) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms != 0 && ms.is_multiple_of(per) {
-            return format!("{}{unit}", ms / per);
-        }
-    }
-    format!("{ms}ms")
 }
 
 /// Checks the values of a file's tables; the first problem found, in the
@@ -509,53 +352,12 @@ fn lease_ttl(text: &str) -> Result<Duration, FieldError> {
     Ok(d)
 }
 
-/// A key as it would be written in a TOML dotted path: bare when it can be.
-fn key_path(key: &str) -> String {
-    let bare = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if bare {
-        key.to_string()
-    } else {
-        format!("{key:?}")
-    }
-}
-
 fn or_list(items: &[String]) -> String {
     match items {
         [] => String::new(),
         [one] => one.clone(),
         [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
-}
-
-/// The known name closest to `key`, if it is close enough to be a typo.
-fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
-    known
-        .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, k)| *d <= 2.max(k.len().div_ceil(3)))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance over chars.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diag + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diag = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// A TOML syntax error as one line: its line and column, the parser's
@@ -581,45 +383,6 @@ fn syntax_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn edit_distance_counts_single_edits() {
-        assert_eq!(edit_distance("partitions", "partitions"), 0);
-        assert_eq!(edit_distance("partiton", "partitions"), 2);
-        assert_eq!(edit_distance("algoritm", "algorithm"), 1);
-        assert_eq!(edit_distance("", "max"), 3);
-    }
-
-    #[test]
-    fn suggestions_only_for_near_misses() {
-        let top_level = [
-            "partitions",
-            "durability",
-            "snapshot_interval",
-            "fallback",
-            "lease_ttl",
-            "journal_failure",
-            "max_keys",
-            "policies",
-            "envoy",
-            "usage",
-        ];
-        assert_eq!(suggest("partiton", &top_level), Some("partitions"));
-        assert_eq!(suggest("colour", &top_level), None);
-    }
-
-    #[test]
-    fn max_duration_is_whole_days_within_u64_nanos() {
-        let max = max_duration();
-        assert_eq!(max.as_secs() % 86_400, 0);
-        assert!(max.as_nanos() <= u128::from(u64::MAX));
-        let days = max.as_secs() / 86_400;
-        assert_eq!(parse_duration(&format!("{days}d")), Ok(max));
-        assert!(matches!(
-            parse_duration(&format!("{}d", days + 1)),
-            Err(DurationError::TooLong(_))
-        ));
-    }
 
     #[test]
     fn usage_is_on_by_default_and_its_tiers_are_checked() {

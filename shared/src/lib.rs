@@ -7,6 +7,8 @@
 //! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
+//! - [`limit`]: what a policy is made of ([`limit::Limit`], the algorithm's
+//!   name, the decision), apart so that algorithms and budgets need no policy.
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
@@ -15,6 +17,8 @@
 //!   does to it; the same at a worker and in a client's local limiter.
 //! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
 //!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
+//! - [`duration`]: durations as the config writes them (`"10s"`), parsed and
+//!   formatted, for the config and usage history's tiers.
 //! - [`policies`]: the policies in force: the file's overlaid by the
 //!   `sluice-policies` bucket (CONTRACT §7).
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
@@ -29,8 +33,9 @@
 //! - [`format`]: the format versions of snapshots, journal messages and
 //!   lease values, so a worker refuses state newer than it reads.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
-//! - [`usage`]: usage history (CONTRACT §9): tiers, stored records, which
-//!   buckets answer a range, the checks of a query.
+//! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
+//!   tiers, counts and the top-N merge, stored records, which buckets answer
+//!   a range and the checks of a query.
 //!
 //! ```
 //! use sluice_core::policy::Policy;
@@ -48,8 +53,10 @@ pub mod ask;
 pub mod assignment;
 pub mod budget;
 pub mod config;
+pub mod duration;
 pub mod format;
 pub mod key;
+pub mod limit;
 pub mod metrics;
 pub mod nats_config;
 pub mod packed;

@@ -22,7 +22,9 @@ use crate::usage::UsageConfig;
 use std::fmt;
 
 pub mod auth;
+mod quote;
 pub use auth::{permissions, Password, Permissions, Role, RoleUser};
+use quote::quote;
 
 /// The server mapping for `verb` with `partitions` partitions, as (source,
 /// destination): `("rl.allow.*", "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`.
@@ -225,24 +227,6 @@ impl fmt::Display for NatsServerConfig {
         }
         Ok(())
     }
-}
-
-/// A double-quoted nats-server config string.
-pub(crate) fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// `268435456` → `256 MiB`; sizes that are not a whole number of a binary

@@ -10,128 +10,10 @@
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
 use crate::algorithm::{self, Algo, Check, Usage};
+pub use crate::limit::{Algorithm, Decision, Limit, PolicyError};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::num::NonZeroU64;
-use std::str::FromStr;
 use std::time::Duration;
-
-/// The limiter algorithm of a policy (CONTRACT §4 names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Algorithm {
-    FixedWindow,
-    SlidingLog,
-    SlidingWindow,
-    TokenBucket,
-    Gcra,
-}
-
-impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::Gcra => "gcra",
-        }
-    }
-
-    /// Token bucket and GCRA have a bucket size separate from the rate.
-    pub const fn has_burst(self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = PolicyError;
-    fn from_str(s: &str) -> Result<Algorithm, PolicyError> {
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| PolicyError::UnknownAlgorithm(s.to_string()))
-    }
-}
-
-/// Why a policy or limit cannot be built.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
-    #[error("unknown algorithm {0:?}; use one of fixed_window, sliding_log, sliding_window, token_bucket, gcra")]
-    UnknownAlgorithm(String),
-    #[error(
-        "max must be at least 1 (a limit of 0 would deny everything; remove the policy instead)"
-    )]
-    ZeroMax,
-    #[error("the window must be longer than 0")]
-    ZeroWindow,
-    #[error("burst must be at least 1")]
-    ZeroBurst,
-    #[error("burst only applies to token_bucket and gcra; remove it or change the algorithm")]
-    BurstNotSupported,
-    #[error("a policy needs at least one limit")]
-    NoLimits,
-    #[error("sliding_log keeps one timestamp per allowed request, so max is capped at {max}; use sliding_window for larger limits")]
-    LogTooLarge { max: u64 },
-    #[error("local_budget needs fixed_window, token_bucket or gcra: under {0} a slice spent after it was granted would leave the window before its units were used, admitting more than the limit (docs/CLIENT.md, \"Local budgets\"); remove local_budget or change the algorithm")]
-    BudgetNotSupported(Algorithm),
-}
-
-/// `max` units per `per`; for token bucket and GCRA, a bucket of `burst` units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Limit {
-    max: NonZeroU64,
-    per: NonZeroU64,
-    burst: NonZeroU64,
-}
-
-impl Limit {
-    /// `burst` defaults to `max`.
-    pub fn new(max: u64, per: Duration, burst: Option<u64>) -> Result<Limit, PolicyError> {
-        let max = NonZeroU64::new(max).ok_or(PolicyError::ZeroMax)?;
-        let per = NonZeroU64::new(Nanos::from(per).as_u64()).ok_or(PolicyError::ZeroWindow)?;
-        let burst = match burst {
-            None => max,
-            Some(b) => NonZeroU64::new(b).ok_or(PolicyError::ZeroBurst)?,
-        };
-        Ok(Limit { max, per, burst })
-    }
-
-    pub fn max(&self) -> u64 {
-        self.max.get()
-    }
-
-    /// The window (or, for rates, the period over which `max` units accrue).
-    pub fn per(&self) -> Nanos {
-        Nanos(self.per.get())
-    }
-
-    pub fn burst(&self) -> u64 {
-        self.burst.get()
-    }
-
-    /// The `limit` a decision reports for this limit: `max`, or `burst`
-    /// when bigger (a token bucket or GCRA then holds more than `max` at
-    /// once), so that `remaining` never exceeds `limit`.
-    pub fn reported(&self) -> u64 {
-        self.max().max(self.burst())
-    }
-}
 
 /// The largest `max` a sliding log accepts: its state is one timestamp per unit.
 pub const SLIDING_LOG_MAX: u64 = 100_000;
@@ -160,7 +42,7 @@ impl Policy {
             return Err(PolicyError::NoLimits);
         }
         for l in &limits {
-            if !algorithm.has_burst() && l.burst != l.max {
+            if !algorithm.has_burst() && l.burst() != l.max() {
                 return Err(PolicyError::BurstNotSupported);
             }
             if algorithm == Algorithm::SlidingLog && l.max() > SLIDING_LOG_MAX {
@@ -533,21 +415,6 @@ fn summarize<A: Algo>(
         },
         retry_after: if allowed { Nanos::ZERO } else { retry_after },
     }
-}
-
-/// The answer to one request, before wire encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Decision {
-    pub allowed: bool,
-    /// [`Limit::reported`] of the limit that decided (the most restrictive
-    /// one): its `max`, or its `burst` when bigger.
-    pub limit: u64,
-    /// What is left of that limit after this request.
-    pub remaining: u64,
-    /// Time until that limit is fully available again.
-    pub reset: Nanos,
-    /// Zero when allowed; otherwise the earliest wait after which the same request fits.
-    pub retry_after: Nanos,
 }
 
 /// One key's counters under one policy: a state per limit, for the policy's algorithm.

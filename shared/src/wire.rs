@@ -17,8 +17,10 @@
 //!   negative or fractional costs, trailing bytes. A refused request changes
 //!   no counter, so a typo (`"cots": 5`) must not silently become cost 1.
 //!   (`nil`/`null` values count as "not given".)
+//! - `wire/encoding.rs`: [`Encoding`], which every body below names.
 //! - `wire/fields.rs`: the rules for `policy` and `cost`, shared by single
-//!   requests and batch items, one sentence per mistake.
+//!   requests and batch items, one sentence per mistake, and their bounds
+//!   ([`MAX_COST`], [`is_valid_policy_name`]).
 //! - `wire/reply.rs`: decision replies ([`DecisionReply`],
 //!   [`encode_decision`]) and decoding any reply ([`decode_reply`], lenient
 //!   about unknown fields because the contract grows only by adding).
@@ -41,6 +43,7 @@
 //! - [`usage`]: bodies of `rl.usage.<key>` and `rl.top` (CONTRACT §9).
 
 pub mod batch;
+mod encoding;
 mod error;
 mod fields;
 mod headers;
@@ -50,7 +53,9 @@ mod reply;
 mod request;
 pub mod usage;
 
+pub use encoding::Encoding;
 pub use error::{ErrorCode, ErrorReply};
+pub use fields::{is_valid_policy_name, DEFAULT_COST, MAX_COST, MAX_POLICY_NAME};
 pub use headers::{
     decision_headers, error_headers, RateLimitHeaders, RATELIMIT_LIMIT, RATELIMIT_REMAINING,
     RATELIMIT_RESET, RETRY_AFTER, SERVICE_ERROR, SERVICE_ERROR_CODE,
@@ -58,7 +63,4 @@ pub use headers::{
 pub use reply::{
     decode_reply, encode_decision, encode_error, DecisionReply, MalformedReply, Reply,
 };
-pub use request::{
-    decode_request, encode_request, is_valid_policy_name, Encoding, Request, RequestError,
-    DEFAULT_COST, MAX_BODY, MAX_COST, MAX_POLICY_NAME,
-};
+pub use request::{decode_request, encode_request, Request, RequestError, MAX_BODY};

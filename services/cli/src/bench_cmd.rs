@@ -15,14 +15,17 @@ mod batching;
 mod echo;
 #[path = "bench/ready.rs"]
 mod ready;
+#[path = "bench/spec.rs"]
+mod spec;
 #[path = "bench/targets.rs"]
 mod targets;
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::Result;
 use sluice_bench::{parse_duration, LoadArgs};
+use spec::{BatchingSpec, ClientKind, NatsSpec};
 use std::time::Duration;
-use targets::{ClientKind, NatsSpec, TargetKind, TargetParser};
+use targets::{TargetKind, TargetParser};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -85,7 +88,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
     spec.auth = common.nats_auth();
     spec.windows = accounted;
     if args.client == ClientKind::Batching {
-        spec.batching = Some(batching::BatchingSpec {
+        spec.batching = Some(BatchingSpec {
             partitions: config.partitions,
             deny_cache: args.deny_cache,
             budgets: !args.no_budgets,

@@ -1,6 +1,6 @@
 //! `sluice check <key>`: asks once and prints the decision.
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::Result;
 use sluice_client::{Client, ClientOptions};
 use sluice_core::config::Fallback;

@@ -12,7 +12,7 @@
 //! workers are done with it; and it gets SIGKILL if `sluice dev` itself dies
 //! (parent-death signal), so no server is left behind either way.
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::{bail, Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::nats_config::NatsServerConfig;

@@ -1,7 +1,7 @@
 //! `sluice gateway`: the HTTP API server (CONTRACT §6), and with
 //! `--grpc-listen` Envoy's rate limit service (CONTRACT §11).
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::Result;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_gateway::GatewayOptions;

@@ -2,7 +2,7 @@
 //! through the partition mapping to the key's owner, and its reply as a
 //! table or JSON.
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::{anyhow, bail, Result};
 use serde::de::DeserializeOwned;
 use sluice_core::key::try_encode_key;

@@ -7,6 +7,7 @@
 mod bench_cmd;
 mod check_cmd;
 mod cli;
+mod common;
 mod dev_cmd;
 mod gateway_cmd;
 mod key_cmd;

@@ -1,6 +1,6 @@
 //! `sluice nats-config`: the nats-server config with the partition mapping.
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::{Context as _, Result};
 use sluice_core::nats_config::{Cluster, NatsServerConfig, Password, Role, RoleUser};
 

@@ -3,7 +3,7 @@
 //! policy is, with the same messages, before anything is written; workers
 //! put a change in force within a second ([`sluice_worker::policy_watch`]).
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;

@@ -4,7 +4,7 @@
 //! snapshot manifests say how old each partition's snapshot is, and each
 //! worker's status endpoint (found with `$SRV.PING`) gives its counts.
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream;
 use futures::StreamExt;

@@ -2,7 +2,7 @@
 //! `rl.usage.<key>` or `rl.top` request, its reply as a table and a chart
 //! drawn in the terminal (textplots), or as JSON.
 
-use crate::cli::Common;
+use crate::common::Common;
 use crate::key_cmd::request_once;
 use anyhow::{anyhow, Result};
 use sluice_core::config::{format_duration, parse_duration};

@@ -1,6 +1,6 @@
 //! `sluice worker`.
 
-use crate::cli::Common;
+use crate::common::Common;
 use anyhow::Result;
 use sluice_worker::WorkerOptions;
 

@@ -14,7 +14,7 @@ use sluice_core::storage::{
 use sluice_tests::{
     ask, eventually, key_in_partition, rounds, serial, workspace_root, Load, Stack, PEEK, TICK,
 };
-use sluice_worker::journal::Record;
+use sluice_worker::journal::record::Record;
 use std::path::PathBuf;
 use std::time::Duration;
 

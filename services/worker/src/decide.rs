@@ -23,7 +23,7 @@
 //! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
-use crate::journal::Record;
+use crate::journal::record::Record;
 use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
 use crate::tally::{Counted, Recording, Tally, Usage};

@@ -25,7 +25,7 @@
 //! order two appends in flight got their sequences in).
 
 use crate::journal;
-use crate::journal::Record;
+use crate::journal::record::Record;
 use crate::reply::{self, Outgoing};
 use crate::stats::{secs, WorkerStats};
 use futures::future::BoxFuture;

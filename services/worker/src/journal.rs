@@ -18,9 +18,9 @@
 //! Records are dropped once every partition's snapshot covers them
 //! ([`purge_covered`]); the stream's `max_age` is only the backstop.
 
-mod record;
+pub mod record;
 
-pub use record::{Record, RecordOf, RecordRef};
+use record::{Record, RecordRef};
 
 use crate::snapshot;
 use crate::store;

@@ -10,7 +10,7 @@
 
 use crate::group_commit;
 use crate::journal;
-use crate::journal::Record;
+use crate::journal::record::Record;
 use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};

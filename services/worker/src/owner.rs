@@ -21,7 +21,7 @@
 //! [`crate::kept`]; nothing here changes for it.
 
 use crate::counters::Counters;
-use crate::journal::Record;
+use crate::journal::record::Record;
 use crate::journal::Since;
 use crate::kept::Carried;
 use crate::snapshot::Manifest;

@@ -11,7 +11,7 @@
 //! [`crate::outbox::Outbox::recording`]): it is the one place that knows
 //! the durability mode.
 
-use crate::journal::Record;
+use crate::journal::record::Record;
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;

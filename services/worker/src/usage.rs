@@ -36,7 +36,7 @@ pub mod query;
 pub mod store;
 
 use crate::journal;
-use crate::journal::Record;
+use crate::journal::record::Record;
 use crate::usage::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;

@@ -12,7 +12,7 @@
 //! window starts, whichever of them restored the snapshot.
 
 use super::{Algo, Check, Usage};
-use crate::policy::Limit;
+use crate::limit::Limit;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 

@@ -35,7 +35,7 @@
 //! from a TAT alone; it just looks like a longer backlog.
 
 use super::{Algo, Check, Usage};
-use crate::policy::Limit;
+use crate::limit::Limit;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 

@@ -16,7 +16,7 @@ pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
-use crate::policy::Limit;
+use crate::limit::Limit;
 use crate::time::Nanos;
 
 /// Whether `cost` fits now, and if not, how long until it would.

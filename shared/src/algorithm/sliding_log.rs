@@ -12,7 +12,7 @@
 //! search.
 
 use super::{Algo, Check, Usage};
-use crate::policy::Limit;
+use crate::limit::Limit;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;

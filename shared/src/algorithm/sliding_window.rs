@@ -25,7 +25,7 @@
 //! the same request fits.
 
 use super::{Algo, Check, Usage};
-use crate::policy::Limit;
+use crate::limit::Limit;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 

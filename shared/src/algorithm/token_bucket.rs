@@ -25,7 +25,7 @@
 //! that the two agree decision by decision.
 
 use super::{Algo, Check, Usage};
-use crate::policy::Limit;
+use crate::limit::Limit;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 

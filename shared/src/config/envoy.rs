@@ -38,7 +38,8 @@
 //! The rules are checked here, once, at load: what the gateway does per
 //! request is a lookup and, with a `key` template, a concatenation.
 
-use super::{FieldError, MAX_POLICY_NAME_LEN};
+use super::defaults::MAX_POLICY_NAME_LEN;
+use super::error::FieldError;
 use crate::wire::is_valid_policy_name;
 use serde::Deserialize;
 use std::cmp::Ordering;

@@ -20,7 +20,9 @@
 //! outside the file: CONTRACT §7 stores one in a KV bucket as the JSON form
 //! of one `[policies.X]` table ([`PolicyTable::from_json`]).
 
-use super::{key_path, parse_duration, suggest, FieldError, MAX_POLICY_NAME_LEN};
+use super::defaults::{MAX_PARTITIONS, MAX_POLICY_NAME_LEN};
+use super::error::{key_path, suggest, FieldError};
+use crate::duration::{format_duration, parse_duration};
 use crate::policy::{Algorithm, Limit, Policy, PolicyError};
 use crate::wire::is_valid_policy_name;
 use serde::de::value::MapAccessDeserializer;
@@ -116,7 +118,7 @@ impl PolicyTable {
                 .iter()
                 .map(|l| LimitTable {
                     max: l.max(),
-                    per: super::format_duration(l.per().into()),
+                    per: format_duration(l.per().into()),
                     burst: (policy.algorithm().has_burst() && l.burst() != l.max())
                         .then_some(l.burst()),
                 })
@@ -406,7 +408,7 @@ fn partitions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error>
     match Found::deserialize(d)? {
         Found::Int(n) => Ok(Some(n)),
         other => Err(expected(
-            &format!("an integer from 1 to {}", super::MAX_PARTITIONS),
+            &format!("an integer from 1 to {}", MAX_PARTITIONS),
             &other,
         )),
     }

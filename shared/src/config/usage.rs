@@ -13,7 +13,8 @@
 //!
 //! The rules a list of tiers must follow are [`UsageConfig::check`]'s.
 
-use super::{parse_duration, FieldError};
+use super::error::FieldError;
+use crate::duration::parse_duration;
 use crate::usage::{Tier, UsageConfig};
 use serde::Deserialize;
 

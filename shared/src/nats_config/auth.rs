@@ -45,7 +45,7 @@
 //! belong to the default account `$G`, which is where the partition mapping
 //! and JetStream are: mappings and JetStream work unchanged for every user.
 
-use super::quote;
+use super::quote::quote;
 use crate::storage::{
     bucket_stream, usage_stream, usage_subjects, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET,
     POLICY_BUCKET, SNAPSHOT_BUCKET,

@@ -36,11 +36,12 @@
 //! that item with an error if not): otherwise a client configured with a
 //! different partition count would split counters.
 
+use super::encoding::Encoding;
 use super::error::{quoted, ErrorCode, ErrorReply};
-use super::fields::{duplicate, read_msgpack_field, read_msgpack_name, Fields, Scalar};
+use super::fields::{duplicate, read_msgpack_field, read_msgpack_name, Fields, Scalar, MAX_COST};
 use super::msgpack::{Reader, Value, Writer};
 use super::reply::{encode_reply_body, error_reply, MalformedReply, RawReply, Reply, ReplyBody};
-use super::request::{encode_body, Encoding, MAX_COST};
+use super::request::encode_body;
 use crate::budget::Refund;
 use crate::key::KeyToken;
 use crate::time::Nanos;

@@ -8,8 +8,6 @@
 //! reads only headers still learns what went wrong. "Denied, retry later"
 //! is not an error; it is a decision.
 
-use super::reply::{encode_reply_body, ErrorOut};
-use super::request::Encoding;
 use crate::key::KeyError;
 use crate::policy::DEFAULT_POLICY;
 use std::fmt;
@@ -114,11 +112,6 @@ impl ErrorReply {
             "cost {cost} can never be allowed by policy {}, which allows at most {capacity} at once; split the work into smaller requests",
             quoted(policy)
         ))
-    }
-
-    /// The body, in the request's encoding.
-    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
-        encode_reply_body(&ErrorOut::new(self), encoding)
     }
 }
 

@@ -7,15 +7,33 @@
 //! [`Fields::set`]; [`Fields::finish`] applies the defaults and the checks
 //! that need the whole map. Values are judged here, not by serde, because
 //! each wrong type or number gets its own sentence naming what was sent.
+//! The bounds of both fields live here too ([`MAX_COST`],
+//! [`is_valid_policy_name`]), with the rules that apply them.
 
 use super::error::quoted;
 use super::msgpack;
-use super::request::{is_valid_policy_name, DEFAULT_COST, MAX_COST, MAX_POLICY_NAME};
 use crate::policy::DEFAULT_POLICY;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
+
+/// The largest cost one request may carry (a sanity bound; the worker also
+/// refuses costs above the policy's capacity).
+pub const MAX_COST: u64 = 1_000_000_000;
+/// The cost of a request that gives none.
+pub const DEFAULT_COST: u64 = 1;
+/// The longest policy name, in bytes.
+pub const MAX_POLICY_NAME: usize = 64;
+
+/// 1 to [`MAX_POLICY_NAME`] characters of `[A-Za-z0-9_-]`. Policies whose
+/// names fail this cannot be asked for.
+pub fn is_valid_policy_name(name: &str) -> bool {
+    (1..=MAX_POLICY_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 /// A field value, whichever encoding it came in.
 pub(crate) enum Scalar<'a> {

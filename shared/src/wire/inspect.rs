@@ -7,8 +7,10 @@
 //! [`super::request`]; like every request, an unknown field or a bad value
 //! is refused with a sentence, and the reply is in the request's encoding.
 
+use super::encoding::Encoding;
 use super::error::ErrorReply;
-use super::request::{encode_body, is_valid_policy_name, too_large, Encoding, RequestError};
+use super::fields::is_valid_policy_name;
+use super::request::{encode_body, too_large, RequestError};
 use crate::policy::LimitState;
 use serde::{Deserialize, Serialize};
 

@@ -16,7 +16,7 @@
 //! cost several times more than pushing its ~70 bytes. `rmp::encode` picks
 //! the smallest encodings, as rmp-serde (which calls the same functions)
 //! does, so the bytes are identical (a property test in
-//! `shared/tests/wire.rs` checks it).
+//! `shared/tests/wire/replies.rs` checks it).
 
 use rmp::decode::bytes::BytesReadError;
 use rmp::decode::{self, Bytes, DecodeStringError, NumValueReadError, ValueReadError};

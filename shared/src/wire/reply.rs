@@ -8,7 +8,7 @@
 //! A reply is built for every request, so MessagePack replies are written
 //! by [`super::msgpack::Writer`] into a buffer sized once ([`ReplyBody`]),
 //! with the same bytes rmp-serde's `to_vec_named` writes (property-tested in
-//! `shared/tests/wire.rs`); JSON replies go through serde_json.
+//! `shared/tests/wire/replies.rs`); JSON replies go through serde_json.
 //!
 //! Decoding ([`decode_reply`]) is lenient about unknown fields, because the
 //! contract grows only by adding, and goes through serde (rmp-serde or
@@ -16,10 +16,10 @@
 //! a hand-written reader for batch replies was tried and gained nothing end
 //! to end (docs/BENCHMARKS-HISTORY.md, "Changes made").
 
+use super::encoding::Encoding;
 use super::error::{ErrorCode, ErrorReply};
 use super::headers::RateLimitHeaders;
 use super::msgpack;
-use super::request::Encoding;
 use crate::budget::Grant;
 use crate::policy::Decision;
 use crate::time::Nanos;
@@ -94,6 +94,15 @@ pub fn encode_decision(decision: &Decision, policy: &str, encoding: Encoding) ->
 /// Encodes an error reply body; the same as [`ErrorReply::encode`].
 pub fn encode_error(reply: &ErrorReply, encoding: Encoding) -> Vec<u8> {
     reply.encode(encoding)
+}
+
+/// Here rather than with [`ErrorReply`]: an error reply is encoded like a
+/// decision, by the same writer, so `error.rs` needs nothing from this file.
+impl ErrorReply {
+    /// The body, in the request's encoding.
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        encode_reply_body(&ErrorOut::new(self), encoding)
+    }
 }
 /// A decoded reply body (client side).
 #[derive(Clone, Debug, PartialEq, Eq)]

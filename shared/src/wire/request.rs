@@ -10,11 +10,11 @@
 //! encoding and refuses whatever is around it (trailing bytes, a body that
 //! is neither a map nor an object, one over [`MAX_BODY`]).
 //!
-//! [`Encoding`] lives here because a request decides it: the reply, error
-//! replies included, is written in the request's encoding.
+//! A request decides the [`Encoding`] of its reply, error replies included.
 
+use super::encoding::Encoding;
 use super::error::{ErrorCode, ErrorReply};
-use super::fields::{read_msgpack_field, Fields, JsonScalar, JsonStr};
+use super::fields::{read_msgpack_field, Fields, JsonScalar, JsonStr, DEFAULT_COST};
 use super::msgpack;
 use crate::policy::DEFAULT_POLICY;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
@@ -24,34 +24,6 @@ use std::fmt;
 
 /// The largest request body accepted; larger ones get a 413 reply.
 pub const MAX_BODY: usize = 4096;
-/// The largest cost one request may carry (a sanity bound; the worker also
-/// refuses costs above the policy's capacity).
-pub const MAX_COST: u64 = 1_000_000_000;
-/// The cost of a request that gives none.
-pub const DEFAULT_COST: u64 = 1;
-/// The longest policy name, in bytes.
-pub const MAX_POLICY_NAME: usize = 64;
-
-/// How a body is encoded. Replies use the encoding of the request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Encoding {
-    #[default]
-    MsgPack,
-    Json,
-}
-
-impl Encoding {
-    /// JSON if the first byte is `{`, else MessagePack (an empty body too).
-    /// `{` (0x7b) is a MessagePack integer, never a map, so this is unambiguous.
-    pub fn of_body(body: &[u8]) -> Encoding {
-        if body.first() == Some(&b'{') {
-            Encoding::Json
-        } else {
-            Encoding::MsgPack
-        }
-    }
-}
-
 /// A decoded request body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request<'a> {
@@ -127,15 +99,6 @@ pub fn encode_request(policy: Option<&str>, cost: Option<u64>, encoding: Encodin
         cost: Option<u64>,
     }
     encode_body(&RequestOut { policy, cost }, encoding)
-}
-
-/// 1 to [`MAX_POLICY_NAME`] characters of `[A-Za-z0-9_-]`. Policies whose
-/// names fail this cannot be asked for.
-pub fn is_valid_policy_name(name: &str) -> bool {
-    (1..=MAX_POLICY_NAME).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Maps with named fields in MessagePack; compact JSON. For requests (client

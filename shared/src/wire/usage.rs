@@ -6,8 +6,10 @@
 //! checks that need the tiers and the clock (a step that is not a tier,
 //! `from_ms > to_ms`, `n` over 1000) are [`crate::usage`]'s.
 
+use super::encoding::Encoding;
 use super::error::ErrorReply;
-use super::request::{encode_body, is_valid_policy_name, too_large, Encoding, RequestError};
+use super::fields::is_valid_policy_name;
+use super::request::{encode_body, too_large, RequestError};
 use crate::usage::{By, Part};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

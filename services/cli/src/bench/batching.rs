@@ -7,20 +7,12 @@
 //! (a worker, the deny cache, or a slice of a key's budget); the target
 //! counts them by source (`answered_by_<source>` in the client stats).
 
-use super::targets::NatsSpec;
+use super::spec::{BatchingSpec, NatsSpec};
 use anyhow::{Context as _, Result};
 use sluice_bench::admission::Window;
 use sluice_bench::{Outcome, Reply};
 use sluice_client::{Client, ClientOptions, Error, Fallback, Source};
 use std::cell::RefCell;
-
-#[derive(Clone, Debug)]
-pub struct BatchingSpec {
-    pub partitions: u32,
-    pub deny_cache: bool,
-    /// Local budgets ([`ClientOptions::budgets`]); `--no-budgets` turns them off.
-    pub budgets: bool,
-}
 
 pub struct BatchingTarget {
     client: Client,

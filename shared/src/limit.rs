@@ -1,0 +1,147 @@
+//! The terms a policy is made of, below everything that uses them: its
+//! [`Algorithm`], a [`Limit`], why either is refused ([`PolicyError`]), and
+//! the [`Decision`] a request gets.
+//!
+//! They live apart from [`crate::policy`] because the algorithms and the
+//! local budgets need them while a policy needs the algorithms and the
+//! budgets: here, each of those depends on this module and none on the
+//! others' users. `crate::policy` re-exports them, so
+//! `sluice_core::policy::Limit` is the name other crates use.
+
+use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::num::NonZeroU64;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The limiter algorithm of a policy (CONTRACT §4 names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    FixedWindow,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    Gcra,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// Token bucket and GCRA have a bucket size separate from the rate.
+    pub const fn has_burst(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Algorithm, PolicyError> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| PolicyError::UnknownAlgorithm(s.to_string()))
+    }
+}
+
+/// Why a policy or limit cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown algorithm {0:?}; use one of fixed_window, sliding_log, sliding_window, token_bucket, gcra")]
+    UnknownAlgorithm(String),
+    #[error(
+        "max must be at least 1 (a limit of 0 would deny everything; remove the policy instead)"
+    )]
+    ZeroMax,
+    #[error("the window must be longer than 0")]
+    ZeroWindow,
+    #[error("burst must be at least 1")]
+    ZeroBurst,
+    #[error("burst only applies to token_bucket and gcra; remove it or change the algorithm")]
+    BurstNotSupported,
+    #[error("a policy needs at least one limit")]
+    NoLimits,
+    #[error("sliding_log keeps one timestamp per allowed request, so max is capped at {max}; use sliding_window for larger limits")]
+    LogTooLarge { max: u64 },
+    #[error("local_budget needs fixed_window, token_bucket or gcra: under {0} a slice spent after it was granted would leave the window before its units were used, admitting more than the limit (docs/CLIENT.md, \"Local budgets\"); remove local_budget or change the algorithm")]
+    BudgetNotSupported(Algorithm),
+}
+
+/// `max` units per `per`; for token bucket and GCRA, a bucket of `burst` units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    max: NonZeroU64,
+    per: NonZeroU64,
+    burst: NonZeroU64,
+}
+
+impl Limit {
+    /// `burst` defaults to `max`.
+    pub fn new(max: u64, per: Duration, burst: Option<u64>) -> Result<Limit, PolicyError> {
+        let max = NonZeroU64::new(max).ok_or(PolicyError::ZeroMax)?;
+        let per = NonZeroU64::new(Nanos::from(per).as_u64()).ok_or(PolicyError::ZeroWindow)?;
+        let burst = match burst {
+            None => max,
+            Some(b) => NonZeroU64::new(b).ok_or(PolicyError::ZeroBurst)?,
+        };
+        Ok(Limit { max, per, burst })
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max.get()
+    }
+
+    /// The window (or, for rates, the period over which `max` units accrue).
+    pub fn per(&self) -> Nanos {
+        Nanos(self.per.get())
+    }
+
+    pub fn burst(&self) -> u64 {
+        self.burst.get()
+    }
+
+    /// The `limit` a decision reports for this limit: `max`, or `burst`
+    /// when bigger (a token bucket or GCRA then holds more than `max` at
+    /// once), so that `remaining` never exceeds `limit`.
+    pub fn reported(&self) -> u64 {
+        self.max().max(self.burst())
+    }
+}
+
+/// The answer to one request, before wire encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// [`Limit::reported`] of the limit that decided (the most restrictive
+    /// one): its `max`, or its `burst` when bigger.
+    pub limit: u64,
+    /// What is left of that limit after this request.
+    pub remaining: u64,
+    /// Time until that limit is fully available again.
+    pub reset: Nanos,
+    /// Zero when allowed; otherwise the earliest wait after which the same request fits.
+    pub retry_after: Nanos,
+}

@@ -1,0 +1,94 @@
+//! What a key used and was denied ([`Counts`]), the count a ranking reads
+//! ([`By`]), and the top-N merge over totals ([`top`]): the numbers every
+//! record holds and every query answers with.
+
+use serde::{Deserialize, Serialize};
+
+/// What a key used and was denied, in units.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u64, u64)", into = "(u64, u64)")]
+pub struct Counts {
+    /// Units consumed: by allowed asks and by hits.
+    pub used: u64,
+    /// Units of denied asks.
+    pub denied: u64,
+}
+
+impl From<(u64, u64)> for Counts {
+    fn from((used, denied): (u64, u64)) -> Counts {
+        Counts { used, denied }
+    }
+}
+
+impl From<Counts> for (u64, u64) {
+    fn from(c: Counts) -> (u64, u64) {
+        (c.used, c.denied)
+    }
+}
+
+impl Counts {
+    pub fn add(&mut self, other: Counts) {
+        self.used = self.used.saturating_add(other.used);
+        self.denied = self.denied.saturating_add(other.denied);
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.used == 0 && self.denied == 0
+    }
+
+    /// The count a top query ranks by.
+    pub fn of(&self, by: By) -> u64 {
+        match by {
+            By::Used => self.used,
+            By::Denied => self.denied,
+        }
+    }
+}
+
+/// Which count a top query ranks by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    #[default]
+    Used,
+    Denied,
+}
+
+/// The `n` largest of `totals` by `by` (ties by key, so the answer does not
+/// depend on the order totals come in); zero totals are left out.
+pub fn top<K: Ord + Clone>(
+    totals: impl IntoIterator<Item = (K, Counts)>,
+    n: usize,
+    by: By,
+) -> Vec<(K, Counts)> {
+    let mut all: Vec<(K, Counts)> = totals.into_iter().filter(|(_, c)| c.of(by) > 0).collect();
+    all.sort_by(|(ka, a), (kb, b)| b.of(by).cmp(&a.of(by)).then_with(|| ka.cmp(kb)));
+    all.truncate(n);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_ranks_by_the_chosen_count_and_breaks_ties_by_key() {
+        let c = |used, denied| Counts { used, denied };
+        let totals = vec![
+            ("b", c(5, 0)),
+            ("a", c(5, 9)),
+            ("c", c(7, 1)),
+            ("d", c(0, 0)),
+        ];
+        let by_used: Vec<&str> = top(totals.clone(), 3, By::Used)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(by_used, ["c", "a", "b"]);
+        let by_denied: Vec<&str> = top(totals, 10, By::Denied)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(by_denied, ["a", "c"]);
+    }
+}
