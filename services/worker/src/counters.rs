@@ -54,28 +54,9 @@ use sluice_core::time::Nanos;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// Buckets per partition. With the default 64 partitions a worker holding
-/// all of them has at most 4 096 buckets (~1.5 MB with their moka entries),
-/// and a million keys are ~240 to a bucket (~490 at the default `max_keys`):
-/// more keys to a bucket cost no more to find (its table is a hash table), a
-/// snapshot holds a bucket's lock longer (~240 keys encoded), and an
-/// eviction at the key bound takes its victim from the few least valuable
-/// keys its bucket keeps, not from a scan of the bucket (which cost a flood
-/// at the default bound 40 % of its speed: docs/BENCHMARKS-HISTORY.md). More
-/// buckets cost memory (at 1024, the buckets were a quarter of what a
-/// million keys cost) and decisions: at 512 a worker of 10,000 keys held
-/// ~32,000 buckets of one key or none, each decision missed the cache on
-/// its bucket's own look-aside slot, `Arc`, table and arena, and the worker
-/// spent 18 % more CPU per decision (docs/BENCHMARKS-HISTORY.md, "Hot keys with
-/// local budgets").
-pub const BUCKETS: u64 = 64;
-
-/// How often a bucket in use looks for slots it may forget.
-pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
 
 /// The shortest idle ttl a bucket gets. A token bucket or GCRA key at a
 /// rate of 100/s may be forgotten ~10 ms after its last request; a bucket
@@ -86,220 +67,21 @@ pub const PRUNE_EVERY: Nanos = Nanos(1_000_000_000);
 /// anyway (~1.5 MB), plus forgettable slots until the bucket's next prune.
 pub const MIN_IDLE_TTL: Duration = Duration::from_secs(2);
 
-mod key_bound;
+mod bucket;
+mod stamp;
 mod table;
 
-pub use key_bound::KeyBound;
+pub use bucket::{KeyBound, BUCKETS, PRUNE_EVERY};
 
-use table::{Table, Work};
+use bucket::{Bucket, BucketCache, Hasher};
+use stamp::Stamp;
+use table::Work;
 
 thread_local! {
     /// The states decisions unpack keys into and the buffer they pack them
     /// into again, one per thread (a decision holds its bucket's lock, not
     /// the thread, while it uses them).
     static WORK: RefCell<Work> = RefCell::default();
-}
-
-/// When a slot may be forgotten, and whether its key was asked for again
-/// after it was stored, in one word (a flag of its own would cost 8 bytes of
-/// padding per key): the top bit is the flag, free because times stay below
-/// 2^63 ns since the epoch until the year 2262. Ordered as words, stamps
-/// rank slots in the order the key bound forgets them: asked once before
-/// asked again, each the earliest forgettable first. A bucket's table keeps
-/// it in 4 bytes, to the second (rounded up), with the flag beside it
-/// ([`table`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Stamp(u64);
-
-impl Stamp {
-    const ASKED_AGAIN: u64 = 1 << 63;
-    /// Ranks below every other stamp.
-    const ZERO: Stamp = Stamp(0);
-    /// Ranks above every other stamp.
-    const MAX: Stamp = Stamp(u64::MAX);
-
-    fn new(forgettable_at: Nanos, asked_again: bool) -> Stamp {
-        let at = forgettable_at.as_u64().min(Stamp::ASKED_AGAIN - 1);
-        Stamp(if asked_again {
-            at | Stamp::ASKED_AGAIN
-        } else {
-            at
-        })
-    }
-
-    fn forgettable_at(self) -> Nanos {
-        Nanos(self.0 & !Stamp::ASKED_AGAIN)
-    }
-
-    fn asked_again(self) -> bool {
-        self.0 & Stamp::ASKED_AGAIN != 0
-    }
-}
-
-/// The hasher of the bucket maps and of the choice of bucket: foldhash, the
-/// one hashbrown uses, several times cheaper than std's SipHash on short keys
-/// and seeded per process, so keys cannot be made to collide in advance.
-type Hasher = foldhash::fast::RandomState;
-
-/// A bucket's keys: for each, its state and the instant from which that
-/// equals a fresh one, packed into a [`Table`].
-#[derive(Debug)]
-struct Slots {
-    table: Table,
-    /// No prune before this: none is due (no slot is forgettable yet, as
-    /// far as inserts tell) or the last one was less than PRUNE_EVERY ago.
-    next_prune: Nanos,
-    /// Counts the slots above.
-    bound: Arc<KeyBound>,
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        self.bound.release(self.table.len());
-    }
-}
-
-impl Slots {
-    fn new(bound: Arc<KeyBound>) -> Slots {
-        Slots {
-            table: Table::default(),
-            next_prune: Nanos::ZERO,
-            bound,
-        }
-    }
-
-    /// Drops the slots that may be forgotten at `now`, if a prune is due,
-    /// and returns how long the remaining slots are needed at most.
-    fn prune(&mut self, now: Nanos) -> Option<u64> {
-        if now < self.next_prune {
-            return None;
-        }
-        let mut earliest = u64::MAX;
-        let mut latest = now.as_u64();
-        let before = self.table.len();
-        self.table.retain(|stamp| {
-            let at = stamp.forgettable_at().as_u64();
-            earliest = earliest.min(at);
-            latest = latest.max(at);
-            at > now.as_u64()
-        });
-        self.bound.release(before - self.table.len());
-        self.next_prune = Nanos(earliest).max(now.saturating_add(PRUNE_EVERY));
-        Some(latest - now.as_u64())
-    }
-
-    /// Stores a new key (`hash` is its hash) with its state and stamp, within the key bound when this
-    /// bucket holds at least its fair share and a key asked only once: then
-    /// the least valuable of those makes room. A sliding log is moved out
-    /// of `state`; `bytes` is a buffer to pack it in.
-    /// Returns true when the key was stored over the bound, so that the
-    /// caller, once it holds no lock, has [`KeyBound::evict_elsewhere`]
-    /// make room.
-    fn remember(
-        &mut self,
-        hash: u64,
-        key: &str,
-        state: &mut KeyState,
-        stamp: Stamp,
-        now: Nanos,
-        bytes: &mut Vec<u8>,
-    ) -> bool {
-        let first_prune = stamp.forgettable_at().max(now.saturating_add(PRUNE_EVERY));
-        self.next_prune = if self.table.is_empty() {
-            first_prune
-        } else {
-            self.next_prune.min(first_prune)
-        };
-        let full = self.bound.full();
-        if full && self.table.len() >= self.bound.fair_share() {
-            if let Some(victim) = self.victim().filter(|v| !v.stamp.asked_again()) {
-                self.evict(victim);
-            }
-        }
-        if let Some(at) = self.table.find(hash, key) {
-            // A restored snapshot may name a key twice: the last one counts.
-            self.table.remove_at(hash, at);
-            self.bound.release(1);
-        }
-        self.bound.held.fetch_add(1, Ordering::Relaxed);
-        // The bucket's keys are hashed as every partition of the worker
-        // hashes them ([`KeyBound`]'s hasher).
-        let hasher = &self.bound.hasher;
-        let rehash = |k: &[u8]| hasher.hash_one(k);
-        self.table.insert(hash, key, stamp, state, bytes, rehash);
-        full && self.bound.over()
-    }
-
-    /// The least valuable key (see the module doc), found without a scan
-    /// of the bucket most of the time ([`table`]).
-    fn victim(&mut self) -> Option<Victim> {
-        let hasher = &self.bound.hasher;
-        let (at, stamp, hash) = self.table.least(|k| hasher.hash_one(k))?;
-        Some(Victim { at, stamp, hash })
-    }
-
-    /// Forgets `victim`, just found by [`Slots::victim`].
-    fn evict(&mut self, victim: Victim) {
-        self.table.remove_at(victim.hash, victim.at);
-        self.bound.release(1);
-        self.bound.evicted.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Forgets the least valuable key, if any.
-    fn evict_one(&mut self) {
-        if let Some(victim) = self.victim() {
-            self.evict(victim);
-        }
-    }
-
-    fn remove(&mut self, hash: u64, key: &str) -> bool {
-        let removed = self.table.remove(hash, key);
-        if removed {
-            self.bound.release(1);
-        }
-        removed
-    }
-}
-
-/// A bucket's least valuable key: where its record is, its stamp and hash.
-#[derive(Clone, Copy, Debug)]
-struct Victim {
-    at: u32,
-    stamp: Stamp,
-    hash: u64,
-}
-
-/// Some keys' slots plus how long the bucket may stay unused before all of
-/// them can be forgotten.
-#[derive(Debug)]
-pub struct Bucket {
-    slots: Mutex<Slots>,
-    idle_ttl_ns: AtomicU64,
-}
-
-impl Bucket {
-    fn new(bound: Arc<KeyBound>) -> Bucket {
-        Bucket {
-            slots: Mutex::new(Slots::new(bound)),
-            idle_ttl_ns: AtomicU64::new(0),
-        }
-    }
-
-    fn idle_ttl_ns(&self) -> u64 {
-        self.idle_ttl_ns.load(Ordering::Relaxed)
-    }
-
-    fn set_idle_ttl_ns(&self, ns: u64) {
-        self.idle_ttl_ns.store(ns, Ordering::Relaxed);
-    }
-
-    fn idle_ttl(&self) -> Duration {
-        Duration::from_nanos(self.idle_ttl_ns())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Slots> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// A snapshot entry: the counter key and its state.
@@ -378,25 +160,6 @@ pub struct Counters {
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
-}
-
-/// One partition's buckets, registered with the worker's [`KeyBound`].
-struct BucketCache {
-    buckets: Cache<u64, Arc<Bucket>, Hasher>,
-    bound: Arc<KeyBound>,
-}
-
-impl Drop for BucketCache {
-    fn drop(&mut self) {
-        self.bound.partitions.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl std::ops::Deref for BucketCache {
-    type Target = Cache<u64, Arc<Bucket>, Hasher>;
-    fn deref(&self) -> &Self::Target {
-        &self.buckets
-    }
 }
 
 impl Default for Counters {

@@ -539,8 +539,8 @@ impl Shard {
     }
 
     /// Journal mode with usage, once the partition answers: adds the usage
-    /// of what the takeover replayed ([`crate::usage::UsageBook::replay`])
-    /// on its own task, tried again while the lease is held. Until it is
+    /// of what the takeover replayed on its own task, tried again while the
+    /// lease is held ([`crate::usage::UsageBook::replay_while_owner`]). Until it is
     /// in, flushes and usage queries of the partition wait for it.
     fn start_usage_replay(&mut self) -> Option<JoinHandle<()>> {
         let since = self.usage_replay.take()?;
@@ -549,25 +549,8 @@ impl Shard {
         let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
-            loop {
-                match book.replay(partition, &ledger, &since).await {
-                    Ok(()) => return,
-                    Err(e) if owner() => {
-                        tracing::warn!(
-                            partition,
-                            "cannot restore the usage the journal holds yet, trying again: {e:#}"
-                        );
-                        tokio::time::sleep(TAKEOVER_RETRY_PAUSE).await;
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            partition,
-                            "cannot restore the usage the journal holds, and the lease ended: {e:#}"
-                        );
-                        return;
-                    }
-                }
-            }
+            book.replay_while_owner(partition, &ledger, &since, owner, TAKEOVER_RETRY_PAUSE)
+                .await
         }))
     }
 

@@ -322,6 +322,38 @@ impl UsageBook {
         Ok(())
     }
 
+    /// [`UsageBook::replay`], tried again every `pause` while `owner()`
+    /// says the lease is held (a stream without a leader answers again
+    /// within seconds); given up once it is not.
+    pub async fn replay_while_owner(
+        &self,
+        partition: u32,
+        ledger: &Ledger,
+        since: &journal::Since,
+        owner: impl Fn() -> bool,
+        pause: Duration,
+    ) {
+        loop {
+            match self.replay(partition, ledger, since).await {
+                Ok(()) => return,
+                Err(e) if owner() => {
+                    tracing::warn!(
+                        partition,
+                        "cannot restore the usage the journal holds yet, trying again: {e:#}"
+                    );
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        partition,
+                        "cannot restore the usage the journal holds, and the lease ended: {e:#}"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
     /// Journal mode, after a takeover: adds the usage of the records of
     /// `partition` that `since` replays and the stored minutes do not hold
     /// yet, then marks the ledger replayed. Reads the stored minutes they

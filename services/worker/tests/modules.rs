@@ -27,23 +27,14 @@
 //!   one of them, is a cycle. A file uses its siblings and its parent's own
 //!   items through modules below both.
 //!
-//! A crate being refactored may be read at its top level only, and a cycle
-//! not broken yet may be listed in [`KNOWN_CYCLES`]; each says why (TODO).
+//! A cycle not broken yet may be listed in [`KNOWN_CYCLES`]; each says why
+//! (TODO).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Each module of a crate and the modules its code names.
 type Graph = BTreeMap<String, BTreeSet<String>>;
-
-/// How much of a crate is read.
-#[derive(Clone, Copy, PartialEq)]
-enum Granularity {
-    /// Every file, down the folders, each its own module.
-    EveryFile,
-    /// Only the files directly in `src/`: the subfolders are not read.
-    TopLevel,
-}
 
 /// Cycles known and not broken yet, as the check reports them: any other
 /// fails the check, and so does one of these once it is gone (then its
@@ -55,26 +46,12 @@ enum Granularity {
 const KNOWN_CYCLES: &[&str] = &["services/client/src: import cycle: batch -> client -> batch"];
 
 /// Every crate of the workspace: its source folder, relative to the
-/// workspace, and how much of it is read.
-fn workspace_crates() -> Vec<(String, Granularity)> {
-    let mut crates = vec![
-        ("shared/src".to_string(), Granularity::EveryFile),
-        ("tests/src".to_string(), Granularity::EveryFile),
-    ];
+/// workspace.
+fn workspace_crates() -> Vec<String> {
+    let mut crates = vec!["shared/src".to_string(), "tests/src".to_string()];
     for service in std::fs::read_dir(workspace().join("services")).unwrap() {
         let service = service.unwrap().file_name().to_string_lossy().into_owned();
-        // TODO(owner-state refactor): the worker is read at its top level
-        // only: file by file it has the cycle `counters` <-> `counters::table`
-        // (table.rs uses `super::Stamp`, counters.rs uses `table::{Table,
-        // Work}`); and with its folders read as one module each, `shared` ->
-        // `outbox` -> `usage` (its `usage::query` uses `crate::shared`) ->
-        // `shared`. Make this `EveryFile` once the owner-state refactor lands.
-        let granularity = if service == "worker" {
-            Granularity::TopLevel
-        } else {
-            Granularity::EveryFile
-        };
-        crates.push((format!("services/{service}/src"), granularity));
+        crates.push(format!("services/{service}/src"));
     }
     crates
 }
@@ -84,7 +61,7 @@ fn workspace() -> PathBuf {
 }
 
 /// The modules of the crate whose sources are in `src`, each with its file.
-fn modules_in(src: &Path, granularity: Granularity) -> BTreeMap<String, PathBuf> {
+fn modules_in(src: &Path) -> BTreeMap<String, PathBuf> {
     let mut modules = BTreeMap::new();
     let mut folders = vec![(src.to_path_buf(), String::new())];
     while let Some((folder, prefix)) = folders.pop() {
@@ -93,9 +70,7 @@ fn modules_in(src: &Path, granularity: Granularity) -> BTreeMap<String, PathBuf>
             let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
             let module = format!("{prefix}{stem}");
             if path.is_dir() {
-                if granularity == Granularity::EveryFile {
-                    folders.push((path, format!("{module}::")));
-                }
+                folders.push((path, format!("{module}::")));
             } else if path.extension().is_some_and(|e| e == "rs") {
                 let at_root = prefix.is_empty() && (stem == "lib" || stem == "main");
                 if stem == "mod" {
@@ -131,8 +106,8 @@ fn renamed_by_path_attributes(modules: BTreeMap<String, PathBuf>) -> BTreeMap<St
 }
 
 /// The dependencies of every module of the crate in `src`.
-fn dependencies(src: &Path, granularity: Granularity) -> Graph {
-    let modules = modules_in(src, granularity);
+fn dependencies(src: &Path) -> Graph {
+    let modules = modules_in(src);
     let mut graph = Graph::new();
     for (module, file) in &modules {
         let code = code_of(&std::fs::read_to_string(file).unwrap());
@@ -442,8 +417,8 @@ fn cycles(graph: &Graph) -> Vec<String> {
 #[test]
 fn no_module_of_any_crate_imports_itself_through_others() {
     let mut found = BTreeSet::new();
-    for (src, granularity) in workspace_crates() {
-        let graph = dependencies(&workspace().join(&src), granularity);
+    for src in workspace_crates() {
+        let graph = dependencies(&workspace().join(&src));
         assert!(!graph.is_empty(), "no modules read in {src}");
         for cycle in cycles(&graph) {
             found.insert(format!("{src}: import cycle: {cycle}"));
@@ -461,8 +436,8 @@ fn no_module_of_any_crate_imports_itself_through_others() {
 #[test]
 fn the_decision_core_needs_no_nats() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = dependencies(&src, Granularity::EveryFile);
-    let modules = modules_in(&src, Granularity::EveryFile);
+    let graph = dependencies(&src);
+    let modules = modules_in(&src);
     assert!(graph.contains_key("decide") && graph.contains_key("owner"));
     let mut reached = BTreeSet::new();
     let mut next = vec!["decide".to_string()];

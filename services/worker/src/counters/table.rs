@@ -32,7 +32,7 @@
 //! place or stamp that ranks it below them adds it, and an entry whose
 //! record has gone, moved or been restamped is skipped when its turn comes.
 
-use super::Stamp;
+use super::stamp::Stamp;
 use hashbrown::HashTable;
 use sluice_core::packed::{self, get_varint, put_varint, Scratch, NOT_PACKED};
 use sluice_core::policy::KeyState;

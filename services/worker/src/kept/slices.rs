@@ -3,7 +3,7 @@
 //! kept beside the counters), carried to the next owner so that their
 //! refunds still come back after a handover or a crash.
 
-use super::Kept;
+use super::kind::Kept;
 use crate::counters::Counters;
 use sluice_core::budget::{carried_through, HeldSlice};
 use sluice_core::time::Nanos;

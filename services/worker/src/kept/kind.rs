@@ -1,0 +1,25 @@
+//! What one kind of kept state implements ([`Kept`]): how a snapshot reads
+//! it and how a new owner takes it over. Registered in [`super`].
+
+use crate::counters::Counters;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sluice_core::time::Nanos;
+use std::fmt::Debug;
+
+/// One kind of state a partition's owner keeps beside its counters.
+pub trait Kept {
+    /// What a snapshot's manifest carries of it (left out when empty).
+    type Carried: Clone + Debug + Default + PartialEq + Serialize + DeserializeOwned;
+
+    /// Read as a snapshot begins, before the counters are encoded.
+    fn before(counters: &Counters, now: Nanos) -> Self::Carried;
+
+    /// Read again once the counters are encoded: what the snapshot carries,
+    /// given what [`Kept::before`] read.
+    fn through(before: Self::Carried, counters: &Counters, now: Nanos) -> Self::Carried;
+
+    /// At takeover, once the snapshot's counters are restored: the new
+    /// owner takes over what the manifest carried.
+    fn take_over(carried: &Self::Carried, counters: &Counters, now: Nanos);
+}
