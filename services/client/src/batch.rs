@@ -63,64 +63,63 @@
 //! turn on; a queued caller that gave up is skipped when the next batch is
 //! formed; and a queued caller whose batch task vanished (runtime shutting
 //! down) asks on its own.
+//!
+//! This file holds the batching's state and rules: the destinations, their
+//! turns and queues, what a batch reply teaches about owners. The requests
+//! themselves go out from the client's shared state
+//! ([`crate::inner::Inner::ask_batched`], its `Turn` guard).
 
-use crate::client::{Decoded, Inner, NoAnswer};
-use bytes::Bytes;
-use sluice_core::key::KeyToken;
-use sluice_core::subject::{batch_subject, worker_batch_subject};
-use sluice_core::wire::batch::{self, Budget, Item, ReplyError};
+use crate::outcome::{Decoded, NoAnswer};
+use sluice_core::wire::batch::{self, Budget, ReplyError};
 use sluice_core::wire::{ErrorCode, Reply};
-use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 use tokio::sync::oneshot;
 
 pub(crate) struct Batcher {
-    state: Mutex<State>,
+    pub(crate) state: Mutex<State>,
 }
 
-struct State {
+pub(crate) struct State {
     /// Per partition: the worker whose batch reply last answered for it.
-    owners: Box<[Option<Arc<str>>]>,
+    pub(crate) owners: Box<[Option<Arc<str>>]>,
     /// The destinations with a request in flight (or being formed), and
     /// the asks waiting for their next one.
-    busy: HashMap<Destination, Lane>,
+    pub(crate) busy: HashMap<Destination, Lane>,
 }
 
 /// A busy destination.
 #[derive(Default)]
-struct Lane {
+pub(crate) struct Lane {
     /// Turns taken: requests in flight or being formed, at most
     /// [`MAX_IN_FLIGHT`].
-    turns: usize,
-    queue: VecDeque<Waiter>,
+    pub(crate) turns: usize,
+    pub(crate) queue: VecDeque<Waiter>,
 }
 
 /// Requests of one client in flight to one destination at a time.
-const MAX_IN_FLIGHT: usize = 2;
+pub(crate) const MAX_IN_FLIGHT: usize = 2;
 
 /// Where a batch goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Destination {
+pub(crate) enum Destination {
     /// All asks of the partitions this worker owns: `rl.w.<id>.batch`.
     Worker(Arc<str>),
     /// A partition whose owner is unknown: `rl.p.<n>.batch`.
     Partition(u32),
 }
 
-struct Waiter {
-    token: String,
-    policy: String,
-    cost: u64,
-    budget: Budget,
-    partition: u32,
-    tx: oneshot::Sender<Outcome>,
+pub(crate) struct Waiter {
+    pub(crate) token: String,
+    pub(crate) policy: String,
+    pub(crate) cost: u64,
+    pub(crate) budget: Budget,
+    pub(crate) partition: u32,
+    pub(crate) tx: oneshot::Sender<Outcome>,
 }
 
 /// What a queued caller is told.
-enum Outcome {
+pub(crate) enum Outcome {
     Done(Result<Reply, NoAnswer>),
     /// Ask again alone, through the server's mapping.
     AskAlone,
@@ -136,57 +135,15 @@ impl Batcher {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Holding one of a destination's turns; dropping it hands the turn on.
-struct Turn {
-    inner: Arc<Inner>,
-    destination: Destination,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let batcher = self.inner.batcher.as_ref().expect("batching is on");
-        let mut state = batcher.state();
-        let Some(lane) = state.busy.get_mut(&self.destination) else {
-            return;
-        };
-        let next = lane.take_batch();
-        if next.is_empty() {
-            lane.turns -= 1;
-            if lane.turns == 0 {
-                state.busy.remove(&self.destination);
-            }
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                drop(state);
-                let turn = Turn {
-                    inner: self.inner.clone(),
-                    destination: self.destination.clone(),
-                };
-                rt.spawn(async move {
-                    turn.inner.send_batch(&turn.destination, next).await;
-                    drop(turn);
-                });
-            }
-            // No runtime to send from: the callers ask alone (their
-            // channels close when `next` is dropped).
-            Err(_) => {
-                state.busy.remove(&self.destination);
-            }
-        }
     }
 }
 
 impl Lane {
     /// Up to [`batch::MAX_ITEMS`] queued asks, oldest first, skipping
     /// callers that gave up.
-    fn take_batch(&mut self) -> Vec<Waiter> {
+    pub(crate) fn take_batch(&mut self) -> Vec<Waiter> {
         let mut next = Vec::new();
         while next.len() < batch::MAX_ITEMS {
             match self.queue.pop_front() {
@@ -199,178 +156,11 @@ impl Lane {
     }
 }
 
-impl Inner {
-    /// Sends the ask at once if its destination is idle, else joins the
-    /// destination's next batch. `budget`: what the item does for a local
-    /// budget besides its ask (only a batch can carry it: an ask the
-    /// worker sends back to be asked alone is asked without it, and a
-    /// refund then fails as unavailable). The flag says whether the reply
-    /// answered the item as sent.
-    pub(crate) async fn ask_batched(
-        self: &Arc<Self>,
-        token: &str,
-        policy: &str,
-        cost: u64,
-        budget: Budget,
-        partition: u32,
-        deadline: Instant,
-    ) -> (Result<Reply, NoAnswer>, bool) {
-        let batcher = self.batcher.as_ref().expect("batching is on");
-        let (tx, rx) = oneshot::channel();
-        let waiter = Waiter {
-            token: token.to_string(),
-            policy: policy.to_string(),
-            cost,
-            budget,
-            partition,
-            tx,
-        };
-        // A turn if one was free; `alone` if the destination was idle.
-        let (turn, alone) = {
-            let mut state = batcher.state();
-            let destination = match &state.owners[partition as usize] {
-                Some(worker) => Destination::Worker(worker.clone()),
-                None => Destination::Partition(partition),
-            };
-            let lane = state.busy.entry(destination.clone()).or_default();
-            if lane.turns >= MAX_IN_FLIGHT {
-                lane.queue.push_back(waiter);
-                (None, None)
-            } else {
-                lane.turns += 1;
-                let alone = if lane.turns == 1 {
-                    Some(waiter)
-                } else {
-                    lane.queue.push_back(waiter);
-                    None
-                };
-                let turn = Turn {
-                    inner: self.clone(),
-                    destination,
-                };
-                (Some(turn), alone)
-            }
-        };
-        match (turn, alone) {
-            // The destination is idle: this ask goes at once, alone.
-            (Some(turn), Some(waiter)) => {
-                self.send_batch(&turn.destination, vec![waiter]).await;
-            }
-            // A request is in flight and there is room for another: let the
-            // asks that arrive in the same scheduler tick (the callers the
-            // last reply woke) queue up, then send them all.
-            (Some(turn), None) => {
-                tokio::task::yield_now().await;
-                let next = {
-                    let mut state = batcher.state();
-                    match state.busy.get_mut(&turn.destination) {
-                        Some(lane) => lane.take_batch(),
-                        None => Vec::new(),
-                    }
-                };
-                if !next.is_empty() {
-                    self.send_batch(&turn.destination, next).await;
-                }
-            }
-            // Both turns taken: queued for the next batch.
-            (None, _) => {}
-        }
-        match tokio::time::timeout_at(deadline.into(), rx).await {
-            Ok(Ok(Outcome::Done(outcome))) => (outcome, true),
-            Ok(Ok(Outcome::AskAlone)) | Ok(Err(_)) => {
-                if matches!(budget, Budget::Refund(_)) {
-                    return (
-                        Err(NoAnswer::Unavailable(
-                            "a refund travels only in a batch, and the worker it went to no longer owns its partition".into(),
-                        )),
-                        false,
-                    );
-                }
-                let outcome = self.single(token, policy, cost, partition, deadline).await;
-                (outcome, false)
-            }
-            Err(_) => {
-                self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                (Err(NoAnswer::TimedOut), false)
-            }
-        }
-    }
-
-    /// Sends `waiters` as one batch to `destination` and tells each its result.
-    async fn send_batch(&self, destination: &Destination, waiters: Vec<Waiter>) {
-        let items: Vec<Item<'_>> = waiters
-            .iter()
-            .map(|w| Item {
-                key: KeyToken::parse(&w.token).expect("encode_key makes canonical tokens"),
-                policy: Cow::Borrowed(w.policy.as_str()),
-                cost: w.cost,
-                budget: w.budget,
-            })
-            .collect();
-        let body = Bytes::from(batch::encode_items(&items));
-        drop(items);
-        let n = waiters.len();
-        self.stats.batches.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .batched_asks
-            .fetch_add(n as u64, Ordering::Relaxed);
-        let deadline = Instant::now() + self.opts.timeout;
-        let decode = |msg: &async_nats::Message| decode_batch(msg, n);
-        let result = match destination {
-            Destination::Worker(id) => {
-                self.stats.worker_batches.fetch_add(1, Ordering::Relaxed);
-                let subject = worker_batch_subject(id);
-                self.round_trip(&subject, &body, None, deadline, decode)
-                    .await
-            }
-            Destination::Partition(p) => {
-                let subject = batch_subject(*p);
-                self.round_trip(&subject, &body, Some(*p), deadline, decode)
-                    .await
-            }
-        };
-        let batcher = self.batcher.as_ref().expect("batching is on");
-        match result {
-            Ok((worker, results)) => {
-                batcher
-                    .state()
-                    .learn(destination, worker, &waiters, &results);
-                for (w, r) in waiters.into_iter().zip(results) {
-                    let _ = w.tx.send(r);
-                }
-            }
-            Err(why) => {
-                if let (NoAnswer::NoResponders, Destination::Worker(gone)) = (&why, destination) {
-                    batcher.state().forget_worker(gone);
-                }
-                // A worker that is gone, or a reply that is not a batch
-                // reply: each caller asks alone, through the mapping, and
-                // falls back if that fails too. A partition's batch subject
-                // has the same owner as its mapped subjects, so after the
-                // quick retries of `round_trip` it is down: fall back now.
-                let retry_alone = match (&why, destination) {
-                    (NoAnswer::NoResponders, Destination::Worker(_)) => true,
-                    (NoAnswer::NoResponders, Destination::Partition(_)) => false,
-                    (NoAnswer::Malformed(_), _) => true,
-                    _ => false,
-                };
-                for w in waiters {
-                    let _ = w.tx.send(if retry_alone {
-                        Outcome::AskAlone
-                    } else {
-                        Outcome::Done(Err(why.clone()))
-                    });
-                }
-            }
-        }
-    }
-}
-
 impl State {
     /// Takes in who answered a batch: the replying worker owns the
     /// partitions of the items it decided, and whoever was thought to own
     /// an item answered 503 does not.
-    fn learn(
+    pub(crate) fn learn(
         &mut self,
         destination: &Destination,
         worker: Option<Arc<str>>,
@@ -401,7 +191,7 @@ impl State {
     }
 
     /// The worker is gone: its partitions' owners are unknown again.
-    fn forget_worker(&mut self, gone: &Arc<str>) {
+    pub(crate) fn forget_worker(&mut self, gone: &Arc<str>) {
         for owner in self.owners.iter_mut() {
             if owner.as_ref() == Some(gone) {
                 *owner = None;
@@ -411,7 +201,10 @@ impl State {
 }
 
 /// A batch reply: who decided it, and one outcome per item.
-fn decode_batch(msg: &async_nats::Message, n: usize) -> Decoded<(Option<Arc<str>>, Vec<Outcome>)> {
+pub(crate) fn decode_batch(
+    msg: &async_nats::Message,
+    n: usize,
+) -> Decoded<(Option<Arc<str>>, Vec<Outcome>)> {
     let worker = msg
         .headers
         .as_ref()

@@ -13,6 +13,9 @@
 //!   headers, and who made it (worker, deny cache, fallback).
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //! - [`ClientOptions`] (`options.rs`): timeout, fallback, batching, cache.
+//! - `inner.rs`: the state a client's clones share, and what is done with
+//!   it: round trips and their retries, batches, the fallback, refunds.
+//! - `outcome.rs`: what a round trip ends in (a reply, a retry, no answer).
 //! - `batch.rs`: concurrent asks for one worker share one request, with no
 //!   added delay for an ask that has nothing to share with.
 //! - `deny_cache.rs`: a denied key is answered locally until its retry time.
@@ -49,9 +52,11 @@ mod budgets;
 mod client;
 mod deny_cache;
 mod error;
+mod inner;
 mod local;
 mod nats_auth;
 mod options;
+mod outcome;
 pub mod policy_follow;
 mod probe;
 mod stats;

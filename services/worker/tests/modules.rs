@@ -26,24 +26,12 @@
 //!   folder module that re-exports its files, used through that facade by
 //!   one of them, is a cycle. A file uses its siblings and its parent's own
 //!   items through modules below both.
-//!
-//! A cycle not broken yet may be listed in [`KNOWN_CYCLES`]; each says why
-//! (TODO).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Each module of a crate and the modules its code names.
 type Graph = BTreeMap<String, BTreeSet<String>>;
-
-/// Cycles known and not broken yet, as the check reports them: any other
-/// fails the check, and so does one of these once it is gone (then its
-/// entry goes too).
-///
-/// TODO(client cycles): `Inner` (client.rs) holds the `Batcher` while
-/// batch.rs implements the batch path on `Inner` and uses `client`'s
-/// `Decoded` and `NoAnswer`; deny_cache.rs uses `client::with_counter_key`.
-const KNOWN_CYCLES: &[&str] = &["services/client/src: import cycle: batch -> client -> batch"];
 
 /// Every crate of the workspace: its source folder, relative to the
 /// workspace.
@@ -424,11 +412,7 @@ fn no_module_of_any_crate_imports_itself_through_others() {
             found.insert(format!("{src}: import cycle: {cycle}"));
         }
     }
-    let known: BTreeSet<String> = KNOWN_CYCLES.iter().map(|c| c.to_string()).collect();
-    let new: Vec<&String> = found.difference(&known).collect();
-    let gone: Vec<&String> = known.difference(&found).collect();
-    assert!(new.is_empty(), "new import cycles:\n{new:#?}");
-    assert!(gone.is_empty(), "gone, drop from KNOWN_CYCLES:\n{gone:#?}");
+    assert!(found.is_empty(), "import cycles:\n{found:#?}");
 }
 
 /// The decision core and every module it reaches, file by file, are free
