@@ -4,38 +4,42 @@
 //! here is free of I/O and takes time as an argument, so it can be tested
 //! exactly and shared by the worker, the client library and the gateway.
 //!
-//! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
+//! The modules in the order an ask meets them (subject, key, body, the
+//! rules, the policy and its algorithm, the key's state), then what the
+//! processes around it are configured and stored with:
+//!
+//! - [`subject`]: every NATS subject, built and parsed; the [`subject::Verb`]s;
+//!   the mapping probe's pure part.
+//! - [`partition`]: the key → partition hash nats-server computes.
+//! - [`key`]: percent-encoding of keys into one NATS subject token.
+//! - [`wire`]: request bodies, decision and error replies, RateLimit headers,
+//!   batches (split by what they hold under `wire/`).
+//! - [`ask`]: the rules an ask passes before it touches a counter, and what it
+//!   does to it; the same at a worker and in a client's local limiter.
+//! - [`policies`]: the policies in force: the file's overlaid by the
+//!   `sluice-policies` bucket (CONTRACT §7).
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
 //! - [`limit`]: what a policy is made of ([`limit::Limit`], the algorithm's
 //!   name, the decision), apart so that algorithms and budgets need no policy.
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
+//! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
 //!   client to decide from without a round trip, and what is exact with them.
-//! - [`ask`]: the rules an ask passes before it touches a counter, and what it
-//!   does to it; the same at a worker and in a client's local limiter.
+//! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
+//!   tiers, counts and the top-N merge, stored records, which buckets answer
+//!   a range and the checks of a query.
 //! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
 //!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
 //! - [`duration`]: durations as the config writes them (`"10s"`), parsed and
 //!   formatted, for the config and usage history's tiers.
-//! - [`policies`]: the policies in force: the file's overlaid by the
-//!   `sluice-policies` bucket (CONTRACT §7).
-//! - [`key`]: percent-encoding of keys into one NATS subject token.
-//! - [`wire`]: request bodies, decision and error replies, RateLimit headers,
-//!   batches (split by what they hold under `wire/`).
-//! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
-//! - [`partition`]: the key → partition hash nats-server computes.
-//! - [`metrics`]: `/metrics` pages through the Prometheus client library.
-//! - [`subject`]: every NATS subject, built and parsed; the [`subject::Verb`]s;
-//!   the mapping probe's pure part.
+//! - [`nats_config`]: the nats-server config with the partition mapping.
 //! - [`storage`]: names of the JetStream buckets, keys and streams.
 //! - [`format`]: the format versions of snapshots, journal messages and
 //!   lease values, so a worker refuses state newer than it reads.
-//! - [`nats_config`]: the nats-server config with the partition mapping.
-//! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
-//!   tiers, counts and the top-N merge, stored records, which buckets answer
-//!   a range and the checks of a query.
+//! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
+//! - [`metrics`]: `/metrics` pages through the Prometheus client library.
 //!
 //! ```
 //! use sluice_core::policy::Policy;

@@ -4,27 +4,30 @@
 //! now?" over NATS and gets a decision from the key's owning worker. See
 //! `docs/CLIENT.md` for the whole story.
 //!
+//! In the order an ask meets them, from the options a client is made
+//! with to the answer it returns:
+//!
+//! - [`ClientOptions`] (`options.rs`): timeout, fallback, batching, cache.
+//! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (CONTRACT §10),
+//!   the one builder of connect options for every sluice process.
+//! - `probe.rs`: the startup check of the partition count.
 //! - [`Client`] (`client.rs`): `connect`, [`Client::allow`], [`Client::ask`]
 //!   (policy and cost), [`Client::peek`] (cost 0), [`Client::hit`]; keys are
 //!   percent-encoded for the caller; a per-ask timeout; quick retries on
 //!   "no responders" (a partition changing owners, ≤ 30 ms), then the
 //!   fallback. Cheap to clone and safe to share between tasks.
-//! - [`Answer`] / [`Source`] (`answer.rs`): the decision, its RateLimit
-//!   headers, and who made it (worker, deny cache, fallback).
-//! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
-//! - [`ClientOptions`] (`options.rs`): timeout, fallback, batching, cache.
-//! - `inner.rs`: the state a client's clones share, and what is done with
-//!   it: round trips and their retries, batches, the fallback, refunds.
-//! - `outcome.rs`: what a round trip ends in (a reply, a retry, no answer).
-//! - `batch.rs`: concurrent asks for one worker share one request, with no
-//!   added delay for an ask that has nothing to share with.
 //! - `deny_cache.rs`: a denied key is answered locally until its retry time.
 //! - `budgets.rs`: local budgets: a hot key's asks decided from slices of
 //!   its budget that its owner granted (`sluice_core::budget`).
+//! - `inner.rs`: the state a client's clones share, and what is done with
+//!   it: round trips and their retries, batches, the fallback, refunds.
+//! - `batch.rs`: concurrent asks for one worker share one request, with no
+//!   added delay for an ask that has nothing to share with.
+//! - `outcome.rs`: what a round trip ends in (a reply, a retry, no answer).
 //! - `local.rs`: the `local` fallback, the workers' algorithms in-process.
-//! - `probe.rs`: the startup check of the partition count.
-//! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (CONTRACT §10),
-//!   the one builder of connect options for every sluice process.
+//! - [`Answer`] / [`Source`] (`answer.rs`): the decision, its RateLimit
+//!   headers, and who made it (worker, deny cache, fallback).
+//! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //!
 //! ```no_run
 //! use sluice_client::{Client, ClientOptions, Source};

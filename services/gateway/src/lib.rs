@@ -7,18 +7,21 @@
 //! - [`run`] / [`serve`]: start with [`GatewayOptions`] and a shutdown
 //!   future; returns when the shutdown future completes and in-flight
 //!   requests are answered.
+//!
+//! Then in the order a request meets them:
+//!
+//! - `https.rs`: `--tls-cert` / `--tls-key`, HTTPS on the HTTP listener
+//!   and TLS on the gRPC one.
+//! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
 //! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`.
 //! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9).
 //! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
 //!   other path.
-//! - `respond.rs`: decision and error responses, one set of headers
-//!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
 //! - `envoy/`: `--grpc-listen ADDR`, Envoy's rate limit service over gRPC
 //!   (CONTRACT §11), deciding through the same client as `/v1/allow`.
+//! - `respond.rs`: decision and error responses, one set of headers
+//!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
 //! - `metrics.rs`: `/metrics`.
-//! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
-//! - `https.rs`: `--tls-cert` / `--tls-key`, HTTPS on the HTTP listener
-//!   and TLS on the gRPC one.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
 //!   fallback, so it is healthy as long as it can reach NATS.

@@ -70,3 +70,30 @@ kept! {
     /// owner still takes their refunds ([`sluice_core::budget::Outstanding`]).
     slices: slices::Slices,
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::snapshot::Manifest;
+
+    /// A manifest written before kept state had a home names its slices
+    /// `slices` at the top level; it must read the same, and a manifest
+    /// with nothing kept must not name the field (earlier releases ignore
+    /// what they do not know, but read less).
+    #[test]
+    fn a_manifest_carries_each_kind_under_its_own_field_and_leaves_empty_ones_out() {
+        let empty = serde_json::to_value(Manifest::default()).unwrap();
+        assert!(empty.get("slices").is_none(), "{empty}");
+
+        let written = r#"{"gen":"3x9","chunks":1,"bytes":10,"entries":1,"lease_rev":3,
+            "journal_seq":0,"taken_at_ms":1,"worker":"w0",
+            "slices":[{"k":"default/hot","t":5000000000,"u":12}]}"#;
+        let m: Manifest = serde_json::from_str(written).unwrap();
+        assert_eq!(m.carried.slices.len(), 1);
+        assert_eq!(
+            (m.carried.slices[0].key.as_str(), m.carried.slices[0].units),
+            ("default/hot", 12)
+        );
+        let again = serde_json::to_value(&m).unwrap();
+        assert_eq!(again["slices"][0]["u"], 12);
+    }
+}
