@@ -1,5 +1,7 @@
-//! The owner of one partition: restores it, answers for it, snapshots it,
-//! keeps its lease, and hands it over.
+//! The task of one owned partition: restores it, answers for it, snapshots
+//! it, keeps its lease, and hands it over. What the partition's owner keeps
+//! and the rules for when and what to store are [`crate::owner`]'s; this
+//! task moves the messages, timers and store calls those rules ask for.
 //!
 //! One task per owned partition. It decides the partition's requests (worker
 //! batches decide on the same counters while its route is open; each key
