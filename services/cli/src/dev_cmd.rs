@@ -7,6 +7,11 @@
 //! stops, nats-server is stopped and waited for, and the temporary directory
 //! is removed.
 //!
+//! Without `--config` (or `SLUICE_CONFIG`) it runs with the project's
+//! example config, `config/sluice.toml` (built in), so that the policies
+//! the documentation's examples use (`default`, `login`, `burst`) exist
+//! from the start: a newcomer's first example runs as written.
+//!
 //! nats-server runs in its own process group, so the terminal's Ctrl-C
 //! reaches only `sluice dev`, which then stops the server *after* the
 //! workers are done with it; and it gets SIGKILL if `sluice dev` itself dies
@@ -37,8 +42,14 @@ pub struct DevArgs {
     pub workers: usize,
 }
 
+/// `config/sluice.toml`: what `sluice dev` runs with when given no config.
+const EXAMPLE_CONFIG: &str = include_str!("../../../config/sluice.toml");
+
 pub fn run(common: &Common, args: &DevArgs) -> Result<()> {
-    let config = common.load_config()?;
+    let config = match common.config {
+        Some(_) => common.load_config()?,
+        None => Config::from_toml(EXAMPLE_CONFIG, "config/sluice.toml (built in)")?,
+    };
     if args.workers == 0 {
         bail!("--workers must be at least 1");
     }
@@ -91,6 +102,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             "sluice dev: running\n  \
              nats-server  {url}  (pid {}, JetStream and the partition mapping for {} partitions)\n  \
              workers      {}  (dev0..dev{})\n  \
+             policies     {}\n  \
              gateway      http://{}\n  \
              data         {}  (removed on exit)\n\n\
              try:\n  \
@@ -101,6 +113,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             config.partitions,
             args.workers,
             args.workers - 1,
+            policy_names(&config),
             args.listen,
             dir.display(),
             args.listen,
@@ -133,6 +146,12 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             None => Ok(()),
         }
     })
+}
+
+/// The configured policies' names, comma-separated.
+fn policy_names(config: &Config) -> String {
+    let names: Vec<&str> = config.policies.keys().map(String::as_str).collect();
+    names.join(", ")
 }
 
 /// Waits (up to 20 s) until every worker runs and every partition is

@@ -9,7 +9,9 @@ use sluice_core::config::{format_duration, parse_duration};
 use sluice_core::key::try_encode_key;
 use sluice_core::subject::{Verb, TOP};
 use sluice_core::usage::By;
-use sluice_core::wire::usage::{encode_query, Point, TopQuery, TopReply, UsageQuery, UsageReply};
+use sluice_core::wire::usage::{
+    encode_query, Point, TopEntry, TopQuery, TopReply, UsageQuery, UsageReply,
+};
 use sluice_core::wire::Encoding;
 use textplots::{Chart, Plot, Shape};
 
@@ -111,7 +113,7 @@ fn print_top(reply: &TopReply, since: &str) {
     let width = reply
         .keys
         .iter()
-        .map(|k| k.key.len())
+        .map(|k| shown_key(k).chars().count())
         .max()
         .unwrap_or(3)
         .max(3);
@@ -123,7 +125,7 @@ fn print_top(reply: &TopReply, since: &str) {
         println!(
             "{:>4}  {:<width$}  {:<12} {:>12} {:>12}",
             i + 1,
-            k.key,
+            shown_key(k),
             k.policy,
             k.used,
             k.denied
@@ -131,6 +133,16 @@ fn print_top(reply: &TopReply, since: &str) {
     }
     if reply.keys.is_empty() {
         println!("(nothing counted in the range)");
+    }
+}
+
+/// The key as asked, or its token when the key is not printable text
+/// (bytes that are not UTF-8, control characters).
+fn shown_key(entry: &TopEntry) -> &str {
+    if entry.key_is_printable() {
+        &entry.key
+    } else {
+        &entry.key_token
     }
 }
 

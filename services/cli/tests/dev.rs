@@ -1,5 +1,5 @@
-//! `sluice dev`: starts everything, answers over HTTP, and on SIGINT leaves
-//! no process and no temporary directory behind.
+//! `sluice dev`: starts everything with the example policies, answers over
+//! HTTP, and on SIGINT leaves no process and no temporary directory behind.
 
 use sluice_tests::{eventually, nats_server_binary, ChildGuard, Signal};
 use std::io::{Read, Write};
@@ -69,6 +69,16 @@ async fn sluice_dev_answers_and_sigint_leaves_nothing_behind() {
         .collect();
     assert_eq!(codes.iter().filter(|&&c| c == 200).count(), 15, "{codes:?}");
     assert_eq!(codes[15], 429, "{codes:?}");
+    // Issue 40: without --config, the example policies of config/sluice.toml
+    // are there, so the documentation's examples run as written.
+    for policy in ["login", "burst"] {
+        let path = format!("/v1/allow/alice?policy={policy}");
+        assert_eq!(http_status(http_port, &path).unwrap(), 200, "{path}");
+    }
+    assert_eq!(
+        http_status(http_port, "/v1/allow/alice?policy=nope").unwrap(),
+        404
+    );
 
     let text = std::fs::read_to_string(&log).unwrap();
     let nats_pid: i32 = banner_value(&text, "nats-server")

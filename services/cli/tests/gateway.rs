@@ -88,7 +88,8 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
 }
 
 /// `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9): the
-/// workers' replies as JSON, their errors with their statuses.
+/// workers' replies as JSON, their errors with their statuses; top shows
+/// keys as they were asked, in the JSON and in `sluice usage --top`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_and_top_are_served_as_json() {
     let _serial = serial().await;
@@ -117,8 +118,16 @@ async fn usage_and_top_are_served_as_json() {
     let (status, _, body) = call(http.get(gw.url("/v1/usage?top=5&by=denied"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["by"], "denied");
-    assert_eq!(body["keys"][0]["key"], "carol%40x%2Eio");
+    // Issue 40: the key as it was asked, its token beside it for programs.
+    assert_eq!(body["keys"][0]["key"], "carol@x.io", "{body}");
+    assert_eq!(body["keys"][0]["key_token"], "carol%40x%2Eio", "{body}");
     assert_eq!(body["keys"][0]["denied"], 1);
+    let table = stack.run(&["usage", "--top", "5", "--by", "denied"]);
+    let row = table.lines().nth(2).unwrap_or_default();
+    assert!(
+        row.split_whitespace().nth(1) == Some("carol@x.io"),
+        "sluice usage --top shows the key as asked:\n{table}"
+    );
 
     for (path, status, says) in [
         ("/v1/usage/carol?step=2m", StatusCode::BAD_REQUEST, "1m"),

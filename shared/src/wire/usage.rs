@@ -10,6 +10,7 @@ use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::is_valid_policy_name;
 use super::request::{encode_body, too_large, RequestError};
+use crate::key::decode_key;
 use crate::usage::{By, Part};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -124,12 +125,81 @@ pub struct UsageReply {
 }
 
 /// One key of a top reply.
+///
+/// `key` is the key as it was asked (`bob@x.io`), for people to read;
+/// `key_token` is its token (`bob%40x%2Eio`, CONTRACT §1), for programs:
+/// what `rl.usage.<key>` takes. A key whose bytes are not UTF-8 is shown
+/// with U+FFFD in `key`; its token is exact.
+///
+/// A reply of a worker from before `key_token` carries the token in `key`:
+/// such an entry decodes to the same value as a current one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "TopEntryFields")]
 pub struct TopEntry {
     pub key: String,
+    pub key_token: String,
     pub policy: String,
     pub used: u64,
     pub denied: u64,
+}
+
+impl TopEntry {
+    /// The entry of the key whose token is `key_token`.
+    pub fn new(key_token: String, policy: String, used: u64, denied: u64) -> TopEntry {
+        TopEntry {
+            key: key_as_asked(&key_token),
+            key_token,
+            policy,
+            used,
+            denied,
+        }
+    }
+
+    /// Whether [`TopEntry::key`] is the key exactly: its bytes are UTF-8
+    /// and it holds no control character, so that printing it as text
+    /// shows the key. Otherwise show [`TopEntry::key_token`].
+    pub fn key_is_printable(&self) -> bool {
+        !self
+            .key
+            .chars()
+            .any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER)
+    }
+}
+
+/// The key a token stands for, as text (lossy for bytes that are not
+/// UTF-8); a string that is not a token is returned as it is.
+fn key_as_asked(token: &str) -> String {
+    match decode_key(token) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => token.to_string(),
+    }
+}
+
+/// A top entry as it is on the wire, `key_token` missing from older workers.
+#[derive(Deserialize)]
+struct TopEntryFields {
+    key: String,
+    #[serde(default)]
+    key_token: Option<String>,
+    policy: String,
+    used: u64,
+    denied: u64,
+}
+
+impl From<TopEntryFields> for TopEntry {
+    fn from(f: TopEntryFields) -> TopEntry {
+        match f.key_token {
+            Some(key_token) => TopEntry {
+                key: f.key,
+                key_token,
+                policy: f.policy,
+                used: f.used,
+                denied: f.denied,
+            },
+            // An older worker: `key` is the token.
+            None => TopEntry::new(f.key, f.policy, f.used, f.denied),
+        }
+    }
 }
 
 /// The reply to `rl.top`: the keys with the largest totals in
@@ -195,5 +265,56 @@ mod tests {
         }
         let e = decode_top_query(br#"{"by":"cost"}"#).unwrap_err();
         assert!(e.reply.message.contains("by"), "{}", e.reply.message);
+    }
+
+    #[test]
+    fn a_top_entry_shows_the_key_as_asked_and_keeps_its_token() {
+        let entry = TopEntry::new("bob%40x%2Eio".into(), "default".into(), 5, 1);
+        assert_eq!(
+            (entry.key.as_str(), entry.key_token.as_str()),
+            ("bob@x.io", "bob%40x%2Eio")
+        );
+        assert!(entry.key_is_printable());
+        let reply = TopReply {
+            by: By::Used,
+            from_ms: 0,
+            to_ms: 60_000,
+            keys: vec![entry],
+            complete_to_ms: 60_000,
+        };
+        let json = reply.encode(Encoding::Json);
+        let text = std::str::from_utf8(&json).unwrap();
+        assert!(
+            text.contains(r#""key":"bob@x.io","key_token":"bob%40x%2Eio""#),
+            "{text}"
+        );
+        for encoding in [Encoding::Json, Encoding::MsgPack] {
+            let back: TopReply = match encoding {
+                Encoding::Json => serde_json::from_slice(&reply.encode(encoding)).unwrap(),
+                Encoding::MsgPack => rmp_serde::from_slice(&reply.encode(encoding)).unwrap(),
+            };
+            assert_eq!(back, reply);
+        }
+    }
+
+    #[test]
+    fn an_older_workers_top_entry_with_the_token_as_key_still_decodes() {
+        let old = br#"{"key":"bob%40x%2Eio","policy":"default","used":5,"denied":1}"#;
+        let entry: TopEntry = serde_json::from_slice(old).unwrap();
+        assert_eq!(
+            entry,
+            TopEntry::new("bob%40x%2Eio".into(), "default".into(), 5, 1)
+        );
+        assert_eq!(entry.key, "bob@x.io");
+    }
+
+    #[test]
+    fn a_key_that_is_not_utf8_is_shown_lossy_and_not_as_printable() {
+        let entry = TopEntry::new("a%FFb".into(), "default".into(), 1, 0);
+        assert_eq!(entry.key, "a\u{FFFD}b");
+        assert!(!entry.key_is_printable());
+        let newline = TopEntry::new("a%0Ab".into(), "default".into(), 1, 0);
+        assert_eq!(newline.key, "a\nb");
+        assert!(!newline.key_is_printable());
     }
 }

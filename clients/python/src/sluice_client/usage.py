@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
+from urllib.parse import unquote_to_bytes
 
 import msgpack
 
@@ -60,7 +61,12 @@ class Usage:
 
 @dataclass(frozen=True)
 class TopEntry:
+    """One key of a :class:`Top`: ``key`` as it was asked (``bob@x.io``; a
+    key whose bytes are not UTF-8 shows U+FFFD), ``key_token`` its token
+    (``bob%40x%2Eio``), what ``usage`` and ``rl.usage.<key>`` take exactly."""
+
     key: str
+    key_token: str
     policy: str
     used: int
     denied: int
@@ -107,6 +113,16 @@ def decode_usage(data: bytes, headers: Optional[Mapping[str, str]] = None) -> Us
         raise MalformedReply("a usage reply without {}".format(e)) from None
 
 
+def _top_entry(k: Mapping[str, Any]) -> TopEntry:
+    token = k.get("key_token")
+    if token is None:  # a worker from before key_token: "key" is the token
+        token = k["key"]
+        key = unquote_to_bytes(token).decode("utf-8", "replace")
+    else:
+        key = k["key"]
+    return TopEntry(key, token, k["policy"], k["used"], k["denied"])
+
+
 def decode_top(data: bytes, headers: Optional[Mapping[str, str]] = None) -> Top:
     """An ``rl.top`` reply; raises the worker's error or :class:`MalformedReply`."""
     b = _reply(data, headers)
@@ -115,10 +131,10 @@ def decode_top(data: bytes, headers: Optional[Mapping[str, str]] = None) -> Top:
             by=b["by"],
             from_ms=b["from_ms"],
             to_ms=b["to_ms"],
-            keys=[TopEntry(k["key"], k["policy"], k["used"], k["denied"]) for k in b["keys"]],
+            keys=[_top_entry(k) for k in b["keys"]],
             complete_to_ms=b["complete_to_ms"],
         )
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError) as e:
         raise MalformedReply("a top reply without {}".format(e)) from None
 
 

@@ -354,7 +354,7 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
             used: e.used,
             denied: e.denied,
         };
-        ((e.key, e.policy), counts)
+        ((e.key_token, e.policy), counts)
     });
     let keys = entries(top(all, plan.n, by));
     Ok(TopReply {
@@ -456,15 +456,10 @@ async fn partition_top(
     .context("ranking a partition's keys panicked")?
 }
 
-/// Ranked `((key, policy), counts)` as the entries of a reply.
+/// Ranked `((key token, policy), counts)` as the entries of a reply.
 fn entries(ranked: Vec<((String, String), Counts)>) -> Vec<TopEntry> {
     ranked
         .into_iter()
-        .map(|((key, policy), c)| TopEntry {
-            key,
-            policy,
-            used: c.used,
-            denied: c.denied,
-        })
+        .map(|((token, policy), c)| TopEntry::new(token, policy, c.used, c.denied))
         .collect()
 }

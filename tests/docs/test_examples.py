@@ -1,0 +1,241 @@
+"""The documentation's examples, run as written against a fresh `sluice dev`.
+
+Issue 40: a newcomer's first example has to work. Every fenced block of
+README.md, clients/python/README.md and docs/*.md is either run here or
+marked, on the line right before its fence, with why it is not:
+
+    <!-- example not run: starts the compose stack (Docker) -->
+
+What is run, and how:
+
+- ``sh`` blocks, with bash (``set -eo pipefail``), in a temporary directory,
+  with the built ``sluice`` first on PATH and ``SLUICE_NATS_URL`` set to the
+  stack's NATS. A block whose lines start with ``$ `` is a transcript: each
+  ``$`` command is run, and every output line it shows must be in the
+  output, with numbers masked (dates, counts); usage takes up to a second to
+  show what was counted (docs/USAGE.md), so a transcript is tried again
+  until it matches, for at most 10 s. Any block fails when its output holds
+  a gateway error body other than ``rate_limited`` (curl exits 0 on a 4xx).
+- ``python`` blocks, with this Python (the venv that has the client).
+
+Each document gets its own fresh ``sluice dev`` (2 workers, on free loopback
+ports); its blocks run in order, as a reader would type them. The only
+change made to a block: ``localhost:8080`` / ``127.0.0.1:8080`` and
+``127.0.0.1:4222`` / ``localhost:4222`` become the stack's ports.
+
+Blocks of other kinds (``rust``, ``toml``, ``json``, ``yaml``, ``text`` and
+unlabelled pictures or samples) are not run and need no mark; any other
+label is refused, so a runnable block cannot hide behind one.
+
+Run by scripts/test-docs.sh (at the end of scripts/test.sh), with
+SLUICE_BIN and SLUICE_NATS_SERVER set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = [ROOT / "README.md", ROOT / "clients/python/README.md"] + sorted((ROOT / "docs").glob("*.md"))
+RUN = {"sh", "python"}
+NOT_CODE = {"rust", "toml", "json", "yaml", "text", ""}
+MARK = re.compile(r"^\s*<!-- example not run: (?P<reason>\S.*?) -->$")
+FENCE = re.compile(r"^\s*```(?P<info>[A-Za-z0-9_+-]*)\s*$")
+GATEWAY_ERROR = re.compile(r'"error"\s*:\s*"(?!rate_limited")')
+COMMAND_TIMEOUT = 60
+TRANSCRIPT_WITHIN = 10.0
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int  # of the opening fence, 1-based
+    info: str
+    text: str
+    not_run: Optional[str]  # the reason, when marked
+
+    def where(self) -> str:
+        return "{}:{}".format(self.path.relative_to(ROOT), self.line)
+
+
+def blocks(path: Path) -> List[Block]:
+    """The fenced blocks of a markdown file, each with its mark if any."""
+    lines = path.read_text().split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+        assert end is not None, "{}:{}: a fence that is never closed".format(path, i + 1)
+        previous = lines[i - 1] if i > 0 else ""
+        mark = MARK.match(previous)
+        found.append(
+            Block(path, i + 1, m.group("info"), "\n".join(lines[i + 1 : end]) + "\n", mark and mark.group("reason"))
+        )
+        i = end + 1
+    return found
+
+
+def runnable(path: Path) -> List[Block]:
+    return [b for b in blocks(path) if b.info in RUN and b.not_run is None]
+
+
+def test_every_block_is_run_or_says_why_not():
+    problems = []
+    for path in DOCUMENTS:
+        for b in blocks(path):
+            if b.info not in RUN | NOT_CODE:
+                problems.append("{}: unknown label {!r}: use one of {}".format(b.where(), b.info, sorted(RUN | NOT_CODE)))
+            elif b.not_run is not None and b.info not in RUN:
+                problems.append("{}: a {!r} block is never run; drop its mark".format(b.where(), b.info))
+    assert not problems, "\n".join(problems)
+    # A newcomer's first pages have examples that run.
+    for first in ("README.md", "clients/python/README.md"):
+        assert runnable(ROOT / first), "{}: no example is run".format(first)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Dev:
+    """`sluice dev` on free loopback ports, ready once its self-check printed."""
+
+    def __init__(self, sluice: str):
+        self.nats_port, self.http_port = free_port(), free_port()
+        self.url = "nats://127.0.0.1:{}".format(self.nats_port)
+        env = {k: v for k, v in os.environ.items() if k != "SLUICE_CONFIG"}
+        self.proc = subprocess.Popen(
+            [sluice, "dev", "--workers", "2", "--nats-port", str(self.nats_port),
+             "--listen", "127.0.0.1:{}".format(self.http_port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, env=env,
+        )
+        self.log: List[str] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        # The self-check is its last line at start: after it, nothing runs
+        # but what the examples ask.
+        if not self.ready.wait(90) or self.proc.poll() is not None:
+            self.stop()
+            pytest.fail("sluice dev did not start:\n" + "".join(self.log[-40:]))
+
+    def _read(self):
+        checking = False
+        for line in self.proc.stderr:
+            self.log.append(line)
+            if "sluice dev: self-check" in line:
+                checking = True
+            elif checking and line.strip():  # the 16 answers
+                self.ready.set()
+        self.ready.set()  # exited: __init__ sees it
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return -9
+
+    def adapt(self, text: str) -> str:
+        """The block with the stack's ports in place of the usual ones."""
+        for host in ("localhost", "127.0.0.1"):
+            text = text.replace("{}:8080".format(host), "127.0.0.1:{}".format(self.http_port))
+            text = text.replace("{}:4222".format(host), "127.0.0.1:{}".format(self.nats_port))
+        return text
+
+
+def masked(line: str) -> str:
+    return " ".join(re.sub(r"\d+", "#", line).split())
+
+
+def run(argv: List[str], cwd: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=COMMAND_TIMEOUT)
+
+
+def transcript(text: str) -> List[tuple]:
+    """``[(command, [shown output lines])]`` of a block with ``$`` prompts."""
+    steps: List[tuple] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps and line.strip():
+            steps[-1][1].append(line)
+    return steps
+
+
+def run_block(block: Block, dev: Dev, cwd: str, env: dict) -> None:
+    text = dev.adapt(block.text)
+    if block.info == "python":
+        script = Path(cwd) / "example.py"
+        script.write_text(text)
+        out = run([sys.executable, str(script)], cwd, env)
+        assert out.returncode == 0, "{}: exit {}\n{}{}".format(block.where(), out.returncode, out.stdout, out.stderr)
+        return
+    steps = transcript(text)
+    if not steps:
+        out = run(["bash", "-c", "set -eo pipefail\n" + text], cwd, env)
+        shown = out.stdout + out.stderr
+        assert out.returncode == 0, "{}: exit {}\n{}".format(block.where(), out.returncode, shown)
+        assert not GATEWAY_ERROR.search(shown), "{}: the gateway refused:\n{}".format(block.where(), shown)
+        return
+    for command, want in steps:
+        deadline = time.monotonic() + TRANSCRIPT_WITHIN
+        while True:
+            out = run(["bash", "-c", "set -eo pipefail\n" + command], cwd, env)
+            got = {masked(line) for line in out.stdout.splitlines()}
+            missing = [w for w in want if masked(w) not in got]
+            if out.returncode == 0 and not missing:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail("{}: `$ {}` (exit {}) does not show\n  {}\nit printed:\n{}{}".format(
+                    block.where(), command, out.returncode, "\n  ".join(missing), out.stdout, out.stderr))
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in DOCUMENTS if runnable(p)], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_the_examples_run_against_a_fresh_sluice_dev(path: Path, tmp_path: Path):
+    sluice = os.environ["SLUICE_BIN"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sluice").symlink_to(sluice)
+    nats_server = os.environ.get("SLUICE_NATS_SERVER")
+    if nats_server:
+        (bin_dir / "nats-server").symlink_to(nats_server)
+    dev = Dev(sluice)
+    env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), SLUICE_NATS_URL=dev.url)
+    env.pop("SLUICE_CONFIG", None)
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        for block in runnable(path):
+            run_block(block, dev, str(work), env)
+    except BaseException:
+        print("".join(dev.log[-40:]), file=sys.stderr)
+        raise
+    finally:
+        code = dev.stop()
+    assert code == 0, "sluice dev exited {}:\n{}".format(code, "".join(dev.log[-20:]))
