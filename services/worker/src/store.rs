@@ -12,7 +12,10 @@
 //! - `sluice-snapshots` (KV): per partition a manifest `p.<n>` and chunks
 //!   `p.<n>.g<gen>.c<i>`.
 //! - `sluice-policies` (KV): live policies and overrides (CONTRACT §7),
-//!   watched by [`crate::policy_watch`].
+//!   watched by [`crate::policy_watch`]. It keeps [`POLICY_HISTORY`] values
+//!   per key, so a reader that starts after an invalid value finds the
+//!   valid one before it; a bucket made with less (by an older worker) is
+//!   raised to it when a worker opens it ([`keep_policy_history`]).
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
 //!   requests, each worker's on `sluice.journal.w.<worker>`.
 //!
@@ -29,7 +32,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
 use bytes::Bytes;
 use sluice_core::storage::{
-    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, SNAPSHOT_BUCKET,
+    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, POLICY_HISTORY,
+    SNAPSHOT_BUCKET,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -91,12 +95,13 @@ impl Stores {
             kv::Config {
                 bucket: POLICY_BUCKET.into(),
                 description: "sluice policies and per-key overrides (CONTRACT §7)".into(),
-                history: 5,
+                history: POLICY_HISTORY,
                 num_replicas: opts.replicas,
                 ..Default::default()
             },
         )
         .await?;
+        keep_policy_history(&js).await?;
         let snapshots = open_bucket(
             &js,
             kv::Config {
@@ -156,6 +161,31 @@ async fn open_bucket(js: &Context, config: kv::Config) -> Result<kv::Store> {
             format!("cannot create or open the KV bucket {name}: {create_err}; is JetStream enabled on the server?")
         }),
     }
+}
+
+/// Raises the history of a `sluice-policies` bucket made with less than
+/// [`POLICY_HISTORY`] (older workers made it with 5). Only the limit
+/// changes: the values it kept stay.
+async fn keep_policy_history(js: &Context) -> Result<()> {
+    let name = bucket_stream(POLICY_BUCKET);
+    let mut stream = js
+        .get_stream(&name)
+        .await
+        .with_context(|| format!("cannot open the stream of the KV bucket {POLICY_BUCKET}"))?;
+    let mut config = stream.info().await?.config.clone();
+    if config.max_messages_per_subject >= POLICY_HISTORY {
+        return Ok(());
+    }
+    tracing::info!(
+        from = config.max_messages_per_subject,
+        to = POLICY_HISTORY,
+        "raising the history the policy bucket keeps per key"
+    );
+    config.max_messages_per_subject = POLICY_HISTORY;
+    js.update_stream(&config)
+        .await
+        .with_context(|| format!("cannot raise the history of {POLICY_BUCKET}"))?;
+    Ok(())
 }
 
 /// How long one JetStream request of a takeover (a lease claim, a
