@@ -13,6 +13,11 @@ pub const LEASE_BUCKET: &str = "sluice-leases";
 pub const SNAPSHOT_BUCKET: &str = "sluice-snapshots";
 /// KV bucket of live policies and per-key overrides (CONTRACT §7).
 pub const POLICY_BUCKET: &str = "sluice-policies";
+/// Values [`POLICY_BUCKET`] keeps per key (the most a KV bucket keeps): a
+/// reader that starts after an invalid value goes back through them to the
+/// newest valid one, which every running reader still has in force. So up
+/// to 63 invalid values in a row after a valid one are survived.
+pub const POLICY_HISTORY: i64 = 64;
 /// Stream of counted requests (`durability = "journal"`).
 pub const JOURNAL_STREAM: &str = "SLUICE_JOURNAL";
 /// Every subject of [`JOURNAL_STREAM`].

@@ -49,10 +49,19 @@ impl NatsCluster {
     /// Starts `size` nodes; node `i` (from 0) runs with `config(i)` as its
     /// config text. Every node must get the same subject mappings.
     pub fn start(size: usize, config: impl Fn(usize) -> String) -> Result<Self> {
+        Self::start_some(size, size, config)
+    }
+
+    /// [`start`](Self::start), but only the first `up` nodes run (a cluster
+    /// still forming: the others have never been seen); start the rest with
+    /// [`NatsCluster::node_mut`]`(i).`[`restart`](NatsServer::restart).
+    /// Returns once the `up` nodes answer `/healthz`.
+    pub fn start_some(size: usize, up: usize, config: impl Fn(usize) -> String) -> Result<Self> {
         anyhow::ensure!(size > 0, "a cluster needs at least one node");
+        anyhow::ensure!((1..=size).contains(&up), "1 to {size} nodes can be up");
         let mut attempt = 1;
         loop {
-            match Self::try_start(size, &config) {
+            match Self::try_start(size, up, &config) {
                 Ok(cluster) => return Ok(cluster),
                 Err((e, port_taken)) if port_taken && attempt < ATTEMPTS => {
                     eprintln!("cluster start attempt {attempt} lost a port race, retrying: {e:#}");
@@ -65,6 +74,7 @@ impl NatsCluster {
 
     fn try_start(
         size: usize,
+        up: usize,
         config: &impl Fn(usize) -> String,
     ) -> std::result::Result<Self, (anyhow::Error, bool)> {
         let ports = free_ports(size).map_err(|e| (e, false))?;
@@ -98,11 +108,11 @@ impl NatsCluster {
             nodes.push(node);
         }
         // All nodes first: none is healthy before the others are up.
-        for node in &mut nodes {
+        for node in &mut nodes[..up] {
             node.spawn().map_err(|e| (e, false))?;
         }
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        for i in 0..nodes.len() {
+        for i in 0..up {
             if let Err(e) = nodes[i].wait_ready(deadline) {
                 let taken = nodes.iter().any(NatsServer::port_was_taken);
                 return Err((e.context(format!("starting cluster node n{i}")), taken));

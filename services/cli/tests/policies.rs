@@ -2,7 +2,7 @@
 //! the `sluice-policies` bucket, every worker puts a change in force within
 //! a second, counts are kept, and a value that is not valid is refused.
 
-use sluice_core::storage::POLICY_BUCKET;
+use sluice_core::storage::{bucket_stream, POLICY_BUCKET, POLICY_HISTORY};
 use sluice_tests::{ask, eventually, serial, AskError, Stack, TestConfig};
 use std::time::{Duration, Instant};
 
@@ -176,4 +176,65 @@ async fn an_override_changes_one_key_blocks_it_at_zero_and_unoverride_restores_i
     // An override of a policy that is not in force is refused.
     let out = stack.command(&["policy", "override", "nope", "bob", "--limit", "1/1m"]);
     assert!(!out.status.success());
+}
+
+/// Issue 39: a reader that starts after an invalid value was written has no
+/// previous version of its own; it finds the newest valid one in the key's
+/// history, as every reader that saw it has in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_and_a_client_started_after_an_invalid_value_use_the_valid_one_before_it() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    let nats = stack.clients(1).await.remove(0);
+    let peek = br#"{"policy":"hlive","cost":0}"#;
+    stack.set_policy("hlive", "fixed_window", "5/1h");
+    let key = vec!["cold".to_string()];
+    until_every_key(&nats, &key, peek, |d| {
+        d.as_ref().is_ok_and(|d| d.limit == 5)
+    })
+    .await;
+    let bucket = async_nats::jetstream::new(nats.clone())
+        .get_key_value(POLICY_BUCKET)
+        .await
+        .unwrap();
+    let invalid = r#"{"algorithm":"no_such_algorithm","limits":[{"max":1000,"per":"1h"}]}"#;
+    bucket.put("hlive", invalid.into()).await.unwrap();
+    stack.stop_workers();
+    // As an older worker made the bucket: 5 values per key.
+    let js = async_nats::jetstream::new(nats.clone());
+    let mut stream = js.get_stream(bucket_stream(POLICY_BUCKET)).await.unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.max_messages_per_subject = 5;
+    js.update_stream(&config).await.unwrap();
+
+    // A client following the bucket, with no worker: its `local` fallback.
+    let mut opts = sluice_client::ClientOptions::from_config(&TestConfig::new().config())
+        .fallback(sluice_client::Fallback::Local)
+        .timeout(Duration::from_secs(2));
+    opts.follow_policies = true;
+    let client = sluice_client::Client::connect_with(&stack.nats.url(), opts)
+        .await
+        .unwrap();
+    eventually(IN_FORCE, POLL, || async {
+        let d = client.ask("cold", "hlive", 0).await?;
+        anyhow::ensure!(d.limit == 5, "not the previous version: {d:?}");
+        Ok(())
+    })
+    .await
+    .expect("the client's fallback decides under the valid value before the invalid one");
+
+    // A worker started now: it answers under that value and says why.
+    stack.start_workers(1).await;
+    let d = ask(&nats, "cold", peek).await.expect("hlive is in force");
+    assert_eq!(d.limit, 5, "the previous valid version");
+    let status = stack.run(&["status"]);
+    assert!(
+        status.contains("refused policy value \"hlive\"") && status.contains("no_such_algorithm"),
+        "{status}"
+    );
+    let kept = stream.info().await.unwrap().config.max_messages_per_subject;
+    assert_eq!(
+        kept, POLICY_HISTORY,
+        "the worker raised the bucket's history"
+    );
 }

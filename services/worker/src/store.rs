@@ -12,9 +12,18 @@
 //! - `sluice-snapshots` (KV): per partition a manifest `p.<n>` and chunks
 //!   `p.<n>.g<gen>.c<i>`.
 //! - `sluice-policies` (KV): live policies and overrides (CONTRACT §7),
-//!   watched by [`crate::policy_watch`].
+//!   watched by [`crate::policy_watch`]. It keeps [`POLICY_HISTORY`] values
+//!   per key, so a reader that starts after an invalid value finds the
+//!   valid one before it; a bucket made with less (by an older worker) is
+//!   raised to it when a worker opens it ([`keep_policy_history`]).
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
 //!   requests, each worker's on `sluice.journal.w.<worker>`.
+//!
+//! A worker may start before its JetStream cluster can place them: with no
+//! meta leader yet, or too few peers for `replicas` (`no suitable peers for
+//! placement (10005)`, seen when a cluster and its workers start together).
+//! Opening waits for that, up to [`READY_TIMEOUT`] ([`while_not_ready`]);
+//! any other error stops the worker at once.
 //!
 //! Entries are read from the stream's leader ([`entry`], [`create`]), not
 //! with the direct gets async-nats uses, which any replica answers: a
@@ -29,7 +38,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
 use bytes::Bytes;
 use sluice_core::storage::{
-    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, SNAPSHOT_BUCKET,
+    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, POLICY_HISTORY,
+    SNAPSHOT_BUCKET,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -61,10 +71,16 @@ pub struct Stores {
 }
 
 impl Stores {
+    /// Opens (or creates) everything, once JetStream can place it.
     pub async fn open(client: async_nats::Client, opts: &StoreOptions) -> Result<Stores> {
         let js = jetstream::ContextBuilder::new()
             .timeout(Duration::from_secs(5))
             .build(client);
+        while_not_ready("the worker's buckets", || Stores::open_once(&js, opts)).await
+    }
+
+    async fn open_once(js: &Context, opts: &StoreOptions) -> Result<Stores> {
+        let js = js.clone();
         let leases = open_bucket(
             &js,
             kv::Config {
@@ -91,12 +107,13 @@ impl Stores {
             kv::Config {
                 bucket: POLICY_BUCKET.into(),
                 description: "sluice policies and per-key overrides (CONTRACT §7)".into(),
-                history: 5,
+                history: POLICY_HISTORY,
                 num_replicas: opts.replicas,
                 ..Default::default()
             },
         )
         .await?;
+        keep_policy_history(&js).await?;
         let snapshots = open_bucket(
             &js,
             kv::Config {
@@ -152,10 +169,80 @@ async fn open_bucket(js: &Context, config: kv::Config) -> Result<kv::Store> {
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another worker created it between our get and create.
-        Err(create_err) => js.get_key_value(&name).await.with_context(|| {
-            format!("cannot create or open the KV bucket {name}: {create_err}; is JetStream enabled on the server?")
+        Err(create_err) => js.get_key_value(&name).await.map_err(|e| {
+            anyhow!("cannot create or open the KV bucket {name}: {create_err} ({e}); is JetStream enabled on the server?")
         }),
     }
+}
+
+/// How long opening the JetStream resources waits for a cluster that
+/// cannot place them yet: a 3-node cluster starting together elects its
+/// meta leader and learns its peers within a few seconds.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `open` (which opens `what`), tried again while it fails with an error
+/// of a JetStream that is not ready yet ([`not_ready`]), until
+/// [`READY_TIMEOUT`]; each wait is logged.
+pub async fn while_not_ready<T, F>(what: &str, mut open: impl FnMut() -> F) -> Result<T>
+where
+    F: Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        match open().await {
+            Err(e) if not_ready(&e) && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(
+                    "cannot open {what} yet, waiting for JetStream to place them: {e:#}"
+                );
+                // Not a synchronisation: the pace of tries while the cluster forms.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether `e` says JetStream cannot serve the request *yet*: no peers to
+/// place the replicas on (10005), no cluster or meta leader (10008), no
+/// answer in time. Read from the text: async-nats keeps the server's code
+/// inside error kinds the context wraps away, and every open step has its
+/// own error type.
+fn not_ready(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}").to_lowercase();
+    [
+        "error code 10005",
+        "error code 10008",
+        "timed out",
+        "no answer within",
+        "jetstream unavailable",
+    ]
+    .iter()
+    .any(|mark| text.contains(mark))
+}
+
+/// Raises the history of a `sluice-policies` bucket made with less than
+/// [`POLICY_HISTORY`] (older workers made it with 5). Only the limit
+/// changes: the values it kept stay.
+async fn keep_policy_history(js: &Context) -> Result<()> {
+    let name = bucket_stream(POLICY_BUCKET);
+    let mut stream = js
+        .get_stream(&name)
+        .await
+        .with_context(|| format!("cannot open the stream of the KV bucket {POLICY_BUCKET}"))?;
+    let mut config = stream.info().await?.config.clone();
+    if config.max_messages_per_subject >= POLICY_HISTORY {
+        return Ok(());
+    }
+    tracing::info!(
+        from = config.max_messages_per_subject,
+        to = POLICY_HISTORY,
+        "raising the history the policy bucket keeps per key"
+    );
+    config.max_messages_per_subject = POLICY_HISTORY;
+    js.update_stream(&config)
+        .await
+        .with_context(|| format!("cannot raise the history of {POLICY_BUCKET}"))?;
+    Ok(())
 }
 
 /// How long one JetStream request of a takeover (a lease claim, a

@@ -7,6 +7,7 @@
 //! ours. `allow_direct` lets a bucket be read with one direct get; a range
 //! of buckets is read with an ordered consumer from the range's start time.
 
+use crate::store::while_not_ready;
 use crate::usage::ledger::WriteMarks;
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
@@ -28,9 +29,6 @@ const CLOCK_SLACK_MS: u64 = 120_000;
 
 /// How long reading one range may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long opening the streams may keep trying.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The stream of `config`: as it is when its retention matches, updated
 /// when it does not, created when it does not exist.
@@ -93,9 +91,8 @@ pub struct UsageStore {
 
 impl UsageStore {
     /// Opens the tier streams, creating them (or bringing their retention
-    /// in line with `tiers`) when needed. On a cluster that is still
-    /// electing its leaders a JetStream request can time out: each stream
-    /// is tried again until [`OPEN_TIMEOUT`].
+    /// in line with `tiers`) when needed, each once JetStream can place it
+    /// ([`while_not_ready`]).
     pub async fn open(
         js: jetstream::Context,
         tiers: &[Tier],
@@ -117,20 +114,8 @@ impl UsageStore {
                 storage: stream::StorageType::File,
                 ..Default::default()
             };
-            let deadline = tokio::time::Instant::now() + OPEN_TIMEOUT;
-            let stream = loop {
-                match open_stream(&js, &config).await {
-                    Ok(stream) => break stream,
-                    Err(e) if tokio::time::Instant::now() < deadline => {
-                        tracing::warn!(
-                            "cannot open the usage stream {} yet, trying again: {e:#}",
-                            config.name
-                        );
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
+            let what = format!("the usage stream {}", config.name);
+            let stream = while_not_ready(&what, || open_stream(&js, &config)).await?;
             streams.push(stream);
         }
         Ok(UsageStore {

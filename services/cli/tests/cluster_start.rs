@@ -1,0 +1,66 @@
+//! A worker started before its JetStream cluster can place R3 streams
+//! (issue 39): it waits for the cluster instead of exiting with `no
+//! suitable peers for placement (10005)`, and answers once it can.
+
+mod common;
+
+use common::nats::server_config;
+use common::SLUICE;
+use sluice_tests::{ask, eventually, serial, worker_command, ChildGuard, NatsCluster, TestConfig};
+use std::time::{Duration, Instant};
+
+/// How soon a worker starts waiting: it tries at once.
+const WAITING: Duration = Duration::from_secs(15);
+/// How soon it answers once the third node is back: a node rejoins and
+/// the streams are placed within seconds, well inside the worker's 30 s.
+const ANSWERS: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_its_cluster_cannot_place_r3_streams_waits_and_then_answers() {
+    let _serial = serial().await;
+    let config = TestConfig::new();
+    let partitions = config.config().partitions;
+    // Two nodes of three, the third never seen yet: a meta leader, but no
+    // third peer to place R3 streams on.
+    let mut nats =
+        NatsCluster::start_some(3, 2, |_| server_config(partitions)).expect("two NATS nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sluice.toml");
+    std::fs::write(&path, config.toml()).unwrap();
+    let urls = [nats.node(0).url(), nats.node(1).url()].join(",");
+    let mut cmd = worker_command(SLUICE.as_ref(), &urls, &path, Some("early"));
+    cmd.args(["--replicas", "3"]).env("SLUICE_LOG", "info");
+    let mut worker = ChildGuard::spawn_logged("early", cmd, &dir.path().join("early.log")).unwrap();
+
+    eventually(WAITING, Duration::from_millis(50), || {
+        let log = worker.log_tail(20);
+        async move {
+            anyhow::ensure!(
+                log.contains("waiting for JetStream"),
+                "not waiting yet: {log}"
+            );
+            Ok(())
+        }
+    })
+    .await
+    .expect("the worker waits for the cluster");
+    assert!(
+        worker.is_running(),
+        "the worker waits, it does not exit: {}",
+        worker.log_tail(20)
+    );
+
+    nats.node_mut(2).restart().expect("node 2 comes back");
+    let client = nats.connect().await.unwrap();
+    let back = Instant::now();
+    eventually(ANSWERS, Duration::from_millis(100), || {
+        ask(&client, "cold-start", br#"{"policy":"default","cost":0}"#)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", worker.log_tail(30)));
+    println!(
+        "answered {:?} after the third node was back",
+        back.elapsed()
+    );
+    worker.terminate().expect("the worker stops");
+}
