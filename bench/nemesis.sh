@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long nemesis run (issue 22): every algorithm in both durabilities on a
-# 3-node NATS cluster with 3 workers under steady load, six faults each
+# 3-node NATS cluster with 3 workers under steady load, eight faults each
 # (services/cli/tests/nemesis.rs), then docs/RELIABILITY.md's table rendered
 # from the results (bench/nemesis_report.py).
 #

@@ -15,6 +15,8 @@ FAULTS = {
     "freeze_nats_node": "SIGSTOP of a NATS node for at least 5 s (until every partition answers, at most 60 s), SIGCONT",
     "restart_all_workers": "every worker stopped, as many started",
     "flood_during_handover": "a worker joins while 5,000 new keys are asked",
+    "stop_meta_leader_kill_worker": "the meta leader's node stopped and a worker killed (kill -9) at once",
+    "restart_everything": "every worker and every NATS node stopped at once, all started again",
 }
 
 

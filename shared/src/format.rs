@@ -87,15 +87,22 @@ pub fn of_header(value: Option<&str>) -> u64 {
 struct HolderValue<'a> {
     v: u64,
     worker: &'a str,
+    /// Which run of the worker: a worker restarted under the same id
+    /// writes another. Lets a run tell its own write, whose answer it lost,
+    /// from one by an earlier run (readers that only want the worker ignore
+    /// it, as every release since format 2 does with fields it does not know).
+    instance: &'a str,
 }
 
-/// The value of a partition lease or a worker heartbeat held by `worker`.
-pub fn holder_value(worker: &str) -> Vec<u8> {
+/// The value of a partition lease or a worker heartbeat held by `worker`
+/// in its run `instance`.
+pub fn holder_value(worker: &str, instance: &str) -> Vec<u8> {
     serde_json::to_vec(&HolderValue {
         v: u64::from(HOLDER),
         worker,
+        instance,
     })
-    .expect("a string and a number serialize")
+    .expect("strings and a number serialize")
 }
 
 /// Why a lease or heartbeat value names no worker this release can use.
@@ -137,8 +144,12 @@ mod tests {
     #[test]
     fn holder_values_of_both_formats_name_the_worker() {
         assert_eq!(holder_of(b"w-1").unwrap(), "w-1");
-        assert_eq!(holder_value("w-1"), br#"{"v":2,"worker":"w-1"}"#);
-        assert_eq!(holder_of(&holder_value("w-1")).unwrap(), "w-1");
+        assert_eq!(
+            holder_value("w-1", "i7"),
+            br#"{"v":2,"worker":"w-1","instance":"i7"}"#
+        );
+        assert_eq!(holder_of(&holder_value("w-1", "i7")).unwrap(), "w-1");
+        assert_eq!(holder_of(br#"{"v":2,"worker":"w-1"}"#).unwrap(), "w-1");
         // Fields a newer release of the same format might add are ignored.
         assert_eq!(
             holder_of(br#"{"v":2,"worker":"w-1","zone":"b"}"#).unwrap(),

@@ -136,6 +136,33 @@ impl NatsCluster {
         &mut self.nodes[i]
     }
 
+    /// Stops every running node at once (SIGTERM to all, then waits for
+    /// each, as [`NatsServer::stop`]): a whole cluster going down together.
+    pub fn stop_all(&mut self) -> Result<()> {
+        for node in &self.nodes {
+            node.signal(nix::sys::signal::Signal::SIGTERM)?;
+        }
+        for node in &mut self.nodes {
+            node.stop()?;
+        }
+        Ok(())
+    }
+
+    /// Starts every stopped node on its old ports and store, all at once,
+    /// and returns once each answers `/healthz` (a meta leader again).
+    pub fn start_all(&mut self) -> Result<()> {
+        for node in &mut self.nodes {
+            if node.pid().is_none() {
+                node.spawn()?;
+            }
+        }
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        for node in &mut self.nodes {
+            node.wait_ready(deadline)?;
+        }
+        Ok(())
+    }
+
     /// The client URLs of all nodes.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(NatsServer::url).collect()

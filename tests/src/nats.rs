@@ -302,6 +302,14 @@ impl NatsServer {
         Ok(())
     }
 
+    /// Sends `sig` to the running server; does nothing if it is stopped.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> Result<()> {
+        match &self.process {
+            Some(p) => p.signal(sig),
+            None => Ok(()),
+        }
+    }
+
     /// SIGKILL (a crash: nothing is flushed), then waits for the exit.
     /// Does nothing if stopped.
     pub fn kill(&mut self) -> Result<()> {

@@ -1,6 +1,9 @@
 //! A worker started before its JetStream cluster can place R3 streams
 //! (issue 39): it waits for the cluster instead of exiting with `no
-//! suitable peers for placement (10005)`, and answers once it can.
+//! suitable peers for placement (10005)`, and answers once it can. The
+//! same for one started while a running cluster has lost its quorum: no
+//! meta leader, no stream leaders, every request unanswered (a worker
+//! started while the meta leader moved gave up on its policies).
 
 mod common;
 
@@ -31,7 +34,26 @@ async fn a_worker_started_while_its_cluster_cannot_place_r3_streams_waits_and_th
     let mut cmd = worker_command(SLUICE.as_ref(), &urls, &path, Some("early"));
     cmd.args(["--replicas", "3"]).env("SLUICE_LOG", "info");
     let mut worker = ChildGuard::spawn_logged("early", cmd, &dir.path().join("early.log")).unwrap();
+    waits_for_jetstream(&mut worker).await;
 
+    nats.node_mut(2).restart().expect("node 2 comes back");
+    let client = nats.connect().await.unwrap();
+    let back = Instant::now();
+    eventually(ANSWERS, Duration::from_millis(100), || {
+        ask(&client, "cold-start", br#"{"policy":"default","cost":0}"#)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", worker.log_tail(30)));
+    println!(
+        "answered {:?} after the third node was back",
+        back.elapsed()
+    );
+    worker.terminate().expect("the worker stops");
+}
+
+/// Waits until `worker` logs that it waits for JetStream, and checks that
+/// it still runs.
+async fn waits_for_jetstream(worker: &mut ChildGuard) {
     eventually(WAITING, Duration::from_millis(50), || {
         let log = worker.log_tail(20);
         async move {
@@ -49,18 +71,50 @@ async fn a_worker_started_while_its_cluster_cannot_place_r3_streams_waits_and_th
         "the worker waits, it does not exit: {}",
         worker.log_tail(20)
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_its_cluster_has_no_quorum_waits_and_then_answers() {
+    let _serial = serial().await;
+    let config = TestConfig::new();
+    let partitions = config.config().partitions;
+    let mut nats =
+        NatsCluster::start(3, |_| server_config(partitions)).expect("three NATS nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sluice.toml");
+    std::fs::write(&path, config.toml()).unwrap();
+    let urls = nats.urls().join(",");
+    let start = |id: &str| {
+        let mut cmd = worker_command(SLUICE.as_ref(), &urls, &path, Some(id));
+        cmd.args(["--replicas", "3"]).env("SLUICE_LOG", "info");
+        ChildGuard::spawn_logged(id, cmd, &dir.path().join(format!("{id}.log"))).unwrap()
+    };
+    // A first worker makes the streams and buckets, and answers.
+    let mut first = start("first");
+    let client = nats.node(0).connect().await.unwrap();
+    let peek = br#"{"policy":"default","cost":0}"#;
+    eventually(ANSWERS, Duration::from_millis(100), || {
+        ask(&client, "quorum", peek)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", first.log_tail(30)));
+    first.terminate().expect("the first worker stops");
+
+    // Two nodes of three stopped: node 0 runs alone, without a quorum.
+    nats.node_mut(1).stop().unwrap();
+    nats.node_mut(2).stop().unwrap();
+    let mut worker = start("late");
+    waits_for_jetstream(&mut worker).await;
+
+    nats.node_mut(1).restart().expect("node 1 comes back");
     nats.node_mut(2).restart().expect("node 2 comes back");
-    let client = nats.connect().await.unwrap();
     let back = Instant::now();
     eventually(ANSWERS, Duration::from_millis(100), || {
-        ask(&client, "cold-start", br#"{"policy":"default","cost":0}"#)
+        ask(&client, "quorum", peek)
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", worker.log_tail(30)));
-    println!(
-        "answered {:?} after the third node was back",
-        back.elapsed()
-    );
+    println!("answered {:?} after the quorum was back", back.elapsed());
+    assert!(worker.is_running(), "{}", worker.log_tail(20));
     worker.terminate().expect("the worker stops");
 }

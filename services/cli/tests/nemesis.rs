@@ -9,7 +9,9 @@
 //! - over-admission per key against the exact limit (journal mode: 0);
 //! - counts lost: allowed requests the keys' owners no longer count at the
 //!   end (journal mode: 0);
-//! - per fault, the longest time a partition went without an answered ask.
+//! - per fault, the longest time a partition went without an answered ask;
+//! - no worker exited on its own (one started while the meta leader moved
+//!   used to give up on its policies).
 //!
 //! The short form (one run: journal mode, sliding log; four of the faults
 //! below) runs in the normal suite. `SLUICE_NEMESIS=long` runs every
@@ -20,7 +22,8 @@
 //! fault, the long form can be narrowed: `SLUICE_NEMESIS_FAULTS` (fault
 //! names as in the JSON, comma-separated) and `SLUICE_NEMESIS_RUNS`
 //! (`durability/algorithm`, comma-separated); `SLUICE_NEMESIS_LOGS=DIR`
-//! keeps every worker's log there.
+//! keeps every worker's log there, written at `SLUICE_NEMESIS_LOG` (a
+//! `SLUICE_LOG` filter, default `info`).
 //!
 //! Two experiments on NATS itself under a frozen node, which the suite's
 //! timeouts rest on, are in `nats_freeze_experiments.rs`.
@@ -72,6 +75,13 @@ enum Fault {
     RestartAllWorkers,
     /// A worker joins (partitions hand over) while 5000 new keys are asked.
     FloodDuringHandover,
+    /// The meta leader's node stopped and a worker killed (`kill -9`) at the
+    /// same moment, a new worker started in its place; the node starts
+    /// again once every partition answers (issue 39).
+    StopMetaLeaderKillWorker,
+    /// Every worker and every NATS node stopped at once (SIGTERM to all),
+    /// then the nodes started again and as many workers (issue 39).
+    RestartEverything,
 }
 
 /// The faults of the normal suite: each recovers within seconds whatever
@@ -83,6 +93,7 @@ const SHORT: &[Fault] = &[
     Fault::FreezeWorker,
     Fault::StopMetaLeader,
     Fault::FreezeNatsNode,
+    Fault::StopMetaLeaderKillWorker,
 ];
 
 const LONG: &[Fault] = &[
@@ -92,6 +103,8 @@ const LONG: &[Fault] = &[
     Fault::FreezeNatsNode,
     Fault::RestartAllWorkers,
     Fault::FloodDuringHandover,
+    Fault::StopMetaLeaderKillWorker,
+    Fault::RestartEverything,
 ];
 
 /// What the clients saw of one request.
@@ -141,6 +154,9 @@ struct RunResult {
     over_admitted_max_per_key: u64,
     /// Sum over keys of allowed requests the owner no longer counts.
     lost: u64,
+    /// Workers that exited on their own during the run (which fault, and
+    /// the last lines of the log): none may.
+    workers_exited: Vec<String>,
     faults: Vec<FaultResult>,
 }
 
@@ -210,9 +226,17 @@ impl Cluster {
         self.started += 1;
         let log = self.dir.path().join(format!("{id}.log"));
         let mut cmd = worker_command(Path::new(SLUICE), &self.urls, &self.config, Some(&id));
-        cmd.args(["--replicas", "3"]).env("SLUICE_LOG", "info");
+        let level = std::env::var("SLUICE_NEMESIS_LOG").unwrap_or_else(|_| "info".into());
+        cmd.args(["--replicas", "3"]).env("SLUICE_LOG", level);
         let process = ChildGuard::spawn_logged(id.clone(), cmd, &log).expect("a worker starts");
         self.workers.push((id, process));
+    }
+
+    /// `kill -9` of the oldest worker, and a new one started in its place.
+    fn kill_worker(&mut self) {
+        let (_, mut w) = self.workers.remove(0);
+        w.kill().unwrap();
+        self.start_worker();
     }
 
     async fn client(&self) -> async_nats::Client {
@@ -260,6 +284,16 @@ impl Cluster {
             .map(|(id, p)| format!("--- {id}\n{}", p.log_tail(30)))
             .collect()
     }
+}
+
+/// A probe client on each node, so a fault's recovery can be watched from
+/// one it leaves alone.
+async fn connect_probes(cluster: &Cluster) -> Vec<async_nats::Client> {
+    let mut probes = Vec::new();
+    for node in cluster.nats.nodes() {
+        probes.push(node.connect().await.expect("a probe connects"));
+    }
+    probes
 }
 
 async fn ask_once(client: &async_nats::Client, key: &str, body: &'static [u8]) -> Outcome {
@@ -358,9 +392,7 @@ async fn inject(cluster: &mut Cluster, fault: Fault, flood: &async_nats::Client)
     let leader = cluster.meta_leader();
     match fault {
         Fault::KillWorker => {
-            let (_, mut w) = cluster.workers.remove(0);
-            w.kill().unwrap();
-            cluster.start_worker();
+            cluster.kill_worker();
             (leader, Undo::Nothing)
         }
         Fault::FreezeWorker => {
@@ -373,12 +405,34 @@ async fn inject(cluster: &mut Cluster, fault: Fault, flood: &async_nats::Client)
             cluster.nats.node_mut(leader).stop().unwrap();
             ((leader + 1) % 3, Undo::RestartNode(leader))
         }
+        Fault::StopMetaLeaderKillWorker => {
+            // The worker's SIGKILL first: it lands at once, where the node's
+            // clean stop takes a moment.
+            cluster.kill_worker();
+            cluster.nats.node_mut(leader).stop().unwrap();
+            ((leader + 1) % 3, Undo::RestartNode(leader))
+        }
         Fault::FreezeNatsNode => {
             let node = (leader + 1) % 3;
             let pid = cluster.nats.node(node).pid().expect("the node runs");
             signal(pid, Signal::SIGSTOP);
             let frozen = Instant::now() + Duration::from_secs(5);
             (leader, Undo::Resume(pid, frozen))
+        }
+        Fault::RestartEverything => {
+            // As a supervisor restarts each process on its own: the nodes
+            // come back as soon as they stopped, each worker once it exited
+            // (its handover may wait for the nodes).
+            for (_, w) in &cluster.workers {
+                w.signal(Signal::SIGTERM).unwrap();
+            }
+            cluster.nats.stop_all().unwrap();
+            cluster.nats.start_all().unwrap();
+            for (_, mut w) in std::mem::take(&mut cluster.workers) {
+                w.terminate_within(Duration::from_secs(10)).unwrap();
+                cluster.start_worker();
+            }
+            (leader, Undo::Nothing)
         }
         Fault::RestartAllWorkers => {
             for (_, mut w) in cluster.workers.drain(..) {
@@ -427,13 +481,8 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault], form: Form) ->
     let keys = Arc::new(key_set());
     let body: &'static [u8] = br#"{"policy":"nemesis"}"#;
     let peek: &'static [u8] = br#"{"policy":"nemesis","cost":0}"#;
-    // A probe on each node: a fault's recovery is watched from one it
-    // leaves alone.
-    let mut probes = Vec::new();
-    for node in cluster.nats.nodes() {
-        probes.push(node.connect().await.expect("a probe connects"));
-    }
-    let probe = probes[0].clone();
+    let mut probes = connect_probes(&cluster).await;
+    let mut probe = probes[0].clone();
     if let Err(e) = eventually(RECOVERY, Duration::from_millis(100), || {
         every_partition_answers(&probe, &keys, peek)
     })
@@ -461,6 +510,12 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault], form: Form) ->
     for &fault in faults {
         let started = Instant::now();
         let (healthy, end_fault) = inject(&mut cluster, fault, &probe).await;
+        if fault == Fault::RestartEverything {
+            // Old connections come back on the library's back-off (up to
+            // 4 s); the recovery is watched without it.
+            probes = connect_probes(&cluster).await;
+            probe = probes[0].clone();
+        }
         let watch = &probes[healthy];
         // Not recovering while the fault lasts is a result (the long form
         // reports it); not recovering once it is over fails the run.
@@ -495,6 +550,13 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault], form: Form) ->
             );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+        for (id, w) in cluster.workers.iter_mut() {
+            if !w.is_running() && !result.workers_exited.iter().any(|e| e.starts_with(&*id)) {
+                result
+                    .workers_exited
+                    .push(format!("{id} during {fault:?}: {}", w.log_tail(5)));
+            }
+        }
         marks.push((fault, started, recovered));
     }
     let end = Instant::now();
@@ -570,6 +632,11 @@ fn assert_promises(r: &RunResult) {
     assert_eq!(
         r.failed, 0,
         "every request got a decision, an error or a timeout: {r:?}"
+    );
+    assert!(
+        r.workers_exited.is_empty(),
+        "no worker exits because of a fault: {:#?}",
+        r.workers_exited
     );
     if r.durability == "journal" {
         assert_eq!(r.over_admitted, 0, "journal mode never over-admits: {r:?}");

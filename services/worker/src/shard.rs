@@ -92,6 +92,8 @@ impl ShardHandle {
 /// ([`Answering`]): the stores, the lease's length, the snapshot interval,
 /// the worker's key bound and stats.
 pub struct Owning {
+    /// What this run writes under its leases and heartbeat.
+    pub holder: lease::Holder,
     pub stores: Stores,
     pub lease_ttl: Duration,
     pub snapshot_interval: Duration,
@@ -277,12 +279,15 @@ async fn run(
                     Err(LeaseError::Transient(e)) => {
                         tracing::warn!(partition, "lease renewal failed, will retry: {e}");
                         meters.lease(LeaseEvent::RenewFailed);
+                        // Not a whole interval later: the deadline may be
+                        // less than one away.
+                        renew_tick.reset_after(lease::renew_retry_pause(ttl));
                     }
                 }
             }
             _ = renew_tick.tick(), if renewal.is_none() => {
                 let store = shard.owning.stores.leases.clone();
-                let holder = shard.answering.worker_id.clone();
+                let holder = shard.owning.holder.clone();
                 let mut lease = shard.lease.clone();
                 renewal = Some(Box::pin(async move {
                     lease::renew(&store, &mut lease, &holder, ttl).await.map(|_| lease)
@@ -502,7 +507,7 @@ impl Shard {
         }
         tokio::time::sleep(TAKEOVER_RETRY_PAUSE).await;
         let ttl = self.owning.lease_ttl;
-        let holder = &self.answering.worker_id;
+        let holder = &self.owning.holder;
         let renewal = lease::renew(&self.owning.stores.leases, &mut self.lease, holder, ttl);
         match tokio::time::timeout(store::TAKEOVER_REQUEST_TIMEOUT, renewal).await {
             Ok(Err(LeaseError::Taken)) => return Again::LeaseLost,

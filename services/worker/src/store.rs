@@ -191,9 +191,7 @@ where
     loop {
         match open().await {
             Err(e) if not_ready(&e) && tokio::time::Instant::now() < deadline => {
-                tracing::warn!(
-                    "cannot open {what} yet, waiting for JetStream to place them: {e:#}"
-                );
+                tracing::warn!("cannot reach {what} yet, waiting for JetStream: {e:#}");
                 // Not a synchronisation: the pace of tries while the cluster forms.
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }

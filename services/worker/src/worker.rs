@@ -23,11 +23,10 @@ use crate::service::StatusSources;
 use crate::shard::Owning;
 use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
 use crate::stats::{PolicyStatus, ShardsView, WorkerStats};
-use crate::store::{StoreOptions, Stores};
+use crate::store::{self, StoreOptions, Stores};
 use crate::usage::{store::UsageStore, UsageBook};
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::kv;
-use bytes::Bytes;
 use futures::StreamExt;
 use sluice_core::assignment;
 use sluice_core::config::{Config, Durability};
@@ -88,16 +87,7 @@ impl WorkerOptions {
 
 /// A fresh worker id: valid as a KV key and a NATS token.
 pub fn new_worker_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.write_u32(std::process::id());
-    format!("w{}-{:08x}", std::process::id(), h.finish() as u32)
+    format!("w{}-{:08x}", std::process::id(), lease::run_nonce() as u32)
 }
 
 /// Runs a worker until `shutdown` completes, then hands its partitions over.
@@ -155,7 +145,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         outbox.recording(),
     ));
     let policy_status = Arc::new(PolicyStatus::default());
-    crate::policy_watch::load(&stores.policies, &decider, &policy_status).await?;
+    // A worker started while the meta leader moves (its node stopped) gets
+    // no answer for a few seconds: it waits, as for its streams.
+    store::while_not_ready("the policies", || {
+        crate::policy_watch::load(&stores.policies, &decider, &policy_status)
+    })
+    .await?;
     let policy_watch = tokio::spawn(crate::policy_watch::watch(
         stores.js.clone(),
         decider.clone(),
@@ -172,6 +167,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage,
     });
     let owning = Arc::new(Owning {
+        holder: lease::Holder::new(&worker_id),
         stores,
         lease_ttl: config.lease_ttl,
         snapshot_interval: config.snapshot_interval,
@@ -334,15 +330,21 @@ impl Controller {
         let me = self.answering.worker_id.clone();
         let ttl = self.owning.lease_ttl;
         let heartbeat_key = worker_key(&me);
-        leases
-            .put(&heartbeat_key, Bytes::from(format::holder_value(&me)))
-            .await
-            .context("cannot register in the lease bucket")?;
-        let mut watch = Some(
+        store::while_not_ready("the lease bucket", || async {
             leases
-                .watch_with_history(">")
+                .put(&heartbeat_key, self.owning.holder.value())
                 .await
-                .context("cannot watch the lease bucket")?,
+                .context("cannot register in the lease bucket")
+        })
+        .await?;
+        let mut watch = Some(
+            store::while_not_ready("the lease bucket", || async {
+                leases
+                    .watch_with_history(">")
+                    .await
+                    .context("cannot watch the lease bucket")
+            })
+            .await?,
         );
         // The watch delivers at least this worker's own heartbeat every
         // renew interval; silent for two of them (and a margin), it is
@@ -389,7 +391,7 @@ impl Controller {
                     }
                 },
                 _ = heartbeat.tick() => {
-                    if let Err(e) = leases.put(&heartbeat_key, Bytes::from(format::holder_value(&me))).await {
+                    if let Err(e) = leases.put(&heartbeat_key, self.owning.holder.value()).await {
                         tracing::warn!("heartbeat failed: {e}");
                     }
                 }
@@ -554,13 +556,13 @@ impl Controller {
         // (a worker taking over 64 partitions spent ~0.35 s claiming them
         // one by one while the first shards restored on the same thread).
         let claims = to_claim.into_iter().map(|p| {
-            let (answering, owning) = (&self.answering, &self.owning);
+            let owning = &self.owning;
             async move {
                 let key = partition_key(p);
                 let result = lease::acquire(
                     &owning.stores.leases,
                     &key,
-                    &answering.worker_id,
+                    &owning.holder,
                     owning.lease_ttl,
                 )
                 .await;
