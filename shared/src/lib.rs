@@ -27,6 +27,9 @@
 //! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
 //!   client to decide from without a round trip, and what is exact with them.
+//! - [`holds`]: reserve now, settle later; concurrency slots (CONTRACT §13).
+//! - [`outstanding`]: what an owner granted and has not had back (slices
+//!   and holds), in one table that travels with the counters.
 //! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
 //!   tiers, counts and the top-N merge, stored records, which buckets answer
 //!   a range and the checks of a query.
@@ -59,10 +62,12 @@ pub mod budget;
 pub mod config;
 pub mod duration;
 pub mod format;
+pub mod holds;
 pub mod key;
 pub mod limit;
 pub mod metrics;
 pub mod nats_config;
+pub mod outstanding;
 pub mod packed;
 pub mod partition;
 pub mod policies;

@@ -48,7 +48,7 @@ use moka::sync::Cache;
 use moka::Expiry;
 use serde::{Deserialize, Serialize};
 use sluice_core::ask::Op;
-use sluice_core::budget::Outstanding;
+use sluice_core::outstanding::Outstanding;
 use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::time::Nanos;
 use std::cell::RefCell;

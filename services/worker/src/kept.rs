@@ -67,7 +67,7 @@ macro_rules! kept {
 
 kept! {
     /// Slices of local budgets granted and not back yet, so that the next
-    /// owner still takes their refunds ([`sluice_core::budget::Outstanding`]).
+    /// owner still takes their refunds ([`sluice_core::outstanding::Outstanding`]).
     slices: slices::Slices,
 }
 

@@ -117,6 +117,17 @@ impl Algo for SlidingLog {
         state.log.extend(std::iter::repeat_n(now, add));
     }
 
+    /// Takes out up to `units` entries stamped `taken_at` (a hold settled
+    /// for less than it held, or released): exact, since each unit has its
+    /// own entry. Entries already expired, or dropped past `max`, are not
+    /// there to take out, and nothing else is taken instead.
+    fn refund(_limit: &Limit, state: &mut State, _now: Nanos, units: u64, taken_at: Nanos) {
+        let from = state.log.partition_point(|&t| t < taken_at.0);
+        let to = state.log.partition_point(|&t| t <= taken_at.0);
+        let take = (to - from).min(usize::try_from(units).unwrap_or(usize::MAX));
+        state.log.drain(to - take..to);
+    }
+
     fn usage(limit: &Limit, state: &State, now: Nanos) -> Usage {
         let eff = Self::effective_now(state, now);
         let first = Self::first_live(limit, state, eff);

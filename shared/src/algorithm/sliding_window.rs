@@ -155,6 +155,20 @@ impl Algo for SlidingWindow {
         *state = s;
     }
 
+    /// Takes `units` back out of the window they were counted in, the
+    /// current or the previous one (a hold settled for less than it held,
+    /// or released); once that window has rolled out, nothing.
+    fn refund(limit: &Limit, state: &mut State, now: Nanos, units: u64, taken_at: Nanos) {
+        let per = limit.per().0;
+        let mut s = Self::view(limit, state, now).s;
+        if (s.start..s.start.saturating_add(per)).contains(&taken_at.0) {
+            s.curr = s.curr.saturating_sub(units);
+        } else if (s.start.saturating_sub(per)..s.start).contains(&taken_at.0) {
+            s.prev = s.prev.saturating_sub(units);
+        }
+        *state = s;
+    }
+
     fn usage(limit: &Limit, state: &State, now: Nanos) -> Usage {
         let per = limit.per().0;
         let view = Self::view(limit, state, now);

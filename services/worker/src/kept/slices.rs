@@ -1,11 +1,11 @@
 //! Budget slices as kept state: the slices of local budgets an owner
-//! granted and that are not back yet ([`sluice_core::budget::Outstanding`],
+//! granted and that are not back yet ([`sluice_core::outstanding::Outstanding`],
 //! kept beside the counters), carried to the next owner so that their
 //! refunds still come back after a handover or a crash.
 
 use super::kind::Kept;
 use crate::counters::Counters;
-use sluice_core::budget::{carried_through, HeldSlice};
+use sluice_core::outstanding::{carried_through, HeldSlice};
 use sluice_core::time::Nanos;
 
 /// The budget slices not back yet ([`Kept`]).

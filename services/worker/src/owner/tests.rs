@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::counters::KeyBound;
-use sluice_core::budget::HeldSlice;
+use sluice_core::outstanding::HeldSlice;
 use sluice_core::usage::UsageConfig;
 use std::cell::Cell;
 

@@ -1,0 +1,757 @@
+//! What an owner granted from its keys' state and has not had back: the
+//! slices of local budgets ([`crate::budget`]) and holds
+//! ([`crate::holds`]), in one table per partition.
+//!
+//! Both are the same idea: units taken from a key's state now, handed to
+//! someone outside the owner, and coming back later (a slice's refund, a
+//! hold's settle) or never (the holder died). The owner keeps what it
+//! granted so that what comes back is checked against it (at most what was
+//! granted, once) and so that the next owner, after a handover or a crash,
+//! still knows it: the table goes through snapshots and the journal with the
+//! counters. A slice that never comes back is forgotten after a while and
+//! its units stay counted; a hold that reaches its end is charged or
+//! released as its policy says, by the owner ([`Outstanding::ended`]).
+//!
+//! They differ in what may be dropped. Slices are a cache of good faith: past
+//! [`MOST_OUTSTANDING`] the oldest is forgotten (its refund then gives
+//! nothing back, which only leaves units counted). Holds are promises: none
+//! is dropped; past [`MOST_HOLDS`] a reserve is refused instead.
+
+use crate::budget::Refund;
+use crate::holds::hold::{End, Hold, HoldId};
+use crate::time::Nanos;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// How long an owner remembers a slice it granted, waiting for it to come
+/// back: a minute. A client gives a slice back within about two leases (at
+/// its end, or at the sweep after it), or at once when the partition moved
+/// and its first try met the old owner; one that stalls longer gets nothing
+/// back for it, which only leaves its units counted. Memory is bounded by
+/// [`MOST_OUTSTANDING`] whatever this is.
+pub const GRANT_KEPT: Nanos = Nanos(60_000_000_000);
+
+/// The most slices an owner remembers for one partition (given back ones
+/// included, until [`GRANT_KEPT`] after their grant); past it the oldest is
+/// forgotten (its refund then gives nothing back). A slice lives about two
+/// leases, so this is room for ~10,000 grants a second per partition; it
+/// bounds what a flood of slice requests can make a worker hold (with the
+/// longest keys, ~1.5 MiB a partition).
+pub const MOST_OUTSTANDING: usize = 4_096;
+
+/// The most live holds an owner keeps for one partition: a reserve past it
+/// is refused (503, "too many holds"), none is ever dropped. Bounds what a
+/// flood of reserves can make a worker hold, and what a snapshot's manifest
+/// carries (~130 bytes each: ~0.5 MiB).
+pub const MOST_HOLDS: usize = 4_096;
+
+/// What an owner granted and has not had back, per counter key: the slices
+/// (a refund gives back at most what its own slice held, once) and the
+/// holds (each ends once: settled, or at its end).
+///
+/// Without it a refund was taken at its word, and any client could hand
+/// back units it never held: a key's budget freed at will, an admin's
+/// reset (CONTRACT §10) by another name. A slice is known by its key and
+/// [`crate::budget::Grant::taken_at`] (grants to several clients in one batch share it
+/// and add up); it is forgotten when it is all back, after [`GRANT_KEPT`],
+/// and when its key is reset. Snapshots carry the slices not back yet to
+/// the partition's next owner ([`Outstanding::carried`],
+/// [`Outstanding::take_over`]), and in journal mode the replayed journal
+/// brings those granted since ([`Outstanding::replayed_grant`]). In
+/// snapshot mode one granted after the last snapshot before a crash is
+/// unknown there, and its refund gives nothing back (its units stay
+/// counted until the window ends or the bucket refills them, as if the
+/// client had died holding it).
+#[derive(Debug, Default)]
+pub struct Outstanding {
+    by_key: HashMap<Arc<str>, Vec<Held>>,
+    /// Every slice granted in the last [`GRANT_KEPT`], oldest first:
+    /// `(taken_at, key)`.
+    order: VecDeque<(Nanos, Arc<str>)>,
+    /// The live holds, per counter key.
+    holds: HashMap<Arc<str>, Vec<Hold>>,
+    /// Every live hold by its end: `(ends_at, key, id)`.
+    hold_ends: BTreeSet<(Nanos, Arc<str>, HoldId)>,
+}
+
+/// A hold as a snapshot carries it to the partition's next owner.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldHold {
+    /// The counter key (`policy/token`).
+    #[serde(rename = "k")]
+    pub key: String,
+    #[serde(rename = "i")]
+    pub id: HoldId,
+    /// When it was reserved, ns since the epoch.
+    #[serde(rename = "t")]
+    pub taken_at: u64,
+    /// The cost held.
+    #[serde(rename = "u")]
+    pub units: u64,
+    /// When it ends by itself, ns since the epoch.
+    #[serde(rename = "e")]
+    pub ends_at: u64,
+    #[serde(rename = "x", default, skip_serializing_if = "is_charge")]
+    pub end: End,
+    #[serde(rename = "s", default, skip_serializing_if = "std::ops::Not::not")]
+    pub slot: bool,
+}
+
+fn is_charge(end: &End) -> bool {
+    *end == End::Charge
+}
+
+impl HeldHold {
+    fn of(key: &str, h: &Hold) -> HeldHold {
+        HeldHold {
+            key: key.to_string(),
+            id: h.id,
+            taken_at: h.taken_at.as_u64(),
+            units: h.units,
+            ends_at: h.ends_at.as_u64(),
+            end: h.end,
+            slot: h.slot,
+        }
+    }
+
+    fn hold(&self) -> Hold {
+        Hold {
+            id: self.id,
+            taken_at: Nanos(self.taken_at),
+            units: self.units,
+            ends_at: Nanos(self.ends_at),
+            end: self.end,
+            slot: self.slot,
+        }
+    }
+}
+
+/// A reserve refused because the partition holds [`MOST_HOLDS`] already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this partition holds {MOST_HOLDS} live holds, the most it keeps: settle or let some end \
+     before reserving more (or spread the keys over more partitions)"
+)]
+pub struct TooManyHolds;
+
+/// What the holds of one key come to at an instant (`rl.inspect`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HoldsOf {
+    /// Live holds.
+    pub live: u32,
+    /// Of them, those that take a concurrency slot.
+    pub slots: u32,
+    /// The cost they hold together.
+    pub held: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    taken_at: Nanos,
+    units: u64,
+}
+
+/// A slice not back yet, as a snapshot carries it to the partition's next
+/// owner (so a handover does not turn its refund away).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldSlice {
+    /// The counter key (`policy/token`).
+    #[serde(rename = "k")]
+    pub key: String,
+    /// [`crate::budget::Grant::taken_at`], ns since the epoch.
+    #[serde(rename = "t")]
+    pub taken_at: u64,
+    /// Units not back yet.
+    #[serde(rename = "u")]
+    pub units: u64,
+}
+
+/// The most slices a snapshot carries (the newest): a manifest stays well
+/// under nats-server's default 1 MiB max payload with the longest keys.
+pub const MOST_CARRIED: usize = 1_024;
+
+/// What a snapshot may carry of the slices held `before` its counters were
+/// encoded and `after`, while decisions went on: those in both, each with
+/// the smaller count. A slice granted meanwhile may be missing from the
+/// counters, one given back meanwhile may be back in them: carried, either
+/// could be given back where it was never taken, or twice; left out, its
+/// refund gives nothing back, which is safe.
+pub fn carried_through(before: Vec<HeldSlice>, after: &[HeldSlice]) -> Vec<HeldSlice> {
+    let after: std::collections::HashMap<(&str, u64), u64> = after
+        .iter()
+        .map(|h| ((h.key.as_str(), h.taken_at), h.units))
+        .collect();
+    before
+        .into_iter()
+        .filter_map(|mut h| {
+            let units = *after.get(&(h.key.as_str(), h.taken_at))?;
+            h.units = h.units.min(units);
+            Some(h)
+        })
+        .collect()
+}
+
+/// What of a refund an owner takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Returned {
+    /// A slice this owner granted: all its unspent units go back.
+    Known,
+    /// No slice of this owner's explains it (granted by an earlier owner
+    /// and not carried to this one, longer ago than [`GRANT_KEPT`], or
+    /// never): nothing goes back. What
+    /// was spent of it is still usage, as a hit's would be.
+    Unknown,
+}
+
+/// A refund that claims more than its slice holds: refused whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a refund of {claimed} units (spent and unspent) for the slice taken at {taken_at} ns, \
+     which holds {held}: nothing was given back; a client gives back what its own slice held, once"
+)]
+pub struct Overclaim {
+    pub claimed: u64,
+    pub held: u64,
+    pub taken_at: u64,
+}
+
+impl Outstanding {
+    /// Remembers `units` granted for `key` at `taken_at` (the owner's now).
+    pub fn granted(&mut self, key: &str, taken_at: Nanos, units: u64) {
+        self.expire(taken_at);
+        if units == 0 {
+            return;
+        }
+        // One copy of the key, shared by the map and the order.
+        let key: std::sync::Arc<str> = match self.by_key.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => key.into(),
+        };
+        let held = self.by_key.entry(key.clone()).or_default();
+        if let Some(h) = held.iter_mut().find(|h| h.taken_at == taken_at) {
+            h.units = h.units.saturating_add(units);
+            return;
+        }
+        held.push(Held { taken_at, units });
+        self.order.push_back((taken_at, key));
+        while self.order.len() > MOST_OUTSTANDING {
+            self.forget_oldest();
+        }
+    }
+
+    /// Takes `refund` of `key` back at `now`: whether its unspent units go
+    /// back, or why it is refused (then nothing changes).
+    pub fn refund(
+        &mut self,
+        key: &str,
+        refund: &Refund,
+        now: Nanos,
+    ) -> Result<Returned, Overclaim> {
+        self.expire(now);
+        let Some(units) = self.held_mut(key, refund.taken_at) else {
+            return Ok(Returned::Unknown);
+        };
+        let claimed = refund.units.saturating_add(refund.spent);
+        if claimed > *units {
+            return Err(Overclaim {
+                claimed,
+                held: *units,
+                taken_at: refund.taken_at.as_u64(),
+            });
+        }
+        *units -= claimed;
+        self.drop_empty(key);
+        Ok(Returned::Known)
+    }
+
+    /// A grant that a journal replays after a takeover (journal mode):
+    /// remembered, unless the restored snapshot carried that slice already
+    /// (its count then stands: it may have been partly given back since).
+    pub fn replayed_grant(&mut self, key: &str, taken_at: Nanos, units: u64) {
+        if self.held_mut(key, taken_at).is_none() {
+            self.granted(key, taken_at, units);
+        }
+    }
+
+    /// A refund that a journal replays: what it claimed is not held any
+    /// more. Both replays err low (a record may also be in the restored
+    /// snapshot): what is remembered never exceeds what a slice holds, so
+    /// a later refund is refused rather than given back twice.
+    pub fn replayed_refund(&mut self, key: &str, taken_at: Nanos, claimed: u64) {
+        if let Some(units) = self.held_mut(key, taken_at) {
+            *units = units.saturating_sub(claimed);
+            self.drop_empty(key);
+        }
+    }
+
+    /// The units still held of the slice of `key` taken at `taken_at`.
+    fn held_mut(&mut self, key: &str, taken_at: Nanos) -> Option<&mut u64> {
+        let held = self.by_key.get_mut(key)?;
+        let h = held.iter_mut().find(|h| h.taken_at == taken_at)?;
+        Some(&mut h.units)
+    }
+
+    /// Forgets the slices of `key` that are all back.
+    fn drop_empty(&mut self, key: &str) {
+        self.retain(key, |h| h.units > 0);
+    }
+
+    /// Keeps the slices of `key` that `keep` says to (and the key only
+    /// while it holds one).
+    fn retain(&mut self, key: &str, keep: impl FnMut(&Held) -> bool) {
+        if let Some(held) = self.by_key.get_mut(key) {
+            held.retain(keep);
+            if held.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+    }
+
+    /// Forgets every slice and hold of `key` (it was reset: what they held
+    /// was counted in a state that is gone, and a reset frees its slots).
+    pub fn forget(&mut self, key: &str) {
+        self.by_key.remove(key);
+        if let Some((shared, holds)) = self.holds.remove_entry(key) {
+            for h in holds {
+                self.hold_ends.remove(&(h.ends_at, shared.clone(), h.id));
+            }
+        }
+    }
+
+    /// The slices granted less than [`GRANT_KEPT`] before `now` and not all
+    /// back, the newest [`MOST_CARRIED`], for the next owner.
+    pub fn carried(&mut self, now: Nanos) -> Vec<HeldSlice> {
+        self.expire(now);
+        let mut held: Vec<HeldSlice> = self
+            .by_key
+            .iter()
+            .flat_map(|(key, held)| {
+                held.iter().map(|h| HeldSlice {
+                    key: key.to_string(),
+                    taken_at: h.taken_at.as_u64(),
+                    units: h.units,
+                })
+            })
+            .collect();
+        if held.len() > MOST_CARRIED {
+            held.sort_unstable_by_key(|h| std::cmp::Reverse(h.taken_at));
+            held.truncate(MOST_CARRIED);
+        }
+        held
+    }
+
+    /// Takes over the slices the previous owner `carried` (those still
+    /// within [`GRANT_KEPT`] at `now`).
+    pub fn take_over(&mut self, carried: &[HeldSlice], now: Nanos) {
+        let mut carried: Vec<&HeldSlice> = carried.iter().collect();
+        carried.sort_unstable_by_key(|h| h.taken_at);
+        for h in carried {
+            if Nanos(h.taken_at).saturating_add(GRANT_KEPT) > now {
+                self.granted(&h.key, Nanos(h.taken_at), h.units);
+            }
+        }
+    }
+
+    /// The live holds of `key` at `now` (those whose end has come are not
+    /// live, even before [`Outstanding::ended`] ends them).
+    pub fn holds_of(&self, key: &str, now: Nanos) -> HoldsOf {
+        let mut of = HoldsOf::default();
+        for h in self.holds.get(key).into_iter().flatten() {
+            if h.ends_at > now {
+                of.live += 1;
+                of.slots += u32::from(h.slot);
+                of.held = of.held.saturating_add(h.units);
+            }
+        }
+        of
+    }
+
+    /// The end of the first live slot of `key` to end after `now`.
+    pub fn first_slot_end(&self, key: &str, now: Nanos) -> Option<Nanos> {
+        self.holds
+            .get(key)?
+            .iter()
+            .filter(|h| h.slot && h.ends_at > now)
+            .map(|h| h.ends_at)
+            .min()
+    }
+
+    /// Whether another hold can be kept ([`MOST_HOLDS`]).
+    pub fn hold_room(&self) -> Result<(), TooManyHolds> {
+        if self.hold_ends.len() >= MOST_HOLDS {
+            return Err(TooManyHolds);
+        }
+        Ok(())
+    }
+
+    /// Keeps `hold` of `key` (the reserve was allowed and counted).
+    pub fn hold(&mut self, key: &str, hold: Hold) -> Result<(), TooManyHolds> {
+        self.hold_room()?;
+        let key = self.shared_key(key);
+        self.hold_ends.insert((hold.ends_at, key.clone(), hold.id));
+        self.holds.entry(key).or_default().push(hold);
+        Ok(())
+    }
+
+    /// Ends the live hold `id` of `key` (settled): `None` if `key` has no
+    /// such hold, or its end has come.
+    pub fn settle(&mut self, key: &str, id: HoldId, now: Nanos) -> Option<Hold> {
+        let hold = *self.live_hold(key, id, now)?;
+        self.remove_hold(key, id);
+        Some(hold)
+    }
+
+    /// Moves the end of the live hold `id` of `key` to `ends_at`: the hold
+    /// as it is now, or `None` as for [`Outstanding::settle`].
+    pub fn extend(&mut self, key: &str, id: HoldId, ends_at: Nanos, now: Nanos) -> Option<Hold> {
+        let old = self.live_hold(key, id, now)?.ends_at;
+        let key = self.shared_key(key);
+        self.hold_ends.remove(&(old, key.clone(), id));
+        self.hold_ends.insert((ends_at, key.clone(), id));
+        let hold = self.holds.get_mut(&key)?.iter_mut().find(|h| h.id == id)?;
+        hold.ends_at = ends_at;
+        Some(*hold)
+    }
+
+    /// Ends every hold whose end has come by `now`, the earliest first: for
+    /// the owner to charge or release each.
+    pub fn ended(&mut self, now: Nanos) -> Vec<(Arc<str>, Hold)> {
+        let mut ended = Vec::new();
+        while let Some((ends_at, key, id)) = self.hold_ends.first().cloned() {
+            if ends_at > now {
+                break;
+            }
+            if let Some(hold) = self.remove_hold(&key, id) {
+                ended.push((key, hold));
+            }
+        }
+        ended
+    }
+
+    /// Ends the holds of `key` whose end has come by `now` (before a
+    /// decision on the key, so that what they release is back first).
+    pub fn ended_of(&mut self, key: &str, now: Nanos) -> Vec<Hold> {
+        let due: Vec<HoldId> = self
+            .holds
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|h| h.ends_at <= now)
+            .map(|h| h.id)
+            .collect();
+        due.into_iter()
+            .filter_map(|id| self.remove_hold(key, id))
+            .collect()
+    }
+
+    /// Every live hold, for the next owner (none is left out: their number
+    /// is bounded by [`MOST_HOLDS`]).
+    pub fn carried_holds(&self) -> Vec<HeldHold> {
+        self.holds
+            .iter()
+            .flat_map(|(key, holds)| holds.iter().map(|h| HeldHold::of(key, h)))
+            .collect()
+    }
+
+    /// Takes over the holds the previous owner carried (those ended since
+    /// end at the next [`Outstanding::ended`]).
+    pub fn take_over_holds(&mut self, carried: &[HeldHold]) {
+        for h in carried {
+            self.replayed_hold(&h.key, h.hold());
+        }
+    }
+
+    /// A reserve that a journal replays: kept, unless the restored
+    /// snapshot carried it already.
+    pub fn replayed_hold(&mut self, key: &str, hold: Hold) {
+        let known = self
+            .holds
+            .get(key)
+            .is_some_and(|hs| hs.iter().any(|h| h.id == hold.id));
+        if !known {
+            let key = self.shared_key(key);
+            self.hold_ends.insert((hold.ends_at, key.clone(), hold.id));
+            self.holds.entry(key).or_default().push(hold);
+        }
+    }
+
+    /// A settle or end that a journal replays: the hold is gone.
+    pub fn replayed_end(&mut self, key: &str, id: HoldId) {
+        self.remove_hold(key, id);
+    }
+
+    /// An extend that a journal replays.
+    pub fn replayed_extend(&mut self, key: &str, id: HoldId, ends_at: Nanos) {
+        self.extend(key, id, ends_at, Nanos::ZERO);
+    }
+
+    /// Live holds in the partition.
+    pub fn holds_len(&self) -> usize {
+        self.hold_ends.len()
+    }
+
+    fn live_hold(&self, key: &str, id: HoldId, now: Nanos) -> Option<&Hold> {
+        self.holds
+            .get(key)?
+            .iter()
+            .find(|h| h.id == id && h.ends_at > now)
+    }
+
+    fn remove_hold(&mut self, key: &str, id: HoldId) -> Option<Hold> {
+        let shared = self.holds.get_key_value(key)?.0.clone();
+        let holds = self.holds.get_mut(key)?;
+        let at = holds.iter().position(|h| h.id == id)?;
+        let hold = holds.swap_remove(at);
+        if holds.is_empty() {
+            self.holds.remove(key);
+        }
+        self.hold_ends.remove(&(hold.ends_at, shared, id));
+        Some(hold)
+    }
+
+    /// One copy of `key`, shared by every map and order that names it.
+    fn shared_key(&self, key: &str) -> Arc<str> {
+        if let Some((k, _)) = self.holds.get_key_value(key) {
+            return k.clone();
+        }
+        match self.by_key.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => key.into(),
+        }
+    }
+
+    /// Slices held.
+    pub fn len(&self) -> usize {
+        self.by_key.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    fn expire(&mut self, now: Nanos) {
+        while self
+            .order
+            .front()
+            .is_some_and(|&(taken_at, _)| taken_at.saturating_add(GRANT_KEPT) <= now)
+        {
+            self.forget_oldest();
+        }
+    }
+
+    /// Forgets the oldest slice in `order` (if its key still holds it: one
+    /// given back, or reset, is gone already).
+    fn forget_oldest(&mut self) {
+        if let Some((taken_at, key)) = self.order.pop_front() {
+            self.retain(&key, |h| h.taken_at != taken_at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refund(units: u64, spent: u64, taken_at: u64) -> Refund {
+        Refund {
+            units,
+            spent,
+            taken_at: Nanos(taken_at),
+        }
+    }
+
+    #[test]
+    fn a_refund_gives_back_at_most_its_own_slice_once() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(100), 10);
+        let over = held.refund("p/k", &refund(8, 3, 100), Nanos(150));
+        assert_eq!(
+            over,
+            Err(Overclaim {
+                claimed: 11,
+                held: 10,
+                taken_at: 100
+            })
+        );
+        assert_eq!(held.len(), 1, "a refused refund changes nothing");
+        assert_eq!(
+            held.refund("p/k", &refund(7, 3, 100), Nanos(150)),
+            Ok(Returned::Known)
+        );
+        assert!(held.is_empty());
+        assert_eq!(
+            held.refund("p/k", &refund(7, 3, 100), Nanos(160)),
+            Ok(Returned::Unknown),
+            "the same slice again gives nothing back"
+        );
+    }
+
+    #[test]
+    fn a_refund_no_grant_explains_gives_nothing_back() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(100), 10);
+        for (key, taken_at) in [("p/other", 100), ("p/k", 99), ("q/k", 100)] {
+            assert_eq!(
+                held.refund(key, &refund(1, 0, taken_at), Nanos(150)),
+                Ok(Returned::Unknown),
+                "{key} at {taken_at}"
+            );
+        }
+        assert_eq!(held.len(), 1);
+    }
+
+    #[test]
+    fn slices_granted_together_add_up_and_come_back_apart() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(100), 4);
+        held.granted("p/k", Nanos(100), 6);
+        held.granted("p/k", Nanos(200), 5);
+        assert_eq!(held.len(), 2);
+        assert_eq!(
+            held.refund("p/k", &refund(2, 2, 100), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        assert_eq!(
+            held.refund("p/k", &refund(6, 0, 100), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        assert_eq!(
+            held.refund("p/k", &refund(1, 0, 100), Nanos(300)),
+            Ok(Returned::Unknown)
+        );
+        assert_eq!(
+            held.refund("p/k", &refund(0, 5, 200), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        assert!(held.is_empty());
+    }
+
+    #[test]
+    fn slices_are_forgotten_after_a_while_on_reset_and_past_the_bound() {
+        let mut held = Outstanding::default();
+        held.granted("p/k", Nanos(0), 10);
+        let late = Nanos(GRANT_KEPT.0);
+        assert_eq!(
+            held.refund("p/k", &refund(10, 0, 0), late),
+            Ok(Returned::Unknown)
+        );
+        held.granted("p/k", late, 10);
+        held.forget("p/k");
+        assert_eq!(
+            held.refund("p/k", &refund(1, 0, late.0), late),
+            Ok(Returned::Unknown)
+        );
+        assert_eq!(held.len(), 0);
+        for i in 0..=MOST_OUTSTANDING as u64 {
+            held.granted(&format!("p/{i}"), Nanos(late.0 + i), 1);
+        }
+        assert_eq!(held.len(), MOST_OUTSTANDING);
+        assert_eq!(
+            held.refund("p/0", &refund(1, 0, late.0), late),
+            Ok(Returned::Unknown),
+            "the oldest went first"
+        );
+        assert_eq!(
+            held.refund("p/1", &refund(1, 0, late.0 + 1), late),
+            Ok(Returned::Known)
+        );
+    }
+
+    #[test]
+    fn the_next_owner_takes_over_the_slices_not_back_yet() {
+        let mut old = Outstanding::default();
+        old.granted("p/a", Nanos(100), 10);
+        old.granted("p/a", Nanos(200), 5);
+        old.granted("p/b", Nanos(150), 7);
+        assert_eq!(
+            old.refund("p/a", &refund(3, 2, 100), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        old.granted("p/gone", Nanos(0), 1);
+        assert_eq!(
+            old.refund("p/gone", &refund(1, 0, 0), Nanos(300)),
+            Ok(Returned::Known)
+        );
+        let mut carried = old.carried(Nanos(300));
+        carried.sort_by_key(|h| h.taken_at);
+        let slice = |key: &str, taken_at, units| HeldSlice {
+            key: key.into(),
+            taken_at,
+            units,
+        };
+        assert_eq!(
+            carried,
+            [
+                slice("p/a", 100, 5),
+                slice("p/b", 150, 7),
+                slice("p/a", 200, 5)
+            ]
+        );
+        // Through the manifest's JSON and back.
+        let carried: Vec<HeldSlice> =
+            serde_json::from_slice(&serde_json::to_vec(&carried).unwrap()).unwrap();
+        let mut new = Outstanding::default();
+        new.take_over(&carried, Nanos(400));
+        // The journal replays the grants and a refund after the snapshot:
+        // a carried slice keeps its count, a refund takes off what it took.
+        new.replayed_grant("p/a", Nanos(100), 10);
+        new.replayed_grant("p/c", Nanos(300), 4);
+        new.replayed_refund("p/c", Nanos(300), 1);
+        assert_eq!(
+            new.refund("p/c", &refund(4, 0, 300), Nanos(400)),
+            Err(Overclaim {
+                claimed: 4,
+                held: 3,
+                taken_at: 300
+            })
+        );
+        assert_eq!(
+            new.refund("p/a", &refund(6, 0, 100), Nanos(400)),
+            Err(Overclaim {
+                claimed: 6,
+                held: 5,
+                taken_at: 100
+            })
+        );
+        assert_eq!(
+            new.refund("p/a", &refund(5, 0, 100), Nanos(400)),
+            Ok(Returned::Known)
+        );
+        assert_eq!(
+            new.refund("p/b", &refund(7, 0, 150), Nanos(400)),
+            Ok(Returned::Known)
+        );
+        // Too old by the time the next owner starts: not taken over.
+        let mut late = Outstanding::default();
+        late.take_over(&carried, Nanos(150 + GRANT_KEPT.0));
+        assert_eq!(
+            late.len(),
+            1,
+            "only the slice taken at 200 is recent enough"
+        );
+        // At most the newest MOST_CARRIED.
+        let mut many = Outstanding::default();
+        for i in 0..MOST_CARRIED as u64 + 10 {
+            many.granted(&format!("p/{i}"), Nanos(1_000 + i), 1);
+        }
+        let carried = many.carried(Nanos(2_000));
+        assert_eq!(carried.len(), MOST_CARRIED);
+        assert!(carried.iter().all(|h| h.taken_at >= 1_010));
+    }
+
+    #[test]
+    fn a_snapshot_carries_only_what_held_from_before_its_encoding_to_after() {
+        let slice = |key: &str, taken_at, units| HeldSlice {
+            key: key.into(),
+            taken_at,
+            units,
+        };
+        let before = vec![slice("p/a", 1, 10), slice("p/b", 2, 5), slice("p/c", 3, 4)];
+        // Meanwhile: a came back in part, b all, d was granted.
+        let after = [slice("p/a", 1, 6), slice("p/c", 3, 4), slice("p/d", 4, 9)];
+        assert_eq!(
+            carried_through(before, &after),
+            [slice("p/a", 1, 6), slice("p/c", 3, 4)]
+        );
+    }
+}
