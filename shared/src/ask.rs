@@ -25,12 +25,17 @@ pub enum Op {
 
 impl Op {
     /// The op of a counting verb; `None` for verbs that change no counter
-    /// this way (inspect, reset, usage).
+    /// this way (inspect, reset, usage, and the holds' own verbs).
     pub const fn of(verb: Verb, cost: u64) -> Option<Op> {
         match verb {
             Verb::Allow => Some(Op::Allow(cost)),
             Verb::Hit => Some(Op::Record(cost)),
-            Verb::Inspect | Verb::Reset | Verb::Usage => None,
+            Verb::Inspect
+            | Verb::Reset
+            | Verb::Usage
+            | Verb::Reserve
+            | Verb::Settle
+            | Verb::Extend => None,
         }
     }
 

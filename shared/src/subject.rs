@@ -52,28 +52,34 @@ pub enum Verb {
     Reset,
     /// `rl.usage.<key>`: a key's usage history (CONTRACT §9).
     Usage,
+    /// `rl.reserve.<key>`: decide and hold a cost (CONTRACT §13).
+    Reserve,
+    /// `rl.settle.<key>`: end a hold with its real cost (CONTRACT §13).
+    Settle,
+    /// `rl.extend.<key>`: keep a live hold longer (CONTRACT §13).
+    Extend,
 }
 
 impl Verb {
     /// Every per-key verb of the contract.
-    pub const ALL: [Verb; 5] = [
+    pub const ALL: [Verb; 8] = [
         Verb::Allow,
         Verb::Hit,
         Verb::Inspect,
         Verb::Reset,
         Verb::Usage,
+        Verb::Reserve,
+        Verb::Settle,
+        Verb::Extend,
     ];
 
     /// The verbs workers answer today, so the ones the server maps onto
     /// partitions ([`crate::nats_config::mapping`]) and a partition's owner
     /// subscribes to.
-    pub const ANSWERED: [Verb; 5] = [
-        Verb::Allow,
-        Verb::Hit,
-        Verb::Inspect,
-        Verb::Reset,
-        Verb::Usage,
-    ];
+    pub const ANSWERED: [Verb; 8] = Verb::ALL;
+
+    /// The verbs of holds (CONTRACT §13).
+    pub const HOLDS: [Verb; 3] = [Verb::Reserve, Verb::Settle, Verb::Extend];
 
     /// The verb's token in subjects: `allow`, `hit`, ...
     pub const fn as_str(self) -> &'static str {
@@ -83,6 +89,9 @@ impl Verb {
             Verb::Inspect => "inspect",
             Verb::Reset => "reset",
             Verb::Usage => "usage",
+            Verb::Reserve => "reserve",
+            Verb::Settle => "settle",
+            Verb::Extend => "extend",
         }
     }
 
@@ -98,6 +107,9 @@ impl Verb {
             Verb::Inspect => "rl.inspect",
             Verb::Reset => "rl.reset",
             Verb::Usage => "rl.usage",
+            Verb::Reserve => "rl.reserve",
+            Verb::Settle => "rl.settle",
+            Verb::Extend => "rl.extend",
         }
     }
 
@@ -443,12 +455,15 @@ mod tests {
                 "rl.p.5.inspect.*",
                 "rl.p.5.reset.*",
                 "rl.p.5.usage.*",
+                "rl.p.5.reserve.*",
+                "rl.p.5.settle.*",
+                "rl.p.5.extend.*",
                 "rl.p.5.batch"
             ]
         );
         assert_eq!(owner_subjects(5)[0], Verb::Allow.partition_subject(5));
-        assert_eq!(owner_subjects(5)[5], batch_subject(5));
-        assert_eq!(every_owner_subject().len(), 6);
+        assert_eq!(owner_subjects(5)[8], batch_subject(5));
+        assert_eq!(every_owner_subject().len(), 9);
         assert_eq!(every_owner_subject()[0], "rl.p.*.allow.*");
         assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
         assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");

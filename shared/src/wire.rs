@@ -40,6 +40,7 @@
 //!   writer.
 //! - [`batch`]: the batch format of the batching client.
 //! - [`inspect`]: bodies of `rl.inspect.<key>` and `rl.reset.<key>` (CONTRACT §8).
+//! - [`hold`]: bodies of `rl.reserve`, `rl.settle` and `rl.extend` (CONTRACT §13).
 //! - [`usage`]: bodies of `rl.usage.<key>` and `rl.top` (CONTRACT §9).
 
 pub mod batch;
@@ -47,6 +48,7 @@ mod encoding;
 mod error;
 mod fields;
 mod headers;
+pub mod hold;
 pub mod inspect;
 pub(crate) mod msgpack;
 mod reply;

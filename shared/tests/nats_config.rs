@@ -118,6 +118,9 @@ fn single_server_config_has_listen_jetstream_and_every_mapping() {
             "\"rl.inspect.*\": \"rl.p.{{partition(64,1)}}.inspect.{{wildcard(1)}}\"",
             "\"rl.reset.*\": \"rl.p.{{partition(64,1)}}.reset.{{wildcard(1)}}\"",
             "\"rl.usage.*\": \"rl.p.{{partition(64,1)}}.usage.{{wildcard(1)}}\"",
+            "\"rl.reserve.*\": \"rl.p.{{partition(64,1)}}.reserve.{{wildcard(1)}}\"",
+            "\"rl.settle.*\": \"rl.p.{{partition(64,1)}}.settle.{{wildcard(1)}}\"",
+            "\"rl.extend.*\": \"rl.p.{{partition(64,1)}}.extend.{{wildcard(1)}}\"",
             "}",
         ]
     );

@@ -28,6 +28,10 @@ pub enum Error {
     /// worker could not decide right now.
     #[error("{0}")]
     Unavailable(String),
+    /// 404: no live hold of that name under the key and policy (settled,
+    /// ended, or never reserved there).
+    #[error("{0}")]
+    UnknownHold(String),
 }
 
 impl Error {
@@ -38,6 +42,7 @@ impl Error {
             Error::UnknownPolicy(_) => ErrorCode::UnknownPolicy,
             Error::TooLarge(_) => ErrorCode::TooLarge,
             Error::Unavailable(_) => ErrorCode::Unavailable,
+            Error::UnknownHold(_) => ErrorCode::UnknownHold,
         }
     }
 
@@ -52,7 +57,8 @@ impl Error {
             Error::BadRequest(m)
             | Error::UnknownPolicy(m)
             | Error::TooLarge(m)
-            | Error::Unavailable(m) => m,
+            | Error::Unavailable(m)
+            | Error::UnknownHold(m) => m,
         }
     }
 
@@ -69,6 +75,7 @@ impl From<ErrorReply> for Error {
             ErrorCode::UnknownPolicy => Error::UnknownPolicy(e.message),
             ErrorCode::TooLarge => Error::TooLarge(e.message),
             ErrorCode::Unavailable => Error::Unavailable(e.message),
+            ErrorCode::UnknownHold => Error::UnknownHold(e.message),
         }
     }
 }

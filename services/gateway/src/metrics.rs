@@ -59,10 +59,12 @@ pub enum Outcome {
     Unavailable,
     /// Proxy mode: the upstream could not be reached (502).
     UpstreamError,
+    /// 404: a settle or extend of a hold the key has not.
+    UnknownHold,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 7] = [
+    const ALL: [Outcome; 8] = [
         Outcome::Allowed,
         Outcome::Denied,
         Outcome::BadRequest,
@@ -70,6 +72,7 @@ impl Outcome {
         Outcome::TooLarge,
         Outcome::Unavailable,
         Outcome::UpstreamError,
+        Outcome::UnknownHold,
     ];
 
     fn as_str(self) -> &'static str {
@@ -78,6 +81,7 @@ impl Outcome {
             Outcome::Denied => "denied",
             Outcome::BadRequest => "bad_request",
             Outcome::UnknownPolicy => "unknown_policy",
+            Outcome::UnknownHold => "unknown_hold",
             Outcome::TooLarge => "too_large",
             Outcome::Unavailable => "unavailable",
             Outcome::UpstreamError => "upstream_error",
@@ -125,7 +129,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     /// The handles of `requests` and `latency`, by route and outcome.
-    by_route: [([Counter; 7], Histogram); 3],
+    by_route: [([Counter; 8], Histogram); 3],
 }
 
 impl Default for Metrics {

@@ -79,6 +79,7 @@ pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
             ErrorCode::UnknownPolicy => Outcome::UnknownPolicy,
             ErrorCode::TooLarge => Outcome::TooLarge,
             ErrorCode::Unavailable => Outcome::Unavailable,
+            ErrorCode::UnknownHold => Outcome::UnknownHold,
         },
     }
 }

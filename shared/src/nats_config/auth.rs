@@ -10,7 +10,8 @@
 //! through [`crate::storage`], so a renamed bucket cannot leave a stale
 //! permission behind. What each role needs:
 //!
-//! - `client`: ask (`rl.allow.>`, `rl.hit.>`, `rl.usage.>`, `rl.top`, their
+//! - `client`: ask (`rl.allow.>`, `rl.hit.>`, `rl.usage.>`, the holds'
+//!   `rl.reserve.>`, `rl.settle.>`, `rl.extend.>`, `rl.top`, their
 //!   mapped forms `rl.p.*.allow.*`, ..., which is what the server checks,
 //!   see [`ask_subjects`], and the batching client's `rl.p.*.batch` /
 //!   `rl.w.*.batch`, which carry the same asks), receive replies (`_INBOX.>`), the fixed probe keys'
@@ -222,7 +223,14 @@ fn ask_subjects(verbs: &[Verb]) -> Vec<String> {
 }
 
 fn client() -> Permissions {
-    let mut publish = ask_subjects(&[Verb::Allow, Verb::Hit, Verb::Usage]);
+    let mut publish = ask_subjects(&[
+        Verb::Allow,
+        Verb::Hit,
+        Verb::Usage,
+        Verb::Reserve,
+        Verb::Settle,
+        Verb::Extend,
+    ]);
     publish.push(TOP.to_string());
     publish.push(format!("{PARTITION_PREFIX}.*.batch"));
     publish.push(format!("{WORKER_PREFIX}.*.batch"));

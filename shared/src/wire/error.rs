@@ -23,14 +23,18 @@ pub enum ErrorCode {
     TooLarge,
     /// 503 `unavailable`: no worker can answer for the key right now.
     Unavailable,
+    /// 404 `unknown_hold`: no live hold of that name under the key and
+    /// policy (unknown, settled, or ended; CONTRACT §13).
+    UnknownHold,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 4] = [
+    pub const ALL: [ErrorCode; 5] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownPolicy,
         ErrorCode::TooLarge,
         ErrorCode::Unavailable,
+        ErrorCode::UnknownHold,
     ];
 
     /// The numeric code, as in `Nats-Service-Error-Code` and HTTP statuses.
@@ -40,6 +44,7 @@ impl ErrorCode {
             ErrorCode::UnknownPolicy => 404,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unavailable => 503,
+            ErrorCode::UnknownHold => 404,
         }
     }
 
@@ -50,15 +55,12 @@ impl ErrorCode {
             ErrorCode::UnknownPolicy => "unknown_policy",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::UnknownHold => "unknown_hold",
         }
     }
 
     pub fn from_word(word: &str) -> Option<ErrorCode> {
         ErrorCode::ALL.into_iter().find(|c| c.word() == word)
-    }
-
-    pub fn from_status(status: u16) -> Option<ErrorCode> {
-        ErrorCode::ALL.into_iter().find(|c| c.status() == status)
     }
 }
 
@@ -100,6 +102,20 @@ impl ErrorReply {
             ErrorCode::UnknownPolicy,
             format!(
                 "no policy named {} is configured; name a configured policy, or leave \"policy\" out to use {DEFAULT_POLICY:?}",
+                quoted(policy)
+            ),
+        )
+    }
+
+    /// 404 for a hold that the key has not (CONTRACT §13).
+    pub fn unknown_hold(hold: &str, policy: &str) -> ErrorReply {
+        ErrorReply::new(
+            ErrorCode::UnknownHold,
+            format!(
+                "no live hold {} under this key and policy {}: it was settled, ended at its ttl, \
+                 reset, or never reserved here (a hold is settled or extended with the key and \
+                 policy it was reserved with); nothing was changed",
+                quoted(hold),
                 quoted(policy)
             ),
         )

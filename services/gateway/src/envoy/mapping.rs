@@ -394,6 +394,8 @@ pub(crate) fn status_of(e: &Error) -> Status {
             "{m}; add the policy to [policies] (or the policy bucket), or change the [envoy] rule that names it"
         )),
         Error::Unavailable(m) => Status::unavailable(m.clone()),
+        // Envoy asks nothing of holds; a settle never comes this way.
+        Error::UnknownHold(m) => Status::not_found(m.clone()),
     }
 }
 
