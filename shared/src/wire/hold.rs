@@ -13,7 +13,7 @@
 use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::is_valid_policy_name;
-use super::reply::{decode_reply, MalformedReply, Reply};
+use super::reply::{decode_reply, DecisionOut, MalformedReply, Reply};
 use super::request::{encode_body, too_large, RequestError};
 use crate::holds::{self, HoldId};
 use crate::policy::{Decision, DEFAULT_POLICY};
@@ -193,12 +193,8 @@ pub struct HoldTicket {
 
 #[derive(Serialize)]
 struct HeldOut<'a> {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_ms: u64,
-    retry_after_ms: u64,
-    policy: &'a str,
+    #[serde(flatten)]
+    decision: DecisionOut<'a>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     ticket: Option<HoldTicket>,
 }
@@ -212,12 +208,7 @@ pub fn encode_held(
     encoding: Encoding,
 ) -> Vec<u8> {
     let out = HeldOut {
-        allowed: decision.allowed,
-        limit: decision.limit,
-        remaining: decision.remaining,
-        reset_ms: decision.reset.as_millis_ceil(),
-        retry_after_ms: decision.retry_after.as_millis_ceil(),
-        policy,
+        decision: DecisionOut::new(decision, policy),
         ticket: held.map(|(id, expires)| HoldTicket {
             hold: id.to_string(),
             expires_ms: expires.as_u64() / 1_000_000,

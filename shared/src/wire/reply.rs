@@ -149,7 +149,7 @@ pub fn decode_reply(body: &[u8]) -> Result<Reply, MalformedReply> {
 // Reply bodies on the wire.
 
 #[derive(Serialize)]
-struct DecisionOut<'a> {
+pub(super) struct DecisionOut<'a> {
     allowed: bool,
     limit: u64,
     remaining: u64,
@@ -165,7 +165,7 @@ struct DecisionOut<'a> {
 }
 
 impl<'a> DecisionOut<'a> {
-    fn new(d: &Decision, policy: &'a str) -> DecisionOut<'a> {
+    pub(super) fn new(d: &Decision, policy: &'a str) -> DecisionOut<'a> {
         DecisionOut {
             allowed: d.allowed,
             limit: d.limit,
