@@ -217,12 +217,9 @@ pub fn resolve(base: &Policy, table: &OverrideTable) -> Result<Override, String>
     if table.limits.iter().any(|l| l.max == 0) {
         return Ok(Override::Blocked);
     }
-    PolicyTable {
-        algorithm: base.algorithm(),
-        limits: table.limits.clone(),
-        local_budget: base.local_budget(),
-    }
-    .to_policy(base.name())
+    PolicyTable::of(base)
+        .with_limits(table.limits.clone())
+        .to_policy(base.name())
     .map(Override::Limits)
     .map_err(|e| {
         format!(

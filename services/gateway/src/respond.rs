@@ -12,8 +12,8 @@ pub const SOURCE_HEADER: &str = "Sluice-Source";
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// Puts the RateLimit headers of `answer` (and, when denied, Retry-After)
-/// and the source header into `headers`, replacing any of the same name.
+/// Puts the RateLimit headers of `answer` (and, when denied, Retry-After;
+/// on a shadow denial, `Sluice-Shadow: denied`) and the source header into `headers`, replacing any of the same name.
 pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
     for (name, value) in answer.headers() {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -33,6 +33,7 @@ fn lower(name: &'static str) -> &'static str {
         "RateLimit-Remaining" => "ratelimit-remaining",
         "RateLimit-Reset" => "ratelimit-reset",
         "Retry-After" => "retry-after",
+        "Sluice-Shadow" => "sluice-shadow",
         _ => "x-sluice-unknown",
     }
 }

@@ -20,15 +20,14 @@ fn the_json_form_of_a_policy_table_reads_like_the_toml_one() {
     let table = PolicyTable::from_json(KV_EXAMPLE.as_bytes()).unwrap();
     assert_eq!(
         table,
-        PolicyTable {
-            algorithm: Algorithm::SlidingLog,
-            limits: vec![LimitTable {
+        PolicyTable::new(
+            Algorithm::SlidingLog,
+            vec![LimitTable {
                 max: 10,
                 per: "1m".to_string(),
                 burst: None,
-            }],
-            local_budget: false,
-        }
+            }]
+        )
     );
     let policy = table.to_policy("login").unwrap();
     let from_toml = parse(
@@ -58,7 +57,7 @@ fn json_tables_are_refused_with_paths_relative_to_the_table() {
         (
             r#"{"algoritm":"gcra","limits":[]}"#,
             "algoritm",
-            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget)",
+            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, tz, week_start, anchor_day)",
         ),
         (
             r#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"},{"max":500,"per":"1x"}]}"#,

@@ -19,7 +19,7 @@ fn bad_duration_names_the_limit_and_shows_the_accepted_form() {
     );
     assert_eq!(
         e.to_string(),
-        r#"sluice.toml: policies.login.limits[1].per: "1x" is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. "10s""#
+        r#"sluice.toml: policies.login.limits[1].per: "1x" is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. "10s", or (fixed_window only) a calendar period: "day", "week" or "month""#
     );
 }
 
@@ -232,7 +232,7 @@ fn unknown_policy_and_limit_fields_are_refused() {
     assert_error(
         "[policies.p]\nalgoritm = \"gcra\"\nlimits = [ { max = 1, per = \"1s\" } ]",
         "policies.p.algoritm",
-        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget)",
+        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, tz, week_start, anchor_day)",
     );
     assert_error(
         &policy("gcra", r#"[ { max = 1, per = "1s", brust = 2 } ]"#),
