@@ -220,15 +220,15 @@ pub fn resolve(base: &Policy, table: &OverrideTable) -> Result<Override, String>
     PolicyTable::of(base)
         .with_limits(table.limits.clone())
         .to_policy(base.name())
-    .map(Override::Limits)
-    .map_err(|e| {
-        format!(
-            "override of policy {:?}: {}: {}",
-            base.name(),
-            e.field,
-            e.reason
-        )
-    })
+        .map(Override::Limits)
+        .map_err(|e| {
+            format!(
+                "override of policy {:?}: {}: {}",
+                base.name(),
+                e.field,
+                e.reason
+            )
+        })
 }
 
 /// Why `name` may not be removed from the bucket (only `default`, which

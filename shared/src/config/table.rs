@@ -22,8 +22,10 @@
 
 use super::defaults::{MAX_PARTITIONS, MAX_POLICY_NAME_LEN};
 use super::error::{key_path, suggest, FieldError};
+use crate::calendar::{
+    CalendarError, Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE,
+};
 use crate::duration::{format_duration, parse_duration};
-use crate::calendar::{CalendarError, Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE};
 use crate::policy::{Algorithm, Limit, Mode, Policy, PolicyError};
 use crate::wire::is_valid_policy_name;
 use serde::de::value::MapAccessDeserializer;
@@ -84,11 +86,7 @@ pub struct PolicyTable {
     pub local_budget: bool,
     /// `"enforce"` (the default) or `"shadow"`: decided and counted alike,
     /// a shadow policy's denials are answered allowed (CONTRACT §14).
-    #[serde(
-        default,
-        deserialize_with = "mode",
-        skip_serializing_if = "is_enforce"
-    )]
+    #[serde(default, deserialize_with = "mode", skip_serializing_if = "is_enforce")]
     pub mode: Mode,
     /// The calendar of the limits whose `per` is `"day"`, `"week"` or
     /// `"month"` (CONTRACT §14): an IANA zone (default UTC), the first day
@@ -160,7 +158,11 @@ impl PolicyTable {
     /// `sluice policy apply` stores): a `burst` only where it differs from
     /// `max`.
     pub fn of(policy: &Policy) -> PolicyTable {
-        let zone = policy.limits().iter().find_map(|l| l.calendar()).map(|c| c.zone());
+        let zone = policy
+            .limits()
+            .iter()
+            .find_map(|l| l.calendar())
+            .map(|c| c.zone());
         PolicyTable {
             algorithm: policy.algorithm(),
             limits: policy
@@ -290,9 +292,24 @@ impl PolicyTable {
         })?;
         let uses = |p| self.uses(p);
         let unused = [
-            (self.tz.is_some(), None, "tz", "a calendar period (per = \"day\", \"week\" or \"month\")"),
-            (self.week_start.is_some(), Some(Period::Week), "week_start", "per = \"week\""),
-            (self.anchor_day.is_some(), Some(Period::Month), "anchor_day", "per = \"month\""),
+            (
+                self.tz.is_some(),
+                None,
+                "tz",
+                "a calendar period (per = \"day\", \"week\" or \"month\")",
+            ),
+            (
+                self.week_start.is_some(),
+                Some(Period::Week),
+                "week_start",
+                "per = \"week\"",
+            ),
+            (
+                self.anchor_day.is_some(),
+                Some(Period::Month),
+                "anchor_day",
+                "per = \"month\"",
+            ),
         ];
         for (set, period, field, needs) in unused {
             if set && !uses(period) {
