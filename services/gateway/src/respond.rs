@@ -83,3 +83,37 @@ pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_client::Source;
+    use std::time::Duration;
+
+    /// A shadow policy's answer to an ask enforcement would deny is a 200
+    /// with `Sluice-Shadow: denied` and no Retry-After (CONTRACT §14).
+    #[test]
+    fn a_shadow_denial_is_200_with_the_shadow_header() {
+        let answer = Answer {
+            allowed: true,
+            limit: 3,
+            remaining: 0,
+            reset: Duration::from_secs(30),
+            retry_after: Duration::ZERO,
+            policy: "p".into(),
+            shadow_denied: true,
+            source: Source::Worker,
+        };
+        let response = decision(&answer);
+        assert_eq!(response.status(), StatusCode::OK);
+        let headers = response.headers();
+        assert_eq!(headers.get("sluice-shadow").unwrap(), "denied");
+        assert_eq!(headers.get("ratelimit-reset").unwrap(), "30");
+        assert!(headers.get("retry-after").is_none());
+        let plain = decision(&Answer {
+            shadow_denied: false,
+            ..answer
+        });
+        assert!(plain.headers().get("sluice-shadow").is_none());
+    }
+}
