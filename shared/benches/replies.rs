@@ -22,6 +22,7 @@ fn decision() -> Decision {
         remaining: 517,
         reset: Nanos(66_700_001),
         retry_after: Nanos::ZERO,
+        shadow_denied: false,
     }
 }
 

@@ -49,10 +49,10 @@ impl Op {
 
     /// Whether applying it with this outcome changed the counter (what a
     /// journal must store and a snapshot must see): an allowed take of at
-    /// least 1, or any record of at least 1.
+    /// least 1 (a shadow denial takes nothing), or any record of at least 1.
     pub const fn consumed(self, decision: &Decision) -> bool {
         match self {
-            Op::Allow(cost) => decision.allowed && cost > 0,
+            Op::Allow(cost) => decision.within_limits() && cost > 0,
             Op::Record(cost) => cost > 0,
         }
     }

@@ -105,8 +105,8 @@ pub(crate) fn lease(limits: &[Limit], algorithm: Algorithm, now: Nanos) -> Nanos
     let mut lease = LEASE;
     if algorithm == Algorithm::FixedWindow {
         for limit in limits {
-            let per = limit.per().0;
-            lease = lease.min(Nanos(per - now.0 % per));
+            let end = limit.window_end(limit.window_start(now));
+            lease = lease.min(end.saturating_sub(now));
         }
     }
     lease
@@ -180,6 +180,7 @@ impl Slice {
             remaining: self.remaining_at_grant.saturating_add(self.left),
             reset: Nanos(self.resets_at.0.saturating_sub(now.0)),
             retry_after: Nanos::ZERO,
+            shadow_denied: false,
         })
     }
 
@@ -296,6 +297,7 @@ mod tests {
             remaining: 20,
             reset: Nanos(1000),
             retry_after: Nanos::ZERO,
+            shadow_denied: false,
         };
         let mut slice = Slice::new(&grant, Nanos(10), Nanos(12), &reply);
         let d = slice.take(2, Nanos(50)).unwrap();

@@ -286,6 +286,7 @@ fn slots(n: u32, live: u32, first_free: Nanos) -> Decision {
         remaining,
         reset: if live > 0 { first_free } else { Nanos::ZERO },
         retry_after: if full { first_free } else { Nanos::ZERO },
+        shadow_denied: false,
     }
 }
 

@@ -23,6 +23,8 @@
 //! - [`limit`]: what a policy is made of ([`limit::Limit`], the algorithm's
 //!   name, the decision), apart so that algorithms and budgets need no policy.
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
+//! - [`calendar`]: a fixed window's calendar periods (day, week, month of a
+//!   time zone), through daylight saving and short months.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
 //! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
@@ -59,6 +61,7 @@ pub mod algorithm;
 pub mod ask;
 pub mod assignment;
 pub mod budget;
+pub mod calendar;
 pub mod config;
 pub mod duration;
 pub mod format;

@@ -8,11 +8,13 @@
 //! others' users. `crate::policy` re-exports them, so
 //! `sluice_core::policy::Limit` is the name other crates use.
 
+use crate::calendar::{Calendar, Period, Zone};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::num::NonZeroU64;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The limiter algorithm of a policy (CONTRACT §4 names).
@@ -88,14 +90,71 @@ pub enum PolicyError {
     LogTooLarge { max: u64 },
     #[error("local_budget needs fixed_window, token_bucket or gcra: under {0} a slice spent after it was granted would leave the window before its units were used, admitting more than the limit (docs/CLIENT.md, \"Local budgets\"); remove local_budget or change the algorithm")]
     BudgetNotSupported(Algorithm),
+    #[error("calendar periods (day, week, month) only apply to fixed_window, not {0}; use a duration such as \"24h\" or change the algorithm")]
+    CalendarNotSupported(Algorithm),
+    #[error("unknown mode {0:?}; use \"enforce\" or \"shadow\"")]
+    UnknownMode(String),
 }
 
-/// `max` units per `per`; for token bucket and GCRA, a bucket of `burst` units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Whether a policy's denials are answered (CONTRACT §14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// An ask that does not fit is denied.
+    #[default]
+    Enforce,
+    /// Decided and counted as enforcement would, but answered allowed: a
+    /// denial becomes `shadow_denied` (a new limit tried on live traffic).
+    Shadow,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Enforce, Mode::Shadow];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+
+    /// The answer to give for enforcement's `decision`: itself, or in
+    /// shadow mode a denial turned into an allowed answer flagged
+    /// `shadow_denied` (nothing was consumed: enforcement denied it).
+    pub fn answer(self, decision: Decision) -> Decision {
+        if self == Mode::Shadow && !decision.allowed {
+            return Decision {
+                allowed: true,
+                retry_after: Nanos::ZERO,
+                shadow_denied: true,
+                ..decision
+            };
+        }
+        decision
+    }
+}
+
+impl FromStr for Mode {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Mode, PolicyError> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| PolicyError::UnknownMode(s.to_string()))
+    }
+}
+
+/// `max` units per `per`; for token bucket and GCRA, a bucket of `burst`
+/// units. A fixed window's `per` may instead be a calendar period
+/// ([`Limit::calendar`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Limit {
     max: NonZeroU64,
+    /// A calendar limit's: its period's nominal length ([`Period::nominal`]).
     per: NonZeroU64,
     burst: NonZeroU64,
+    /// Windows that follow a zone's calendar instead of `per` (CONTRACT §14).
+    calendar: Option<Arc<Calendar>>,
 }
 
 impl Limit {
@@ -107,7 +166,44 @@ impl Limit {
             None => max,
             Some(b) => NonZeroU64::new(b).ok_or(PolicyError::ZeroBurst)?,
         };
-        Ok(Limit { max, per, burst })
+        Ok(Limit {
+            max,
+            per,
+            burst,
+            calendar: None,
+        })
+    }
+
+    /// `max` units per calendar `period` of `zone` (fixed window only,
+    /// which [`crate::policy::Policy::new`] checks).
+    pub fn per_period(max: u64, period: Period, zone: Zone) -> Result<Limit, PolicyError> {
+        let mut limit = Limit::new(max, period.nominal().into(), None)?;
+        limit.calendar = Some(Arc::new(Calendar::new(period, zone)));
+        Ok(limit)
+    }
+
+    /// The calendar of a limit whose `per` is a calendar period.
+    pub fn calendar(&self) -> Option<&Calendar> {
+        self.calendar.as_deref()
+    }
+
+    /// The start of the fixed window that holds `t`: a multiple of `per`
+    /// since the epoch, or a calendar boundary.
+    #[inline]
+    pub fn window_start(&self, t: Nanos) -> Nanos {
+        match &self.calendar {
+            None => Nanos(t.0 - t.0 % self.per.get()),
+            Some(c) => c.window(t).start,
+        }
+    }
+
+    /// The end of the fixed window that started at `start`.
+    #[inline]
+    pub fn window_end(&self, start: Nanos) -> Nanos {
+        match &self.calendar {
+            None => start.saturating_add(self.per()),
+            Some(c) => c.window(start).end,
+        }
     }
 
     pub fn max(&self) -> u64 {
@@ -144,4 +240,15 @@ pub struct Decision {
     pub reset: Nanos,
     /// Zero when allowed; otherwise the earliest wait after which the same request fits.
     pub retry_after: Nanos,
+    /// A shadow policy's answer to an ask enforcement would deny: allowed,
+    /// nothing consumed ([`Mode::answer`]).
+    pub shadow_denied: bool,
+}
+
+impl Decision {
+    /// The limits had room: allowed, and not only by a shadow policy. What
+    /// counts as used, may be cached as allowed, or grants a slice.
+    pub const fn within_limits(&self) -> bool {
+        self.allowed && !self.shadow_denied
+    }
 }

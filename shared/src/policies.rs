@@ -217,21 +217,18 @@ pub fn resolve(base: &Policy, table: &OverrideTable) -> Result<Override, String>
     if table.limits.iter().any(|l| l.max == 0) {
         return Ok(Override::Blocked);
     }
-    PolicyTable {
-        algorithm: base.algorithm(),
-        limits: table.limits.clone(),
-        local_budget: base.local_budget(),
-    }
-    .to_policy(base.name())
-    .map(Override::Limits)
-    .map_err(|e| {
-        format!(
-            "override of policy {:?}: {}: {}",
-            base.name(),
-            e.field,
-            e.reason
-        )
-    })
+    PolicyTable::of(base)
+        .with_limits(table.limits.clone())
+        .to_policy(base.name())
+        .map(Override::Limits)
+        .map_err(|e| {
+            format!(
+                "override of policy {:?}: {}: {}",
+                base.name(),
+                e.field,
+                e.reason
+            )
+        })
 }
 
 /// Why `name` may not be removed from the bucket (only `default`, which

@@ -10,7 +10,7 @@
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
 use crate::algorithm::{self, Algo, Check, Usage};
-pub use crate::limit::{Algorithm, Decision, Limit, PolicyError};
+pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -30,6 +30,8 @@ pub struct Policy {
     /// Owners grant clients slices of a key's budget to decide from
     /// locally ([`crate::budget`]).
     local_budget: bool,
+    /// Enforce, or answer denials allowed (CONTRACT §14).
+    mode: Mode,
 }
 
 impl Policy {
@@ -45,6 +47,9 @@ impl Policy {
             if !algorithm.has_burst() && l.burst() != l.max() {
                 return Err(PolicyError::BurstNotSupported);
             }
+            if l.calendar().is_some() && algorithm != Algorithm::FixedWindow {
+                return Err(PolicyError::CalendarNotSupported(algorithm));
+            }
             if algorithm == Algorithm::SlidingLog && l.max() > SLIDING_LOG_MAX {
                 return Err(PolicyError::LogTooLarge {
                     max: SLIDING_LOG_MAX,
@@ -56,7 +61,19 @@ impl Policy {
             algorithm,
             limits,
             local_budget: false,
+            mode: Mode::Enforce,
         })
+    }
+
+    /// The same policy in `mode`: a change of mode keeps every count, since
+    /// both modes count alike.
+    pub fn with_mode(mut self, mode: Mode) -> Policy {
+        self.mode = mode;
+        self
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// The same policy with local budgets on or off ([`crate::budget`]);
@@ -128,14 +145,15 @@ impl Policy {
     /// nothing from any. `cost = 0` takes nothing and answers whether a cost
     /// of 1 would be allowed now (a "peek"). The caller must have refused
     /// `cost > self.capacity()`.
+    /// A shadow policy answers a denial allowed ([`Mode::answer`]).
     pub fn decide(&self, state: &mut KeyState, now: Nanos, cost: u64) -> Decision {
-        self.run(state, now, cost, Mode::Allow)
+        self.mode.answer(self.run(state, now, cost, Run::Allow))
     }
 
     /// `hit`: records `cost` whether or not it fits (usage already served),
     /// then answers what a peek would answer.
     pub fn record(&self, state: &mut KeyState, now: Nanos, cost: u64) -> Decision {
-        self.run(state, now, cost, Mode::Record)
+        self.mode.answer(self.run(state, now, cost, Run::Record))
     }
 
     /// `allow` of `cost` that also asks for a slice of up to `want` more
@@ -145,7 +163,9 @@ impl Policy {
     /// past the limit), at most half of what is left after the ask (the
     /// rest stays for the other askers), and the decision tells what is
     /// left after both. `None` when the policy has no local budgets, or
-    /// the ask was denied; a grant of 0 units says "none left to slice".
+    /// the ask was denied, or the policy is in shadow (its asks all go to
+    /// the owner, which alone tells a shadow denial); a grant of 0 units
+    /// says "none left to slice".
     pub fn grant(
         &self,
         state: &mut KeyState,
@@ -154,7 +174,7 @@ impl Policy {
         want: u64,
     ) -> (Decision, Option<crate::budget::Grant>) {
         let decision = self.decide(state, now, cost);
-        if !self.local_budget || !decision.allowed {
+        if !self.local_budget || self.mode == Mode::Shadow || !decision.allowed {
             return (decision, None);
         }
         let units = want.min(decision.remaining / 2);
@@ -185,13 +205,14 @@ impl Policy {
         units: u64,
         taken_at: Nanos,
     ) -> Decision {
-        self.run(state, now, 0, Mode::Refund { units, taken_at })
+        self.mode
+            .answer(self.run(state, now, 0, Run::Refund { units, taken_at }))
     }
 
     /// How long until this state is indistinguishable from a fresh one, if no
     /// more requests come: after that the key can be forgotten.
     pub fn idle_expiry(&self, state: &mut KeyState, now: Nanos) -> Nanos {
-        self.run(state, now, 0, Mode::Expiry).reset
+        self.run(state, now, 0, Run::Expiry).reset
     }
 
     /// Every limit's state at `now`, changing nothing (`rl.inspect`,
@@ -217,7 +238,7 @@ impl Policy {
         }
     }
 
-    fn run(&self, state: &mut KeyState, now: Nanos, cost: u64, mode: Mode) -> Decision {
+    fn run(&self, state: &mut KeyState, now: Nanos, cost: u64, mode: Run) -> Decision {
         self.conform(state);
         match state {
             KeyState::FixedWindow(s) => {
@@ -276,8 +297,9 @@ impl Policy {
     }
 }
 
+/// What a run of the algorithm is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+enum Run {
     Allow,
     Record,
     Expiry,
@@ -289,16 +311,16 @@ fn run_limits<A: Algo>(
     states: &mut [A::State],
     now: Nanos,
     cost: u64,
-    mode: Mode,
+    mode: Run,
 ) -> Decision {
     for (limit, state) in limits.iter().zip(states.iter_mut()) {
         A::advance(limit, state, now);
-        if let Mode::Refund { units, taken_at } = mode {
+        if let Run::Refund { units, taken_at } = mode {
             A::refund(limit, state, now, units, taken_at);
         }
     }
     let take = match mode {
-        Mode::Allow => {
+        Run::Allow => {
             let fits = cost > 0
                 && limits
                     .iter()
@@ -310,8 +332,8 @@ fn run_limits<A: Algo>(
                 0
             }
         }
-        Mode::Record => cost,
-        Mode::Expiry | Mode::Refund { .. } => 0,
+        Run::Record => cost,
+        Run::Expiry | Run::Refund { .. } => 0,
     };
     if take > 0 {
         for (limit, state) in limits.iter().zip(states.iter_mut()) {
@@ -320,7 +342,7 @@ fn run_limits<A: Algo>(
     }
     // What the caller is told: for a consuming allow, the outcome of the
     // request itself; otherwise (peek, hit) whether one more unit fits now.
-    let (asked, allowed) = if mode == Mode::Allow && cost > 0 {
+    let (asked, allowed) = if mode == Run::Allow && cost > 0 {
         (cost, take > 0)
     } else {
         let fits = limits
@@ -346,6 +368,7 @@ fn inspect_limits<A: Algo>(
             LimitState {
                 max: limit.reported(),
                 per: limit.per(),
+                period: limit.calendar().map(|c| c.period()),
                 used: limit.reported().saturating_sub(usage.remaining),
                 remaining: usage.remaining,
                 reset: usage.reset,
@@ -360,6 +383,8 @@ pub struct LimitState {
     /// [`Limit::reported`]: its `max`, or its `burst` when bigger.
     pub max: u64,
     pub per: Nanos,
+    /// A calendar limit's period (`per` is then its nominal length).
+    pub period: Option<crate::calendar::Period>,
     /// `max - remaining`.
     pub used: u64,
     pub remaining: u64,
@@ -373,7 +398,7 @@ fn summarize<A: Algo>(
     now: Nanos,
     asked: u64,
     allowed: bool,
-    mode: Mode,
+    mode: Run,
 ) -> Decision {
     let mut deciding: Option<(u64, Usage)> = None;
     let mut retry_after = Nanos::ZERO;
@@ -408,12 +433,13 @@ fn summarize<A: Algo>(
         allowed,
         limit,
         remaining: usage.remaining,
-        reset: if mode == Mode::Expiry {
+        reset: if mode == Run::Expiry {
             reset
         } else {
             usage.reset
         },
         retry_after: if allowed { Nanos::ZERO } else { retry_after },
+        shadow_denied: false,
     }
 }
 

@@ -174,6 +174,7 @@ impl ReferenceLog {
             remaining,
             reset: Nanos(reset),
             retry_after: Nanos(wait),
+            shadow_denied: false,
         }
     }
 

@@ -49,6 +49,11 @@ limits = [ {{ max = 15, per = "1m" }} ]
 [policies.burst]
 algorithm = "token_bucket"
 limits = [ {{ max = 100, per = "1m", burst = 20 }} ]
+
+[policies.shadow]
+algorithm = "sliding_log"
+mode = "shadow"
+limits = [ {{ max = 2, per = "1m" }} ]
 """.format(partitions=PARTITIONS)
 
 STARTUP_TIMEOUT = 30.0

@@ -55,6 +55,18 @@ async def eventually(what, check, timeout: float = 5.0, tick: float = 0.02):
         await asyncio.sleep(tick)
 
 
+async def test_a_shadow_policy_allows_and_flags_what_it_would_deny(client):
+    key = fresh("shadowed")
+    decisions = [await client.allow(key, policy="shadow") for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, True]
+    assert [d.shadow_denied for d in decisions] == [False, False, True]
+    assert [d.remaining for d in decisions] == [1, 0, 0]
+    assert decisions[2].retry_after_ms == 0
+    assert decisions[2].headers()["Sluice-Shadow"] == "denied"
+    assert "Sluice-Shadow" not in decisions[1].headers()
+    assert "Retry-After" not in decisions[2].headers()
+
+
 async def test_fifteen_asks_are_allowed_then_denied_with_retry_after_and_headers(client):
     key = fresh("alice")
     decisions = [await client.allow(key) for _ in range(16)]

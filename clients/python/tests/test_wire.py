@@ -118,6 +118,23 @@ def test_unknown_fields_and_any_integer_encoding_are_accepted():
     assert decode_reply(msgpack.packb(body)) == Decision(False, 2**40, 0, 70_000, 1, "p")
 
 
+def test_shadow_denied_is_read_when_present():
+    body = {
+        "allowed": True,
+        "limit": 3,
+        "remaining": 0,
+        "reset_ms": 9,
+        "retry_after_ms": 0,
+        "policy": "p",
+        "shadow_denied": True,
+    }
+    d = decode_reply(msgpack.packb(body))
+    assert d == Decision(True, 3, 0, 9, 0, "p", shadow_denied=True)
+    assert d.headers()["Sluice-Shadow"] == "denied"
+    with pytest.raises(MalformedReply):
+        decode_reply(msgpack.packb(dict(body, shadow_denied=1)))
+
+
 @pytest.mark.parametrize(
     "word, status, cls",
     [

@@ -32,14 +32,18 @@ pub enum PolicyCommand {
         /// fixed_window | sliding_log | sliding_window | token_bucket | gcra
         #[arg(long)]
         algorithm: String,
-        /// A limit, MAX/PER (e.g. 10/1m), or MAX/PER:BURST for token_bucket
-        /// and gcra; repeat for limits that must all hold.
+        /// A limit, MAX/PER (e.g. 10/1m, or 100000/month: PER may be a
+        /// calendar period, day, week or month, under fixed_window), or
+        /// MAX/PER:BURST for token_bucket and gcra; repeat for limits that
+        /// must all hold.
         #[arg(long = "limit", required = true)]
         limits: Vec<String>,
         /// Let clients decide a hot key's asks from slices of its budget
         /// (fixed_window, token_bucket, gcra; docs/CLIENT.md).
         #[arg(long)]
         local_budget: bool,
+        #[command(flatten)]
+        extra: PolicyFlags,
     },
     /// Remove a policy from the bucket (the config file's, if any, is back
     /// in force; `default` cannot be removed).
@@ -57,6 +61,39 @@ pub enum PolicyCommand {
     },
     /// Remove a key's override: the policy's limits apply again.
     Unoverride { policy: String, key: String },
+}
+
+/// The flags of `sluice policy set` beyond the algorithm and limits, each
+/// a field of the policy table (CONTRACT §14); checked with the table.
+#[derive(clap::Args, Debug, Default)]
+pub struct PolicyFlags {
+    /// enforce (the default) | shadow: decide and count, but answer every
+    /// ask allowed, flagging those enforcement would deny (shadow_denied)
+    #[arg(long)]
+    mode: Option<String>,
+    /// The time zone of calendar periods (an IANA name, default UTC)
+    #[arg(long)]
+    tz: Option<String>,
+    /// The first day of a calendar week (default monday)
+    #[arg(long)]
+    week_start: Option<String>,
+    /// The day calendar months start on, 1 to 31 (default 1; a shorter
+    /// month starts on its last day)
+    #[arg(long)]
+    anchor_day: Option<u64>,
+}
+
+impl PolicyFlags {
+    /// `table` with these flags' fields.
+    fn fill(&self, mut table: PolicyTable) -> Result<PolicyTable> {
+        if let Some(mode) = &self.mode {
+            table.mode = mode.parse().map_err(|e| anyhow!("--mode: {e}"))?;
+        }
+        table.tz = self.tz.clone();
+        table.week_start = self.week_start.clone();
+        table.anchor_day = self.anchor_day;
+        Ok(table)
+    }
 }
 
 pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
@@ -85,12 +122,15 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 algorithm,
                 limits,
                 local_budget,
+                extra,
             } => {
-                let table = PolicyTable {
-                    algorithm: algorithm.parse::<Algorithm>().map_err(|e| anyhow!("{e}"))?,
-                    limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
+                let table = extra.fill(PolicyTable {
                     local_budget: *local_budget,
-                };
+                    ..PolicyTable::new(
+                        algorithm.parse::<Algorithm>().map_err(|e| anyhow!("{e}"))?,
+                        limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
+                    )
+                })?;
                 put(&bucket(common).await?, policy, &table).await
             }
             PolicyCommand::Rm { policy } => {

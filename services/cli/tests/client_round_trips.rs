@@ -410,6 +410,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     reset_ms: 1,
                     retry_after_ms: 0,
                     policy: "default".into(),
+                    shadow_denied: false,
                     grant: None,
                 })
             })

@@ -61,6 +61,9 @@ pub struct Answer {
     pub retry_after: Duration,
     /// The policy applied.
     pub policy: String,
+    /// A shadow policy (CONTRACT §14) would have denied this ask: it is
+    /// allowed, and nothing was consumed.
+    pub shadow_denied: bool,
     pub source: Source,
 }
 
@@ -73,6 +76,7 @@ impl Answer {
             reset: Duration::from_millis(r.reset_ms),
             retry_after: Duration::from_millis(r.retry_after_ms),
             policy: r.policy,
+            shadow_denied: r.shadow_denied,
             source,
         }
     }
@@ -85,6 +89,7 @@ impl Answer {
             reset: d.reset.into(),
             retry_after: d.retry_after.into(),
             policy: policy.to_string(),
+            shadow_denied: d.shadow_denied,
             source,
         }
     }
@@ -97,11 +102,13 @@ impl Answer {
             remaining: self.remaining,
             reset: Nanos::from(self.reset),
             retry_after: Nanos::from(self.retry_after),
+            shadow_denied: self.shadow_denied,
         }
     }
 
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and, when
-    /// denied, `Retry-After` (whole seconds, rounded up), exactly as a worker
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, when
+    /// denied `Retry-After` (whole seconds, rounded up), and on a shadow
+    /// denial `Sluice-Shadow: denied`, exactly as a worker
     /// sets them on its NATS reply ([`wire::decision_headers`]).
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
         wire::decision_headers(&self.decision())

@@ -294,6 +294,7 @@ mod tests {
             reset_ms: 900,
             retry_after_ms: 0,
             policy: "p".into(),
+            shadow_denied: false,
             grant,
         }
     }

@@ -97,6 +97,7 @@ impl DenyCache {
         }
         Some(Answer {
             allowed: false,
+            shadow_denied: false,
             limit: d.limit,
             remaining: d.remaining,
             reset: d.reset_at.saturating_duration_since(now),
@@ -163,8 +164,24 @@ mod tests {
             reset: Duration::from_millis(retry_ms * 2),
             retry_after: Duration::from_millis(retry_ms),
             policy: "default".into(),
+            shadow_denied: false,
             source: Source::Worker,
         }
+    }
+
+    /// A shadow policy never denies a caller (CONTRACT §14): its answer to
+    /// an ask enforcement would deny is allowed, and the cache keeps none.
+    #[test]
+    fn a_shadow_denial_is_not_cached() {
+        let cache = DenyCache::new(16);
+        let shadow = Answer {
+            allowed: true,
+            shadow_denied: true,
+            retry_after: Duration::ZERO,
+            ..denial(500)
+        };
+        cache.insert("k", 1, &shadow);
+        assert_eq!(cache.get("default", "k", 1), None);
     }
 
     #[test]

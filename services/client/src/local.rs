@@ -108,6 +108,7 @@ impl LocalLimiter {
             }
             None => Answer {
                 allowed: true,
+                shadow_denied: false,
                 limit: 0,
                 remaining: 0,
                 reset: Default::default(),

@@ -12,8 +12,8 @@ pub const SOURCE_HEADER: &str = "Sluice-Source";
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// Puts the RateLimit headers of `answer` (and, when denied, Retry-After)
-/// and the source header into `headers`, replacing any of the same name.
+/// Puts the RateLimit headers of `answer` (and, when denied, Retry-After;
+/// on a shadow denial, `Sluice-Shadow: denied`) and the source header into `headers`, replacing any of the same name.
 pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
     for (name, value) in answer.headers() {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -33,6 +33,7 @@ fn lower(name: &'static str) -> &'static str {
         "RateLimit-Remaining" => "ratelimit-remaining",
         "RateLimit-Reset" => "ratelimit-reset",
         "Retry-After" => "retry-after",
+        "Sluice-Shadow" => "sluice-shadow",
         _ => "x-sluice-unknown",
     }
 }
@@ -81,5 +82,39 @@ pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
             ErrorCode::Unavailable => Outcome::Unavailable,
             ErrorCode::UnknownHold => Outcome::UnknownHold,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_client::Source;
+    use std::time::Duration;
+
+    /// A shadow policy's answer to an ask enforcement would deny is a 200
+    /// with `Sluice-Shadow: denied` and no Retry-After (CONTRACT §14).
+    #[test]
+    fn a_shadow_denial_is_200_with_the_shadow_header() {
+        let answer = Answer {
+            allowed: true,
+            limit: 3,
+            remaining: 0,
+            reset: Duration::from_secs(30),
+            retry_after: Duration::ZERO,
+            policy: "p".into(),
+            shadow_denied: true,
+            source: Source::Worker,
+        };
+        let response = decision(&answer);
+        assert_eq!(response.status(), StatusCode::OK);
+        let headers = response.headers();
+        assert_eq!(headers.get("sluice-shadow").unwrap(), "denied");
+        assert_eq!(headers.get("ratelimit-reset").unwrap(), "30");
+        assert!(headers.get("retry-after").is_none());
+        let plain = decision(&Answer {
+            shadow_denied: false,
+            ..answer
+        });
+        assert!(plain.headers().get("sluice-shadow").is_none());
     }
 }

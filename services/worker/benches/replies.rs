@@ -17,11 +17,13 @@ fn bench(c: &mut Criterion) {
         remaining: 517,
         reset: Nanos(66_700_001),
         retry_after: Nanos::ZERO,
+        shadow_denied: false,
     };
     let denied = Decision {
         allowed: false,
         remaining: 0,
         retry_after: Nanos(300_000_000),
+        shadow_denied: false,
         ..allowed
     };
     let mut group = c.benchmark_group("decision_reply");

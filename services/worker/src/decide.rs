@@ -87,7 +87,7 @@ pub enum Answer<'p> {
 
 /// The answer for a key blocked by an override (`max = 0`): denied, asked
 /// to come back after the policy's longest window (an unblock is not
-/// announced).
+/// announced); a shadow policy's is allowed, flagged `shadow_denied`.
 fn blocked(base: &Policy) -> Decision {
     let window = base
         .limits()
@@ -95,13 +95,14 @@ fn blocked(base: &Policy) -> Decision {
         .map(|l| l.per())
         .max()
         .unwrap_or(Nanos::ZERO);
-    Decision {
+    base.mode().answer(Decision {
         allowed: false,
         limit: 0,
         remaining: 0,
         reset: window,
         retry_after: window,
-    }
+        shadow_denied: false,
+    })
 }
 
 /// Decides asks on the counters it is handed. One per worker, shared by
@@ -523,7 +524,7 @@ impl Decider {
                 turn.tally.sliced(policy.name(), token, g.units, now);
             }
             Usage::Used
-        } else if decision.allowed {
+        } else if decision.within_limits() {
             Usage::Neither
         } else {
             Usage::Denied

@@ -482,6 +482,7 @@ mod tests {
                     remaining: 14,
                     reset: sluice_core::time::Nanos(1),
                     retry_after: sluice_core::time::Nanos::ZERO,
+                    shadow_denied: false,
                 },
                 "default",
                 sluice_core::wire::Encoding::Json,

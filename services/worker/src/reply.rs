@@ -39,6 +39,7 @@ static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static(wire::RATELIMIT_LIM
 static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static(wire::RATELIMIT_REMAINING);
 static RATELIMIT_RESET: HeaderName = HeaderName::from_static(wire::RATELIMIT_RESET);
 static RETRY_AFTER: HeaderName = HeaderName::from_static(wire::RETRY_AFTER);
+static SLUICE_SHADOW: HeaderName = HeaderName::from_static(wire::SLUICE_SHADOW);
 
 impl Reply {
     /// The reply to `answer`, from worker `worker_id`.
@@ -87,6 +88,9 @@ impl Reply {
         headers.insert(RATELIMIT_RESET.clone(), number.format(values.reset_s));
         if let Some(retry_after) = values.retry_after_s {
             headers.insert(RETRY_AFTER.clone(), number.format(retry_after));
+        }
+        if let Some((_, value)) = values.shadow() {
+            headers.insert(SLUICE_SHADOW.clone(), value);
         }
         Reply {
             headers,

@@ -181,7 +181,8 @@ impl Tally {
                 self.hits += 1;
                 (policy, 2)
             }
-            (Ok((d, policy)), _) if d.allowed => {
+            // A shadow denial counts as denied (CONTRACT §14).
+            (Ok((d, policy)), _) if d.within_limits() => {
                 self.allowed += 1;
                 (policy, 0)
             }

@@ -9,7 +9,10 @@
 //!
 //! Windows are aligned to the epoch rather than to a key's first request so
 //! that the state needs no extra field and every worker agrees on where a
-//! window starts, whichever of them restored the snapshot.
+//! window starts, whichever of them restored the snapshot. A limit whose
+//! `per` is a calendar period has the windows of its calendar instead
+//! ([`crate::calendar`]); the state is the same two integers, `start` then
+//! a calendar boundary.
 
 use super::{Algo, Check, Usage};
 use crate::limit::Limit;
@@ -19,7 +22,8 @@ use serde::{Deserialize, Serialize};
 /// One limit's counter.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct State {
-    /// Start of the window `count` belongs to (ns since the epoch, a multiple of `per`).
+    /// Start of the window `count` belongs to (ns since the epoch, a
+    /// multiple of `per` or a calendar boundary).
     pub start: u64,
     /// Units counted in that window; may exceed `max` after a hit.
     pub count: u64,
@@ -35,7 +39,7 @@ impl FixedWindow {
     }
 
     fn window_end(limit: &Limit, state: &State) -> u64 {
-        state.start.saturating_add(limit.per().0)
+        limit.window_end(Nanos(state.start)).0
     }
 }
 
@@ -44,8 +48,7 @@ impl Algo for FixedWindow {
 
     fn advance(limit: &Limit, state: &mut State, now: Nanos) {
         let now = Self::effective_now(state, now);
-        let per = limit.per().0;
-        let start = now - now % per;
+        let start = limit.window_start(Nanos(now)).0;
         if start > state.start {
             *state = State { start, count: 0 };
         }
@@ -78,8 +81,7 @@ impl Algo for FixedWindow {
     /// they are gone with it, and taking them off the next window's count
     /// would let that window admit more than `max`.
     fn refund(limit: &Limit, state: &mut State, _now: Nanos, units: u64, taken_at: Nanos) {
-        let per = limit.per().0;
-        if taken_at.0 - taken_at.0 % per == state.start {
+        if limit.window_start(taken_at).0 == state.start {
             state.count = state.count.saturating_sub(units);
         }
     }

@@ -22,8 +22,11 @@
 
 use super::defaults::{MAX_PARTITIONS, MAX_POLICY_NAME_LEN};
 use super::error::{key_path, suggest, FieldError};
+use crate::calendar::{
+    CalendarError, Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE,
+};
 use crate::duration::{format_duration, parse_duration};
-use crate::policy::{Algorithm, Limit, Policy, PolicyError};
+use crate::policy::{Algorithm, Limit, Mode, Policy, PolicyError};
 use crate::wire::is_valid_policy_name;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{
@@ -81,10 +84,40 @@ pub struct PolicyTable {
     /// only.
     #[serde(default, skip_serializing_if = "is_false")]
     pub local_budget: bool,
+    /// `"enforce"` (the default) or `"shadow"`: decided and counted alike,
+    /// a shadow policy's denials are answered allowed (CONTRACT §14).
+    #[serde(default, deserialize_with = "mode", skip_serializing_if = "is_enforce")]
+    pub mode: Mode,
+    /// The calendar of the limits whose `per` is `"day"`, `"week"` or
+    /// `"month"` (CONTRACT §14): an IANA zone (default UTC), the first day
+    /// of a week (default monday), the day months start on (default 1).
+    /// Each is refused where no limit uses it.
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tz: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub week_start: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "some_count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub anchor_day: Option<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_enforce(m: &Mode) -> bool {
+    *m == Mode::Enforce
 }
 
 /// One limit: `max` units per `per` (a duration as written, e.g. `"1m"`);
@@ -107,10 +140,29 @@ pub struct LimitTable {
 const LIMITS_EXAMPLE: &str = "e.g. limits = [ { max = 10, per = \"1m\" } ]";
 
 impl PolicyTable {
+    /// A table with these limits and every other field at its default
+    /// (what a table that names only `algorithm` and `limits` reads as).
+    pub fn new(algorithm: Algorithm, limits: Vec<LimitTable>) -> PolicyTable {
+        PolicyTable {
+            algorithm,
+            limits,
+            local_budget: false,
+            mode: Mode::Enforce,
+            tz: None,
+            week_start: None,
+            anchor_day: None,
+        }
+    }
+
     /// The table a policy is written as (what `sluice policy get` prints and
     /// `sluice policy apply` stores): a `burst` only where it differs from
     /// `max`.
     pub fn of(policy: &Policy) -> PolicyTable {
+        let zone = policy
+            .limits()
+            .iter()
+            .find_map(|l| l.calendar())
+            .map(|c| c.zone());
         PolicyTable {
             algorithm: policy.algorithm(),
             limits: policy
@@ -118,12 +170,26 @@ impl PolicyTable {
                 .iter()
                 .map(|l| LimitTable {
                     max: l.max(),
-                    per: format_duration(l.per().into()),
+                    per: match l.calendar() {
+                        Some(c) => c.period().as_str().to_string(),
+                        None => format_duration(l.per().into()),
+                    },
                     burst: (policy.algorithm().has_burst() && l.burst() != l.max())
                         .then_some(l.burst()),
                 })
                 .collect(),
             local_budget: policy.local_budget(),
+            mode: policy.mode(),
+            // The calendar's settings where they differ from the defaults.
+            tz: zone
+                .map(|z| z.name().to_string())
+                .filter(|n| n != DEFAULT_ZONE),
+            week_start: zone
+                .map(|z| z.week_start().to_string())
+                .filter(|d| d != DEFAULT_WEEK_START),
+            anchor_day: zone
+                .map(|z| u64::from(z.anchor_day()))
+                .filter(|&d| d != u64::from(DEFAULT_ANCHOR_DAY)),
         }
     }
 
@@ -164,18 +230,96 @@ impl PolicyTable {
                 format!("{}, {LIMITS_EXAMPLE}", PolicyError::NoLimits),
             ));
         }
+        let zone = self.zone()?;
         let limits = self
             .limits
             .iter()
             .enumerate()
-            .map(|(i, l)| l.to_limit(name, self.algorithm, &format!("limits[{i}]")))
+            .map(|(i, l)| l.to_limit(name, self.algorithm, &zone, &format!("limits[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         // Each limit was checked against the algorithm above; what is left
         // for Policy::new to refuse concerns the whole list.
-        Policy::new(name, self.algorithm, limits)
+        Ok(Policy::new(name, self.algorithm, limits)
             .map_err(|e| FieldError::new("limits", e.to_string()))?
             .with_local_budget(self.local_budget)
-            .map_err(|e| FieldError::new("local_budget", e.to_string()))
+            .map_err(|e| FieldError::new("local_budget", e.to_string()))?
+            .with_mode(self.mode))
+    }
+
+    /// Whether a limit's `per` is the calendar period `p` (any, for `None`).
+    fn uses(&self, p: Option<Period>) -> bool {
+        self.limits
+            .iter()
+            .filter_map(|l| Period::parse(&l.per))
+            .any(|q| p.is_none_or(|p| p == q))
+    }
+
+    /// The same table with `limits` instead (a per-key override's), and
+    /// only the calendar settings they use.
+    pub fn with_limits(&self, limits: Vec<LimitTable>) -> PolicyTable {
+        let mut t = PolicyTable {
+            limits,
+            ..self.clone()
+        };
+        if !t.uses(None) {
+            t.tz = None;
+        }
+        if !t.uses(Some(Period::Week)) {
+            t.week_start = None;
+        }
+        if !t.uses(Some(Period::Month)) {
+            t.anchor_day = None;
+        }
+        t
+    }
+
+    /// The calendar of the table's calendar limits, checked; each setting
+    /// is refused where no limit uses it (a `tz` without a calendar period
+    /// would silently do nothing).
+    fn zone(&self) -> Result<Zone, FieldError> {
+        let zone = Zone::new(
+            self.tz.as_deref().unwrap_or(DEFAULT_ZONE),
+            self.week_start.as_deref().unwrap_or(DEFAULT_WEEK_START),
+            self.anchor_day.unwrap_or(DEFAULT_ANCHOR_DAY.into()),
+        )
+        .map_err(|e| {
+            let field = match e {
+                CalendarError::UnknownZone(_) => "tz",
+                CalendarError::UnknownWeekday(_) => "week_start",
+                CalendarError::AnchorDay(_) => "anchor_day",
+            };
+            FieldError::new(field, e.to_string())
+        })?;
+        let uses = |p| self.uses(p);
+        let unused = [
+            (
+                self.tz.is_some(),
+                None,
+                "tz",
+                "a calendar period (per = \"day\", \"week\" or \"month\")",
+            ),
+            (
+                self.week_start.is_some(),
+                Some(Period::Week),
+                "week_start",
+                "per = \"week\"",
+            ),
+            (
+                self.anchor_day.is_some(),
+                Some(Period::Month),
+                "anchor_day",
+                "per = \"month\"",
+            ),
+        ];
+        for (set, period, field, needs) in unused {
+            if set && !uses(period) {
+                return Err(FieldError::new(
+                    field,
+                    format!("{field} only applies to limits with {needs}, and no limit of this policy has one; remove {field} or add such a limit"),
+                ));
+            }
+        }
+        Ok(zone)
     }
 }
 
@@ -191,10 +335,25 @@ fn check_name(name: &str) -> Result<(), String> {
 
 impl LimitTable {
     /// `path` is this limit's (`limits[1]`), for the field of an error.
-    fn to_limit(&self, name: &str, algorithm: Algorithm, path: &str) -> Result<Limit, FieldError> {
+    /// A calendar period's windows are `zone`'s.
+    fn to_limit(
+        &self,
+        name: &str,
+        algorithm: Algorithm,
+        zone: &Zone,
+        path: &str,
+    ) -> Result<Limit, FieldError> {
         let field = |f: &str| format!("{path}.{f}");
-        let per =
-            parse_duration(&self.per).map_err(|e| FieldError::new(field("per"), e.to_string()))?;
+        let period = Period::parse(&self.per);
+        let per = match period {
+            Some(p) => p.nominal().into(),
+            None => parse_duration(&self.per).map_err(|e| {
+                FieldError::new(
+                    field("per"),
+                    format!("{e}, or (fixed_window only) a calendar period: \"day\", \"week\" or \"month\""),
+                )
+            })?,
+        };
         if self.burst.is_some() && !algorithm.has_burst() {
             return Err(FieldError::new(
                 field("burst"),
@@ -204,17 +363,22 @@ impl LimitTable {
         // Which of this limit's fields a PolicyError is about.
         let field_of = |e: &PolicyError| match e {
             PolicyError::ZeroMax | PolicyError::LogTooLarge { .. } => field("max"),
-            PolicyError::ZeroWindow => field("per"),
+            PolicyError::ZeroWindow | PolicyError::CalendarNotSupported(_) => field("per"),
             PolicyError::ZeroBurst | PolicyError::BurstNotSupported => field("burst"),
             PolicyError::UnknownAlgorithm(_)
+            | PolicyError::UnknownMode(_)
             | PolicyError::NoLimits
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm
         // (e.g. the sliding log's cap on max); checking one limit at a time
         // lets the error name it.
-        Limit::new(self.max, per, self.burst)
-            .and_then(|limit| Policy::new(name, algorithm, vec![limit]).map(|_| limit))
+        let limit = match period {
+            Some(p) => Limit::per_period(self.max, p, zone.clone()),
+            None => Limit::new(self.max, per, self.burst),
+        };
+        limit
+            .and_then(|limit| Policy::new(name, algorithm, vec![limit.clone()]).map(|_| limit))
             .map_err(|e| FieldError::new(field_of(&e), e.to_string()))
     }
 }
@@ -438,6 +602,13 @@ fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Algorithm, D::Error> {
             &format!("a string, one of {}", algorithm_names()),
             &other,
         )),
+    }
+}
+
+fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
+    match Found::deserialize(d)? {
+        Found::Str(s) => s.parse().map_err(de::Error::custom),
+        other => Err(expected("a string, \"enforce\" or \"shadow\"", &other)),
     }
 }
 

@@ -17,14 +17,20 @@ pub const RATELIMIT_REMAINING: &str = "RateLimit-Remaining";
 pub const RATELIMIT_RESET: &str = "RateLimit-Reset";
 /// Header, on denials only: whole seconds, rounded up, before retrying.
 pub const RETRY_AFTER: &str = "Retry-After";
+/// Header on a shadow policy's answer to an ask enforcement would deny
+/// (CONTRACT §14), with the value [`SHADOW_DENIED`].
+pub const SLUICE_SHADOW: &str = "Sluice-Shadow";
+/// The value of [`SLUICE_SHADOW`].
+pub const SHADOW_DENIED: &str = "denied";
 /// Header of error replies: the numeric code (400, 404, 413, 503).
 pub const SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 /// Header of error replies: the human sentence.
 pub const SERVICE_ERROR: &str = "Nats-Service-Error";
 
-/// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and, on a
-/// denial, `Retry-After`; durations in whole seconds rounded up. For NATS
-/// replies and HTTP responses alike.
+/// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, on a
+/// denial `Retry-After`, and on a shadow denial `Sluice-Shadow: denied`;
+/// durations in whole seconds rounded up. For NATS replies and HTTP
+/// responses alike.
 pub fn decision_headers(decision: &Decision) -> impl Iterator<Item = (&'static str, String)> {
     RateLimitHeaders::of(decision).formatted()
 }
@@ -41,6 +47,8 @@ pub struct RateLimitHeaders {
     pub reset_s: u64,
     /// [`RETRY_AFTER`], whole seconds rounded up; on denials only.
     pub retry_after_s: Option<u64>,
+    /// [`SLUICE_SHADOW`]: [`SHADOW_DENIED`].
+    pub shadow_denied: bool,
 }
 
 impl RateLimitHeaders {
@@ -50,10 +58,17 @@ impl RateLimitHeaders {
             remaining: decision.remaining,
             reset_s: decision.reset.as_secs_ceil(),
             retry_after_s: (!decision.allowed).then(|| decision.retry_after.as_secs_ceil()),
+            shadow_denied: decision.shadow_denied,
         }
     }
 
-    /// `(name, value)` pairs, in the order of [`decision_headers`].
+    /// `(`[`SLUICE_SHADOW`]`, `[`SHADOW_DENIED`]`)` on a shadow denial.
+    pub fn shadow(self) -> Option<(&'static str, &'static str)> {
+        self.shadow_denied.then_some((SLUICE_SHADOW, SHADOW_DENIED))
+    }
+
+    /// The numeric `(name, value)` pairs, in the order of
+    /// [`decision_headers`] ([`RateLimitHeaders::shadow`] follows them).
     pub fn pairs(self) -> impl Iterator<Item = (&'static str, u64)> {
         [
             Some((RATELIMIT_LIMIT, self.limit)),
@@ -66,7 +81,10 @@ impl RateLimitHeaders {
     }
 
     pub(super) fn formatted(self) -> impl Iterator<Item = (&'static str, String)> {
-        self.pairs().map(|(name, value)| (name, value.to_string()))
+        let shadow = self.shadow().map(|(name, value)| (name, value.to_string()));
+        self.pairs()
+            .map(|(name, value)| (name, value.to_string()))
+            .chain(shadow)
     }
 }
 

@@ -346,6 +346,7 @@ mod tests {
             remaining: 96_000,
             reset: Nanos(1_500_000),
             retry_after: Nanos::ZERO,
+            shadow_denied: false,
         };
         let id = HoldId::parse(ID).unwrap();
         for encoding in [Encoding::Json, Encoding::MsgPack] {

@@ -34,6 +34,10 @@ pub struct DecisionReply {
     pub reset_ms: u64,
     pub retry_after_ms: u64,
     pub policy: String,
+    /// A shadow policy's answer to an ask enforcement would deny (CONTRACT
+    /// §14): `allowed` is true, nothing was consumed. Sent only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shadow_denied: bool,
     /// A slice of the key's budget, in the reply to a batch item that
     /// asked for one ([`crate::budget`]): the fields `slice` (units),
     /// `slice_lease_ns` and `slice_at` (when the owner took it, ns).
@@ -52,6 +56,7 @@ impl DecisionReply {
             reset_ms: decision.reset.as_millis_ceil(),
             retry_after_ms: decision.retry_after.as_millis_ceil(),
             policy: policy.into(),
+            shadow_denied: decision.shadow_denied,
             grant: None,
         }
     }
@@ -64,6 +69,7 @@ impl DecisionReply {
             remaining: self.remaining,
             reset: Nanos::from_millis(self.reset_ms),
             retry_after: Nanos::from_millis(self.retry_after_ms),
+            shadow_denied: self.shadow_denied,
         }
     }
 
@@ -80,6 +86,7 @@ impl DecisionReply {
             remaining: self.remaining,
             reset_s: self.reset_ms.div_ceil(1000),
             retry_after_s: (!self.allowed).then(|| self.retry_after_ms.div_ceil(1000)),
+            shadow_denied: self.shadow_denied,
         }
         .formatted()
     }
@@ -104,6 +111,10 @@ impl ErrorReply {
         encode_reply_body(&ErrorOut::new(self), encoding)
     }
 }
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// A decoded reply body (client side).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
@@ -156,6 +167,8 @@ pub(super) struct DecisionOut<'a> {
     reset_ms: u64,
     retry_after_ms: u64,
     policy: &'a str,
+    #[serde(skip_serializing_if = "is_false")]
+    shadow_denied: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     slice: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,6 +186,7 @@ impl<'a> DecisionOut<'a> {
             reset_ms: d.reset.as_millis_ceil(),
             retry_after_ms: d.retry_after.as_millis_ceil(),
             policy,
+            shadow_denied: d.shadow_denied,
             slice: None,
             slice_lease_ns: None,
             slice_at: None,
@@ -187,6 +201,7 @@ impl<'a> DecisionOut<'a> {
             reset_ms: r.reset_ms,
             retry_after_ms: r.retry_after_ms,
             policy: &r.policy,
+            shadow_denied: r.shadow_denied,
             slice: r.grant.map(|g| g.units),
             slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
             slice_at: r.grant.map(|g| g.taken_at.as_u64()),
@@ -236,12 +251,17 @@ impl ReplyBody for DecisionOut<'_> {
             + MSGPACK_STR_HEADER;
         const GRANT: usize =
             (1 + "slice".len()) + (1 + "slice_lease_ns".len()) + (1 + "slice_at".len()) + 3 * 9;
-        FIXED + self.policy.len() + if self.slice.is_some() { GRANT } else { 0 }
+        const SHADOW: usize = 1 + "shadow_denied".len() + 1;
+        FIXED
+            + self.policy.len()
+            + if self.shadow_denied { SHADOW } else { 0 }
+            + if self.slice.is_some() { GRANT } else { 0 }
     }
 
     fn write_msgpack(&self, w: &mut msgpack::Writer) {
         let grant = self.slice.zip(self.slice_lease_ns).zip(self.slice_at);
-        w.map(if grant.is_some() { 9 } else { 6 });
+        let fields = 6 + usize::from(self.shadow_denied) + if grant.is_some() { 3 } else { 0 };
+        w.map(fields as u32);
         w.str("allowed");
         w.bool(self.allowed);
         w.str("limit");
@@ -254,6 +274,10 @@ impl ReplyBody for DecisionOut<'_> {
         w.uint(self.retry_after_ms);
         w.str("policy");
         w.str(self.policy);
+        if self.shadow_denied {
+            w.str("shadow_denied");
+            w.bool(true);
+        }
         if let Some(((units, lease), at)) = grant {
             w.str("slice");
             w.uint(units);
@@ -322,6 +346,7 @@ pub(crate) struct RawReply {
     policy: Option<String>,
     error: Option<String>,
     message: Option<String>,
+    shadow_denied: Option<bool>,
     slice: Option<u64>,
     slice_lease_ns: Option<u64>,
     slice_at: Option<u64>,
@@ -342,6 +367,7 @@ impl RawReply {
             reset_ms: field(self.reset_ms, "reset_ms")?,
             retry_after_ms: field(self.retry_after_ms, "retry_after_ms")?,
             policy: field(self.policy, "policy")?,
+            shadow_denied: self.shadow_denied.unwrap_or(false),
             grant: match (self.slice, self.slice_lease_ns, self.slice_at) {
                 (Some(units), Some(lease), Some(at)) => Some(Grant {
                     units,

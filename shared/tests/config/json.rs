@@ -20,15 +20,14 @@ fn the_json_form_of_a_policy_table_reads_like_the_toml_one() {
     let table = PolicyTable::from_json(KV_EXAMPLE.as_bytes()).unwrap();
     assert_eq!(
         table,
-        PolicyTable {
-            algorithm: Algorithm::SlidingLog,
-            limits: vec![LimitTable {
+        PolicyTable::new(
+            Algorithm::SlidingLog,
+            vec![LimitTable {
                 max: 10,
                 per: "1m".to_string(),
                 burst: None,
-            }],
-            local_budget: false,
-        }
+            }]
+        )
     );
     let policy = table.to_policy("login").unwrap();
     let from_toml = parse(
@@ -58,7 +57,7 @@ fn json_tables_are_refused_with_paths_relative_to_the_table() {
         (
             r#"{"algoritm":"gcra","limits":[]}"#,
             "algoritm",
-            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget)",
+            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, tz, week_start, anchor_day)",
         ),
         (
             r#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"},{"max":500,"per":"1x"}]}"#,
@@ -141,4 +140,26 @@ fn a_json_table_under_an_invalid_name_is_refused() {
         e.clone().in_file("kv").to_string(),
         format!("kv: {}", e.reason)
     );
+}
+
+/// The bucket's JSON takes the calendar and mode fields as the file does
+/// and writes back what it read (CONTRACT §7, §14).
+#[test]
+fn calendar_and_mode_fields_round_trip_through_json() {
+    let json = r#"{"algorithm":"fixed_window","limits":[{"max":10,"per":"1m"},{"max":100000,"per":"month"}],"mode":"shadow","tz":"Europe/Berlin","anchor_day":15}"#;
+    let table = PolicyTable::from_json(json.as_bytes()).unwrap();
+    let policy = table.to_policy("quota").unwrap();
+    assert_eq!(policy.mode(), sluice_core::policy::Mode::Shadow);
+    let month = policy.limits()[1].calendar().expect("a calendar limit");
+    assert_eq!(month.zone().name(), "Europe/Berlin");
+    assert_eq!(month.zone().anchor_day(), 15);
+    assert_eq!(
+        serde_json::to_string(&PolicyTable::of(&policy)).unwrap(),
+        json
+    );
+    let e = json_error(
+        r#"{"algorithm":"fixed_window","tz":"Nowhere","limits":[{"max":1,"per":"day"}]}"#,
+    );
+    assert_eq!(e.field, "tz");
+    assert!(e.reason.contains("unknown time zone"), "{e}");
 }

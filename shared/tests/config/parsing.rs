@@ -63,7 +63,7 @@ fn contract_example_parses_to_its_policies() {
 
     let burst = c.policy("burst").unwrap();
     assert_eq!(burst.algorithm(), Algorithm::TokenBucket);
-    let l = burst.limits()[0];
+    let l = &burst.limits()[0];
     assert_eq!((l.max(), l.per(), l.burst()), (100, secs(60), 20));
     assert_eq!(burst.capacity(), 20);
 

@@ -19,7 +19,7 @@ fn bad_duration_names_the_limit_and_shows_the_accepted_form() {
     );
     assert_eq!(
         e.to_string(),
-        r#"sluice.toml: policies.login.limits[1].per: "1x" is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. "10s""#
+        r#"sluice.toml: policies.login.limits[1].per: "1x" is not a duration; use an integer and a unit (ms, s, m, h, d), e.g. "10s", or (fixed_window only) a calendar period: "day", "week" or "month""#
     );
 }
 
@@ -232,7 +232,7 @@ fn unknown_policy_and_limit_fields_are_refused() {
     assert_error(
         "[policies.p]\nalgoritm = \"gcra\"\nlimits = [ { max = 1, per = \"1s\" } ]",
         "policies.p.algoritm",
-        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget)",
+        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, tz, week_start, anchor_day)",
     );
     assert_error(
         &policy("gcra", r#"[ { max = 1, per = "1s", brust = 2 } ]"#),
@@ -360,4 +360,83 @@ fn load_names_the_file_by_its_path() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(e.file, path.display().to_string());
     assert_eq!(e.field, "partitions");
+}
+
+/// Calendar periods and modes (CONTRACT §14, issue 37): each bad value is
+/// refused at its field with the reason, in the file as in the bucket's
+/// JSON (`json.rs`), whose reader is the same.
+#[test]
+fn calendar_and_mode_fields_are_refused_with_the_reason() {
+    let calendar = |extra: &str, limits: &str| {
+        format!("[policies.p]\nalgorithm = \"fixed_window\"\n{extra}\nlimits = {limits}\n")
+    };
+    let month = r#"[ { max = 100, per = "month" } ]"#;
+    let minute = r#"[ { max = 10, per = "1m" } ]"#;
+    for (text, field, reason) in [
+        (
+            calendar(r#"tz = "Mars/Olympus""#, month),
+            "policies.p.tz",
+            "unknown time zone \"Mars/Olympus\"; use an IANA zone name",
+        ),
+        (
+            calendar("anchor_day = 0", month),
+            "policies.p.anchor_day",
+            "anchor_day must be from 1 to 31",
+        ),
+        (
+            calendar("anchor_day = 32", month),
+            "policies.p.anchor_day",
+            "anchor_day must be from 1 to 31",
+        ),
+        (
+            calendar(
+                r#"week_start = "someday""#,
+                r#"[ { max = 1, per = "week" } ]"#,
+            ),
+            "policies.p.week_start",
+            "unknown week_start \"someday\"",
+        ),
+        (
+            policy("sliding_window", month),
+            "policies.p.limits[0].per",
+            "calendar periods (day, week, month) only apply to fixed_window, not sliding_window",
+        ),
+        (
+            policy("token_bucket", r#"[ { max = 10, per = "day" } ]"#),
+            "policies.p.limits[0].per",
+            "only apply to fixed_window",
+        ),
+        (
+            calendar(r#"tz = "Europe/Berlin""#, minute),
+            "policies.p.tz",
+            "tz only applies to limits with a calendar period",
+        ),
+        (
+            calendar(r#"week_start = "sunday""#, month),
+            "policies.p.week_start",
+            "week_start only applies to limits with per = \"week\"",
+        ),
+        (
+            calendar("anchor_day = 15", r#"[ { max = 1, per = "day" } ]"#),
+            "policies.p.anchor_day",
+            "anchor_day only applies to limits with per = \"month\"",
+        ),
+        (
+            calendar(r#"mode = "dry_run""#, minute),
+            "policies.p.mode",
+            "unknown mode \"dry_run\"; use \"enforce\" or \"shadow\"",
+        ),
+        (
+            calendar("mode = true", minute),
+            "policies.p.mode",
+            "expected a string, \"enforce\" or \"shadow\", found a boolean (true)",
+        ),
+        (
+            calendar("", r#"[ { max = 1, per = "fortnight" } ]"#),
+            "policies.p.limits[0].per",
+            "or (fixed_window only) a calendar period: \"day\", \"week\" or \"month\"",
+        ),
+    ] {
+        assert_error(&text, field, reason);
+    }
 }

@@ -27,6 +27,7 @@ fn allowed() -> Decision {
         remaining: 14,
         reset: Nanos(66_700_001),
         retry_after: Nanos::ZERO,
+        shadow_denied: false,
     }
 }
 
@@ -37,5 +38,6 @@ fn denied() -> Decision {
         remaining: 0,
         reset: Nanos::from_secs(60),
         retry_after: Nanos(300_000_000),
+        shadow_denied: false,
     }
 }

@@ -69,6 +69,7 @@ fn durations_are_rounded_up_to_milliseconds() {
     let d = Decision {
         reset: Nanos(1),
         retry_after: Nanos(1_000_001),
+        shadow_denied: false,
         ..denied()
     };
     let r = DecisionReply::new(&d, "p");
@@ -219,6 +220,7 @@ fn header_seconds_round_up_but_whole_seconds_stay() {
         let d = Decision {
             reset,
             retry_after: retry,
+            shadow_denied: false,
             ..denied()
         };
         let h = headers(&d);
@@ -252,6 +254,7 @@ fn reply_headers_equal_decision_headers() {
             let d = Decision {
                 reset: Nanos(ns),
                 retry_after: Nanos(ns),
+                shadow_denied: false,
                 ..d
             };
             let from_reply: Vec<_> = DecisionReply::new(&d, "p").headers().collect();
@@ -289,6 +292,7 @@ fn any_decision() -> impl Strategy<Value = Decision> {
             remaining,
             reset: Nanos(reset),
             retry_after: Nanos(retry_after),
+            shadow_denied: false,
         })
 }
 

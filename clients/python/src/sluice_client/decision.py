@@ -46,6 +46,9 @@ class Decision:
     policy: str
     """The policy applied."""
     source: Source = Source.WORKER
+    shadow_denied: bool = False
+    """A shadow policy (CONTRACT §14) would have denied this ask: it is
+    allowed, and nothing was consumed."""
 
     @property
     def reset(self) -> float:
@@ -69,4 +72,6 @@ class Decision:
         }
         if not self.allowed:
             headers["Retry-After"] = str(_secs_ceil(self.retry_after_ms))
+        if self.shadow_denied:
+            headers["Sluice-Shadow"] = "denied"
         return headers

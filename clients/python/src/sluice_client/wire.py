@@ -117,6 +117,9 @@ def decode_reply(
         raise MalformedReply("the reply's 'allowed' is not a bool: {!r}".format(allowed))
     if not isinstance(policy, str):
         raise MalformedReply("the reply's 'policy' is not a string: {!r}".format(policy))
+    shadow_denied = body.get("shadow_denied", False)
+    if not isinstance(shadow_denied, bool):
+        raise MalformedReply("the reply's 'shadow_denied' is not a bool: {!r}".format(shadow_denied))
     return Decision(
         allowed=allowed,
         limit=_uint(body, "limit"),
@@ -125,4 +128,5 @@ def decode_reply(
         retry_after_ms=_uint(body, "retry_after_ms"),
         policy=policy,
         source=Source.WORKER,
+        shadow_denied=shadow_denied,
     )

@@ -89,6 +89,7 @@ impl Canned {
             remaining: 14,
             reset: Nanos::from_millis(67),
             retry_after: Nanos::ZERO,
+            shadow_denied: false,
         };
         let mut headers = HeaderMap::new();
         for (name, value) in wire::decision_headers(&decision) {

@@ -448,6 +448,7 @@ mod tests {
                 Duration::from_millis(200)
             },
             policy: "default".into(),
+            shadow_denied: false,
             source: Source::Worker,
         }
     }
