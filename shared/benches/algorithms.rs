@@ -11,6 +11,7 @@
 //! paths are measured and the sliding log stays full (100 timestamps).
 
 use criterion::{criterion_group, Criterion, Throughput};
+use sluice_core::calendar::{Period, Zone};
 use sluice_core::packed;
 use sluice_core::policy::{Algorithm, KeyState, Limit, Policy};
 use sluice_core::time::Nanos;
@@ -48,6 +49,45 @@ fn decisions(c: &mut Criterion) {
         }
         group.finish();
     }
+}
+
+/// A calendar window against the fixed-length one of the same nominal
+/// length (issue 37): 100 per second beside 100 000 a day or a month, as
+/// 24 h / 31 d from the epoch or as the calendar of Europe/Berlin. The
+/// clock moves 5 ms a decision, so the calendar's window found last
+/// answers almost every time, as it does for a live worker.
+fn calendar_windows(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fixed_window calendar");
+    group.throughput(Throughput::Elements(1));
+    let per_second = Limit::new(100, Duration::from_secs(1), None).unwrap();
+    let berlin = Zone::new("Europe/Berlin", "monday", 1).unwrap();
+    for period in [Period::Day, Period::Month] {
+        let fixed = Limit::new(100_000, period.nominal().into(), None).unwrap();
+        let calendar = Limit::per_period(100_000, period, berlin.clone()).unwrap();
+        for (name, quota) in [("fixed-length", fixed), ("calendar", calendar)] {
+            let limits = vec![per_second.clone(), quota];
+            let p = Policy::new("quota", Algorithm::FixedWindow, limits).unwrap();
+            let mut state = p.new_state();
+            let mut now = T0;
+            group.bench_function(format!("{} {name}", period.as_str()), |b| {
+                b.iter(|| {
+                    now += STEP;
+                    black_box(p.decide(&mut state, Nanos(now), black_box(1)))
+                })
+            });
+        }
+    }
+    // What a decision pays once per window, when the clock leaves the
+    // window found last: the zone arithmetic alone.
+    let month = sluice_core::calendar::Calendar::new(Period::Month, berlin);
+    let mut now = T0;
+    group.bench_function("month find (uncached)", |b| {
+        b.iter(|| {
+            now += STEP;
+            black_box(month.find(Nanos(now)))
+        })
+    });
+    group.finish();
 }
 
 /// Bytes of a key's state in memory: the enum, its `Vec` of per-limit
@@ -121,7 +161,7 @@ fn packing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, packing);
+criterion_group!(benches, decisions, calendar_windows, packing);
 
 fn main() {
     print_state_sizes();

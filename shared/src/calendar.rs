@@ -17,8 +17,8 @@
 //! time: every instant is in exactly one, and each starts where the one
 //! before it ended (`shared/tests/calendar.rs` checks it by proptest).
 //!
-//! Finding a window costs a few hundred nanoseconds of zone arithmetic; a
-//! decision pays it only when the clock leaves the window found last: each
+//! Finding a window costs about 100 ns of zone arithmetic; a decision pays
+//! it only when the clock leaves the window found last: each
 //! calendar keeps that window in one atomic word ([`Calendar::window`]),
 //! shared by every key of the limit, since all of them cross a boundary
 //! together.

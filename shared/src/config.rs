@@ -16,7 +16,8 @@
 //! policies are built by [`PolicyTable::to_policy`] with
 //! [`Limit::new`](crate::policy::Limit::new) and [`Policy::new`], so the
 //! rules for what makes a policy valid live in [`crate::policy`] and this
-//! module only attaches field paths to them.
+//! module only attaches field paths to them; a policy's calendar fields
+//! (`tz`, `week_start`, `anchor_day`) are checked in `config/calendar.rs`.
 //! [`PolicyTable`] is public because CONTRACT §7 stores one policy outside
 //! the file, as the JSON form of one `[policies.X]` table.
 //!
@@ -24,6 +25,7 @@
 //! ([`Policy::builtin_default`], 15/s sliding window) and the defaults below.
 //! A file that defines policies but no `default` gets the built-in one added.
 
+mod calendar;
 mod defaults;
 mod envoy;
 mod error;
