@@ -29,6 +29,7 @@ mod calendar;
 mod defaults;
 mod envoy;
 mod error;
+mod holding;
 mod table;
 mod usage;
 

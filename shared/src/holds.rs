@@ -32,7 +32,7 @@
 
 pub mod hold;
 
-pub use hold::{End, Hold, HoldId};
+pub use hold::{End, Hold, HoldId, Holding, DEFAULT_TTL, MAX_CONCURRENCY, MAX_TTL};
 
 use crate::outstanding::{Outstanding, TooManyHolds};
 use crate::policy::{Decision, KeyState, Policy};
@@ -40,12 +40,6 @@ use crate::time::Nanos;
 
 /// The most one hold may hold or a settle charge (CONTRACT §13).
 pub const MAX_COST: u64 = 1_000_000_000;
-
-/// The longest a hold lives without an extend.
-pub const MAX_TTL: Nanos = Nanos(3_600_000_000_000);
-
-/// A hold's ttl when neither the reserve nor the policy names one.
-pub const DEFAULT_TTL: Nanos = Nanos(60_000_000_000);
 
 /// What settling a hold of `held` units for a real `cost` does to the key's
 /// state.

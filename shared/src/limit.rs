@@ -94,6 +94,10 @@ pub enum PolicyError {
     CalendarNotSupported(Algorithm),
     #[error("unknown mode {0:?}; use \"enforce\" or \"shadow\"")]
     UnknownMode(String),
+    #[error("concurrency must be 1 to {max}: the most holds of one key live at once")]
+    Concurrency { max: u32 },
+    #[error("hold_ttl must be 1 ms to 1 h: how long a hold lives unless the reserve names its own ttl_ms")]
+    HoldTtl,
 }
 
 /// Whether a policy's denials are answered (CONTRACT §14).

@@ -10,6 +10,7 @@
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
 use crate::algorithm::{self, Algo, Check, Usage};
+pub use crate::holds::hold::Holding;
 pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,8 @@ pub struct Policy {
     local_budget: bool,
     /// Enforce, or answer denials allowed (CONTRACT §14).
     mode: Mode,
+    /// What it says of holds: concurrency, their ttl, their end (CONTRACT §13).
+    holding: Holding,
 }
 
 impl Policy {
@@ -62,7 +65,36 @@ impl Policy {
             limits,
             local_budget: false,
             mode: Mode::Enforce,
+            holding: Holding::default(),
         })
+    }
+
+    /// A policy of only concurrency slots (CONTRACT §13: "one with only
+    /// `concurrency` needs no `algorithm`"): no limits, so its holds count
+    /// nothing but their slots.
+    pub fn slots_only(name: impl Into<String>, holding: Holding) -> Result<Policy, PolicyError> {
+        if holding.concurrency.is_none() {
+            return Err(PolicyError::NoLimits);
+        }
+        Ok(Policy {
+            name: name.into(),
+            algorithm: Algorithm::FixedWindow,
+            limits: Vec::new(),
+            local_budget: false,
+            mode: Mode::Enforce,
+            holding: holding.checked()?,
+        })
+    }
+
+    /// The same policy with `holding` ([`Holding::checked`]).
+    pub fn with_holding(mut self, holding: Holding) -> Result<Policy, PolicyError> {
+        self.holding = holding.checked()?;
+        Ok(self)
+    }
+
+    /// What this policy says of holds.
+    pub fn holding(&self) -> Holding {
+        self.holding
     }
 
     /// The same policy in `mode`: a change of mode keeps every count, since

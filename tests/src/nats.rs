@@ -310,6 +310,32 @@ impl NatsServer {
         }
     }
 
+    /// SIGSTOP, then waits until every thread of the server is stopped
+    /// (the kernel stops them one by one; a request sent before the last
+    /// one stops could still be answered).
+    pub fn freeze(&self) -> Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| anyhow!("{} is not running", self.name))?;
+        self.signal(nix::sys::signal::Signal::SIGSTOP)?;
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while !all_threads_stopped(pid) {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not stop within {STARTUP_TIMEOUT:?} of SIGSTOP",
+                    self.name
+                );
+            }
+            std::thread::sleep(READY_TICK);
+        }
+        Ok(())
+    }
+
+    /// SIGCONT after [`NatsServer::freeze`].
+    pub fn thaw(&self) -> Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGCONT)
+    }
+
     /// SIGKILL (a crash: nothing is flushed), then waits for the exit.
     /// Does nothing if stopped.
     pub fn kill(&mut self) -> Result<()> {
@@ -511,4 +537,20 @@ pub(crate) fn http_get(port: u16, path: &str, timeout: Duration) -> Result<(u16,
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| anyhow!("bad HTTP answer to GET {path}: {head:?}"))?;
     Ok((status, body.to_string()))
+}
+
+/// Whether every thread of `pid` is in the stopped state (`T` in
+/// `/proc/<pid>/task/<tid>/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            // The state follows the command name, which is in parentheses.
+            .is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+    })
 }

@@ -3,7 +3,6 @@
 //! and a renewal that gets no answer at all (issue 39: a live worker lost
 //! its partitions when the meta leader's node stopped).
 
-use nix::sys::signal::Signal;
 use sluice_core::nats_config::NatsServerConfig;
 use sluice_tests::NatsServer;
 use sluice_worker::lease::{self, Holder, LeaseError};
@@ -102,11 +101,11 @@ async fn a_renewal_without_an_answer_gives_up_in_time_to_try_again() {
         .await
         .unwrap();
     let deadline = lease.valid_until;
-    nats.signal(Signal::SIGSTOP).unwrap();
+    nats.freeze().unwrap();
     let started = Instant::now();
     let renewal = lease::renew(&stores.leases, &mut lease, &run, TTL).await;
     let waited = started.elapsed();
-    nats.signal(Signal::SIGCONT).unwrap();
+    nats.thaw().unwrap();
     let err = renewal.unwrap_err();
     assert!(matches!(err, LeaseError::Transient(_)), "{err}");
     // Before, the renewal waited the library's 5 s for its answer: past the

@@ -154,9 +154,9 @@ pub struct Counters {
     buckets: Arc<BucketCache>,
     hasher: Hasher,
     recent: Arc<[Mutex<Option<Recent>>]>,
-    /// The slices of local budgets granted from these counters and not
+    /// The slices of local budgets and the holds granted from these counters and not
     /// back yet (a refund gives back at most its own slice).
-    slices: Arc<Mutex<Outstanding>>,
+    outstanding: Arc<Mutex<Outstanding>>,
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
@@ -197,7 +197,7 @@ impl Counters {
             bound,
             buckets,
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
-            slices: Arc::default(),
+            outstanding: Arc::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
         }
     }
@@ -370,10 +370,10 @@ impl Counters {
         Some(slots.table.read(at, &mut work, KeyState::clone))
     }
 
-    /// Forgets the counter `key` (`rl.reset`), and the slices granted
+    /// Forgets the counter `key` (`rl.reset`), and the slices and holds granted
     /// from it; whether it had state.
     pub fn forget(&self, key: &str) -> bool {
-        self.slices().forget(key);
+        self.outstanding().forget(key);
         let hash = self.hash(key.as_bytes());
         let id = Counters::bucket_of_hash(hash);
         let recent = self.recent(id);
@@ -384,9 +384,11 @@ impl Counters {
         slots.remove(hash, key)
     }
 
-    /// The slices granted from these counters and not back yet.
-    pub fn slices(&self) -> MutexGuard<'_, Outstanding> {
-        self.slices.lock().unwrap_or_else(|e| e.into_inner())
+    /// What was granted from these counters and is not back yet: budget
+    /// slices and holds. Taken inside [`Counters::update`]'s closure when
+    /// needed (a bucket's lock, then this one; never the other way).
+    pub fn outstanding(&self) -> MutexGuard<'_, Outstanding> {
+        self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The number of live counters (approximate while requests are running).

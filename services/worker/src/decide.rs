@@ -492,7 +492,7 @@ impl Decider {
             // A refund gives back at most what its own slice held, once; one
             // that no slice of this owner explains gives nothing back.
             let budget = match budget {
-                Budget::Refund(r) => match owned.counters.slices().refund(buf, &r, now) {
+                Budget::Refund(r) => match owned.counters.outstanding().refund(buf, &r, now) {
                     Ok(Returned::Known) => Budget::Refund(r),
                     Ok(Returned::Unknown) => {
                         turn.tally.unmatched(r.units);
@@ -510,7 +510,10 @@ impl Decider {
                     Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
                 });
             if let Some(g) = grant.filter(|g| g.units > 0) {
-                owned.counters.slices().granted(buf, g.taken_at, g.units);
+                owned
+                    .counters
+                    .outstanding()
+                    .granted(buf, g.taken_at, g.units);
             }
             Ok((decision, grant, budget))
         })?;
@@ -578,7 +581,7 @@ impl Decider {
                 counters.apply(policy, buf, Nanos(record.t), Op::Record(record.c));
                 if record.s {
                     counters
-                        .slices()
+                        .outstanding()
                         .replayed_grant(buf, Nanos(record.t), record.c);
                 }
             } else {
@@ -588,7 +591,7 @@ impl Decider {
                 // "The journal"), so its units stay counted until their
                 // window ends or the bucket refills them. Its slice holds
                 // that much less.
-                counters.slices().replayed_refund(
+                counters.outstanding().replayed_refund(
                     buf,
                     Nanos(record.g),
                     record.c.saturating_add(record.u),

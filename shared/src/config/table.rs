@@ -72,10 +72,19 @@ pub(super) struct FileTable {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyTable {
-    #[serde(deserialize_with = "algorithm")]
-    pub algorithm: Algorithm,
+    /// Needed with limits; a policy of only `concurrency` has none.
+    #[serde(
+        default,
+        deserialize_with = "some_algorithm",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub algorithm: Option<Algorithm>,
     /// All must hold.
-    #[serde(deserialize_with = "limits")]
+    #[serde(
+        default,
+        deserialize_with = "limits",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub limits: Vec<LimitTable>,
     /// Owners grant clients slices of a hot key's budget to decide from
     /// locally (`sluice_core::budget`); fixed_window, token_bucket and gcra
@@ -108,6 +117,28 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub anchor_day: Option<u64>,
+    /// Holds (CONTRACT §13): at most this many of a key live at once, a
+    /// hold's ttl when its reserve names none, and what an unsettled
+    /// hold's end does (`"charge"` or `"release"`); checked in
+    /// `config/holding.rs`.
+    #[serde(
+        default,
+        deserialize_with = "some_count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub concurrency: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "some_duration_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hold_ttl: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub on_expiry: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -142,13 +173,26 @@ impl PolicyTable {
     /// (what a table that names only `algorithm` and `limits` reads as).
     pub fn new(algorithm: Algorithm, limits: Vec<LimitTable>) -> PolicyTable {
         PolicyTable {
-            algorithm,
+            algorithm: Some(algorithm),
             limits,
+            ..PolicyTable::empty()
+        }
+    }
+
+    /// A table of nothing: no algorithm, no limits, every field at its
+    /// default (a policy of only `concurrency` starts from it).
+    pub fn empty() -> PolicyTable {
+        PolicyTable {
+            algorithm: None,
+            limits: Vec::new(),
             local_budget: false,
             mode: Mode::Enforce,
             tz: None,
             week_start: None,
             anchor_day: None,
+            concurrency: None,
+            hold_ttl: None,
+            on_expiry: None,
         }
     }
 
@@ -161,8 +205,8 @@ impl PolicyTable {
             .iter()
             .find_map(|l| l.calendar())
             .map(|c| c.zone());
-        PolicyTable {
-            algorithm: policy.algorithm(),
+        let table = PolicyTable {
+            algorithm: (!policy.limits().is_empty()).then(|| policy.algorithm()),
             limits: policy
                 .limits()
                 .iter()
@@ -188,7 +232,9 @@ impl PolicyTable {
             anchor_day: zone
                 .map(|z| u64::from(z.anchor_day()))
                 .filter(|&d| d != u64::from(DEFAULT_ANCHOR_DAY)),
-        }
+            ..PolicyTable::empty()
+        };
+        table.with_holding_of(policy)
     }
 
     /// Reads the JSON form of one table (CONTRACT §7). Fields are refused as
@@ -222,10 +268,23 @@ impl PolicyTable {
     /// paths are relative to the table (`limits[1].per`; empty for the name).
     pub fn to_policy(&self, name: &str) -> Result<Policy, FieldError> {
         check_name(name).map_err(|reason| FieldError::new("", reason))?;
+        let holding = self.holding()?;
+        if self.limits.is_empty() && holding.concurrency.is_some() {
+            return self.slots_only(name, holding);
+        }
+        let Some(algorithm) = self.algorithm else {
+            return Err(FieldError::new(
+                "algorithm",
+                format!(
+                    "missing; use one of {}, with limits (or give only `concurrency`: a policy of concurrency slots)",
+                    algorithm_names()
+                ),
+            ));
+        };
         if self.limits.is_empty() {
             return Err(FieldError::new(
                 "limits",
-                format!("{}, {LIMITS_EXAMPLE}", PolicyError::NoLimits),
+                format!("missing; {}, {LIMITS_EXAMPLE}", PolicyError::NoLimits),
             ));
         }
         let zone = self.zone()?;
@@ -233,15 +292,17 @@ impl PolicyTable {
             .limits
             .iter()
             .enumerate()
-            .map(|(i, l)| l.to_limit(name, self.algorithm, &zone, &format!("limits[{i}]")))
+            .map(|(i, l)| l.to_limit(name, algorithm, &zone, &format!("limits[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         // Each limit was checked against the algorithm above; what is left
         // for Policy::new to refuse concerns the whole list.
-        Ok(Policy::new(name, self.algorithm, limits)
+        Policy::new(name, algorithm, limits)
             .map_err(|e| FieldError::new("limits", e.to_string()))?
             .with_local_budget(self.local_budget)
             .map_err(|e| FieldError::new("local_budget", e.to_string()))?
-            .with_mode(self.mode))
+            .with_mode(self.mode)
+            .with_holding(holding)
+            .map_err(|e| FieldError::new("", e.to_string()))
     }
 }
 
@@ -290,6 +351,8 @@ impl LimitTable {
             PolicyError::UnknownAlgorithm(_)
             | PolicyError::UnknownMode(_)
             | PolicyError::NoLimits
+            | PolicyError::Concurrency { .. }
+            | PolicyError::HoldTtl
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm
@@ -517,9 +580,9 @@ fn some_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     }
 }
 
-fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Algorithm, D::Error> {
+fn some_algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Algorithm>, D::Error> {
     match Found::deserialize(d)? {
-        Found::Str(s) => s.parse().map_err(de::Error::custom),
+        Found::Str(s) => s.parse().map(Some).map_err(de::Error::custom),
         other => Err(expected(
             &format!("a string, one of {}", algorithm_names()),
             &other,

@@ -1,7 +1,9 @@
 //! A hold as its owner keeps it, and its parts: the id and what its end
-//! does. Apart from [`super`] so that the owner's table
-//! ([`crate::outstanding`]) can keep holds without reaching the decisions.
+//! does; what a policy says of holds ([`Holding`]). Apart from [`super`] so
+//! that the owner's table ([`crate::outstanding`]) and the policy can name
+//! them without reaching the decisions.
 
+use crate::limit::PolicyError;
 use crate::time::Nanos;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -83,4 +85,52 @@ pub struct Hold {
     pub end: End,
     /// It takes one of its policy's concurrency slots.
     pub slot: bool,
+}
+
+/// The longest a hold lives without an extend.
+pub const MAX_TTL: Nanos = Nanos(3_600_000_000_000);
+
+/// A hold's ttl when neither the reserve nor the policy names one.
+pub const DEFAULT_TTL: Nanos = Nanos(60_000_000_000);
+
+/// The most slots a policy's `concurrency` may give one key.
+pub const MAX_CONCURRENCY: u32 = 1_000_000;
+
+/// What a policy says of holds (CONTRACT §13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holding {
+    /// At most this many holds of a key live at once (`concurrency`).
+    pub concurrency: Option<u32>,
+    /// A hold's ttl when its reserve names none (`hold_ttl`).
+    pub ttl: Nanos,
+    /// What an unsettled hold's end does (`on_expiry`).
+    pub on_expiry: End,
+}
+
+impl Default for Holding {
+    fn default() -> Holding {
+        Holding {
+            concurrency: None,
+            ttl: DEFAULT_TTL,
+            on_expiry: End::Charge,
+        }
+    }
+}
+
+impl Holding {
+    /// Itself if every value is in range.
+    pub fn checked(self) -> Result<Holding, PolicyError> {
+        if self
+            .concurrency
+            .is_some_and(|n| !(1..=MAX_CONCURRENCY).contains(&n))
+        {
+            return Err(PolicyError::Concurrency {
+                max: MAX_CONCURRENCY,
+            });
+        }
+        if self.ttl == Nanos::ZERO || self.ttl > MAX_TTL {
+            return Err(PolicyError::HoldTtl);
+        }
+        Ok(self)
+    }
 }

@@ -3,6 +3,7 @@
 //! split by what is tested: what parses (and durations), what is refused,
 //! and one policy table as JSON; the helpers they share are here.
 
+mod holding;
 mod json;
 mod parsing;
 mod refusals;

@@ -15,14 +15,14 @@ impl Kept for Slices {
     type Carried = Vec<HeldSlice>;
 
     fn before(counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
-        counters.slices().carried(now)
+        counters.outstanding().carried(now)
     }
 
     fn through(before: Vec<HeldSlice>, counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
-        carried_through(before, &counters.slices().carried(now))
+        carried_through(before, &counters.outstanding().carried(now))
     }
 
     fn take_over(carried: &Vec<HeldSlice>, counters: &Counters, now: Nanos) {
-        counters.slices().take_over(carried, now);
+        counters.outstanding().take_over(carried, now);
     }
 }

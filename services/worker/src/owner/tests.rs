@@ -296,17 +296,17 @@ fn a_snapshot_carries_the_slices_held_both_before_and_after_its_counters_were_en
     let mut o = taken_over(&journal, None, t0);
     let now = Nanos(10 * SEC);
     o.counters()
-        .slices()
+        .outstanding()
         .granted("default/kept", Nanos(9 * SEC), 40);
     o.counters()
-        .slices()
+        .outstanding()
         .granted("default/back", Nanos(9 * SEC), 40);
     o.stats().add_changes(1);
     let snapshot = snapshot_of(o.tick(&journal, t0 + INTERVAL, now));
     assert_eq!(snapshot.manifest.carried.slices.len(), 2);
 
     // While the counters are encoded: one slice comes back, one is granted.
-    let back = o.counters().slices().refund(
+    let back = o.counters().outstanding().refund(
         "default/back",
         &sluice_core::budget::Refund {
             units: 40,
@@ -317,7 +317,7 @@ fn a_snapshot_carries_the_slices_held_both_before_and_after_its_counters_were_en
     );
     assert!(back.is_ok());
     o.counters()
-        .slices()
+        .outstanding()
         .granted("default/new", Nanos(10 * SEC), 40);
 
     let manifest = snapshot.complete(o.counters(), now, None);
@@ -409,7 +409,11 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
     );
     assert!(o.dirty());
     assert!(owed, "journal mode with usage owes the replay's usage");
-    assert_eq!(o.counters().slices().len(), 1, "the carried slice is known");
+    assert_eq!(
+        o.counters().outstanding().len(),
+        1,
+        "the carried slice is known"
+    );
     assert_eq!(
         (manifest.lease_rev, manifest.worker.as_str()),
         (LEASE_REV, "w1")
@@ -443,9 +447,11 @@ fn a_takeover_tried_again_starts_over_with_empty_counters() {
     let t0 = Instant::now();
     let journal = FakeJournal::snapshot_mode();
     let mut o = taken_over(&journal, Some(ledger(0)), t0);
-    o.counters().slices().granted("default/x", Nanos(SEC), 1);
+    o.counters()
+        .outstanding()
+        .granted("default/x", Nanos(SEC), 1);
     o.start_over(Counters::within(KeyBound::new(10)));
-    assert_eq!(o.counters().slices().len(), 0);
+    assert_eq!(o.counters().outstanding().len(), 0);
     assert!(o.usage().is_none());
 }
 
