@@ -31,6 +31,7 @@ use crate::usage::ledger::Ledger;
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::{Grant, Refund};
 use sluice_core::config::Config;
+use sluice_core::holds::HoldId;
 use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
@@ -39,7 +40,7 @@ use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::inspect::{
-    InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
+    HoldsReport, InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
 };
 use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
 use std::sync::Arc;
@@ -79,6 +80,14 @@ pub enum Answer<'p> {
     /// A batch's results in item order, or why the batch as a whole was
     /// refused (a body that is no batch).
     Batch(Result<Vec<wire::Reply>, ErrorReply>),
+    /// A hold verb's decision, and the hold it kept or extended with the
+    /// time until it ends (CONTRACT §13).
+    Held {
+        decision: Decision,
+        policy: &'p str,
+        held: Option<(HoldId, Nanos)>,
+        encoding: Encoding,
+    },
     /// A key's state (`rl.inspect`).
     Inspect(InspectReply, Encoding),
     /// What a reset forgot (`rl.reset`).
@@ -105,6 +114,30 @@ fn blocked(base: &Policy) -> Decision {
     })
 }
 
+/// `rl.allow` cannot take a concurrency slot (it would never give it
+/// back), and a policy of only slots has nothing a hit could count.
+fn refuse_unheld(policy: &Policy, op: Op) -> Result<(), ErrorReply> {
+    let slots = policy.holding().concurrency.is_some();
+    let refused = match op {
+        Op::Allow(_) => slots,
+        Op::Record(_) => policy.limits().is_empty(),
+    };
+    if refused {
+        return Err(ErrorReply::bad_request(format!(
+            "policy {:?} limits requests in flight (concurrency {}): take a slot with {} and give it back with {}; {} cannot hold one",
+            policy.name(),
+            policy.holding().concurrency.unwrap_or(0),
+            Verb::Reserve.client_prefix(),
+            Verb::Settle.client_prefix(),
+            match op {
+                Op::Allow(_) => Verb::Allow.client_prefix(),
+                Op::Record(_) => Verb::Hit.client_prefix(),
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// Decides asks on the counters it is handed. One per worker, shared by
 /// all its tasks.
 pub struct Decider {
@@ -116,6 +149,8 @@ pub struct Decider {
     usage: bool,
     /// The policies in force and their meters.
     live: LivePolicies,
+    /// Names the holds this worker keeps.
+    hold_ids: hold_ids::HoldIds,
 }
 
 /// What the decisions of one batch on one partition share: the policies
@@ -137,6 +172,7 @@ impl Decider {
             config,
             stats,
             recording,
+            hold_ids: hold_ids::HoldIds::default(),
         }
     }
 
@@ -200,6 +236,31 @@ impl Decider {
                 tally.admin(result.is_ok());
                 let answer =
                     result.unwrap_or_else(|(error, encoding)| Answer::Error { error, encoding });
+                wants_reply.then_some(answer)
+            }
+            Inbound::Ask(ask) if Verb::HOLDS.contains(&ask.verb) => {
+                let encoding = Encoding::of_body(body);
+                let turn = &mut Turn {
+                    policies,
+                    owned,
+                    now,
+                    tally,
+                };
+                let result = self.hold(turn, ask.verb, ask.key_token, body);
+                let counted = result
+                    .as_ref()
+                    .map(|(d, p, _)| (*d, *p))
+                    .map_err(Clone::clone);
+                tally.outcome(ask.verb, &counted);
+                let answer = match result {
+                    Ok((decision, policy, held)) => Answer::Held {
+                        decision,
+                        policy,
+                        held,
+                        encoding,
+                    },
+                    Err(error) => Answer::Error { error, encoding },
+                };
                 wants_reply.then_some(answer)
             }
             Inbound::Ask(ask) => {
@@ -277,7 +338,8 @@ impl Decider {
                 ask::counter_key(&mut counter, base.name(), token);
                 let state = owned.counters.state(&counter);
                 let over = policies.override_of(base.name(), token);
-                if state.is_none() && over.is_none() {
+                let held = owned.counters.outstanding().holds_of(&counter, now);
+                if state.is_none() && over.is_none() && held.live == 0 {
                     continue;
                 }
                 // The limits in force for this key: an override's, if any.
@@ -296,6 +358,11 @@ impl Decider {
                         .collect(),
                     overridden: over.map(|o| OverrideReport {
                         blocked: *o == Override::Blocked,
+                    }),
+                    holds: (held.live > 0).then(|| HoldsReport {
+                        live: held.live,
+                        held: held.held,
+                        slots: base.holding().concurrency.map(|n| (held.slots, n)),
                     }),
                 });
             }
@@ -462,6 +529,9 @@ impl Decider {
             now,
             ..
         } = *turn;
+        if let Some(base) = policies.get(policy_name) {
+            refuse_unheld(base, op)?;
+        }
         let base = ask::admit(|name| policies.get(name), policy_name, op)?;
         let cost = match op {
             Op::Allow(c) | Op::Record(c) => c,
@@ -602,5 +672,7 @@ impl Decider {
     }
 }
 
+mod hold_ids;
+mod holding;
 #[cfg(test)]
 mod tests;

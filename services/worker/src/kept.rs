@@ -3,8 +3,8 @@
 //!
 //! A counter's value travels in the snapshot's chunks and the journal's
 //! records. Some state belongs to the partition without being a counter
-//! value: the budget slices granted and not back yet (and, next, holds and
-//! region grants). Each such kind implements [`Kept`] in a file of its own
+//! value: the budget slices granted and not back yet, the live holds (and,
+//! next, region grants). Each such kind implements [`Kept`] in a file of its own
 //! and is registered once, in the [`kept!`] list at the bottom of this file:
 //! that list makes the manifest's field for it ([`Carried`]), takes it at
 //! every snapshot, and hands it to the next owner at takeover.
@@ -16,6 +16,7 @@
 //! first reading or given back before the second is then carried neither
 //! twice nor where the counters never counted it.
 
+mod holds;
 mod kind;
 mod slices;
 
@@ -69,6 +70,9 @@ kept! {
     /// Slices of local budgets granted and not back yet, so that the next
     /// owner still takes their refunds ([`sluice_core::outstanding::Outstanding`]).
     slices: slices::Slices,
+    /// Live holds, so that the next owner settles, extends and ends them
+    /// ([`sluice_core::holds`]).
+    holds: holds::Holds,
 }
 
 #[cfg(test)]

@@ -50,6 +50,16 @@ impl Reply {
                 policy,
                 encoding,
             } => Reply::decision(decision, policy, *encoding),
+            Answer::Held {
+                decision,
+                policy,
+                held,
+                encoding,
+            } => {
+                let mut reply = Reply::decision(decision, policy, *encoding);
+                reply.payload = wire::hold::encode_held(decision, policy, *held, *encoding).into();
+                reply
+            }
             Answer::Error { error, encoding } => Reply::error(error, *encoding),
             Answer::Inspect(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
             Answer::Reset(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),

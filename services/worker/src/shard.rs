@@ -17,11 +17,11 @@
 use crate::answering::Answering;
 use crate::counters::Counters;
 use crate::counters::KeyBound;
-use crate::decide::{Message, Owned};
+
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
 use crate::owner::{Found, Owner, Settings, Snapshot, Write};
-use crate::reply::Reply;
+
 use crate::snapshot::{self, Manifest};
 use crate::stats::WorkerStats;
 use crate::stats::{secs, LeaseEvent, ShardStats};
@@ -31,7 +31,7 @@ use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
-use sluice_core::subject::{owner_subjects, Inbound, Verb};
+use sluice_core::subject::owner_subjects;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -242,6 +242,8 @@ async fn run(
         snap_every.mul_f64(f64::from(partition + 1) / f64::from(shard.answering.partitions));
     let mut snap_tick = interval_at(Instant::now() + first_snapshot, snap_every);
     snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut hold_tick = interval_at(Instant::now() + HOLD_SWEEP, HOLD_SWEEP);
+    hold_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut renewal: Option<Renewal> = None;
     let mut snapshot_job: Option<SnapshotJob> = None;
     let mut usage_job: Option<UsageJob> = None;
@@ -308,6 +310,7 @@ async fn run(
                     Err(e) => tracing::error!(partition, "the usage flush task failed: {e}"),
                 }
             }
+            _ = hold_tick.tick() => shard.end_holds().await,
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
                 let now = shard.answering.clock.now();
                 let due = shard.owner.tick(&shard.answering.outbox, std::time::Instant::now(), now);
@@ -733,59 +736,14 @@ impl Shard {
         }
         tracing::debug!(partition, "handed over");
     }
-
-    /// Decides a batch of messages, the first taken at `received`, and
-    /// hands the replies to the outbox.
-    async fn process(
-        &mut self,
-        batch: &mut Vec<async_nats::Message>,
-        received: std::time::Instant,
-    ) {
-        if batch.is_empty() {
-            return;
-        }
-        let answering = &self.answering;
-        let now = answering.clock.now();
-        let partition = self.owner.partition();
-        let owned = Owned {
-            partition,
-            counters: self.owner.counters(),
-            stats: self.owner.stats(),
-            usage: self.owner.usage().map(|l| &**l),
-        };
-        let policies = answering.decider.policies();
-        let mut tally = answering.decider.tally(partition);
-        let mut replies = Vec::with_capacity(batch.len());
-        for msg in batch.drain(..) {
-            if is_usage_query(msg.subject.as_str()) {
-                tokio::spawn(crate::usage::query::answer_usage(answering.clone(), msg));
-                continue;
-            }
-            let answer = answering.decider.message(
-                &policies,
-                Message {
-                    subject: msg.subject.as_str(),
-                    body: &msg.payload,
-                    wants_reply: msg.reply.is_some(),
-                },
-                owned,
-                now,
-                &mut tally,
-            );
-            if let (Some(answer), Some(to)) = (answer, msg.reply) {
-                replies.push((to, Reply::of(&answer, &answering.worker_id)));
-            }
-        }
-        let records = tally.finish(&self.owning.stats, self.owner.stats());
-        answering.outbox.answer(records, replies, received).await;
-    }
 }
 
-/// `rl.p.<n>.usage.<key>`: read from the store, so answered on its own
-/// task rather than among the decisions.
-fn is_usage_query(subject: &str) -> bool {
-    matches!(Inbound::parse(subject), Some(Inbound::Ask(ask)) if ask.verb == Verb::Usage)
-}
+/// How often a shard ends the holds whose end has come. Their slots are
+/// free at their end whatever this is; what a released hold gives back, and
+/// a charged one's usage, wait for the sweep (or the key's next hold verb).
+const HOLD_SWEEP: Duration = Duration::from_millis(250);
 
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+mod turns;

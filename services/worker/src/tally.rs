@@ -149,6 +149,17 @@ impl Tally {
         }
     }
 
+    /// A hold of `units` was kept: counted like a slice (journaled so),
+    /// its usage to come when it is settled or ends.
+    pub fn held(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
+        self.changes += 1;
+        if self.recording == Recording::Records {
+            let mut record = Record::new(self.partition, policy, token, units, now);
+            record.s = true;
+            self.records.push(record);
+        }
+    }
+
     /// A slice came back: its unspent units went back into the counter
     /// and its spent ones are usage.
     pub fn refunded(&mut self, policy: &str, token: &str, refund: &Refund, now: Nanos) {

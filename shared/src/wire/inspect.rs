@@ -111,6 +111,22 @@ pub struct PolicyReport {
     /// The per-key override in force (CONTRACT §7), if any.
     #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
     pub overridden: Option<OverrideReport>,
+    /// The key's live holds under the policy (CONTRACT §13), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holds: Option<HoldsReport>,
+}
+
+/// A key's live holds under one policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldsReport {
+    /// How many are live.
+    pub live: u32,
+    /// The cost they hold together.
+    pub held: u64,
+    /// Of them, those that take a concurrency slot, and the policy's
+    /// `concurrency` (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<(u32, u32)>,
 }
 
 /// An override in force for the key.
@@ -199,6 +215,7 @@ mod tests {
         let reply = InspectReply {
             key: "alice".into(),
             policies: vec![PolicyReport {
+                holds: None,
                 policy: "login".into(),
                 algorithm: "sliding_log".into(),
                 limits: vec![LimitReport {

@@ -654,6 +654,7 @@ mod hostile {
                     prop_assert_eq!(counted, 0, "an error reply changed a counter");
                     prop_assert!(f.counters.is_empty());
                 }
+                Some(Answer::Held { .. }) => prop_assert!(counted <= 1),
                 Some(Answer::Decision { decision, .. }) => {
                     prop_assert!(counted <= 1);
                     if verb == "allow" && !decision.allowed {

@@ -374,6 +374,7 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
                     taken_at: 9 * SEC,
                     units: 20,
                 }],
+                ..Carried::default()
             },
             ..Manifest::default()
         }),

@@ -1,0 +1,247 @@
+//! The holds' verbs at a key's owner (CONTRACT §13): `rl.reserve`,
+//! `rl.settle`, `rl.extend`, and the end of holds nobody settled.
+//!
+//! The rules are `sluice_core::holds`'; here they meet the key's counters,
+//! the partition's table of what was granted (`Counters::outstanding`), the
+//! tally (records in journal mode, usage) and the policy in force. Usage
+//! follows the contract: a reserve is not usage yet, a denied one is
+//! `denied`; a settle's real cost is `used` in the minute it settles, and
+//! an expired hold that is charged is `used` when it ends. In the journal a
+//! reserve is written as a slice is (counted, its usage to come) and a
+//! settle or an end as a slice given back (what came back, and what was
+//! spent), so usage replays exactly; a replayed give-back gives nothing
+//! back again (as for slices: replay errs on the side of denying).
+
+use super::{blocked, Decider, Owned, Turn};
+use crate::tally::{Counted, Tally, Usage};
+use sluice_core::ask;
+use sluice_core::budget::Refund;
+use sluice_core::holds::{self, Hold, HoldId, Reservation, Reserved, Settle};
+use sluice_core::key::KeyToken;
+use sluice_core::policies::{Override, Policies};
+use sluice_core::policy::{Decision, Policy};
+use sluice_core::subject::Verb;
+use sluice_core::time::Nanos;
+use sluice_core::wire::hold::decode_hold_request;
+use sluice_core::wire::ErrorReply;
+
+/// What a hold verb answers: the decision, and the hold it kept or
+/// extended with the time until it ends.
+pub type Held<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
+
+impl Decider {
+    /// Decides one hold verb (`verb` is one of [`Verb::HOLDS`]).
+    pub(super) fn hold<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        verb: Verb,
+        token: &str,
+        body: &[u8],
+    ) -> Result<Held<'p>, ErrorReply> {
+        let key = KeyToken::parse(token)?;
+        let request = decode_hold_request(verb, body).map_err(|e| e.reply)?;
+        let owned = turn.owned;
+        self.locate(key, |p| (p == owned.partition).then_some(owned))?;
+        let policies: &'p Policies = turn.policies;
+        let base = policies
+            .get(&request.policy)
+            .ok_or_else(|| ErrorReply::unknown_policy(&request.policy))?;
+        let token = key.as_str();
+        let policy = match policies.override_of(base.name(), token) {
+            None => base,
+            Some(Override::Limits(limits)) => limits,
+            Some(Override::Blocked) if verb == Verb::Reserve => {
+                self.record_usage(turn, counted(base, token, request.cost), Usage::Denied);
+                return Ok((blocked(base), base.name(), None));
+            }
+            Some(Override::Blocked) => base,
+        };
+        let holding = base.holding();
+        let ttl = holds::ttl(request.ttl_ms, holding.ttl)
+            .map_err(|e| ErrorReply::bad_request(e.to_string()))?;
+        if verb == Verb::Reserve && !policy.limits().is_empty() && request.cost > policy.capacity()
+        {
+            return Err(ErrorReply::cost_above_capacity(
+                request.cost,
+                base.name(),
+                policy.capacity(),
+            ));
+        }
+        let now = turn.now;
+        let mut ended = Vec::new();
+        let outcome = ask::with_counter_key(base.name(), token, |buf| {
+            owned.counters.update(policy, buf, now, |state| {
+                let mut table = owned.counters.outstanding();
+                for hold in table.ended_of(buf, now) {
+                    holds::end(policy, state, now, &hold);
+                    ended.push(hold);
+                }
+                match (verb, request.hold) {
+                    (Verb::Reserve, _) => {
+                        let r = Reservation {
+                            cost: request.cost,
+                            ttl,
+                            id: self.hold_ids.draw(),
+                            end: holding.on_expiry,
+                            concurrency: holding.concurrency,
+                        };
+                        holds::reserve(policy, state, &mut table, buf, now, &r)
+                            .map(Outcome::Reserved)
+                            .map_err(|e| ErrorReply::unavailable(e.to_string()))
+                    }
+                    (Verb::Settle, Some(id)) => {
+                        let s = Settle {
+                            id,
+                            cost: request.cost,
+                            concurrency: holding.concurrency,
+                        };
+                        Ok(Outcome::Settled(holds::settle(
+                            policy, state, &mut table, buf, now, &s,
+                        )))
+                    }
+                    (_, Some(id)) => {
+                        let moved = table.extend(buf, id, now.saturating_add(ttl), now);
+                        let peek =
+                            holds::peek(policy, state, &table, buf, now, holding.concurrency);
+                        Ok(Outcome::Extended(peek, moved))
+                    }
+                    (_, None) => {
+                        unreachable!("decode_hold_request requires a hold to settle or extend")
+                    }
+                }
+            })
+        });
+        for hold in &ended {
+            self.hold_ended(turn, base.name(), token, hold);
+        }
+        let unknown = || {
+            let id = request.hold.map(|h| h.to_string()).unwrap_or_default();
+            ErrorReply::unknown_hold(&id, base.name())
+        };
+        match outcome? {
+            Outcome::Reserved(Reserved::Held { decision, hold }) => {
+                turn.tally.held(base.name(), token, hold.units, now);
+                Ok((
+                    decision,
+                    base.name(),
+                    Some((hold.id, Nanos(hold.ends_at.0.saturating_sub(now.0)))),
+                ))
+            }
+            Outcome::Reserved(Reserved::Denied(decision)) => {
+                self.record_usage(turn, counted(base, token, request.cost), Usage::Denied);
+                Ok((decision, base.name(), None))
+            }
+            Outcome::Settled(Some((decision, hold))) => {
+                self.settled(turn, base.name(), token, &hold, request.cost);
+                Ok((decision, base.name(), None))
+            }
+            Outcome::Extended(decision, Some(hold)) => {
+                // Not a change of the counters: the next snapshot carries the
+                // new end, and nothing journals it yet (docs/HOLDS.md).
+                Ok((
+                    decision,
+                    base.name(),
+                    Some((hold.id, Nanos(hold.ends_at.0.saturating_sub(now.0)))),
+                ))
+            }
+            Outcome::Settled(None) | Outcome::Extended(_, None) => Err(unknown()),
+        }
+    }
+
+    /// A hold settled for `cost`: what it held and did not use went back,
+    /// what it used is usage, and what it used beyond counts like a hit.
+    fn settled(
+        &self,
+        turn: &mut Turn<'_, '_, '_>,
+        policy: &str,
+        token: &str,
+        hold: &Hold,
+        cost: u64,
+    ) {
+        let within = cost.min(hold.units);
+        let back = Refund {
+            units: hold.units - within,
+            spent: within,
+            taken_at: hold.taken_at,
+        };
+        turn.tally.refunded(policy, token, &back, turn.now);
+        let used = Counted {
+            policy,
+            token,
+            cost: within,
+        };
+        self.record_usage(turn, used, Usage::Used);
+        if cost > hold.units {
+            let excess = cost - hold.units;
+            turn.tally.changed(policy, token, excess, false, turn.now);
+            let used = Counted {
+                policy,
+                token,
+                cost: excess,
+            };
+            self.record_usage(turn, used, Usage::Used);
+        }
+    }
+
+    /// A hold reached its end unsettled: charged, it is usage now;
+    /// released, it went back.
+    fn hold_ended(&self, turn: &mut Turn<'_, '_, '_>, policy: &str, token: &str, hold: &Hold) {
+        let charged = hold.end == holds::End::Charge;
+        let back = Refund {
+            units: if charged { 0 } else { hold.units },
+            spent: if charged { hold.units } else { 0 },
+            taken_at: hold.taken_at,
+        };
+        turn.tally.refunded(policy, token, &back, turn.now);
+        let used = Counted {
+            policy,
+            token,
+            cost: back.spent,
+        };
+        self.record_usage(turn, used, Usage::Used);
+    }
+
+    /// Ends every hold of the partition whose end has come by the turn's
+    /// time (the shard's sweep): released ones go back into their keys'
+    /// state, charged ones become usage. Holds under a policy no longer in
+    /// force end charged.
+    pub fn end_holds(&self, policies: &Policies, owned: Owned<'_>, now: Nanos, tally: &mut Tally) {
+        let turn = &mut Turn {
+            policies,
+            owned,
+            now,
+            tally,
+        };
+        let ended = owned.counters.outstanding().ended(now);
+        for (counter, hold) in ended {
+            let Some((name, token)) = counter.split_once('/') else {
+                continue;
+            };
+            let Some(base) = turn.policies.get(name) else {
+                continue;
+            };
+            let policy = match turn.policies.override_of(name, token) {
+                Some(Override::Limits(limits)) => limits,
+                _ => base,
+            };
+            owned.counters.update(policy, &counter, now, |state| {
+                holds::end(policy, state, now, &hold)
+            });
+            self.hold_ended(turn, name, token, &hold);
+        }
+    }
+}
+
+enum Outcome {
+    Reserved(Reserved),
+    Settled(Option<(Decision, Hold)>),
+    Extended(Decision, Option<Hold>),
+}
+
+fn counted<'a>(policy: &'a Policy, token: &'a str, cost: u64) -> Counted<'a> {
+    Counted {
+        policy: policy.name(),
+        token,
+        cost,
+    }
+}

@@ -1,0 +1,90 @@
+//! A shard's turns at deciding: a batch of messages taken from its
+//! subjects, and the sweep that ends holds nobody settled. Apart from
+//! `shard.rs`, which moves messages, timers and store calls.
+
+use super::Shard;
+use crate::decide::{Message, Owned};
+use crate::reply::Reply;
+use sluice_core::subject::{Inbound, Verb};
+
+impl Shard {
+    /// The partition as the decision core is handed it.
+    fn owned(&self) -> Owned<'_> {
+        Owned {
+            partition: self.owner.partition(),
+            counters: self.owner.counters(),
+            stats: self.owner.stats(),
+            usage: self.owner.usage().map(|l| &**l),
+        }
+    }
+
+    /// Ends the holds whose end has come (CONTRACT §13): what they release
+    /// goes back, what they charge is usage, in journal mode stored as any
+    /// count is.
+    pub(super) async fn end_holds(&mut self) {
+        if self.owner.counters().outstanding().holds_len() == 0 {
+            return;
+        }
+        let answering = &self.answering;
+        let now = answering.clock.now();
+        let partition = self.owner.partition();
+        let owned = self.owned();
+        let policies = answering.decider.policies();
+        let mut tally = answering.decider.tally(partition);
+        answering
+            .decider
+            .end_holds(&policies, owned, now, &mut tally);
+        let records = tally.finish(&self.owning.stats, self.owner.stats());
+        answering
+            .outbox
+            .answer(records, Vec::new(), std::time::Instant::now())
+            .await;
+    }
+
+    /// Decides a batch of messages, the first taken at `received`, and
+    /// hands the replies to the outbox.
+    pub(super) async fn process(
+        &mut self,
+        batch: &mut Vec<async_nats::Message>,
+        received: std::time::Instant,
+    ) {
+        if batch.is_empty() {
+            return;
+        }
+        let answering = &self.answering;
+        let now = answering.clock.now();
+        let partition = self.owner.partition();
+        let owned = self.owned();
+        let policies = answering.decider.policies();
+        let mut tally = answering.decider.tally(partition);
+        let mut replies = Vec::with_capacity(batch.len());
+        for msg in batch.drain(..) {
+            if is_usage_query(msg.subject.as_str()) {
+                tokio::spawn(crate::usage::query::answer_usage(answering.clone(), msg));
+                continue;
+            }
+            let answer = answering.decider.message(
+                &policies,
+                Message {
+                    subject: msg.subject.as_str(),
+                    body: &msg.payload,
+                    wants_reply: msg.reply.is_some(),
+                },
+                owned,
+                now,
+                &mut tally,
+            );
+            if let (Some(answer), Some(to)) = (answer, msg.reply) {
+                replies.push((to, Reply::of(&answer, &answering.worker_id)));
+            }
+        }
+        let records = tally.finish(&self.owning.stats, self.owner.stats());
+        answering.outbox.answer(records, replies, received).await;
+    }
+}
+
+/// `rl.p.<n>.usage.<key>`: read from the store, so answered on its own
+/// task rather than among the decisions.
+fn is_usage_query(subject: &str) -> bool {
+    matches!(Inbound::parse(subject), Some(Inbound::Ask(ask)) if ask.verb == Verb::Usage)
+}
