@@ -22,7 +22,6 @@ use sluice_core::policies::Policies;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
 use sluice_core::wire::batch::Budget;
-use sluice_core::wire::inspect::{InspectReply, ResetReply};
 use sluice_core::wire::usage::{TopQuery, TopReply, UsageQuery, UsageReply};
 use sluice_core::wire::{self, Reply, MAX_COST};
 use std::fmt;
@@ -249,27 +248,6 @@ impl Client {
     /// (CONTRACT §9, `rl.top`).
     pub async fn top(&self, query: &TopQuery) -> Result<TopReply, Error> {
         queries::top(&self.inner.nats, query, QUERY_TIMEOUT).await
-    }
-
-    /// A key's live state (CONTRACT §8, `rl.inspect.<key>`), under `policy`
-    /// or every policy with state. Needs NATS credentials that may publish
-    /// `rl.inspect.*` (the `admin` role).
-    pub async fn inspect(
-        &self,
-        key: impl AsRef<[u8]>,
-        policy: Option<&str>,
-    ) -> Result<InspectReply, Error> {
-        queries::inspect(&self.inner.nats, key.as_ref(), policy, QUERY_TIMEOUT).await
-    }
-
-    /// Forgets a key's counters (CONTRACT §8, `rl.reset.<key>`), under
-    /// `policy` or every policy. Needs the `admin` role, as `inspect`.
-    pub async fn reset(
-        &self,
-        key: impl AsRef<[u8]>,
-        policy: Option<&str>,
-    ) -> Result<ResetReply, Error> {
-        queries::reset(&self.inner.nats, key.as_ref(), policy, QUERY_TIMEOUT).await
     }
 
     /// Counters of what this client (and its clones) did.

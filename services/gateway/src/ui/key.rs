@@ -21,10 +21,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
+use sluice_client::queries;
 use sluice_core::config::format_duration;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long an inspect or reset may take: one key's owner answers in
+/// milliseconds; longer means it cannot answer (or the request was dropped
+/// before the credentials were probed).
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
 const DENIED: &str = "This gateway's NATS credentials may not publish there: inspect and reset need the admin role of `sluice nats-config --auth` (CONTRACT §10).";
 
 #[derive(Deserialize, Default)]
@@ -56,10 +61,11 @@ async fn state(app: &App, key: &str, policy: Option<&str>) -> Markup {
     if access.inspect() == Access::Denied {
         return html! { p.error.denied { "Cannot inspect keys. " (DENIED) } };
     }
-    let reply = match app.client.inspect(key, policy).await {
-        Ok(r) => r,
-        Err(e) => return error_note("cannot inspect the key", &e),
-    };
+    let reply =
+        match queries::inspect(app.client.nats(), key.as_bytes(), policy, ADMIN_TIMEOUT).await {
+            Ok(r) => r,
+            Err(e) => return error_note("cannot inspect the key", &e),
+        };
     let ms = |v: u64| format_duration(Duration::from_millis(v));
     html! {
         nav.zoom {
@@ -82,7 +88,7 @@ async fn state(app: &App, key: &str, policy: Option<&str>) -> Markup {
                         @for l in &p.limits {
                             tr data-used=(l.used) data-remaining=(l.remaining) {
                                 td.num { (l.max) } td.num { (ms(l.per_ms)) } td.num { (l.used) }
-                                td.num { (l.remaining) } td.num { (ms(l.reset_ms)) }
+                                td.num { (l.remaining) } td.num { (format!("{:.1} s", l.reset_ms as f64 / 1000.0)) }
                             }
                         }
                     }
@@ -154,7 +160,8 @@ pub(crate) async fn reset(
         };
         return ok(frame(&app, paths::KEY, "Reset a key", body));
     }
-    let body = match app.client.reset(key, policy).await {
+    let body = match queries::reset(app.client.nats(), key.as_bytes(), policy, ADMIN_TIMEOUT).await
+    {
         Ok(reply) if reply.reset.is_empty() => {
             html! { p.done { (key) ": nothing to reset under " (under) "." } }
         }
