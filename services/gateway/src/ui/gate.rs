@@ -216,7 +216,10 @@ fn same_site(headers: &HeaderMap) -> Result<(), Refused> {
             return Err(Refused("a request from another site"));
         }
     }
-    if let (Some(origin), Some(host)) = (text(header::ORIGIN), text(header::HOST)) {
+    // `null`: a browser that does not say (privacy settings); the CSRF
+    // field still has to match.
+    let origin = text(header::ORIGIN).filter(|o| *o != "null");
+    if let (Some(origin), Some(host)) = (origin, text(header::HOST)) {
         let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
         if origin_host != host {
             return Err(Refused("a request from another origin"));

@@ -33,10 +33,12 @@ pub(crate) async fn security_headers(mut response: Response) -> Response {
             HeaderValue::from_static("nosniff"),
         ),
         (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
-        // Keys travel in page addresses: never to another site.
+        // Keys travel in page addresses: never to another site. (Not
+        // `no-referrer`: with it, browsers send `Origin: null` on a form's
+        // POST, and the origin check of gate.rs would learn nothing.)
         (
             header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
+            HeaderValue::from_static("same-origin"),
         ),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
     ] {
