@@ -102,6 +102,14 @@ class Stack:
         self.dir = Path(tempfile.mkdtemp(prefix="sluice-ui-"))
         self.sluice = sluice
         self.procs: list[subprocess.Popen] = []
+        try:
+            self.start(nats_server)
+        except BaseException:
+            self.stop()  # what started so far: nothing outlives a failed start
+            raise
+
+    def start(self, nats_server: str):
+        sluice = self.sluice
         config = self.dir / "sluice.toml"
         config.write_text(CONFIG)
         nats_port, http_port = free_port(), free_port()
