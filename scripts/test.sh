@@ -7,7 +7,8 @@
 # into .tools/venv), then runs `cargo test --workspace` with SLUICE_NATS_SERVER
 # pointing at that nats-server, then the Python client's tests
 # (scripts/test-python.sh) and the documentation's examples against
-# `sluice dev` (scripts/test-docs.sh). Extra arguments go to `cargo test`; with a
+# `sluice dev` (scripts/test-docs.sh), then the dashboard in a headless
+# chromium (scripts/test-ui.sh). Extra arguments go to `cargo test`; with a
 # package (-p) or a test filter, only that runs (no Python tests, no docs), e.g.
 #
 #   scripts/test.sh --test harness            # one integration test file
@@ -44,4 +45,6 @@ if [ "$everything" = 1 ]; then
     scripts/test-python.sh
     echo "==> the documentation's examples (scripts/test-docs.sh)"
     scripts/test-docs.sh
+    echo "==> the dashboard in a headless browser (scripts/test-ui.sh)"
+    scripts/test-ui.sh
 fi

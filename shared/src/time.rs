@@ -108,3 +108,35 @@ impl Clock for ManualClock {
         Nanos(self.0.load(Ordering::SeqCst))
     }
 }
+
+/// `2026-11-25 04:12`: ms since the epoch as a UTC date and minute, for
+/// people to read (the CLI's tables, the dashboard). Civil from days
+/// (Howard Hinnant's algorithm), valid for any `u64` ms.
+pub fn utc_minute(ms: u64) -> String {
+    let minutes = ms / 60_000;
+    let (hour, minute) = ((minutes / 60) % 24, minutes % 60);
+    let z = (minutes / 1_440) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}")
+}
+
+#[cfg(test)]
+mod utc_tests {
+    use super::utc_minute;
+
+    #[test]
+    fn utc_minute_reads_as_the_calendar_does() {
+        assert_eq!(utc_minute(0), "1970-01-01 00:00");
+        // 2024-02-29 23:59:59.999 UTC, a leap day.
+        assert_eq!(utc_minute(1_709_251_199_999), "2024-02-29 23:59");
+        assert_eq!(utc_minute(1_709_251_200_000), "2024-03-01 00:00");
+        assert_eq!(utc_minute(1_798_761_600_000), "2027-01-01 00:00");
+    }
+}

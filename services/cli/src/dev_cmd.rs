@@ -104,6 +104,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
              workers      {}  (dev0..dev{})\n  \
              policies     {}\n  \
              gateway      http://{}\n  \
+             dashboard    http://{}/ui\n  \
              data         {}  (removed on exit)\n\n\
              try:\n  \
              curl -i http://{}/v1/allow/alice\n  \
@@ -114,6 +115,7 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
             args.workers,
             args.workers - 1,
             policy_names(&config),
+            args.listen,
             args.listen,
             dir.display(),
             args.listen,
@@ -162,7 +164,7 @@ async fn wait_settled(url: &str, partitions: u32, workers: usize) {
         // `sluice dev` runs its own nats-server without auth.
         let client = async_nats::connect(sluice_core::nats_config::server_urls(url)).await;
         let status = match &client {
-            Ok(c) => crate::status_cmd::collect(c, partitions, Duration::from_millis(200)).await,
+            Ok(c) => sluice_worker::fleet::collect(c, partitions, Duration::from_millis(200)).await,
             Err(e) => Err(anyhow::anyhow!("{e}")),
         };
         if let Ok(status) = status {
@@ -185,6 +187,8 @@ async fn wait_settled(url: &str, partitions: u32, workers: usize) {
                 return;
             }
         }
+        // `collect` returns as soon as every worker answered: pace the polls.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("sluice dev: the workers have not settled after 20 s; continuing anyway");
 }

@@ -26,7 +26,7 @@ pub struct GatewayArgs {
     /// In proxy mode, the policy every forwarded request counts under.
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub proxy_policy: String,
-    /// Require `Authorization: Bearer TOKEN` on /v1/* (401 otherwise); /healthz and /metrics stay open.
+    /// Require `Authorization: Bearer TOKEN` on /v1/* (401 otherwise) and on the dashboard (a login page asks for it); /healthz and /metrics stay open.
     #[arg(long, env = "SLUICE_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
     /// Serve HTTPS (and TLS on --grpc-listen) with this PEM certificate chain; needs --tls-key.
@@ -35,6 +35,9 @@ pub struct GatewayArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// Do not serve the dashboard at /ui (on by default; with --api-token it asks for the token).
+    #[arg(long)]
+    pub no_ui: bool,
 }
 
 pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
@@ -45,6 +48,7 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
     opts.grpc_listen = args.grpc_listen;
     opts.upstream = args.upstream.clone();
     opts.key_header = args.key_header.clone();
+    opts.ui = !args.no_ui;
     opts.proxy_policy = args.proxy_policy.clone();
     if args.api_token.as_deref() == Some("") {
         anyhow::bail!("--api-token (SLUICE_API_TOKEN) is empty; give a token or leave it unset");

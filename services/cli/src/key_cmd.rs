@@ -3,13 +3,11 @@
 //! table or JSON.
 
 use crate::common::Common;
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use serde::de::DeserializeOwned;
-use sluice_core::key::try_encode_key;
+use sluice_client::queries::{self, QUERY_TIMEOUT};
 use sluice_core::subject::Verb;
-use sluice_core::wire::inspect::{decode_admin_reply, encode_scope, InspectReply, ResetReply};
-use sluice_core::wire::{decode_reply, Encoding, Reply, SERVICE_ERROR_CODE};
-use std::time::Duration;
+use sluice_core::wire::inspect::{InspectReply, ResetReply};
 
 #[derive(clap::Args, Debug)]
 pub struct KeyArgs {
@@ -23,11 +21,8 @@ pub struct KeyArgs {
     pub json: bool,
 }
 
-/// How long to wait for the key's owner (a top query asks every worker).
-const TIMEOUT: Duration = Duration::from_secs(10);
-
 pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
-    let reply: InspectReply = request(common, args, Verb::Inspect)?;
+    let reply: InspectReply = scoped(common, args, Verb::Inspect)?;
     if args.json {
         println!("{}", serde_json::to_string(&reply)?);
         return Ok(());
@@ -57,7 +52,7 @@ pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
 }
 
 pub fn reset(common: &Common, args: &KeyArgs) -> Result<()> {
-    let reply: ResetReply = request(common, args, Verb::Reset)?;
+    let reply: ResetReply = scoped(common, args, Verb::Reset)?;
     if args.json {
         println!("{}", serde_json::to_string(&reply)?);
     } else if reply.reset.is_empty() {
@@ -68,48 +63,32 @@ pub fn reset(common: &Common, args: &KeyArgs) -> Result<()> {
     Ok(())
 }
 
-/// Sends `verb` for the key and decodes the reply (an error reply becomes
-/// the error, with its sentence).
-fn request<T: DeserializeOwned>(common: &Common, args: &KeyArgs, verb: Verb) -> Result<T> {
-    let token =
-        try_encode_key(args.key.as_bytes()).map_err(|e| anyhow!("key {:?}: {e}", args.key))?;
-    let body = encode_scope(args.policy.as_deref(), Encoding::Json);
-    request_once(common, verb.as_str(), &verb.client_subject(&token), body)
+/// Sends `verb` (inspect or reset) for the key and decodes the reply.
+fn scoped<T: DeserializeOwned>(common: &Common, args: &KeyArgs, verb: Verb) -> Result<T> {
+    request_once(common, verb.as_str(), |nats| async move {
+        let key = args.key.as_bytes();
+        queries::scoped(&nats, verb, key, args.policy.as_deref(), QUERY_TIMEOUT).await
+    })
 }
 
-/// Sends one request to a worker (`what` names the command to the
-/// server) and decodes its reply; an error reply becomes the error, with
-/// its status and sentence.
-pub fn request_once<T: DeserializeOwned>(
+/// Runs one operator request (`sluice_client::queries`) on a connection
+/// of its own, named for the command `what`; an error reply becomes the
+/// error, with its status and sentence.
+pub fn request_once<T, F>(
     common: &Common,
     what: &str,
-    subject: &str,
-    body: Vec<u8>,
-) -> Result<T> {
+    send: impl FnOnce(async_nats::Client) -> F,
+) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T, sluice_client::Error>>,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let client = common.connect(&format!("sluice {what}")).await?;
-        let msg = tokio::time::timeout(TIMEOUT, client.request(subject.to_string(), body.into()))
+        send(client)
             .await
-            .map_err(|_| anyhow!("no answer on {subject} within {TIMEOUT:?}"))?
-            .map_err(|e| anyhow!("no worker answered on {subject} ({e}); is a worker running?"))?;
-        let is_error = msg
-            .headers
-            .as_ref()
-            .is_some_and(|h| h.get(SERVICE_ERROR_CODE).is_some());
-        if is_error {
-            match decode_reply(&msg.payload) {
-                Ok(Reply::Error(e)) => {
-                    bail!("{} {}: {}", e.code.status(), e.code.word(), e.message)
-                }
-                _ => bail!(
-                    "an error reply that cannot be read: {:?}",
-                    String::from_utf8_lossy(&msg.payload)
-                ),
-            }
-        }
-        decode_admin_reply(&msg.payload).map_err(|e| anyhow!("a reply that cannot be read: {e}"))
+            .map_err(|e| anyhow!("{} {}: {}", e.status(), e.code().word(), e.message()))
     })
 }

@@ -5,14 +5,11 @@
 use crate::common::Common;
 use crate::key_cmd::request_once;
 use anyhow::{anyhow, Result};
+use sluice_client::queries::{self, QUERY_TIMEOUT};
 use sluice_core::config::{format_duration, parse_duration};
-use sluice_core::key::try_encode_key;
-use sluice_core::subject::{Verb, TOP};
+use sluice_core::time::utc_minute;
 use sluice_core::usage::By;
-use sluice_core::wire::usage::{
-    encode_query, Point, TopEntry, TopQuery, TopReply, UsageQuery, UsageReply,
-};
-use sluice_core::wire::Encoding;
+use sluice_core::wire::usage::{Point, TopQuery, TopReply, UsageQuery, UsageReply};
 use textplots::{Chart, Plot, Shape};
 
 #[derive(clap::Args, Debug)]
@@ -61,12 +58,9 @@ pub fn run(common: &Common, args: &UsageArgs) -> Result<()> {
             policy: args.policy.clone(),
             ..Default::default()
         };
-        let reply: TopReply = request_once(
-            common,
-            "usage --top",
-            TOP,
-            encode_query(&query, Encoding::Json),
-        )?;
+        let reply: TopReply = request_once(common, "usage --top", |nats| async move {
+            queries::top(&nats, &query, QUERY_TIMEOUT).await
+        })?;
         if args.json {
             println!("{}", serde_json::to_string(&reply)?);
         } else {
@@ -78,19 +72,15 @@ pub fn run(common: &Common, args: &UsageArgs) -> Result<()> {
         .key
         .as_deref()
         .expect("clap requires a key without --top");
-    let token = try_encode_key(key.as_bytes()).map_err(|e| anyhow!("key {key:?}: {e}"))?;
     let query = UsageQuery {
         policy: args.policy.clone(),
         from_ms: Some(from_ms),
         to_ms: None,
         step: args.step.clone(),
     };
-    let reply: UsageReply = request_once(
-        common,
-        "usage",
-        &Verb::Usage.client_subject(&token),
-        encode_query(&query, Encoding::Json),
-    )?;
+    let reply: UsageReply = request_once(common, "usage", |nats| async move {
+        queries::usage(&nats, key.as_bytes(), &query, QUERY_TIMEOUT).await
+    })?;
     if args.json {
         println!("{}", serde_json::to_string(&reply)?);
     } else {
@@ -107,13 +97,13 @@ fn print_top(reply: &TopReply, since: &str) {
     println!(
         "top {} by {by}, last {since} ({} to {} UTC)",
         reply.keys.len(),
-        utc(reply.from_ms),
-        utc(reply.to_ms)
+        utc_minute(reply.from_ms),
+        utc_minute(reply.to_ms)
     );
     let width = reply
         .keys
         .iter()
-        .map(|k| shown_key(k).chars().count())
+        .map(|k| k.shown_key().chars().count())
         .max()
         .unwrap_or(3)
         .max(3);
@@ -125,7 +115,7 @@ fn print_top(reply: &TopReply, since: &str) {
         println!(
             "{:>4}  {:<width$}  {:<12} {:>12} {:>12}",
             i + 1,
-            shown_key(k),
+            k.shown_key(),
             k.policy,
             k.used,
             k.denied
@@ -133,16 +123,6 @@ fn print_top(reply: &TopReply, since: &str) {
     }
     if reply.keys.is_empty() {
         println!("(nothing counted in the range)");
-    }
-}
-
-/// The key as asked, or its token when the key is not printable text
-/// (bytes that are not UTF-8, control characters).
-fn shown_key(entry: &TopEntry) -> &str {
-    if entry.key_is_printable() {
-        &entry.key
-    } else {
-        &entry.key_token
     }
 }
 
@@ -156,7 +136,7 @@ fn print_series(key: &str, reply: &UsageReply, since: &str) {
         "usage of {key} under {}, last {since} in steps of {} (complete to {} UTC)",
         reply.policy,
         steps.join(" then "),
-        utc(reply.complete_to_ms)
+        utc_minute(reply.complete_to_ms)
     );
     println!("{:<17} {:>12} {:>12}", "from (UTC)", "used", "denied");
     let mut quiet = 0;
@@ -168,7 +148,7 @@ fn print_series(key: &str, reply: &UsageReply, since: &str) {
             quiet += 1;
             continue;
         }
-        println!("{:<17} {:>12} {:>12}", utc(p.t_ms), p.used, p.denied);
+        println!("{:<17} {:>12} {:>12}", utc_minute(p.t_ms), p.used, p.denied);
     }
     println!("{:<17} {:>12} {:>12}", "total", used, denied);
     if quiet > 0 {
@@ -204,20 +184,5 @@ fn chart(points: &[Point], now_ms: u64) {
     if points.iter().any(|p| p.denied > 0) {
         let mut chart = Chart::new(120, 40, xmin, xmax.max(xmin + 1.0));
         chart.lineplot(&Shape::Steps(&denied)).display();
-    }
-}
-
-/// `2026-11-25 04:12` for ms since the epoch.
-fn utc(ms: u64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp((ms / 1_000) as i64) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute()
-        ),
-        Err(_) => format!("{ms} ms"),
     }
 }

@@ -1,8 +1,9 @@
 //! The small commands: `check`, `status`, `nats-config`, and `--help` on
 //! every command, run as a user would run them.
 
-use sluice_tests::{serial, Stack};
+use sluice_tests::{eventually, serial, Stack, TICK};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 /// The binary under test.
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -80,14 +81,21 @@ async fn check_status_and_nats_config_work_against_a_running_stack() {
     );
 
     // Transparent huge pages are off only while a worker takes partitions
-    // over (worker_cmd.rs says why): every partition answers, so back on.
+    // over (worker_cmd.rs says why): every partition answers, so back on
+    // once the takeover's bookkeeping is done (`sluice status` no longer
+    // waits half a second, so it can ask before that: awaited, not assumed).
     for id in stack.worker_ids() {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", stack.worker_pid(&id))).unwrap();
-        assert!(
-            status.lines().any(|l| l == "THP_enabled:\t1"),
-            "worker {id}: {status}"
-        );
+        let path = format!("/proc/{}/status", stack.worker_pid(&id));
+        eventually(Duration::from_secs(10), TICK, || async {
+            let status = std::fs::read_to_string(&path)?;
+            anyhow::ensure!(
+                status.lines().any(|l| l == "THP_enabled:\t1"),
+                "worker {id}: {status}"
+            );
+            Ok(())
+        })
+        .await
+        .unwrap();
     }
 
     stack.stop_workers();

@@ -12,6 +12,7 @@ use crate::inner::{request_body, Inner};
 use crate::options::ClientOptions;
 use crate::outcome::decode_single;
 use crate::probe;
+use crate::queries::{self, QUERY_TIMEOUT};
 use crate::stats::ClientStats;
 use async_nats::connection::State;
 use sluice_core::ask::Op;
@@ -19,14 +20,14 @@ use sluice_core::key::try_encode_key;
 use sluice_core::partition::partition_of;
 use sluice_core::policies::Policies;
 use sluice_core::policy::DEFAULT_POLICY;
-use sluice_core::subject::{Verb, TOP};
+use sluice_core::subject::Verb;
 use sluice_core::wire::batch::Budget;
-use sluice_core::wire::usage::{encode_query, TopQuery, TopReply, UsageQuery, UsageReply};
-use sluice_core::wire::{self, Encoding, Reply, MAX_COST};
+use sluice_core::wire::usage::{TopQuery, TopReply, UsageQuery, UsageReply};
+use sluice_core::wire::{self, Reply, MAX_COST};
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A sluice client over one NATS connection. Cheap to clone; all clones
 /// share the connection, the deny cache, the batch queues and the local
@@ -240,42 +241,13 @@ impl Client {
         key: impl AsRef<[u8]>,
         query: &UsageQuery,
     ) -> Result<UsageReply, Error> {
-        let token = try_encode_key(key.as_ref()).map_err(|e| Error::BadRequest(e.to_string()))?;
-        let subject = Verb::Usage.client_subject(&token);
-        let msg = self
-            .query(&subject, encode_query(query, Encoding::Json))
-            .await?;
-        wire::inspect::decode_admin_reply(&msg.payload).map_err(|e| unreadable(&subject, e))
+        queries::usage(&self.inner.nats, key.as_ref(), query, QUERY_TIMEOUT).await
     }
 
     /// The keys that used (or were denied) the most in a range
     /// (CONTRACT §9, `rl.top`).
     pub async fn top(&self, query: &TopQuery) -> Result<TopReply, Error> {
-        let msg = self.query(TOP, encode_query(query, Encoding::Json)).await?;
-        wire::inspect::decode_admin_reply(&msg.payload).map_err(|e| unreadable(TOP, e))
-    }
-
-    /// One operator request; an error reply is the error.
-    async fn query(&self, subject: &str, body: Vec<u8>) -> Result<async_nats::Message, Error> {
-        let request = async_nats::Request::new()
-            .payload(body.into())
-            .timeout(Some(QUERY_TIMEOUT));
-        let msg = self
-            .inner
-            .nats
-            .send_request(subject.to_string(), request)
-            .await
-            .map_err(|e| Error::Unavailable(format!("no answer on {subject}: {e}")))?;
-        if msg
-            .headers
-            .as_ref()
-            .is_some_and(|h| h.get(wire::SERVICE_ERROR_CODE).is_some())
-        {
-            if let Ok(Reply::Error(e)) = wire::decode_reply(&msg.payload) {
-                return Err(e.into());
-            }
-        }
-        Ok(msg)
+        queries::top(&self.inner.nats, query, QUERY_TIMEOUT).await
     }
 
     /// Counters of what this client (and its clones) did.
@@ -316,13 +288,6 @@ impl fmt::Debug for Client {
 }
 
 /// Checks what can be checked before sending; returns the key token.
-fn unreadable(subject: &str, e: String) -> Error {
-    Error::Unavailable(format!("a reply on {subject} that cannot be read: {e}"))
-}
-
-/// How long a usage or top query may take (a top query asks every worker).
-const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
-
 fn prepare(key: &[u8], policy: &str, cost: u64) -> Result<String, Error> {
     let token = try_encode_key(key).map_err(|e| Error::BadRequest(e.to_string()))?;
     if !wire::is_valid_policy_name(policy) {

@@ -27,6 +27,8 @@
 //! - `local.rs`: the `local` fallback, the workers' algorithms in-process.
 //! - [`Answer`] / [`Source`] (`answer.rs`): the decision, its RateLimit
 //!   headers, and who made it (worker, deny cache, fallback).
+//! - [`queries`]: operator requests (inspect, reset, usage, top), one
+//!   round trip each, for the client and the CLI alike.
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //!
 //! ```no_run
@@ -62,6 +64,7 @@ mod options;
 mod outcome;
 pub mod policy_follow;
 mod probe;
+pub mod queries;
 mod stats;
 
 pub use answer::{Answer, Source};

@@ -1,6 +1,7 @@
 //! `--api-token` (CONTRACT §10): `/v1/*` answers only requests that carry
 //! `Authorization: Bearer <token>`, and the Envoy rate limit service only
-//! calls with the same `authorization` metadata; `/healthz` and `/metrics`
+//! calls with the same `authorization` metadata (the dashboard asks for it
+//! once, on its login page: `ui/gate.rs`); `/healthz` and `/metrics`
 //! stay open (a load balancer and Prometheus need them), and so does proxy
 //! mode, whose callers are the upstream's own users.
 //!
@@ -35,6 +36,11 @@ impl ApiToken {
         else {
             return false;
         };
+        self.is(given)
+    }
+
+    /// Whether `given` is this token (the dashboard's login form).
+    pub(crate) fn is(&self, given: &[u8]) -> bool {
         given.ct_eq(self.0.as_bytes()).into()
     }
 }

@@ -21,6 +21,9 @@
 //!   (CONTRACT §11), deciding through the same client as `/v1/allow`.
 //! - `respond.rs`: decision and error responses, one set of headers
 //!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
+//! - `ui/`: the dashboard at `/ui` (CONTRACT §15; `--no-ui` turns it off):
+//!   HTML pages and SVG charts rendered here, no script; its own tour is
+//!   in `ui/mod.rs`.
 //! - `metrics.rs`: `/metrics`.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
@@ -44,6 +47,7 @@ mod metrics;
 mod options;
 mod proxy;
 mod respond;
+mod ui;
 mod usage;
 
 pub use api_token::ApiToken;
@@ -76,8 +80,29 @@ struct App {
     proxy_policy: String,
     /// `[envoy]`, for the Envoy rate limit service.
     envoy: Option<sluice_core::config::EnvoyConfig>,
-    /// `--api-token`: what `/v1/*` and the Envoy service require.
+    /// `--api-token`: what `/v1/*`, the Envoy service and the dashboard require.
     api_token: Option<ApiToken>,
+    /// The dashboard's state; `None` with `--no-ui`.
+    ui: Option<UiState>,
+}
+
+/// What the dashboard keeps beside the client.
+struct UiState {
+    secrets: ui::Secrets,
+    access: Arc<ui::AdminAccess>,
+    /// The config's partitions (the status page) and usage tiers (the
+    /// steps the usage page offers).
+    partitions: u32,
+    usage: sluice_core::usage::UsageConfig,
+}
+
+impl App {
+    /// The dashboard's state; its routes exist only when it is on.
+    fn ui(&self) -> &UiState {
+        self.ui
+            .as_ref()
+            .expect("the dashboard's routes exist only with the dashboard on")
+    }
 }
 
 /// Binds `opts.listen` (and `opts.grpc_listen`) and serves until
@@ -136,6 +161,19 @@ pub async fn serve(
     let client = Client::connect_with(&opts.nats_url, client_opts)
         .await
         .context("the gateway cannot start")?;
+    let ui = if opts.ui {
+        Some(UiState {
+            secrets: ui::Secrets::new(tls.is_some())?,
+            access: Arc::default(),
+            partitions: opts.config.partitions,
+            usage: opts.config.usage.clone(),
+        })
+    } else {
+        None
+    };
+    let probe = ui
+        .as_ref()
+        .map(|ui| tokio::spawn(ui.access.clone().follow(client.nats().clone())));
     let app = Arc::new(App {
         client: client.clone(),
         metrics: metrics::Metrics::default(),
@@ -144,13 +182,19 @@ pub async fn serve(
         proxy_policy: opts.proxy_policy.clone(),
         envoy: opts.config.envoy.clone(),
         api_token: opts.api_token.clone(),
+        ui,
     });
     let addr = listener.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(
-        "gateway listening on {scheme}://{addr}, NATS {}, fallback {}, {}",
+        "gateway listening on {scheme}://{addr}, NATS {}, fallback {}, dashboard {}, {}",
         opts.nats_url,
         opts.config.fallback,
+        if opts.ui {
+            format!("{scheme}://{addr}{}", ui::PREFIX)
+        } else {
+            "off".into()
+        },
         match &opts.upstream {
             Some(u) => format!(
                 "proxying other paths to {u} (key header {})",
@@ -213,6 +257,9 @@ pub async fn serve(
     };
     // Whatever ended the HTTP server ends the gRPC one too.
     let _ = stop_tx.send(true);
+    if let Some(probe) = probe {
+        probe.abort();
+    }
     if let Some(grpc) = grpc {
         grpc.await
             .context("the gRPC server panicked")?
@@ -257,8 +304,11 @@ fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
             api_token::require,
         ));
     }
-    Router::new()
-        .merge(v1)
+    let mut router = Router::new().merge(v1);
+    if app.ui.is_some() {
+        router = router.merge(ui::router(app.clone()));
+    }
+    router
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(proxy::proxy)

@@ -52,6 +52,10 @@ pub struct GatewayOptions {
     /// `/healthz`, `/metrics`, proxy mode) and the gRPC listener TLS, with
     /// this certificate and key (CONTRACT §10). Default none: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Serve the dashboard at `/ui` (CONTRACT §15). Default true; `sluice
+    /// gateway --no-ui` turns it off. With `api_token`, its pages need the
+    /// token too (a login page asks for it once).
+    pub ui: bool,
 }
 
 impl GatewayOptions {
@@ -69,6 +73,7 @@ impl GatewayOptions {
             batching: true,
             api_token: None,
             tls: None,
+            ui: true,
         }
     }
 }

@@ -40,6 +40,8 @@
 //! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`service`]: `$SRV` discovery and the status endpoint.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
+//! - [`fleet`]: the fleet as NATS sees it (`sluice status`, the gateway's
+//!   dashboard): owners, snapshot ages, every worker's status.
 //! - [`blocking`]: CPU-heavy jobs off the answering thread.
 //! - [`answering`]: what the tasks that answer share (shards, worker
 //!   batches, usage queries).
@@ -48,6 +50,7 @@ pub mod answering;
 pub mod blocking;
 pub mod counters;
 pub mod decide;
+pub mod fleet;
 pub mod group_commit;
 pub mod journal;
 pub mod kept;

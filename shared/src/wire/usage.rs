@@ -164,6 +164,16 @@ impl TopEntry {
             .chars()
             .any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER)
     }
+
+    /// What to show people: the key as asked, or its token when the key is
+    /// not printable text (bytes that are not UTF-8, control characters).
+    pub fn shown_key(&self) -> &str {
+        if self.key_is_printable() {
+            &self.key
+        } else {
+            &self.key_token
+        }
+    }
 }
 
 /// The key a token stands for, as text (lossy for bytes that are not

@@ -1,0 +1,178 @@
+//! The dashboard's action and its permissions (CONTRACT §15, §8, §10),
+//! against a nats-server that enforces sluice's roles: a key's reset is
+//! offered only by a gateway whose NATS credentials may reset (the `admin`
+//! role, not `client`), needs the page's CSRF field, a same-site request
+//! and a confirmation, and then resets exactly as `sluice reset` does.
+//! `--no-ui` leaves no dashboard. What a browser sees (the chart's points,
+//! the top list's order, escaping, the token gate, the CSP) is checked by
+//! a real headless browser: tests/ui/test_dashboard.py.
+
+mod common;
+
+use common::gateway::{config, http, Gateway};
+use common::SLUICE;
+use sluice_core::config::Fallback;
+use sluice_core::nats_config::Role;
+use sluice_gateway::GatewayOptions;
+use sluice_tests::{ask, eventually, serial, test_password, Stack, TestConfig, TICK};
+use std::time::Duration;
+
+/// The test config's `tenper` policy (10 per 5 min): what the test counts
+/// stays counted while it runs.
+const TENPER: &[u8] = br#"{"policy":"tenper"}"#;
+const TENPER_PEEK: &[u8] = br#"{"policy":"tenper","cost":0}"#;
+
+/// A gateway of the secured stack, connected to NATS as `role`.
+async fn gateway_as(stack: &Stack, role: Role) -> Gateway {
+    let mut opts = GatewayOptions::new(stack.nats.url(), config(Fallback::Closed));
+    opts.nats_auth = sluice_client::NatsAuth {
+        user: Some(role.name().into()),
+        password: Some(test_password(role)),
+        ..Default::default()
+    };
+    Gateway::start_with(opts).await
+}
+
+/// The body of a page, once `ready` holds of it (the permission probe
+/// answers within a second or two of the gateway's start).
+async fn page_when(gw: &Gateway, path: &str, ready: impl Fn(&str) -> bool) -> String {
+    let url = gw.url(path);
+    eventually(Duration::from_secs(15), TICK, || async {
+        let body = http().get(&url).send().await?.text().await?;
+        anyhow::ensure!(ready(&body), "not yet: {body}");
+        Ok(body)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{path}: {e:#}"))
+}
+
+/// The value of the hidden field `name` in `page`.
+fn field<'a>(page: &'a str, name: &str) -> &'a str {
+    let at = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&at)
+        .unwrap_or_else(|| panic!("no {name} field in {page}"))
+        + at.len();
+    &page[start..start + page[start..].find('"').unwrap()]
+}
+
+async fn post_reset(gw: &Gateway, form: &str, origin: Option<&str>) -> (u16, String) {
+    let mut req = http()
+        .post(gw.url("/ui/key/reset"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form.to_string());
+    if let Some(origin) = origin {
+        req = req.header("origin", origin);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reset_is_offered_only_with_credentials_that_allow_it_and_needs_csrf_and_a_confirmation(
+) {
+    let _serial = serial().await;
+    let stack = Stack::start_secured(SLUICE, &TestConfig::new().toml(), 1).await;
+    let admin = stack
+        .nats
+        .connect_as("admin", &test_password(Role::Admin))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert!(ask(&admin, "ui-key", TENPER).await.unwrap().allowed);
+    }
+
+    // The client role may not inspect or reset: the page says so at once
+    // and offers no reset.
+    let client_gw = gateway_as(&stack, Role::Client).await;
+    let page = page_when(&client_gw, "/ui/key?key=ui-key", |b| {
+        b.contains("Cannot inspect keys")
+    })
+    .await;
+    assert!(page.contains("admin role"), "{page}");
+    assert!(
+        !page.contains("class=\"reset\""),
+        "no reset offered: {page}"
+    );
+
+    // The admin role may: the state and the button.
+    let gw = gateway_as(&stack, Role::Admin).await;
+    let page = page_when(&gw, "/ui/key?key=ui-key", |b| b.contains("class=\"reset\"")).await;
+    assert!(
+        page.contains("data-used=\"3\" data-remaining=\"7\""),
+        "{page}"
+    );
+    let csrf = field(&page, "csrf").to_string();
+    let remaining = || async { ask(&admin, "ui-key", TENPER_PEEK).await.unwrap().remaining };
+
+    // Without the page's CSRF field, or from another site: refused.
+    let (status, body) = post_reset(&gw, "key=ui-key&policy=&csrf=forged&confirm=yes", None).await;
+    assert_eq!(status, 403, "{body}");
+    let form = format!("key=ui-key&policy=&csrf={csrf}&confirm=yes");
+    let (status, body) = post_reset(&gw, &form, Some("http://evil.example")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(remaining().await, 7, "a refused reset resets nothing");
+
+    // The first POST asks for a confirmation and resets nothing.
+    let (status, body) = post_reset(&gw, &format!("key=ui-key&policy=&csrf={csrf}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("Yes, reset") && field(&body, "confirm") == "yes",
+        "{body}"
+    );
+    assert_eq!(remaining().await, 7);
+
+    // Confirmed, from the gateway's own origin: reset.
+    let origin = format!("http://{}", gw.addr);
+    let (status, body) = post_reset(&gw, &form, Some(&origin)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("reset under tenper"), "{body}");
+    assert_eq!(remaining().await, 10, "the key's limit is whole again");
+
+    // The client role's gateway refuses the action outright.
+    let client_page = page_when(&client_gw, "/ui/key?key=ui-key", |b| {
+        b.contains("Cannot inspect")
+    })
+    .await;
+    assert!(!client_page.contains("name=\"csrf\""));
+    let own = field(&page, "csrf");
+    let (status, _) = post_reset(
+        &client_gw,
+        &format!("key=ui-key&csrf={own}&confirm=yes"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        status, 403,
+        "another gateway's CSRF field is not this one's"
+    );
+
+    client_gw.stop().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_ui_there_is_no_dashboard() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    let mut opts = GatewayOptions::new(stack.nats.url(), config(Fallback::Closed));
+    opts.ui = false;
+    let gw = Gateway::start_with(opts).await;
+    for path in ["/ui", "/ui/top", "/ui/assets/style.css"] {
+        let resp = http().get(gw.url(path)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 404, "{path}");
+    }
+    let on = Gateway::start_with(GatewayOptions::new(
+        stack.nats.url(),
+        config(Fallback::Closed),
+    ))
+    .await;
+    let resp = http()
+        .get(on.url("/ui/assets/style.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    gw.stop().await;
+    on.stop().await;
+}

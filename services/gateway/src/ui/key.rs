@@ -1,0 +1,176 @@
+//! `GET /ui/key?key=K&policy=P`: a key's live state (CONTRACT §8,
+//! `rl.inspect.<key>`, as `sluice inspect` asks it): per policy with state,
+//! each limit's max, window, used, remaining and time to reset, and any
+//! override in force.
+//!
+//! `POST /ui/key/reset`: forgets the key's counters (`rl.reset.<key>`, as
+//! `sluice reset`), with the gateway's NATS credentials, so exactly what
+//! they allow. The button shows only when they allow it (`access.rs`); the
+//! first `POST` asks for a confirmation, a second one with `confirm=yes`
+//! resets; both carry the CSRF field (`gate.rs`).
+
+use super::access::Access;
+use super::form::{href, policy_select};
+use super::gate::check_post;
+use super::page::{error_note, frame, ok, with_status};
+use super::paths;
+use crate::App;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Form;
+use maud::{html, Markup};
+use serde::Deserialize;
+use sluice_client::queries;
+use sluice_core::config::format_duration;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long an inspect or reset may take: one key's owner answers in
+/// milliseconds; longer means it cannot answer (or the request was dropped
+/// before the credentials were probed).
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
+const DENIED: &str = "This gateway's NATS credentials may not publish there: inspect and reset need the admin role of `sluice nats-config --auth` (CONTRACT §10).";
+
+#[derive(Deserialize, Default)]
+pub(crate) struct KeyForm {
+    key: Option<String>,
+    policy: Option<String>,
+}
+
+pub(crate) async fn page(State(app): State<Arc<App>>, Query(q): Query<KeyForm>) -> Response {
+    let key = q.key.as_deref().unwrap_or("");
+    let policy = q.policy.as_deref().filter(|p| !p.is_empty());
+    let form = html! {
+        form.query method="get" action=(paths::KEY) {
+            label { "key " input type="text" name="key" value=(key) required; }
+            (policy_select(&app, policy, Some("every policy")))
+            button type="submit" { "Inspect" }
+        }
+    };
+    let state = if key.is_empty() {
+        html! { p.hint { "Name a key to see its counters as they stand now." } }
+    } else {
+        state(&app, key, policy).await
+    };
+    ok(frame(&app, paths::KEY, "Key", html! { (form) (state) }))
+}
+
+async fn state(app: &App, key: &str, policy: Option<&str>) -> Markup {
+    let access = &app.ui().access;
+    if access.inspect() == Access::Denied {
+        return html! { p.error.denied { "Cannot inspect keys. " (DENIED) } };
+    }
+    let reply =
+        match queries::inspect(app.client.nats(), key.as_bytes(), policy, ADMIN_TIMEOUT).await {
+            Ok(r) => r,
+            Err(e) => return error_note("cannot inspect the key", &e),
+        };
+    let ms = |v: u64| format_duration(Duration::from_millis(v));
+    html! {
+        nav.zoom {
+            a href=(href(paths::USAGE, &[("key", key), ("policy", policy.unwrap_or(""))])) { "usage history" }
+        }
+        @if reply.policies.is_empty() {
+            p.hint.whole { (key) ": no state (every limit is whole)." }
+        }
+        @for p in &reply.policies {
+            section.policy-state data-policy=(p.policy) {
+                h2 {
+                    (p.policy) " (" (p.algorithm) ")"
+                    @if let Some(o) = &p.overridden {
+                        " " span.override { @if o.blocked { "blocked by an override" } @else { "limits from an override" } }
+                    }
+                }
+                table {
+                    thead { tr { th.num { "max" } th.num { "per" } th.num { "used" } th.num { "remaining" } th.num { "whole again in" } } }
+                    tbody {
+                        @for l in &p.limits {
+                            tr data-used=(l.used) data-remaining=(l.remaining) {
+                                td.num { (l.max) } td.num { (ms(l.per_ms)) } td.num { (l.used) }
+                                td.num { (l.remaining) } td.num { (format!("{:.1} s", l.reset_ms as f64 / 1000.0)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if access.reset() == Access::Allowed {
+            (reset_form(app, key, policy, false))
+        }
+    }
+}
+
+/// The reset button; `confirm`: the second step's.
+fn reset_form(app: &App, key: &str, policy: Option<&str>, confirm: bool) -> Markup {
+    html! {
+        form.reset method="post" action=(paths::RESET) {
+            input type="hidden" name="key" value=(key);
+            input type="hidden" name="policy" value=(policy.unwrap_or(""));
+            input type="hidden" name="csrf" value=(app.ui().secrets.csrf());
+            @if confirm {
+                input type="hidden" name="confirm" value="yes";
+                button.danger type="submit" { "Yes, reset" }
+                " "
+                a href=(href(paths::KEY, &[("key", key), ("policy", policy.unwrap_or(""))])) { "Cancel" }
+            } @else {
+                button type="submit" { "Reset…" }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ResetForm {
+    key: String,
+    #[serde(default)]
+    policy: String,
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    confirm: String,
+}
+
+/// `POST /ui/key/reset`.
+pub(crate) async fn reset(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Form(form): Form<ResetForm>,
+) -> Response {
+    if let Err(refused) = check_post(&app, &headers, &form.csrf) {
+        return refused.into_response();
+    }
+    let key = form.key.as_str();
+    let policy = Some(form.policy.as_str()).filter(|p| !p.is_empty());
+    let under = policy.map_or("every policy".to_string(), |p| format!("policy {p}"));
+    if app.ui().access.reset() == Access::Denied {
+        let body = html! { p.error.denied { "Cannot reset keys. " (DENIED) } };
+        return with_status(
+            StatusCode::FORBIDDEN,
+            frame(&app, paths::KEY, "Reset", body),
+        );
+    }
+    if form.confirm != "yes" {
+        let body = html! {
+            p.confirm {
+                "Reset " strong { (key) } " under " (under)
+                "? Its counters are forgotten: its next asks start from full limits. This cannot be undone."
+            }
+            (reset_form(&app, key, policy, true))
+        };
+        return ok(frame(&app, paths::KEY, "Reset a key", body));
+    }
+    let body = match queries::reset(app.client.nats(), key.as_bytes(), policy, ADMIN_TIMEOUT).await
+    {
+        Ok(reply) if reply.reset.is_empty() => {
+            html! { p.done { (key) ": nothing to reset under " (under) "." } }
+        }
+        Ok(reply) => html! { p.done { (key) ": reset under " (reply.reset.join(", ")) "." } },
+        Err(e) => error_note("cannot reset the key", &e),
+    };
+    let back = html! {
+        (body)
+        p { a href=(href(paths::KEY, &[("key", key), ("policy", policy.unwrap_or(""))])) { "Back to the key" } }
+    };
+    ok(frame(&app, paths::KEY, "Reset a key", back))
+}

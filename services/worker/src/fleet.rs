@@ -1,0 +1,162 @@
+//! What `sluice status` and the gateway's dashboard show of the fleet:
+//! partitions, their owners, snapshot ages, worker health ([`collect`]).
+//!
+//! Everything comes from NATS: the lease bucket says who owns what and
+//! which workers are alive (their heartbeats), the snapshot manifests say
+//! how old each partition's snapshot is, and each worker's status endpoint
+//! (found with `$SRV.PING`) gives its counts. Reads run concurrently and
+//! the wait for workers ends as soon as every worker with a heartbeat has
+//! answered, so a page that shows this answers in milliseconds, not after
+//! the whole `wait`.
+
+use crate::service::WorkerStatus;
+use crate::snapshot::{read_manifest, Manifest};
+use anyhow::{Context as _, Result};
+use async_nats::jetstream;
+use futures::StreamExt;
+use serde::Serialize;
+use sluice_core::storage::{partition_key, LeaseKey, LEASE_BUCKET, SNAPSHOT_BUCKET};
+use sluice_core::subject::{status_ping, status_stats};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The fleet as NATS sees it.
+#[derive(Serialize, Debug)]
+pub struct Status {
+    pub partitions: Vec<PartitionRow>,
+    pub workers: Vec<WorkerStatus>,
+    pub unowned: Vec<u32>,
+}
+
+/// One partition: its owner, its snapshot, the decisions its owner made.
+#[derive(Serialize, Debug)]
+pub struct PartitionRow {
+    pub partition: u32,
+    pub owner: Option<String>,
+    pub snapshot_age_ms: Option<u64>,
+    pub snapshot_keys: Option<u64>,
+    pub decisions: Option<u64>,
+}
+
+/// Reads the fleet's status for `partitions` partitions, waiting at most
+/// `wait` for the workers' own reports.
+pub async fn collect(
+    client: &async_nats::Client,
+    partitions: u32,
+    wait: Duration,
+) -> Result<Status> {
+    let js = jetstream::new(client.clone());
+    let leases = js
+        .get_key_value(LEASE_BUCKET)
+        .await
+        .context("no lease bucket: has a worker ever run against this NATS?")?;
+    let snapshots = js.get_key_value(SNAPSHOT_BUCKET).await.ok();
+    let alive = heartbeats(&leases).await?;
+    let workers = worker_statuses(client, alive, wait).await?;
+    let decisions: BTreeMap<u32, u64> = workers
+        .iter()
+        .flat_map(|w| w.partitions.iter().map(|p| (p.partition, p.decisions)))
+        .collect();
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
+    let rows = futures::future::try_join_all((0..partitions).map(|p| {
+        let (leases, snapshots) = (&leases, &snapshots);
+        async move {
+            let owner = leases.get(partition_key(p)).await?.map(|v| {
+                sluice_core::format::holder_of(&v).unwrap_or_else(|e| format!("(unreadable: {e})"))
+            });
+            let manifest: Option<Manifest> = match snapshots {
+                Some(kv) => read_manifest(kv, p).await?.0,
+                None => None,
+            };
+            anyhow::Ok(PartitionRow {
+                partition: p,
+                owner,
+                snapshot_age_ms: manifest
+                    .as_ref()
+                    .filter(|m| m.taken_at_ms > 0)
+                    .map(|m| now_ms.saturating_sub(m.taken_at_ms)),
+                snapshot_keys: manifest.map(|m| m.entries),
+                decisions: None,
+            })
+        }
+    }))
+    .await?;
+    let rows: Vec<PartitionRow> = rows
+        .into_iter()
+        .map(|r| PartitionRow {
+            decisions: decisions.get(&r.partition).copied(),
+            ..r
+        })
+        .collect();
+    let unowned = rows
+        .iter()
+        .filter(|r| r.owner.is_none())
+        .map(|r| r.partition)
+        .collect();
+    Ok(Status {
+        partitions: rows,
+        workers,
+        unowned,
+    })
+}
+
+/// How many workers have a live heartbeat in the lease bucket.
+async fn heartbeats(leases: &jetstream::kv::Store) -> Result<usize> {
+    let mut keys = leases
+        .keys()
+        .await
+        .context("cannot list the lease bucket")?;
+    let mut alive = 0;
+    while let Some(key) = keys.next().await {
+        if matches!(LeaseKey::parse(&key?), Some(LeaseKey::Worker(_))) {
+            alive += 1;
+        }
+    }
+    Ok(alive)
+}
+
+/// Finds workers with `$SRV.PING.sluice-worker` (until `expected` have
+/// answered, or `wait` is over) and asks each for its status.
+async fn worker_statuses(
+    client: &async_nats::Client,
+    expected: usize,
+    wait: Duration,
+) -> Result<Vec<WorkerStatus>> {
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await?;
+    client
+        .publish_with_reply(status_ping(), inbox, "".into())
+        .await?;
+    client.flush().await?;
+    let mut ids = Vec::new();
+    let deadline = tokio::time::sleep(wait);
+    tokio::pin!(deadline);
+    while expected == 0 || ids.len() < expected {
+        tokio::select! {
+            _ = &mut deadline => break,
+            Some(msg) = replies.next() => {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&msg.payload) {
+                    if let Some(id) = v["id"].as_str() {
+                        ids.push(id.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let asks = ids.iter().map(|id| async move {
+        let info = tokio::time::timeout(wait, client.request(status_stats(id), "".into()))
+            .await
+            .ok()?
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&info.payload).unwrap_or_default();
+        let data = v["endpoints"].get(0).and_then(|e| e.get("data"))?;
+        serde_json::from_value::<WorkerStatus>(data.clone()).ok()
+    });
+    let mut statuses: Vec<WorkerStatus> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    statuses.sort_by(|a, b| a.worker.cmp(&b.worker));
+    Ok(statuses)
+}
