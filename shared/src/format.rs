@@ -28,10 +28,14 @@ pub const SNAPSHOT: u32 = 2;
 
 /// The newest journal message format this release reads. Format 3 messages
 /// hold records with fields past a count's five (resets, denials, slices,
-/// slices given back); messages of counts only are still written as 2, so
+/// slices given back), format 4 ones records of holds too; messages of
+/// counts only are still written as 2, and those without holds as 3, so
 /// that a worker of an earlier release reads them during a rolling upgrade
 /// and refuses only what it would misread.
-pub const JOURNAL: u32 = 3;
+pub const JOURNAL: u32 = 4;
+
+/// The format of a journal message with records past counts but no hold's.
+pub const JOURNAL_SLICES: u32 = 3;
 
 /// The format of a journal message whose records are all counts.
 pub const JOURNAL_COUNTS: u32 = 2;
@@ -190,11 +194,11 @@ mod tests {
         assert_eq!(of_header(None), 1);
         assert_eq!(of_header(Some("2")), 2);
         assert_eq!(of_header(Some("v9")), u64::MAX);
-        assert!(check(JOURNAL, || "x".into(), of_header(Some("3"))).is_ok());
-        let newer = check(JOURNAL, || "x".into(), of_header(Some("4"))).unwrap_err();
+        assert!(check(JOURNAL, || "x".into(), of_header(Some("4"))).is_ok());
+        let newer = check(JOURNAL, || "x".into(), of_header(Some("5"))).unwrap_err();
         assert!(newer
             .to_string()
-            .contains("format v4, newer than this sluice reads (v3)"));
+            .contains("format v5, newer than this sluice reads (v4)"));
         // Each kind has its own newest: a lease value of 3 is refused.
         assert!(check(HOLDER, || "x".into(), 3).is_err());
     }

@@ -475,9 +475,17 @@ impl Outstanding {
         }
     }
 
-    /// A settle or end that a journal replays: the hold is gone.
-    pub fn replayed_end(&mut self, key: &str, id: HoldId) {
-        self.remove_hold(key, id);
+    /// A settle or end that a journal replays: the hold is gone. Whether
+    /// it was here (then what it gave back was not in the counters yet).
+    pub fn replayed_end(&mut self, key: &str, id: HoldId) -> bool {
+        self.remove_hold(key, id).is_some()
+    }
+
+    /// Whether `key` keeps the hold `id`, live or not yet ended.
+    pub fn has_hold(&self, key: &str, id: HoldId) -> bool {
+        self.holds
+            .get(key)
+            .is_some_and(|hs| hs.iter().any(|h| h.id == id))
     }
 
     /// An extend that a journal replays.

@@ -304,6 +304,9 @@ fn write_the_format_1_fixture() {
         s: false,
         g: 0,
         u: 0,
+        h: None,
+        e: 0,
+        x: 0,
     };
     let records = vec![
         record(&keys[0].0, 1, 10, false),

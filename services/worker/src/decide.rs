@@ -644,6 +644,9 @@ impl Decider {
         if record.d {
             return false;
         }
+        if record.h.is_some() {
+            return self.replay_hold(policy, record, counters);
+        }
         ask::with_counter_key(&record.p, &record.k, |buf| {
             if record.r {
                 counters.forget(buf);

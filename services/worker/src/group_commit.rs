@@ -320,6 +320,9 @@ mod tests {
             s: false,
             g: 0,
             u: 0,
+            h: None,
+            e: 0,
+            x: 0,
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),

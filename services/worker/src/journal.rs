@@ -57,8 +57,10 @@ fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
 pub fn format_of(records: &[Record]) -> u32 {
     if records.iter().all(Record::is_count) {
         format::JOURNAL_COUNTS
-    } else {
+    } else if records.iter().any(Record::is_hold) {
         format::JOURNAL
+    } else {
+        format::JOURNAL_SLICES
     }
 }
 
@@ -449,6 +451,9 @@ mod tests {
             s: false,
             g: 0,
             u: 0,
+            h: None,
+            e: 0,
+            x: 0,
         }
     }
 
@@ -510,6 +515,9 @@ mod tests {
                 s: false,
                 g: 0,
                 u: 0,
+                h: None,
+                e: 0,
+                x: 0,
             },
             Record {
                 n: 63,
@@ -522,6 +530,9 @@ mod tests {
                 s: false,
                 g: 0,
                 u: 0,
+                h: None,
+                e: 0,
+                x: 0,
             },
             // A denial, journaled for its usage.
             Record {
@@ -535,6 +546,9 @@ mod tests {
                 s: false,
                 g: 0,
                 u: 0,
+                h: None,
+                e: 0,
+                x: 0,
             },
         ];
         let encoded = encode(&records).unwrap();

@@ -11,11 +11,12 @@
 //! [`crate::outbox::Outbox::recording`]): it is the one place that knows
 //! the durability mode.
 
-use crate::journal::record::Record;
+use crate::journal::record::{Record, RELEASE, SLOT};
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;
 use sluice_core::budget::Refund;
+use sluice_core::holds::{End, Hold};
 use sluice_core::policy::Decision;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
@@ -149,13 +150,44 @@ impl Tally {
         }
     }
 
-    /// A hold of `units` was kept: counted like a slice (journaled so),
-    /// its usage to come when it is settled or ends.
-    pub fn held(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
+    /// `hold` was kept: counted like a slice (journaled so, with the
+    /// hold), its usage to come when it is settled or ends.
+    pub fn held(&mut self, policy: &str, token: &str, hold: &Hold) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, units, now);
+            let mut record = hold_record(self.partition, policy, token, hold, hold.taken_at);
+            record.c = hold.units;
             record.s = true;
+            self.records.push(record);
+        }
+    }
+
+    /// `hold` ended (settled, or at its end): `back` is what went back and
+    /// what was spent, journaled as a slice's give-back with the hold.
+    pub fn hold_ended(
+        &mut self,
+        policy: &str,
+        token: &str,
+        hold: &Hold,
+        back: &Refund,
+        now: Nanos,
+    ) {
+        self.changes += 1;
+        self.returned_units += back.units;
+        if self.recording == Recording::Records {
+            let mut record = hold_record(self.partition, policy, token, hold, now);
+            record.c = back.units;
+            record.g = hold.taken_at.as_u64().max(1);
+            record.u = back.spent;
+            self.records.push(record);
+        }
+    }
+
+    /// `hold`'s end moved (to `hold.ends_at`).
+    pub fn hold_extended(&mut self, policy: &str, token: &str, hold: &Hold, now: Nanos) {
+        self.changes += 1;
+        if self.recording == Recording::Records {
+            let record = hold_record(self.partition, policy, token, hold, now);
             self.records.push(record);
         }
     }
@@ -350,6 +382,16 @@ impl PolicyMeters {
     pub fn index_of(&self, policy: &str) -> Option<usize> {
         self.index.get(policy).copied()
     }
+}
+
+/// A record of `hold` at `now`, its counts left for the caller.
+fn hold_record(partition: u32, policy: &str, token: &str, hold: &Hold, now: Nanos) -> Record {
+    let mut record = Record::new(partition, policy, token, 0, now);
+    record.h = Some(hold.id.to_string());
+    record.e = hold.ends_at.as_u64();
+    record.x =
+        if hold.end == End::Release { RELEASE } else { 0 } | if hold.slot { SLOT } else { 0 };
+    record
 }
 
 #[cfg(test)]

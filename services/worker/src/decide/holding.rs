@@ -13,10 +13,13 @@
 //! back again (as for slices: replay errs on the side of denying).
 
 use super::{blocked, Decider, Owned, Turn};
+use crate::counters::Counters;
+use crate::journal::record::{Record, RELEASE, SLOT};
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask;
+use sluice_core::ask::Op;
 use sluice_core::budget::Refund;
-use sluice_core::holds::{self, Hold, HoldId, Reservation, Reserved, Settle};
+use sluice_core::holds::{self, End, Hold, HoldId, Reservation, Reserved, Settle};
 use sluice_core::key::KeyToken;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
@@ -120,7 +123,7 @@ impl Decider {
         };
         match outcome? {
             Outcome::Reserved(Reserved::Held { decision, hold }) => {
-                turn.tally.held(base.name(), token, hold.units, now);
+                turn.tally.held(base.name(), token, &hold);
                 Ok((
                     decision,
                     base.name(),
@@ -136,8 +139,7 @@ impl Decider {
                 Ok((decision, base.name(), None))
             }
             Outcome::Extended(decision, Some(hold)) => {
-                // Not a change of the counters: the next snapshot carries the
-                // new end, and nothing journals it yet (docs/HOLDS.md).
+                turn.tally.hold_extended(base.name(), token, &hold, now);
                 Ok((
                     decision,
                     base.name(),
@@ -164,7 +166,7 @@ impl Decider {
             spent: within,
             taken_at: hold.taken_at,
         };
-        turn.tally.refunded(policy, token, &back, turn.now);
+        turn.tally.hold_ended(policy, token, hold, &back, turn.now);
         let used = Counted {
             policy,
             token,
@@ -192,7 +194,7 @@ impl Decider {
             spent: if charged { hold.units } else { 0 },
             taken_at: hold.taken_at,
         };
-        turn.tally.refunded(policy, token, &back, turn.now);
+        turn.tally.hold_ended(policy, token, hold, &back, turn.now);
         let used = Counted {
             policy,
             token,
@@ -229,6 +231,62 @@ impl Decider {
             });
             self.hold_ended(turn, name, token, &hold);
         }
+    }
+}
+
+impl Decider {
+    /// Replays a hold's record at takeover (journal mode). The table says
+    /// what the restored snapshot already holds: a carried hold's reserve
+    /// is in the counters (a snapshot carries only holds kept from before
+    /// its counters were encoded to after), its settle not yet. So a
+    /// reserve is counted and kept unless the hold is there already, and a
+    /// settle or end gives back only if the hold was there: each once.
+    pub(super) fn replay_hold(
+        &self,
+        policy: &Policy,
+        record: &Record,
+        counters: &Counters,
+    ) -> bool {
+        let Some(id) = record.h.as_deref().and_then(HoldId::parse) else {
+            return false;
+        };
+        ask::with_counter_key(&record.p, &record.k, |buf| {
+            let t = Nanos(record.t);
+            if record.s {
+                if counters.outstanding().has_hold(buf, id) {
+                    return;
+                }
+                counters.apply(policy, buf, t, Op::Record(record.c));
+                counters.outstanding().replayed_hold(
+                    buf,
+                    Hold {
+                        id,
+                        taken_at: t,
+                        units: record.c,
+                        ends_at: Nanos(record.e),
+                        end: if record.x & RELEASE != 0 {
+                            End::Release
+                        } else {
+                            End::Charge
+                        },
+                        slot: record.x & SLOT != 0,
+                    },
+                );
+            } else if record.g != 0 {
+                let was_here = counters.outstanding().replayed_end(buf, id);
+                if was_here && record.c > 0 {
+                    let taken_at = Nanos(record.g);
+                    counters.update(policy, buf, t, |state| {
+                        policy.refund(state, t, record.c, taken_at)
+                    });
+                }
+            } else {
+                counters
+                    .outstanding()
+                    .replayed_extend(buf, id, Nanos(record.e));
+            }
+        });
+        true
     }
 }
 

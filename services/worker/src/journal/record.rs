@@ -17,8 +17,13 @@ use sluice_core::time::Nanos;
 /// up to the last one set (`[n, p, k, c, t]` for a count, `[.., t, true]`
 /// for a reset, `[.., t, false, true]` for a denial, `[.., false, false,
 /// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
-/// back), so records of counts read the same as before resets, denials
-/// and budgets were recorded.
+/// back, `[.., g, u, h, e, x]` for a hold), so records of counts read the
+/// same as before resets, denials, budgets and holds were recorded.
+///
+/// A hold's records (CONTRACT §13) name it (`h`): its reserve is a slice's
+/// record (`s`, `c` held at `t`) with its end `e` and flags `x`; its settle
+/// or end a slice's give-back (`g` = when it was reserved, `c` given back,
+/// `u` spent); an extend has neither `s` nor `g`, only its new end `e`.
 ///
 /// Generic over its strings: [`Record`] owns them, [`RecordRef`] borrows
 /// them from the journal message it was decoded from, so a takeover skips
@@ -55,7 +60,22 @@ pub struct RecordOf<S> {
     /// With a refund: the units of the slice that were spent (its usage).
     #[serde(default)]
     pub u: u64,
+    /// The hold this record is of, if any (its id, 32 hex digits).
+    #[serde(default)]
+    pub h: Option<S>,
+    /// A hold's end (ns since the epoch): at its reserve and extends.
+    #[serde(default)]
+    pub e: u64,
+    /// A hold's flags: [`RELEASE`] (its end gives back), [`SLOT`] (it takes
+    /// a concurrency slot).
+    #[serde(default)]
+    pub x: u8,
 }
+
+/// [`RecordOf::x`]: the hold is released, not charged, at its end.
+pub const RELEASE: u8 = 1;
+/// [`RecordOf::x`]: the hold takes a concurrency slot.
+pub const SLOT: u8 = 2;
 
 /// A journal record that owns its strings.
 pub type Record = RecordOf<String>;
@@ -78,11 +98,19 @@ impl Record {
             s: false,
             g: 0,
             u: 0,
+            h: None,
+            e: 0,
+            x: 0,
         }
     }
 }
 
 impl<S> RecordOf<S> {
+    /// Whether it is a hold's (then the message is of the newest format).
+    pub fn is_hold(&self) -> bool {
+        self.h.is_some()
+    }
+
     /// A plain count: encoded as its first five fields only, as every
     /// release since journal format 2 reads it.
     pub fn is_count(&self) -> bool {
@@ -91,7 +119,9 @@ impl<S> RecordOf<S> {
 
     /// How many fields it is encoded as (see [`RecordOf`]).
     fn fields(&self) -> usize {
-        if self.g != 0 || self.u != 0 {
+        if self.h.is_some() {
+            13
+        } else if self.g != 0 || self.u != 0 {
             10
         } else if self.s {
             8
@@ -128,6 +158,11 @@ impl<T: Serialize> Serialize for RecordOf<T> {
             st.serialize_field("g", &self.g)?;
             st.serialize_field("u", &self.u)?;
         }
+        if fields > 10 {
+            st.serialize_field("h", &self.h)?;
+            st.serialize_field("e", &self.e)?;
+            st.serialize_field("x", &self.x)?;
+        }
         st.end()
     }
 }
@@ -145,6 +180,9 @@ impl RecordRef<'_> {
             s: self.s,
             g: self.g,
             u: self.u,
+            h: self.h.map(str::to_string),
+            e: self.e,
+            x: self.x,
         }
     }
 }

@@ -104,6 +104,9 @@ fn record(n: u32, key: &str, c: u64) -> Record {
         s: false,
         g: 0,
         u: 0,
+        h: None,
+        e: 0,
+        x: 0,
     }
 }
 
