@@ -462,7 +462,7 @@ mod tests {
     /// format 3, because such a decoder fails on it (and, before format 3,
     /// skipped the whole message: its counts were lost to the takeover).
     #[test]
-    fn only_messages_holding_more_than_counts_are_format_3() {
+    fn only_messages_holding_more_than_counts_are_format_3_or_4() {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
         struct CountOfFormat2 {
@@ -491,14 +491,29 @@ mod tests {
             u: 1,
             ..count("a")
         };
-        for other in [reset, denial, refund] {
+        for other in [reset, denial, refund.clone()] {
             let message = vec![count("b"), other];
-            assert_eq!(format_of(&message), format::JOURNAL);
+            assert_eq!(format_of(&message), format::JOURNAL_SLICES);
             assert!(
                 rmp_serde::from_slice::<Vec<CountOfFormat2>>(&encode(&message).unwrap()).is_err()
             );
         }
-        assert_eq!(format::JOURNAL, 3);
+        assert_eq!(format::JOURNAL_SLICES, 3);
+
+        // A hold's record makes its message format 4, which a reader of
+        // format 3's ten fields refuses rather than misreads.
+        let hold = Record {
+            h: Some("0123456789abcdef0123456789abcdef".into()),
+            e: 9,
+            x: 1,
+            ..refund
+        };
+        let message = vec![count("b"), hold.clone()];
+        assert_eq!(format_of(&message), format::JOURNAL);
+        assert_eq!(format::JOURNAL, 4);
+        let encoded = encode(&message).unwrap();
+        let read: Vec<RecordRef<'_>> = rmp_serde::from_slice(&encoded).unwrap();
+        assert_eq!(read[1].to_owned(), hold);
     }
 
     #[test]
