@@ -200,7 +200,10 @@ async fn a_journal_message_of_a_newer_format_is_refused_and_its_partition_left_t
     // The dead worker had also written a message of a journal format this
     // release does not know.
     let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Sluice-Format", "4");
+    headers.insert(
+        "Sluice-Format",
+        (sluice_core::format::JOURNAL + 1).to_string().as_str(),
+    );
     let seq = js
         .publish_with_headers(journal_subject(OLD_WORKER), headers, "?".into())
         .await
@@ -209,9 +212,11 @@ async fn a_journal_message_of_a_newer_format_is_refused_and_its_partition_left_t
         .unwrap()
         .sequence;
 
+    let newest = sluice_core::format::JOURNAL;
     let refused = format!(
-        "journal message {seq} of {} is in format v4, newer than this sluice reads (v3)",
-        journal_subject(OLD_WORKER)
+        "journal message {seq} of {} is in format v{}, newer than this sluice reads (v{newest})",
+        journal_subject(OLD_WORKER),
+        newest + 1
     );
     a_new_worker_refuses_the_partition(&mut stack, &client, &refused).await;
 }

@@ -202,7 +202,7 @@ where
 
 /// Whether `e` says JetStream cannot serve the request *yet*: no peers to
 /// place the replicas on (10005), no cluster or meta leader (10008), no
-/// answer in time. Read from the text: async-nats keeps the server's code
+/// answer in time, no stream leader yet. Read from the text: async-nats keeps the server's code
 /// inside error kinds the context wraps away, and every open step has its
 /// own error type.
 fn not_ready(e: &anyhow::Error) -> bool {
@@ -213,6 +213,11 @@ fn not_ready(e: &anyhow::Error) -> bool {
         "timed out",
         "no answer within",
         "jetstream unavailable",
+        // A stream whose leader is not elected yet (a cluster that just got
+        // its quorum back) answers nobody: "no stream found for given
+        // subject", or no responders.
+        "no stream found",
+        "no responders",
     ]
     .iter()
     .any(|mark| text.contains(mark))
