@@ -3,9 +3,12 @@
 //! policy's `concurrency`; a settle for less gives back at once; a hold a
 //! client never settles frees its slot at its ttl; a hold reserved before
 //! a handover is settled after it; an unknown hold is 404 and changes
-//! nothing; `rl.allow` on a concurrency policy is refused.
+//! nothing; `rl.allow` on a concurrency policy is refused. The Rust
+//! client's `reserve`/`settle`/`extend` and its guard, over the same.
 
 use anyhow::{anyhow, bail};
+use sluice_client::{Client, ClientOptions, Error, Reserved};
+use sluice_core::config::Config;
 use sluice_core::subject::Verb;
 use sluice_core::wire::hold::{decode_held, HoldTicket};
 use sluice_core::wire::inspect::{decode_admin_reply, InspectReply};
@@ -177,4 +180,90 @@ async fn a_settle_for_less_gives_back_while_a_worker_joins() {
     .await
     .unwrap_err();
     assert!(bad.to_string().starts_with("400"), "{bad}");
+}
+
+/// A Rust client for [`CONFIG`]'s stack.
+async fn client_of(stack: &Stack) -> Client {
+    let config = Config::from_toml(CONFIG, "holds.toml").unwrap();
+    let opts = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
+    Client::connect_with(&stack.nats.url(), opts).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_reserves_settles_extends_and_its_guard_releases() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let client = client_of(&stack).await;
+
+    let held = client
+        .reserve("user-7", "llm", 4000, Some(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert_eq!(held.answer.remaining, 6000, "held counts at once");
+    let ticket = held.ticket.expect("held");
+    let extended = client
+        .extend(
+            "user-7",
+            "llm",
+            &ticket.hold,
+            Some(Duration::from_secs(1200)),
+        )
+        .await
+        .unwrap();
+    let longer = extended.ticket.expect("the new end");
+    assert!(longer.expires_ms > 600_000, "{longer:?}");
+    let after = client
+        .settle("user-7", "llm", &ticket.hold, 1500)
+        .await
+        .unwrap();
+    assert_eq!(after.remaining, 8500, "2500 of the 4000 held went back");
+    let again = client.settle("user-7", "llm", &ticket.hold, 1500).await;
+    assert!(matches!(again, Err(Error::UnknownHold(_))), "{again:?}");
+    let bad = client.settle("user-7", "llm", "guess", 1).await;
+    assert!(matches!(bad, Err(Error::BadRequest(_))), "{bad:?}");
+    let too_long = client
+        .reserve("user-7", "llm", 1, Some(Duration::from_secs(7200)))
+        .await;
+    assert!(
+        matches!(too_long, Err(Error::BadRequest(_))),
+        "{too_long:?}"
+    );
+
+    // Guards: three slots; a fourth is denied with a retry time.
+    let mut guards = Vec::new();
+    for _ in 0..3 {
+        match client.hold("tenant-1", "inflight", 1, None).await.unwrap() {
+            Reserved::Held(guard) => guards.push(guard),
+            Reserved::Denied(answer) => panic!("a slot is free: {answer:?}"),
+        }
+    }
+    let Reserved::Denied(full) = client.hold("tenant-1", "inflight", 1, None).await.unwrap() else {
+        panic!("three slots only")
+    };
+    assert!(full.retry_after > Duration::ZERO, "{full:?}");
+    // A settled guard frees its slot at once.
+    guards.pop().unwrap().settle(1).await.unwrap();
+    let Reserved::Held(fourth) = client.hold("tenant-1", "inflight", 1, None).await.unwrap() else {
+        panic!("the settled slot is free")
+    };
+    guards.push(fourth);
+    // A dropped guard releases its slot (on a spawned task).
+    drop(guards.pop());
+    let freed = eventually(Duration::from_secs(10), TICK, || async {
+        match client.hold("tenant-1", "inflight", 1, None).await? {
+            Reserved::Held(guard) => Ok(guard),
+            Reserved::Denied(a) => anyhow::bail!("still full: {a:?}"),
+        }
+    })
+    .await
+    .expect("a dropped guard releases its slot before its 60 s ttl");
+    freed.release().await.unwrap();
+
+    // No worker: no fallback, a 503.
+    stack.stop_workers();
+    let none = client.reserve("user-7", "llm", 1, None).await;
+    let Err(Error::Unavailable(why)) = none else {
+        panic!("{none:?}")
+    };
+    assert!(why.contains("no fallback"), "{why}");
 }
