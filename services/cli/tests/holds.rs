@@ -4,7 +4,10 @@
 //! client never settles frees its slot at its ttl; a hold reserved before
 //! a handover is settled after it; an unknown hold is 404 and changes
 //! nothing; `rl.allow` on a concurrency policy is refused. The Rust
-//! client's `reserve`/`settle`/`extend` and its guard, over the same.
+//! client's `reserve`/`settle`/`extend` and its guard, and the gateway's
+//! `POST /v1/reserve|settle|extend/{key}`, over the same.
+
+mod common;
 
 use anyhow::{anyhow, bail};
 use sluice_client::{Client, ClientOptions, Error, Reserved};
@@ -16,7 +19,8 @@ use sluice_core::wire::{DecisionReply, Reply};
 use sluice_tests::{error_of, eventually, request, serial, Stack, TICK};
 use std::time::Duration;
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+use common::gateway::{call, header, http, Gateway};
+use common::SLUICE;
 
 const CONFIG: &str = r#"
 partitions = 8
@@ -266,4 +270,84 @@ async fn the_rust_client_reserves_settles_extends_and_its_guard_releases() {
         panic!("{none:?}")
     };
     assert!(why.contains("no fallback"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reserves_settles_and_extends_over_http_with_the_api_token() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = Config::from_toml(CONFIG, "holds.toml").unwrap();
+    let mut opts = sluice_gateway::GatewayOptions::new(stack.nats.url(), config);
+    opts.api_token = Some(sluice_gateway::ApiToken::new("s3cret"));
+    let gw = Gateway::start_with(opts).await;
+    let http = http();
+    let post = |verb: &str, key: &str, body: String| {
+        http.post(gw.url(&format!("/v1/{verb}/{key}")))
+            .bearer_auth("s3cret")
+            .header("content-type", "application/json")
+            .body(body)
+    };
+
+    let reserve = r#"{"policy":"llm","cost":4000,"ttl_ms":600000}"#;
+    let (status, _, body) = call(http.post(gw.url("/v1/reserve/user-7")).body(reserve)).await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]),
+        (401, &"unauthorized".into())
+    );
+    let (status, headers, body) = call(post("reserve", "user-7", reserve.into())).await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["remaining"], 6000, "held counts at once");
+    assert_eq!(header(&headers, "ratelimit-remaining"), Some("6000"));
+    let hold = body["hold"].as_str().expect("the hold's name").to_string();
+    assert!(body["expires_ms"].as_u64().unwrap() > 590_000, "{body}");
+
+    let (status, _, body) = call(post(
+        "extend",
+        "user-7",
+        format!(r#"{{"policy":"llm","hold":"{hold}","ttl_ms":1200000}}"#),
+    ))
+    .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert!(body["expires_ms"].as_u64().unwrap() > 600_000, "{body}");
+    let settle = format!(r#"{{"policy":"llm","hold":"{hold}","cost":1500}}"#);
+    let (status, _, body) = call(post("settle", "user-7", settle.clone())).await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["remaining"], 8500, "2500 of the 4000 held went back");
+    assert!(body.get("hold").is_none(), "{body}");
+    let (status, _, body) = call(post("settle", "user-7", settle)).await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]),
+        (404, &"unknown_hold".into())
+    );
+
+    // Three slots, then 429 with Retry-After and no hold.
+    let slot = || post("reserve", "tenant-1", r#"{"policy":"inflight"}"#.into());
+    for _ in 0..3 {
+        let (status, _, body) = call(slot()).await;
+        assert_eq!(status.as_u16(), 200, "{body}");
+    }
+    let (status, headers, body) = call(slot()).await;
+    assert_eq!(status.as_u16(), 429, "{body}");
+    assert!(header(&headers, "retry-after").is_some());
+    assert!(body.get("hold").is_none(), "{body}");
+
+    // Bad input: 400 with the reason.
+    let (status, _, body) = call(post("reserve", "user-7", r#"{"cots":5}"#.into())).await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    let (status, _, body) = call(
+        http.post(gw.url("/v1/reserve/user-7?policy=llm"))
+            .bearer_auth("s3cret"),
+    )
+    .await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("JSON body"),
+        "{body}"
+    );
+
+    // No worker: 503, whatever the fallback.
+    stack.stop_workers();
+    let (status, _, body) = call(post("reserve", "user-7", reserve.into())).await;
+    assert_eq!(status.as_u16(), 503, "{body}");
+    gw.stop().await;
 }

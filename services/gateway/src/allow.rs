@@ -112,7 +112,7 @@ impl Query {
 
 /// The body, refused with 413 past [`MAX_BODY`] (before reading it when the
 /// Content-Length says so).
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Error> {
+pub(crate) async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Error> {
     let too_large = |len: Option<u64>| {
         let size = len.map_or_else(
             || "more than 4096 bytes".to_string(),
