@@ -5,7 +5,8 @@
 //! a handover is settled after it; an unknown hold is 404 and changes
 //! nothing; `rl.allow` on a concurrency policy is refused. The Rust
 //! client's `reserve`/`settle`/`extend` and its guard, and the gateway's
-//! `POST /v1/reserve|settle|extend/{key}`, over the same.
+//! `POST /v1/reserve|settle|extend/{key}`, and `sluice reserve|settle|extend`,
+//! over the same.
 
 mod common;
 
@@ -350,4 +351,53 @@ async fn the_gateway_reserves_settles_and_extends_over_http_with_the_api_token()
     let (status, _, body) = call(post("reserve", "user-7", reserve.into())).await;
     assert_eq!(status.as_u16(), 503, "{body}");
     gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_reserve_prints_the_hold_that_sluice_settle_ends() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let sluice = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config]);
+        stack.command(&all)
+    };
+    let out = sluice(&[
+        "reserve", "user-7", "--policy", "llm", "--cost", "4000", "--ttl-ms", "60000",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = text.lines().next().unwrap();
+    let hold = first
+        .strip_prefix("hold=")
+        .and_then(|rest| rest.split_once(" expires_ms="))
+        .map(|(hold, _)| hold.to_string())
+        .unwrap_or_else(|| panic!("the hold and its end first: {text}"));
+    assert!(text.contains("remaining=6000"), "{text}");
+
+    let out = sluice(&[
+        "extend", "user-7", "--policy", "llm", "--hold", &hold, "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["hold"], hold.as_str(), "{json}");
+    let out = sluice(&[
+        "settle", "user-7", "--policy", "llm", "--hold", &hold, "--cost", "1500",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("remaining=8500"), "{text}");
+    let again = sluice(&[
+        "settle", "user-7", "--policy", "llm", "--hold", &hold, "--cost", "1500",
+    ]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("no live hold"),
+        "says the hold is unknown: {err}"
+    );
 }

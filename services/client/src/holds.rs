@@ -14,9 +14,11 @@ use crate::client::{prepare, Client};
 use crate::error::Error;
 use crate::outcome::{Decoded, NoAnswer};
 use bytes::Bytes;
+use sluice_core::holds::HoldId;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
-use sluice_core::wire::hold::{decode_held, encode_hold_request, HoldAsk};
+use sluice_core::time::Nanos;
+use sluice_core::wire::hold::{decode_held, encode_held, encode_hold_request, HoldAsk};
 use sluice_core::wire::{Encoding, ErrorCode, Reply};
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,19 @@ pub struct Held {
     pub answer: Answer,
     /// The hold's name and how long until it ends by itself.
     pub ticket: Option<HoldTicket>,
+}
+
+impl Held {
+    /// The reply body of the hold's verb (as a worker sends it): the
+    /// decision of CONTRACT §1, plus `hold` and `expires_ms` for a kept
+    /// hold.
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        let held = self.ticket.as_ref().and_then(|t| {
+            let id = HoldId::parse(&t.hold)?;
+            Some((id, Nanos(t.expires_ms.saturating_mul(1_000_000))))
+        });
+        encode_held(&self.answer.decision(), &self.answer.policy, held, encoding)
+    }
 }
 
 /// What [`Client::hold`] got: a live hold, or the denial (with its

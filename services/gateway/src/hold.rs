@@ -19,10 +19,8 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sluice_client::{Answer, Error, Held};
-use sluice_core::holds::HoldId;
 use sluice_core::subject::Verb;
-use sluice_core::time::Nanos;
-use sluice_core::wire::hold::{decode_hold_request, encode_held};
+use sluice_core::wire::hold::decode_hold_request;
 use sluice_core::wire::Encoding;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,11 +90,7 @@ fn reply(verb: Verb, held: &Held) -> Response {
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let ticket = held.ticket.as_ref().and_then(|t| {
-        let id = HoldId::parse(&t.hold)?;
-        Some((id, Nanos(t.expires_ms.saturating_mul(1_000_000))))
-    });
-    let body = encode_held(&answer.decision(), &answer.policy, ticket, Encoding::Json);
+    let body = held.encode(Encoding::Json);
     let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
