@@ -345,6 +345,8 @@ async fn the_gateway_reserves_settles_and_extends_over_http_with_the_api_token()
         body["message"].as_str().unwrap().contains("JSON body"),
         "{body}"
     );
+    let (status, _, body) = call(post("settle", "", "{}".into())).await;
+    assert_eq!(status.as_u16(), 400, "no key: {body}");
 
     // No worker: 503, whatever the fallback.
     stack.stop_workers();

@@ -40,6 +40,11 @@ pub(crate) async fn extend(State(app): State<Arc<App>>, request: Request) -> Res
     serve(&app, Verb::Extend, request).await
 }
 
+/// `/v1/reserve/`, `/v1/settle/` or `/v1/extend/` with no key.
+pub(crate) async fn empty_key(State(app): State<Arc<App>>) -> Response {
+    crate::allow::no_key(&app, Route::Hold)
+}
+
 async fn serve(app: &App, verb: Verb, request: Request) -> Response {
     let started = Instant::now();
     let result = hold(app, verb, request).await;

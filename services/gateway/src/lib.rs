@@ -301,6 +301,9 @@ fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
         .route("/v1/reserve/{key}", post(hold::reserve))
         .route("/v1/settle/{key}", post(hold::settle))
         .route("/v1/extend/{key}", post(hold::extend))
+        .route("/v1/reserve/", any(hold::empty_key))
+        .route("/v1/settle/", any(hold::empty_key))
+        .route("/v1/extend/", any(hold::empty_key))
         .route("/v1/usage/{key}", get(usage::series))
         .route("/v1/usage", get(usage::top));
     if let Some(token) = token {
