@@ -18,7 +18,7 @@ pub struct Cli {
 pub enum Command {
     /// Run one limiter worker.
     Worker(crate::worker_cmd::WorkerArgs),
-    /// Run the HTTP gateway (GET/POST /v1/allow/{key}, /healthz, /metrics; --upstream for proxy mode).
+    /// Run the HTTP gateway (GET/POST /v1/allow/{key}, POST /v1/reserve|settle|extend/{key}, /healthz, /metrics; --upstream for proxy mode).
     Gateway(crate::gateway_cmd::GatewayArgs),
     /// Run everything on this machine for trying it out: nats-server, workers and a gateway.
     Dev(crate::dev_cmd::DevArgs),
