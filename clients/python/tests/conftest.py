@@ -22,9 +22,10 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import AsyncIterator, Iterator, List, Optional, Tuple
 
 import nats
 import nats.errors
@@ -50,6 +51,13 @@ limits = [ {{ max = 15, per = "1m" }} ]
 algorithm = "token_bucket"
 limits = [ {{ max = 100, per = "1m", burst = 20 }} ]
 
+[policies.llm]
+algorithm = "token_bucket"
+limits = [ {{ max = 10000, per = "1h" }} ]
+
+[policies.inflight]
+concurrency = 3
+
 [policies.shadow]
 algorithm = "sliding_log"
 mode = "shadow"
@@ -57,6 +65,25 @@ limits = [ {{ max = 2, per = "1m" }} ]
 """.format(partitions=PARTITIONS)
 
 STARTUP_TIMEOUT = 30.0
+
+# Generous for a test's asks: the machine running the tests may be busy.
+# The timeout test sets its own.
+TIMEOUT = 5.0
+
+
+def fresh(prefix: str) -> str:
+    """A key no other test (or earlier run) has used."""
+    return "{}-{}".format(prefix, uuid.uuid4().hex[:12])
+
+
+@pytest.fixture
+async def client(stack) -> AsyncIterator[SluiceClient]:
+    """A client of the session's stack, closed after the test."""
+    c = await SluiceClient.connect(stack.url, timeout=TIMEOUT, partitions=PARTITIONS)
+    try:
+        yield c
+    finally:
+        await c.close()
 STOP_TIMEOUT = 10.0
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from typing import AsyncIterator
 
 import msgpack
 import nats
@@ -22,26 +20,7 @@ from sluice_client import (
     encode_key,
 )
 
-from .conftest import PARTITIONS
-
-# Generous: the machine running the tests may be busy. The timeout test
-# sets its own.
-TIMEOUT = 5.0
-
-
-def fresh(prefix: str) -> str:
-    """A key no other test (or earlier run) has used."""
-    return "{}-{}".format(prefix, uuid.uuid4().hex[:12])
-
-
-@pytest.fixture
-async def client(stack) -> AsyncIterator[SluiceClient]:
-    c = await SluiceClient.connect(stack.url, timeout=TIMEOUT, partitions=PARTITIONS)
-    try:
-        yield c
-    finally:
-        await c.close()
-
+from .conftest import PARTITIONS, TIMEOUT, fresh
 
 async def eventually(what, check, timeout: float = 5.0, tick: float = 0.02):
     """Awaits ``check()`` until it returns a truthy value; bounded."""

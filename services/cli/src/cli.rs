@@ -18,12 +18,18 @@ pub struct Cli {
 pub enum Command {
     /// Run one limiter worker.
     Worker(crate::worker_cmd::WorkerArgs),
-    /// Run the HTTP gateway (GET/POST /v1/allow/{key}, /healthz, /metrics; --upstream for proxy mode).
+    /// Run the HTTP gateway (GET/POST /v1/allow/{key}, POST /v1/reserve|settle|extend/{key}, /healthz, /metrics; --upstream for proxy mode).
     Gateway(crate::gateway_cmd::GatewayArgs),
     /// Run everything on this machine for trying it out: nats-server, workers and a gateway.
     Dev(crate::dev_cmd::DevArgs),
     /// Ask once for a key and print the decision.
     Check(crate::check_cmd::CheckArgs),
+    /// Hold a cost for a key until it is settled (prints the hold's name and end).
+    Reserve(crate::hold_cmd::ReserveArgs),
+    /// End a hold, charging its real cost.
+    Settle(crate::hold_cmd::SettleArgs),
+    /// Keep a live hold for longer.
+    Extend(crate::hold_cmd::ExtendArgs),
     /// Live policies in the sluice-policies bucket: list, get, set, rm, apply.
     Policy(crate::policy_cmd::PolicyArgs),
     /// Show a key's state under each policy (or one), consuming nothing.
@@ -62,6 +68,9 @@ impl Cli {
             Command::Gateway(args) => crate::gateway_cmd::run(&self.common, args),
             Command::Dev(args) => crate::dev_cmd::run(&self.common, args),
             Command::Check(args) => crate::check_cmd::run(&self.common, args),
+            Command::Reserve(args) => crate::hold_cmd::reserve(&self.common, args),
+            Command::Settle(args) => crate::hold_cmd::settle(&self.common, args),
+            Command::Extend(args) => crate::hold_cmd::extend(&self.common, args),
             Command::Policy(args) => crate::policy_cmd::run(&self.common, args),
             Command::Inspect(args) => crate::key_cmd::inspect(&self.common, args),
             Command::Reset(args) => crate::key_cmd::reset(&self.common, args),

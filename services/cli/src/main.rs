@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod dev_cmd;
 mod gateway_cmd;
+mod hold_cmd;
 mod key_cmd;
 mod nats_config_cmd;
 mod policy_cmd;

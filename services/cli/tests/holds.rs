@@ -1,11 +1,19 @@
 //! Holds (CONTRACT §13, issue 36) against real workers over a real NATS
 //! server: concurrency slots taken by many clients at once never pass the
 //! policy's `concurrency`; a settle for less gives back at once; a hold a
-//! client never settles frees its slot at its ttl; a hold reserved before
-//! a handover is settled after it; an unknown hold is 404 and changes
-//! nothing; `rl.allow` on a concurrency policy is refused.
+//! client never settles frees its slot at its ttl; a hold is settled while
+//! a worker joins; in journal mode holds survive `kill -9` of their owner,
+//! none lost, none doubled, each settle counted once; an unknown hold is
+//! 404 and changes nothing; `rl.allow` on a concurrency policy is refused. The Rust
+//! client's `reserve`/`settle`/`extend` and its guard, and the gateway's
+//! `POST /v1/reserve|settle|extend/{key}`, and `sluice reserve|settle|extend`,
+//! over the same.
+
+mod common;
 
 use anyhow::{anyhow, bail};
+use sluice_client::{Client, ClientOptions, Error, Reserved};
+use sluice_core::config::Config;
 use sluice_core::subject::Verb;
 use sluice_core::wire::hold::{decode_held, HoldTicket};
 use sluice_core::wire::inspect::{decode_admin_reply, InspectReply};
@@ -13,7 +21,8 @@ use sluice_core::wire::{DecisionReply, Reply};
 use sluice_tests::{error_of, eventually, request, serial, Stack, TICK};
 use std::time::Duration;
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+use common::gateway::{call, header, http, Gateway};
+use common::SLUICE;
 
 const CONFIG: &str = r#"
 partitions = 8
@@ -262,4 +271,221 @@ async fn in_journal_mode_holds_survive_a_kill_9_each_settle_counted_once() {
         .await
         .unwrap();
     assert!(d.allowed && ticket.is_some(), "the settled slot is free");
+}
+
+/// A Rust client for [`CONFIG`]'s stack.
+async fn client_of(stack: &Stack) -> Client {
+    let config = Config::from_toml(CONFIG, "holds.toml").unwrap();
+    let opts = ClientOptions::from_config(&config).timeout(Duration::from_secs(2));
+    Client::connect_with(&stack.nats.url(), opts).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_reserves_settles_extends_and_its_guard_releases() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let client = client_of(&stack).await;
+
+    let held = client
+        .reserve("user-7", "llm", 4000, Some(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert_eq!(held.answer.remaining, 6000, "held counts at once");
+    let ticket = held.ticket.expect("held");
+    let extended = client
+        .extend(
+            "user-7",
+            "llm",
+            &ticket.hold,
+            Some(Duration::from_secs(1200)),
+        )
+        .await
+        .unwrap();
+    let longer = extended.ticket.expect("the new end");
+    assert!(longer.expires_ms > 600_000, "{longer:?}");
+    let after = client
+        .settle("user-7", "llm", &ticket.hold, 1500)
+        .await
+        .unwrap();
+    assert_eq!(after.remaining, 8500, "2500 of the 4000 held went back");
+    let again = client.settle("user-7", "llm", &ticket.hold, 1500).await;
+    assert!(matches!(again, Err(Error::UnknownHold(_))), "{again:?}");
+    let bad = client.settle("user-7", "llm", "guess", 1).await;
+    assert!(matches!(bad, Err(Error::BadRequest(_))), "{bad:?}");
+    let too_long = client
+        .reserve("user-7", "llm", 1, Some(Duration::from_secs(7200)))
+        .await;
+    assert!(
+        matches!(too_long, Err(Error::BadRequest(_))),
+        "{too_long:?}"
+    );
+
+    // Guards: three slots; a fourth is denied with a retry time.
+    let mut guards = Vec::new();
+    for _ in 0..3 {
+        match client.hold("tenant-1", "inflight", 1, None).await.unwrap() {
+            Reserved::Held(guard) => guards.push(guard),
+            Reserved::Denied(answer) => panic!("a slot is free: {answer:?}"),
+        }
+    }
+    let Reserved::Denied(full) = client.hold("tenant-1", "inflight", 1, None).await.unwrap() else {
+        panic!("three slots only")
+    };
+    assert!(full.retry_after > Duration::ZERO, "{full:?}");
+    // A settled guard frees its slot at once.
+    guards.pop().unwrap().settle(1).await.unwrap();
+    let Reserved::Held(fourth) = client.hold("tenant-1", "inflight", 1, None).await.unwrap() else {
+        panic!("the settled slot is free")
+    };
+    guards.push(fourth);
+    // A dropped guard releases its slot (on a spawned task).
+    drop(guards.pop());
+    let freed = eventually(Duration::from_secs(10), TICK, || async {
+        match client.hold("tenant-1", "inflight", 1, None).await? {
+            Reserved::Held(guard) => Ok(guard),
+            Reserved::Denied(a) => anyhow::bail!("still full: {a:?}"),
+        }
+    })
+    .await
+    .expect("a dropped guard releases its slot before its 60 s ttl");
+    freed.release().await.unwrap();
+
+    // No worker: no fallback, a 503.
+    stack.stop_workers();
+    let none = client.reserve("user-7", "llm", 1, None).await;
+    let Err(Error::Unavailable(why)) = none else {
+        panic!("{none:?}")
+    };
+    assert!(why.contains("no fallback"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reserves_settles_and_extends_over_http_with_the_api_token() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = Config::from_toml(CONFIG, "holds.toml").unwrap();
+    let mut opts = sluice_gateway::GatewayOptions::new(stack.nats.url(), config);
+    opts.api_token = Some(sluice_gateway::ApiToken::new("s3cret"));
+    let gw = Gateway::start_with(opts).await;
+    let http = http();
+    let post = |verb: &str, key: &str, body: String| {
+        http.post(gw.url(&format!("/v1/{verb}/{key}")))
+            .bearer_auth("s3cret")
+            .header("content-type", "application/json")
+            .body(body)
+    };
+
+    let reserve = r#"{"policy":"llm","cost":4000,"ttl_ms":600000}"#;
+    let (status, _, body) = call(http.post(gw.url("/v1/reserve/user-7")).body(reserve)).await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]),
+        (401, &"unauthorized".into())
+    );
+    let (status, headers, body) = call(post("reserve", "user-7", reserve.into())).await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["remaining"], 6000, "held counts at once");
+    assert_eq!(header(&headers, "ratelimit-remaining"), Some("6000"));
+    let hold = body["hold"].as_str().expect("the hold's name").to_string();
+    assert!(body["expires_ms"].as_u64().unwrap() > 590_000, "{body}");
+
+    let (status, _, body) = call(post(
+        "extend",
+        "user-7",
+        format!(r#"{{"policy":"llm","hold":"{hold}","ttl_ms":1200000}}"#),
+    ))
+    .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert!(body["expires_ms"].as_u64().unwrap() > 600_000, "{body}");
+    let settle = format!(r#"{{"policy":"llm","hold":"{hold}","cost":1500}}"#);
+    let (status, _, body) = call(post("settle", "user-7", settle.clone())).await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["remaining"], 8500, "2500 of the 4000 held went back");
+    assert!(body.get("hold").is_none(), "{body}");
+    let (status, _, body) = call(post("settle", "user-7", settle)).await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]),
+        (404, &"unknown_hold".into())
+    );
+
+    // Three slots, then 429 with Retry-After and no hold.
+    let slot = || post("reserve", "tenant-1", r#"{"policy":"inflight"}"#.into());
+    for _ in 0..3 {
+        let (status, _, body) = call(slot()).await;
+        assert_eq!(status.as_u16(), 200, "{body}");
+    }
+    let (status, headers, body) = call(slot()).await;
+    assert_eq!(status.as_u16(), 429, "{body}");
+    assert!(header(&headers, "retry-after").is_some());
+    assert!(body.get("hold").is_none(), "{body}");
+
+    // Bad input: 400 with the reason.
+    let (status, _, body) = call(post("reserve", "user-7", r#"{"cots":5}"#.into())).await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    let (status, _, body) = call(
+        http.post(gw.url("/v1/reserve/user-7?policy=llm"))
+            .bearer_auth("s3cret"),
+    )
+    .await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("JSON body"),
+        "{body}"
+    );
+    let (status, _, body) = call(post("settle", "", "{}".into())).await;
+    assert_eq!(status.as_u16(), 400, "no key: {body}");
+
+    // No worker: 503, whatever the fallback.
+    stack.stop_workers();
+    let (status, _, body) = call(post("reserve", "user-7", reserve.into())).await;
+    assert_eq!(status.as_u16(), 503, "{body}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_reserve_prints_the_hold_that_sluice_settle_ends() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let sluice = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config]);
+        stack.command(&all)
+    };
+    let out = sluice(&[
+        "reserve", "user-7", "--policy", "llm", "--cost", "4000", "--ttl-ms", "60000",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = text.lines().next().unwrap();
+    let hold = first
+        .strip_prefix("hold=")
+        .and_then(|rest| rest.split_once(" expires_ms="))
+        .map(|(hold, _)| hold.to_string())
+        .unwrap_or_else(|| panic!("the hold and its end first: {text}"));
+    assert!(text.contains("remaining=6000"), "{text}");
+
+    let out = sluice(&[
+        "extend", "user-7", "--policy", "llm", "--hold", &hold, "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["hold"], hold.as_str(), "{json}");
+    let out = sluice(&[
+        "settle", "user-7", "--policy", "llm", "--hold", &hold, "--cost", "1500",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("remaining=8500"), "{text}");
+    let again = sluice(&[
+        "settle", "user-7", "--policy", "llm", "--hold", &hold, "--cost", "1500",
+    ]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("no live hold"),
+        "says the hold is unknown: {err}"
+    );
 }

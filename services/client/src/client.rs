@@ -288,7 +288,7 @@ impl fmt::Debug for Client {
 }
 
 /// Checks what can be checked before sending; returns the key token.
-fn prepare(key: &[u8], policy: &str, cost: u64) -> Result<String, Error> {
+pub(crate) fn prepare(key: &[u8], policy: &str, cost: u64) -> Result<String, Error> {
     let token = try_encode_key(key).map_err(|e| Error::BadRequest(e.to_string()))?;
     if !wire::is_valid_policy_name(policy) {
         return Err(Error::BadRequest(format!(

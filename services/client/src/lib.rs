@@ -29,6 +29,9 @@
 //!   headers, and who made it (worker, deny cache, fallback).
 //! - [`queries`]: operator requests (inspect, reset, usage, top), one
 //!   round trip each, for the client and the CLI alike.
+//! - [`Client::reserve`], [`Client::settle`], [`Client::extend`] and
+//!   [`Client::hold`]'s [`HoldGuard`] (`holds.rs`): holds (CONTRACT §13),
+//!   one round trip each to the key's owner, no fallback.
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //!
 //! ```no_run
@@ -57,6 +60,7 @@ mod budgets;
 mod client;
 mod deny_cache;
 mod error;
+mod holds;
 mod inner;
 mod local;
 mod nats_auth;
@@ -70,6 +74,7 @@ mod stats;
 pub use answer::{Answer, Source};
 pub use client::Client;
 pub use error::{ConnectError, Error};
+pub use holds::{Held, HoldGuard, HoldTicket, Reserved};
 pub use nats_auth::{last_refusal, NatsAuth, NatsConnectError};
 pub use options::ClientOptions;
 /// Re-exported for [`ClientOptions::fallback`] and [`Source::Fallback`].

@@ -39,9 +39,14 @@ pub(crate) async fn allow(State(app): State<Arc<App>>, request: Request) -> Resp
 
 /// `/v1/allow/` with no key.
 pub(crate) async fn empty_key(State(app): State<Arc<App>>) -> Response {
+    no_key(&app, Route::Allow)
+}
+
+/// The 400 for a path that names no key (`/v1/allow/`, `/v1/reserve/`, ...).
+pub(crate) fn no_key(app: &App, route: Route) -> Response {
     let e = Error::from(ErrorReply::from(sluice_core::key::KeyError::Empty));
     app.metrics.observe(
-        Route::Allow,
+        route,
         respond::outcome_of(&Err(e.clone())),
         Default::default(),
     );
@@ -112,7 +117,7 @@ impl Query {
 
 /// The body, refused with 413 past [`MAX_BODY`] (before reading it when the
 /// Content-Length says so).
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Error> {
+pub(crate) async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Error> {
     let too_large = |len: Option<u64>| {
         let size = len.map_or_else(
             || "more than 4096 bytes".to_string(),

@@ -14,6 +14,7 @@
 //!   and TLS on the gRPC one.
 //! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
 //! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`.
+//! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (CONTRACT §13).
 //! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9).
 //! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
 //!   other path.
@@ -42,6 +43,7 @@
 mod allow;
 mod api_token;
 mod envoy;
+mod hold;
 mod https;
 mod metrics;
 mod options;
@@ -61,7 +63,7 @@ use anyhow::{bail, Context};
 use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use axum::Router;
 use sluice_client::{Client, ClientOptions};
 use std::future::{Future, IntoFuture};
@@ -296,6 +298,12 @@ fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
     let mut v1 = Router::new()
         .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
         .route(allow::PREFIX, any(allow::empty_key))
+        .route("/v1/reserve/{key}", post(hold::reserve))
+        .route("/v1/settle/{key}", post(hold::settle))
+        .route("/v1/extend/{key}", post(hold::extend))
+        .route("/v1/reserve/", any(hold::empty_key))
+        .route("/v1/settle/", any(hold::empty_key))
+        .route("/v1/extend/", any(hold::empty_key))
         .route("/v1/usage/{key}", get(usage::series))
         .route("/v1/usage", get(usage::top));
     if let Some(token) = token {

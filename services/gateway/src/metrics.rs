@@ -28,18 +28,21 @@ pub enum Route {
     Allow,
     /// Proxy mode: any other path.
     Proxy,
+    /// `/v1/reserve|settle|extend/{key}` (holds).
+    Hold,
     /// `--grpc-listen`: Envoy's `ShouldRateLimit` (OK is `allowed`,
     /// OVER_LIMIT `denied`).
     Envoy,
 }
 
 impl Route {
-    const ALL: [Route; 3] = [Route::Allow, Route::Proxy, Route::Envoy];
+    const ALL: [Route; 4] = [Route::Allow, Route::Proxy, Route::Hold, Route::Envoy];
 
     fn as_str(self) -> &'static str {
         match self {
             Route::Allow => "allow",
             Route::Proxy => "proxy",
+            Route::Hold => "hold",
             Route::Envoy => "envoy",
         }
     }
@@ -129,7 +132,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     /// The handles of `requests` and `latency`, by route and outcome.
-    by_route: [([Counter; 8], Histogram); 3],
+    by_route: [([Counter; 8], Histogram); 4],
 }
 
 impl Default for Metrics {

@@ -3,7 +3,9 @@ on NATS.
 
 - :class:`SluiceClient` (``client.py``): ``allow``, ``peek``, ``hit``,
   ``hit_and_peek``; retries and the ``open``/``closed`` fallback; ``usage``
-  and ``top`` (CONTRACT §9).
+  and ``top`` (CONTRACT §9); ``reserve``, ``settle``, ``extend`` and
+  ``async with client.hold(...)`` (CONTRACT §13).
+- :class:`Held`, :class:`Hold`, :class:`HoldDenied` (``holds.py``): holds.
 - :class:`Usage`, :class:`Top` (``usage.py``): usage history replies.
 - :class:`Decision`, :class:`Source` (``decision.py``): the typed answer and
   the headers an HTTP server should return.
@@ -20,7 +22,8 @@ on NATS.
 
 from .client import Fallback, SluiceClient
 from .decision import Decision, Source
-from .errors import BadRequest, SluiceError, TooLarge, Unavailable, UnknownPolicy
+from .errors import BadRequest, SluiceError, TooLarge, Unavailable, UnknownHold, UnknownPolicy
+from .holds import Hold, HoldDenied, Held, HoldScope
 from .key import MAX_TOKEN_LEN, encode_key
 from .usage import Top, TopEntry, Usage, UsagePart, UsagePoint
 
@@ -34,6 +37,11 @@ __all__ = [
     "UnknownPolicy",
     "TooLarge",
     "Unavailable",
+    "UnknownHold",
+    "Held",
+    "Hold",
+    "HoldScope",
+    "HoldDenied",
     "encode_key",
     "MAX_TOKEN_LEN",
     "Usage",

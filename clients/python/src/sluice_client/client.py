@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import nats
 import nats.errors
@@ -28,6 +28,7 @@ from nats.aio.client import Client as NATS
 
 from .decision import Decision, Source
 from .errors import SluiceError, Unavailable
+from .holds import Held, HoldScope, check_hold, check_ttl, decode_held, hold_body
 from .key import Key, encode_key
 from .usage import Top, Usage, decode_top, decode_usage, query_body
 from .wire import (
@@ -221,6 +222,63 @@ class SluiceClient:
         token, policy = self._prepare(key, policy, cost)
         return await self._decide(HIT_PREFIX + token, token, policy, cost)
 
+    async def reserve(
+        self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
+    ) -> Held:
+        """``rl.reserve.<key>`` (CONTRACT §13): decides like :meth:`allow`
+        with ``cost`` and, when allowed, holds it for ``ttl_ms`` (default
+        the policy's ``hold_ttl``) until :meth:`settle`. A denied reserve
+        holds nothing (``held.hold`` is ``None``). No fallback: a hold
+        lives at its key's owner, so with no worker it raises
+        :class:`Unavailable`."""
+        token, policy = self._prepare(key, policy, cost)
+        body = hold_body(policy, cost=cost, ttl_ms=check_ttl(ttl_ms))
+        return await self._hold_verb("rl.reserve." + token, token, body)
+
+    async def settle(self, key: Key, policy: Optional[str] = None, *, hold: str, cost: int) -> Decision:
+        """``rl.settle.<key>``: ends the hold and charges ``cost`` (the real
+        cost, 0 for work that failed) in its place; the answer is what
+        :meth:`peek` says after it. An unknown, settled or ended hold raises
+        :class:`UnknownHold` and changes nothing."""
+        token, policy = self._prepare(key, policy, cost)
+        body = hold_body(policy, hold=check_hold(hold), cost=cost)
+        return (await self._hold_verb("rl.settle." + token, token, body)).decision
+
+    async def extend(
+        self, key: Key, policy: Optional[str] = None, *, hold: str, ttl_ms: Optional[int] = None
+    ) -> Held:
+        """``rl.extend.<key>``: keeps a live hold ``ttl_ms`` more from now
+        (default the policy's ``hold_ttl``); ``expires_ms`` is its new end."""
+        token, policy = self._prepare(key, policy, 0)
+        body = hold_body(policy, hold=check_hold(hold), ttl_ms=check_ttl(ttl_ms))
+        return await self._hold_verb("rl.extend." + token, token, body)
+
+    def hold(
+        self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
+    ) -> HoldScope:
+        """A hold for the length of a block::
+
+            async with client.hold("user-7", policy="llm", cost=4000) as h:
+                tokens = await call_the_model(max_tokens=4000)
+                await h.settle(tokens)
+
+        Entering reserves (raising :class:`HoldDenied` when denied); leaving
+        without a settle (an exception, a cancellation, or no settle at
+        all) releases the hold: settles it with cost 0."""
+        return HoldScope(self, key, policy, cost, ttl_ms)
+
+    async def _hold_verb(self, subject: str, token: str, body: bytes) -> Held:
+        try:
+            reply = await self._round_trip(subject, token, body, decode_held)
+        except _NoAnswer as why:
+            raise Unavailable(
+                "no sluice worker answered on {} ({}); a hold lives at its key's owner, "
+                "so there is no fallback: try again once a worker owns the key's partition".format(subject, why)
+            ) from None
+        if isinstance(reply, SluiceError):
+            raise reply
+        return reply
+
     async def usage(
         self,
         key: Key,
@@ -285,7 +343,11 @@ class SluiceClient:
             raise reply
         return reply
 
-    async def _round_trip(self, subject: str, token: str, body: bytes) -> Decision | SluiceError:
+    async def _round_trip(
+        self, subject: str, token: str, body: bytes, decode: Callable[..., Any] = decode_reply
+    ) -> Any:
+        """One request with its retries; ``decode`` makes the reply (a
+        decision, a :class:`Held`) or its typed error, returned."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         partition = partition_of(token, self.partitions)
@@ -308,7 +370,7 @@ class SluiceClient:
             else:
                 self._silent_since.pop(partition, None)
                 try:
-                    reply = decode_reply(msg.data, msg.headers)
+                    reply = decode(msg.data, msg.headers)
                 except MalformedReply as e:
                     raise _NoAnswer("a malformed reply: {}".format(e)) from None
                 if not isinstance(reply, Unavailable):

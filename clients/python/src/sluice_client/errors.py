@@ -60,8 +60,16 @@ class Unavailable(SluiceError):
     code = "unavailable"
 
 
+class UnknownHold(SluiceError):
+    """404: no live hold of that name under the key and policy (settled,
+    ended, or never reserved there); nothing was changed."""
+
+    status = 404
+    code = "unknown_hold"
+
+
 _BY_CODE: Dict[str, Type[SluiceError]] = {
-    cls.code: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable)
+    cls.code: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable, UnknownHold)
 }
 _BY_STATUS: Dict[int, Type[SluiceError]] = {
     cls.status: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable)

@@ -1,0 +1,69 @@
+"""Holds (CONTRACT §13) through the client against a real nats-server and a
+real `sluice worker` (conftest.py): reserve, extend and settle; the scope
+that settles, or releases on an exception or an exit without a settle;
+no fallback without a worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice_client import BadRequest, HoldDenied, SluiceClient, Unavailable, UnknownHold
+
+from .conftest import PARTITIONS, fresh
+
+
+async def test_reserve_extend_and_settle_give_back_what_was_not_used(client):
+    key = fresh("user")
+    held = await client.reserve(key, "llm", 4000, ttl_ms=600_000)
+    assert held.allowed and held.decision.remaining == 6000, held
+    assert held.hold is not None and 590_000 < held.expires_ms <= 600_000
+    longer = await client.extend(key, "llm", hold=held.hold, ttl_ms=1_200_000)
+    assert longer.hold == held.hold and longer.expires_ms > 600_000
+    after = await client.settle(key, "llm", hold=held.hold, cost=1500)
+    assert after.remaining == 8500, "2500 of the 4000 held went back"
+    with pytest.raises(UnknownHold) as e:
+        await client.settle(key, "llm", hold=held.hold, cost=1500)
+    assert e.value.status == 404 and "no live hold" in e.value.message
+    with pytest.raises(BadRequest):
+        await client.settle(key, "llm", hold="guess", cost=1)
+    with pytest.raises(BadRequest):
+        await client.reserve(key, "llm", 1, ttl_ms=7_200_000)
+    assert (await client.peek(key, "llm")).remaining == 8500, "refused requests change nothing"
+
+
+async def test_the_scope_settles_or_releases_its_slot(client):
+    key = fresh("tenant")
+    async with client.hold(key, policy="inflight") as h:
+        assert h.decision.allowed and len(h.hold) == 32
+        settled = await h.settle(1)
+    assert h.settled == settled
+    # Two of the three slots are taken outside any scope.
+    for _ in range(2):
+        assert (await client.reserve(key, "inflight", ttl_ms=60_000)).allowed
+    # An exception in the block releases its slot: the block that holds the
+    # third sees a fourth denied, and the slot is free again after it.
+    with pytest.raises(ZeroDivisionError):
+        async with client.hold(key, policy="inflight"):
+            ran = False
+            with pytest.raises(HoldDenied) as denied:
+                async with client.hold(key, policy="inflight"):
+                    ran = True
+            assert not ran and denied.value.decision.retry_after_ms > 0
+            1 / 0
+    # So does an exit without a settle.
+    async with client.hold(key, policy="inflight") as h:
+        pass
+    assert h.settled is not None and h.settled.allowed, "released at the exit"
+    third = await client.reserve(key, "inflight", ttl_ms=60_000)
+    fourth = await client.reserve(key, "inflight", ttl_ms=60_000)
+    assert (third.allowed, fourth.allowed) == (True, False), "the released slot came back, once"
+
+
+async def test_with_no_worker_a_hold_is_unavailable_whatever_the_fallback(bare_nats):
+    c = await SluiceClient.connect(bare_nats, timeout=0.5, fallback="open", partitions=PARTITIONS)
+    try:
+        with pytest.raises(Unavailable) as e:
+            await c.reserve(fresh("user"), "llm", 10)
+        assert "no fallback" in e.value.message
+    finally:
+        await c.close()

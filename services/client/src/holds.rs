@@ -1,0 +1,299 @@
+//! Holds (CONTRACT §13, docs/HOLDS.md): [`Client::reserve`],
+//! [`Client::settle`], [`Client::extend`], and [`Client::hold`], whose
+//! [`HoldGuard`] settles with the real cost or, dropped unsettled, releases.
+//!
+//! A hold lives at its key's owner, so every verb is one round trip to it:
+//! no deny cache, no batching, no local budget and no fallback (a hold
+//! nobody owns cannot exist): when no worker answers, the verb is an
+//! [`Error::Unavailable`]. "No responders" and a 503 (the partition is
+//! changing owners) are retried as an ask's are; both mean that nothing
+//! was done, so a retry never holds or settles twice.
+
+use crate::answer::{Answer, Source};
+use crate::client::{prepare, Client};
+use crate::error::Error;
+use crate::outcome::{Decoded, NoAnswer};
+use bytes::Bytes;
+use sluice_core::holds::HoldId;
+use sluice_core::partition::partition_of;
+use sluice_core::subject::Verb;
+use sluice_core::time::Nanos;
+use sluice_core::wire::hold::{decode_held, encode_held, encode_hold_request, HoldAsk};
+use sluice_core::wire::{Encoding, ErrorCode, Reply};
+use std::time::{Duration, Instant};
+
+pub use sluice_core::wire::hold::HoldTicket;
+
+/// The answer to a reserve or an extend: the decision, and the hold it
+/// kept (none when the reserve was denied).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub answer: Answer,
+    /// The hold's name and how long until it ends by itself.
+    pub ticket: Option<HoldTicket>,
+}
+
+impl Held {
+    /// The reply body of the hold's verb (as a worker sends it): the
+    /// decision of CONTRACT §1, plus `hold` and `expires_ms` for a kept
+    /// hold.
+    pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
+        let held = self.ticket.as_ref().and_then(|t| {
+            let id = HoldId::parse(&t.hold)?;
+            Some((id, Nanos(t.expires_ms.saturating_mul(1_000_000))))
+        });
+        encode_held(&self.answer.decision(), &self.answer.policy, held, encoding)
+    }
+}
+
+/// What [`Client::hold`] got: a live hold, or the denial (with its
+/// `retry_after`).
+#[derive(Debug)]
+pub enum Reserved {
+    Held(HoldGuard),
+    Denied(Answer),
+}
+
+impl Client {
+    /// `rl.reserve.<key>`: decides like [`Client::ask`] with `cost` and,
+    /// when allowed, holds it for `ttl` (`None`: the policy's `hold_ttl`)
+    /// until [`Client::settle`]. A denied reserve holds nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: sluice_client::Client) -> Result<(), sluice_client::Error> {
+    /// let held = client.reserve("user-7", "llm", 4000, None).await?;
+    /// if let Some(ticket) = held.ticket {
+    ///     // ... the model answers, using 1234 tokens ...
+    ///     client.settle("user-7", "llm", &ticket.hold, 1234).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn reserve(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        ttl: Option<Duration>,
+    ) -> Result<Held, Error> {
+        let ask = HoldAsk {
+            policy: Some(policy),
+            cost: Some(cost),
+            ttl_ms: ttl_ms(ttl)?,
+            hold: None,
+        };
+        self.hold_verb(Verb::Reserve, key.as_ref(), &ask).await
+    }
+
+    /// `rl.settle.<key>`: ends the hold and charges `cost` in its place
+    /// (the real cost; 0 for work that failed). The answer is what a peek
+    /// says after it. A hold that is unknown, settled or ended is
+    /// [`Error::UnknownHold`].
+    pub async fn settle(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        hold: &str,
+        cost: u64,
+    ) -> Result<Answer, Error> {
+        let ask = HoldAsk {
+            policy: Some(policy),
+            cost: Some(cost),
+            ttl_ms: None,
+            hold: Some(hold),
+        };
+        Ok(self
+            .hold_verb(Verb::Settle, key.as_ref(), &ask)
+            .await?
+            .answer)
+    }
+
+    /// `rl.extend.<key>`: keeps a live hold for `ttl` from now (`None`:
+    /// the policy's `hold_ttl`); the ticket says its new end.
+    pub async fn extend(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        hold: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Held, Error> {
+        let ask = HoldAsk {
+            policy: Some(policy),
+            cost: None,
+            ttl_ms: ttl_ms(ttl)?,
+            hold: Some(hold),
+        };
+        self.hold_verb(Verb::Extend, key.as_ref(), &ask).await
+    }
+
+    /// Reserves like [`Client::reserve`] and, when allowed, hands the hold
+    /// to a [`HoldGuard`]: [`HoldGuard::settle`] charges the real cost;
+    /// a guard dropped unsettled (an error, a panic, a cancelled task)
+    /// releases the hold (settles it with cost 0) on a spawned task.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: sluice_client::Client) -> Result<(), sluice_client::Error> {
+    /// use sluice_client::Reserved;
+    /// match client.hold("tenant-1", "inflight", 1, None).await? {
+    ///     Reserved::Held(guard) => {
+    ///         // ... the work; a `?` here releases the slot ...
+    ///         guard.settle(1).await?;
+    ///     }
+    ///     Reserved::Denied(answer) => println!("busy; retry in {:?}", answer.retry_after),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn hold(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        ttl: Option<Duration>,
+    ) -> Result<Reserved, Error> {
+        let key = key.as_ref();
+        let held = self.reserve(key, policy, cost, ttl).await?;
+        Ok(match held.ticket {
+            Some(ticket) => Reserved::Held(HoldGuard {
+                client: self.clone(),
+                key: key.to_vec(),
+                policy: policy.to_string(),
+                ticket,
+                answer: held.answer,
+                open: true,
+            }),
+            None => Reserved::Denied(held.answer),
+        })
+    }
+
+    /// One hold verb, one round trip to the key's owner.
+    async fn hold_verb(&self, verb: Verb, key: &[u8], ask: &HoldAsk<'_>) -> Result<Held, Error> {
+        let policy = ask.policy.unwrap_or_default();
+        let token = prepare(key, policy, ask.cost.unwrap_or(0))?;
+        if let Some(hold) = ask.hold {
+            sluice_core::holds::id(hold).map_err(|e| Error::BadRequest(e.to_string()))?;
+        }
+        let inner = &self.inner;
+        let partition = partition_of(&token, inner.opts.partitions);
+        let deadline = Instant::now() + inner.opts.timeout;
+        let subject = verb.client_subject(&token);
+        let body = Bytes::from(encode_hold_request(ask, Encoding::Json));
+        let outcome = inner
+            .round_trip(&subject, &body, Some(partition), deadline, decode)
+            .await;
+        match outcome {
+            Ok((Reply::Decision(d), ticket)) => Ok(Held {
+                answer: Answer::from_reply(d, Source::Worker),
+                ticket,
+            }),
+            Ok((Reply::Error(e), _)) => Err(e.into()),
+            Err(why) => Err(Error::Unavailable(format!(
+                "no worker answered {subject} ({why}); a hold lives at its key's owner, so there is no fallback: try again once a worker owns the key's partition"
+            ))),
+        }
+    }
+}
+
+/// A hold verb's reply; a 503 is worth another try, as an ask's.
+fn decode(msg: &async_nats::Message) -> Decoded<(Reply, Option<HoldTicket>)> {
+    match decode_held(&msg.payload) {
+        Ok((Reply::Error(e), _)) if e.code == ErrorCode::Unavailable => {
+            Decoded::Retry(NoAnswer::Unavailable(e.message))
+        }
+        Ok(held) => Decoded::Done(held),
+        Err(e) => Decoded::Fail(NoAnswer::Malformed(e.to_string())),
+    }
+}
+
+/// A ttl in whole milliseconds (at least 1); the worker checks its range.
+fn ttl_ms(ttl: Option<Duration>) -> Result<Option<u64>, Error> {
+    ttl.map(|t| {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 {
+            return Err(Error::BadRequest(format!(
+                "a hold's ttl of {t:?} is under 1 ms; give 1 ms to 1 h, or None for the policy's hold_ttl"
+            )));
+        }
+        Ok(ms)
+    })
+    .transpose()
+}
+
+/// A live hold from [`Client::hold`]: [`HoldGuard::settle`] ends it with
+/// the real cost; dropped unsettled, it is released (settled with cost 0)
+/// on a spawned task of the current Tokio runtime (with none, it ends at
+/// its ttl as the policy's `on_expiry` says).
+#[derive(Debug)]
+pub struct HoldGuard {
+    client: Client,
+    key: Vec<u8>,
+    policy: String,
+    ticket: HoldTicket,
+    answer: Answer,
+    /// Not yet settled (nor released, nor handed to a settle).
+    open: bool,
+}
+
+impl HoldGuard {
+    /// The reserve's decision.
+    pub fn answer(&self) -> &Answer {
+        &self.answer
+    }
+
+    /// The hold's name and, as of the reserve or the last extend, how long
+    /// until it ends by itself.
+    pub fn ticket(&self) -> &HoldTicket {
+        &self.ticket
+    }
+
+    /// Ends the hold charging `cost` (the real cost). Whatever the outcome,
+    /// the guard is spent: after an error (no worker answered) the hold
+    /// ends at its ttl as the policy's `on_expiry` says.
+    pub async fn settle(mut self, cost: u64) -> Result<Answer, Error> {
+        self.open = false;
+        let (key, policy) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.policy),
+        );
+        self.client
+            .settle(key, &policy, &self.ticket.hold, cost)
+            .await
+    }
+
+    /// Ends the hold charging nothing (work that failed).
+    pub async fn release(self) -> Result<Answer, Error> {
+        self.settle(0).await
+    }
+
+    /// Keeps the hold for `ttl` more from now (`None`: the policy's
+    /// `hold_ttl`).
+    pub async fn extend(&mut self, ttl: Option<Duration>) -> Result<Answer, Error> {
+        let held = self
+            .client
+            .extend(&self.key, &self.policy, &self.ticket.hold, ttl)
+            .await?;
+        if let Some(ticket) = held.ticket {
+            self.ticket = ticket;
+        }
+        Ok(held.answer)
+    }
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(hold = %self.ticket.hold, "a hold dropped outside a Tokio runtime cannot be released; it ends at its ttl");
+            return;
+        };
+        let client = self.client.clone();
+        let key = std::mem::take(&mut self.key);
+        let policy = std::mem::take(&mut self.policy);
+        let hold = self.ticket.hold.clone();
+        runtime.spawn(async move {
+            if let Err(e) = client.settle(key, &policy, &hold, 0).await {
+                tracing::warn!(%hold, "releasing a dropped hold failed ({e}); it ends at its ttl");
+            }
+        });
+    }
+}
