@@ -219,7 +219,7 @@ impl Config {
         let document =
             toml::de::Deserializer::parse(text).map_err(|e| syntax_error(file, text, &e))?;
         let table: table::FileTable = serde_path_to_error::deserialize(document)
-            .map_err(|e| table::field_error(e.path(), e.inner().message()).in_file(file))?;
+            .map_err(|e| error::field_error(e.path(), e.inner().message()).in_file(file))?;
         config_of(table).map_err(|e| e.in_file(file))
     }
 

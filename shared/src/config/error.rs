@@ -2,7 +2,11 @@
 //! path and the reason, a [`FieldError`] the same within one table; field
 //! paths are written as TOML spells them ([`key_path`]) and a near miss of a
 //! known name gets a suggestion ([`suggest`]). Below the checks of the file
-//! ([`crate::config`]) and of each table, which all report through these.
+//! ([`crate::config`]) and of each table, which all report through these;
+//! serde's own sentences (unknown and missing fields) are turned into these
+//! here too ([`field_error`]).
+
+use serde_path_to_error::{Path, Segment};
 
 /// Why a config cannot be used: the file, the field path and the reason.
 ///
@@ -126,6 +130,75 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+// ---------------------------------------------------------------------------
+// serde's errors, as ours.
+
+/// A deserialization error at `path` as a [`FieldError`]. serde words
+/// unknown and missing fields itself ("unknown field `partiton`, expected
+/// one of `partitions`, ..."); those become our sentences. Every other
+/// message is already ours, from a `deserialize_with` function of
+/// `table.rs`.
+pub(super) fn field_error(path: &Path, message: &str) -> FieldError {
+    let field = path_text(path);
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        if let Some((key, expected)) = rest.rsplit_once("`, expected ") {
+            // The struct's fields, each in backticks: "one of `a`, `b`".
+            let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+            let expected = known.join(", ");
+            let reason = match suggest(key, &known) {
+                Some(s) => {
+                    format!("unknown field; did you mean {s:?}? (expected one of {expected})")
+                }
+                None => format!("unknown field; expected one of {expected}"),
+            };
+            return FieldError::new(field, reason);
+        }
+    }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        if let Some(name) = rest.strip_suffix('`') {
+            let field = if field.is_empty() {
+                name.to_string()
+            } else {
+                format!("{field}.{name}")
+            };
+            return FieldError::new(field, missing(name));
+        }
+    }
+    FieldError::new(field, message)
+}
+
+/// Why a required field is needed, with an example. (A policy's
+/// `algorithm` and `limits` are not required by the table's shape: a
+/// policy of only `concurrency` has neither; `PolicyTable::to_policy` says
+/// what is missing.)
+fn missing(name: &str) -> String {
+    match name {
+        "max" => "missing; e.g. max = 10".to_string(),
+        "per" => "missing; give the window or period, e.g. per = \"1m\"".to_string(),
+        _ => "missing".to_string(),
+    }
+}
+
+/// `policies.login.limits[1].per`; keys that are not bare TOML keys quoted.
+fn path_text(path: &Path) -> String {
+    let mut text = String::new();
+    for segment in path.iter() {
+        let key = match segment {
+            Segment::Seq { index } => {
+                text.push_str(&format!("[{index}]"));
+                continue;
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } => key_path(key),
+            Segment::Unknown => "?".to_string(),
+        };
+        if !text.is_empty() {
+            text.push('.');
+        }
+        text.push_str(&key);
+    }
+    text
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 //! of one `[policies.X]` table ([`PolicyTable::from_json`]).
 
 use super::defaults::{MAX_PARTITIONS, MAX_POLICY_NAME_LEN};
-use super::error::{key_path, suggest, FieldError};
+use super::error::{field_error, key_path, FieldError};
 use crate::calendar::{Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE};
 use crate::duration::{format_duration, parse_duration};
 use crate::policy::{Algorithm, Limit, Mode, Policy, PolicyError};
@@ -32,7 +32,6 @@ use serde::de::{
     Visitor,
 };
 use serde::{Deserialize, Serialize};
-use serde_path_to_error::{Path, Segment};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -366,73 +365,6 @@ impl LimitTable {
             .and_then(|limit| Policy::new(name, algorithm, vec![limit.clone()]).map(|_| limit))
             .map_err(|e| FieldError::new(field_of(&e), e.to_string()))
     }
-}
-
-// ---------------------------------------------------------------------------
-// serde's errors, as ours.
-
-/// A deserialization error at `path` as a [`FieldError`]. serde words
-/// unknown and missing fields itself ("unknown field `partiton`, expected
-/// one of `partitions`, ..."); those become our sentences. Every other
-/// message is already ours, from a `deserialize_with` function below.
-pub(super) fn field_error(path: &Path, message: &str) -> FieldError {
-    let field = path_text(path);
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        if let Some((key, expected)) = rest.rsplit_once("`, expected ") {
-            // The struct's fields, each in backticks: "one of `a`, `b`".
-            let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-            let expected = known.join(", ");
-            let reason = match suggest(key, &known) {
-                Some(s) => {
-                    format!("unknown field; did you mean {s:?}? (expected one of {expected})")
-                }
-                None => format!("unknown field; expected one of {expected}"),
-            };
-            return FieldError::new(field, reason);
-        }
-    }
-    if let Some(rest) = message.strip_prefix("missing field `") {
-        if let Some(name) = rest.strip_suffix('`') {
-            let field = if field.is_empty() {
-                name.to_string()
-            } else {
-                format!("{field}.{name}")
-            };
-            return FieldError::new(field, missing(name));
-        }
-    }
-    FieldError::new(field, message)
-}
-
-/// Why a required field is needed, with an example.
-fn missing(name: &str) -> String {
-    match name {
-        "algorithm" => format!("missing; use one of {}", algorithm_names()),
-        "limits" => format!("missing; a policy needs at least one limit, {LIMITS_EXAMPLE}"),
-        "max" => "missing; e.g. max = 10".to_string(),
-        "per" => "missing; give the window or period, e.g. per = \"1m\"".to_string(),
-        _ => "missing".to_string(),
-    }
-}
-
-/// `policies.login.limits[1].per`; keys that are not bare TOML keys quoted.
-fn path_text(path: &Path) -> String {
-    let mut text = String::new();
-    for segment in path.iter() {
-        let key = match segment {
-            Segment::Seq { index } => {
-                text.push_str(&format!("[{index}]"));
-                continue;
-            }
-            Segment::Map { key } | Segment::Enum { variant: key } => key_path(key),
-            Segment::Unknown => "?".to_string(),
-        };
-        if !text.is_empty() {
-            text.push('.');
-        }
-        text.push_str(&key);
-    }
-    text
 }
 
 fn algorithm_names() -> String {
