@@ -222,11 +222,7 @@ impl Outstanding {
         if units == 0 {
             return;
         }
-        // One copy of the key, shared by the map and the order.
-        let key: std::sync::Arc<str> = match self.by_key.get_key_value(key) {
-            Some((k, _)) => k.clone(),
-            None => key.into(),
-        };
+        let key = self.shared_key(key);
         let held = self.by_key.entry(key.clone()).or_default();
         if let Some(h) = held.iter_mut().find(|h| h.taken_at == taken_at) {
             h.units = h.units.saturating_add(units);
@@ -387,9 +383,7 @@ impl Outstanding {
     /// Keeps `hold` of `key` (the reserve was allowed and counted).
     pub fn hold(&mut self, key: &str, hold: Hold) -> Result<(), TooManyHolds> {
         self.hold_room()?;
-        let key = self.shared_key(key);
-        self.hold_ends.insert((hold.ends_at, key.clone(), hold.id));
-        self.holds.entry(key).or_default().push(hold);
+        self.keep_hold(key, hold);
         Ok(())
     }
 
@@ -464,14 +458,8 @@ impl Outstanding {
     /// A reserve that a journal replays: kept, unless the restored
     /// snapshot carried it already.
     pub fn replayed_hold(&mut self, key: &str, hold: Hold) {
-        let known = self
-            .holds
-            .get(key)
-            .is_some_and(|hs| hs.iter().any(|h| h.id == hold.id));
-        if !known {
-            let key = self.shared_key(key);
-            self.hold_ends.insert((hold.ends_at, key.clone(), hold.id));
-            self.holds.entry(key).or_default().push(hold);
+        if !self.has_hold(key, hold.id) {
+            self.keep_hold(key, hold);
         }
     }
 
@@ -515,6 +503,12 @@ impl Outstanding {
         }
         self.hold_ends.remove(&(hold.ends_at, shared, id));
         Some(hold)
+    }
+
+    fn keep_hold(&mut self, key: &str, hold: Hold) {
+        let key = self.shared_key(key);
+        self.hold_ends.insert((hold.ends_at, key.clone(), hold.id));
+        self.holds.entry(key).or_default().push(hold);
     }
 
     /// One copy of `key`, shared by every map and order that names it.

@@ -5,6 +5,7 @@
 
 use super::kind::Kept;
 use crate::counters::Counters;
+use sluice_core::holds::HoldId;
 use sluice_core::outstanding::HeldHold;
 use sluice_core::time::Nanos;
 use std::collections::HashMap;
@@ -25,16 +26,16 @@ impl Kept for Holds {
     /// given back twice); left out, its settle is refused (404) and what
     /// it held stays counted, which is safe.
     fn through(before: Vec<HeldHold>, counters: &Counters, _now: Nanos) -> Vec<HeldHold> {
-        let after: HashMap<(String, String), u64> = counters
+        let after: HashMap<(String, HoldId), u64> = counters
             .outstanding()
             .carried_holds()
             .into_iter()
-            .map(|h| ((h.key, h.id.to_string()), h.ends_at))
+            .map(|h| ((h.key, h.id), h.ends_at))
             .collect();
         before
             .into_iter()
             .filter_map(|mut h| {
-                let ends_at = *after.get(&(h.key.clone(), h.id.to_string()))?;
+                let ends_at = *after.get(&(h.key.clone(), h.id))?;
                 // An extend meanwhile: the later end (it only keeps it longer).
                 h.ends_at = h.ends_at.max(ends_at);
                 Some(h)
