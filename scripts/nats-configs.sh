@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Writes (or checks) the nats-server configs of compose.yaml's 3-node cluster.
+# Writes (or checks) the nats-server configs of compose.yaml's 3-node cluster
+# and of compose.regions.yaml's two regions (deploy/regions/{east,west}.conf).
 #
 #   scripts/nats-configs.sh           write deploy/nats/nats{1,2,3}.conf
 #   scripts/nats-configs.sh --check   exit 1 with a diff if they differ from
@@ -49,8 +50,28 @@ render() { # <sluice config> <node>
         --cluster-name sluice --cluster-listen 0.0.0.0:6222 "${routes[@]}"
 }
 
+# compose.regions.yaml's two regions (docs/REGIONS.md): one server each,
+# east listening for the link, west connecting to it. The link's nkey is
+# derived from SLUICE_AUTH_LINK_SEED; the default is a seed for trying it
+# on one machine (like compose's default passwords): with your own, run
+# this script again, since east's file names the key's public half.
+REGIONS=(east west)
+export SLUICE_AUTH_LINK_SEED="${SLUICE_AUTH_LINK_SEED:-SUAFTP4ORDPOK4G2VI4N23UF7M3E3CGAQFSPVF7UMAMBWQQXMFWJM65GKA}"
+render_region() { # <region>
+    local link=(--link-listen 0.0.0.0:7422)
+    [ "$1" = west ] && link=(--link east=nats-leaf://nats-east:7422)
+    sluice nats-config --config "$ROOT/config/regions/$1.toml" --auth --auth-from-env \
+        --listen 0.0.0.0:4222 --http 0.0.0.0:8222 --store-dir /data/jetstream "${link[@]}"
+}
+
 status=0
 if [ "$check" = 0 ]; then
+    mkdir -p "$ROOT/deploy/regions"
+    for r in "${REGIONS[@]}"; do
+        render_region "$r" >"$ROOT/deploy/regions/$r.conf.tmp"
+        mv "$ROOT/deploy/regions/$r.conf.tmp" "$ROOT/deploy/regions/$r.conf"
+        echo "wrote deploy/regions/$r.conf"
+    done
     mkdir -p "$OUT"
     for n in "${NODES[@]}"; do
         render "$CONFIG" "$n" >"$OUT/$n.conf.tmp"
@@ -67,6 +88,12 @@ else
             fi
         done
     done
-    [ "$status" = 0 ] && echo "nats-configs: deploy/nats/*.conf match \`sluice nats-config\`"
+    for r in "${REGIONS[@]}"; do
+        if ! diff -u "$ROOT/deploy/regions/$r.conf" <(render_region "$r") >&2; then
+            echo "nats-configs: deploy/regions/$r.conf differs from \`sluice nats-config\` (run scripts/nats-configs.sh)" >&2
+            status=1
+        fi
+    done
+    [ "$status" = 0 ] && echo "nats-configs: deploy/nats/*.conf and deploy/regions/*.conf match \`sluice nats-config\`"
 fi
 exit "$status"

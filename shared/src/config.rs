@@ -30,11 +30,13 @@ mod defaults;
 mod envoy;
 mod error;
 mod holding;
+mod scope;
 mod table;
 mod usage;
 
 pub use crate::duration::{format_duration, parse_duration, DurationError};
 use crate::policy::{Policy, DEFAULT_POLICY};
+use crate::region::RegionName;
 use crate::usage::UsageConfig;
 /// One rule for policy names, shared with the wire protocol.
 pub use crate::wire::is_valid_policy_name;
@@ -45,6 +47,7 @@ pub use defaults::{
 pub use envoy::{EntryMatch, EnvoyConfig, EnvoyRule, EnvoyTarget, KeyTemplate, ValueMatch};
 use error::key_path;
 pub use error::{ConfigError, FieldError};
+pub use scope::check_region;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -189,6 +192,9 @@ pub struct Config {
     pub envoy: Option<EnvoyConfig>,
     /// `[usage]`: usage history (CONTRACT §9); on by default.
     pub usage: UsageConfig,
+    /// The region this process belongs to (CONTRACT §12); `None`: a system
+    /// of one region, as without regions.
+    pub region: Option<RegionName>,
 }
 
 impl Default for Config {
@@ -208,6 +214,7 @@ impl Default for Config {
             policies,
             envoy: None,
             usage: UsageConfig::default(),
+            region: None,
         }
     }
 }
@@ -312,10 +319,14 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
             }
         };
     }
+    if let Some(name) = table.region {
+        config.region =
+            Some(RegionName::new(&name).map_err(|e| FieldError::new("region", e.to_string()))?);
+    }
     for (name, table) in table.policies {
-        let policy = table
-            .to_policy(&name)
-            .map_err(|e| e.below(&format!("policies.{}", key_path(&name))))?;
+        let below = |e: FieldError| e.below(&format!("policies.{}", key_path(&name)));
+        let policy = table.to_policy(&name).map_err(below)?;
+        scope::check_region(&policy, config.region.as_ref()).map_err(below)?;
         config.policies.insert(name, policy);
     }
     if let Some(envoy) = table.envoy {

@@ -75,6 +75,7 @@ pub mod packed;
 pub mod partition;
 pub mod policies;
 pub mod policy;
+pub mod region;
 pub mod storage;
 pub mod subject;
 pub mod time;

@@ -98,6 +98,8 @@ pub enum PolicyError {
     Concurrency { max: u32 },
     #[error("hold_ttl must be 1 ms to 1 h: how long a hold lives unless the reserve names its own ttl_ms")]
     HoldTtl,
+    #[error("a global policy (scope = \"global\") cannot have concurrency: a hold lives with one region's owner; use a regional policy for concurrency")]
+    GlobalConcurrency,
 }
 
 /// Whether a policy's denials are answered (CONTRACT §14).

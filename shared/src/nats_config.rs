@@ -22,8 +22,10 @@ use crate::usage::UsageConfig;
 use std::fmt;
 
 pub mod auth;
+pub mod link;
 mod quote;
 pub use auth::{permissions, Password, Permissions, Role, RoleUser};
+pub use link::{LinkKey, LinkSeed, RegionLinks};
 use quote::quote;
 
 /// The server mapping for `verb` with `partitions` partitions, as (source,
@@ -76,6 +78,9 @@ pub struct NatsServerConfig {
     /// The steps of the workers' usage tiers (`1m`, ...), which name their
     /// streams, for the `worker` role's permissions.
     pub usage_steps: Vec<String>,
+    /// The server's region and its links to other regions (CONTRACT §12,
+    /// [`link`]); `None`: a system of one region.
+    pub region: Option<RegionLinks>,
 }
 
 /// The `cluster { }` block of one server.
@@ -118,6 +123,7 @@ impl NatsServerConfig {
                 .iter()
                 .map(|t| t.name())
                 .collect(),
+            region: None,
         }
     }
 
@@ -162,6 +168,14 @@ impl fmt::Display for NatsServerConfig {
         )?;
 
         writeln!(w, "\njetstream {{")?;
+        if let Some(links) = &self.region {
+            writeln!(
+                w,
+                "  # One JetStream domain per region: a region cut off from the others\n  \
+                 # keeps its own leases, snapshots and journal (docs/REGIONS.md)."
+            )?;
+            writeln!(w, "  domain: {}", quote(links.region.as_str()))?;
+        }
         match &self.store_dir {
             Some(dir) => {
                 writeln!(w, "  store_dir: {}", quote(dir))?;
@@ -204,7 +218,10 @@ impl fmt::Display for NatsServerConfig {
         writeln!(w, "}}")?;
 
         if !self.users.is_empty() {
-            auth::render(w, &self.users, &self.usage_steps)?;
+            auth::render(w, &self.users, &self.usage_steps, self.region.as_ref())?;
+        }
+        if let Some(links) = &self.region {
+            links.render_leafnodes(w)?;
         }
 
         if let Some(cluster) = &self.cluster {

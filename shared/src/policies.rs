@@ -13,8 +13,9 @@
 //! previous version stays in force and the reason names the field, as in a
 //! config file.
 
-use crate::config::{Config, LimitTable, PolicyTable};
+use crate::config::{check_region, Config, LimitTable, PolicyTable};
 use crate::policy::{Policy, DEFAULT_POLICY};
+use crate::region::RegionName;
 use crate::storage::PolicyKey;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +33,9 @@ pub struct Policies {
     /// override changes, one policy's when the policy does; empty when
     /// there are none, so a lookup costs nothing then).
     overrides: HashMap<String, HashMap<String, Override>>,
+    /// The reader's region: a bucket policy that cannot hold here (a
+    /// global one that does not list it) is refused as invalid.
+    region: Option<RegionName>,
 }
 
 /// The value of `override.<policy>.<key>`: limits that replace the policy's
@@ -63,7 +67,10 @@ pub enum Applied {
 impl Policies {
     /// The file's policies alone (before the bucket is read).
     pub fn from_config(config: &Config) -> Policies {
-        Policies::new(config.policies.clone())
+        Policies {
+            region: config.region.clone(),
+            ..Policies::new(config.policies.clone())
+        }
     }
 
     /// `file`'s policies alone (a client's, say).
@@ -73,6 +80,7 @@ impl Policies {
             bucket: BTreeMap::new(),
             override_tables: BTreeMap::new(),
             overrides: HashMap::new(),
+            region: None,
         }
     }
 
@@ -176,7 +184,7 @@ impl Policies {
                 self.bucket.remove(&name);
             }
             Some(json) => {
-                let policy = parse(&name, json)?;
+                let policy = parse(&name, json, self.region.as_ref())?;
                 self.bucket.insert(name.clone(), policy);
             }
         }
@@ -186,10 +194,11 @@ impl Policies {
 }
 
 /// A bucket value: the JSON form of one `[policies.X]` table, checked as
-/// the config file's are.
-pub fn parse(name: &str, json: &[u8]) -> Result<Policy, String> {
+/// the config file's are, against the region of whoever reads it.
+pub fn parse(name: &str, json: &[u8], region: Option<&RegionName>) -> Result<Policy, String> {
     PolicyTable::from_json(json)
         .and_then(|table| table.to_policy(name))
+        .and_then(|policy| check_region(&policy, region).map(|()| policy))
         .map_err(|e| {
             if e.field.is_empty() {
                 format!("policy {name:?}: {}", e.reason)

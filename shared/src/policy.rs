@@ -12,6 +12,7 @@
 use crate::algorithm::{self, Algo, Check, Usage};
 pub use crate::holds::hold::Holding;
 pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError};
+use crate::region::Scope;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -35,6 +36,8 @@ pub struct Policy {
     mode: Mode,
     /// What it says of holds: concurrency, their ttl, their end (CONTRACT §13).
     holding: Holding,
+    /// In each region apart, or once across regions (CONTRACT §12).
+    scope: Scope,
 }
 
 impl Policy {
@@ -66,6 +69,7 @@ impl Policy {
             local_budget: false,
             mode: Mode::Enforce,
             holding: Holding::default(),
+            scope: Scope::Region,
         })
     }
 
@@ -83,6 +87,7 @@ impl Policy {
             local_budget: false,
             mode: Mode::Enforce,
             holding: holding.checked()?,
+            scope: Scope::Region,
         })
     }
 
@@ -95,6 +100,22 @@ impl Policy {
     /// What this policy says of holds.
     pub fn holding(&self) -> Holding {
         self.holding
+    }
+
+    /// The same policy held in `scope`. A global policy holds no holds:
+    /// a hold's slot lives with one owner, and a global key has one in
+    /// every region.
+    pub fn with_scope(mut self, scope: Scope) -> Result<Policy, PolicyError> {
+        if scope.global().is_some() && self.holding.concurrency.is_some() {
+            return Err(PolicyError::GlobalConcurrency);
+        }
+        self.scope = scope;
+        Ok(self)
+    }
+
+    /// Where this policy's limits hold (CONTRACT §12).
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     /// The same policy in `mode`: a change of mode keeps every count, since

@@ -246,12 +246,60 @@ pub fn is_safe_reply_subject(subject: &str) -> bool {
             .strip_prefix(prefix)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
     };
-    !(subject.starts_with('$') || own(ROOT) || own(INTERNAL_ROOT))
+    !(subject.starts_with('$') || own(ROOT) || own(INTERNAL_ROOT) || own(LINK_ROOT))
 }
 
 /// The first token of sluice's internal subjects (`sluice.journal.>`,
 /// `sluice.status.>`).
 pub const INTERNAL_ROOT: &str = "sluice";
+
+/// The first token of the subjects that cross between regions (CONTRACT
+/// §12), and the only ones the link between regions carries
+/// ([`crate::nats_config::link`]): `sluice-link.<region>.…`, addressed to
+/// the workers of `<region>`. Every other subject stays in its region.
+pub const LINK_ROOT: &str = "sluice-link";
+
+/// The link subjects of `region`'s workers: `sluice-link.<region>.>`.
+pub fn link_wildcard(region: &str) -> String {
+    format!("{LINK_ROOT}.{region}.>")
+}
+
+/// Where a worker of `region` takes link requests from other regions
+/// that need an answer from `region` itself: `sluice-link.<region>.hello`
+/// (who is there; CONTRACT §12's `sluice status`).
+pub fn link_hello(region: &str) -> String {
+    format!("{LINK_ROOT}.{region}.hello")
+}
+
+/// Every region's workers answer here: one request sees which regions the
+/// link reaches.
+pub fn link_hello_all() -> String {
+    format!("{LINK_ROOT}.hello")
+}
+
+/// The inbox prefix of a worker's link connection in `region`: replies
+/// to its requests across the link come back under its own region's link
+/// subjects, the only ones the link carries.
+pub fn link_inbox_prefix(region: &str) -> String {
+    format!("{LINK_ROOT}.{region}.inbox")
+}
+
+/// Whether a link request's reply subject is a link inbox
+/// (`sluice-link.<region>.inbox.…`): the only replies a worker sends
+/// across the link, as ordinary asks' replies never go into link subjects
+/// ([`is_safe_reply_subject`]).
+pub fn is_link_reply_subject(subject: &str) -> bool {
+    let mut tokens = subject.split('.');
+    tokens.next() == Some(LINK_ROOT)
+        && tokens.next().is_some_and(|r| !r.is_empty())
+        && tokens.next() == Some("inbox")
+        && tokens.next().is_some_and(|t| !t.is_empty())
+}
+
+/// Within a region: every worker answers with its region's identity, so a
+/// worker starting up sees whether regional subjects leak over a link
+/// that carries more than [`LINK_ROOT`] (a hand-written link config).
+pub const REGION_HELLO: &str = "sluice.region.hello";
 
 /// The NATS micro service every worker registers (`$SRV.PING.sluice-worker`).
 pub const STATUS_SERVICE: &str = "sluice-worker";
@@ -491,8 +539,14 @@ mod tests {
             "$KV.sluice-leases.p.3",
             "$JS.API.STREAM.DELETE.KV_sluice-leases",
             "$SRV.PING",
+            "sluice-link.east.p.3",
+            "sluice-link.west.inbox.abc.1",
         ] {
             assert!(!is_safe_reply_subject(bad), "{bad}");
+        }
+        assert!(is_link_reply_subject("sluice-link.west.inbox.abc.1"));
+        for bad in ["sluice-link.west.hello", "sluice-link.inbox.x", "_INBOX.x"] {
+            assert!(!is_link_reply_subject(bad), "{bad}");
         }
     }
 

@@ -46,6 +46,8 @@
 //!   [`ErrorReply`](sluice_core::wire::ErrorReply)); [`key_in_partition`].
 //! - [`Load`]: a bounded background load of asks, and
 //!   [`assert_no_key_over`].
+//! - [`TwoRegions`]: two regions (CONTRACT §12), each a [`Stack`], linked
+//!   through a [`LinkProxy`] that can delay, blackhole or reset the link.
 //!
 //! Which binary runs: [`nats_server_binary`] (`$SLUICE_NATS_SERVER`, else
 //! `<workspace>/.tools/venv/bin/nats-server`, else `PATH`; always checked to
@@ -70,9 +72,11 @@
 mod ask;
 mod cluster;
 mod eventually;
+mod link_proxy;
 mod load;
 mod nats;
 mod process;
+mod regions;
 mod stack;
 mod tls;
 
@@ -82,6 +86,7 @@ pub use ask::{
 };
 pub use cluster::{free_ports, NatsCluster, CLUSTER_NAME};
 pub use eventually::{eventually, TICK};
+pub use link_proxy::{LinkMode, LinkProxy};
 pub use load::{assert_no_key_over, rounds, Answered, Load, LOAD_DEADLINE};
 pub use nats::{
     nats_server_binary, workspace_root, NatsServer, NATS_SERVER_ENV, NATS_SERVER_VERSION,
@@ -89,5 +94,6 @@ pub use nats::{
 };
 pub use nix::sys::signal::Signal;
 pub use process::{one_line_error, output_text, tail_of_file, ChildGuard, DEFAULT_GRACE};
+pub use regions::{in_region, TwoRegions, EAST, WEST};
 pub use stack::{secured_nats_config, serial, test_password, worker_command, Stack, TestConfig};
 pub use tls::{HttpsResponse, TestCa};

@@ -1,8 +1,13 @@
 //! `sluice nats-config`: the nats-server config with the partition mapping.
 
 use crate::common::Common;
-use anyhow::{Context as _, Result};
-use sluice_core::nats_config::{Cluster, NatsServerConfig, Password, Role, RoleUser};
+use anyhow::{anyhow, bail, Context as _, Result};
+use sluice_core::config::Config;
+use sluice_core::nats_config::link::LINK_SEED_ENV;
+use sluice_core::nats_config::{
+    Cluster, LinkKey, LinkSeed, NatsServerConfig, Password, RegionLinks, Role, RoleUser,
+};
+use sluice_core::region::RegionName;
 
 #[derive(clap::Args, Debug)]
 pub struct NatsConfigArgs {
@@ -12,9 +17,10 @@ pub struct NatsConfigArgs {
     /// Monitoring (HTTP) listen address; off unless given.
     #[arg(long)]
     pub http: Option<String>,
-    /// Server name (unique per server in a cluster).
-    #[arg(long, default_value = "sluice-nats")]
-    pub server_name: String,
+    /// Server name, unique per server among all linked regions (default
+    /// sluice-nats, or sluice-<region> with a region).
+    #[arg(long)]
+    pub server_name: Option<String>,
     /// JetStream store directory.
     #[arg(long)]
     pub store_dir: Option<String>,
@@ -41,6 +47,25 @@ pub struct NatsConfigArgs {
     /// must start with a letter (nats-server reads 1234 as a number).
     #[arg(long, requires = "auth")]
     pub auth_from_env: bool,
+    /// The region this server belongs to (CONTRACT §12; default: the
+    /// config's `region`). It becomes the server's JetStream domain.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Where this server accepts the other regions' links (leafnodes),
+    /// host:port, e.g. 0.0.0.0:7422.
+    #[arg(long)]
+    pub link_listen: Option<String>,
+    /// With --link-listen: the host:port other regions reconnect to, when
+    /// they reach this server through a proxy or NAT.
+    #[arg(long, requires = "link_listen")]
+    pub link_advertise: Option<String>,
+    /// Connect to REGION's link listener, REGION=URL (repeatable), e.g.
+    /// east=nats-leaf://east-nats:7422. One side of each link is enough.
+    /// With --auth the link authenticates with the nkey seed in
+    /// SLUICE_AUTH_LINK_SEED (generated and named on stderr when unset;
+    /// give the same seed to every region's servers).
+    #[arg(long = "link")]
+    pub links: Vec<String>,
 }
 
 pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
@@ -48,7 +73,7 @@ pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
     let mut server = NatsServerConfig::new(config.partitions);
     server.listen = args.listen.clone();
     server.http = args.http.clone();
-    server.server_name = args.server_name.clone();
+
     server.store_dir = args.store_dir.clone();
     server.usage_steps = config.usage.tiers.iter().map(|t| t.name()).collect();
     server.cluster = args.cluster_name.as_ref().map(|name| Cluster {
@@ -81,8 +106,90 @@ pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
             })
             .collect::<Result<_>>()?;
     }
+    server.region = region_links(&config, args)?;
+    server.server_name = match (&args.server_name, &server.region) {
+        (Some(name), _) => name.clone(),
+        (None, Some(links)) => format!("sluice-{}", links.region),
+        (None, None) => "sluice-nats".to_string(),
+    };
     print!("{}", server.render());
     Ok(())
+}
+
+/// The server's region and links, from `--region` (or the config's
+/// `region`), `--link-listen` and `--link`.
+fn region_links(config: &Config, args: &NatsConfigArgs) -> Result<Option<RegionLinks>> {
+    let region = match &args.region {
+        Some(name) => Some(RegionName::new(name).map_err(|e| anyhow!("--region: {e}"))?),
+        None => config.region.clone(),
+    };
+    let Some(region) = region else {
+        if args.link_listen.is_some() || !args.links.is_empty() {
+            bail!(
+                "--link-listen and --link need a region: give --region or set region in the config"
+            );
+        }
+        return Ok(None);
+    };
+    let connect = args
+        .links
+        .iter()
+        .map(|link| {
+            let (name, url) = link.split_once('=').ok_or_else(|| {
+                anyhow!("--link {link:?}: write REGION=URL, e.g. east=nats-leaf://east-nats:7422")
+            })?;
+            let name = RegionName::new(name).map_err(|e| anyhow!("--link {link:?}: {e}"))?;
+            if name == region {
+                bail!("--link {link:?}: a region does not link to itself");
+            }
+            if url.is_empty() {
+                bail!("--link {link:?}: the URL is empty; e.g. nats-leaf://east-nats:7422");
+            }
+            Ok((name, url.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let key = if args.auth && (args.link_listen.is_some() || !connect.is_empty()) {
+        Some(link_key(args.auth_from_env)?)
+    } else {
+        None
+    };
+    Ok(Some(RegionLinks {
+        region,
+        listen: args.link_listen.clone(),
+        advertise: args.link_advertise.clone(),
+        connect,
+        key,
+    }))
+}
+
+/// The link's nkey: from SLUICE_AUTH_LINK_SEED, or generated and named
+/// once on stderr (every region's servers need the same seed).
+fn link_key(from_env: bool) -> Result<LinkKey> {
+    let seed = match std::env::var(LINK_SEED_ENV) {
+        Ok(seed) if !seed.is_empty() => seed,
+        _ if from_env => bail!(
+            "--auth-from-env with links: set {LINK_SEED_ENV} (an nkey user seed, SU...) here too, to derive the public key the listening side names"
+        ),
+        _ => {
+            let seed = nkeys::KeyPair::new_user()
+                .seed()
+                .context("cannot generate the link's nkey")?;
+            eprintln!(
+                "sluice nats-config: generated the link's nkey seed: {seed} (set {LINK_SEED_ENV} to choose it; every region's servers need the same)"
+            );
+            seed
+        }
+    };
+    let pair = nkeys::KeyPair::from_seed(&seed)
+        .map_err(|e| anyhow!("{LINK_SEED_ENV} is not an nkey user seed (SU...): {e}"))?;
+    Ok(LinkKey {
+        public: pair.public_key(),
+        seed: if from_env {
+            LinkSeed::FromEnv
+        } else {
+            LinkSeed::Literal(seed)
+        },
+    })
 }
 
 /// 128 random bits from the kernel, in hex: a password nobody guesses and

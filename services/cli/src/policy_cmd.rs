@@ -11,6 +11,7 @@ use sluice_core::config::{Config, LimitTable, PolicyTable};
 use sluice_core::key::try_encode_key;
 use sluice_core::policies::{self, OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
+use sluice_core::region::RegionName;
 use sluice_core::storage::{override_key, policy_key, PolicyKey, POLICY_BUCKET};
 use std::path::PathBuf;
 
@@ -43,7 +44,7 @@ pub enum PolicyCommand {
         #[arg(long)]
         local_budget: bool,
         #[command(flatten)]
-        extra: PolicyFlags,
+        extra: Box<PolicyFlags>,
     },
     /// Remove a policy from the bucket (the config file's, if any, is back
     /// in force; `default` cannot be removed).
@@ -81,6 +82,24 @@ pub struct PolicyFlags {
     /// month starts on its last day)
     #[arg(long)]
     anchor_day: Option<u64>,
+    /// region (the default: each region counts its own asks) | global (one
+    /// limit across regions; give --home and --regions)
+    #[arg(long)]
+    scope: Option<String>,
+    /// The region that keeps a global policy's count
+    #[arg(long)]
+    home: Option<String>,
+    /// The regions a global policy holds across, comma-separated (east,west)
+    #[arg(long, value_delimiter = ',')]
+    regions: Vec<String>,
+    /// A region's weight in its reserved share, REGION=WEIGHT (default 1
+    /// each); repeat for several
+    #[arg(long = "region-share")]
+    region_shares: Vec<String>,
+    /// What a region cut off from the home does: reserved (the default) |
+    /// closed | open
+    #[arg(long)]
+    on_cut: Option<String>,
 }
 
 impl PolicyFlags {
@@ -92,6 +111,26 @@ impl PolicyFlags {
         table.tz = self.tz.clone();
         table.week_start = self.week_start.clone();
         table.anchor_day = self.anchor_day;
+        table.scope = self.scope.clone();
+        table.home = self.home.clone();
+        table.regions = (!self.regions.is_empty()).then(|| self.regions.clone());
+        table.on_cut = self.on_cut.clone();
+        if !self.region_shares.is_empty() {
+            let shares = self
+                .region_shares
+                .iter()
+                .map(|share| {
+                    let (region, weight) = share
+                        .split_once('=')
+                        .and_then(|(r, w)| Some((r.to_string(), w.parse::<i64>().ok()?)))
+                        .ok_or_else(|| {
+                            anyhow!("--region-share {share:?}: write REGION=WEIGHT, e.g. east=2")
+                        })?;
+                    Ok((region, weight))
+                })
+                .collect::<Result<_>>()?;
+            table.region_shares = Some(shares);
+        }
         Ok(table)
     }
 }
@@ -131,7 +170,8 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                         limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
                     )
                 })?;
-                put(&bucket(common).await?, policy, &table).await
+                let region = common.load_config()?.region;
+                put(&bucket(common).await?, policy, &table, region.as_ref()).await
             }
             PolicyCommand::Rm { policy } => {
                 policies::removable(policy).map_err(|e| anyhow!(e))?;
@@ -181,7 +221,13 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 let config = Config::load(file)?;
                 let bucket = bucket(common).await?;
                 for p in config.policies.values() {
-                    put(&bucket, p.name(), &PolicyTable::of(p)).await?;
+                    put(
+                        &bucket,
+                        p.name(),
+                        &PolicyTable::of(p),
+                        config.region.as_ref(),
+                    )
+                    .await?;
                 }
                 Ok(())
             }
@@ -213,10 +259,16 @@ fn json(table: &PolicyTable) -> Result<String> {
     Ok(serde_json::to_string(table)?)
 }
 
-/// Checks `table` as a config file's policy, then writes it.
-async fn put(bucket: &kv::Store, name: &str, table: &PolicyTable) -> Result<()> {
+/// Checks `table` as a config file's policy (in the config's region),
+/// then writes it.
+async fn put(
+    bucket: &kv::Store,
+    name: &str,
+    table: &PolicyTable,
+    region: Option<&RegionName>,
+) -> Result<()> {
     let value = json(table)?;
-    policies::parse(name, value.as_bytes()).map_err(|e| anyhow!(e))?;
+    policies::parse(name, value.as_bytes(), region).map_err(|e| anyhow!(e))?;
     let revision = bucket
         .put(policy_key(name), value.clone().into())
         .await

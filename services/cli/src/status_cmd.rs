@@ -42,6 +42,29 @@ pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {
 fn table(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
+    if !s.regions.is_empty() {
+        let _ = writeln!(out, "REGIONS ({})", s.regions.len());
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        for r in &s.regions {
+            let state = if r.here {
+                "this region".to_string()
+            } else if r.link_up {
+                "link up".to_string()
+            } else {
+                match r.last_seen_ms.filter(|&ms| ms > 0) {
+                    Some(ms) => format!(
+                        "link DOWN (last answered {:.1}s ago)",
+                        now_ms.saturating_sub(ms) as f64 / 1000.0
+                    ),
+                    None => "link DOWN".to_string(),
+                }
+            };
+            let _ = writeln!(out, "  {:<20} {state}", r.region);
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, "WORKERS ({})", s.workers.len());
     let _ = writeln!(
         out,

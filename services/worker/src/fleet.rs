@@ -26,6 +26,57 @@ pub struct Status {
     pub partitions: Vec<PartitionRow>,
     pub workers: Vec<WorkerStatus>,
     pub unowned: Vec<u32>,
+    /// The region these workers run in and the others they see over the
+    /// link (CONTRACT §12); empty without regions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<RegionRow>,
+}
+
+/// A region as this region's workers see it.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct RegionRow {
+    pub region: String,
+    /// The region the status was asked in.
+    pub here: bool,
+    /// Some worker here has its workers' answer over the link now (always
+    /// true for the region here).
+    pub link_up: bool,
+    /// When a worker here last heard from it over the link (Unix ms).
+    pub last_seen_ms: Option<u64>,
+}
+
+/// The regions `workers` report: their own, then every other one any of
+/// them has seen, up where any of them sees it up.
+pub fn regions(workers: &[WorkerStatus]) -> Vec<RegionRow> {
+    let mut rows: BTreeMap<String, RegionRow> = BTreeMap::new();
+    for w in workers {
+        if let Some(region) = &w.region {
+            rows.insert(
+                region.clone(),
+                RegionRow {
+                    region: region.clone(),
+                    here: true,
+                    link_up: true,
+                    last_seen_ms: None,
+                },
+            );
+        }
+    }
+    for link in workers.iter().flat_map(|w| &w.links) {
+        let row = rows.entry(link.region.clone()).or_insert(RegionRow {
+            region: link.region.clone(),
+            here: false,
+            link_up: false,
+            last_seen_ms: None,
+        });
+        if !row.here {
+            row.link_up |= link.up;
+            row.last_seen_ms = row.last_seen_ms.max(Some(link.last_seen_ms));
+        }
+    }
+    let mut rows: Vec<RegionRow> = rows.into_values().collect();
+    rows.sort_by_key(|r| (!r.here, r.region.clone()));
+    rows
 }
 
 /// One partition: its owner, its snapshot, the decisions its owner made.
@@ -95,6 +146,7 @@ pub async fn collect(
         .collect();
     Ok(Status {
         partitions: rows,
+        regions: regions(&workers),
         workers,
         unowned,
     })

@@ -39,6 +39,9 @@
 //! - [`policy_watch`]: live policies from the `sluice-policies` bucket.
 //! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`service`]: `$SRV` discovery and the status endpoint.
+//! - [`region`]: with regions (CONTRACT §12), the checks that the worker
+//!   runs in its region, its answers to region hellos, and which other
+//!   regions the link reaches.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
 //! - [`fleet`]: the fleet as NATS sees it (`sluice status`, the gateway's
 //!   dashboard): owners, snapshot ages, every worker's status.
@@ -61,6 +64,7 @@ pub mod outbox;
 pub mod owner;
 pub mod policy_watch;
 pub mod probe;
+pub mod region;
 pub mod reply;
 pub mod routes;
 pub mod service;

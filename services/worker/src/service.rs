@@ -11,6 +11,7 @@
 //! snapshot ages. `sluice status` reads those.
 
 use crate::counters::KeyBound;
+use crate::region::{LinkStatus, RegionView};
 use crate::stats::{PolicyStatus, ShardsView, WorkerStats};
 use anyhow::{anyhow, Result};
 use async_nats::service::{self, ServiceExt};
@@ -47,6 +48,13 @@ pub struct WorkerStatus {
     #[serde(default)]
     pub evicted_keys: u64,
     pub partitions: Vec<PartitionStatus>,
+    /// The worker's region (CONTRACT §12); absent without regions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The other regions it has seen over the link, and whether each
+    /// answers now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkStatus>,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
@@ -66,6 +74,8 @@ pub struct StatusSources {
     pub policy_status: Arc<PolicyStatus>,
     pub key_bound: Arc<KeyBound>,
     pub shards: ShardsView,
+    /// The region's name and what it sees of the others.
+    pub region: Option<(String, Arc<RegionView>)>,
 }
 
 pub fn status(sources: &StatusSources) -> WorkerStatus {
@@ -102,6 +112,12 @@ pub fn status(sources: &StatusSources) -> WorkerStatus {
         max_keys: sources.key_bound.max(),
         evicted_keys: sources.key_bound.evicted(),
         partitions,
+        region: sources.region.as_ref().map(|(name, _)| name.clone()),
+        links: sources
+            .region
+            .as_ref()
+            .map(|(_, view)| view.links())
+            .unwrap_or_default(),
     }
 }
 

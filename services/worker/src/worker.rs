@@ -123,6 +123,28 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         },
     )
     .await?;
+    let region = match &config.region {
+        Some(name) => Some(
+            crate::region::start(
+                name.clone(),
+                &worker_id,
+                &client,
+                &stores.js,
+                |inbox| async {
+                    let link = opts
+                        .auth
+                        .connect_options()?
+                        .name(format!("sluice-worker {worker_id} link"))
+                        .custom_inbox_prefix(inbox)
+                        .connection_timeout(Duration::from_secs(5))
+                        .ping_interval(WORKER_PING_INTERVAL);
+                    Ok(opts.auth.connect(&opts.nats_url, link).await?)
+                },
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let stats = Arc::new(WorkerStats::default());
     let usage = if config.usage.enabled {
         let store = UsageStore::open(stores.js.clone(), &config.usage.tiers, opts.replicas).await?;
@@ -181,6 +203,9 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         policy_status,
         key_bound,
         shards: controller.shards_view(),
+        region: region
+            .as_ref()
+            .map(|r| (r.name.to_string(), r.view.clone())),
     });
     let service = service::start(&client, status.clone()).await?;
     let metrics = match opts.metrics_listen {
@@ -231,6 +256,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         m.abort();
     }
     let _ = service.stop().await;
+    drop(region);
     let _ = client.drain().await;
     result
 }

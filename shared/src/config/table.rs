@@ -54,6 +54,8 @@ pub(super) struct FileTable {
     pub(super) journal_failure: Option<String>,
     #[serde(default, deserialize_with = "max_keys")]
     pub(super) max_keys: Option<i128>,
+    #[serde(default, deserialize_with = "some_string")]
+    pub(super) region: Option<String>,
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
     pub(super) policies: Vec<(String, PolicyTable)>,
@@ -138,6 +140,31 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub on_expiry: Option<String>,
+    /// Regions (CONTRACT §12): `"region"` (the default) or `"global"`; a
+    /// global policy's `home`, `regions`, `region_shares` (weights by
+    /// region) and `on_cut`; checked in `config/scope.rs`.
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scope: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub home: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_shares: Option<std::collections::BTreeMap<String, i64>>,
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub on_cut: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -192,6 +219,11 @@ impl PolicyTable {
             concurrency: None,
             hold_ttl: None,
             on_expiry: None,
+            scope: None,
+            home: None,
+            regions: None,
+            region_shares: None,
+            on_cut: None,
         }
     }
 
@@ -233,7 +265,7 @@ impl PolicyTable {
                 .filter(|&d| d != u64::from(DEFAULT_ANCHOR_DAY)),
             ..PolicyTable::empty()
         };
-        table.with_holding_of(policy)
+        table.with_holding_of(policy).with_scope_of(policy)
     }
 
     /// Reads the JSON form of one table (CONTRACT §7). Fields are refused as
@@ -268,8 +300,12 @@ impl PolicyTable {
     pub fn to_policy(&self, name: &str) -> Result<Policy, FieldError> {
         check_name(name).map_err(|reason| FieldError::new("", reason))?;
         let holding = self.holding()?;
+        let scope = self.scope()?;
         if self.limits.is_empty() && holding.concurrency.is_some() {
-            return self.slots_only(name, holding);
+            return self
+                .slots_only(name, holding)?
+                .with_scope(scope)
+                .map_err(|e| FieldError::new("scope", e.to_string()));
         }
         let Some(algorithm) = self.algorithm else {
             return Err(FieldError::new(
@@ -301,7 +337,9 @@ impl PolicyTable {
             .map_err(|e| FieldError::new("local_budget", e.to_string()))?
             .with_mode(self.mode)
             .with_holding(holding)
-            .map_err(|e| FieldError::new("", e.to_string()))
+            .map_err(|e| FieldError::new("", e.to_string()))?
+            .with_scope(scope)
+            .map_err(|e| FieldError::new("scope", e.to_string()))
     }
 }
 
@@ -352,6 +390,7 @@ impl LimitTable {
             | PolicyError::NoLimits
             | PolicyError::Concurrency { .. }
             | PolicyError::HoldTtl
+            | PolicyError::GlobalConcurrency
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm

@@ -46,13 +46,14 @@
 //! belong to the default account `$G`, which is where the partition mapping
 //! and JetStream are: mappings and JetStream work unchanged for every user.
 
+use super::link::RegionLinks;
 use super::quote::quote;
 use crate::storage::{
     bucket_stream, usage_stream, usage_subjects, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET,
     POLICY_BUCKET, SNAPSHOT_BUCKET,
 };
 use crate::subject::{
-    probe, Verb, PARTITION_PREFIX, ROOT, STATUS_GROUP, STATUS_SERVICE, TOP, TOP_SCATTER,
+    probe, Verb, LINK_ROOT, PARTITION_PREFIX, ROOT, STATUS_GROUP, STATUS_SERVICE, TOP, TOP_SCATTER,
     WORKER_PREFIX,
 };
 use std::fmt;
@@ -272,10 +273,13 @@ fn worker(usage_steps: &[String]) -> Permissions {
         publish.push(usage_subjects(step));
         publish.extend(js_own(&usage_stream(step)));
     }
+    // Link requests to other regions and answers to them (CONTRACT §12).
+    publish.push(format!("{LINK_ROOT}.>"));
     Permissions {
         publish,
         subscribe: vec![
             format!("{ROOT}.>"),
+            format!("{LINK_ROOT}.>"),
             INBOXES.to_string(),
             "$SRV.>".to_string(),
             format!("{STATUS_GROUP}.>"),
@@ -309,6 +313,7 @@ pub(super) fn render(
     w: &mut fmt::Formatter<'_>,
     users: &[RoleUser],
     usage_steps: &[String],
+    links: Option<&RegionLinks>,
 ) -> fmt::Result {
     writeln!(
         w,
@@ -338,6 +343,9 @@ pub(super) fn render(
         }
         writeln!(w, "      }}")?;
         writeln!(w, "    }}")?;
+    }
+    if let Some(links) = links {
+        links.render_link_user(w)?;
     }
     writeln!(w, "  ]")?;
     writeln!(w, "}}")?;

@@ -7,6 +7,7 @@ mod holding;
 mod json;
 mod parsing;
 mod refusals;
+mod regions;
 
 use sluice_core::config::{Config, ConfigError};
 

@@ -1,6 +1,8 @@
 //! `GET /ui/status`: what `sluice status` shows (the same
 //! [`sluice_worker::fleet::collect`]): every worker's health and counts,
-//! refused policy values, and each partition's owner and snapshot.
+//! refused policy values, each partition's owner and snapshot, and with
+//! regions (CONTRACT §12) the regions this one's workers see and whether
+//! each link is up.
 
 use super::page::{frame, ok};
 use super::paths;
@@ -24,6 +26,24 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Response {
             p.summary {
                 (s.workers.len()) " workers, " (s.partitions.len()) " partitions, "
                 span.unowned data-unowned=(s.unowned.len()) { (s.unowned.len()) " unowned" }
+            }
+            @if !s.regions.is_empty() {
+                h2 { "Regions" }
+                table.regions {
+                    thead { tr { th { "region" } th { "link" } } }
+                    tbody {
+                        @for r in &s.regions {
+                            tr data-region=(r.region) data-link-up=(r.link_up) {
+                                td { (r.region) }
+                                td {
+                                    @if r.here { "this region" }
+                                    @else if r.link_up { "up" }
+                                    @else { span.error { "down" } }
+                                }
+                            }
+                        }
+                    }
+                }
             }
             h2 { "Workers" }
             table.workers {

@@ -1,0 +1,246 @@
+//! Regions (CONTRACT §12, issue 35) over real nats-servers on loopback:
+//! two regions linked as docs/REGIONS.md says, the link through a proxy
+//! the test controls (`sluice_tests::TwoRegions`). Regional limits stay in
+//! their region (no ask or count crosses, a region without workers
+//! answers no responders), `sluice status` shows the regions and whether
+//! the link is up through a blackhole and a reset, and a worker refuses
+//! to start in a misconfigured region.
+
+mod common;
+
+use anyhow::bail;
+use futures::StreamExt;
+use sluice_core::nats_config::{NatsServerConfig, RegionLinks};
+use sluice_core::region::RegionName;
+use sluice_tests::{
+    ask, eventually, in_region, serial, worker_command, AskError, ChildGuard, LinkMode, NatsServer,
+    TestConfig, TwoRegions, EAST, PEEK, TICK, WEST,
+};
+use std::time::Duration;
+
+use common::SLUICE;
+
+/// Asks `key` (policy default: 5 per 10 s) until denied; how many were
+/// allowed (bounded at 20 asks).
+async fn allowed_until_denied(client: &async_nats::Client, key: &str) -> usize {
+    for n in 0..20 {
+        let d = ask(client, key, b"").await.expect("an answer");
+        if !d.allowed {
+            return n;
+        }
+    }
+    panic!("{key}: 20 asks allowed under a limit of 5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_region_counts_its_own_asks_and_none_crosses_the_link() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    let east = regions.east.nats.connect().await.unwrap();
+    let west = regions.west.nats.connect().await.unwrap();
+
+    // West listens to everything of sluice's, and to one link subject,
+    // which tells when east's messages before it would have arrived (one
+    // connection carries the link, in order).
+    let mut leaked = west.subscribe("rl.>").await.unwrap();
+    let mut internal = west.subscribe("sluice.>").await.unwrap();
+    let mut marker = west
+        .subscribe("sluice-link.west.test-marker")
+        .await
+        .unwrap();
+    west.flush().await.unwrap();
+    // Interest needs a moment to cross the link: resend until it has
+    // (bounded: 50 tries of 200 ms).
+    let mut crossed = false;
+    for _ in 0..50 {
+        east.publish("sluice-link.west.test-marker", "ping".into())
+            .await
+            .unwrap();
+        east.flush().await.unwrap();
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), marker.next()).await {
+            crossed = true;
+            break;
+        }
+    }
+    assert!(crossed, "a link subject never crossed from east to west");
+
+    // The same key, 5 per 10 s in each region: each admits its own 5.
+    assert_eq!(allowed_until_denied(&east, "alice").await, 5);
+    assert_eq!(allowed_until_denied(&west, "alice").await, 5);
+    let peek = ask(&west, "alice", PEEK).await.unwrap();
+    assert_eq!(peek.remaining, 0);
+
+    east.publish("sluice-link.west.test-marker", "after".into())
+        .await
+        .unwrap();
+    east.flush().await.unwrap();
+    let after = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let m = marker.next().await.expect("the marker subscription");
+            if m.payload.as_ref() == b"after" {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        after.is_ok(),
+        "the marker sent after the asks never crossed"
+    );
+    // West's own asks are in `leaked` (they are west's subjects): only
+    // messages of east would show as more than west sent.
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), leaked.next()).await {
+        seen.push(m.subject.to_string());
+    }
+    let west_asks = seen.iter().filter(|s| s.contains(".allow.alice")).count();
+    assert_eq!(
+        west_asks, 7,
+        "west saw {west_asks} asks for alice: its own 6 and 1 peek, none of east's ({seen:?})"
+    );
+    if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), internal.next()).await {
+        let hello = m.subject.as_str() == "sluice.region.hello";
+        assert!(hello, "an internal message crossed: {}", m.subject);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_without_workers_answers_no_responders_never_the_other_region() {
+    let _serial = serial().await;
+    let mut regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    regions.west.stop_workers();
+    let west = regions.west.nats.connect().await.unwrap();
+    let east = regions.east.nats.connect().await.unwrap();
+    assert!(ask(&east, "bob", b"").await.unwrap().allowed);
+    for key in ["bob", "carol", "dave"] {
+        match ask(&west, key, b"").await {
+            Err(AskError::NoResponders) => {}
+            other => panic!("{key} in west without workers: {other:?}"),
+        }
+    }
+}
+
+/// `sluice status` in `region`'s stack, as text.
+fn status(stack: &sluice_tests::Stack) -> String {
+    stack.run(&["status", "--wait", "1s"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_regions_and_the_link_through_a_blackhole_and_a_reset() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    let line = |text: &str, region: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(region))
+            .unwrap_or_default()
+            .to_string()
+    };
+    eventually(Duration::from_secs(15), TICK, || async {
+        let text = status(&regions.west);
+        if !line(&text, WEST).contains("this region") || !line(&text, EAST).contains("link up") {
+            bail!("west's status: {text}");
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .unwrap();
+
+    regions.link.set_mode(LinkMode::Blackhole);
+    eventually(Duration::from_secs(15), TICK, || async {
+        let text = status(&regions.west);
+        if !line(&text, EAST).contains("link DOWN") {
+            bail!("west's status: {text}");
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .unwrap();
+    // West still answers its own asks at once while the link is cut.
+    let west = regions.west.nats.connect().await.unwrap();
+    assert!(ask(&west, "erin", b"").await.unwrap().allowed);
+
+    regions.link.set_mode(LinkMode::Pass);
+    regions.link.reset();
+    eventually(Duration::from_secs(20), TICK, || async {
+        let text = status(&regions.east);
+        if !line(&text, WEST).contains("link up") {
+            bail!("east's status: {text}");
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .unwrap();
+}
+
+/// Spawns one worker of `region` against `nats`; waits for it to exit on
+/// its own and returns its log.
+fn refused_worker(nats: &NatsServer, region: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, in_region(region, &TestConfig::new().toml())).unwrap();
+    let log = dir.path().join("worker.log");
+    let cmd = worker_command(SLUICE.as_ref(), &nats.url(), &config, Some("stray"));
+    let mut worker = ChildGuard::spawn_logged("stray", cmd, &log).unwrap();
+    let status = worker
+        .wait_within(Duration::from_secs(30))
+        .unwrap()
+        .expect("the worker exits on its own");
+    assert!(!status.success());
+    std::fs::read_to_string(&log).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_a_server_of_another_region_or_of_none() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    let log = refused_worker(&regions.east.nats, WEST);
+    assert!(
+        log.contains("region is \"west\" but its NATS server's JetStream domain is \"east\""),
+        "{log}"
+    );
+    let plain = NatsServer::start(&NatsServerConfig::new(16).render()).unwrap();
+    let log = refused_worker(&plain, WEST);
+    assert!(log.contains("has no JetStream domain"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_a_link_that_carries_regional_subjects() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    // A third region linked to east by hand, without the deny lists.
+    let mut config = NatsServerConfig::new(16);
+    config.server_name = "north-1".to_string();
+    let link_port = regions.link.addr().port();
+    config.region = Some(RegionLinks {
+        region: RegionName::new("north").unwrap(),
+        listen: None,
+        advertise: None,
+        connect: vec![(
+            RegionName::new(EAST).unwrap(),
+            format!("nats-leaf://127.0.0.1:{link_port}"),
+        )],
+        key: None,
+    });
+    let text: String = config
+        .render()
+        .lines()
+        .filter(|l| !l.contains("deny_"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let north = NatsServer::start(&text).unwrap();
+    eventually(Duration::from_secs(20), TICK, || async {
+        let leafz = regions.east.nats.monitoring_get("/leafz")?;
+        let v: serde_json::Value = serde_json::from_str(&leafz)?;
+        if v["leafnodes"].as_u64() != Some(2) {
+            bail!("east's links: {leafz}\nnorth's log: {}", north.log_tail(30));
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .unwrap();
+    let log = refused_worker(&north, "north");
+    assert!(
+        log.contains("the link between the regions carries regional subjects"),
+        "{log}"
+    );
+}

@@ -1,0 +1,180 @@
+//! The region fields (CONTRACT §12): the top-level `region`, and a policy's
+//! `scope`, `home`, `regions`, `region_shares` and `on_cut`: what parses,
+//! what is refused with which field and reason, in the file and as JSON.
+
+use super::{assert_error, parse};
+use sluice_core::config::{check_region, PolicyTable};
+use sluice_core::region::{OnCut, RegionName};
+
+const GLOBAL: &str = r#"
+region = "west"
+
+[policies.plan]
+algorithm = "fixed_window"
+limits = [ { max = 1000, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+region_shares = { east = 3 }
+on_cut = "closed"
+"#;
+
+#[test]
+fn a_global_policy_is_checked_in_full_then_refused_until_global_limits_land() {
+    assert_error(
+        GLOBAL,
+        "policies.plan.scope",
+        "not available in this version yet",
+    );
+}
+
+#[test]
+fn a_global_policy_table_reads_and_goes_through_json_unchanged() {
+    let config = parse(
+        &global_with("scope = \"global\"", "")
+            .replace("home = \"east\"\n", "")
+            .replace("regions = [\"east\", \"west\"]\n", "")
+            .replace("region_shares = { east = 3 }\n", "")
+            .replace("on_cut = \"closed\"\n", ""),
+    );
+    assert_eq!(config.region, Some(RegionName::new("west").unwrap()));
+    let table = PolicyTable::from_json(
+        br#"{"algorithm":"fixed_window","limits":[{"max":1000,"per":"1m"}],"scope":"global","home":"east","regions":["east","west"],"region_shares":{"east":3},"on_cut":"closed"}"#,
+    )
+    .unwrap();
+    let plan = &table.to_policy("plan").unwrap();
+    let global = plan.scope().global().expect("global");
+    assert_eq!(global.home().as_str(), "east");
+    assert_eq!(global.on_cut(), OnCut::Closed);
+    let west = RegionName::new("west").unwrap();
+    assert_eq!(global.reserved(&west, 1000), 250, "weights 3:1");
+    assert!(config.default_policy().scope().global().is_none());
+
+    let json = serde_json::to_vec(&PolicyTable::of(plan)).unwrap();
+    let again = PolicyTable::from_json(&json)
+        .unwrap()
+        .to_policy("plan")
+        .unwrap();
+    assert_eq!(&again, plan, "{}", String::from_utf8_lossy(&json));
+}
+
+#[test]
+fn without_region_nothing_changes() {
+    let config = parse("[policies.p]\nalgorithm = \"gcra\"\nlimits = [ { max = 5, per = \"1s\" } ]\nscope = \"region\"\n");
+    assert_eq!(config.region, None);
+    assert!(config.policies.get("p").unwrap().scope().global().is_none());
+}
+
+/// GLOBAL with `from` replaced by `to`.
+fn global_with(from: &str, to: &str) -> String {
+    assert!(GLOBAL.contains(from), "{from}");
+    GLOBAL.replacen(from, to, 1)
+}
+
+#[test]
+fn bad_region_fields_are_refused_with_the_field_and_reason() {
+    assert_error(
+        &global_with("region = \"west\"", "region = \"West_1\""),
+        "region",
+        "a-z, 0-9 and -",
+    );
+    assert_error(
+        &global_with("home = \"east\"\n", ""),
+        "policies.plan.home",
+        "missing; a global policy names the region",
+    );
+    assert_error(
+        &global_with("home = \"east\"", "home = \"north\""),
+        "policies.plan.home",
+        "not one of the policy's regions",
+    );
+    assert_error(
+        &global_with("regions = [\"east\", \"west\"]\n", ""),
+        "policies.plan.regions",
+        "missing; a global policy lists the regions",
+    );
+    assert_error(
+        &global_with("\"west\"]", "\"we st\"]"),
+        "policies.plan.regions",
+        "is not a region name",
+    );
+    assert_error(
+        &global_with("east = 3", "east = 0"),
+        "policies.plan.region_shares.east",
+        "whole number from 1",
+    );
+    assert_error(
+        &global_with("east = 3", "east = -2"),
+        "policies.plan.region_shares.east",
+        "whole number from 1",
+    );
+    assert_error(
+        &global_with("east = 3", "north = 1"),
+        "policies.plan.region_shares.north",
+        "not in the policy's regions",
+    );
+    assert_error(
+        &global_with("on_cut = \"closed\"", "on_cut = \"sometimes\""),
+        "policies.plan.on_cut",
+        "\"reserved\"",
+    );
+    assert_error(
+        &global_with("scope = \"global\"", "scope = \"planet\""),
+        "policies.plan.scope",
+        "is not a scope",
+    );
+    // Global fields on a regional policy: refused, not ignored.
+    assert_error(
+        &global_with("scope = \"global\"", "scope = \"region\""),
+        "policies.plan.home",
+        "only a global policy takes it",
+    );
+    // The process's region must be set and listed.
+    assert_error(
+        &global_with("region = \"west\"", ""),
+        "policies.plan.scope",
+        "needs regions",
+    );
+    assert_error(
+        &global_with("region = \"west\"", "region = \"south\""),
+        "policies.plan.regions",
+        "this region (south) is not listed",
+    );
+    // Holds stay in one region.
+    assert_error(
+        &global_with("on_cut = \"closed\"", "concurrency = 3"),
+        "policies.plan.scope",
+        "cannot have concurrency",
+    );
+    // Local budgets on a global sliding log: refused as on any sliding log.
+    assert_error(
+        &(global_with("fixed_window", "sliding_log").replace("max = 1000", "max = 10")
+            + "local_budget = true\n"),
+        "policies.plan.local_budget",
+        "local_budget needs fixed_window",
+    );
+}
+
+#[test]
+fn a_live_policy_is_checked_against_the_workers_region() {
+    let json = br#"{"algorithm":"gcra","limits":[{"max":10,"per":"1s"}],"scope":"global","home":"east","regions":["east","west"]}"#;
+    let policy = PolicyTable::from_json(json)
+        .unwrap()
+        .to_policy("p")
+        .unwrap();
+    let east = RegionName::new("east").unwrap();
+    let south = RegionName::new("south").unwrap();
+    let e = check_region(&policy, Some(&east)).unwrap_err();
+    assert!(
+        e.reason.contains("not available in this version yet"),
+        "{e:?}"
+    );
+    let e = check_region(&policy, Some(&south)).unwrap_err();
+    assert_eq!(e.field, "regions");
+    let e = check_region(&policy, None).unwrap_err();
+    assert_eq!(e.field, "scope");
+    let e = PolicyTable::from_json(br#"{"algorithm":"gcra","limits":[{"max":10,"per":"1s"}],"scope":"global","home":"east","regions":["east"],"region_shares":{"east":1.5}}"#)
+        .and_then(|t| t.to_policy("p"))
+        .unwrap_err();
+    assert!(e.field.starts_with("region_shares"), "{e:?}");
+}
