@@ -14,7 +14,8 @@
 # 3. scripts/nats-configs.sh --check: deploy/nats/*.conf are exactly what
 #    `sluice nats-config` prints.
 # 4. scripts/e2e-compose.sh, bounded by a 10-minute timeout (it tears the
-#    stack down itself, also when the timeout hits).
+#    stack down itself, also when the timeout hits); then
+#    scripts/e2e-regions.sh (compose.regions.yaml, two regions), bounded by 5.
 # Prints the time each step took.
 set -euo pipefail
 
@@ -54,5 +55,13 @@ rc=0
 timeout -k 60 600 "$ROOT/scripts/e2e-compose.sh" || rc=$?
 took "the e2e" "$t"
 [ "$rc" = 124 ] && echo "ci-compose: the e2e did not finish within 600s" >&2
+
+step "end-to-end test of compose.regions.yaml"
+t=$SECONDS
+rc2=0
+timeout -k 60 300 "$ROOT/scripts/e2e-regions.sh" || rc2=$?
+took "the regions e2e" "$t"
+[ "$rc2" = 124 ] && echo "ci-compose: the regions e2e did not finish within 300s" >&2
+[ "$rc" = 0 ] && rc="$rc2"
 took "ci-compose in all" "$T0"
 exit "$rc"

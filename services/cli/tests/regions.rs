@@ -244,3 +244,24 @@ async fn a_worker_refuses_a_link_that_carries_regional_subjects() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_restarted_in_a_cut_off_region_takes_its_partitions() {
+    let _serial = serial().await;
+    // Journal mode: frank's asks are stored before they are answered.
+    let config = TestConfig::new().journal().toml();
+    let mut regions = TwoRegions::start(SLUICE, &config, 1).await;
+    let west = regions.west.nats.connect().await.unwrap();
+    assert_eq!(allowed_until_denied(&west, "frank").await, 5);
+
+    // The link cut both ways at the socket (blackhole), then west's only
+    // worker killed: a new one must take every partition from west's own
+    // JetStream, and find frank's count in west's own journal.
+    regions.link.set_mode(LinkMode::Blackhole);
+    let old = regions.west.worker_ids()[0].clone();
+    regions.west.kill_worker(&old);
+    regions.west.start_workers(1).await;
+    let peek = ask(&west, "frank", PEEK).await.unwrap();
+    assert_eq!(peek.remaining, 0, "west restored frank's count by itself");
+    assert!(ask(&west, "grace", b"").await.unwrap().allowed);
+}
