@@ -14,7 +14,7 @@ use crate::eventually::{eventually, TICK};
 use crate::link_proxy::LinkProxy;
 use crate::stack::Stack;
 use anyhow::{bail, Result};
-use sluice_core::nats_config::{NatsServerConfig, RegionLinks};
+use sluice_core::nats_config::{LinkKey, LinkSeed, NatsServerConfig, RegionLinks};
 use sluice_core::region::RegionName;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -46,30 +46,60 @@ impl TwoRegions {
         config_toml: &str,
         workers: usize,
     ) -> TwoRegions {
-        let sluice = sluice.into();
+        TwoRegions::start_as(sluice.into(), config_toml, workers, None).await
+    }
+
+    /// [`TwoRegions::start`] with the roles of CONTRACT §10 in each region
+    /// ([`Stack::start_secured`]) and the link authenticated by the nkey
+    /// whose seed is `link_seed` (`sluice nats-config --auth`).
+    pub async fn start_secured(
+        sluice: impl Into<PathBuf>,
+        config_toml: &str,
+        workers: usize,
+        link_seed: &str,
+    ) -> TwoRegions {
+        let pair = nkeys::KeyPair::from_seed(link_seed).expect("an nkey user seed");
+        let key = LinkKey {
+            public: pair.public_key(),
+            seed: LinkSeed::Literal(link_seed.to_string()),
+        };
+        TwoRegions::start_as(sluice.into(), config_toml, workers, Some(key)).await
+    }
+
+    async fn start_as(
+        sluice: PathBuf,
+        config_toml: &str,
+        workers: usize,
+        key: Option<LinkKey>,
+    ) -> TwoRegions {
         let link_port = free_ports(1).expect("a free port for the link")[0];
         let link = LinkProxy::start(([127, 0, 0, 1], link_port).into()).expect("the link proxy");
         let proxy = link.addr().to_string();
-        let east = Stack::start_with_nats(
-            sluice.clone(),
-            &in_region(EAST, config_toml),
-            workers,
-            |nats| {
-                nats.server_name = format!("{EAST}-1");
-                nats.region = Some(RegionLinks {
-                    region: RegionName::new(EAST).expect("a region name"),
-                    listen: Some(format!("127.0.0.1:{link_port}")),
-                    advertise: Some(proxy.clone()),
-                    connect: Vec::new(),
-                    key: None,
-                })
-            },
-        )
-        .await;
-        let west = Stack::start_with_nats(sluice, &in_region(WEST, config_toml), workers, |nats| {
-            west_links(nats, &proxy)
-        })
-        .await;
+        let east_links = |nats: &mut NatsServerConfig| {
+            nats.server_name = format!("{EAST}-1");
+            nats.region = Some(RegionLinks {
+                region: RegionName::new(EAST).expect("a region name"),
+                listen: Some(format!("127.0.0.1:{link_port}")),
+                advertise: Some(proxy.clone()),
+                connect: Vec::new(),
+                key: key.clone(),
+            })
+        };
+        let west_links = |nats: &mut NatsServerConfig| west_links(nats, &proxy, key.clone());
+        let (east_toml, west_toml) = (in_region(EAST, config_toml), in_region(WEST, config_toml));
+        let (east, west) = if key.is_some() {
+            let east =
+                Stack::start_secured_with_nats(sluice.clone(), &east_toml, workers, east_links)
+                    .await;
+            let west =
+                Stack::start_secured_with_nats(sluice, &west_toml, workers, west_links).await;
+            (east, west)
+        } else {
+            let east =
+                Stack::start_with_nats(sluice.clone(), &east_toml, workers, east_links).await;
+            let west = Stack::start_with_nats(sluice, &west_toml, workers, west_links).await;
+            (east, west)
+        };
         let regions = TwoRegions { east, west, link };
         regions
             .wait_linked(true)
@@ -109,7 +139,7 @@ impl TwoRegions {
 }
 
 /// west's link: to east through the proxy at `proxy`.
-fn west_links(nats: &mut NatsServerConfig, proxy: &str) {
+fn west_links(nats: &mut NatsServerConfig, proxy: &str, key: Option<LinkKey>) {
     nats.server_name = format!("{WEST}-1");
     nats.region = Some(RegionLinks {
         region: RegionName::new(WEST).expect("a region name"),
@@ -119,6 +149,6 @@ fn west_links(nats: &mut NatsServerConfig, proxy: &str) {
             RegionName::new(EAST).expect("a region name"),
             format!("nats-leaf://{proxy}"),
         )],
-        key: None,
+        key,
     });
 }

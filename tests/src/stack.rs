@@ -188,9 +188,22 @@ impl Stack {
         config_toml: &str,
         workers: usize,
     ) -> Stack {
+        Stack::start_secured_with_nats(sluice, config_toml, workers, |_| {}).await
+    }
+
+    /// [`Stack::start_secured`] on a server whose config `adjust` changes
+    /// (after the role users are in).
+    pub async fn start_secured_with_nats(
+        sluice: impl Into<PathBuf>,
+        config_toml: &str,
+        workers: usize,
+        adjust: impl FnOnce(&mut NatsServerConfig),
+    ) -> Stack {
         let config = Config::from_toml(config_toml, "test.toml").expect("the test config is valid");
-        let nats =
-            NatsServer::start(&secured_nats_config(config.partitions)).expect("nats-server starts");
+        let mut nats_config = NatsServerConfig::new(config.partitions);
+        nats_config.users = RoleUser::every(|role| test_password(role).into());
+        adjust(&mut nats_config);
+        let nats = NatsServer::start(&nats_config.render()).expect("nats-server starts");
         let client = nats
             .connect_as(Role::Admin.name(), &test_password(Role::Admin))
             .await
