@@ -8,10 +8,13 @@
 //! attaches the field paths). A region's reserved share (what it may spend
 //! on its own while it cannot reach the home) is computed here too: the
 //! shares of all regions sum to at most the limit, which is what keeps a
-//! global limit whole while the regions are cut apart (docs/REGIONS.md).
+//! global limit whole while the regions are cut apart (docs/REGIONS.md);
+//! [`shares`] keeps the books of those shares, window by window.
 
 use crate::limit::Algorithm;
 use std::fmt;
+
+pub mod shares;
 
 /// The longest region name.
 pub const MAX_REGION_LEN: usize = 32;
