@@ -14,6 +14,7 @@ use anyhow::bail;
 use futures::StreamExt;
 use sluice_core::nats_config::{NatsServerConfig, RegionLinks, Role};
 use sluice_core::region::{Hello, RegionName};
+use sluice_core::storage::POLICY_BUCKET;
 use sluice_core::subject::{link_hello, link_inbox_prefix};
 use sluice_tests::{
     ask, eventually, in_region, serial, test_password, worker_command, AskError, ChildGuard,
@@ -340,4 +341,55 @@ async fn with_roles_the_link_authenticates_and_carries_nothing_but_link_subjects
     // Asks stay in their region: east's client is answered by east.
     let east = connect_as_role(&regions.east.nats, Role::Client, None).await;
     assert!(ask(&east, "heidi", b"").await.unwrap().allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_region_fields_are_refused_by_policy_set_and_by_workers_from_the_bucket() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    let west = &regions.west;
+    let out = west.command(&[
+        "policy",
+        "set",
+        "plan",
+        "--algorithm",
+        "fixed_window",
+        "--limit",
+        "100/1m",
+        "--scope",
+        "global",
+        "--home",
+        "north",
+        "--regions",
+        "east,west",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("home: home \"north\" is not one of the policy's regions"),
+        "{stderr}"
+    );
+
+    // Written into the bucket by hand: the workers refuse it with the
+    // reason and keep deciding without it.
+    let js = async_nats::jetstream::new(west.nats.connect().await.unwrap());
+    let bucket = js.get_key_value(POLICY_BUCKET).await.unwrap();
+    let bad = br#"{"algorithm":"fixed_window","limits":[{"max":100,"per":"1m"}],"scope":"global","home":"east","regions":["east","west"],"region_shares":{"west":0}}"#;
+    bucket.put("plan", bad.to_vec().into()).await.unwrap();
+    eventually(Duration::from_secs(10), TICK, || async {
+        let status = west.run(&["status", "--wait", "1s"]);
+        if !status.contains("refused policy value \"plan\"")
+            || !status.contains("region_shares.west")
+        {
+            bail!("{status}");
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .unwrap();
+    let client = west.nats.connect().await.unwrap();
+    match ask(&client, "ivan", br#"{"policy":"plan"}"#).await {
+        Err(AskError::Reply(e)) => assert_eq!(e.code.status(), 404, "{e:?}"),
+        other => panic!("an ask of the refused policy: {other:?}"),
+    }
 }
