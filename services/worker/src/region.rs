@@ -134,7 +134,12 @@ where
     ];
     check_no_leak(&name, client).await?;
     let view = Arc::new(RegionView::default());
-    tasks.push(tokio::spawn(watch_links(link, name.clone(), view.clone())));
+    tasks.push(tokio::spawn(watch_links(
+        link,
+        client.clone(),
+        name.clone(),
+        view.clone(),
+    )));
     tracing::info!(region = %name, "region checked: JetStream domain and link subjects");
     Ok(Region { name, view, tasks })
 }
@@ -178,8 +183,16 @@ async fn check_no_leak(name: &RegionName, client: &async_nats::Client) -> Result
     Ok(())
 }
 
-/// Asks the link every [`LOOK_EVERY`] which regions answer.
-async fn watch_links(link: async_nats::Client, name: RegionName, view: Arc<RegionView>) {
+/// Asks the link every [`LOOK_EVERY`] which regions answer, and checks
+/// again that no other region answers on a regional subject (a link
+/// reconfigured since this worker started): that is logged as an error
+/// every round it lasts, since asks and queue groups cross meanwhile.
+async fn watch_links(
+    link: async_nats::Client,
+    client: async_nats::Client,
+    name: RegionName,
+    view: Arc<RegionView>,
+) {
     let mut tick = tokio::time::interval(LOOK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -187,6 +200,9 @@ async fn watch_links(link: async_nats::Client, name: RegionName, view: Arc<Regio
         match gather(&link, link_hello_all(), true).await {
             Ok(answers) => view.record(&answers, &name),
             Err(e) => tracing::debug!("region hello failed: {e:#}"),
+        }
+        if let Err(e) = check_no_leak(&name, &client).await {
+            tracing::error!("{e:#}");
         }
     }
 }
