@@ -15,7 +15,9 @@ use futures::StreamExt;
 use sluice_core::nats_config::{NatsServerConfig, RegionLinks, Role};
 use sluice_core::region::{Hello, RegionName};
 use sluice_core::storage::POLICY_BUCKET;
-use sluice_core::subject::{link_hello, link_inbox_prefix};
+use sluice_core::subject::{
+    link_hello, link_inbox_prefix, PartitionSubject, Verb, LINK_ROOT, ROOT,
+};
 use sluice_tests::{
     ask, eventually, in_region, serial, test_password, worker_command, AskError, ChildGuard,
     LinkMode, NatsServer, TestConfig, TwoRegions, EAST, PEEK, TICK, WEST,
@@ -23,6 +25,12 @@ use sluice_tests::{
 use std::time::Duration;
 
 use common::SLUICE;
+
+/// A link subject of west's that no worker answers: its arrival from
+/// east tells that what east sent before it would have arrived too.
+fn marker_subject() -> String {
+    format!("{LINK_ROOT}.{WEST}.test-marker")
+}
 
 /// Asks `key` (policy default: 5 per 10 s) until denied; how many were
 /// allowed (bounded at 20 asks).
@@ -46,19 +54,14 @@ async fn each_region_counts_its_own_asks_and_none_crosses_the_link() {
     // West listens to every ask subject, and to one link subject,
     // which tells when east's messages before it would have arrived (one
     // connection carries the link, in order).
-    let mut leaked = west.subscribe("rl.>").await.unwrap();
-    let mut marker = west
-        .subscribe("sluice-link.west.test-marker")
-        .await
-        .unwrap();
+    let mut leaked = west.subscribe(format!("{ROOT}.>")).await.unwrap();
+    let mut marker = west.subscribe(marker_subject()).await.unwrap();
     west.flush().await.unwrap();
     // Interest needs a moment to cross the link: resend until it has
     // (bounded: 50 tries of 200 ms).
     let mut crossed = false;
     for _ in 0..50 {
-        east.publish("sluice-link.west.test-marker", "ping".into())
-            .await
-            .unwrap();
+        east.publish(marker_subject(), "ping".into()).await.unwrap();
         east.flush().await.unwrap();
         if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), marker.next()).await {
             crossed = true;
@@ -73,7 +76,7 @@ async fn each_region_counts_its_own_asks_and_none_crosses_the_link() {
     let peek = ask(&west, "alice", PEEK).await.unwrap();
     assert_eq!(peek.remaining, 0);
 
-    east.publish("sluice-link.west.test-marker", "after".into())
+    east.publish(marker_subject(), "after".into())
         .await
         .unwrap();
     east.flush().await.unwrap();
@@ -96,7 +99,11 @@ async fn each_region_counts_its_own_asks_and_none_crosses_the_link() {
     while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), leaked.next()).await {
         seen.push(m.subject.to_string());
     }
-    let west_asks = seen.iter().filter(|s| s.contains(".allow.alice")).count();
+    let west_asks = seen
+        .iter()
+        .filter_map(|s| PartitionSubject::parse(s))
+        .filter(|p| p.verb == Verb::Allow && p.key_token == "alice")
+        .count();
     assert_eq!(
         west_asks, 7,
         "west saw {west_asks} asks for alice: its own 6 and 1 peek, none of east's ({seen:?})"
