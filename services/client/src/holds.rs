@@ -277,13 +277,20 @@ impl HoldGuard {
     }
 }
 
-impl Drop for HoldGuard {
-    fn drop(&mut self) {
-        if !self.open {
-            return;
-        }
+impl HoldGuard {
+    /// Ends the hold charging `cost` on a spawned task of the current Tokio
+    /// runtime, for callers that cannot wait (the gateway's proxied body,
+    /// dropped when its response ends). With no runtime, or if the settle
+    /// fails, the hold ends at its ttl as the policy's `on_expiry` says.
+    pub fn settle_later(mut self, cost: u64) {
+        self.spawn_settle(cost);
+    }
+
+    /// What [`HoldGuard::settle_later`] and a drop do; the guard is spent.
+    fn spawn_settle(&mut self, cost: u64) {
+        self.open = false;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(hold = %self.ticket.hold, "a hold dropped outside a Tokio runtime cannot be released; it ends at its ttl");
+            tracing::warn!(hold = %self.ticket.hold, "a hold ended outside a Tokio runtime cannot be settled; it ends at its ttl");
             return;
         };
         let client = self.client.clone();
@@ -291,9 +298,18 @@ impl Drop for HoldGuard {
         let policy = std::mem::take(&mut self.policy);
         let hold = self.ticket.hold.clone();
         runtime.spawn(async move {
-            if let Err(e) = client.settle(key, &policy, &hold, 0).await {
-                tracing::warn!(%hold, "releasing a dropped hold failed ({e}); it ends at its ttl");
+            if let Err(e) = client.settle(key, &policy, &hold, cost).await {
+                tracing::warn!(%hold, cost, "settling a hold in the background failed ({e}); it ends at its ttl");
             }
         });
+    }
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        if self.open {
+            // Released: nothing charged.
+            self.spawn_settle(0);
+        }
     }
 }
