@@ -1,7 +1,7 @@
 """The worker configs the benchmark parts run with: the matrix's (every
 algorithm at 100 per second, in a given durability), the hot-key workload
-(issue 21) and its config with local budgets off and on, and the
-memory/restore config; plus where the repository is and the algorithms.
+(issue 21) and its config with local budgets off and on, the
+memory/restore config and the holds' (issue 36); plus where the repository is and the algorithms.
 
 Kept in one place so that every part (parts_*.py) and the build probes
 (bench/harness.py) run the same policies.
@@ -48,3 +48,15 @@ durability = "snapshot"
 algorithm = "sliding_window"
 limits = [ { max = 10, per = "1m" }, { max = 500, per = "1h" } ]
 """
+
+
+# The holds part (issue 36): the matrix's `default` limit, holds that live
+# an hour unless settled (the memory test keeps them).
+HOLDS_POLICY = "holds"
+
+
+def holds_config():
+    return "\n".join(["partitions = 64", 'durability = "snapshot"', "",
+                      "[policies.default]", 'algorithm = "sliding_window"', 'limits = [ { max = 100, per = "1s" } ]',
+                      "", f"[policies.{HOLDS_POLICY}]", 'algorithm = "sliding_window"',
+                      'limits = [ { max = 100, per = "1s" } ]', 'hold_ttl = "1h"', ""])

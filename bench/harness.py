@@ -27,15 +27,18 @@ K keys uniform and Zipf, the same duration per cell):
   window; and uniform keys with budgets off and on;
 - p99 at half of sluice's best throughput, open loop, against the ceiling's
   p99 at the same rate;
-- worker RSS with 1M active keys, and the time to restore them after kill -9.
+- worker RSS with 1M active keys, and the time to restore them after kill -9;
+- holds (`holds`, issue 36): reserve + settle pairs per second against
+  allows on the same worker, both clients, alternating per round; and the
+  worker's memory per live hold.
 """
 
 # This file is the entry point (bench/run.sh runs it; the docstring above is
 # its --help): `main` reads the options and `Harness` runs the parts asked for.
 # The rest lives by job: procs.py (processes, CPU accounting, a quiet
 # machine), stacks.py (nats-server and workers), configs.py (the configs),
-# cells.py (one measured cell), parts_load.py, parts_state.py and
-# parts_usage.py (the parts), report.py (the document).
+# cells.py (one measured cell), parts_load.py, parts_state.py,
+# parts_usage.py and parts_holds.py (the parts), report.py (the document).
 
 import argparse
 import datetime as dt
@@ -50,6 +53,7 @@ from pathlib import Path
 
 from cells import Cells
 from configs import ALGORITHMS, ROOT, matrix_config
+from parts_holds import HoldsParts
 from parts_load import LoadParts
 from parts_state import StateParts
 from parts_usage import UsageParts
@@ -59,7 +63,7 @@ DOCS = ROOT / "docs" / "BENCHMARKS.md"
 ASSETS = ROOT / "docs" / "bench"
 
 
-class Harness(Cells, LoadParts, StateParts, UsageParts):
+class Harness(Cells, LoadParts, StateParts, UsageParts, HoldsParts):
     """The whole run: the parts asked for (--parts), in their order, plus
     the machine's state and the versions measured."""
 
@@ -120,6 +124,8 @@ class Harness(Cells, LoadParts, StateParts, UsageParts):
             self.takeover()
         if "usage" in a.parts:
             self.usage()
+        if "holds" in a.parts:
+            self.holds()
         self.extra["total"] = f.done()
         quiet, load1, busy = machine_quiet()
         self.extra["end"] = {"load1": load1, "compilers": busy[:10], "quiet": quiet}
@@ -156,9 +162,9 @@ def main():
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--million-keys", type=int, help="keys for the memory/restore test (default 1000000, quick 200000)")
     p.add_argument("--parts",
-                   default="ceiling,redis,matrix,batching,paired,hotkeys,rate,stall,million,flood,takeover,usage",
+                   default="ceiling,redis,matrix,batching,paired,hotkeys,rate,stall,million,flood,takeover,usage,holds",
                    help="comma-separated subset of ceiling,redis,matrix,batching,paired,hotkeys,rate,stall,million,"
-                   "flood,takeover,usage")
+                   "flood,takeover,usage,holds")
     p.add_argument("--takeover-keys", type=int, default=100_000,
                    help="keys under load before the kill of the takeover test (default 100000)")
     p.add_argument("--flood-bound", type=int, help="max_keys of the flood test's worker, which is sent 5 times as "
@@ -167,6 +173,8 @@ def main():
                    "(default 3, quick 2)")
     p.add_argument("--lease-ttl", help="lease_ttl of the memory/restore test's worker (default: the worker's, 3s); "
                    "the kill -9 -> answering time is about lease_ttl plus the restore")
+    p.add_argument("--hold-keys", type=int, help="live holds of the memory-per-hold test, one per key; under 4096 "
+                   "per partition (default 200000, quick 50000)")
     p.add_argument("--stall-keys", type=int, help="keys held while measuring snapshot stalls (default 300000, quick 100000)")
     p.add_argument("--no-batching", action="store_true", help="leave the batching client out")
     p.add_argument("--no-docs", action="store_true", help="print results; do not touch docs/")
@@ -190,6 +198,7 @@ def main():
         a.million_keys = a.million_keys or 200_000
         a.flood_bound = a.flood_bound or 100_000
         a.stall_keys = a.stall_keys or 100_000
+        a.hold_keys = a.hold_keys or 50_000
         a.rounds = a.rounds or 2
         a.algorithms = ["fixed_window", "sliding_log", "sliding_window"]
         a.dists = ["uniform"]
@@ -202,6 +211,7 @@ def main():
         a.million_keys = a.million_keys or 1_000_000
         a.flood_bound = a.flood_bound or 500_000
         a.stall_keys = a.stall_keys or 300_000
+        a.hold_keys = a.hold_keys or 200_000
         a.rounds = a.rounds or 3
         a.algorithms = ALGORITHMS
         a.dists = ["uniform", "zipf"]

@@ -13,6 +13,7 @@ restore, floods, takeover, usage), the targets in report_targets.py, and
 the picking and formatting they share in report_pick.py.
 """
 
+from report_holds import holds_section
 from report_hot import hot_section
 from report_load import (back_to_back_section, ceiling_redis_section, durability_sections, grid_section,
                          half_load_section, higher_concurrency_section, journal_section)
@@ -26,7 +27,7 @@ END = "<!-- bench:end -->"
 SECTIONS = (ceiling_redis_section, durability_sections, higher_concurrency_section, back_to_back_section,
             hot_section, grid_section, journal_section, half_load_section,
             stall_section, million_section, flood_section, takeover_section,
-            usage_section)
+            usage_section, holds_section)
 
 
 def render(data, chart_rel):

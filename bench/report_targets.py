@@ -1,6 +1,7 @@
 """The targets table of docs/BENCHMARKS.md: each target the benchmarks
 must meet (plain subject vs the ceiling, batching vs Redis, p99 at half
-load, memory and restore with many keys, journal vs snapshot, hot keys),
+load, memory and restore with many keys, journal vs snapshot, hot keys,
+reserve + settle pairs against allows),
 what this run measured for it and whether it was met.
 
 Kept apart from the sections (report_load.py, report_state.py): a target
@@ -9,6 +10,7 @@ judges results that several sections show.
 
 import statistics
 
+from report_holds import holds_targets
 from report_hot import hot_targets
 from report_pick import best, journal_ratios, kfmt, ok, paired_median, paired_rounds, pick, ratio, us
 
@@ -84,4 +86,6 @@ def targets(data):
             "≥ 50 %", worst[0] >= 0.5, f"{sum(1 for r, _ in rs if r >= 0.5)} of {len(rs)} cells meet it")
     # 6. hot keys with local budgets (issue 21)
     hot_targets(data, add)
+    # 7. holds (issue 36)
+    holds_targets(data, add)
     return rows

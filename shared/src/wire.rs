@@ -61,6 +61,7 @@ pub use fields::{is_valid_policy_name, DEFAULT_COST, MAX_COST, MAX_POLICY_NAME};
 pub use headers::{
     decision_headers, error_headers, RateLimitHeaders, RATELIMIT_LIMIT, RATELIMIT_REMAINING,
     RATELIMIT_RESET, RETRY_AFTER, SERVICE_ERROR, SERVICE_ERROR_CODE, SHADOW_DENIED, SLUICE_SHADOW,
+    SLUICE_UNSTORED, UNSTORED_YES,
 };
 pub use reply::{
     decode_reply, encode_decision, encode_error, DecisionReply, MalformedReply, Reply,

@@ -23,7 +23,7 @@ mod targets;
 use crate::common::Common;
 use anyhow::Result;
 use sluice_bench::{parse_duration, LoadArgs};
-use spec::{BatchingSpec, ClientKind, NatsSpec};
+use spec::{BatchingSpec, ClientKind, LoadVerb, NatsSpec};
 use std::time::Duration;
 use targets::{TargetKind, TargetParser};
 
@@ -38,6 +38,12 @@ pub struct BenchArgs {
     /// the plain subject, or sluice-client with batching.
     #[arg(long, value_enum, default_value = "plain")]
     pub client: ClientKind,
+    /// What each request is: an allow; a reserve and the settle of its
+    /// hold with the same cost (one request is the pair); or a reserve
+    /// alone, its hold left live until the policy's `hold_ttl`. Holds need
+    /// --target sluice and a policy that can hold (CONTRACT §13).
+    #[arg(long, value_enum, default_value = "allow")]
+    pub verb: LoadVerb,
     #[command(flatten)]
     pub load: LoadArgs,
     /// Before the load, wait up to this long until every partition answers
@@ -65,12 +71,19 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
     if args.serve_echo {
         return echo::serve(&common.nats, &common.nats_auth());
     }
+    if args.verb != LoadVerb::Allow && args.target != TargetKind::Sluice {
+        anyhow::bail!(
+            "--verb hold and --verb reserve need --target sluice: the echo responder answers allows only"
+        );
+    }
     let config = common.load_config()?;
     let mut plan = args.load.plan()?;
     // Over- and under-admission, where the policy is a fixed window that
     // this config knows (the echo responder decides nothing).
     let accounted = match config.policy(&plan.args.policy) {
-        Some(policy) if args.target == TargetKind::Sluice => plan.count_admission(policy),
+        Some(policy) if args.target == TargetKind::Sluice && args.verb == LoadVerb::Allow => {
+            plan.count_admission(policy)
+        }
         _ => false,
     };
     let load = &plan.args;
@@ -79,6 +92,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         .build()?;
     let mut spec = NatsSpec::new(
         args.client,
+        args.verb,
         common.nats.clone(),
         load.timeout,
         plan.key_names(),
@@ -105,6 +119,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
             &spec.auth,
             config.partitions,
             &load.policy,
+            args.verb != LoadVerb::Allow,
             wait,
         ))?;
         Some(took.as_millis() as u64)

@@ -23,7 +23,7 @@ pub struct GatewayArgs {
     /// In proxy mode, the header that names the key (the client IP when absent).
     #[arg(long, default_value = sluice_gateway::DEFAULT_KEY_HEADER)]
     pub key_header: String,
-    /// In proxy mode, the policy every forwarded request counts under.
+    /// In proxy mode, the policy every forwarded request counts under; one with `concurrency` holds a slot per request until its response ends.
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub proxy_policy: String,
     /// Require `Authorization: Bearer TOKEN` on /v1/* (401 otherwise) and on the dashboard (a login page asks for it); /healthz and /metrics stay open.

@@ -27,6 +27,9 @@ limits = [ { max = 30, per = "1s" } ]
 algorithm = "fixed_window"
 limits = [ { max = 300, per = "1s" } ]
 local_budget = true
+
+[policies.slots]
+concurrency = 3
 "#;
 
 /// The arguments of a one-second run of 8 in flight on one connection,
@@ -214,6 +217,46 @@ async fn bench_against_a_worker_reports_decisions_and_percentiles() {
         );
     }
 
+    // Holds: with --verb hold each request is a reserve and its settle, so
+    // the slots are free again after the load (three reserves then hold
+    // all three, the rest are denied); through either client.
+    for client in ["plain", "batching"] {
+        let prefix = format!("held-{client}-");
+        let hold = |verb: &'static str, n: &'static str, c: &'static str| {
+            let args = [
+                "--config",
+                &config,
+                "--client",
+                client,
+                "--policy",
+                "slots",
+                "--verb",
+                verb,
+                "-n",
+                n,
+                "-c",
+                c,
+                "-m",
+                "1",
+                "-k",
+                "1",
+                "--key-prefix",
+                &prefix,
+            ];
+            bench(&url, &args)
+        };
+        let r = hold("hold", "60", "4");
+        assert_eq!(r["errors"]["total"], 0, "{client}: {r}");
+        assert_eq!(r["requests"], 60, "{client}: {r}");
+        assert!(r["allowed"].as_u64().unwrap() >= 15, "{client}: {r}");
+        let r = hold("reserve", "10", "1");
+        assert_eq!(
+            (&r["allowed"], &r["denied"]),
+            (&3.into(), &7.into()),
+            "{client}: {r}"
+        );
+    }
+
     // Only wait until every partition answers.
     let r = bench(&url, &["-n", "0"]);
     assert!(r["ready_ms"].is_u64(), "{r}");
@@ -283,6 +326,17 @@ async fn bench_against_the_echo_responder_and_with_no_one_answering() {
         status.success(),
         "the echo responder stops cleanly on SIGTERM"
     );
+}
+
+#[test]
+fn holds_against_the_echo_responder_are_refused() {
+    let out = Command::new(SLUICE)
+        .args(["bench", "--target", "echo", "--verb", "hold", "-n", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("need --target sluice"), "{err}");
 }
 
 #[test]

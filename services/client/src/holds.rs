@@ -7,7 +7,10 @@
 //! nobody owns cannot exist): when no worker answers, the verb is an
 //! [`Error::Unavailable`]. "No responders" and a 503 (the partition is
 //! changing owners) are retried as an ask's are; both mean that nothing
-//! was done, so a retry never holds or settles twice.
+//! was done, so a retry never holds or settles twice. The one 503 that
+//! means something was done (`Sluice-Unstored`: the owner did it in memory
+//! but its journal did not store it) is not retried: a second reserve
+//! would keep a second hold.
 
 use crate::answer::{Answer, Source};
 use crate::client::{prepare, Client};
@@ -19,7 +22,7 @@ use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_core::wire::hold::{decode_held, encode_held, encode_hold_request, HoldAsk};
-use sluice_core::wire::{Encoding, ErrorCode, Reply};
+use sluice_core::wire::{Encoding, ErrorCode, Reply, SLUICE_UNSTORED};
 use std::time::{Duration, Instant};
 
 pub use sluice_core::wire::hold::HoldTicket;
@@ -192,10 +195,15 @@ impl Client {
     }
 }
 
-/// A hold verb's reply; a 503 is worth another try, as an ask's.
+/// A hold verb's reply; a 503 is worth another try, as an ask's, unless
+/// the owner says it did the verb without storing it (`Sluice-Unstored`).
 fn decode(msg: &async_nats::Message) -> Decoded<(Reply, Option<HoldTicket>)> {
+    let unstored = msg
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.get(SLUICE_UNSTORED).is_some());
     match decode_held(&msg.payload) {
-        Ok((Reply::Error(e), _)) if e.code == ErrorCode::Unavailable => {
+        Ok((Reply::Error(e), _)) if e.code == ErrorCode::Unavailable && !unstored => {
             Decoded::Retry(NoAnswer::Unavailable(e.message))
         }
         Ok(held) => Decoded::Done(held),
@@ -277,13 +285,20 @@ impl HoldGuard {
     }
 }
 
-impl Drop for HoldGuard {
-    fn drop(&mut self) {
-        if !self.open {
-            return;
-        }
+impl HoldGuard {
+    /// Ends the hold charging `cost` on a spawned task of the current Tokio
+    /// runtime, for callers that cannot wait (the gateway's proxied body,
+    /// dropped when its response ends). With no runtime, or if the settle
+    /// fails, the hold ends at its ttl as the policy's `on_expiry` says.
+    pub fn settle_later(mut self, cost: u64) {
+        self.spawn_settle(cost);
+    }
+
+    /// What [`HoldGuard::settle_later`] and a drop do; the guard is spent.
+    fn spawn_settle(&mut self, cost: u64) {
+        self.open = false;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(hold = %self.ticket.hold, "a hold dropped outside a Tokio runtime cannot be released; it ends at its ttl");
+            tracing::warn!(hold = %self.ticket.hold, "a hold ended outside a Tokio runtime cannot be settled; it ends at its ttl");
             return;
         };
         let client = self.client.clone();
@@ -291,9 +306,57 @@ impl Drop for HoldGuard {
         let policy = std::mem::take(&mut self.policy);
         let hold = self.ticket.hold.clone();
         runtime.spawn(async move {
-            if let Err(e) = client.settle(key, &policy, &hold, 0).await {
-                tracing::warn!(%hold, "releasing a dropped hold failed ({e}); it ends at its ttl");
+            if let Err(e) = client.settle(key, &policy, &hold, cost).await {
+                tracing::warn!(%hold, cost, "settling a hold in the background failed ({e}); it ends at its ttl");
             }
         });
+    }
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        if self.open {
+            // Released: nothing charged.
+            self.spawn_settle(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::wire::{encode_error, ErrorReply, UNSTORED_YES};
+
+    fn reply_503(unstored: bool) -> async_nats::Message {
+        let error = ErrorReply::unavailable("either way");
+        let mut headers = async_nats::HeaderMap::new();
+        for (name, value) in sluice_core::wire::error_headers(&error) {
+            headers.insert(name, value.as_str());
+        }
+        if unstored {
+            headers.insert(SLUICE_UNSTORED, UNSTORED_YES);
+        }
+        let payload = bytes::Bytes::from(encode_error(&error, Encoding::Json));
+        async_nats::Message {
+            subject: "_INBOX.x".into(),
+            reply: None,
+            length: payload.len(),
+            payload,
+            headers: Some(headers),
+            status: None,
+            description: None,
+        }
+    }
+
+    /// A 503 of a partition changing owners is tried again; one whose verb
+    /// the owner did without storing it is not (a second reserve would
+    /// keep a second hold): the caller gets it.
+    #[test]
+    fn an_unstored_503_is_not_retried() {
+        assert!(matches!(decode(&reply_503(false)), Decoded::Retry(_)));
+        match decode(&reply_503(true)) {
+            Decoded::Done((Reply::Error(e), None)) => assert_eq!(e.code, ErrorCode::Unavailable),
+            _ => panic!("an unstored 503 is answered, not retried"),
+        }
     }
 }

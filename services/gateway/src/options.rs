@@ -38,7 +38,8 @@ pub struct GatewayOptions {
     /// when it is empty) the key is the client's IP address. Default `X-User-Id`.
     pub key_header: String,
     /// Proxy mode: the policy every forwarded request is counted under
-    /// (cost 1). Default `default`.
+    /// (cost 1). When it has `concurrency` (CONTRACT §13), each request
+    /// holds one of its slots until its response ends. Default `default`.
     pub proxy_policy: String,
     /// The most one decision may take before the fallback decides. Default 100 ms.
     pub timeout: Duration,

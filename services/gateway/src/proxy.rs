@@ -6,6 +6,14 @@
 //!   on the TCP connection. `X-Forwarded-For` is not trusted for the key: any
 //!   client could set it.
 //! - Every request costs 1 of the proxy policy (default `default`).
+//! - When that policy has `concurrency` (CONTRACT §13), each request holds
+//!   one of its slots instead (a reserve of 1, all or nothing over the
+//!   policy's limits and slots) from before it is forwarded until the
+//!   upstream's response ends: its last byte, an upstream error, or the
+//!   client going away. The slot is then settled (cost 1: the request was
+//!   served) on a spawned task; a request the upstream never answered
+//!   (502, or abandoned before the answer) releases it (cost 0). So at
+//!   most `concurrency` requests per key are at the upstream at once.
 //! - Denied: 429 with the RateLimit headers, `Retry-After` and the decision
 //!   as JSON; the upstream never sees the request. No worker and fallback
 //!   `closed`: 503. Otherwise the request (method, path, query, headers,
@@ -24,11 +32,16 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
 use axum::response::Response;
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
+use sluice_client::{Answer, Error, HoldGuard, Reserved};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use url::Url;
 
@@ -95,13 +108,15 @@ pub(crate) async fn proxy(
         Some(v) if !v.is_empty() => v.as_bytes().to_vec(),
         _ => peer.ip().to_string().into_bytes(),
     };
-    let answer = app.client.ask(&key, &app.proxy_policy, 1).await;
-    let answer = match answer {
-        Ok(a) if a.allowed => a,
-        other => {
-            app.metrics
-                .observe(Route::Proxy, respond::outcome_of(&other), started.elapsed());
-            return match other {
+    let (answer, slot) = match admit(&app, &key).await {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            app.metrics.observe(
+                Route::Proxy,
+                respond::outcome_of(&refused),
+                started.elapsed(),
+            );
+            return match refused {
                 Ok(denied) => respond::decision(&denied),
                 Err(e) => respond::error(&e),
             };
@@ -118,9 +133,92 @@ pub(crate) async fn proxy(
     match response {
         Ok(mut response) => {
             respond::put_decision_headers(response.headers_mut(), &answer);
-            response
+            match slot {
+                Some(slot) => response.map(|body| Body::new(SlotBody::new(body, slot))),
+                None => response,
+            }
         }
+        // The upstream did nothing: dropping the slot releases it.
         Err(message) => respond::json_error(StatusCode::BAD_GATEWAY, "bad_gateway", &message),
+    }
+}
+
+/// Lets a request through (its decision, and the slot it holds when the
+/// proxy policy has `concurrency`), or says why not: a denial or an error.
+async fn admit(
+    app: &App,
+    key: &[u8],
+) -> Result<(Answer, Option<HoldGuard>), Result<Answer, Error>> {
+    let policy = &app.proxy_policy;
+    let holds_slots = app
+        .client
+        .policies()
+        .get(policy)
+        .is_some_and(|p| p.holding().concurrency.is_some());
+    if holds_slots {
+        return match app.client.hold(key, policy, 1, None).await {
+            Ok(Reserved::Held(slot)) => Ok((slot.answer().clone(), Some(slot))),
+            Ok(Reserved::Denied(denied)) => Err(Ok(denied)),
+            Err(e) => Err(Err(e)),
+        };
+    }
+    match app.client.ask(key, policy, 1).await {
+        Ok(allowed) if allowed.allowed => Ok((allowed, None)),
+        other => Err(other),
+    }
+}
+
+/// A proxied response's body that keeps its request's slot until the
+/// response ends: its last frame, an error from the upstream, or a drop
+/// before either (the client went away). Then the slot is settled with
+/// the request's cost of 1.
+struct SlotBody {
+    inner: Body,
+    slot: Option<HoldGuard>,
+}
+
+impl SlotBody {
+    fn new(inner: Body, slot: HoldGuard) -> SlotBody {
+        SlotBody {
+            inner,
+            slot: Some(slot),
+        }
+    }
+
+    fn end(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.settle_later(1);
+        }
+    }
+}
+
+impl hyper::body::Body for SlotBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.end();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for SlotBody {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 

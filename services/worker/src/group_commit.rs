@@ -507,13 +507,20 @@ mod tests {
                 .headers
                 .get(sluice_core::wire::SERVICE_ERROR_CODE)
                 .map(|v| v.to_string());
+            let unstored = sent
+                .headers
+                .get(sluice_core::wire::SLUICE_UNSTORED)
+                .map(|v| v.to_string());
             match on_failure {
                 JournalFailure::Unavailable => {
                     assert_eq!(code.as_deref(), Some("503"), "{body}");
                     assert!(body.contains("unavailable"), "a JSON error body: {body}");
+                    // Unlike other 503s, done in memory: not to be sent again.
+                    assert_eq!(unstored.as_deref(), Some("1"), "{body}");
                 }
                 JournalFailure::Answer => {
                     assert_eq!(code, None, "{body}");
+                    assert_eq!(unstored, None, "{body}");
                     assert!(body.contains(r#""allowed":true"#), "{body}");
                 }
             }

@@ -128,9 +128,10 @@ impl Reply {
     pub fn unstored(self) -> Reply {
         let error = ErrorReply::unavailable(
             "the journal did not store what this request counted (JetStream did not acknowledge \
-             the append), so it is not answered as decided; ask again",
+             the append), so it is not answered as decided; what it did stays done in this owner's \
+             memory (a reserve's hold lives until its ttl, docs/HOLDS.md)",
         );
-        match self.form {
+        let mut reply = match self.form {
             Form::Single(encoding) => Reply::error(&error, encoding),
             Form::Batch => {
                 let mut reply = Reply::error(&error, Encoding::MsgPack);
@@ -140,7 +141,13 @@ impl Reply {
                 reply.form = Form::Batch;
                 reply
             }
-        }
+        };
+        // What was done stays done in memory: a hold's verb must not be
+        // sent again as if nothing had happened.
+        reply
+            .headers
+            .insert(wire::SLUICE_UNSTORED, wire::UNSTORED_YES);
+        reply
     }
 }
 

@@ -213,7 +213,13 @@ impl Tally {
         self.records.push(record);
     }
 
+    /// One answered ask. A settle or an extend that was done decided
+    /// nothing (its reply is what a peek says after it, which may well be
+    /// "full"), so it is not a decision; one refused is an error.
     pub fn outcome(&mut self, verb: Verb, result: &Result<(Decision, &str), ErrorReply>) {
+        if result.is_ok() && matches!(verb, Verb::Settle | Verb::Extend) {
+            return;
+        }
         self.decisions += 1;
         let (policy, outcome) = match (result, verb) {
             (Err(_), _) => {
@@ -428,5 +434,35 @@ mod tests {
                 .map(|c| c.get()),
             None
         );
+    }
+
+    /// Reserves decide; a settle or an extend that was done does not, even
+    /// when the peek it answers with is full; one refused is an error.
+    #[test]
+    fn only_reserves_and_errors_of_the_hold_verbs_count_as_decisions() {
+        let stats = WorkerStats::default();
+        let meters = Arc::new(PolicyMeters::default().with(&stats, ["slots"].into_iter()));
+        let mut tally = Tally::new(0, Recording::Nothing, meters);
+        let decision = |allowed| Decision {
+            allowed,
+            limit: 1,
+            remaining: 0,
+            reset: Nanos(0),
+            retry_after: Nanos(0),
+            shadow_denied: false,
+        };
+        let (open, full) = (decision(true), decision(false));
+        tally.outcome(Verb::Reserve, &Ok((open, "slots")));
+        tally.outcome(Verb::Reserve, &Ok((full, "slots")));
+        tally.outcome(Verb::Settle, &Ok((full, "slots")));
+        tally.outcome(Verb::Extend, &Ok((open, "slots")));
+        let unknown = ErrorReply::unknown_hold("00000000000000000000000000000000", "slots");
+        tally.outcome(Verb::Settle, &Err(unknown));
+        let shard = ShardStats::default();
+        tally.finish(&stats, &shard);
+        assert_eq!(stats.decisions_of(Outcome::Allowed, "slots"), 1);
+        assert_eq!(stats.decisions_of(Outcome::Denied, "slots"), 1);
+        assert_eq!(stats.errors.load(Ordering::Relaxed), 1);
+        assert_eq!(shard.decisions.load(Ordering::Relaxed), 3);
     }
 }

@@ -62,8 +62,16 @@ pub fn top<K: Ord + Clone>(
     by: By,
 ) -> Vec<(K, Counts)> {
     let mut all: Vec<(K, Counts)> = totals.into_iter().filter(|(_, c)| c.of(by) > 0).collect();
-    all.sort_by(|(ka, a), (kb, b)| b.of(by).cmp(&a.of(by)).then_with(|| ka.cmp(kb)));
-    all.truncate(n);
+    let order = |(ka, a): &(K, Counts), (kb, b): &(K, Counts)| {
+        b.of(by).cmp(&a.of(by)).then_with(|| ka.cmp(kb))
+    };
+    // The n first in order, then only those sorted: a partition may hold
+    // far more keys than are asked for.
+    if n < all.len() {
+        all.select_nth_unstable_by(n, order);
+        all.truncate(n);
+    }
+    all.sort_by(order);
     all
 }
 
@@ -90,5 +98,23 @@ mod tests {
             .map(|(k, _)| k)
             .collect();
         assert_eq!(by_denied, ["a", "c"]);
+    }
+
+    #[test]
+    fn the_first_n_are_those_of_a_full_sort() {
+        // Many ties, so that the order of equal counts is what is checked.
+        let totals: Vec<(u32, Counts)> = (0..500u32)
+            .map(|k| {
+                let used = u64::from(k.wrapping_mul(2_654_435_761) % 17);
+                (k, Counts { used, denied: 0 })
+            })
+            .collect();
+        let mut sorted: Vec<(u32, Counts)> =
+            totals.iter().copied().filter(|(_, c)| c.used > 0).collect();
+        sorted.sort_by(|(ka, a), (kb, b)| b.used.cmp(&a.used).then_with(|| ka.cmp(kb)));
+        for n in [0, 1, 7, 100, 470, 500, 1000] {
+            let want: Vec<_> = sorted.iter().copied().take(n).collect();
+            assert_eq!(top(totals.clone(), n, By::Used), want, "n = {n}");
+        }
     }
 }

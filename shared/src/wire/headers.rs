@@ -26,6 +26,14 @@ pub const SHADOW_DENIED: &str = "denied";
 pub const SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 /// Header of error replies: the human sentence.
 pub const SERVICE_ERROR: &str = "Nats-Service-Error";
+/// Header of a 503 sent because the journal did not store what the
+/// request did (`journal_failure = "unavailable"`), with the value
+/// [`UNSTORED_YES`]: unlike other 503s, the owner *did* it in memory, so a
+/// client must not send it again as if nothing had happened (a second
+/// reserve would keep a second hold).
+pub const SLUICE_UNSTORED: &str = "Sluice-Unstored";
+/// The value of [`SLUICE_UNSTORED`].
+pub const UNSTORED_YES: &str = "1";
 
 /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, on a
 /// denial `Retry-After`, and on a shadow denial `Sluice-Shadow: denied`;

@@ -6,8 +6,11 @@
 //! Every answer a fallback did not make is a decision, wherever it was made
 //! (a worker, the deny cache, or a slice of a key's budget); the target
 //! counts them by source (`answered_by_<source>` in the client stats).
+//! Holds (`--verb hold` / `reserve`) go through the client's `reserve` and
+//! `settle`, one round trip each to the key's owner (the client batches
+//! no hold).
 
-use super::spec::{BatchingSpec, NatsSpec};
+use super::spec::{BatchingSpec, LoadVerb, NatsSpec};
 use anyhow::{Context as _, Result};
 use sluice_bench::admission::Window;
 use sluice_bench::{Outcome, Reply};
@@ -48,6 +51,9 @@ pub async fn connect(
 impl BatchingTarget {
     pub async fn ask(&self, key: usize) -> Reply {
         let key = &self.spec.keys[key];
+        if self.spec.verb != LoadVerb::Allow {
+            return self.hold(key).await;
+        }
         match self
             .client
             .ask(key, &self.spec.policy, self.spec.cost)
@@ -66,14 +72,27 @@ impl BatchingTarget {
                 let window = self.spec.windows.then_some(Window::Reset(answer.reset));
                 Reply::from(outcome).in_window(window)
             }
-            Err(Error::Unavailable(m)) if m.contains("no responders") => {
-                Outcome::NoResponders.into()
-            }
-            Err(Error::Unavailable(m)) if m.contains("timed out") => Outcome::Timeout.into(),
-            Err(e) => Reply {
-                why: Some(e.to_string()),
-                ..Outcome::ErrorReply(e.status()).into()
+            Err(e) => failed(e),
+        }
+    }
+
+    /// A reserve and, with `--verb hold`, the settle of its hold with the
+    /// same cost.
+    async fn hold(&self, key: &str) -> Reply {
+        let (policy, cost) = (&self.spec.policy, self.spec.cost);
+        let ticket = match self.client.reserve(key, policy, cost, None).await {
+            Ok(held) => match held.ticket {
+                Some(ticket) => ticket,
+                None => return Outcome::Denied.into(),
             },
+            Err(e) => return failed(e),
+        };
+        if self.spec.verb == LoadVerb::Reserve {
+            return Outcome::Allowed.into();
+        }
+        match self.client.settle(key, policy, &ticket.hold, cost).await {
+            Ok(_) => Outcome::Allowed.into(),
+            Err(e) => failed(e),
         }
     }
 
@@ -109,5 +128,17 @@ impl BatchingTarget {
             stats[format!("answered_by_{source}")] = (*n).into();
         }
         stats
+    }
+}
+
+/// What a request that got no decision counts as.
+fn failed(e: Error) -> Reply {
+    match e {
+        Error::Unavailable(m) if m.contains("no responders") => Outcome::NoResponders.into(),
+        Error::Unavailable(m) if m.contains("timed out") => Outcome::Timeout.into(),
+        e => Reply {
+            why: Some(e.to_string()),
+            ..Outcome::ErrorReply(e.status()).into()
+        },
     }
 }

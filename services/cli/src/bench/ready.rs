@@ -8,7 +8,8 @@ use futures::future::join_all;
 use sluice_core::partition::partition_of;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
-use sluice_core::wire::{self, Encoding, SERVICE_ERROR, SERVICE_ERROR_CODE};
+use sluice_core::wire::hold::{encode_hold_request, HoldAsk};
+use sluice_core::wire::{self, Encoding, ErrorCode, Reply, SERVICE_ERROR, SERVICE_ERROR_CODE};
 use std::time::{Duration, Instant};
 
 /// A key token of each partition (`ready-<i>`), by partition.
@@ -28,24 +29,43 @@ pub fn probe_keys(partitions: u32) -> Vec<String> {
     keys.into_iter().map(|k| k.expect("filled")).collect()
 }
 
+/// A hold nobody holds: settling it is a 404 `unknown_hold` from the
+/// key's owner, and changes nothing.
+const NO_HOLD: &str = "00000000000000000000000000000000";
+
 /// Asks every partition (cost 0, so nothing is consumed) until each has
 /// given a decision; returns how long that took. A 503 or no responders
 /// means "not yet"; any other error reply (say, an unknown policy) is fatal.
+/// With `holds` (a policy that may refuse `rl.allow`, e.g. one of only
+/// `concurrency`) each is asked to settle a hold it does not have instead,
+/// and its `unknown_hold` is the answer awaited.
 pub async fn wait_ready(
     url: &str,
     auth: &sluice_client::NatsAuth,
     partitions: u32,
     policy: &str,
+    holds: bool,
     timeout: Duration,
 ) -> Result<Duration> {
     let started = Instant::now();
     let client = auth.connect_named(url, "sluice-bench-ready").await?;
-    let body: bytes::Bytes = wire::encode_request(
-        (policy != DEFAULT_POLICY).then_some(policy),
-        Some(0),
-        Encoding::MsgPack,
-    )
-    .into();
+    let (verb, body) = if holds {
+        let ask = HoldAsk {
+            policy: Some(policy),
+            cost: Some(0),
+            ttl_ms: None,
+            hold: Some(NO_HOLD),
+        };
+        (Verb::Settle, encode_hold_request(&ask, Encoding::MsgPack))
+    } else {
+        let body = wire::encode_request(
+            (policy != DEFAULT_POLICY).then_some(policy),
+            Some(0),
+            Encoding::MsgPack,
+        );
+        (Verb::Allow, body)
+    };
+    let body = bytes::Bytes::from(body);
     let mut pending: Vec<(u32, String)> = probe_keys(partitions)
         .into_iter()
         .enumerate()
@@ -57,7 +77,7 @@ pub async fn wait_ready(
             let req = async_nats::Request::new()
                 .payload(body.clone())
                 .timeout(Some(Duration::from_millis(500)));
-            client.send_request(Verb::Allow.client_subject(key), req)
+            client.send_request(verb.client_subject(key), req)
         });
         let results = join_all(asks).await;
         let mut still = Vec::new();
@@ -67,6 +87,7 @@ pub async fn wait_ready(
                     let headers = msg.headers.as_ref();
                     match headers.and_then(|h| h.get(SERVICE_ERROR_CODE)) {
                         None => {}
+                        Some(_) if holds && is_unknown_hold(&msg.payload) => {}
                         Some(code) if code.as_str() == "503" => {
                             last_problem = format!("partition {p} answers 503");
                             still.push((p, key));
@@ -105,6 +126,10 @@ pub async fn wait_ready(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+fn is_unknown_hold(body: &[u8]) -> bool {
+    matches!(wire::decode_reply(body), Ok(Reply::Error(e)) if e.code == ErrorCode::UnknownHold)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! What one load connection is opened from ([`NatsSpec`]): which client
-//! asks ([`ClientKind`], [`BatchingSpec`]), where, and the prepared subjects
-//! and body. Below the targets that connect from it (`targets.rs`,
+//! asks ([`ClientKind`], [`BatchingSpec`]), what each request is
+//! ([`LoadVerb`]), where, and the prepared subjects and body. Below the targets that connect from it (`targets.rs`,
 //! `batching.rs`), which share it.
 
 use anyhow::Result;
@@ -9,6 +9,7 @@ use bytes::Bytes;
 use sluice_core::key::try_encode_key;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
+use sluice_core::wire::hold::{encode_hold_request, HoldAsk};
 use sluice_core::wire::{self, Encoding};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,19 @@ impl ClientKind {
     }
 }
 
+/// What each request of the load is (`--verb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadVerb {
+    /// `rl.allow.<key>`: one decision.
+    Allow,
+    /// `rl.reserve.<key>` and, when allowed, `rl.settle.<key>` of that hold
+    /// with the same cost: one request is the pair (CONTRACT §13).
+    Hold,
+    /// `rl.reserve.<key>` alone: every allowed one stays live until its
+    /// ttl (the policy's `hold_ttl`), e.g. to measure memory per live hold.
+    Reserve,
+}
+
 #[derive(Clone, Debug)]
 pub struct BatchingSpec {
     pub partitions: u32,
@@ -44,12 +58,16 @@ pub struct BatchingSpec {
 #[derive(Clone)]
 pub struct NatsSpec {
     pub client: ClientKind,
+    pub verb: LoadVerb,
     pub url: String,
     /// NATS credentials and TLS (`sluice bench` runs as the `client` role).
     pub auth: sluice_client::NatsAuth,
     pub timeout: Duration,
-    /// The request subjects `rl.allow.<token>`, by key number (plain client).
+    /// The request subjects `rl.allow.<token>` (`rl.reserve.<token>` for
+    /// holds), by key number (plain client).
     pub subjects: Arc<Vec<Subject>>,
+    /// `rl.settle.<token>` by key number (plain client, `--verb hold`).
+    pub settle_subjects: Arc<Vec<Subject>>,
     /// The raw keys, by key number (batching client).
     pub keys: Arc<Vec<String>>,
     pub body: Bytes,
@@ -65,34 +83,58 @@ impl NatsSpec {
     /// Prepares subjects (or keys, for the batching client) and the body.
     pub fn new(
         client: ClientKind,
+        verb: LoadVerb,
         url: String,
         timeout: Duration,
         keys: Vec<String>,
         policy: &str,
         cost: u64,
     ) -> Result<NatsSpec> {
-        let subjects = match client {
-            ClientKind::Batching => Vec::new(),
-            ClientKind::Plain => keys
-                .iter()
+        let subjects_of = |subject_verb: Verb| -> Result<Vec<Subject>> {
+            if client == ClientKind::Batching {
+                return Ok(Vec::new());
+            }
+            keys.iter()
                 .map(|k| {
                     let token = try_encode_key(k.as_bytes())
                         .map_err(|e| anyhow::anyhow!("key {k:?}: {e}"))?;
-                    Ok(Subject::from(Verb::Allow.client_subject(&token)))
+                    Ok(Subject::from(subject_verb.client_subject(&token)))
                 })
-                .collect::<Result<Vec<_>>>()?,
+                .collect()
         };
-        let body = wire::encode_request(
-            (policy != DEFAULT_POLICY).then_some(policy),
-            (cost != wire::DEFAULT_COST).then_some(cost),
-            Encoding::MsgPack,
-        );
+        let (subjects, settle_subjects, body) = match verb {
+            LoadVerb::Allow => {
+                let body = wire::encode_request(
+                    (policy != DEFAULT_POLICY).then_some(policy),
+                    (cost != wire::DEFAULT_COST).then_some(cost),
+                    Encoding::MsgPack,
+                );
+                (subjects_of(Verb::Allow)?, Vec::new(), body)
+            }
+            LoadVerb::Hold | LoadVerb::Reserve => {
+                let ask = HoldAsk {
+                    policy: Some(policy),
+                    cost: Some(cost),
+                    ttl_ms: None,
+                    hold: None,
+                };
+                let settles = if verb == LoadVerb::Hold {
+                    subjects_of(Verb::Settle)?
+                } else {
+                    Vec::new()
+                };
+                let body = encode_hold_request(&ask, Encoding::MsgPack);
+                (subjects_of(Verb::Reserve)?, settles, body)
+            }
+        };
         Ok(NatsSpec {
             client,
+            verb,
             url,
             auth: sluice_client::NatsAuth::default(),
             timeout,
             subjects: Arc::new(subjects),
+            settle_subjects: Arc::new(settle_subjects),
             keys: Arc::new(keys),
             body: body.into(),
             policy: policy.to_string(),

@@ -1,9 +1,11 @@
 //! What `sluice bench` loads: sluice (or the echo responder) through the
 //! plain subject, or sluice through the batching client. One [`NatsTarget`]
-//! per connection; the tasks of a connection share it.
+//! per connection; the tasks of a connection share it. Each request is an
+//! allow, or with `--verb hold` a reserve and its settle, with `--verb
+//! reserve` a reserve alone ([`LoadVerb`]).
 
 use super::batching::BatchingTarget;
-use super::spec::{ClientKind, NatsSpec};
+use super::spec::{ClientKind, LoadVerb, NatsSpec};
 use anyhow::{Context as _, Result};
 use async_nats::client::RequestErrorKind;
 use async_nats::Subject;
@@ -13,9 +15,9 @@ use clap::error::{ContextKind, ContextValue};
 use clap::ValueEnum;
 use sluice_bench::admission::Window;
 use sluice_bench::{Connect, Outcome, Reply, Target};
-use sluice_core::wire::{self, RETRY_AFTER, SERVICE_ERROR_CODE};
+use sluice_core::wire::hold::{decode_held, encode_hold_request, HoldAsk};
+use sluice_core::wire::{self, Encoding, RETRY_AFTER, SERVICE_ERROR_CODE};
 use std::ffi::OsStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the requests go. (The Redis baselines are `sluice-bench-redis`,
@@ -90,10 +92,7 @@ impl Connect for NatsSpec {
                     .await?;
                 Ok(NatsTarget::Plain(PlainTarget {
                     client,
-                    subjects: self.subjects.clone(),
-                    body: self.body.clone(),
-                    timeout: self.timeout,
-                    windows: self.windows,
+                    spec: self.clone(),
                 }))
             }
             ClientKind::Batching => {
@@ -133,38 +132,70 @@ impl Target for NatsTarget {
 
 pub struct PlainTarget {
     client: async_nats::Client,
-    subjects: Arc<Vec<Subject>>,
-    body: Bytes,
-    timeout: Duration,
-    windows: bool,
+    spec: NatsSpec,
 }
 
 impl PlainTarget {
     async fn ask(&self, key: usize) -> Reply {
-        let request = async_nats::Request::new()
-            .payload(self.body.clone())
-            .timeout(Some(self.timeout));
-        match self
-            .client
-            .send_request(self.subjects[key].clone(), request)
+        let spec = &self.spec;
+        let msg = match self
+            .request(spec.subjects[key].clone(), spec.body.clone())
             .await
         {
-            Ok(msg) => {
-                let outcome = classify_reply(&msg);
-                let decided = matches!(outcome, Outcome::Allowed | Outcome::Denied);
-                let window = if self.windows && decided {
-                    reply_window(&msg.payload)
-                } else {
-                    None
-                };
-                Reply::from(outcome).in_window(window)
-            }
-            Err(e) => match e.kind() {
+            Ok(msg) => msg,
+            Err(failed) => return failed,
+        };
+        let outcome = classify_reply(&msg);
+        if spec.verb == LoadVerb::Hold && outcome == Outcome::Allowed {
+            return self.settle(key, &msg.payload).await;
+        }
+        let decided = matches!(outcome, Outcome::Allowed | Outcome::Denied);
+        let window = if spec.windows && decided {
+            reply_window(&msg.payload)
+        } else {
+            None
+        };
+        Reply::from(outcome).in_window(window)
+    }
+
+    /// Settles the hold an allowed reserve's reply names, with the same
+    /// cost: the pair is allowed unless the settle is refused.
+    async fn settle(&self, key: usize, reserved: &[u8]) -> Reply {
+        let spec = &self.spec;
+        let hold = match decode_held(reserved) {
+            Ok((_, Some(ticket))) => ticket.hold,
+            _ => return Reply::other("an allowed reserve named no hold"),
+        };
+        let ask = HoldAsk {
+            policy: Some(&spec.policy),
+            cost: Some(spec.cost),
+            ttl_ms: None,
+            hold: Some(&hold),
+        };
+        let body = Bytes::from(encode_hold_request(&ask, Encoding::MsgPack));
+        match self.request(spec.settle_subjects[key].clone(), body).await {
+            // Its decision is a peek's after it; the pair was allowed.
+            Ok(msg) => match classify_reply(&msg) {
+                Outcome::Allowed | Outcome::Denied => Outcome::Allowed.into(),
+                refused => refused.into(),
+            },
+            Err(failed) => failed,
+        }
+    }
+
+    /// One NATS request; no answer is the reply that says why.
+    async fn request(&self, subject: Subject, body: Bytes) -> Result<async_nats::Message, Reply> {
+        let request = async_nats::Request::new()
+            .payload(body)
+            .timeout(Some(self.spec.timeout));
+        self.client
+            .send_request(subject, request)
+            .await
+            .map_err(|e| match e.kind() {
                 RequestErrorKind::NoResponders => Outcome::NoResponders.into(),
                 RequestErrorKind::TimedOut => Outcome::Timeout.into(),
                 _ => Reply::other(e.to_string()),
-            },
-        }
+            })
     }
 }
 

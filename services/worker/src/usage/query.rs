@@ -41,6 +41,12 @@ use std::time::Duration;
 /// How long the worker that took `rl.top` waits for every partition.
 const SCATTER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many of its partitions a worker ranks at once for a top query:
+/// enough that one partition's reads from the store overlap another's
+/// ranking on the blocking threads, few enough that a query does not
+/// hold every partition's records in memory at once.
+const TOP_PARTITIONS_AT_ONCE: usize = 4;
+
 /// The records a query needs (as stored), and what the owner's memory
 /// adds to them.
 struct Loaded {
@@ -106,12 +112,13 @@ impl Loaded {
         Ok(Loaded { stored, memory })
     }
 
-    /// Every count of `bucket` that `wanted` keeps, handed to `f`.
-    fn each(
-        &self,
+    /// Every count of `bucket` that `wanted` keeps, handed to `f` with
+    /// its policy and key borrowed from what was loaded.
+    fn each<'s>(
+        &'s self,
         bucket: BucketId,
         wanted: &dyn Fn(&str, &str) -> bool,
-        f: &mut dyn FnMut(&str, &str, Counts),
+        f: &mut dyn FnMut(&'s str, &'s str, Counts),
     ) -> Result<(), RecordError> {
         if bucket.0 == 0 {
             for (policy, key, c) in self.memory.get(&bucket.1).into_iter().flatten() {
@@ -382,18 +389,16 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
                 n: scatter.n,
                 by: scatter.by,
             };
+            let (plan, policy) = (&plan, scatter.policy.as_deref());
+            let mut ranked = futures::stream::iter(book.ledgers())
+                .map(|(partition, ledger)| async move {
+                    let top = partition_top(book, partition, &ledger, plan, policy, now_ms).await;
+                    (partition, top)
+                })
+                .buffer_unordered(TOP_PARTITIONS_AT_ONCE);
             let mut share = Share::default();
-            for (partition, ledger) in book.ledgers() {
-                match partition_top(
-                    book,
-                    partition,
-                    &ledger,
-                    &plan,
-                    scatter.policy.as_deref(),
-                    now_ms,
-                )
-                .await
-                {
+            while let Some((partition, top)) = ranked.next().await {
+                match top {
                     Ok(entries) => share.partitions.push((partition, entries)),
                     Err(e) => share.error = Some(format!("partition {partition}: {e:#}")),
                 }
@@ -428,38 +433,27 @@ async fn partition_top(
     let wanted = move |p: &str, _: &str| policy.as_deref().is_none_or(|want| want == p);
     let loaded = Loaded::read(book, partition, ledger, &buckets, &wanted).await?;
     // Every key of the partition over the range: summed off the thread that
-    // answers requests.
+    // answers requests, exactly. The totals borrow each key and policy from
+    // the records read (no string is made but for the N kept).
     let (n, by) = (plan.n, plan.by);
     crate::blocking::run(move || -> Result<Vec<TopEntry>> {
-        // By policy, then key: a string is made once per key, not per bucket.
-        let mut totals: HashMap<String, HashMap<String, Counts>> = HashMap::new();
+        let mut totals: HashMap<(&str, &str), Counts, foldhash::fast::RandomState> =
+            HashMap::default();
         for bucket in &buckets {
             loaded.each(*bucket, &wanted, &mut |p, k, c| {
-                let keys = match totals.get_mut(p) {
-                    Some(keys) => keys,
-                    None => totals.entry(p.to_string()).or_default(),
-                };
-                match keys.get_mut(k) {
-                    Some(t) => t.add(c),
-                    None => {
-                        keys.insert(k.to_string(), c);
-                    }
-                }
+                totals.entry((k, p)).or_default().add(c);
             })?;
         }
-        let all = totals
-            .into_iter()
-            .flat_map(|(p, keys)| keys.into_iter().map(move |(k, c)| ((k, p.clone()), c)));
-        Ok(entries(top(all, n, by)))
+        Ok(entries(top(totals, n, by)))
     })
     .await
     .context("ranking a partition's keys panicked")?
 }
 
 /// Ranked `((key token, policy), counts)` as the entries of a reply.
-fn entries(ranked: Vec<((String, String), Counts)>) -> Vec<TopEntry> {
+fn entries<S: Into<String>>(ranked: Vec<((S, S), Counts)>) -> Vec<TopEntry> {
     ranked
         .into_iter()
-        .map(|((token, policy), c)| TopEntry::new(token, policy, c.used, c.denied))
+        .map(|((token, policy), c)| TopEntry::new(token.into(), policy.into(), c.used, c.denied))
         .collect()
 }

@@ -1,0 +1,71 @@
+"""The holds' part of docs/BENCHMARKS.md's generated block (issue 36):
+reserve + settle pairs per second against allows, measured on the same
+worker in alternating rounds, with the target (a pair costs about two
+asks: at least 0.45x the allows), and the memory per live hold.
+
+`holds_section` writes the section, `holds_targets` its rows of the
+targets table (bench/report_targets.py).
+"""
+
+import statistics
+
+from report_pick import kfmt, ok, picks, ratio, thr
+
+# A pair is two round trips to the owner where an allow is one.
+PAIR_TARGET = 0.45
+
+
+def holds_rounds(data, client):
+    """(round, allow, pair) results of one client, complete rounds only."""
+    rows = picks(data.get("holds_results") or data["results"], kind="holds", client=client)
+    out = []
+    for rnd in sorted({r["tags"]["round"] for r in rows}):
+        got = {r["tags"]["verb"]: r for r in rows if r["tags"]["round"] == rnd}
+        if ok(got.get("allow")) and ok(got.get("hold")):
+            out.append((rnd, got["allow"], got["hold"]))
+    return out
+
+
+def holds_targets(data, add):
+    for client in ("plain", "batching"):
+        rounds = holds_rounds(data, client)
+        if rounds:
+            r = statistics.median(ratio(p, a) for _, a, p in rounds)
+            each = ", ".join(f"{ratio(p, a):.2f}×" for _, a, p in rounds)
+            add(f"reserve+settle pairs ≥ {PAIR_TARGET}× allows ({client})", f"median {r:.2f}× ({each})",
+                f"≥ {PAIR_TARGET}×", r >= PAIR_TARGET, "back to back on one worker")
+
+
+def holds_section(data, w):
+    h = data.get("holds")
+    if not h:
+        return
+    w("### Holds: reserve + settle pairs against allows (issue 36)")
+    w("")
+    w("One worker, snapshot mode, a sliding window of 100 per second per key (nothing is denied), 10,000 uniform "
+      "keys, C=64, M=2; `sluice bench --verb allow` against `--verb hold`, where one request is a reserve and, "
+      "when allowed, the settle of its hold with the same cost (two round trips to the key's owner). Each round "
+      "measures both, in alternating order. The batching client batches allows but no hold, so its pairs go one "
+      "round trip each, like the plain subject's.")
+    w("")
+    w("| client | round | allows/s | pairs/s | pairs / allows | pair p50 | pair p99 |")
+    w("|---|---|---|---|---|---|---|")
+    for client in ("plain", "batching"):
+        for rnd, allow, pair in holds_rounds(data, client):
+            lat = pair["latency_us"]
+            w(f"| {client} | {rnd} | {thr(allow)} | {thr(pair)} | {ratio(pair, allow):.2f} | {lat['p50']} µs | "
+              f"{lat['p99']} µs |")
+    m = h.get("memory")
+    if m and m.get("bytes_per_hold") is not None:
+        w("")
+        w(f"Memory per live hold: one worker, {m['keys']:,} keys asked once each (their counters), then one reserve "
+          f"on each with a 1 h ttl ({m['client']} client, {kfmt(m.get('reserve_throughput'))} reserves/s, "
+          f"{m.get('holds'):,} holds live, {m.get('errors')} errors): worker RSS {m['rss_keys_kib'] / 1024:.0f} MiB → "
+          f"{m['rss_holds_kib'] / 1024:.0f} MiB, **{m['bytes_per_hold']} bytes per live hold**: the RSS difference over "
+          "the holds, so the owner's table of holds and what the allocator keeps of the snapshots that carry them "
+          "every 2 s.")
+    if h.get("measured"):
+        w("")
+        w(f"Measured {h['measured']} at `{h.get('commit', '?')}` (`bench/run.sh --parts holds`, merged into these "
+          "results).")
+    w("")
