@@ -11,7 +11,7 @@
 
 use crate::algorithm::{self, Algo, Check, Usage};
 pub use crate::holds::hold::Holding;
-pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError};
+pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, Thresholds};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -35,6 +35,8 @@ pub struct Policy {
     mode: Mode,
     /// What it says of holds: concurrency, their ttl, their end (CONTRACT §13).
     holding: Holding,
+    /// The thresholds whose crossing is announced (CONTRACT §14).
+    alerts: Thresholds,
 }
 
 impl Policy {
@@ -66,6 +68,7 @@ impl Policy {
             local_budget: false,
             mode: Mode::Enforce,
             holding: Holding::default(),
+            alerts: Thresholds::default(),
         })
     }
 
@@ -83,6 +86,7 @@ impl Policy {
             local_budget: false,
             mode: Mode::Enforce,
             holding: holding.checked()?,
+            alerts: Thresholds::default(),
         })
     }
 
@@ -106,6 +110,24 @@ impl Policy {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The same policy announcing when a key's count in a window reaches
+    /// each of `alerts` ([`crate::alerts`]); refused for algorithms
+    /// without windows and for a policy of only concurrency slots.
+    pub fn with_alerts(mut self, alerts: Thresholds) -> Result<Policy, PolicyError> {
+        if !alerts.is_empty()
+            && (self.algorithm != Algorithm::FixedWindow || self.limits.is_empty())
+        {
+            return Err(PolicyError::AlertsNotSupported(self.algorithm));
+        }
+        self.alerts = alerts;
+        Ok(self)
+    }
+
+    /// Its alert thresholds (empty: none).
+    pub fn alerts(&self) -> &Thresholds {
+        &self.alerts
     }
 
     /// The same policy with local budgets on or off ([`crate::budget`]);

@@ -81,6 +81,11 @@ pub struct PolicyFlags {
     /// month starts on its last day)
     #[arg(long)]
     anchor_day: Option<u64>,
+    /// An alert threshold in percent of each limit's max, 1 to 1000
+    /// (fixed_window); repeat for several: the first time a key's count in
+    /// a window reaches it, one alert goes out (sluice alerts)
+    #[arg(long = "alert", allow_negative_numbers = true)]
+    alerts: Vec<i64>,
 }
 
 impl PolicyFlags {
@@ -92,6 +97,7 @@ impl PolicyFlags {
         table.tz = self.tz.clone();
         table.week_start = self.week_start.clone();
         table.anchor_day = self.anchor_day;
+        table.alerts = self.alerts.clone();
         Ok(table)
     }
 }

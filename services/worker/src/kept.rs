@@ -16,6 +16,7 @@
 //! first reading or given back before the second is then carried neither
 //! twice nor where the counters never counted it.
 
+mod alerts;
 mod holds;
 mod kind;
 mod slices;
@@ -73,6 +74,10 @@ kept! {
     /// Live holds, so that the next owner settles, extends and ends them
     /// ([`sluice_core::holds`]).
     holds: holds::Holds,
+    /// Threshold alerts fired in windows not over yet, so that the next
+    /// owner fires none of them again and publishes those the stream may
+    /// not hold (CONTRACT §14, `crate::alerting`).
+    alerts: alerts::Alerts,
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 use super::defaults::{MAX_PARTITIONS, MAX_POLICY_NAME_LEN};
 use super::error::{field_error, key_path, FieldError};
 use crate::calendar::{Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE};
-use crate::duration::{format_duration, parse_duration};
+use crate::duration::parse_duration;
 use crate::policy::{Algorithm, Limit, Mode, Policy, PolicyError};
 use crate::wire::is_valid_policy_name;
 use serde::de::value::MapAccessDeserializer;
@@ -54,6 +54,8 @@ pub(super) struct FileTable {
     pub(super) journal_failure: Option<String>,
     #[serde(default, deserialize_with = "max_keys")]
     pub(super) max_keys: Option<i128>,
+    #[serde(default, deserialize_with = "some_duration_text")]
+    pub(super) alert_retention: Option<String>,
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
     pub(super) policies: Vec<(String, PolicyTable)>,
@@ -138,6 +140,11 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub on_expiry: Option<String>,
+    /// Thresholds in percent of each limit's `max` (1 to 1000) whose
+    /// crossing is announced once per window (CONTRACT §14); checked in
+    /// `config/alerts.rs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<i64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -192,6 +199,7 @@ impl PolicyTable {
             concurrency: None,
             hold_ttl: None,
             on_expiry: None,
+            alerts: Vec::new(),
         }
     }
 
@@ -211,10 +219,7 @@ impl PolicyTable {
                 .iter()
                 .map(|l| LimitTable {
                     max: l.max(),
-                    per: match l.calendar() {
-                        Some(c) => c.period().as_str().to_string(),
-                        None => format_duration(l.per().into()),
-                    },
+                    per: l.per_text(),
                     burst: (policy.algorithm().has_burst() && l.burst() != l.max())
                         .then_some(l.burst()),
                 })
@@ -231,6 +236,12 @@ impl PolicyTable {
             anchor_day: zone
                 .map(|z| u64::from(z.anchor_day()))
                 .filter(|&d| d != u64::from(DEFAULT_ANCHOR_DAY)),
+            alerts: policy
+                .alerts()
+                .percents()
+                .iter()
+                .map(|&p| i64::from(p))
+                .collect(),
             ..PolicyTable::empty()
         };
         table.with_holding_of(policy)
@@ -268,6 +279,7 @@ impl PolicyTable {
     pub fn to_policy(&self, name: &str) -> Result<Policy, FieldError> {
         check_name(name).map_err(|reason| FieldError::new("", reason))?;
         let holding = self.holding()?;
+        let alerts = self.thresholds()?;
         if self.limits.is_empty() && holding.concurrency.is_some() {
             return self.slots_only(name, holding);
         }
@@ -301,7 +313,9 @@ impl PolicyTable {
             .map_err(|e| FieldError::new("local_budget", e.to_string()))?
             .with_mode(self.mode)
             .with_holding(holding)
-            .map_err(|e| FieldError::new("", e.to_string()))
+            .map_err(|e| FieldError::new("", e.to_string()))?
+            .with_alerts(alerts)
+            .map_err(|e| FieldError::new("alerts", e.to_string()))
     }
 }
 
@@ -352,6 +366,8 @@ impl LimitTable {
             | PolicyError::NoLimits
             | PolicyError::Concurrency { .. }
             | PolicyError::HoldTtl
+            | PolicyError::AlertThreshold(_)
+            | PolicyError::AlertsNotSupported(_)
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm
