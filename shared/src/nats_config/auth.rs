@@ -187,6 +187,15 @@ fn js_read(stream: &str) -> Vec<String> {
     ]
 }
 
+/// [`js_read`] with the pulls of a pull consumer: how the alerts stream
+/// is read ([`ALERT_STREAM`], by `sluice alerts`, the clients and the
+/// dashboard).
+fn js_pull(stream: &str) -> Vec<String> {
+    let mut read = js_read(stream);
+    read.push(format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"));
+    read
+}
+
 /// Every `$JS.API` request on one stream (create, update, info, purge,
 /// delete, messages, consumers, pulls) and its acks: for the worker, which
 /// creates and keeps its streams.
@@ -244,7 +253,7 @@ fn client() -> Permissions {
             .filter(|s| !s.contains(".MSG.GET.") && !s.contains(".DIRECT.GET.")),
     );
     // Threshold alerts (CONTRACT §14): followed live, or read from their stream.
-    publish.extend(js_read(ALERT_STREAM));
+    publish.extend(js_pull(ALERT_STREAM));
     let mut subscribe = vec![INBOXES.to_string(), alert_filter(None)];
     subscribe.extend(
         probe::client_keys()
@@ -308,7 +317,7 @@ fn admin() -> Permissions {
     for bucket in [POLICY_BUCKET, LEASE_BUCKET, SNAPSHOT_BUCKET] {
         p.publish.extend(js_read(&bucket_stream(bucket)));
     }
-    p.publish.extend(js_read(ALERT_STREAM));
+    p.publish.extend(js_pull(ALERT_STREAM));
     p
 }
 
