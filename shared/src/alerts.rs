@@ -25,9 +25,17 @@ use std::collections::HashMap;
 /// The count at which `pct` percent of `max` is reached: `max·pct/100`
 /// rounded up (80 % of 3 is reached at 3, not at 2.4), at least 1.
 pub fn units(max: u64, pct: u16) -> u64 {
-    let scaled = u128::from(max) * u128::from(pct);
-    let units = scaled.div_ceil(100).max(1);
-    u64::try_from(units).unwrap_or(u64::MAX)
+    // In u64 whenever it fits (a division by a constant, a few cycles: this
+    // runs on every counted decision of a policy with alerts); in u128 for
+    // maxima near u64::MAX.
+    let units = match max.checked_mul(u64::from(pct)) {
+        Some(scaled) => scaled.div_ceil(100),
+        None => {
+            let scaled = (u128::from(max) * u128::from(pct)).div_ceil(100);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        }
+    };
+    units.max(1)
 }
 
 /// The thresholds a count going from `before` to `after` within one window

@@ -232,6 +232,13 @@ fn the_config_refuses_bad_thresholds_with_the_field() {
 }
 
 proptest! {
+    /// The u64 fast path of `units` is the exact ceiling, as u128 says.
+    #[test]
+    fn units_is_the_exact_ceiling(max in any::<u64>(), pct in 1u16..=1000) {
+        let exact = (u128::from(max) * u128::from(pct)).div_ceil(100).max(1);
+        prop_assert_eq!(u128::from(units(max, pct)), exact.min(u128::from(u64::MAX)));
+    }
+
     /// Counting up from nothing in one window, by any steps, reaches each
     /// threshold exactly once if the final count gets there, never if not.
     #[test]
