@@ -100,6 +100,7 @@ pub fn watch<R>(
     let KeyState::FixedWindow(windows) = &*state else {
         return (out, Vec::new());
     };
+    let lowest = thresholds.percents()[0];
     let mut crossings = Vec::new();
     for (i, ((limit, w), &(start, count))) in policy
         .limits()
@@ -110,7 +111,8 @@ pub fn watch<R>(
     {
         // A window that began in this decision started from nothing.
         let was = if start == w.start { count } else { 0 };
-        if w.count <= was {
+        // Below the lowest threshold (most decisions): nothing to compare.
+        if w.count <= was || w.count < units(limit.max(), lowest) {
             continue;
         }
         for pct in crossed(was, w.count, limit.max(), thresholds) {
