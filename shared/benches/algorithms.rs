@@ -11,6 +11,7 @@
 //! paths are measured and the sliding log stays full (100 timestamps).
 
 use criterion::{criterion_group, Criterion, Throughput};
+use sluice_core::alerts::{watch, Thresholds};
 use sluice_core::calendar::{Period, Zone};
 use sluice_core::packed;
 use sluice_core::policy::{Algorithm, KeyState, Limit, Policy};
@@ -90,6 +91,50 @@ fn calendar_windows(c: &mut Criterion) {
     group.finish();
 }
 
+/// What alert thresholds cost a decision (issue 37, at most 5 %): a
+/// fixed window of two limits decided bare, through
+/// [`sluice_core::alerts::watch`] without thresholds (the branch every
+/// policy pays), and with `alerts = [80, 100]` (a copy of each limit's
+/// window and count, and the comparisons; the maxima are out of reach, as
+/// for all but one decision per threshold and window).
+fn alert_thresholds(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fixed_window alerts");
+    group.throughput(Throughput::Elements(1));
+    let limits = vec![
+        Limit::new(1_000_000_000, Duration::from_secs(1), None).unwrap(),
+        Limit::new(1_000_000_000, Duration::from_secs(3600), None).unwrap(),
+    ];
+    let bare = Policy::new("quota", Algorithm::FixedWindow, limits).unwrap();
+    let alerting = bare
+        .clone()
+        .with_alerts(Thresholds::new(&[80, 100]).unwrap())
+        .unwrap();
+    let mut state = bare.new_state();
+    let mut now = T0;
+    group.bench_function("decide", |b| {
+        b.iter(|| {
+            now += STEP;
+            black_box(bare.decide(&mut state, Nanos(now), black_box(1)))
+        })
+    });
+    for (name, p) in [
+        ("watch, no alerts", &bare),
+        ("watch, alerts [80, 100]", &alerting),
+    ] {
+        let mut state = p.new_state();
+        let mut now = T0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                now += STEP;
+                black_box(watch(p, &mut state, |s| {
+                    p.decide(s, Nanos(now), black_box(1))
+                }))
+            })
+        });
+    }
+    group.finish();
+}
+
 /// Bytes of a key's state in memory: the enum, its `Vec` of per-limit
 /// states, and each sliding log's ring buffer (allocated capacity).
 fn memory_bytes(state: &KeyState) -> usize {
@@ -161,7 +206,13 @@ fn packing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, calendar_windows, packing);
+criterion_group!(
+    benches,
+    decisions,
+    calendar_windows,
+    alert_thresholds,
+    packing
+);
 
 fn main() {
     print_state_sizes();

@@ -25,6 +25,7 @@
 //! ([`Policy::builtin_default`], 15/s sliding window) and the defaults below.
 //! A file that defines policies but no `default` gets the built-in one added.
 
+mod alerts;
 mod calendar;
 mod defaults;
 mod envoy;
@@ -33,6 +34,7 @@ mod holding;
 mod scope;
 mod table;
 mod usage;
+mod values;
 
 pub use crate::duration::{format_duration, parse_duration, DurationError};
 use crate::policy::{Policy, DEFAULT_POLICY};
@@ -40,6 +42,7 @@ use crate::region::RegionName;
 use crate::usage::UsageConfig;
 /// One rule for policy names, shared with the wire protocol.
 pub use crate::wire::is_valid_policy_name;
+pub use alerts::{DEFAULT_ALERT_RETENTION, MIN_ALERT_RETENTION};
 pub use defaults::{
     DEFAULT_LEASE_TTL, DEFAULT_MAX_KEYS, DEFAULT_PARTITIONS, DEFAULT_SNAPSHOT_INTERVAL,
     MAX_LEASE_TTL, MAX_PARTITIONS, MAX_POLICY_NAME_LEN, MIN_LEASE_TTL, MIN_SNAPSHOT_INTERVAL,
@@ -184,6 +187,8 @@ pub struct Config {
     /// The most live counters one worker holds, at least 1; past it, the
     /// least valuable ones are forgotten (docs/CONFIG.md, `max_keys`).
     pub max_keys: u64,
+    /// How long the stream `SLUICE_ALERTS` keeps an alert (CONTRACT §14).
+    pub alert_retention: Duration,
     /// By name; always contains [`DEFAULT_POLICY`].
     pub policies: BTreeMap<String, Policy>,
     /// `[envoy]`: the Envoy rate limit service's mapping (CONTRACT §11);
@@ -211,6 +216,7 @@ impl Default for Config {
             lease_ttl: DEFAULT_LEASE_TTL,
             journal_failure: JournalFailure::default(),
             max_keys: DEFAULT_MAX_KEYS,
+            alert_retention: alerts::DEFAULT_ALERT_RETENTION,
             policies,
             envoy: None,
             usage: UsageConfig::default(),
@@ -322,6 +328,9 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
     if let Some(name) = table.region {
         config.region =
             Some(RegionName::new(&name).map_err(|e| FieldError::new("region", e.to_string()))?);
+    }
+    if let Some(text) = table.alert_retention {
+        config.alert_retention = alerts::alert_retention(&text)?;
     }
     for (name, table) in table.policies {
         let below = |e: FieldError| e.below(&format!("policies.{}", key_path(&name)));

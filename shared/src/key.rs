@@ -81,6 +81,33 @@ pub fn decode_key(token: &str) -> Result<Vec<u8>, KeyError> {
     KeyToken::parse(token).map(KeyToken::decode)
 }
 
+/// The key a token stands for, as text (lossy for bytes that are not
+/// UTF-8); a string that is not a token is returned as it is.
+pub fn key_as_asked(token: &str) -> String {
+    match decode_key(token) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => token.to_string(),
+    }
+}
+
+/// Whether a key as asked can be shown as text (no control characters,
+/// no bytes that were not UTF-8).
+pub fn is_printable(key: &str) -> bool {
+    !key.chars()
+        .any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER)
+}
+
+/// What to show people for a key token: the key as asked, or the token
+/// when the key is not printable text.
+pub fn shown_key(token: &str) -> String {
+    let key = key_as_asked(token);
+    if is_printable(&key) {
+        key
+    } else {
+        token.to_string()
+    }
+}
+
 /// A key token that is known to be canonical: the counter key a worker uses.
 ///
 /// Borrowed from the subject it came in on; [`KeyToken::as_str`] gives the

@@ -30,6 +30,8 @@
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
 //!   client to decide from without a round trip, and what is exact with them.
 //! - [`holds`]: reserve now, settle later; concurrency slots (CONTRACT §13).
+//! - [`alerts`]: threshold alerts (CONTRACT §14): which thresholds a
+//!   decision reached, the message, the alerts an owner fired.
 //! - [`outstanding`]: what an owner granted and has not had back (slices
 //!   and holds), in one table that travels with the counters.
 //! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
@@ -57,6 +59,7 @@
 //! assert_eq!(allowed, 15);
 //! ```
 
+pub mod alerts;
 pub mod algorithm;
 pub mod ask;
 pub mod assignment;

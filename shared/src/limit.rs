@@ -100,6 +100,10 @@ pub enum PolicyError {
     HoldTtl,
     #[error("a global policy (scope = \"global\") cannot have concurrency: a hold lives with one region's owner; use a regional policy for concurrency")]
     GlobalConcurrency,
+    #[error("an alert threshold must be 1 to 1000 (percent of each limit's max), found {0}")]
+    AlertThreshold(i64),
+    #[error("alerts need fixed_window, not {0}: a threshold is reached once per window, and {0} has no window whose count fills up (docs/USAGE.md, \"Alerts\"); remove alerts or change the algorithm")]
+    AlertsNotSupported(Algorithm),
 }
 
 /// Whether a policy's denials are answered (CONTRACT §14).
@@ -225,6 +229,15 @@ impl Limit {
         self.burst.get()
     }
 
+    /// `per` as a config writes it: a calendar period's name (`"month"`)
+    /// or a duration (`"1m"`).
+    pub fn per_text(&self) -> String {
+        match self.calendar() {
+            Some(c) => c.period().as_str().to_string(),
+            None => crate::duration::format_duration(self.per().into()),
+        }
+    }
+
     /// The `limit` a decision reports for this limit: `max`, or `burst`
     /// when bigger (a token bucket or GCRA then holds more than `max` at
     /// once), so that `remaining` never exceeds `limit`.
@@ -256,5 +269,40 @@ impl Decision {
     /// counts as used, may be cached as allowed, or grants a slice.
     pub const fn within_limits(&self) -> bool {
         self.allowed && !self.shadow_denied
+    }
+}
+
+/// Alert thresholds (CONTRACT §14, [`crate::alerts`]): the smallest and largest threshold, in percent of a limit's `max`
+/// (over 100: a hit counts past `max`, and a shadow policy admits past it).
+pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=1000;
+
+/// A policy's alert thresholds in percent: each 1 to 1000, ascending,
+/// each once. Empty: no alerts (the default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Thresholds(Box<[u16]>);
+
+impl Thresholds {
+    /// The thresholds of `alerts = [...]`, in any order; a repeated one
+    /// counts once.
+    pub fn new(percents: &[i64]) -> Result<Thresholds, PolicyError> {
+        let mut checked = Vec::with_capacity(percents.len());
+        for &p in percents {
+            if !THRESHOLD_RANGE.contains(&p) {
+                return Err(PolicyError::AlertThreshold(p));
+            }
+            checked.push(p as u16);
+        }
+        checked.sort_unstable();
+        checked.dedup();
+        Ok(Thresholds(checked.into_boxed_slice()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Ascending.
+    pub fn percents(&self) -> &[u16] {
+        &self.0
     }
 }

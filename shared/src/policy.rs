@@ -11,7 +11,7 @@
 
 use crate::algorithm::{self, Algo, Check, Usage};
 pub use crate::holds::hold::Holding;
-pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError};
+pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, Thresholds};
 use crate::region::Scope;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,8 @@ pub struct Policy {
     holding: Holding,
     /// In each region apart, or once across regions (CONTRACT §12).
     scope: Scope,
+    /// The thresholds whose crossing is announced (CONTRACT §14).
+    alerts: Thresholds,
 }
 
 impl Policy {
@@ -70,6 +72,7 @@ impl Policy {
             mode: Mode::Enforce,
             holding: Holding::default(),
             scope: Scope::Region,
+            alerts: Thresholds::default(),
         })
     }
 
@@ -88,6 +91,7 @@ impl Policy {
             mode: Mode::Enforce,
             holding: holding.checked()?,
             scope: Scope::Region,
+            alerts: Thresholds::default(),
         })
     }
 
@@ -127,6 +131,24 @@ impl Policy {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The same policy announcing when a key's count in a window reaches
+    /// each of `alerts` ([`crate::alerts`]); refused for algorithms
+    /// without windows and for a policy of only concurrency slots.
+    pub fn with_alerts(mut self, alerts: Thresholds) -> Result<Policy, PolicyError> {
+        if !alerts.is_empty()
+            && (self.algorithm != Algorithm::FixedWindow || self.limits.is_empty())
+        {
+            return Err(PolicyError::AlertsNotSupported(self.algorithm));
+        }
+        self.alerts = alerts;
+        Ok(self)
+    }
+
+    /// Its alert thresholds (empty: none).
+    pub fn alerts(&self) -> &Thresholds {
+        &self.alerts
     }
 
     /// The same policy with local budgets on or off ([`crate::budget`]);

@@ -23,6 +23,15 @@ pub const JOURNAL_STREAM: &str = "SLUICE_JOURNAL";
 /// Every subject of [`JOURNAL_STREAM`].
 pub const JOURNAL_SUBJECTS: &str = "sluice.journal.>";
 
+/// Stream of threshold alerts (CONTRACT §14), on the subjects
+/// `rl.alert.<policy>.<key>` ([`crate::subject::alert_subject`]).
+pub const ALERT_STREAM: &str = "SLUICE_ALERTS";
+/// How long [`ALERT_STREAM`] remembers an alert's message id, so that one
+/// published again (a retry, a new owner after a handover or a crash) is
+/// stored once: longer than any owner takes to hand its alerts on
+/// (docs/USAGE.md, "Alerts"); never longer than the retention.
+pub const ALERT_DUPLICATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
 const PARTITION_KEY: &str = "p.";
 const WORKER_KEY: &str = "w.";
 const OVERRIDE_KEY: &str = "override.";

@@ -301,6 +301,24 @@ pub fn is_link_reply_subject(subject: &str) -> bool {
 /// that carries more than [`LINK_ROOT`] (a hand-written link config).
 pub const REGION_HELLO: &str = "sluice.region.hello";
 
+/// The first tokens of every alert subject (CONTRACT §14).
+const ALERT_PREFIX: &str = "rl.alert";
+
+/// `rl.alert.<policy>.<key>`: where an alert of `policy` for the key token
+/// `key_token` is published (CONTRACT §14).
+pub fn alert_subject(policy: &str, key_token: &str) -> String {
+    format!("{ALERT_PREFIX}.{policy}.{key_token}")
+}
+
+/// The alerts of `policy` (`rl.alert.<policy>.*`), or of every policy
+/// (`rl.alert.>`), to follow or to read from the stream.
+pub fn alert_filter(policy: Option<&str>) -> String {
+    match policy {
+        Some(p) => format!("{ALERT_PREFIX}.{p}.*"),
+        None => format!("{ALERT_PREFIX}.>"),
+    }
+}
+
 /// The NATS micro service every worker registers (`$SRV.PING.sluice-worker`).
 pub const STATUS_SERVICE: &str = "sluice-worker";
 /// The service group of the workers' status endpoints:

@@ -17,7 +17,8 @@ page without the token; the cookie it sets is HttpOnly and SameSite=Strict),
 the Content-Security-Policy of every page, the usage chart's points
 (read from the SVG's data attributes) against `/v1/usage`, the order of the
 top list by used and by denied, the hostile key shown as text (no script
-element, no alert), the policies, a key's live state and the status page.
+element, no alert), the policies, a key's live state, the status page, and the alerts page
+(the hostile key reaching the thresholds of ``quota``, shown as text).
 Every wait is a WebDriverWait on a DOM condition, never a sleep.
 
 With SLUICE_UI_SCREENSHOT=PATH it saves the usage page as a PNG there (how
@@ -67,6 +68,11 @@ limits = [ { max = 15, per = "1s" } ]
 [policies.tenper]
 algorithm = "sliding_log"
 limits = [ { max = 10, per = "5m" } ]
+
+[policies.quota]
+algorithm = "fixed_window"
+limits = [ { max = 4, per = "1h" } ]
+alerts = [ 50, 100 ]
 """
 START_WITHIN = 30.0
 WAIT = 15.0
@@ -208,7 +214,8 @@ def wait(driver, condition, what: str):
 
 
 def test_without_the_token_only_the_login_page_is_served(stack, browser):
-    for path in ["/ui", "/ui/top", "/ui/usage?key=alice", "/ui/key?key=alice", "/ui/policies", "/ui/status"]:
+    for path in ["/ui", "/ui/top", "/ui/usage?key=alice", "/ui/key?key=alice", "/ui/policies", "/ui/status",
+                 "/ui/alerts"]:
         status, headers, body = stack.call(path, token=None)
         assert status == 303 and headers["Location"].startswith("/ui/login"), (path, status)
         assert "alice" not in body
@@ -234,7 +241,7 @@ def test_without_the_token_only_the_login_page_is_served(stack, browser):
 
 def test_every_page_carries_the_content_security_policy(stack):
     for path in ["/ui/login", "/ui/top", "/ui/usage?key=alice&policy=tenper", "/ui/key?key=alice",
-                 "/ui/policies", "/ui/status", "/ui/assets/style.css", "/ui/nowhere"]:
+                 "/ui/policies", "/ui/status", "/ui/alerts", "/ui/assets/style.css", "/ui/nowhere"]:
         status, headers, body = stack.call(path)
         assert status in (200, 404), (path, status, body)
         assert headers["Content-Security-Policy"] == CSP, path
@@ -316,3 +323,27 @@ def test_policies_key_state_and_status(stack, browser):
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.partitions tbody tr")) == 16
     assert sorted(r.get_attribute("data-worker") for r in browser.find_elements(By.CSS_SELECTOR, "table.workers tbody tr")) == ["ui0", "ui1"]
     assert browser.find_element(By.CSS_SELECTOR, "span.unowned").get_attribute("data-unowned") == "0"
+
+
+def test_the_alerts_page_lists_each_threshold_once_with_the_hostile_key_as_text(stack, browser):
+    hour = int(time.time()) // 3600
+    for _ in range(4):
+        status, _, body = stack.call(f"/v1/allow/{quoted(HOSTILE)}?policy=quota", method="POST")
+        assert status == 200, body
+
+    def rows(d):
+        d.get(stack.base + "/ui/alerts?policy=quota")
+        found = d.find_elements(By.CSS_SELECTOR, "table.alerts tbody tr")
+        return len(found) >= 2 and found
+
+    found = wait(browser, rows, "the two alerts of the hostile key")
+    if int(time.time()) // 3600 != hour:
+        return  # the hour's window ended during the asks: the alerts start over
+    got = sorted((r.get_attribute("data-key"), r.get_attribute("data-threshold"), r.get_attribute("data-used"))
+                 for r in found)
+    assert got == [(HOSTILE, "100", "4"), (HOSTILE, "50", "2")], got
+    assert browser.find_element(By.CSS_SELECTOR, "table.alerts td.key a").text == HOSTILE
+    assert not browser.find_elements(By.TAG_NAME, "script")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text
+    assert "Alerts" in [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")]

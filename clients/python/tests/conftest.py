@@ -62,6 +62,11 @@ concurrency = 3
 algorithm = "sliding_log"
 mode = "shadow"
 limits = [ {{ max = 2, per = "1m" }} ]
+
+[policies.quota]
+algorithm = "fixed_window"
+limits = [ {{ max = 10, per = "1h" }} ]
+alerts = [ 50, 100 ]
 """.format(partitions=PARTITIONS)
 
 STARTUP_TIMEOUT = 30.0

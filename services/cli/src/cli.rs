@@ -38,6 +38,8 @@ pub enum Command {
     Reset(crate::key_cmd::KeyArgs),
     /// A key's usage history as a table and a chart, or the top keys (--top N).
     Usage(crate::usage_cmd::UsageArgs),
+    /// Threshold alerts kept in SLUICE_ALERTS, oldest first (--follow for new ones).
+    Alerts(crate::alerts_cmd::AlertsArgs),
     /// Print the nats-server config (JetStream and the partition mapping) for the configured partitions.
     NatsConfig(crate::nats_config_cmd::NatsConfigArgs),
     /// Show partitions, their owners, snapshot ages and worker health.
@@ -75,6 +77,7 @@ impl Cli {
             Command::Inspect(args) => crate::key_cmd::inspect(&self.common, args),
             Command::Reset(args) => crate::key_cmd::reset(&self.common, args),
             Command::Usage(args) => crate::usage_cmd::run(&self.common, args),
+            Command::Alerts(args) => crate::alerts_cmd::run(&self.common, args),
             Command::NatsConfig(args) => crate::nats_config_cmd::run(&self.common, args),
             Command::Status(args) => crate::status_cmd::run(&self.common, args),
             Command::Bench(args) => crate::bench_cmd::run(&self.common, args),

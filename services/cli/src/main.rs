@@ -4,6 +4,7 @@
 //! loads the config, and hands over to the library that does the work. Each
 //! command's code lives in its own module.
 
+mod alerts_cmd;
 mod bench_cmd;
 mod check_cmd;
 mod cli;

@@ -100,6 +100,11 @@ pub struct PolicyFlags {
     /// closed | open
     #[arg(long)]
     on_cut: Option<String>,
+    /// An alert threshold in percent of each limit's max, 1 to 1000
+    /// (fixed_window); repeat for several: the first time a key's count in
+    /// a window reaches it, one alert goes out (sluice alerts)
+    #[arg(long = "alert", allow_negative_numbers = true)]
+    alerts: Vec<i64>,
 }
 
 impl PolicyFlags {
@@ -131,6 +136,7 @@ impl PolicyFlags {
                 .collect::<Result<_>>()?;
             table.region_shares = Some(shares);
         }
+        table.alerts = self.alerts.clone();
         Ok(table)
     }
 }

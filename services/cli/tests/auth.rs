@@ -17,8 +17,8 @@ use sluice_core::partition::partition_of;
 use sluice_core::storage::{bucket_stream, LEASE_BUCKET, POLICY_BUCKET};
 use sluice_core::subject::Verb;
 use sluice_tests::{
-    ask, error_of, one_line_error, request, serial, test_password, NatsServer, Stack, TestCa,
-    TestConfig, PEEK,
+    ask, error_of, eventually, one_line_error, request, serial, test_password, NatsServer, Stack,
+    TestCa, TestConfig, PEEK, TICK,
 };
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -243,6 +243,44 @@ async fn admin_commands_work_as_admin_and_are_refused_with_one_line_otherwise() 
     }
     let inspected = sluice_as(Role::Admin, &["inspect", "carol"], &url, &config);
     assert!(text(&inspected).contains("carol"), "{}", text(&inspected));
+
+    // Threshold alerts (CONTRACT §14): workers publish them into their
+    // stream as `worker`; clients and admins read them.
+    let alerting = [
+        "policy",
+        "set",
+        "alerting",
+        "--algorithm",
+        "fixed_window",
+        "--limit",
+        "2/1h",
+        "--alert",
+        "50",
+    ];
+    assert!(sluice_as(Role::Admin, &alerting, &url, &config)
+        .status
+        .success());
+    eventually(Duration::from_secs(5), TICK, || async {
+        let check = sluice_as(
+            Role::Client,
+            &["check", "dan", "--policy", "alerting"],
+            &url,
+            &config,
+        );
+        anyhow::ensure!(check.status.success(), "{}", text(&check));
+        Ok(())
+    })
+    .await
+    .unwrap();
+    for role in [Role::Client, Role::Admin] {
+        eventually(Duration::from_secs(10), TICK, || async {
+            let out = sluice_as(role, &["alerts", "--policy", "alerting"], &url, &config);
+            anyhow::ensure!(text(&out).contains("alerting  dan  50%"), "{}", text(&out));
+            Ok(())
+        })
+        .await
+        .unwrap();
+    }
 
     let status = sluice_as(Role::Client, &["status"], &url, &config);
     let line = one_line_error(&status);

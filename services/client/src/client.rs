@@ -244,6 +244,19 @@ impl Client {
         queries::usage(&self.inner.nats, key.as_ref(), query, QUERY_TIMEOUT).await
     }
 
+    /// The threshold alerts (CONTRACT §14) of `policy` (every policy when
+    /// `None`) from `start`, oldest first; with `follow`, each new one as
+    /// it is stored, without end ([`crate::alerts`]).
+    pub async fn alerts(
+        &self,
+        policy: Option<&str>,
+        start: crate::alerts::Start,
+        follow: bool,
+    ) -> Result<futures::stream::BoxStream<'static, Result<sluice_core::alerts::Alert, Error>>, Error>
+    {
+        crate::alerts::alerts(self.nats(), policy, start, follow).await
+    }
+
     /// The keys that used (or were denied) the most in a range
     /// (CONTRACT §9, `rl.top`).
     pub async fn top(&self, query: &TopQuery) -> Result<TopReply, Error> {

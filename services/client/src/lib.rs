@@ -32,6 +32,8 @@
 //! - [`Client::reserve`], [`Client::settle`], [`Client::extend`] and
 //!   [`Client::hold`]'s [`HoldGuard`] (`holds.rs`): holds (CONTRACT §13),
 //!   one round trip each to the key's owner, no fallback.
+//! - [`alerts`]: threshold alerts (CONTRACT §14) read from their stream,
+//!   and followed ([`Client::alerts`]).
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //!
 //! ```no_run
@@ -54,6 +56,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod alerts;
 mod answer;
 mod batch;
 mod budgets;

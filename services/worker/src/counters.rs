@@ -44,9 +44,11 @@
 //! bucket found holding more than that share, in any of the worker's
 //! partitions (docs/CONFIG.md, `max_keys`).
 
+use crate::alerting::{AlertBook, Sink};
 use moka::sync::Cache;
 use moka::Expiry;
 use serde::{Deserialize, Serialize};
+use sluice_core::alerts;
 use sluice_core::ask::Op;
 use sluice_core::outstanding::Outstanding;
 use sluice_core::policy::{Decision, KeyState, Policy};
@@ -157,6 +159,9 @@ pub struct Counters {
     /// The slices of local budgets and the holds granted from these counters and not
     /// back yet (a refund gives back at most its own slice).
     outstanding: Arc<Mutex<Outstanding>>,
+    /// The threshold alerts fired from these counters in windows not over
+    /// yet, and where new ones go (CONTRACT §14).
+    alerts: AlertBook,
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
@@ -198,8 +203,20 @@ impl Counters {
             buckets,
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
             outstanding: Arc::default(),
+            alerts: AlertBook::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
         }
+    }
+
+    /// The same counters, sending the alerts they fire to `sink`.
+    pub fn alerting(mut self, sink: Sink) -> Counters {
+        self.alerts = self.alerts.sending_to(sink);
+        self
+    }
+
+    /// The threshold alerts fired from these counters.
+    pub fn alerts(&self) -> &AlertBook {
+        &self.alerts
     }
 
     /// The idle ttl stored for a need: a quarter more, so that a need that
@@ -267,7 +284,13 @@ impl Counters {
         let mut slots = bucket.lock();
         let pruned = slots.prune(now);
         let run = |state: &mut KeyState| {
-            let out = f(state);
+            // A policy with alerts notes the thresholds this update reached
+            // (under the bucket's lock, so a snapshot that holds the count
+            // also carries the alert).
+            let (out, crossed) = alerts::watch(policy, state, f);
+            if !crossed.is_empty() {
+                self.alerts.fire(policy, key, &crossed, now);
+            }
             (out, policy.idle_expiry(state, now))
         };
         let mut over_bound = false;

@@ -16,6 +16,7 @@
 //! first reading or given back before the second is then carried neither
 //! twice nor where the counters never counted it.
 
+mod alerts;
 mod holds;
 mod kind;
 mod slices;
@@ -73,11 +74,59 @@ kept! {
     /// Live holds, so that the next owner settles, extends and ends them
     /// ([`sluice_core::holds`]).
     holds: holds::Holds,
+    /// Threshold alerts fired in windows not over yet, so that the next
+    /// owner fires none of them again and publishes those the stream may
+    /// not hold (CONTRACT §14, `crate::alerting`).
+    alerts: alerts::Alerts,
 }
 
 #[cfg(test)]
 mod tests {
+    use super::Carried;
+    use crate::counters::Counters;
     use crate::snapshot::Manifest;
+    use sluice_core::alerts::Thresholds;
+    use sluice_core::ask::Op;
+    use sluice_core::policy::{Algorithm, Limit, Policy};
+    use sluice_core::time::Nanos;
+    use std::time::Duration;
+
+    /// A threshold fires once per window: not again when units given back
+    /// let the count reach it a second time, and not again at a new owner
+    /// that took the snapshot's alerts over (which still lists the one the
+    /// stream had not acknowledged, to publish it again).
+    #[test]
+    fn fired_alerts_fire_once_and_travel_to_the_next_owner() {
+        let policy = Policy::new(
+            "quota",
+            Algorithm::FixedWindow,
+            vec![Limit::new(10, Duration::from_secs(3600), None).unwrap()],
+        )
+        .unwrap()
+        .with_alerts(Thresholds::new(&[50]).unwrap())
+        .unwrap();
+        let key = "quota/alice";
+        let now = Nanos::from_secs(7_200);
+        let counters = Counters::new();
+        counters.apply(&policy, key, now, Op::Allow(6));
+        counters.update(&policy, key, now, |s| policy.refund(s, now, 3, now));
+        counters.apply(&policy, key, now, Op::Allow(3));
+        let carried = Carried::before(&counters, now).through(&counters, now);
+        assert_eq!(carried.alerts.len(), 1, "{:?}", carried.alerts);
+        assert_eq!(
+            (carried.alerts[0].alert.used, carried.alerts[0].stored),
+            (6, false)
+        );
+
+        let next = Counters::new();
+        carried.take_over(&next, now);
+        next.apply(&policy, key, now, Op::Record(6));
+        assert_eq!(next.alerts().fired().len(), 1, "nothing fired again");
+        // The next hour is a new window: it fires again there.
+        let later = Nanos::from_secs(10_800);
+        next.apply(&policy, key, later, Op::Allow(5));
+        assert_eq!(next.alerts().fired().len(), 2);
+    }
 
     /// A manifest written before kept state had a home names its slices
     /// `slices` at the top level; it must read the same, and a manifest

@@ -30,6 +30,9 @@
 //! - [`live_policies`]: the policies in force, replaced whole.
 //! - [`tally`]: what a batch of decisions did: stats, meters, records, usage.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
+//! - [`alerting`]: threshold alerts (CONTRACT §14): each partition's
+//!   book of fired alerts; [`alert_publisher`]: the task that publishes
+//!   them off the decision path.
 //! - [`reply`]: the one way out: headers, payload, publish.
 //! - [`outbox`]: where answers go; the only place that knows the durability
 //!   mode.
@@ -49,6 +52,8 @@
 //! - [`answering`]: what the tasks that answer share (shards, worker
 //!   batches, usage queries).
 
+pub mod alert_publisher;
+pub mod alerting;
 pub mod answering;
 pub mod blocking;
 pub mod counters;

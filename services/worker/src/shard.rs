@@ -14,6 +14,7 @@
 //! their records are stored). Worker batches ([`crate::worker_batch`])
 //! decide on its counters from their own tasks while its route is open.
 
+use crate::alerting::Sink;
 use crate::answering::Answering;
 use crate::counters::Counters;
 use crate::counters::KeyBound;
@@ -99,6 +100,16 @@ pub struct Owning {
     pub snapshot_interval: Duration,
     pub key_bound: Arc<KeyBound>,
     pub stats: Arc<WorkerStats>,
+    /// Where the partitions' threshold alerts go (CONTRACT §14).
+    pub alerts: Sink,
+}
+
+impl Owning {
+    /// Fresh counters for a partition: within the worker's key bound,
+    /// sending their alerts to its publisher.
+    fn counters(&self) -> Counters {
+        Counters::within(self.key_bound.clone()).alerting(self.alerts.clone())
+    }
 }
 
 /// Starts owning `partition` under `lease`.
@@ -159,7 +170,7 @@ async fn run(
         worker_id: answering.worker_id.clone(),
         snapshot_interval: owning.snapshot_interval,
     };
-    let counters = Counters::within(owning.key_bound.clone());
+    let counters = owning.counters();
     let owner = Owner::new(
         settings,
         lease.revision,
@@ -522,8 +533,7 @@ impl Shard {
         self.owner.renewed(self.lease.revision);
         // What a failed attempt restored is dropped: the next one starts over.
         self.close_usage();
-        self.owner
-            .start_over(Counters::within(self.owning.key_bound.clone()));
+        self.owner.start_over(self.owning.counters());
         Again::Yes
     }
 

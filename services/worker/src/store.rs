@@ -18,6 +18,9 @@
 //!   raised to it when a worker opens it ([`keep_policy_history`]).
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
 //!   requests, each worker's on `sluice.journal.w.<worker>`.
+//! - `SLUICE_ALERTS` (stream): threshold alerts on `rl.alert.<policy>.<key>`
+//!   (CONTRACT §14), kept `alert_retention`; their message ids are
+//!   remembered [`ALERT_DUPLICATE_WINDOW`] ([`open_alerts`]).
 //!
 //! A worker may start before its JetStream cluster can place them: with no
 //! meta leader yet, or too few peers for `replicas` (`no suitable peers for
@@ -38,8 +41,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
 use bytes::Bytes;
 use sluice_core::storage::{
-    bucket_stream, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET, POLICY_BUCKET, POLICY_HISTORY,
-    SNAPSHOT_BUCKET,
+    bucket_stream, ALERT_DUPLICATE_WINDOW, ALERT_STREAM, JOURNAL_STREAM, JOURNAL_SUBJECTS,
+    LEASE_BUCKET, POLICY_BUCKET, POLICY_HISTORY, SNAPSHOT_BUCKET,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -159,6 +162,29 @@ impl Stores {
             journal,
         })
     }
+}
+
+/// Creates the alerts stream, or brings its retention and replicas to
+/// this worker's config (the last worker started with a new
+/// `alert_retention` sets it; the alerts it holds stay).
+pub async fn open_alerts(js: &Context, retention: Duration, replicas: usize) -> Result<()> {
+    let config = stream::Config {
+        name: ALERT_STREAM.into(),
+        description: Some("sluice threshold alerts (CONTRACT §14)".into()),
+        subjects: vec![sluice_core::subject::alert_filter(None)],
+        max_age: retention,
+        duplicate_window: ALERT_DUPLICATE_WINDOW.min(retention),
+        num_replicas: replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    while_not_ready("the alerts stream", || async {
+        js.create_or_update_stream(config.clone())
+            .await
+            .map(|_| ())
+            .with_context(|| format!("cannot open the stream {ALERT_STREAM}"))
+    })
+    .await
 }
 
 async fn open_bucket(js: &Context, config: kv::Config) -> Result<kv::Store> {

@@ -10,6 +10,7 @@
 //! [`ORPHAN_GRACE`] is claimed by whoever sees it first, so a crashed
 //! worker's partitions come back even while its heartbeat lingers.
 
+use crate::alert_publisher::{Barrier, Publisher};
 use crate::answering::Answering;
 use crate::counters::KeyBound;
 use crate::decide::Decider;
@@ -145,6 +146,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         ),
         None => None,
     };
+    store::open_alerts(&stores.js, config.alert_retention, opts.replicas).await?;
     let stats = Arc::new(WorkerStats::default());
     let usage = if config.usage.enabled {
         let store = UsageStore::open(stores.js.clone(), &config.usage.tiers, opts.replicas).await?;
@@ -188,7 +190,19 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         outbox,
         usage,
     });
+    // In journal mode an alert goes out once the journal holds the count
+    // that reached it (crate::alert_publisher).
+    let barrier: Option<Barrier> = answering.outbox.is_journal().then(|| {
+        let answering = answering.clone();
+        let barrier: Barrier = Arc::new(move || {
+            let answering = answering.clone();
+            Box::pin(async move { answering.outbox.flush().await })
+        });
+        barrier
+    });
+    let (alerts, alert_publisher) = Publisher::spawn(stores.js.clone(), barrier);
     let owning = Arc::new(Owning {
+        alerts,
         holder: lease::Holder::new(&worker_id),
         stores,
         lease_ttl: config.lease_ttl,
@@ -252,6 +266,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     policy_watch.abort();
     // Every shard flushed the journal writer before it handed over.
     outbox_tasks.abort();
+    // What it had not published yet, the final snapshots carry on.
+    alert_publisher.abort();
     if let Some(m) = metrics {
         m.abort();
     }

@@ -9,8 +9,8 @@
 //! (`policies.login.limits[1].per`), and [`field_error`] turns serde's own
 //! sentences (unknown or missing fields) into ours, with a suggestion for a
 //! near miss. A value of the wrong kind is refused by the field's own
-//! `deserialize_with` function, which says what was expected and what was
-//! found, as the user wrote it (`found a string ("64")`).
+//! `deserialize_with` function (`config/values.rs`), which says what was
+//! expected and what was found, as the user wrote it (`found a string ("64")`).
 //!
 //! What the values mean (ranges, durations, policy names, the rules of
 //! [`crate::policy`]) is checked afterwards, in `config.rs` and
@@ -20,16 +20,20 @@
 //! outside the file: CONTRACT §7 stores one in a KV bucket as the JSON form
 //! of one `[policies.X]` table ([`PolicyTable::from_json`]).
 
-use super::defaults::{MAX_PARTITIONS, MAX_POLICY_NAME_LEN};
+use super::defaults::MAX_POLICY_NAME_LEN;
 use super::error::{field_error, key_path, FieldError};
+use super::values::{
+    algorithm_names, count, duration_text, expected, found_in_map, max_keys, mode, partitions,
+    some_algorithm, some_count, some_duration_text, some_string, visit_scalars, Found,
+    TOML_DATETIME_KEY,
+};
 use crate::calendar::{Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE};
-use crate::duration::{format_duration, parse_duration};
+use crate::duration::parse_duration;
 use crate::policy::{Algorithm, Limit, Mode, Policy, PolicyError};
 use crate::wire::is_valid_policy_name;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{
-    self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, SeqAccess,
-    Visitor,
+    self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -56,6 +60,8 @@ pub(super) struct FileTable {
     pub(super) max_keys: Option<i128>,
     #[serde(default, deserialize_with = "some_string")]
     pub(super) region: Option<String>,
+    #[serde(default, deserialize_with = "some_duration_text")]
+    pub(super) alert_retention: Option<String>,
     /// By name, in name order.
     #[serde(default, deserialize_with = "policies")]
     pub(super) policies: Vec<(String, PolicyTable)>,
@@ -165,6 +171,11 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub on_cut: Option<String>,
+    /// Thresholds in percent of each limit's `max` (1 to 1000) whose
+    /// crossing is announced once per window (CONTRACT §14); checked in
+    /// `config/alerts.rs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<i64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -224,6 +235,7 @@ impl PolicyTable {
             regions: None,
             region_shares: None,
             on_cut: None,
+            alerts: Vec::new(),
         }
     }
 
@@ -243,10 +255,7 @@ impl PolicyTable {
                 .iter()
                 .map(|l| LimitTable {
                     max: l.max(),
-                    per: match l.calendar() {
-                        Some(c) => c.period().as_str().to_string(),
-                        None => format_duration(l.per().into()),
-                    },
+                    per: l.per_text(),
                     burst: (policy.algorithm().has_burst() && l.burst() != l.max())
                         .then_some(l.burst()),
                 })
@@ -263,6 +272,12 @@ impl PolicyTable {
             anchor_day: zone
                 .map(|z| u64::from(z.anchor_day()))
                 .filter(|&d| d != u64::from(DEFAULT_ANCHOR_DAY)),
+            alerts: policy
+                .alerts()
+                .percents()
+                .iter()
+                .map(|&p| i64::from(p))
+                .collect(),
             ..PolicyTable::empty()
         };
         table.with_holding_of(policy).with_scope_of(policy)
@@ -301,6 +316,7 @@ impl PolicyTable {
         check_name(name).map_err(|reason| FieldError::new("", reason))?;
         let holding = self.holding()?;
         let scope = self.scope()?;
+        let alerts = self.thresholds()?;
         if self.limits.is_empty() && holding.concurrency.is_some() {
             return self
                 .slots_only(name, holding)?
@@ -339,7 +355,9 @@ impl PolicyTable {
             .with_holding(holding)
             .map_err(|e| FieldError::new("", e.to_string()))?
             .with_scope(scope)
-            .map_err(|e| FieldError::new("scope", e.to_string()))
+            .map_err(|e| FieldError::new("scope", e.to_string()))?
+            .with_alerts(alerts)
+            .map_err(|e| FieldError::new("alerts", e.to_string()))
     }
 }
 
@@ -391,6 +409,8 @@ impl LimitTable {
             | PolicyError::Concurrency { .. }
             | PolicyError::HoldTtl
             | PolicyError::GlobalConcurrency
+            | PolicyError::AlertThreshold(_)
+            | PolicyError::AlertsNotSupported(_)
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm
@@ -404,200 +424,6 @@ impl LimitTable {
             .and_then(|limit| Policy::new(name, algorithm, vec![limit.clone()]).map(|_| limit))
             .map_err(|e| FieldError::new(field_of(&e), e.to_string()))
     }
-}
-
-fn algorithm_names() -> String {
-    Algorithm::ALL.map(Algorithm::as_str).join(", ")
-}
-
-// ---------------------------------------------------------------------------
-// Values of the wrong kind, refused with what was found.
-
-/// Any value, kept only to say what it was: "a string (\"64\")", "an
-/// integer (5)", "a table", ...
-enum Found {
-    Str(String),
-    Int(i128),
-    Float(f64),
-    Bool(bool),
-    Datetime(String),
-    Null,
-    Array,
-    Table,
-}
-
-impl fmt::Display for Found {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Found::Str(s) => write!(f, "a string ({s:?})"),
-            Found::Int(n) => write!(f, "an integer ({n})"),
-            Found::Float(x) => write!(f, "a float ({x})"),
-            Found::Bool(b) => write!(f, "a boolean ({b})"),
-            Found::Datetime(d) => write!(f, "a datetime ({d})"),
-            Found::Null => f.write_str("null"),
-            Found::Array => f.write_str("an array"),
-            Found::Table => f.write_str("a table"),
-        }
-    }
-}
-
-/// The toml crate hands a datetime to a visitor as a map with this one key
-/// (`toml_datetime`'s private field name) and the datetime as a string.
-const TOML_DATETIME_KEY: &str = "$__toml_private_datetime";
-
-/// Reads a map that is not wanted: a TOML datetime, or else "a table".
-fn found_in_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Found, A::Error> {
-    match map.next_key::<String>()? {
-        Some(key) if key == TOML_DATETIME_KEY => Ok(Found::Datetime(map.next_value()?)),
-        Some(_) => {
-            map.next_value::<IgnoredAny>()?;
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-            Ok(Found::Table)
-        }
-        None => Ok(Found::Table),
-    }
-}
-
-/// The `visit_*` methods for every kind of value, each passing a [`Found`]
-/// to `self.other(found)`; a visitor that wants maps or sequences defines
-/// `visit_map` / `visit_seq` after these.
-macro_rules! visit_scalars {
-    () => {
-        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-            self.other(Found::Bool(v))
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            self.other(Found::Int(v.into()))
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            self.other(Found::Int(v.into()))
-        }
-        fn visit_i128<E: de::Error>(self, v: i128) -> Result<Self::Value, E> {
-            self.other(Found::Int(v))
-        }
-        fn visit_u128<E: de::Error>(self, v: u128) -> Result<Self::Value, E> {
-            self.other(Found::Int(i128::try_from(v).unwrap_or(i128::MAX)))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            self.other(Found::Float(v))
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            self.other(Found::Str(v.to_string()))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            self.other(Found::Null)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            self.other(Found::Null)
-        }
-    };
-}
-
-impl<'de> Deserialize<'de> for Found {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Found, D::Error> {
-        struct V;
-        impl V {
-            fn other<E>(self, found: Found) -> Result<Found, E> {
-                Ok(found)
-            }
-        }
-        impl<'de> Visitor<'de> for V {
-            type Value = Found;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            visit_scalars!();
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Found::Array)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Found, A::Error> {
-                found_in_map(map)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// "expected {what}, found {found}".
-fn expected<E: de::Error>(what: &str, found: &Found) -> E {
-    E::custom(format!("expected {what}, found {found}"))
-}
-
-fn partitions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
-    match Found::deserialize(d)? {
-        Found::Int(n) => Ok(Some(n)),
-        other => Err(expected(
-            &format!("an integer from 1 to {}", MAX_PARTITIONS),
-            &other,
-        )),
-    }
-}
-
-fn max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
-    match Found::deserialize(d)? {
-        Found::Int(n) => Ok(Some(n)),
-        other => Err(expected(
-            "an integer of at least 1, e.g. max_keys = 2_000_000",
-            &other,
-        )),
-    }
-}
-
-fn some_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    match Found::deserialize(d)? {
-        Found::Str(s) => Ok(Some(s)),
-        other => Err(expected("a string", &other)),
-    }
-}
-
-fn some_algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Algorithm>, D::Error> {
-    match Found::deserialize(d)? {
-        Found::Str(s) => s.parse().map(Some).map_err(de::Error::custom),
-        other => Err(expected(
-            &format!("a string, one of {}", algorithm_names()),
-            &other,
-        )),
-    }
-}
-
-fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
-    match Found::deserialize(d)? {
-        Found::Str(s) => s.parse().map_err(de::Error::custom),
-        other => Err(expected("a string, \"enforce\" or \"shadow\"", &other)),
-    }
-}
-
-/// A duration is checked later ([`parse_duration`]); here only that it is
-/// a string.
-fn duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let shown = match Found::deserialize(d)? {
-        Found::Str(s) => return Ok(s),
-        // `per = 10`: show it the way the user wrote it.
-        Found::Int(n) => n.to_string(),
-        Found::Float(x) => toml::Value::Float(x).to_string(),
-        other => other.to_string(),
-    };
-    Err(de::Error::custom(format!(
-        "{shown} is not a duration; use a string with an integer and a unit (ms, s, m, h, d), e.g. \"10s\""
-    )))
-}
-
-fn some_duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    duration_text(d).map(Some)
-}
-
-/// A non-negative integer; zero is left to `Limit::new` to refuse.
-fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    match Found::deserialize(d)? {
-        Found::Int(n) => u64::try_from(n)
-            .map_err(|_| de::Error::custom(format!("must be a positive integer, found {n}"))),
-        other => Err(expected("a positive integer", &other)),
-    }
-}
-
-fn some_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    count(d).map(Some)
 }
 
 fn policies<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, PolicyTable)>, D::Error> {

@@ -18,19 +18,22 @@
 //!   arrival subjects (the client's start-up check of the partition count),
 //!   and read the policy bucket (`ClientOptions::follow_policies`, on in the
 //!   gateway): stream info and an ordered consumer on `KV_sluice-policies`,
-//!   nothing else under `$JS`. No `rl.p.*.inspect.*` / `rl.p.*.reset.*`,
+//!   and follow threshold alerts (`rl.alert.>` and reads of
+//!   `SLUICE_ALERTS`), nothing else under `$JS`. No `rl.p.*.inspect.*` / `rl.p.*.reset.*`,
 //!   no subscription to any
 //!   partition or worker subject (that would answer in a worker's place),
 //!   no writes to any bucket or stream.
 //! - `worker`: everything on `rl.>` (subscribe: partitions, worker batches,
 //!   the unmapped-key catch-alls; publish: the start-up probes), the micro
 //!   service's `$SRV.>` and `sluice.status.>`, its buckets and journal
-//!   (`$KV.sluice-leases.>`, `$KV.sluice-snapshots.>`, `sluice.journal.>`
+//!   (`$KV.sluice-leases.>`, `$KV.sluice-snapshots.>`, `sluice.journal.>`,
+//!   the alerts' `rl.alert.>` and `SLUICE_ALERTS`
 //!   and the `$JS.API` requests on those streams and on the policy bucket,
 //!   which it creates but never writes), and replies through
 //!   `allow_responses` (to any requester's inbox, whatever its prefix).
 //! - `admin`: what a client may, plus `rl.inspect.>`, `rl.reset.>`, the
-//!   policy bucket read and write, the lease and snapshot buckets read
+//!   policy bucket read and write, the lease and snapshot buckets and the
+//!   alerts stream read
 //!   (`sluice status`), and the workers' status service (`$SRV`).
 //!
 //! Reply subjects are the one thing permissions cannot check: a client
@@ -49,12 +52,12 @@
 use super::link::RegionLinks;
 use super::quote::quote;
 use crate::storage::{
-    bucket_stream, usage_stream, usage_subjects, JOURNAL_STREAM, JOURNAL_SUBJECTS, LEASE_BUCKET,
-    POLICY_BUCKET, SNAPSHOT_BUCKET,
+    bucket_stream, usage_stream, usage_subjects, ALERT_STREAM, JOURNAL_STREAM, JOURNAL_SUBJECTS,
+    LEASE_BUCKET, POLICY_BUCKET, SNAPSHOT_BUCKET,
 };
 use crate::subject::{
-    probe, Verb, LINK_ROOT, PARTITION_PREFIX, ROOT, STATUS_GROUP, STATUS_SERVICE, TOP, TOP_SCATTER,
-    WORKER_PREFIX,
+    alert_filter, probe, Verb, LINK_ROOT, PARTITION_PREFIX, ROOT, STATUS_GROUP, STATUS_SERVICE,
+    TOP, TOP_SCATTER, WORKER_PREFIX,
 };
 use std::fmt;
 
@@ -185,6 +188,15 @@ fn js_read(stream: &str) -> Vec<String> {
     ]
 }
 
+/// [`js_read`] with the pulls of a pull consumer: how the alerts stream
+/// is read ([`ALERT_STREAM`], by `sluice alerts`, the clients and the
+/// dashboard).
+fn js_pull(stream: &str) -> Vec<String> {
+    let mut read = js_read(stream);
+    read.push(format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"));
+    read
+}
+
 /// Every `$JS.API` request on one stream (create, update, info, purge,
 /// delete, messages, consumers, pulls) and its acks: for the worker, which
 /// creates and keeps its streams.
@@ -241,7 +253,9 @@ fn client() -> Permissions {
             .into_iter()
             .filter(|s| !s.contains(".MSG.GET.") && !s.contains(".DIRECT.GET.")),
     );
-    let mut subscribe = vec![INBOXES.to_string()];
+    // Threshold alerts (CONTRACT §14): followed live, or read from their stream.
+    publish.extend(js_pull(ALERT_STREAM));
+    let mut subscribe = vec![INBOXES.to_string(), alert_filter(None)];
     subscribe.extend(
         probe::client_keys()
             .iter()
@@ -269,6 +283,8 @@ fn worker(usage_steps: &[String]) -> Permissions {
         publish.extend(js_own(&bucket_stream(bucket)));
     }
     publish.extend(js_own(JOURNAL_STREAM));
+    publish.push(alert_filter(None));
+    publish.extend(js_own(ALERT_STREAM));
     for step in usage_steps {
         publish.push(usage_subjects(step));
         publish.extend(js_own(&usage_stream(step)));
@@ -305,6 +321,7 @@ fn admin() -> Permissions {
     for bucket in [POLICY_BUCKET, LEASE_BUCKET, SNAPSHOT_BUCKET] {
         p.publish.extend(js_read(&bucket_stream(bucket)));
     }
+    p.publish.extend(js_pull(ALERT_STREAM));
     p
 }
 

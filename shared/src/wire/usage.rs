@@ -10,7 +10,7 @@ use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::is_valid_policy_name;
 use super::request::{encode_body, too_large, RequestError};
-use crate::key::decode_key;
+use crate::key::{is_printable, key_as_asked};
 use crate::usage::{By, Part};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -159,10 +159,7 @@ impl TopEntry {
     /// and it holds no control character, so that printing it as text
     /// shows the key. Otherwise show [`TopEntry::key_token`].
     pub fn key_is_printable(&self) -> bool {
-        !self
-            .key
-            .chars()
-            .any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER)
+        is_printable(&self.key)
     }
 
     /// What to show people: the key as asked, or its token when the key is
@@ -173,15 +170,6 @@ impl TopEntry {
         } else {
             &self.key_token
         }
-    }
-}
-
-/// The key a token stands for, as text (lossy for bytes that are not
-/// UTF-8); a string that is not a token is returned as it is.
-fn key_as_asked(token: &str) -> String {
-    match decode_key(token) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(_) => token.to_string(),
     }
 }
 

@@ -217,7 +217,7 @@ fn unknown_top_level_field_is_refused_with_a_suggestion() {
     assert_error(
         "partiton = 32",
         "partiton",
-        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, region, policies, envoy, usage)",
+        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, region, alert_retention, policies, envoy, usage)",
     );
     assert_error(
         "colour = \"blue\"",
@@ -232,7 +232,7 @@ fn unknown_policy_and_limit_fields_are_refused() {
     assert_error(
         "[policies.p]\nalgoritm = \"gcra\"\nlimits = [ { max = 1, per = \"1s\" } ]",
         "policies.p.algoritm",
-        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut)",
+        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts)",
     );
     assert_error(
         &policy("gcra", r#"[ { max = 1, per = "1s", brust = 2 } ]"#),

@@ -5,6 +5,8 @@ on NATS.
   ``hit_and_peek``; retries and the ``open``/``closed`` fallback; ``usage``
   and ``top`` (CONTRACT §9); ``reserve``, ``settle``, ``extend`` and
   ``async with client.hold(...)`` (CONTRACT §13).
+- :class:`Alert` (``alerts.py``): threshold alerts (CONTRACT §14), read
+  and followed with ``client.alerts(policy, follow=True)``.
 - :class:`Held`, :class:`Hold`, :class:`HoldDenied` (``holds.py``): holds.
 - :class:`Usage`, :class:`Top` (``usage.py``): usage history replies.
 - :class:`Decision`, :class:`Source` (``decision.py``): the typed answer and
@@ -20,6 +22,7 @@ on NATS.
         print("retry in", d.retry_after, "s", d.headers())
 """
 
+from .alerts import Alert
 from .client import Fallback, SluiceClient
 from .decision import Decision, Source
 from .errors import BadRequest, SluiceError, TooLarge, Unavailable, UnknownHold, UnknownPolicy
@@ -29,6 +32,7 @@ from .usage import Top, TopEntry, Usage, UsagePart, UsagePoint
 
 __all__ = [
     "SluiceClient",
+    "Alert",
     "Fallback",
     "Decision",
     "Source",

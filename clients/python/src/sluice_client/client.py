@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Union
 
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from .alerts import Alert, read_alerts
 from .decision import Decision, Source
 from .errors import SluiceError, Unavailable
 from .holds import Held, HoldScope, check_hold, check_ttl, decode_held, hold_body
@@ -315,6 +316,18 @@ class SluiceClient:
         body = query_body(n=n, by=by, from_ms=from_ms, to_ms=to_ms, policy=policy)
         msg = await self._query("rl.top", body, timeout)
         return decode_top(msg.data, msg.headers)
+
+    def alerts(
+        self, policy: Optional[str] = None, *, new_only: bool = False, follow: bool = False
+    ) -> AsyncIterator[Alert]:
+        """The threshold alerts (CONTRACT §14) of ``policy`` (every policy
+        when ``None``) that ``SLUICE_ALERTS`` keeps, oldest first; with
+        ``follow``, each new one as it is stored, without end::
+
+            async for alert in client.alerts("quota", follow=True):
+                notify(alert.key, alert.threshold_pct)
+        """
+        return read_alerts(self._nc, policy, new_only=new_only, follow=follow)
 
     async def _query(self, subject: str, body: bytes, timeout: float) -> Any:
         try:

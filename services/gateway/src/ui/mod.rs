@@ -25,15 +25,15 @@
 //! - one file per page: `usage.rs` (a key's usage over a range), `top.rs`
 //!   (the top keys), `policies.rs` (the policies in force), `key.rs` (a
 //!   key's live state and its reset), `status.rs` (partitions, owners,
-//!   workers).
+//!   workers), `alerts.rs` (the threshold alerts of CONTRACT §14).
 //!
 //! - `paths.rs`: every address, and the menu.
 //!
 //! A page is added with its line in the menu (`paths.rs`) and its handler
-//! in [`page_route`]: the alerts of CONTRACT §14 will be `alerts.rs` and
-//! those two lines.
+//! in [`page_route`].
 
 mod access;
+mod alerts;
 mod chart;
 mod form;
 mod gate;
@@ -65,6 +65,7 @@ fn page_route(path: &str) -> Option<MethodRouter<Arc<App>>> {
         paths::KEY => get(key::page),
         paths::POLICIES => get(policies::page),
         paths::STATUS => get(status::page),
+        paths::ALERTS => get(alerts::page),
         _ => return None,
     })
 }

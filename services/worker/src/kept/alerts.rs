@@ -1,0 +1,38 @@
+//! Threshold alerts as kept state (CONTRACT §14): the alerts a partition's
+//! owner fired in windows not over yet ([`sluice_core::alerts::Fired`]),
+//! carried to the next owner so that a threshold reached before a
+//! handover fires nothing after it, and an alert the stream had not
+//! acknowledged is published again (with the same message id, which the
+//! stream keeps once).
+
+use super::kind::Kept;
+use crate::counters::Counters;
+use sluice_core::alerts::FiredAlert;
+use sluice_core::time::Nanos;
+
+/// The fired alerts ([`Kept`]).
+pub struct Alerts;
+
+impl Kept for Alerts {
+    type Carried = Vec<FiredAlert>;
+
+    /// Forgets the alerts of windows that are over (and stored) first.
+    fn before(counters: &Counters, now: Nanos) -> Vec<FiredAlert> {
+        let mut fired = counters.alerts().fired();
+        fired.prune(now);
+        fired.carried()
+    }
+
+    /// Everything fired by now: an alert is noted under the bucket lock of
+    /// the count that reached it, so every count the snapshot encoded has
+    /// its alerts here; one whose count came too late for the snapshot is
+    /// carried too (it was reached, and fires no more). Alerts only leave
+    /// the table in [`Kept::before`], so this reading holds all of that one.
+    fn through(_before: Vec<FiredAlert>, counters: &Counters, _now: Nanos) -> Vec<FiredAlert> {
+        counters.alerts().fired().carried()
+    }
+
+    fn take_over(carried: &Vec<FiredAlert>, counters: &Counters, _now: Nanos) {
+        counters.alerts().take_over(carried);
+    }
+}
