@@ -49,19 +49,20 @@ took "building the images" "$t"
 step "check deploy/nats/*.conf against sluice nats-config"
 SLUICE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$dir/sluice" "$ROOT/scripts/nats-configs.sh" --check
 
-step "end-to-end test of compose.yaml"
-t=$SECONDS
+# e2e <script> <seconds> <what>: runs one end-to-end script under a
+# timeout (it tears its stack down itself, also when the timeout hits);
+# the first failure's status is kept in rc, and every e2e runs.
 rc=0
-timeout -k 60 600 "$ROOT/scripts/e2e-compose.sh" || rc=$?
-took "the e2e" "$t"
-[ "$rc" = 124 ] && echo "ci-compose: the e2e did not finish within 600s" >&2
-
-step "end-to-end test of compose.regions.yaml"
-t=$SECONDS
-rc2=0
-timeout -k 60 300 "$ROOT/scripts/e2e-regions.sh" || rc2=$?
-took "the regions e2e" "$t"
-[ "$rc2" = 124 ] && echo "ci-compose: the regions e2e did not finish within 300s" >&2
-[ "$rc" = 0 ] && rc="$rc2"
+e2e() {
+    local t=$SECONDS status=0
+    step "end-to-end test of $3"
+    timeout -k 60 "$2" "$ROOT/scripts/$1" || status=$?
+    took "the e2e of $3" "$t"
+    [ "$status" = 124 ] && echo "ci-compose: the e2e of $3 did not finish within $2s" >&2
+    [ "$rc" = 0 ] && rc="$status"
+    return 0
+}
+e2e e2e-compose.sh 600 compose.yaml
+e2e e2e-regions.sh 300 compose.regions.yaml
 took "ci-compose in all" "$T0"
 exit "$rc"

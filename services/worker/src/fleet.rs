@@ -9,10 +9,12 @@
 //! answered, so a page that shows this answers in milliseconds, not after
 //! the whole `wait`.
 
+use crate::scatter::scatter;
 use crate::service::WorkerStatus;
 use crate::snapshot::{read_manifest, Manifest};
 use anyhow::{Context as _, Result};
 use async_nats::jetstream;
+use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 use sluice_core::storage::{partition_key, LeaseKey, LEASE_BUCKET, SNAPSHOT_BUCKET};
@@ -174,24 +176,15 @@ async fn worker_statuses(
     expected: usize,
     wait: Duration,
 ) -> Result<Vec<WorkerStatus>> {
-    let inbox = client.new_inbox();
-    let mut replies = client.subscribe(inbox.clone()).await?;
-    client
-        .publish_with_reply(status_ping(), inbox, "".into())
-        .await?;
-    client.flush().await?;
+    let mut replies = scatter(client, status_ping(), Bytes::new(), wait).await?;
     let mut ids = Vec::new();
-    let deadline = tokio::time::sleep(wait);
-    tokio::pin!(deadline);
     while expected == 0 || ids.len() < expected {
-        tokio::select! {
-            _ = &mut deadline => break,
-            Some(msg) = replies.next() => {
-                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&msg.payload) {
-                    if let Some(id) = v["id"].as_str() {
-                        ids.push(id.to_string());
-                    }
-                }
+        let Some(msg) = replies.next().await else {
+            break;
+        };
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&msg.payload) {
+            if let Some(id) = v["id"].as_str() {
+                ids.push(id.to_string());
             }
         }
     }

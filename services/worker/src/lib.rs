@@ -42,6 +42,7 @@
 //! - [`policy_watch`]: live policies from the `sluice-policies` bucket.
 //! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`service`]: `$SRV` discovery and the status endpoint.
+//! - [`scatter`]: one request, the answers of many within a time.
 //! - [`region`]: with regions (CONTRACT §12), the checks that the worker
 //!   runs in its region, its answers to region hellos, and which other
 //!   regions the link reaches.
@@ -72,6 +73,7 @@ pub mod probe;
 pub mod region;
 pub mod reply;
 pub mod routes;
+pub mod scatter;
 pub mod service;
 pub mod shard;
 pub mod snapshot;

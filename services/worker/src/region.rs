@@ -19,17 +19,20 @@
 //! regions go through a second connection whose inbox prefix is
 //! `sluice-link.<region>.inbox`.
 
+use crate::scatter::scatter;
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream;
+use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_core::region::{Hello, RegionName};
 use sluice_core::subject::{
     is_link_reply_subject, link_hello, link_hello_all, link_inbox_prefix, REGION_HELLO,
 };
+use sluice_core::time::Clock;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// How long a hello waits for answers: every worker that hears it answers
 /// within a round trip, and there is no count to wait for.
@@ -66,8 +69,7 @@ impl RegionView {
 
     /// One round of hellos: who answered is up, everyone else seen before
     /// is down.
-    fn record(&self, answered: &[Hello], own: &RegionName) {
-        let now = unix_ms();
+    fn record(&self, answered: &[Hello], own: &RegionName, now_ms: u64) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         for link in seen.values_mut() {
             link.up = false;
@@ -78,7 +80,7 @@ impl RegionView {
                 LinkStatus {
                     region: hello.region.clone(),
                     up: true,
-                    last_seen_ms: now,
+                    last_seen_ms: now_ms,
                 },
             );
         }
@@ -108,6 +110,7 @@ pub async fn start<F, Fut>(
     worker_id: &str,
     client: &async_nats::Client,
     js: &jetstream::Context,
+    clock: Arc<dyn Clock>,
     connect: F,
 ) -> Result<Region>
 where
@@ -137,6 +140,7 @@ where
     tasks.push(tokio::spawn(watch_links(
         link,
         client.clone(),
+        clock,
         name.clone(),
         view.clone(),
     )));
@@ -190,6 +194,7 @@ async fn check_no_leak(name: &RegionName, client: &async_nats::Client) -> Result
 async fn watch_links(
     link: async_nats::Client,
     client: async_nats::Client,
+    clock: Arc<dyn Clock>,
     name: RegionName,
     view: Arc<RegionView>,
 ) {
@@ -198,7 +203,7 @@ async fn watch_links(
     loop {
         tick.tick().await;
         match gather(&link, link_hello_all(), true).await {
-            Ok(answers) => view.record(&answers, &name),
+            Ok(answers) => view.record(&answers, &name, clock.now().0 / 1_000_000),
             Err(e) => tracing::debug!("region hello failed: {e:#}"),
         }
         if let Err(e) = check_no_leak(&name, &client).await {
@@ -210,25 +215,19 @@ async fn watch_links(
 /// Publishes a hello on `subject` and collects the answers for
 /// [`HELLO_WAIT`].
 async fn gather(client: &async_nats::Client, subject: String, link: bool) -> Result<Vec<Hello>> {
-    let inbox = client.new_inbox();
-    if link && !is_link_reply_subject(&inbox) {
-        return Err(anyhow!(
-            "the link connection's inbox {inbox:?} is not a link inbox"
-        ));
-    }
-    let mut replies = client.subscribe(inbox.clone()).await?;
-    client
-        .publish_with_reply(subject, inbox, Vec::new().into())
-        .await?;
-    client.flush().await?;
-    let mut answers = Vec::new();
-    let deadline = tokio::time::Instant::now() + HELLO_WAIT;
-    while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, replies.next()).await {
-        if let Ok(hello) = serde_json::from_slice::<Hello>(&msg.payload) {
-            answers.push(hello);
+    if link {
+        let inbox = client.new_inbox();
+        if !is_link_reply_subject(&inbox) {
+            return Err(anyhow!(
+                "the link connection's inbox {inbox:?} is not a link inbox"
+            ));
         }
     }
-    Ok(answers)
+    let replies = scatter(client, subject, Bytes::new(), HELLO_WAIT).await?;
+    Ok(replies
+        .filter_map(|msg| async move { serde_json::from_slice::<Hello>(&msg.payload).ok() })
+        .collect()
+        .await)
 }
 
 /// Answers every hello `asked` brings with `hello`. Across the link, only
@@ -251,10 +250,4 @@ async fn answer(
             let _ = client.publish(reply, body.clone()).await;
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

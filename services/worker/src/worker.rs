@@ -131,6 +131,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
                 &worker_id,
                 &client,
                 &stores.js,
+                opts.clock.clone(),
                 |inbox| async {
                     let link = opts
                         .auth

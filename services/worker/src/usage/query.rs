@@ -316,36 +316,31 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
         by,
         policy: query.policy,
     };
-    let client = &answering.client;
-    let inbox = client.new_inbox();
     let unavailable =
         |e: &dyn std::fmt::Display| ErrorReply::unavailable(format!("cannot ask the workers: {e}"));
-    let mut replies = client
-        .subscribe(inbox.clone())
-        .await
-        .map_err(|e| unavailable(&e))?;
     let body = serde_json::to_vec(&scatter).expect("a scatter encodes");
-    client
-        .publish_with_reply(TOP_SCATTER, inbox, body.into())
-        .await
-        .map_err(|e| unavailable(&e))?;
+    let mut replies = crate::scatter::scatter(
+        &answering.client,
+        TOP_SCATTER.to_string(),
+        body.into(),
+        SCATTER_TIMEOUT,
+    )
+    .await
+    .map_err(|e| unavailable(&e))?;
     let partitions = answering.partitions;
     let mut answered: BTreeMap<u32, Vec<TopEntry>> = BTreeMap::new();
-    let deadline = tokio::time::sleep(SCATTER_TIMEOUT);
-    tokio::pin!(deadline);
     while (answered.len() as u32) < partitions {
-        tokio::select! {
-            _ = &mut deadline => break,
-            msg = replies.next() => {
-                let Some(msg) = msg else { break };
-                let Ok(share) = serde_json::from_slice::<Share>(&msg.payload) else { continue };
-                if let Some(e) = share.error {
-                    tracing::warn!("a worker could not give its share of a top query: {e}");
-                }
-                for (p, entries) in share.partitions {
-                    answered.entry(p).or_insert(entries);
-                }
-            }
+        let Some(msg) = replies.next().await else {
+            break;
+        };
+        let Ok(share) = serde_json::from_slice::<Share>(&msg.payload) else {
+            continue;
+        };
+        if let Some(e) = share.error {
+            tracing::warn!("a worker could not give its share of a top query: {e}");
+        }
+        for (p, entries) in share.partitions {
+            answered.entry(p).or_insert(entries);
         }
     }
     let missing: Vec<u32> = (0..partitions)
