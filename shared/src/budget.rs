@@ -99,10 +99,11 @@ pub struct Grant {
     pub taken_at: Nanos,
 }
 
-/// The lease of a slice taken at `now`: [`LEASE`], cut at the end of the
-/// earliest window of a fixed-window policy.
-pub(crate) fn lease(limits: &[Limit], algorithm: Algorithm, now: Nanos) -> Nanos {
-    let mut lease = LEASE;
+/// The lease of a slice taken at `now`: `longest` ([`LEASE`] for a
+/// client's), cut at the end of the earliest window of a fixed-window
+/// policy.
+pub(crate) fn lease(limits: &[Limit], algorithm: Algorithm, now: Nanos, longest: Nanos) -> Nanos {
+    let mut lease = longest;
     if algorithm == Algorithm::FixedWindow {
         for limit in limits {
             let end = limit.window_end(limit.window_start(now));

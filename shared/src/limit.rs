@@ -100,6 +100,8 @@ pub enum PolicyError {
     HoldTtl,
     #[error("a global policy (scope = \"global\") cannot have concurrency: a hold lives with one region's owner; use a regional policy for concurrency")]
     GlobalConcurrency,
+    #[error("global limits are available for fixed_window with one limit, enforced, on_cut \"reserved\" or \"closed\", without local_budget in this version, not with {0}; token_bucket, gcra, the sliding algorithms, several limits, shadow mode and on_cut \"open\" across regions are not yet (docs/REGIONS.md): use scope = \"region\" for them")]
+    GlobalNotYet(String),
     #[error("an alert threshold must be 1 to 1000 (percent of each limit's max), found {0}")]
     AlertThreshold(i64),
     #[error("alerts need fixed_window, not {0}: a threshold is reached once per window, and {0} has no window whose count fills up (docs/USAGE.md, \"Alerts\"); remove alerts or change the algorithm")]

@@ -235,6 +235,14 @@ impl Outstanding {
         }
     }
 
+    /// Units of `key` granted at `taken_at` and not back yet.
+    pub fn units(&self, key: &str, taken_at: Nanos) -> u64 {
+        self.by_key
+            .get(key)
+            .and_then(|held| held.iter().find(|h| h.taken_at == taken_at))
+            .map_or(0, |h| h.units)
+    }
+
     /// Takes `refund` of `key` back at `now`: whether its unspent units go
     /// back, or why it is refused (then nothing changes).
     pub fn refund(

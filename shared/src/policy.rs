@@ -113,6 +113,24 @@ impl Policy {
         if scope.global().is_some() && self.holding.concurrency.is_some() {
             return Err(PolicyError::GlobalConcurrency);
         }
+        if let Some(global) = scope.global() {
+            let not_yet = if self.algorithm != Algorithm::FixedWindow {
+                Some(format!("not {}", self.algorithm))
+            } else if self.limits.len() != 1 {
+                Some(format!("{} limits", self.limits.len()))
+            } else if self.local_budget {
+                Some("local_budget = true".to_string())
+            } else if self.mode == Mode::Shadow {
+                Some("mode = \"shadow\"".to_string())
+            } else if global.on_cut() == crate::region::OnCut::Open {
+                Some("on_cut = \"open\"".to_string())
+            } else {
+                None
+            };
+            if let Some(what) = not_yet {
+                return Err(PolicyError::GlobalNotYet(what));
+            }
+        }
         self.scope = scope;
         Ok(self)
     }
@@ -248,11 +266,49 @@ impl Policy {
         cost: u64,
         want: u64,
     ) -> (Decision, Option<crate::budget::Grant>) {
+        if !self.local_budget {
+            return (self.decide(state, now, cost), None);
+        }
+        self.slice(state, now, cost, want, 0, crate::budget::LEASE)
+    }
+
+    /// A grant to another region's owner of a global key (CONTRACT §12,
+    /// [`crate::region::global`]): the slice protocol one level up, so
+    /// without `local_budget` and with a lease long enough to cross the
+    /// link and back ([`crate::region::global::REGION_LEASE`]).
+    /// `keep` units of what is left are not sliced (the home's own need,
+    /// [`crate::region::global::home_keeps`]).
+    pub fn grant_to_region(
+        &self,
+        state: &mut KeyState,
+        now: Nanos,
+        want: u64,
+        keep: u64,
+    ) -> (Decision, Option<crate::budget::Grant>) {
+        self.slice(
+            state,
+            now,
+            0,
+            want,
+            keep,
+            crate::region::global::REGION_LEASE,
+        )
+    }
+
+    fn slice(
+        &self,
+        state: &mut KeyState,
+        now: Nanos,
+        cost: u64,
+        want: u64,
+        keep: u64,
+        longest: Nanos,
+    ) -> (Decision, Option<crate::budget::Grant>) {
         let decision = self.decide(state, now, cost);
-        if !self.local_budget || self.mode == Mode::Shadow || !decision.allowed {
+        if self.mode == Mode::Shadow || !decision.allowed {
             return (decision, None);
         }
-        let units = want.min(decision.remaining / 2);
+        let units = want.min(decision.remaining.saturating_sub(keep) / 2);
         let decision = if units > 0 {
             self.decide(state, now, units)
         } else {
@@ -260,7 +316,7 @@ impl Policy {
         };
         let grant = crate::budget::Grant {
             units,
-            lease: crate::budget::lease(&self.limits, self.algorithm, now),
+            lease: crate::budget::lease(&self.limits, self.algorithm, now, longest),
             taken_at: now,
         };
         // Nothing else decides on the state between the two, so the slice

@@ -9,12 +9,12 @@
 //! on its own while it cannot reach the home) is computed here too: the
 //! shares of all regions sum to at most the limit, which is what keeps a
 //! global limit whole while the regions are cut apart (docs/REGIONS.md);
-//! [`shares`] keeps the books of those shares, window by window.
+//! [`global`] is how the home and the other regions spend them.
 
 use crate::limit::Algorithm;
 use std::fmt;
 
-pub mod shares;
+pub mod global;
 
 /// The longest region name.
 pub const MAX_REGION_LEN: usize = 32;

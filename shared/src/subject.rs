@@ -296,6 +296,85 @@ pub fn is_link_reply_subject(subject: &str) -> bool {
         && tokens.next().is_some_and(|t| !t.is_empty())
 }
 
+/// The subjects a partition's owner in `region` takes from other regions'
+/// owners for a global limit (CONTRACT §12, [`crate::region::global`]), one
+/// per [`LinkInbound`] kind: `sluice-link.<region>.p.<n>.batch` (slices
+/// asked and given back, as the batch of [`batch_subject`]),
+/// `sluice-link.<region>.p.<n>.hit.*` (a hit that found no budget there)
+/// and `sluice-link.<region>.p.<n>.reclaim` (the home asks for a share back).
+pub fn link_partition_subjects(region: &str, partition: u32) -> Vec<String> {
+    vec![
+        link_batch(region, partition),
+        format!(
+            "{LINK_ROOT}.{region}.p.{partition}.{}.*",
+            Verb::Hit.as_str()
+        ),
+        link_reclaim(region, partition),
+    ]
+}
+
+/// `sluice-link.<region>.p.<n>.batch`.
+pub fn link_batch(region: &str, partition: u32) -> String {
+    format!("{LINK_ROOT}.{region}.p.{partition}.{BATCH}")
+}
+
+/// `sluice-link.<region>.p.<n>.hit.<key>`.
+pub fn link_hit(region: &str, partition: u32, key_token: &str) -> String {
+    format!(
+        "{LINK_ROOT}.{region}.p.{partition}.{}.{key_token}",
+        Verb::Hit.as_str()
+    )
+}
+
+/// `sluice-link.<region>.p.<n>.reclaim`.
+pub fn link_reclaim(region: &str, partition: u32) -> String {
+    format!("{LINK_ROOT}.{region}.p.{partition}.{RECLAIM}")
+}
+
+const RECLAIM: &str = "reclaim";
+
+/// A request another region's owner sent to one of this region's
+/// partitions ([`link_partition_subjects`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkInbound<'a> {
+    Batch(u32),
+    Hit(PartitionSubject<'a>),
+    Reclaim(u32),
+}
+
+impl<'a> LinkInbound<'a> {
+    /// `None` for anything but a partition subject of `region`'s.
+    pub fn parse(subject: &'a str, region: &str) -> Option<LinkInbound<'a>> {
+        let rest = subject
+            .strip_prefix(LINK_ROOT)?
+            .strip_prefix('.')?
+            .strip_prefix(region)?
+            .strip_prefix(".p.")?;
+        let mut tokens = rest.splitn(3, '.');
+        let partition = tokens.next()?;
+        if partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let partition: u32 = partition.parse().ok()?;
+        match (tokens.next()?, tokens.next()) {
+            (BATCH, None) => Some(LinkInbound::Batch(partition)),
+            (RECLAIM, None) => Some(LinkInbound::Reclaim(partition)),
+            (verb, Some(key_token))
+                if verb == Verb::Hit.as_str()
+                    && !key_token.is_empty()
+                    && !key_token.contains('.') =>
+            {
+                Some(LinkInbound::Hit(PartitionSubject {
+                    partition,
+                    verb: Verb::Hit,
+                    key_token,
+                }))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Within a region: every worker answers with its region's identity, so a
 /// worker starting up sees whether regional subjects leak over a link
 /// that carries more than [`LINK_ROOT`] (a hand-written link config).
@@ -473,6 +552,39 @@ pub mod probe {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn link_partition_subjects_parse_for_their_region_only() {
+        let subjects = link_partition_subjects("east", 7);
+        assert_eq!(
+            LinkInbound::parse(&subjects[0], "east"),
+            Some(LinkInbound::Batch(7))
+        );
+        assert_eq!(
+            LinkInbound::parse(&subjects[2], "east"),
+            Some(LinkInbound::Reclaim(7))
+        );
+        let hit = link_hit("east", 7, "bob");
+        assert_eq!(
+            LinkInbound::parse(&hit, "east"),
+            Some(LinkInbound::Hit(PartitionSubject {
+                partition: 7,
+                verb: Verb::Hit,
+                key_token: "bob"
+            }))
+        );
+        assert_eq!(LinkInbound::parse(&hit, "west"), None);
+        assert_eq!(LinkInbound::parse(&hit, "eas"), None);
+        for bad in [
+            "sluice-link.east.p.x.batch",
+            "sluice-link.east.p.7.allow.bob",
+            "sluice-link.east.p.7.hit.",
+            "sluice-link.east.p.7.batch.more",
+            "rl.p.7.batch",
+        ] {
+            assert_eq!(LinkInbound::parse(bad, "east"), None, "{bad}");
+        }
+    }
     use super::*;
 
     #[test]

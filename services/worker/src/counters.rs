@@ -159,6 +159,9 @@ pub struct Counters {
     /// The slices of local budgets and the holds granted from these counters and not
     /// back yet (a refund gives back at most its own slice).
     outstanding: Arc<Mutex<Outstanding>>,
+    /// The books of global keys (CONTRACT §12), not stored: see
+    /// [`crate::global`].
+    global: Arc<Mutex<crate::global::Books>>,
     /// The threshold alerts fired from these counters in windows not over
     /// yet, and where new ones go (CONTRACT §14).
     alerts: AlertBook,
@@ -203,6 +206,7 @@ impl Counters {
             buckets,
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
             outstanding: Arc::default(),
+            global: Arc::default(),
             alerts: AlertBook::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
         }
@@ -412,6 +416,13 @@ impl Counters {
     /// needed (a bucket's lock, then this one; never the other way).
     pub fn outstanding(&self) -> MutexGuard<'_, Outstanding> {
         self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The books of this partition's global keys. Taken inside
+    /// [`Counters::update`]'s closure when needed (a bucket's lock, then
+    /// this one), or alone.
+    pub fn global(&self) -> MutexGuard<'_, crate::global::Books> {
+        self.global.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The number of live counters (approximate while requests are running).

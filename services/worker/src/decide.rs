@@ -36,6 +36,7 @@ use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
+use sluice_core::region::global::{open_at_home, remote_shares};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
@@ -151,6 +152,9 @@ pub struct Decider {
     live: LivePolicies,
     /// Names the holds this worker keeps.
     hold_ids: hold_ids::HoldIds,
+    /// This worker's region and link task, when it has regions (global
+    /// limits, [`crate::global`]).
+    global: Option<crate::global::Link>,
 }
 
 /// What the decisions of one batch on one partition share: the policies
@@ -160,6 +164,8 @@ struct Turn<'t, 'p, 'c> {
     owned: Owned<'c>,
     now: Nanos,
     tally: &'t mut Tally,
+    /// It came from another region's owner over the link.
+    link: bool,
 }
 
 impl Decider {
@@ -173,7 +179,20 @@ impl Decider {
             stats,
             recording,
             hold_ids: hold_ids::HoldIds::default(),
+            global: None,
         }
+    }
+
+    /// The same decider in a region whose link task is `link`: it decides
+    /// global policies (CONTRACT §12).
+    pub fn with_global(mut self, link: crate::global::Link) -> Decider {
+        self.global = Some(link);
+        self
+    }
+
+    /// This worker's region, when it decides global policies.
+    pub fn region(&self) -> Option<&sluice_core::region::RegionName> {
+        self.global.as_ref().map(|link| &link.region)
     }
 
     /// The policies in force now.
@@ -219,6 +238,9 @@ impl Decider {
             body,
             wants_reply,
         } = message;
+        if let Some(inbound) = self.link_inbound(subject) {
+            return self.link_message(policies, inbound, message, owned, now, tally);
+        }
         match Inbound::parse(subject)? {
             Inbound::Ask(ask) if matches!(ask.verb, Verb::Inspect | Verb::Reset) => {
                 // An inspect nobody waits for changes nothing; a reset is done
@@ -231,6 +253,7 @@ impl Decider {
                     owned,
                     now,
                     tally,
+                    link: false,
                 };
                 let result = self.admin(turn, ask.verb, ask.key_token, body);
                 tally.admin(result.is_ok());
@@ -245,6 +268,7 @@ impl Decider {
                     owned,
                     now,
                     tally,
+                    link: false,
                 };
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
                 let counted = result
@@ -272,35 +296,63 @@ impl Decider {
                 {
                     return None;
                 }
-                let encoding = Encoding::of_body(body);
                 let turn = &mut Turn {
                     policies,
                     owned,
                     now,
                     tally,
+                    link: false,
                 };
-                let result = self.ask(turn, verb, ask.key_token, body);
-                tally.outcome(verb, &result);
-                let answer = match result {
-                    Ok((decision, policy)) => Answer::Decision {
-                        decision,
-                        policy,
-                        encoding,
-                    },
-                    Err(error) => Answer::Error { error, encoding },
-                };
-                wants_reply.then_some(answer)
+                self.answer_ask(turn, verb, ask.key_token, message)
             }
             Inbound::PartitionBatch(partition) => {
-                if !wants_reply {
-                    return None;
-                }
-                let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
-                let (answer, mut records) = self.batch(policies, body, now, &answered);
-                tally.append(&mut records);
-                Some(answer)
+                self.answer_batch(policies, partition, message, owned, now, tally, false)
             }
         }
+    }
+
+    /// Decides one ask of `verb` and answers it, if someone waits.
+    fn answer_ask<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        verb: Verb,
+        key_token: &str,
+        message: Message<'_>,
+    ) -> Option<Answer<'p>> {
+        let encoding = Encoding::of_body(message.body);
+        let result = self.ask(turn, verb, key_token, message.body);
+        turn.tally.outcome(verb, &result);
+        let answer = match result {
+            Ok((decision, policy)) => Answer::Decision {
+                decision,
+                policy,
+                encoding,
+            },
+            Err(error) => Answer::Error { error, encoding },
+        };
+        message.wants_reply.then_some(answer)
+    }
+
+    /// Decides a batch for `partition` (from the link: `link`) and answers
+    /// it; a batch nobody waits for is not decided.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_batch<'p>(
+        &self,
+        policies: &'p Policies,
+        partition: u32,
+        message: Message<'_>,
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+        link: bool,
+    ) -> Option<Answer<'p>> {
+        if !message.wants_reply {
+            return None;
+        }
+        let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
+        let (answer, mut records) = self.batch_from(policies, message.body, now, &answered, link);
+        tally.append(&mut records);
+        Some(answer)
     }
 
     /// `rl.inspect` or `rl.reset` of one key: under the policy the body
@@ -418,6 +470,19 @@ impl Decider {
         now: Nanos,
         answered: &dyn Fn(u32) -> Option<Owned<'c>>,
     ) -> (Answer<'p>, Vec<Record>) {
+        self.batch_from(policies, body, now, answered, false)
+    }
+
+    /// [`Decider::batch`], of a batch another region's owner sent over the
+    /// link (`link`: its slices are grants to that region, [`crate::global`]).
+    fn batch_from<'p, 'c>(
+        &self,
+        policies: &'p Policies,
+        body: &[u8],
+        now: Nanos,
+        answered: &dyn Fn(u32) -> Option<Owned<'c>>,
+        link: bool,
+    ) -> (Answer<'p>, Vec<Record>) {
         let items = match batch::decode_items(body) {
             Ok(items) => items,
             Err(error) => {
@@ -460,6 +525,7 @@ impl Decider {
                     owned,
                     now,
                     tally: &mut tally,
+                    link,
                 };
                 let applied = self.apply(turn, item.key, &item.policy, op, item.budget);
                 let (result, grant) = match applied {
@@ -558,6 +624,30 @@ impl Decider {
                 return Ok((decision, base.name(), None));
             }
         };
+        let global = base.scope().global().zip(self.global.as_ref());
+        if let Some((global, link)) = global {
+            if *global.home() != link.region {
+                return self.delegate(turn, key, base, policy, global, link, op, budget);
+            }
+        }
+        // At a global policy's home: the other regions' shares, counted
+        // when a key's window opens (sluice_core::region::global).
+        let home_shares = global
+            .zip(policy.limits().first())
+            .map(|((global, link), limit)| remote_shares(global, &link.region, limit.max()))
+            .filter(|&shares| shares > 0);
+        let link_grant = turn.link && matches!(budget, Budget::Slice(_));
+        // What the home keeps for its own asks out of a grant to another
+        // region (sluice_core::region::global::home_keeps).
+        let home_keeps = |counter_key: &str, now: Nanos| match global.zip(policy.limits().first()) {
+            Some(((global, link), limit)) => owned.counters.global().home_keeps(
+                counter_key,
+                global.reserved(&link.region, limit.max()),
+                limit,
+                now,
+            ),
+            None => 0,
+        };
         let (decision, grant, budget) = ask::with_counter_key(policy.name(), token, |buf| {
             // A refund gives back at most what its own slice held, once; one
             // that no slice of this owner explains gives nothing back.
@@ -572,21 +662,54 @@ impl Decider {
                 },
                 other => other,
             };
-            let (decision, grant) = owned
-                .counters
-                .update(policy, buf, now, |state| match budget {
+            let (decision, grant, opened) = owned.counters.update(policy, buf, now, |state| {
+                let opened = home_shares.and_then(|s| open_at_home(policy, state, now, s));
+                let (decision, grant) = match budget {
                     Budget::None => (op.apply(policy, state, now), None),
+                    // A link item's cost and slice are one grant of up to
+                    // their sum (crate::global).
+                    Budget::Slice(want) if link_grant => policy.grant_to_region(
+                        state,
+                        now,
+                        cost.saturating_add(want),
+                        home_keeps(buf, now),
+                    ),
                     Budget::Slice(want) => policy.grant(state, now, cost, want),
                     Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
-                });
+                };
+                (decision, grant, opened)
+            });
+            if let (Some(window_start), Some(shares)) = (opened, home_shares) {
+                owned
+                    .counters
+                    .outstanding()
+                    .granted(buf, window_start, shares);
+                turn.tally
+                    .sliced(policy.name(), token, shares, window_start);
+            }
             if let Some(g) = grant.filter(|g| g.units > 0) {
                 owned
                     .counters
                     .outstanding()
                     .granted(buf, g.taken_at, g.units);
             }
+            if home_shares.is_some() && !turn.link {
+                if op.consumed(&decision) {
+                    if let Some(limit) = policy.limits().first() {
+                        owned.counters.global().home_took(buf, limit, now, cost);
+                    }
+                }
+                self.reclaim_if_short(turn, policy, token, buf, &decision);
+            }
             Ok((decision, grant, budget))
         })?;
+        if link_grant {
+            // A grant to another region decides no ask here.
+            if let Some(g) = grant.filter(|g| g.units > 0) {
+                turn.tally.sliced(policy.name(), token, g.units, now);
+            }
+            return Ok((decision, policy.name(), grant));
+        }
         if let Budget::Refund(refund) = budget {
             self.gave_back(turn, policy.name(), token, &refund);
             return Ok((decision, policy.name(), None));
@@ -675,6 +798,7 @@ impl Decider {
     }
 }
 
+mod global;
 mod hold_ids;
 mod holding;
 #[cfg(test)]

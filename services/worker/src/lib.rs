@@ -60,6 +60,7 @@ pub mod blocking;
 pub mod counters;
 pub mod decide;
 pub mod fleet;
+pub mod global;
 pub mod group_commit;
 pub mod journal;
 pub mod kept;

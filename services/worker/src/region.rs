@@ -91,6 +91,9 @@ impl RegionView {
 pub struct Region {
     pub name: RegionName,
     pub view: Arc<RegionView>,
+    /// The link connection (its inbox is a link inbox): global limits'
+    /// requests to other regions go out on it ([`crate::global`]).
+    pub link: async_nats::Client,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -138,14 +141,19 @@ where
     check_no_leak(&name, client).await?;
     let view = Arc::new(RegionView::default());
     tasks.push(tokio::spawn(watch_links(
-        link,
+        link.clone(),
         client.clone(),
         clock,
         name.clone(),
         view.clone(),
     )));
     tracing::info!(region = %name, "region checked: JetStream domain and link subjects");
-    Ok(Region { name, view, tasks })
+    Ok(Region {
+        name,
+        view,
+        link,
+        tasks,
+    })
 }
 
 /// The server's JetStream domain must be the region's name (`sluice

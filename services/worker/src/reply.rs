@@ -12,7 +12,7 @@ use crate::decide::Answer;
 use async_nats::{HeaderMap, HeaderName, Subject};
 use bytes::Bytes;
 use sluice_core::policy::Decision;
-use sluice_core::subject::is_safe_reply_subject;
+use sluice_core::subject::{is_link_reply_subject, is_safe_reply_subject};
 use sluice_core::wire::{self, batch, Encoding, ErrorReply, RateLimitHeaders};
 
 /// A reply to send: headers and payload.
@@ -159,7 +159,8 @@ impl Reply {
 /// not, so replying would lend the asker the worker's permissions.
 pub async fn publish(client: &async_nats::Client, replies: Vec<Outgoing>) {
     for (to, reply) in replies {
-        if !is_safe_reply_subject(to.as_str()) {
+        // Another region's owner asks with its link inbox (crate::global).
+        if !is_safe_reply_subject(to.as_str()) && !is_link_reply_subject(to.as_str()) {
             tracing::warn!(
                 "refused to reply to {to}: a reply subject must be an inbox, not one of \
                  sluice's or the system's subjects (a request tried to have this worker \

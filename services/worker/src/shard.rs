@@ -32,7 +32,7 @@ use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
-use sluice_core::subject::owner_subjects;
+use sluice_core::subject::{link_partition_subjects, owner_subjects};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -321,7 +321,10 @@ async fn run(
                     Err(e) => tracing::error!(partition, "the usage flush task failed: {e}"),
                 }
             }
-            _ = hold_tick.tick() => shard.end_holds().await,
+            _ = hold_tick.tick() => {
+                shard.end_holds().await;
+                shard.sweep_global();
+            }
             _ = snap_tick.tick(), if snapshot_job.is_none() => {
                 let now = shard.answering.clock.now();
                 let due = shard.owner.tick(&shard.answering.outbox, std::time::Instant::now(), now);
@@ -471,6 +474,7 @@ impl Shard {
         )
         .await?;
         self.owner.fenced(manifest, rev, std::time::Instant::now());
+        self.owner.counters().global().began(now);
         let stats = self.owner.stats();
         stats
             .last_snapshot_ms
@@ -481,7 +485,13 @@ impl Shard {
 
         let client = &self.answering.client;
         let mut subs = SelectAll::new();
-        for subject in owner_subjects(partition) {
+        let link_subjects = self
+            .answering
+            .decider
+            .region()
+            .map(|region| link_partition_subjects(region.as_str(), partition))
+            .unwrap_or_default();
+        for subject in owner_subjects(partition).into_iter().chain(link_subjects) {
             subs.push(client.subscribe(subject).await?);
         }
         client.flush().await?;

@@ -164,11 +164,15 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage.clone(),
     );
     let key_bound = KeyBound::new(config.max_keys);
-    let decider = Arc::new(Decider::new(
-        config.clone(),
-        stats.clone(),
-        outbox.recording(),
-    ));
+    let mut decider = Decider::new(config.clone(), stats.clone(), outbox.recording());
+    let mut link_task = None;
+    if let Some(region) = &region {
+        let (link, task) =
+            crate::global::start(region.name.clone(), region.link.clone(), opts.clock.clone());
+        decider = decider.with_global(link);
+        link_task = Some(task);
+    }
+    let decider = Arc::new(decider);
     let policy_status = Arc::new(PolicyStatus::default());
     // A worker started while the meta leader moves (its node stopped) gets
     // no answer for a few seconds: it waits, as for its streams.
@@ -273,6 +277,9 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         m.abort();
     }
     let _ = service.stop().await;
+    if let Some(task) = link_task {
+        task.abort();
+    }
     drop(region);
     let _ = client.drain().await;
     result

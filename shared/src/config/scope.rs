@@ -116,16 +116,6 @@ pub fn check_region(policy: &Policy, region: Option<&RegionName>) -> Result<(), 
             "regions",
             format!("this region ({region}) is not listed; a global policy holds only in the regions it lists, so add {region:?} or use another policy here"),
         )),
-        Some(_) if !GLOBAL_LIMITS_READY => Err(FieldError::new(
-            "scope",
-            "global limits are not available in this version yet (issue 35: the home's grants to other regions); every field is checked, but a global policy is refused until they land: use scope = \"region\" for now",
-        )),
         Some(_) => Ok(()),
     }
 }
-
-/// Whether workers decide global policies. Until the home's grants to
-/// other regions land, a global policy is read and checked in full, then
-/// refused where it would be put in force, so that no region decides it
-/// as if it were regional.
-const GLOBAL_LIMITS_READY: bool = false;

@@ -409,6 +409,7 @@ impl LimitTable {
             | PolicyError::Concurrency { .. }
             | PolicyError::HoldTtl
             | PolicyError::GlobalConcurrency
+            | PolicyError::GlobalNotYet(_)
             | PolicyError::AlertThreshold(_)
             | PolicyError::AlertsNotSupported(_)
             | PolicyError::BudgetNotSupported(_) => path.to_string(),

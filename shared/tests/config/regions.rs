@@ -20,12 +20,22 @@ on_cut = "closed"
 "#;
 
 #[test]
-fn a_global_policy_is_checked_in_full_then_refused_until_global_limits_land() {
-    assert_error(
-        GLOBAL,
-        "policies.plan.scope",
-        "not available in this version yet",
-    );
+fn a_global_fixed_window_of_one_limit_is_accepted_and_the_rest_refused_with_the_reason() {
+    let config = parse(GLOBAL);
+    let plan = config.policies.get("plan").expect("plan");
+    assert!(plan.scope().global().is_some());
+    for (from, to, what) in [
+        ("fixed_window", "token_bucket", "not token_bucket"),
+        ("fixed_window", "gcra", "not gcra"),
+        (
+            "{ max = 1000, per = \"1m\" }",
+            "{ max = 1000, per = \"1m\" }, { max = 5000, per = \"1h\" }",
+            "2 limits",
+        ),
+        ("on_cut = \"closed\"", "mode = \"shadow\"", "shadow"),
+    ] {
+        assert_error(&global_with(from, to), "policies.plan.scope", what);
+    }
 }
 
 #[test]
@@ -157,18 +167,14 @@ fn bad_region_fields_are_refused_with_the_field_and_reason() {
 
 #[test]
 fn a_live_policy_is_checked_against_the_workers_region() {
-    let json = br#"{"algorithm":"gcra","limits":[{"max":10,"per":"1s"}],"scope":"global","home":"east","regions":["east","west"]}"#;
+    let json = br#"{"algorithm":"fixed_window","limits":[{"max":10,"per":"1s"}],"scope":"global","home":"east","regions":["east","west"]}"#;
     let policy = PolicyTable::from_json(json)
         .unwrap()
         .to_policy("p")
         .unwrap();
     let east = RegionName::new("east").unwrap();
     let south = RegionName::new("south").unwrap();
-    let e = check_region(&policy, Some(&east)).unwrap_err();
-    assert!(
-        e.reason.contains("not available in this version yet"),
-        "{e:?}"
-    );
+    assert!(check_region(&policy, Some(&east)).is_ok());
     let e = check_region(&policy, Some(&south)).unwrap_err();
     assert_eq!(e.field, "regions");
     let e = check_region(&policy, None).unwrap_err();

@@ -213,6 +213,7 @@ impl Decider {
             owned,
             now,
             tally,
+            link: false,
         };
         let ended = owned.counters.outstanding().ended(now);
         for (counter, hold) in ended {

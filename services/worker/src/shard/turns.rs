@@ -41,6 +41,16 @@ impl Shard {
             .await;
     }
 
+    /// Gives back the slices of global keys whose lease ended (CONTRACT
+    /// §12, [`crate::global`]).
+    pub(super) fn sweep_global(&self) {
+        let answering = &self.answering;
+        let policies = answering.decider.policies();
+        answering
+            .decider
+            .sweep_global(&policies, self.owned(), answering.clock.now());
+    }
+
     /// Decides a batch of messages, the first taken at `received`, and
     /// hands the replies to the outbox.
     pub(super) async fn process(

@@ -1,0 +1,281 @@
+//! Global limits across regions (CONTRACT §12, issue 35) over real
+//! nats-servers on loopback: two regions linked through a proxy the test
+//! controls (`sluice_tests::TwoRegions`), one fixed window of 100 per 4 s
+//! held across both, east its home. Each case asks inside one window
+//! (from 300 ms after it starts to 300 ms before it ends, on the same
+//! clock the workers use), so what was admitted in it is the sum of what
+//! the two regions answered allowed:
+//!
+//! - both regions asking hard: at most 100, and (linked) close to it;
+//! - demand 10:1: the quiet region gets all it asks for within its share;
+//! - the link blackholed, then healed: each region within its share while
+//!   cut, no window over 100 while cut or healing;
+//! - the home's workers stopped, then back: the other region keeps its
+//!   share, and the window after the home is back holds;
+//! - the home's owner killed (journal mode) while the other region holds
+//!   budget: nothing admitted twice.
+
+mod common;
+
+use sluice_core::wire::{encode_request, Encoding};
+use sluice_tests::{ask, serial, LinkMode, TestConfig, TwoRegions};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::SLUICE;
+
+const MAX: usize = 100;
+const WINDOW_MS: u64 = 4_000;
+/// West's share of each window: half of 100, two equal regions.
+const WEST_SHARE: usize = 50;
+
+fn config(base: &TestConfig) -> String {
+    base.toml()
+        + r#"
+[policies.plan]
+algorithm = "fixed_window"
+limits = [ { max = 100, per = "4s" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+"#
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
+/// Waits for the next window to be 300 ms old; returns when it ends.
+async fn next_window() -> u64 {
+    let now = now_ms();
+    let start = now - now % WINDOW_MS + WINDOW_MS;
+    tokio::time::sleep(Duration::from_millis(start + 300 - now)).await;
+    start + WINDOW_MS
+}
+
+/// Asks `key` of policy `plan` from `tasks` concurrent askers, each one
+/// ask every `pause` (none: as fast as answers come), until 300 ms before
+/// `window_end` (at most 5,000 asks each); how many were allowed, how
+/// many were asked, and how many got no answer or an error.
+async fn ask_until(
+    client: &async_nats::Client,
+    key: &str,
+    tasks: usize,
+    pause: Option<Duration>,
+    window_end: u64,
+) -> (usize, usize, usize) {
+    let body = encode_request(Some("plan"), None, Encoding::Json);
+    let askers = (0..tasks).map(|_| {
+        let client = client.clone();
+        let body = body.clone();
+        let key = key.to_string();
+        tokio::spawn(async move {
+            let (mut allowed, mut asked, mut failed) = (0, 0, 0);
+            while asked < 5_000 && now_ms() + 300 < window_end {
+                asked += 1;
+                match ask(&client, &key, &body).await {
+                    Ok(d) if d.allowed => allowed += 1,
+                    Ok(_) => {}
+                    Err(_) => failed += 1,
+                }
+                if let Some(p) = pause {
+                    tokio::time::sleep(p).await;
+                }
+            }
+            (allowed, asked, failed)
+        })
+    });
+    let mut total = (0, 0, 0);
+    for asker in askers.collect::<Vec<_>>() {
+        let (allowed, asked, failed) = asker.await.expect("an asker");
+        total = (total.0 + allowed, total.1 + asked, total.2 + failed);
+    }
+    total
+}
+
+/// Both regions ask `key` hard through one window: (east, west) allowed.
+async fn both_hard(regions: &TwoRegions, key: &str) -> (usize, usize) {
+    let east = regions.east.nats.connect().await.unwrap();
+    let west = regions.west.nats.connect().await.unwrap();
+    let end = next_window().await;
+    let (e, w) = tokio::join!(
+        ask_until(&east, key, 4, None, end),
+        ask_until(&west, key, 4, None, end)
+    );
+    assert_eq!((e.2, w.2), (0, 0), "{key}: every ask answered");
+    eprintln!("{key}: east {e:?}, west {w:?} (allowed, asked, failed)");
+    (e.0, w.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_regions_asking_hard_admit_at_most_max_and_close_to_it() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &config(&TestConfig::new()), 1).await;
+    // One window for the link's interest to settle and the owners to
+    // begin; then three measured ones.
+    both_hard(&regions, "warm").await;
+    for round in 0..3 {
+        let (east, west) = both_hard(&regions, &format!("hard-{round}")).await;
+        let total = east + west;
+        assert!(
+            total <= MAX,
+            "round {round}: east {east} + west {west} > {MAX}"
+        );
+        assert!(
+            total >= MAX - 5,
+            "round {round}: east {east} + west {west}: linked, close to {MAX}"
+        );
+        assert!(
+            west >= WEST_SHARE - 5,
+            "round {round}: west got {west} of its share"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_demand_ten_to_one_the_quiet_region_gets_all_it_asks() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &config(&TestConfig::new()), 1).await;
+    both_hard(&regions, "warm").await;
+    let east = regions.east.nats.connect().await.unwrap();
+    let west = regions.west.nats.connect().await.unwrap();
+    for (round, quiet_is_west) in [(0, true), (1, false)] {
+        let key = format!("fair-{round}");
+        let end = next_window().await;
+        // The quiet region asks about 10 a second (~34 in the window, well
+        // inside its share of 50); the busy one as fast as it is answered.
+        let quiet = Some(Duration::from_millis(100));
+        let (e, w) = if quiet_is_west {
+            tokio::join!(
+                ask_until(&east, &key, 4, None, end),
+                ask_until(&west, &key, 1, quiet, end)
+            )
+        } else {
+            tokio::join!(
+                ask_until(&east, &key, 1, quiet, end),
+                ask_until(&west, &key, 4, None, end)
+            )
+        };
+        let (quiet, busy) = if quiet_is_west { (w, e) } else { (e, w) };
+        assert_eq!(
+            quiet.0, quiet.1,
+            "round {round}: the quiet region was denied ({} of {} allowed)",
+            quiet.0, quiet.1
+        );
+        assert!(
+            busy.1 > 10 * quiet.1,
+            "round {round}: demand was 10:1 or more"
+        );
+        let total = quiet.0 + busy.0;
+        assert!(total <= MAX, "round {round}: {total} > {MAX}");
+        assert!(total >= MAX - 10, "round {round}: only {total} admitted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_link_keeps_each_region_within_its_share_and_healing_breaks_no_window() {
+    let _serial = serial().await;
+    let regions = TwoRegions::start(SLUICE, &config(&TestConfig::new()), 1).await;
+    both_hard(&regions, "warm").await;
+
+    regions.link.set_mode(LinkMode::Blackhole);
+    for round in 0..2 {
+        let (east, west) = both_hard(&regions, &format!("cut-{round}")).await;
+        assert!(
+            west <= WEST_SHARE,
+            "cut round {round}: west {west} over its share"
+        );
+        assert!(
+            east <= MAX - WEST_SHARE,
+            "cut round {round}: east {east} over its room"
+        );
+        assert!(
+            west >= WEST_SHARE - 5,
+            "cut round {round}: west decides from its share ({west})"
+        );
+        assert!(
+            east >= MAX - WEST_SHARE - 5,
+            "cut round {round}: east decides ({east})"
+        );
+    }
+
+    // Healing mid-window: the link comes back while both ask.
+    regions.link.set_mode(LinkMode::Pass);
+    let (east, west) = both_hard(&regions, "healing").await;
+    assert!(east + west <= MAX, "healing: east {east} + west {west}");
+    let (east, west) = both_hard(&regions, "healed").await;
+    assert!(east + west <= MAX, "healed: east {east} + west {west}");
+    assert!(east + west >= MAX - 5, "healed: east {east} + west {west}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_link_and_the_home_down_keep_the_bound() {
+    let _serial = serial().await;
+    let mut regions = TwoRegions::start(SLUICE, &config(&TestConfig::new()), 1).await;
+    both_hard(&regions, "warm").await;
+
+    regions.link.reset();
+    let (east, west) = both_hard(&regions, "reset").await;
+    assert!(
+        east + west <= MAX,
+        "after a reset: east {east} + west {west}"
+    );
+
+    regions.east.stop_workers();
+    let west_nats = regions.west.nats.connect().await.unwrap();
+    for round in 0..2 {
+        let end = next_window().await;
+        let (west, asked, failed) =
+            ask_until(&west_nats, &format!("down-{round}"), 4, None, end).await;
+        assert_eq!(failed, 0, "west answers with the home down");
+        assert!(asked > WEST_SHARE, "west asked {asked}");
+        assert!(
+            (WEST_SHARE - 5..=WEST_SHARE).contains(&west),
+            "home down, round {round}: west admitted {west}, its share is {WEST_SHARE}"
+        );
+    }
+    regions.east.spawn_worker();
+    // The home's new owner begins: one window to settle, then the bound.
+    both_hard(&regions, "back-warm").await;
+    let (east, west) = both_hard(&regions, "back").await;
+    assert!(east + west <= MAX, "home back: east {east} + west {west}");
+    assert!(
+        east + west >= MAX - 5,
+        "home back: east {east} + west {west}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_homes_owner_killed_while_west_holds_budget_admits_nothing_twice() {
+    let _serial = serial().await;
+    let mut regions = TwoRegions::start(SLUICE, &config(&TestConfig::new().journal()), 2).await;
+    both_hard(&regions, "warm").await;
+    let east = regions.east.nats.connect().await.unwrap();
+    let west = regions.west.nats.connect().await.unwrap();
+    for round in 0..2 {
+        let key = format!("kill-{round}");
+        let end = next_window().await;
+        let asking = tokio::spawn({
+            let (east, west, key) = (east.clone(), west.clone(), key.clone());
+            async move {
+                tokio::join!(
+                    ask_until(&east, &key, 2, Some(Duration::from_millis(5)), end),
+                    ask_until(&west, &key, 2, Some(Duration::from_millis(5)), end)
+                )
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let victim = regions.east.worker_ids()[0].clone();
+        regions.east.kill_worker(&victim);
+        let (e, w) = asking.await.expect("the askers");
+        assert!(
+            e.0 + w.0 <= MAX,
+            "round {round}: east {} + west {}",
+            e.0,
+            w.0
+        );
+        regions.east.spawn_worker();
+    }
+}

@@ -1,0 +1,270 @@
+//! The decision core's part in global limits (CONTRACT §12,
+//! [`crate::global`]): a delegate's decisions from its books, the home's
+//! requests for shares back, and the messages other regions' owners send
+//! this partition over the link. Apart from `decide.rs`, which decides
+//! from the counters: a delegate never touches them.
+
+use super::{Answer, Decider, Message, Owned, Turn};
+use crate::global::{decode_reclaim, Link, Need, Reclaim};
+use crate::tally::{Counted, Tally, Usage};
+use sluice_core::ask::{self, Op};
+use sluice_core::budget::{Grant, Refund};
+use sluice_core::key::KeyToken;
+use sluice_core::policies::Policies;
+use sluice_core::policy::{Decision, Policy};
+use sluice_core::region::{Global, OnCut, RegionName};
+use sluice_core::subject::{LinkInbound, Verb};
+use sluice_core::time::Nanos;
+use sluice_core::wire::batch::Budget;
+use sluice_core::wire::{self, Encoding, ErrorReply};
+
+/// A cut-off region's share of a global policy's window: what `region`
+/// spends on its own (none unless `on_cut = "reserved"`).
+fn share_of(global: &Global, region: &RegionName, max: u64) -> u64 {
+    if global.on_cut() == OnCut::Reserved {
+        global.reserved(region, max)
+    } else {
+        0
+    }
+}
+
+impl Decider {
+    /// A subject of this region's link partition subjects, parsed.
+    pub(super) fn link_inbound<'s>(&self, subject: &'s str) -> Option<LinkInbound<'s>> {
+        let link = self.global.as_ref()?;
+        LinkInbound::parse(subject, link.region.as_str())
+    }
+
+    /// A message another region's owner sent this partition.
+    pub(super) fn link_message<'p>(
+        &self,
+        policies: &'p Policies,
+        inbound: LinkInbound<'_>,
+        message: Message<'_>,
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+    ) -> Option<Answer<'p>> {
+        match inbound {
+            LinkInbound::Batch(partition) => {
+                self.answer_batch(policies, partition, message, owned, now, tally, true)
+            }
+            LinkInbound::Hit(ask) => {
+                let turn = &mut Turn {
+                    policies,
+                    owned,
+                    now,
+                    tally,
+                    link: true,
+                };
+                self.answer_ask(turn, Verb::Hit, ask.key_token, message)
+            }
+            LinkInbound::Reclaim(partition) => {
+                if partition == owned.partition {
+                    match decode_reclaim(message.body) {
+                        Ok(reclaim) => self.give_share_back(policies, &reclaim, owned, now),
+                        Err(e) => tracing::debug!("a reclaim refused: {}", e.message),
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The home asks for a key's share of a window back: what this
+    /// delegate will not need goes back as a refund.
+    fn give_share_back(
+        &self,
+        policies: &Policies,
+        reclaim: &Reclaim,
+        owned: Owned<'_>,
+        now: Nanos,
+    ) {
+        let Some(link) = self.global.as_ref() else {
+            return;
+        };
+        let Some(policy) = policies.get(&reclaim.policy) else {
+            return;
+        };
+        let (Some(global), Some(limit)) = (policy.scope().global(), policy.limits().first()) else {
+            return;
+        };
+        if *global.home() == link.region || KeyToken::parse(&reclaim.key).is_err() {
+            return;
+        }
+        let share = share_of(global, &link.region, limit.max());
+        let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
+            owned.counters.global().delegates(now).reclaim(
+                buf,
+                limit,
+                share,
+                Nanos(reclaim.window_start),
+                now,
+            )
+        });
+        if let Some(refund) = refund {
+            link.send(Need::Refund {
+                home: global.home().clone(),
+                partition: owned.partition,
+                policy: policy.name().to_string(),
+                token: reclaim.key.clone(),
+                refund,
+            });
+        }
+    }
+
+    /// An ask of a global policy whose home is another region: decided
+    /// from this region's share and the slices the home granted, never
+    /// waiting on the link; what is missing is asked for ahead.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn delegate<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        key: KeyToken<'_>,
+        base: &'p Policy,
+        policy: &'p Policy,
+        global: &Global,
+        link: &Link,
+        op: Op,
+        budget: Budget,
+    ) -> Result<(Decision, &'p str, Option<Grant>), ErrorReply> {
+        let (owned, now) = (turn.owned, turn.now);
+        let token = key.as_str();
+        let Some(limit) = policy.limits().first() else {
+            return Err(ErrorReply::bad_request(format!(
+                "policy {} has no limit to decide a global ask from",
+                policy.name()
+            )));
+        };
+        let cost = match (op, budget) {
+            // A slice given back here: none was granted from here (a
+            // delegate grants none), so only its spending is usage.
+            (_, Budget::Refund(_)) => 0,
+            (Op::Allow(c) | Op::Record(c), _) => c,
+        };
+        let share = share_of(global, &link.region, limit.max());
+        let decided = ask::with_counter_key(policy.name(), token, |buf| {
+            let mut books = owned.counters.global();
+            let delegates = books.delegates(now);
+            let decided = delegates.decide(buf, limit, share, now, cost);
+            if decided.want.is_some() {
+                delegates.asked(buf, now);
+            }
+            decided
+        });
+        if let Some(want) = decided.want {
+            link.send(Need::Grant {
+                home: global.home().clone(),
+                partition: owned.partition,
+                policy: policy.name().to_string(),
+                token: token.to_string(),
+                want,
+                sent: now,
+                counters: owned.counters.clone(),
+            });
+        }
+        let decision = decided.decision;
+        if let Budget::Refund(refund) = budget {
+            turn.tally.unmatched(refund.units);
+            self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
+            return Ok((decision, policy.name(), None));
+        }
+        let usage = match op {
+            Op::Record(_) => {
+                if !decision.allowed {
+                    // Counted once, at the home: a hit is never lost.
+                    link.send(Need::Hit {
+                        home: global.home().clone(),
+                        partition: owned.partition,
+                        token: token.to_string(),
+                        body: wire::encode_request(
+                            Some(policy.name()),
+                            Some(cost),
+                            Encoding::MsgPack,
+                        ),
+                    });
+                }
+                Usage::Used
+            }
+            Op::Allow(_) if decision.allowed && cost > 0 => Usage::Used,
+            Op::Allow(_) if decision.allowed => Usage::Neither,
+            Op::Allow(_) => Usage::Denied,
+        };
+        let counted = Counted {
+            policy: base.name(),
+            token,
+            cost,
+        };
+        self.record_usage(turn, counted, usage);
+        Ok((decision, policy.name(), None))
+    }
+
+    /// At the home, after an ask of `token` left the window short (denied,
+    /// or under a tenth of `max` left): asks the other regions for their
+    /// shares back, once per key and window, while any is out.
+    pub(super) fn reclaim_if_short(
+        &self,
+        turn: &Turn<'_, '_, '_>,
+        policy: &Policy,
+        token: &str,
+        counter_key: &str,
+        decision: &Decision,
+    ) {
+        let (Some(link), Some(global), Some(limit)) = (
+            self.global.as_ref(),
+            policy.scope().global(),
+            policy.limits().first(),
+        ) else {
+            return;
+        };
+        if decision.within_limits() && decision.remaining >= limit.max() / 10 {
+            return;
+        }
+        let counters = turn.owned.counters;
+        let window_start = limit.window_start(turn.now);
+        if counters.outstanding().units(counter_key, window_start) == 0
+            || !counters.global().reclaim_due(counter_key, limit, turn.now)
+        {
+            return;
+        }
+        let regions = global
+            .weights()
+            .iter()
+            .map(|(region, _)| region.clone())
+            .filter(|region| *region != link.region)
+            .collect();
+        link.send(Need::Reclaim {
+            regions,
+            partition: turn.owned.partition,
+            reclaim: Reclaim {
+                policy: policy.name().to_string(),
+                key: token.to_string(),
+                window_start: window_start.as_u64(),
+            },
+        });
+    }
+
+    /// A delegate's slices whose lease ended go back to their homes (the
+    /// shard's sweep).
+    pub fn sweep_global(&self, policies: &Policies, owned: Owned<'_>, now: Nanos) {
+        let Some(link) = self.global.as_ref() else {
+            return;
+        };
+        let refunds = owned.counters.global().sweep(now);
+        for (counter_key, refund) in refunds {
+            let Some((name, token)) = counter_key.split_once('/') else {
+                continue;
+            };
+            let Some(global) = policies.get(name).and_then(|p| p.scope().global()) else {
+                continue;
+            };
+            link.send(Need::Refund {
+                home: global.home().clone(),
+                partition: owned.partition,
+                policy: name.to_string(),
+                token: token.to_string(),
+                refund,
+            });
+        }
+    }
+}

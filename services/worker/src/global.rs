@@ -1,0 +1,348 @@
+//! Global limits across regions (CONTRACT §12) on a worker: the books a
+//! partition's owner keeps of them, and the one task that carries their
+//! messages over the link. The rules are `sluice_core::region::global`'s;
+//! this is where they meet NATS.
+//!
+//! Decisions never wait on the link: the decision core
+//! ([`crate::decide`]) decides from the books, synchronously, and hands
+//! what must cross the link to this task as a [`Need`]:
+//!
+//! - a delegate (the key's owner in a region that is not the home) asks the
+//!   home's owner for a slice (`sluice-link.<home>.p.<n>.batch`, an item
+//!   with `slice`, answered like a client's local budget) and gives back
+//!   the slices whose lease ended with units left (an item with `refund`);
+//! - a hit that found no budget at a delegate goes to the home as a hit
+//!   (`sluice-link.<home>.p.<n>.hit.<key>`), so it is counted once, there;
+//! - the home, when its own room runs short, asks the delegates for their
+//!   shares back (`sluice-link.<region>.p.<n>.reclaim`); the delegate's
+//!   owner gives back what it will not need as a refund item.
+//!
+//! Requests go out on the link connection (its inbox is a link inbox, the
+//! only replies the link carries). A request that gets no answer within
+//! [`ASK_TIMEOUT`] is taken as lost: the books then let the key ask again,
+//! and what the home may have granted stays counted there (under-admission,
+//! never more than the limit).
+
+use crate::counters::Counters;
+use serde::{Deserialize, Serialize};
+use sluice_core::budget::Refund;
+use sluice_core::key::KeyToken;
+use sluice_core::limit::Limit;
+use sluice_core::region::global::{home_keeps, Delegates, Demand, ASK_TIMEOUT};
+use sluice_core::region::RegionName;
+use sluice_core::subject::{link_batch, link_hit, link_reclaim};
+use sluice_core::time::{Clock, Nanos};
+use sluice_core::wire::batch::{self, Budget, Item};
+use sluice_core::wire::{self, Reply};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A partition's books of its global keys, kept with its counters.
+#[derive(Debug, Default)]
+pub struct Books {
+    /// Keys whose home is another region (created at first use: this
+    /// owner knows the shares of windows begun since).
+    delegates: Option<Delegates>,
+    /// Keys whose home is here: this region's own demand in the current
+    /// window, and when the delegates were last asked for their shares.
+    homed: HashMap<String, Homed>,
+}
+
+/// A key whose home is here, in the window that began at `window_start`.
+#[derive(Debug, Default)]
+struct Homed {
+    window_start: Nanos,
+    demand: Demand,
+    reclaimed_at: Option<Nanos>,
+}
+
+/// The most keys whose home is here that a partition keeps books of; past
+/// it, those of windows that are over go first, then any (a key forgotten
+/// only keeps less for itself and may reclaim sooner).
+const MOST_HOMED: usize = 65_536;
+
+impl Books {
+    /// The owner took the partition at `now` (restored and replayed): it
+    /// knows the shares of windows that begin from here on.
+    pub fn began(&mut self, now: Nanos) {
+        self.delegates.get_or_insert_with(|| Delegates::new(now));
+    }
+
+    /// The delegate books; begun now if [`Books::began`] was not called.
+    pub fn delegates(&mut self, now: Nanos) -> &mut Delegates {
+        self.delegates.get_or_insert_with(|| Delegates::new(now))
+    }
+
+    fn homed(&mut self, key: &str, window_start: Nanos) -> &mut Homed {
+        if self.homed.len() >= MOST_HOMED && !self.homed.contains_key(key) {
+            self.homed.retain(|_, h| h.window_start >= window_start);
+            if self.homed.len() >= MOST_HOMED {
+                self.homed.clear();
+            }
+        }
+        let homed = self.homed.entry(key.to_string()).or_default();
+        if homed.window_start != window_start {
+            *homed = Homed {
+                window_start,
+                ..Homed::default()
+            };
+        }
+        homed
+    }
+
+    /// This region, the home, took `cost` of `key` at `now`.
+    pub fn home_took(&mut self, key: &str, limit: &Limit, now: Nanos, cost: u64) {
+        self.homed(key, limit.window_start(now))
+            .demand
+            .took(now, cost);
+    }
+
+    /// What the home keeps of `key` for itself out of a grant to another
+    /// region ([`home_keeps`]).
+    pub fn home_keeps(&mut self, key: &str, home_share: u64, limit: &Limit, now: Nanos) -> u64 {
+        let demand = self.homed(key, limit.window_start(now)).demand;
+        home_keeps(&demand, home_share, limit, now)
+    }
+
+    /// Whether to ask the delegates for `key`'s shares back now: at most
+    /// every eighth of a window.
+    pub fn reclaim_due(&mut self, key: &str, limit: &Limit, now: Nanos) -> bool {
+        let window_start = limit.window_start(now);
+        let every = limit
+            .window_end(window_start)
+            .saturating_sub(window_start)
+            .0
+            / 8;
+        let homed = self.homed(key, window_start);
+        if homed
+            .reclaimed_at
+            .is_some_and(|at| now.saturating_sub(at).0 < every)
+        {
+            return false;
+        }
+        homed.reclaimed_at = Some(now);
+        true
+    }
+
+    /// The refunds of slices whose lease ended, per counter key.
+    pub fn sweep(&mut self, now: Nanos) -> Vec<(String, Refund)> {
+        self.delegates
+            .as_mut()
+            .map(|d| d.sweep(now))
+            .unwrap_or_default()
+    }
+}
+
+/// A reclaim's body (MessagePack): the policy, the key token and the
+/// window whose share the home asks back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reclaim {
+    pub policy: String,
+    pub key: String,
+    pub window_start: u64,
+}
+
+/// What must cross the link, from a decision or a sweep.
+pub enum Need {
+    /// A delegate asks the home for a slice of up to `want` units; the
+    /// request left at `sent` ([`Delegates::asked`]).
+    Grant {
+        home: RegionName,
+        partition: u32,
+        policy: String,
+        token: String,
+        want: u64,
+        sent: Nanos,
+        counters: Counters,
+    },
+    /// A delegate gives units back to the home.
+    Refund {
+        home: RegionName,
+        partition: u32,
+        policy: String,
+        token: String,
+        refund: Refund,
+    },
+    /// A hit a delegate could not count from its budget, counted at the home.
+    Hit {
+        home: RegionName,
+        partition: u32,
+        token: String,
+        body: Vec<u8>,
+    },
+    /// The home asks `regions` for their shares of a window back.
+    Reclaim {
+        regions: Vec<RegionName>,
+        partition: u32,
+        reclaim: Reclaim,
+    },
+}
+
+/// Where decisions send their [`Need`]s: this worker's region and the
+/// link task.
+#[derive(Clone, Debug)]
+pub struct Link {
+    pub region: RegionName,
+    needs: mpsc::UnboundedSender<Need>,
+}
+
+impl Link {
+    pub fn send(&self, need: Need) {
+        // The task ends only with the worker; a need sent then is moot.
+        let _ = self.needs.send(need);
+    }
+}
+
+/// Starts the link task on `client` (the link connection).
+pub fn start(
+    region: RegionName,
+    client: async_nats::Client,
+    clock: Arc<dyn Clock>,
+) -> (Link, tokio::task::JoinHandle<()>) {
+    let (needs, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(run(rx, client, clock));
+    (Link { region, needs }, task)
+}
+
+async fn run(
+    mut needs: mpsc::UnboundedReceiver<Need>,
+    client: async_nats::Client,
+    clock: Arc<dyn Clock>,
+) {
+    while let Some(need) = needs.recv().await {
+        let client = client.clone();
+        let clock = clock.clone();
+        // Each on its own: one lost request must not hold up the others.
+        tokio::spawn(async move {
+            if let Err(e) = carry(need, &client, &*clock).await {
+                tracing::debug!("a global limit's message across the link failed: {e:#}");
+            }
+        });
+    }
+}
+
+fn timeout() -> Duration {
+    Duration::from_nanos(ASK_TIMEOUT.as_u64())
+}
+
+async fn request(
+    client: &async_nats::Client,
+    subject: String,
+    body: Vec<u8>,
+) -> anyhow::Result<async_nats::Message> {
+    let reply = tokio::time::timeout(timeout(), client.request(subject, body.into()))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {:?}", timeout()))??;
+    Ok(reply)
+}
+
+fn item<'a>(
+    policy: &'a str,
+    token: &'a str,
+    cost: u64,
+    budget: Budget,
+) -> anyhow::Result<Item<'a>> {
+    Ok(Item {
+        key: KeyToken::parse(token).map_err(|e| anyhow::anyhow!("{e}"))?,
+        policy: Cow::Borrowed(policy),
+        cost,
+        budget,
+    })
+}
+
+async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> anyhow::Result<()> {
+    match need {
+        Need::Grant {
+            home,
+            partition,
+            policy,
+            token,
+            want,
+            sent,
+            counters,
+        } => {
+            let mut counter_key = String::new();
+            sluice_core::ask::counter_key(&mut counter_key, &policy, &token);
+            // The batch protocol's slice rides on an ask of at least 1: at
+            // the home, a link item's cost and slice are one grant of up to
+            // their sum (crate::decide).
+            let body = batch::encode_items(&[item(
+                &policy,
+                &token,
+                1,
+                Budget::Slice(want.saturating_sub(1)),
+            )?]);
+            let answered = request(client, link_batch(home.as_str(), partition), body).await;
+            let received = clock.now();
+            let mut books = counters.global();
+            let delegates = books.delegates(received);
+            let reply = answered.and_then(|m| {
+                let mut results = batch::decode_results(&m.payload, 1)?;
+                Ok(results.pop())
+            });
+            match reply {
+                Ok(Some(Reply::Decision(d))) => delegates.answered(
+                    &counter_key,
+                    sent,
+                    received,
+                    d.grant.as_ref(),
+                    &d.decision(),
+                ),
+                Ok(other) => {
+                    delegates.failed(&counter_key, sent);
+                    anyhow::bail!("the home refused a slice: {other:?}");
+                }
+                Err(e) => {
+                    delegates.failed(&counter_key, sent);
+                    return Err(e);
+                }
+            }
+        }
+        Need::Refund {
+            home,
+            partition,
+            policy,
+            token,
+            refund,
+        } => {
+            let body = batch::encode_items(&[item(&policy, &token, 0, Budget::Refund(refund))?]);
+            request(client, link_batch(home.as_str(), partition), body).await?;
+        }
+        Need::Hit {
+            home,
+            partition,
+            token,
+            body,
+        } => {
+            request(client, link_hit(home.as_str(), partition, &token), body).await?;
+        }
+        Need::Reclaim {
+            regions,
+            partition,
+            reclaim,
+        } => {
+            let body = rmp_serde::to_vec_named(&reclaim)?;
+            for region in regions {
+                client
+                    .publish(
+                        link_reclaim(region.as_str(), partition),
+                        body.clone().into(),
+                    )
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a reclaim's body; the error says what is wrong.
+pub fn decode_reclaim(body: &[u8]) -> Result<Reclaim, wire::ErrorReply> {
+    rmp_serde::from_slice(body).map_err(|e| {
+        wire::ErrorReply::bad_request(format!(
+            "a reclaim is a MessagePack map of policy, key and window_start: {e}"
+        ))
+    })
+}

@@ -1,0 +1,571 @@
+//! A global fixed window (CONTRACT §12) as the regions keep it: the home's
+//! owner of a key keeps the one count, every other region's owner of the
+//! key is a *delegate* that decides from units the home counted for it
+//! ahead of time. No ask waits on the link between regions; the window
+//! holds at most `max` summed over all regions, linked, cut or healing
+//! (docs/REGIONS.md, "Global limits").
+//!
+//! What a delegate may spend comes in two kinds, both counted at the home
+//! before the delegate spends them:
+//!
+//! - **Its reserved share** of each window (its weight's fraction of `max`,
+//!   [`crate::region::Global::reserved`]). The home counts every remote
+//!   region's share as used when a key's window opens there
+//!   ([`open_at_home`]), as a slice taken at the window's start; a delegate
+//!   knows its share without asking, so it spends it from the window's
+//!   first ask on, and while it cannot reach the home.
+//! - **Slices** the home grants it on request ([`crate::policy::Policy::grant_to_region`]):
+//!   the local-budget protocol of [`crate::budget`] one level up, at most
+//!   half of what the window has left, with a lease of [`REGION_LEASE`] (cut
+//!   at the window's end) counted from when the request left. A delegate
+//!   asks ahead of need ([`DelegateKey::want`]), so while it holds budget
+//!   its asks never wait; what a slice has left when its lease ends goes
+//!   back to the home, as a client's does.
+//!
+//! A share nobody spends would be lost to the other regions every window
+//! (half of `max` with two equal regions). So the home, when its own room
+//! runs short, asks the delegates for their shares back (a *reclaim*, again
+//! every eighth of a window while it is short): a delegate keeps what its
+//! demand says it needs until the window ends ([`Demand::need_until`]) and
+//! gives back the rest ([`DelegateKey::reclaim`]); the home's refund check
+//! ([`crate::outstanding::Outstanding`]) takes back at most what is out.
+//! The home keeps for itself the same way: a grant to another region
+//! leaves it what its own demand needs, up to its own share
+//! ([`home_keeps`]), so a quiet region is not starved by a busy one.
+//!
+//! A delegate's books are not stored: one that takes a partition over does
+//! not know what its predecessor spent of the current windows' shares, so
+//! it spends no share of a window that started before it began
+//! ([`Delegates::new`]) and decides from slices only until the next
+//! window. A lost request, answer, refund or reclaim only leaves units
+//! counted at the home: under-admission, never more than `max`.
+
+use crate::budget::{Grant, Refund, Slice};
+use crate::limit::{Decision, Limit};
+use crate::time::Nanos;
+use std::collections::HashMap;
+
+/// The longest lease of a grant to another region: long enough that a
+/// slice asked ahead of need arrives across a WAN link (100+ ms each way)
+/// with most of its lease left, short enough that units a region does not
+/// spend go back within the window.
+pub const REGION_LEASE: Nanos = Nanos(2_000_000_000);
+
+/// How long a delegate waits for the home's answer before it may ask
+/// again (the request or its answer is taken as lost).
+pub const ASK_TIMEOUT: Nanos = Nanos(1_000_000_000);
+
+/// What one region asked of one key in one window: when its first unit
+/// was taken and how many were. How a region tells what it will still
+/// need, so that it keeps that much and no more when another region is
+/// short ([`DelegateKey::reclaim`], the home's grants).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Demand {
+    first_at: Option<Nanos>,
+    taken: u64,
+}
+
+/// How many units a region must have taken in a window before its rate is
+/// trusted to tell what it will need.
+const RATE_SAMPLE: u64 = 4;
+
+impl Demand {
+    /// `cost` units were taken at `now`.
+    pub fn took(&mut self, now: Nanos, cost: u64) {
+        if cost > 0 {
+            self.first_at.get_or_insert(now);
+            self.taken = self.taken.saturating_add(cost);
+        }
+    }
+
+    pub fn taken(&self) -> u64 {
+        self.taken
+    }
+
+    /// Units taken per `span` at the rate since the first one.
+    fn per(&self, span: Nanos, now: Nanos) -> u64 {
+        let Some(first) = self.first_at else { return 0 };
+        let elapsed = now.saturating_sub(first).0.max(1_000_000);
+        (u128::from(self.taken) * u128::from(span.0) / u128::from(elapsed)) as u64
+    }
+
+    /// What it will still need from `now` to `end` (the window began at
+    /// `start`): its rate so far, with a quarter more for safety; nothing
+    /// if it asked nothing in the first quarter of the window; `None`
+    /// (keep everything) while too little was asked to tell a rate.
+    pub fn need_until(&self, start: Nanos, now: Nanos, end: Nanos) -> Option<u64> {
+        let quarter = end.saturating_sub(start).0 / 4;
+        if self.taken == 0 && now.saturating_sub(start).0 >= quarter {
+            return Some(0);
+        }
+        if self.taken < RATE_SAMPLE {
+            return None;
+        }
+        let rate = self.per(end.saturating_sub(now), now);
+        Some(rate.saturating_add(rate.div_ceil(4)))
+    }
+}
+
+/// One key's window as a delegate keeps it.
+#[derive(Clone, Debug)]
+pub struct DelegateKey {
+    window_start: Nanos,
+    window_end: Nanos,
+    max: u64,
+    /// What is left of this region's reserved share (0 when unknown).
+    share_left: u64,
+    slices: Vec<Slice>,
+    /// A request for a slice left at this time and is not answered.
+    asking: Option<Nanos>,
+    /// What this delegate admitted in this window.
+    demand: Demand,
+}
+
+impl DelegateKey {
+    fn new(limit: &Limit, now: Nanos, share: u64) -> DelegateKey {
+        let window_start = limit.window_start(now);
+        DelegateKey {
+            window_start,
+            window_end: limit.window_end(window_start),
+            max: limit.max(),
+            share_left: share,
+            slices: Vec::new(),
+            asking: None,
+            demand: Demand::default(),
+        }
+    }
+
+    /// Units it may spend at `now` without asking.
+    fn room(&self, now: Nanos) -> u64 {
+        let sliced: u64 = self
+            .slices
+            .iter()
+            .filter(|s| !s.expired(now))
+            .map(Slice::left)
+            .sum();
+        self.share_left.saturating_add(sliced)
+    }
+
+    /// Spends `cost` from the share, else from one slice that holds it.
+    fn decide(&mut self, now: Nanos, cost: u64) -> Decision {
+        let reset = self.window_end.saturating_sub(now);
+        let allowed = if cost == 0 {
+            true
+        } else if cost <= self.share_left {
+            self.share_left -= cost;
+            true
+        } else {
+            self.slices
+                .iter_mut()
+                .any(|slice| slice.take(cost, now).is_some())
+        };
+        if allowed {
+            self.demand.took(now, cost);
+        }
+        let remaining = self.room(now);
+        Decision {
+            allowed,
+            limit: self.max,
+            remaining,
+            reset,
+            // Denied while a slice is on its way: worth asking again soon.
+            retry_after: match (allowed, self.asking) {
+                (true, _) => Nanos::ZERO,
+                (false, Some(_)) => reset.min(Nanos(100_000_000)),
+                (false, None) => reset,
+            },
+            shadow_denied: false,
+        }
+    }
+
+    /// Units to ask the home for at `now`, after an ask of `cost`: none
+    /// while a request is out (or until [`ASK_TIMEOUT`]), none while what it
+    /// holds covers half a lease of its asks at their rate so far.
+    fn want(&self, now: Nanos, cost: u64) -> Option<u64> {
+        if self
+            .asking
+            .is_some_and(|sent| now < sent.saturating_add(ASK_TIMEOUT))
+        {
+            return None;
+        }
+        let want = self
+            .demand
+            .per(REGION_LEASE, now)
+            .max(cost)
+            .max(1)
+            .min(self.max);
+        (self.room(now) < want.div_ceil(2).max(cost)).then_some(want)
+    }
+
+    /// Gives back the share when the home asks (`reclaim`): keeps what its
+    /// demand so far says it will need until the window ends
+    /// ([`Demand::need_until`]), returns the rest. The refund is taken at
+    /// the window's start, as the home took the share. The home may ask
+    /// again; each time gives back only what is over the need by then.
+    fn reclaim(&mut self, now: Nanos) -> Option<Refund> {
+        let need = self
+            .demand
+            .need_until(self.window_start, now, self.window_end)?;
+        let back = self.share_left.saturating_sub(need);
+        self.share_left -= back;
+        (back > 0).then_some(Refund {
+            units: back,
+            spent: 0,
+            taken_at: self.window_start,
+        })
+    }
+}
+
+/// One partition's delegate books: a [`DelegateKey`] per counter key of a
+/// global policy whose home is another region.
+#[derive(Debug)]
+pub struct Delegates {
+    /// When this owner began: it knows the shares of windows that started
+    /// since.
+    since: Nanos,
+    keys: HashMap<String, DelegateKey>,
+}
+
+/// A delegate's decision and what to ask the home for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decided {
+    pub decision: Decision,
+    /// Units to ask the home for now (send the request, then
+    /// [`Delegates::asked`]).
+    pub want: Option<u64>,
+}
+
+impl Delegates {
+    /// The books of an owner that began at `since`.
+    pub fn new(since: Nanos) -> Delegates {
+        Delegates {
+            since,
+            keys: HashMap::new(),
+        }
+    }
+
+    fn key(&mut self, key: &str, limit: &Limit, share: u64, now: Nanos) -> &mut DelegateKey {
+        let window_start = limit.window_start(now);
+        let known = if window_start >= self.since { share } else { 0 };
+        let entry = self
+            .keys
+            .entry(key.to_string())
+            .or_insert_with(|| DelegateKey::new(limit, now, known));
+        if entry.window_start != window_start {
+            // A new window: the old one's slices ended with it (their
+            // units cannot go back into a window that is over).
+            *entry = DelegateKey::new(limit, now, known);
+        }
+        entry
+    }
+
+    /// Decides an ask of `cost` for the counter `key` under `limit`, this
+    /// region's reserved share of each window being `share`.
+    pub fn decide(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        share: u64,
+        now: Nanos,
+        cost: u64,
+    ) -> Decided {
+        let entry = self.key(key, limit, share, now);
+        let decision = entry.decide(now, cost);
+        let want = entry.want(now, if decision.allowed { 0 } else { cost });
+        Decided { decision, want }
+    }
+
+    /// A request for a slice of `key` left at `sent`.
+    pub fn asked(&mut self, key: &str, sent: Nanos) {
+        if let Some(entry) = self.keys.get_mut(key) {
+            entry.asking = Some(sent);
+        }
+    }
+
+    /// The home answered the request that left at `sent`: `grant` (if any)
+    /// with the home's `decision`. A grant for a window that is over here
+    /// is not kept (its lease ended with it).
+    pub fn answered(
+        &mut self,
+        key: &str,
+        sent: Nanos,
+        received: Nanos,
+        grant: Option<&Grant>,
+        decision: &Decision,
+    ) {
+        let Some(entry) = self.keys.get_mut(key) else {
+            return;
+        };
+        if entry.asking == Some(sent) {
+            entry.asking = None;
+        }
+        if let Some(grant) = grant.filter(|g| g.units > 0) {
+            let slice = Slice::new(grant, sent, received, decision);
+            if !slice.expired(received) {
+                entry.slices.push(slice);
+            }
+        }
+    }
+
+    /// The request that left at `sent` failed (no answer, an error): the
+    /// next ask may ask again.
+    pub fn failed(&mut self, key: &str, sent: Nanos) {
+        if let Some(entry) = self.keys.get_mut(key) {
+            if entry.asking == Some(sent) {
+                entry.asking = None;
+            }
+        }
+    }
+
+    /// The home asks for `key`'s share of the window that started at
+    /// `window_start` back: the refund to send, if any. A key not asked
+    /// here yet in that window gives back its whole share (and spends none
+    /// of it after); nothing comes of a window that is not this one, or
+    /// that began before this owner did.
+    pub fn reclaim(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        share: u64,
+        window_start: Nanos,
+        now: Nanos,
+    ) -> Option<Refund> {
+        if limit.window_start(now) != window_start {
+            return None;
+        }
+        self.key(key, limit, share, now).reclaim(now)
+    }
+
+    /// The slices whose lease ended at `now` with units left: each key's
+    /// refunds to send (into a window that still lasts), and the books of
+    /// windows that are over dropped.
+    pub fn sweep(&mut self, now: Nanos) -> Vec<(String, Refund)> {
+        let mut refunds = Vec::new();
+        self.keys.retain(|key, entry| {
+            if now >= entry.window_end {
+                return false;
+            }
+            entry.slices.retain(|slice| {
+                if !slice.expired(now) {
+                    return true;
+                }
+                if slice.left() > 0 {
+                    let refund = Refund {
+                        spent: 0,
+                        ..slice.refund()
+                    };
+                    refunds.push((key.clone(), refund));
+                }
+                false
+            });
+            true
+        });
+        refunds
+    }
+
+    /// Keys with books (tests, metrics).
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// What the home keeps out of a grant to another region: what its own
+/// demand needs until the window ends, up to what is left of its own
+/// share (`home_share`, its weight's fraction of `max`); all of that
+/// while its rate cannot be told yet.
+pub fn home_keeps(demand: &Demand, home_share: u64, limit: &Limit, now: Nanos) -> u64 {
+    let start = limit.window_start(now);
+    let left = home_share.saturating_sub(demand.taken());
+    match demand.need_until(start, now, limit.window_end(start)) {
+        Some(need) => need.min(left),
+        None => left,
+    }
+}
+
+/// What the home counts when a key's window opens there: every other
+/// region's reserved share of `max` (none when a cut-off region does not
+/// decide from a share, `on_cut` other than `"reserved"`).
+pub fn remote_shares(
+    global: &crate::region::Global,
+    here: &crate::region::RegionName,
+    max: u64,
+) -> u64 {
+    if global.on_cut() != crate::region::OnCut::Reserved {
+        return 0;
+    }
+    global
+        .weights()
+        .iter()
+        .filter(|(region, _)| region != here)
+        .map(|(region, _)| global.reserved(region, max))
+        .sum()
+}
+
+/// Opens `state`'s window at the home, before anything else is decided in
+/// it: when the window holds nothing yet, counts `shares` (the other
+/// regions' reserved shares, [`remote_shares`]) as a slice taken at the
+/// window's start, and returns that start (the slice's `taken_at`, which
+/// the delegates know without asking and give their shares back under).
+/// `None` when the window was open already, or there is nothing to count.
+pub fn open_at_home(
+    policy: &crate::policy::Policy,
+    state: &mut crate::policy::KeyState,
+    now: Nanos,
+    shares: u64,
+) -> Option<Nanos> {
+    let limit = policy.limits().first()?;
+    if shares == 0 || policy.inspect(state, now).first()?.used > 0 {
+        return None;
+    }
+    policy.record(state, now, shares);
+    Some(limit.window_start(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn limit() -> Limit {
+        Limit::new(100, Duration::from_secs(10), None).unwrap()
+    }
+
+    /// The home's answer to a request for a slice.
+    fn allowed(remaining: u64, reset: Nanos) -> Decision {
+        Decision {
+            allowed: true,
+            limit: 100,
+            remaining,
+            reset,
+            retry_after: Nanos::ZERO,
+            shadow_denied: false,
+        }
+    }
+
+    #[test]
+    fn a_delegate_spends_its_share_then_asks_ahead() {
+        let mut d = Delegates::new(Nanos(0));
+        let t = Nanos(10_000 * MS);
+        let first = d.decide("k", &limit(), 5, t, 1);
+        assert!(first.decision.allowed);
+        assert_eq!(first.decision.remaining, 4);
+        for i in 1..5 {
+            assert!(
+                d.decide("k", &limit(), 5, Nanos(t.0 + i * MS), 1)
+                    .decision
+                    .allowed
+            );
+        }
+        let out = d.decide("k", &limit(), 5, Nanos(t.0 + 5 * MS), 1);
+        assert!(
+            !out.decision.allowed,
+            "the share is spent and nothing granted"
+        );
+        let want = out.want.expect("asks when empty");
+        assert!(want >= 1);
+        d.asked("k", Nanos(t.0 + 5 * MS));
+        assert_eq!(
+            d.decide("k", &limit(), 5, Nanos(t.0 + 6 * MS), 1).want,
+            None,
+            "one request out"
+        );
+        let grant = Grant {
+            units: 10,
+            lease: REGION_LEASE,
+            taken_at: Nanos(t.0 + 50 * MS),
+        };
+        let home = allowed(40, Nanos(9_000 * MS));
+        d.answered(
+            "k",
+            Nanos(t.0 + 5 * MS),
+            Nanos(t.0 + 100 * MS),
+            Some(&grant),
+            &home,
+        );
+        assert!(
+            d.decide("k", &limit(), 5, Nanos(t.0 + 101 * MS), 1)
+                .decision
+                .allowed
+        );
+        // The lease ends 2 s after the request left: 9 units go back.
+        let refunds = d.sweep(Nanos(t.0 + 5 * MS + REGION_LEASE.0));
+        assert_eq!(refunds.len(), 1);
+        assert_eq!(refunds[0].1.units, 9);
+        assert_eq!(refunds[0].1.taken_at, grant.taken_at);
+    }
+
+    #[test]
+    fn an_owner_spends_no_share_of_a_window_begun_before_it() {
+        let mut d = Delegates::new(Nanos(10_005 * MS));
+        let out = d.decide("k", &limit(), 5, Nanos(10_006 * MS), 1);
+        assert!(!out.decision.allowed);
+        assert!(out.want.is_some());
+        let next = d.decide("k", &limit(), 5, Nanos(20_000 * MS), 1);
+        assert!(next.decision.allowed, "the next window's share is known");
+    }
+
+    #[test]
+    fn a_reclaim_keeps_what_the_rate_needs() {
+        let mut d = Delegates::new(Nanos(0));
+        let start = Nanos(10_000 * MS);
+        let at = |ms: u64| Nanos(start.0 + ms * MS);
+        // Too early to tell a rate: everything is kept.
+        d.decide("k", &limit(), 50, at(0), 1);
+        assert_eq!(d.reclaim("k", &limit(), 50, start, at(100)), None);
+        assert_eq!(d.reclaim("quiet", &limit(), 50, start, at(100)), None);
+        // 8 units in 4 s: 2 a second, 12 more in the 6 s left, 15 kept.
+        for ms in [500, 1_000, 1_500, 2_000, 2_500, 3_000, 3_500] {
+            d.decide("k", &limit(), 50, at(ms), 1);
+        }
+        let back = d.reclaim("k", &limit(), 50, start, at(4_000)).unwrap();
+        assert_eq!(back.units, 42 - 15);
+        assert_eq!(back.taken_at, start);
+        assert_eq!(
+            d.reclaim("k", &limit(), 50, start, at(4_000)),
+            None,
+            "nothing over the need"
+        );
+        // A key not asked here in the first quarter gives all of it.
+        let untouched = d.reclaim("other", &limit(), 50, start, at(4_000)).unwrap();
+        assert_eq!(untouched.units, 50);
+        assert!(
+            !d.decide("other", &limit(), 50, at(4_001), 1)
+                .decision
+                .allowed,
+            "and spends none"
+        );
+        let next = Nanos(start.0 + 10_000 * MS);
+        assert_eq!(
+            d.reclaim("k", &limit(), 50, start, next),
+            None,
+            "a window over"
+        );
+    }
+
+    #[test]
+    fn a_grant_for_a_window_over_is_not_spent() {
+        let mut d = Delegates::new(Nanos(0));
+        let t = Nanos(19_990 * MS);
+        d.decide("k", &limit(), 0, t, 1);
+        d.asked("k", t);
+        let grant = Grant {
+            units: 5,
+            lease: Nanos(10 * MS),
+            taken_at: t,
+        };
+        let home = allowed(10, Nanos(10 * MS));
+        d.answered("k", t, Nanos(20_001 * MS), Some(&grant), &home);
+        assert!(
+            !d.decide("k", &limit(), 0, Nanos(20_002 * MS), 1)
+                .decision
+                .allowed
+        );
+        assert!(d.sweep(Nanos(20_003 * MS)).is_empty());
+    }
+}
