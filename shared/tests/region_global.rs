@@ -183,11 +183,8 @@ impl Model {
                     }
                     (d, g)
                 });
-                match answer.filter(|_| !answer_lost) {
-                    Some((d, g)) => {
-                        self.delegates[region].answered(KEY, sent, self.now, g.as_ref(), &d)
-                    }
-                    None => self.delegates[region].failed(KEY, sent),
+                if let Some((d, g)) = answer.filter(|_| !answer_lost) {
+                    self.delegates[region].answered(KEY, sent, self.now, g.as_ref(), &d);
                 }
             }
             Event::Sweep { region, lost } => {

@@ -283,6 +283,10 @@ async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> an
                 let mut results = batch::decode_results(&m.payload, 1)?;
                 Ok(results.pop())
             });
+            // A request that failed is asked again once ASK_TIMEOUT has
+            // passed since it left, not at once: a home that refuses, or
+            // has no owner for the partition, is asked once a second, not
+            // once per ask.
             match reply {
                 Ok(Some(Reply::Decision(d))) => delegates.answered(
                     &counter_key,
@@ -291,14 +295,8 @@ async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> an
                     d.grant.as_ref(),
                     &d.decision(),
                 ),
-                Ok(other) => {
-                    delegates.failed(&counter_key, sent);
-                    anyhow::bail!("the home refused a slice: {other:?}");
-                }
-                Err(e) => {
-                    delegates.failed(&counter_key, sent);
-                    return Err(e);
-                }
+                Ok(other) => anyhow::bail!("the home refused a slice: {other:?}"),
+                Err(e) => return Err(e),
             }
         }
         Need::Refund {

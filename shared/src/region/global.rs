@@ -307,16 +307,6 @@ impl Delegates {
         }
     }
 
-    /// The request that left at `sent` failed (no answer, an error): the
-    /// next ask may ask again.
-    pub fn failed(&mut self, key: &str, sent: Nanos) {
-        if let Some(entry) = self.keys.get_mut(key) {
-            if entry.asking == Some(sent) {
-                entry.asking = None;
-            }
-        }
-    }
-
     /// The home asks for `key`'s share of the window that started at
     /// `window_start` back: the refund to send, if any. A key not asked
     /// here yet in that window gives back its whole share (and spends none
