@@ -2,9 +2,10 @@
 //! against a model of three regions on one injected clock: the home's
 //! state and books of what it granted, two delegates, and the messages
 //! between them, each of which may be lost, and delivered late in any
-//! order. Whatever the link does (cut, requests or answers lost, refunds
-//! and reclaims lost or late), the units admitted in one window over all
-//! regions never pass `max`.
+//! order, and delegates replaced by new owners that keep only the key's
+//! counter (journal mode). Whatever the link does (cut, requests or
+//! answers lost, refunds and reclaims lost or late), the units admitted in
+//! one window over all regions never pass `max`.
 
 use proptest::prelude::*;
 use sluice_core::budget::{Grant, Refund};
@@ -43,6 +44,9 @@ enum Event {
         region: usize,
         lost: bool,
     },
+    /// A region's owner is replaced (journal mode): its books are gone,
+    /// its counter of the key (share spent or given back) is not.
+    Handover(usize),
     Advance(u64),
 }
 
@@ -57,7 +61,8 @@ fn event() -> impl Strategy<Value = Event> {
             answer_lost: a,
         }),
         (r.clone(), any::<bool>()).prop_map(|(region, lost)| Event::Sweep { region, lost }),
-        (r, any::<bool>()).prop_map(|(region, lost)| Event::Reclaim { region, lost }),
+        (r.clone(), any::<bool>()).prop_map(|(region, lost)| Event::Reclaim { region, lost }),
+        r.prop_map(Event::Handover),
         (1..300u64).prop_map(Event::Advance),
     ]
 }
@@ -73,6 +78,9 @@ struct Model {
     books: Outstanding,
     home_demand: (Nanos, Demand),
     delegates: Vec<Delegates>,
+    /// Per region: what its own counter of the key recorded of its share,
+    /// by window.
+    recorded: Vec<BTreeMap<Nanos, u64>>,
     /// Per region: requests on their way (want, sent).
     requests: Vec<Vec<(u64, Nanos)>>,
     /// Units admitted per window (by its start), over all regions.
@@ -97,7 +105,8 @@ impl Model {
             remote: REMOTE.iter().map(|r| RegionName::new(r).unwrap()).collect(),
             books: Outstanding::default(),
             home_demand: (Nanos(0), Demand::default()),
-            delegates: REMOTE.iter().map(|_| Delegates::new(start)).collect(),
+            delegates: REMOTE.iter().map(|_| Delegates::default()).collect(),
+            recorded: vec![BTreeMap::new(); REMOTE.len()],
             requests: vec![Vec::new(); REMOTE.len()],
             admitted: BTreeMap::new(),
         }
@@ -151,7 +160,11 @@ impl Model {
             }
             Event::RegionAsk(r, cost) => {
                 let share = self.share(r);
-                let decided = self.delegates[r].decide(KEY, &self.limit, share, self.now, cost);
+                let w = self.window();
+                let recorded = self.recorded[r].get(&w).copied().unwrap_or(0);
+                let decided =
+                    self.delegates[r].decide(KEY, &self.limit, share, self.now, cost, || recorded);
+                *self.recorded[r].entry(w).or_default() += decided.from_share;
                 if decided.decision.allowed {
                     self.admit(cost);
                 }
@@ -197,10 +210,20 @@ impl Model {
             Event::Reclaim { region, lost } => {
                 let share = self.share(region);
                 let w = self.window();
-                let refund = self.delegates[region].reclaim(KEY, &self.limit, share, w, self.now);
-                if let (Some(refund), false) = (refund, lost) {
-                    self.give_back(refund);
+                let recorded = self.recorded[region].get(&w).copied().unwrap_or(0);
+                let refund =
+                    self.delegates[region]
+                        .reclaim(KEY, &self.limit, share, w, self.now, || recorded);
+                if let Some(refund) = refund {
+                    *self.recorded[region].entry(w).or_default() += refund.units;
+                    if !lost {
+                        self.give_back(refund);
+                    }
                 }
+            }
+            Event::Handover(region) => {
+                self.delegates[region] = Delegates::default();
+                self.requests[region].clear();
             }
             Event::Advance(ms) => self.now = Nanos(self.now.0 + ms * MS),
         }

@@ -43,8 +43,7 @@ use tokio::sync::mpsc;
 /// A partition's books of its global keys, kept with its counters.
 #[derive(Debug, Default)]
 pub struct Books {
-    /// Keys whose home is another region (created at first use: this
-    /// owner knows the shares of windows begun since).
+    /// Keys whose home is another region.
     delegates: Option<Delegates>,
     /// Keys whose home is here: this region's own demand in the current
     /// window, and when the delegates were last asked for their shares.
@@ -65,15 +64,8 @@ struct Homed {
 const MOST_HOMED: usize = 65_536;
 
 impl Books {
-    /// The owner took the partition at `now` (restored and replayed): it
-    /// knows the shares of windows that begin from here on.
-    pub fn began(&mut self, now: Nanos) {
-        self.delegates.get_or_insert_with(|| Delegates::new(now));
-    }
-
-    /// The delegate books; begun now if [`Books::began`] was not called.
-    pub fn delegates(&mut self, now: Nanos) -> &mut Delegates {
-        self.delegates.get_or_insert_with(|| Delegates::new(now))
+    pub fn delegates(&mut self) -> &mut Delegates {
+        self.delegates.get_or_insert_with(Delegates::default)
     }
 
     fn homed(&mut self, key: &str, window_start: Nanos) -> &mut Homed {
@@ -278,7 +270,7 @@ async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> an
             let answered = request(client, link_batch(home.as_str(), partition), body).await;
             let received = clock.now();
             let mut books = counters.global();
-            let delegates = books.delegates(received);
+            let delegates = books.delegates();
             let reply = answered.and_then(|m| {
                 let mut results = batch::decode_results(&m.payload, 1)?;
                 Ok(results.pop())

@@ -474,7 +474,6 @@ impl Shard {
         )
         .await?;
         self.owner.fenced(manifest, rev, std::time::Instant::now());
-        self.owner.counters().global().began(now);
         let stats = self.owner.stats();
         stats
             .last_snapshot_ms

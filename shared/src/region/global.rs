@@ -33,12 +33,13 @@
 //! leaves it what its own demand needs, up to its own share
 //! ([`home_keeps`]), so a quiet region is not starved by a busy one.
 //!
-//! A delegate's books are not stored: one that takes a partition over does
-//! not know what its predecessor spent of the current windows' shares, so
-//! it spends no share of a window that started before it began
-//! ([`Delegates::new`]) and decides from slices only until the next
-//! window. A lost request, answer, refund or reclaim only leaves units
-//! counted at the home: under-admission, never more than `max`.
+//! What a delegate spent of its share, or gave back, it records in its own
+//! counter of the key, so that an owner that takes the partition over
+//! starts from it ([`Delegates`]); its slices are not stored (a new owner
+//! asks anew, and the old slices' units stay counted at the home until
+//! their window ends). A lost request, answer, refund or reclaim only
+//! leaves units counted at the home: under-admission, never more than
+//! `max`.
 
 use crate::budget::{Grant, Refund, Slice};
 use crate::limit::{Decision, Limit};
@@ -54,6 +55,12 @@ pub const REGION_LEASE: Nanos = Nanos(2_000_000_000);
 /// How long a delegate waits for the home's answer before it may ask
 /// again (the request or its answer is taken as lost).
 pub const ASK_TIMEOUT: Nanos = Nanos(1_000_000_000);
+
+/// How far ahead a delegate looks when it judges what it holds: a slice
+/// whose lease ends sooner than this counts for nothing, so the next one
+/// is asked for while the link's round trip (up to ~300 ms) still leaves
+/// time for it to arrive.
+pub const ASK_AHEAD: Nanos = Nanos(300_000_000);
 
 /// What one region asked of one key in one window: when its first unit
 /// was taken and how many were. How a region tells what it will still
@@ -146,13 +153,16 @@ impl DelegateKey {
         self.share_left.saturating_add(sliced)
     }
 
-    /// Spends `cost` from the share, else from one slice that holds it.
-    fn decide(&mut self, now: Nanos, cost: u64) -> Decision {
+    /// Spends `cost` from the share, else from one slice that holds it;
+    /// the decision, and how many units came from the share.
+    fn decide(&mut self, now: Nanos, cost: u64) -> (Decision, u64) {
         let reset = self.window_end.saturating_sub(now);
+        let mut from_share = 0;
         let allowed = if cost == 0 {
             true
         } else if cost <= self.share_left {
             self.share_left -= cost;
+            from_share = cost;
             true
         } else {
             self.slices
@@ -163,7 +173,7 @@ impl DelegateKey {
             self.demand.took(now, cost);
         }
         let remaining = self.room(now);
-        Decision {
+        let decision = Decision {
             allowed,
             limit: self.max,
             remaining,
@@ -175,7 +185,8 @@ impl DelegateKey {
                 (false, None) => reset,
             },
             shadow_denied: false,
-        }
+        };
+        (decision, from_share)
     }
 
     /// Units to ask the home for at `now`, after an ask of `cost`: none
@@ -194,7 +205,7 @@ impl DelegateKey {
             .max(cost)
             .max(1)
             .min(self.max);
-        (self.room(now) < want.div_ceil(2).max(cost)).then_some(want)
+        (self.room(now.saturating_add(ASK_AHEAD)) < want.div_ceil(2).max(cost)).then_some(want)
     }
 
     /// Gives back the share when the home asks (`reclaim`): keeps what its
@@ -217,12 +228,13 @@ impl DelegateKey {
 }
 
 /// One partition's delegate books: a [`DelegateKey`] per counter key of a
-/// global policy whose home is another region.
-#[derive(Debug)]
+/// global policy whose home is another region. Not stored: what must
+/// outlive the owner, the units it spent of its shares or gave back, it
+/// records in its own counter of the key ([`Decided::from_share`]), which
+/// goes through snapshots, the journal and handovers like any count; a
+/// new owner's books start from it (`recorded`).
+#[derive(Debug, Default)]
 pub struct Delegates {
-    /// When this owner began: it knows the shares of windows that started
-    /// since.
-    since: Nanos,
     keys: HashMap<String, DelegateKey>,
 }
 
@@ -233,34 +245,47 @@ pub struct Decided {
     /// Units to ask the home for now (send the request, then
     /// [`Delegates::asked`]).
     pub want: Option<u64>,
+    /// Units that came from the share: to record in the key's own counter.
+    pub from_share: u64,
 }
 
 impl Delegates {
-    /// The books of an owner that began at `since`.
-    pub fn new(since: Nanos) -> Delegates {
-        Delegates {
-            since,
-            keys: HashMap::new(),
-        }
-    }
-
-    fn key(&mut self, key: &str, limit: &Limit, share: u64, now: Nanos) -> &mut DelegateKey {
+    /// The key's books for the window at `now`; a new window's share is
+    /// `share` less what the key's own counter says was spent of it or
+    /// given back already (`recorded`, asked only then).
+    fn key(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        share: u64,
+        now: Nanos,
+        recorded: impl FnOnce() -> u64,
+    ) -> &mut DelegateKey {
         let window_start = limit.window_start(now);
-        let known = if window_start >= self.since { share } else { 0 };
-        let entry = self
-            .keys
-            .entry(key.to_string())
-            .or_insert_with(|| DelegateKey::new(limit, now, known));
-        if entry.window_start != window_start {
+        let fresh = match self.keys.get(key) {
+            Some(entry) => entry.window_start != window_start,
+            None => true,
+        };
+        if fresh {
             // A new window: the old one's slices ended with it (their
             // units cannot go back into a window that is over).
-            *entry = DelegateKey::new(limit, now, known);
+            let entry = DelegateKey::new(limit, now, share.saturating_sub(recorded()));
+            self.keys.insert(key.to_string(), entry);
         }
-        entry
+        self.keys.get_mut(key).expect("just inserted")
+    }
+
+    /// Whether `key` has books for the window at `now` (else the next
+    /// decision needs what its counter recorded).
+    pub fn knows(&self, key: &str, limit: &Limit, now: Nanos) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|entry| entry.window_start == limit.window_start(now))
     }
 
     /// Decides an ask of `cost` for the counter `key` under `limit`, this
-    /// region's reserved share of each window being `share`.
+    /// region's reserved share of each window being `share`; `recorded`
+    /// is what the key's own counter holds in the window at `now`.
     pub fn decide(
         &mut self,
         key: &str,
@@ -268,11 +293,16 @@ impl Delegates {
         share: u64,
         now: Nanos,
         cost: u64,
+        recorded: impl FnOnce() -> u64,
     ) -> Decided {
-        let entry = self.key(key, limit, share, now);
-        let decision = entry.decide(now, cost);
+        let entry = self.key(key, limit, share, now, recorded);
+        let (decision, from_share) = entry.decide(now, cost);
         let want = entry.want(now, if decision.allowed { 0 } else { cost });
-        Decided { decision, want }
+        Decided {
+            decision,
+            want,
+            from_share,
+        }
     }
 
     /// A request for a slice of `key` left at `sent`.
@@ -308,10 +338,10 @@ impl Delegates {
     }
 
     /// The home asks for `key`'s share of the window that started at
-    /// `window_start` back: the refund to send, if any. A key not asked
-    /// here yet in that window gives back its whole share (and spends none
-    /// of it after); nothing comes of a window that is not this one, or
-    /// that began before this owner did.
+    /// `window_start` back: the refund to send, if any (record its units
+    /// in the key's own counter, as spent share). A key not asked here in
+    /// the window's first quarter gives back its whole share; nothing
+    /// comes of a window that is not this one.
     pub fn reclaim(
         &mut self,
         key: &str,
@@ -319,11 +349,12 @@ impl Delegates {
         share: u64,
         window_start: Nanos,
         now: Nanos,
+        recorded: impl FnOnce() -> u64,
     ) -> Option<Refund> {
         if limit.window_start(now) != window_start {
             return None;
         }
-        self.key(key, limit, share, now).reclaim(now)
+        self.key(key, limit, share, now, recorded).reclaim(now)
     }
 
     /// The slices whose lease ended at `now` with units left: each key's
@@ -440,19 +471,19 @@ mod tests {
 
     #[test]
     fn a_delegate_spends_its_share_then_asks_ahead() {
-        let mut d = Delegates::new(Nanos(0));
+        let mut d = Delegates::default();
         let t = Nanos(10_000 * MS);
-        let first = d.decide("k", &limit(), 5, t, 1);
+        let first = d.decide("k", &limit(), 5, t, 1, || 0);
         assert!(first.decision.allowed);
         assert_eq!(first.decision.remaining, 4);
         for i in 1..5 {
             assert!(
-                d.decide("k", &limit(), 5, Nanos(t.0 + i * MS), 1)
+                d.decide("k", &limit(), 5, Nanos(t.0 + i * MS), 1, || 0)
                     .decision
                     .allowed
             );
         }
-        let out = d.decide("k", &limit(), 5, Nanos(t.0 + 5 * MS), 1);
+        let out = d.decide("k", &limit(), 5, Nanos(t.0 + 5 * MS), 1, || 0);
         assert!(
             !out.decision.allowed,
             "the share is spent and nothing granted"
@@ -461,7 +492,8 @@ mod tests {
         assert!(want >= 1);
         d.asked("k", Nanos(t.0 + 5 * MS));
         assert_eq!(
-            d.decide("k", &limit(), 5, Nanos(t.0 + 6 * MS), 1).want,
+            d.decide("k", &limit(), 5, Nanos(t.0 + 6 * MS), 1, || 0)
+                .want,
             None,
             "one request out"
         );
@@ -479,7 +511,7 @@ mod tests {
             &home,
         );
         assert!(
-            d.decide("k", &limit(), 5, Nanos(t.0 + 101 * MS), 1)
+            d.decide("k", &limit(), 5, Nanos(t.0 + 101 * MS), 1, || 0)
                 .decision
                 .allowed
         );
@@ -491,48 +523,57 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_spends_no_share_of_a_window_begun_before_it() {
-        let mut d = Delegates::new(Nanos(10_005 * MS));
-        let out = d.decide("k", &limit(), 5, Nanos(10_006 * MS), 1);
+    fn a_new_owner_starts_from_what_the_keys_counter_recorded() {
+        let mut d = Delegates::default();
+        let t = Nanos(10_006 * MS);
+        let first = d.decide("k", &limit(), 5, t, 1, || 4);
+        assert!(first.decision.allowed, "one unit of the share is left");
+        assert_eq!(first.from_share, 1);
+        let out = d.decide("k", &limit(), 5, Nanos(t.0 + MS), 1, || unreachable!());
         assert!(!out.decision.allowed);
+        assert_eq!(out.from_share, 0);
         assert!(out.want.is_some());
-        let next = d.decide("k", &limit(), 5, Nanos(20_000 * MS), 1);
-        assert!(next.decision.allowed, "the next window's share is known");
+        let next = d.decide("k", &limit(), 5, Nanos(20_000 * MS), 1, || 0);
+        assert!(next.decision.allowed, "the next window's share is whole");
     }
 
     #[test]
     fn a_reclaim_keeps_what_the_rate_needs() {
-        let mut d = Delegates::new(Nanos(0));
+        let mut d = Delegates::default();
         let start = Nanos(10_000 * MS);
         let at = |ms: u64| Nanos(start.0 + ms * MS);
         // Too early to tell a rate: everything is kept.
-        d.decide("k", &limit(), 50, at(0), 1);
-        assert_eq!(d.reclaim("k", &limit(), 50, start, at(100)), None);
-        assert_eq!(d.reclaim("quiet", &limit(), 50, start, at(100)), None);
+        d.decide("k", &limit(), 50, at(0), 1, || 0);
+        assert_eq!(d.reclaim("k", &limit(), 50, start, at(100), || 0), None);
+        assert_eq!(d.reclaim("quiet", &limit(), 50, start, at(100), || 0), None);
         // 8 units in 4 s: 2 a second, 12 more in the 6 s left, 15 kept.
         for ms in [500, 1_000, 1_500, 2_000, 2_500, 3_000, 3_500] {
-            d.decide("k", &limit(), 50, at(ms), 1);
+            d.decide("k", &limit(), 50, at(ms), 1, || 0);
         }
-        let back = d.reclaim("k", &limit(), 50, start, at(4_000)).unwrap();
+        let back = d
+            .reclaim("k", &limit(), 50, start, at(4_000), || 0)
+            .unwrap();
         assert_eq!(back.units, 42 - 15);
         assert_eq!(back.taken_at, start);
         assert_eq!(
-            d.reclaim("k", &limit(), 50, start, at(4_000)),
+            d.reclaim("k", &limit(), 50, start, at(4_000), || 0),
             None,
             "nothing over the need"
         );
         // A key not asked here in the first quarter gives all of it.
-        let untouched = d.reclaim("other", &limit(), 50, start, at(4_000)).unwrap();
+        let untouched = d
+            .reclaim("other", &limit(), 50, start, at(4_000), || 0)
+            .unwrap();
         assert_eq!(untouched.units, 50);
         assert!(
-            !d.decide("other", &limit(), 50, at(4_001), 1)
+            !d.decide("other", &limit(), 50, at(4_001), 1, || 0)
                 .decision
                 .allowed,
             "and spends none"
         );
         let next = Nanos(start.0 + 10_000 * MS);
         assert_eq!(
-            d.reclaim("k", &limit(), 50, start, next),
+            d.reclaim("k", &limit(), 50, start, next, || 0),
             None,
             "a window over"
         );
@@ -540,9 +581,9 @@ mod tests {
 
     #[test]
     fn a_grant_for_a_window_over_is_not_spent() {
-        let mut d = Delegates::new(Nanos(0));
+        let mut d = Delegates::default();
         let t = Nanos(19_990 * MS);
-        d.decide("k", &limit(), 0, t, 1);
+        d.decide("k", &limit(), 0, t, 1, || 0);
         d.asked("k", t);
         let grant = Grant {
             units: 5,
@@ -552,7 +593,7 @@ mod tests {
         let home = allowed(10, Nanos(10 * MS));
         d.answered("k", t, Nanos(20_001 * MS), Some(&grant), &home);
         assert!(
-            !d.decide("k", &limit(), 0, Nanos(20_002 * MS), 1)
+            !d.decide("k", &limit(), 0, Nanos(20_002 * MS), 1, || 0)
                 .decision
                 .allowed
         );

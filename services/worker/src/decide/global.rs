@@ -28,6 +28,25 @@ fn share_of(global: &Global, region: &RegionName, max: u64) -> u64 {
     }
 }
 
+/// What the key's own counter holds in the window at `now`: the units of
+/// this region's share spent or given back there, by this owner or the
+/// ones before it.
+fn recorded_share(owned: Owned<'_>, policy: &Policy, counter_key: &str, now: Nanos) -> u64 {
+    owned
+        .counters
+        .state(counter_key)
+        .and_then(|state| policy.inspect(&state, now).first().map(|l| l.used))
+        .unwrap_or(0)
+}
+
+/// Records `units` of the share as spent in the key's own counter, which
+/// snapshots and the journal carry to the partition's next owner.
+fn record_share(owned: Owned<'_>, policy: &Policy, counter_key: &str, now: Nanos, units: u64) {
+    owned.counters.update(policy, counter_key, now, |state| {
+        policy.record(state, now, units)
+    });
+}
+
 impl Decider {
     /// A subject of this region's link partition subjects, parsed.
     pub(super) fn link_inbound<'s>(&self, subject: &'s str) -> Option<LinkInbound<'s>> {
@@ -62,7 +81,7 @@ impl Decider {
             LinkInbound::Reclaim(partition) => {
                 if partition == owned.partition {
                     match decode_reclaim(message.body) {
-                        Ok(reclaim) => self.give_share_back(policies, &reclaim, owned, now),
+                        Ok(reclaim) => self.give_share_back(policies, &reclaim, owned, now, tally),
                         Err(e) => tracing::debug!("a reclaim refused: {}", e.message),
                     }
                 }
@@ -79,6 +98,7 @@ impl Decider {
         reclaim: &Reclaim,
         owned: Owned<'_>,
         now: Nanos,
+        tally: &mut Tally,
     ) {
         let Some(link) = self.global.as_ref() else {
             return;
@@ -94,13 +114,22 @@ impl Decider {
         }
         let share = share_of(global, &link.region, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
-            owned.counters.global().delegates(now).reclaim(
+            let recorded = recorded_share(owned, policy, buf, now);
+            let refund = owned.counters.global().delegates().reclaim(
                 buf,
                 limit,
                 share,
                 Nanos(reclaim.window_start),
                 now,
-            )
+                || recorded,
+            );
+            // Given back is gone from the share for good, whoever owns
+            // the partition next: recorded as spent.
+            if let Some(refund) = refund {
+                record_share(owned, policy, buf, now, refund.units);
+                tally.changed(policy.name(), &reclaim.key, refund.units, false, now);
+            }
+            refund
         });
         if let Some(refund) = refund {
             link.send(Need::Refund {
@@ -144,11 +173,25 @@ impl Decider {
         };
         let share = share_of(global, &link.region, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
+            // The key's counter is read only for a key new in this window,
+            // and not under the books' lock (a bucket's lock comes first).
             let mut books = owned.counters.global();
-            let delegates = books.delegates(now);
-            let decided = delegates.decide(buf, limit, share, now, cost);
+            let mut recorded = 0;
+            if !books.delegates().knows(buf, limit, now) {
+                drop(books);
+                recorded = recorded_share(owned, policy, buf, now);
+                books = owned.counters.global();
+            }
+            let delegates = books.delegates();
+            let decided = delegates.decide(buf, limit, share, now, cost, || recorded);
             if decided.want.is_some() {
                 delegates.asked(buf, now);
+            }
+            drop(books);
+            if decided.from_share > 0 {
+                record_share(owned, policy, buf, now, decided.from_share);
+                turn.tally
+                    .changed(policy.name(), token, decided.from_share, false, now);
             }
             decided
         });
