@@ -46,10 +46,19 @@ home = "east"
 regions = ["east", "west"]
 "#;
 
-fn bench(sluice: &str, nats: &str, policy: &str, seconds: u32, keys: u32) -> serde_json::Value {
+fn bench(
+    sluice: &str,
+    nats: &str,
+    policy: &str,
+    seconds: u32,
+    keys: u32,
+    prefix: &str,
+) -> serde_json::Value {
     let out = Command::new(sluice)
         .args([
             "bench",
+            "--key-prefix",
+            prefix,
             "--nats",
             nats,
             "--policy",
@@ -127,16 +136,24 @@ async fn main() {
             ["granted", "global", "regional"]
         };
         for policy in order {
-            let v = bench(&sluice, &west, policy, 10, 10_000);
+            let v = bench(
+                &sluice,
+                &west,
+                policy,
+                10,
+                10_000,
+                &format!("{policy}-{round}-"),
+            );
             eprintln!("round {round} {policy}: {}", cell(&v));
             cells.push(serde_json::json!({"round": round, "policy": policy, "cell": cell(&v)}));
         }
     }
 
-    // Both regions hard on one global limit of 2000 per second, 10 keys.
+    // Both regions hard on the same 10 keys of one global limit of 2000
+    // per second.
     let (e, w) = std::thread::scope(|s| {
-        let e = s.spawn(|| bench(&sluice, &east, "tight", 10, 10));
-        let w = s.spawn(|| bench(&sluice, &west, "tight", 10, 10));
+        let e = s.spawn(|| bench(&sluice, &east, "tight", 10, 10, "tight-"));
+        let w = s.spawn(|| bench(&sluice, &west, "tight", 10, 10, "tight-"));
         (e.join().expect("east"), w.join().expect("west"))
     });
     let report = serde_json::json!({
