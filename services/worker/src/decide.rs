@@ -38,7 +38,8 @@ use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
-use sluice_core::wire::batch::Budget;
+use sluice_core::wire::batch::{Act, Budget, HoldAct};
+use sluice_core::wire::hold::HoldTicket;
 use sluice_core::wire::inspect::{
     HoldsReport, InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
 };
@@ -407,8 +408,10 @@ impl Decider {
 
     /// Decides a batch (`rl.p.<n>.batch` or `rl.w.<worker-id>.batch`): each
     /// item on the counters of its partition as `answered` gives them, in
-    /// item order per partition, as if sent one after the other. Items of
-    /// partitions not answered here get the 503 of the partition check.
+    /// item order per partition, as if sent one after the other: an ask as
+    /// `rl.allow` decides it, a hold verb as its own subject does (the
+    /// same code, `Decider::hold_act`). Items of partitions not answered
+    /// here get the 503 of the partition check.
     /// Returns the reply and, in journal mode, the records to store before
     /// it is sent.
     pub fn batch<'p, 'c>(
@@ -454,32 +457,17 @@ impl Decider {
             };
             let mut tally = self.tally(owned.partition);
             for (_, i, item) in share {
-                let op = Op::Allow(item.cost);
                 let turn = &mut Turn {
                     policies,
                     owned,
                     now,
                     tally: &mut tally,
                 };
-                let applied = self.apply(turn, item.key, &item.policy, op, item.budget);
-                let (result, grant) = match applied {
-                    Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
-                    Err(e) => (Err(e), None),
+                let result = match item.act {
+                    Act::Ask(budget) => self.batch_ask(turn, item, budget),
+                    Act::Hold(act) => self.batch_hold(turn, item, act),
                 };
-                if matches!(item.budget, Budget::Refund(_)) {
-                    // Giving back decides nothing.
-                    tally.gave_back_only();
-                } else {
-                    tally.outcome(Verb::Allow, &result);
-                }
-                results[*i] = Some(match result {
-                    Ok((decision, policy)) => {
-                        let mut reply = DecisionReply::new(&decision, policy);
-                        reply.grant = grant;
-                        wire::Reply::Decision(reply)
-                    }
-                    Err(e) => wire::Reply::Error(e),
-                });
+                results[*i] = Some(result.map_or_else(wire::Reply::Error, wire::Reply::Decision));
             }
             records.append(&mut tally.finish(&self.stats, owned.stats));
         }
@@ -488,6 +476,53 @@ impl Decider {
             .map(|r| r.expect("every item got a result"))
             .collect();
         (Answer::Batch(Ok(results)), records)
+    }
+
+    /// A batch item that asks, as `rl.allow` would (with what it does for
+    /// a local budget).
+    fn batch_ask(
+        &self,
+        turn: &mut Turn<'_, '_, '_>,
+        item: &batch::Item<'_>,
+        budget: Budget,
+    ) -> Result<DecisionReply, ErrorReply> {
+        let op = Op::Allow(item.cost);
+        let applied = self.apply(turn, item.key, &item.policy, op, budget);
+        let (result, grant) = match applied {
+            Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
+            Err(e) => (Err(e), None),
+        };
+        if matches!(budget, Budget::Refund(_)) {
+            // Giving back decides nothing.
+            turn.tally.gave_back_only();
+        } else {
+            turn.tally.outcome(Verb::Allow, &result);
+        }
+        result.map(|(decision, policy)| DecisionReply {
+            grant,
+            ..DecisionReply::new(&decision, policy)
+        })
+    }
+
+    /// A batch item that is a hold's verb, as its own subject would take
+    /// it: the same decision, counts and reply (the hold it kept or moved
+    /// included).
+    fn batch_hold(
+        &self,
+        turn: &mut Turn<'_, '_, '_>,
+        item: &batch::Item<'_>,
+        act: HoldAct,
+    ) -> Result<DecisionReply, ErrorReply> {
+        let result = self.hold_act(turn, item.key, &item.policy, item.cost, act);
+        let counted = result
+            .as_ref()
+            .map(|(d, p, _)| (*d, *p))
+            .map_err(Clone::clone);
+        turn.tally.outcome(act.verb, &counted);
+        result.map(|(decision, policy, held)| DecisionReply {
+            hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),
+            ..DecisionReply::new(&decision, policy)
+        })
     }
 
     /// The one partition check: the partition `key` belongs to, if this
