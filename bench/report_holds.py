@@ -45,8 +45,8 @@ def holds_section(data, w):
     w("One worker, snapshot mode, a sliding window of 100 per second per key (nothing is denied), 10,000 uniform "
       "keys, C=64, M=2; `sluice bench --verb allow` against `--verb hold`, where one request is a reserve and, "
       "when allowed, the settle of its hold with the same cost (two round trips to the key's owner). Each round "
-      "measures both, in alternating order. The batching client batches allows but no hold, so its pairs go one "
-      "round trip each, like the plain subject's.")
+      "measures both, in alternating order. The batching client sends reserves and settles in its batches with "
+      "the other callers' (a pair is two batch items, one after the other), as it sends allows.")
     w("")
     w("| client | round | allows/s | pairs/s | pairs / allows | pair p50 | pair p99 |")
     w("|---|---|---|---|---|---|---|")

@@ -56,7 +56,7 @@ fn requests(c: &mut Criterion) {
             key: KeyToken::parse(k).unwrap(),
             policy: "default".into(),
             cost: 1,
-            budget: Default::default(),
+            act: Default::default(),
         })
         .collect();
     let batch_body = batch::encode_items(&items);

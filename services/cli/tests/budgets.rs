@@ -253,7 +253,7 @@ async fn a_refund_no_slice_explains_frees_nothing() {
     use sluice_core::key::KeyToken;
     use sluice_core::partition::partition_of;
     use sluice_core::subject::batch_subject;
-    use sluice_core::wire::batch::{self, Budget, Item};
+    use sluice_core::wire::batch::{self, Act, Budget, Item};
     use sluice_core::wire::Reply;
     let _serial = serial().await;
     let stack = Stack::start(SLUICE, CONFIG, 1).await;
@@ -272,11 +272,11 @@ async fn a_refund_no_slice_explains_frees_nothing() {
         key: KeyToken::parse(key).unwrap(),
         policy: "hourly".into(),
         cost: 0,
-        budget: Budget::Refund(Refund {
+        act: Act::Ask(Budget::Refund(Refund {
             units: 10,
             spent: 0,
             taken_at: Nanos(wall_ns()),
-        }),
+        })),
     };
     let subject = batch_subject(partition_of(key, config.partitions));
     let reply = client

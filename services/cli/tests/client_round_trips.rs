@@ -233,7 +233,7 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
             key: KeyToken::parse(key).unwrap(),
             policy: "default".into(),
             cost,
-            budget: Default::default(),
+            act: Default::default(),
         }
     }
     let body = batch::encode_items(&[item(&their_key, 1), item(&my_key, 2), item(&their_key, 3)]);
@@ -412,6 +412,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     policy: "default".into(),
                     shadow_denied: false,
                     grant: None,
+                    hold: None,
                 })
             })
             .collect();

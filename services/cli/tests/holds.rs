@@ -24,22 +24,7 @@ use std::time::Duration;
 use common::gateway::{call, header, http, Gateway};
 use common::SLUICE;
 
-const CONFIG: &str = r#"
-partitions = 8
-lease_ttl = "2s"
-snapshot_interval = "200ms"
-
-[policies.inflight]
-concurrency = 3
-
-[policies.llm]
-algorithm = "token_bucket"
-limits = [ { max = 10000, per = "1h" } ]
-
-[policies.exact]
-algorithm = "sliding_log"
-limits = [ { max = 10000, per = "1h" } ]
-"#;
+const CONFIG: &str = common::HOLDS_CONFIG;
 
 /// A hold verb's reply: the decision and the hold it kept, or the error's
 /// status and message.

@@ -70,8 +70,8 @@
 //! ([`crate::inner::Inner::ask_batched`], its `Turn` guard).
 
 use crate::outcome::{Decoded, NoAnswer};
-use sluice_core::wire::batch::{self, Budget, ReplyError};
-use sluice_core::wire::{ErrorCode, Reply};
+use sluice_core::wire::batch::{self, Act, ReplyError};
+use sluice_core::wire::{ErrorCode, Reply, SLUICE_UNSTORED};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
@@ -113,7 +113,7 @@ pub(crate) struct Waiter {
     pub(crate) token: String,
     pub(crate) policy: String,
     pub(crate) cost: u64,
-    pub(crate) budget: Budget,
+    pub(crate) act: Act,
     pub(crate) partition: u32,
     pub(crate) tx: oneshot::Sender<Outcome>,
 }
@@ -200,16 +200,18 @@ impl State {
     }
 }
 
-/// A batch reply: who decided it, and one outcome per item.
+/// A batch reply to `waiters`: who decided it, and one outcome per item.
 pub(crate) fn decode_batch(
     msg: &async_nats::Message,
-    n: usize,
+    waiters: &[Waiter],
 ) -> Decoded<(Option<Arc<str>>, Vec<Outcome>)> {
-    let worker = msg
-        .headers
-        .as_ref()
+    let n = waiters.len();
+    let headers = msg.headers.as_ref();
+    let worker = headers
         .and_then(|h| h.get(batch::WORKER_HEADER))
         .map(|v| Arc::<str>::from(v.as_str()));
+    let is_hold = |w: &Waiter| matches!(w.act, Act::Hold(_));
+    let holds = waiters.iter().any(is_hold);
     match batch::decode_results(&msg.payload, n) {
         Ok(results) => Decoded::Done((
             worker,
@@ -221,8 +223,37 @@ pub(crate) fn decode_batch(
                 })
                 .collect(),
         )),
+        // The owner did the batch in memory but its journal did not store
+        // it: its hold verbs are answered so (a second reserve would keep
+        // a second hold), its asks are asked again alone.
+        Err(ReplyError::Rejected(e))
+            if e.code == ErrorCode::Unavailable
+                && holds
+                && headers.is_some_and(|h| h.get(SLUICE_UNSTORED).is_some()) =>
+        {
+            Decoded::Done((
+                worker,
+                waiters
+                    .iter()
+                    .map(|w| match is_hold(w) {
+                        true => Outcome::Done(Ok(Reply::Error(e.clone()))),
+                        false => Outcome::AskAlone,
+                    })
+                    .collect(),
+            ))
+        }
         Err(ReplyError::Rejected(e)) if e.code == ErrorCode::Unavailable => {
             Decoded::Retry(NoAnswer::Unavailable(e.message))
+        }
+        // A worker of a release before hold items in batches refuses such
+        // a batch whole ("unknown field"), which changes nothing: each item
+        // is asked again alone, on its own subject.
+        Err(ReplyError::Rejected(e)) if holds => {
+            tracing::warn!(
+                subject = %msg.subject,
+                "the worker refused a batch of {n} items with hold verbs (a worker of an earlier release?); each is asked alone: {e}"
+            );
+            Decoded::Done((worker, waiters.iter().map(|_| Outcome::AskAlone).collect()))
         }
         Err(ReplyError::Rejected(e)) => {
             tracing::error!(
@@ -240,5 +271,99 @@ pub(crate) fn decode_batch(
             tracing::warn!(subject = %msg.subject, "{e}");
             Decoded::Fail(NoAnswer::Malformed(e.to_string()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::error_message;
+    use sluice_core::holds::HoldId;
+    use sluice_core::subject::Verb;
+    use sluice_core::wire::batch::{Budget, HoldAct};
+    use sluice_core::wire::{Encoding, ErrorReply, UNSTORED_YES};
+
+    fn waiter(act: Act) -> Waiter {
+        Waiter {
+            token: "k".into(),
+            policy: "p".into(),
+            cost: 1,
+            act,
+            partition: 0,
+            tx: oneshot::channel().0,
+        }
+    }
+
+    fn settle() -> Act {
+        Act::Hold(HoldAct {
+            verb: Verb::Settle,
+            ttl_ms: None,
+            hold: HoldId::parse("0123456789abcdef0123456789abcdef"),
+        })
+    }
+
+    /// A whole-batch error reply, as a worker sends it.
+    fn refused(error: &ErrorReply, unstored: bool) -> async_nats::Message {
+        let worker = (batch::WORKER_HEADER, "w1");
+        let more = if unstored {
+            vec![worker, (SLUICE_UNSTORED, UNSTORED_YES)]
+        } else {
+            vec![worker]
+        };
+        error_message(error, Encoding::MsgPack, &more)
+    }
+
+    fn kinds(outcomes: &[Outcome]) -> Vec<&'static str> {
+        outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::AskAlone => "alone",
+                Outcome::Done(Ok(Reply::Error(e))) if e.code == ErrorCode::Unavailable => "503",
+                Outcome::Done(Ok(Reply::Error(_))) => "error",
+                Outcome::Done(_) => "done",
+            })
+            .collect()
+    }
+
+    /// An unstored batch: its hold verbs were done in memory, so they are
+    /// answered with the 503 (never sent again); its asks are asked again
+    /// alone. Without a hold verb the batch is tried again, as before.
+    #[test]
+    fn an_unstored_batch_answers_its_hold_verbs_and_sends_its_asks_again() {
+        let unstored = refused(&ErrorReply::unavailable("not stored"), true);
+        let mixed = [waiter(Act::default()), waiter(settle())];
+        match decode_batch(&unstored, &mixed) {
+            Decoded::Done((worker, outcomes)) => {
+                assert_eq!(worker.as_deref(), Some("w1"));
+                assert_eq!(kinds(&outcomes), ["alone", "503"]);
+            }
+            _ => panic!("a batch with a hold verb is answered, not retried"),
+        }
+        let asks = [waiter(Act::Ask(Budget::None))];
+        assert!(matches!(decode_batch(&unstored, &asks), Decoded::Retry(_)));
+        // A 503 that did nothing (no owner) is tried again either way.
+        let moved = refused(&ErrorReply::unavailable("restoring"), false);
+        assert!(matches!(decode_batch(&moved, &mixed), Decoded::Retry(_)));
+    }
+
+    /// A worker of an earlier release refuses a batch with a hold item as
+    /// a whole (unknown field "verb"), doing nothing: each item is asked
+    /// again alone. A refused batch of asks only is a client bug, as before.
+    #[test]
+    fn a_batch_with_hold_verbs_refused_whole_is_asked_again_item_by_item() {
+        let old = refused(
+            &ErrorReply::bad_request("batch item 1: unknown field \"verb\""),
+            false,
+        );
+        let mixed = [waiter(Act::default()), waiter(settle())];
+        let Decoded::Done((_, outcomes)) = decode_batch(&old, &mixed) else {
+            panic!("answered")
+        };
+        assert_eq!(kinds(&outcomes), ["alone", "alone"]);
+        let asks = [waiter(Act::default())];
+        let Decoded::Done((_, outcomes)) = decode_batch(&old, &asks) else {
+            panic!("answered")
+        };
+        assert_eq!(kinds(&outcomes), ["error"]);
     }
 }

@@ -296,6 +296,7 @@ mod tests {
             policy: "p".into(),
             shadow_denied: false,
             grant,
+            hold: None,
         }
     }
 

@@ -21,7 +21,7 @@ use sluice_core::partition::partition_of;
 use sluice_core::policies::Policies;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
-use sluice_core::wire::batch::Budget;
+use sluice_core::wire::batch::{Act, Budget};
 use sluice_core::wire::usage::{TopQuery, TopReply, UsageQuery, UsageReply};
 use sluice_core::wire::{self, Reply, MAX_COST};
 use std::fmt;
@@ -130,7 +130,7 @@ impl Client {
         }
         let outcome = if inner.batcher.is_some() {
             inner
-                .ask_batched(&token, policy, cost, Budget::None, partition, deadline)
+                .ask_batched(&token, policy, cost, Act::default(), partition, deadline)
                 .await
                 .0
         } else {
@@ -169,7 +169,7 @@ impl Client {
         };
         let budget = want.map_or(Budget::None, Budget::Slice);
         let (outcome, as_sent) = inner
-            .ask_batched(token, policy, cost, budget, partition, deadline)
+            .ask_batched(token, policy, cost, Act::Ask(budget), partition, deadline)
             .await;
         if want.is_some() {
             let reply = match &outcome {

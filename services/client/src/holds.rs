@@ -2,27 +2,35 @@
 //! [`Client::settle`], [`Client::extend`], and [`Client::hold`], whose
 //! [`HoldGuard`] settles with the real cost or, dropped unsettled, releases.
 //!
-//! A hold lives at its key's owner, so every verb is one round trip to it:
-//! no deny cache, no batching, no local budget and no fallback (a hold
-//! nobody owns cannot exist): when no worker answers, the verb is an
-//! [`Error::Unavailable`]. "No responders" and a 503 (the partition is
-//! changing owners) are retried as an ask's are; both mean that nothing
-//! was done, so a retry never holds or settles twice. The one 503 that
-//! means something was done (`Sluice-Unstored`: the owner did it in memory
-//! but its journal did not store it) is not retried: a second reserve
-//! would keep a second hold.
+//! A hold lives at its key's owner, so every verb goes to it: no deny
+//! cache, no local budget and no fallback (a hold nobody owns cannot
+//! exist): when no worker answers, the verb is an [`Error::Unavailable`].
+//! With batching on, a verb travels in its worker's next batch with the
+//! asks and other verbs for that worker ([`crate::batch`]; the reply item
+//! is what the verb's own reply would be), else alone on its subject.
+//! "No responders" and a 503 (the partition is changing owners: alone, or
+//! in the item's slot) are retried as an ask's are, a batch item alone on
+//! its verb's subject; both mean that nothing was done, so a retry never
+//! holds or settles twice. What may mean something was done is not
+//! retried: the 503 with `Sluice-Unstored` (the owner did it in memory but
+//! its journal did not store it; a second reserve would keep a second
+//! hold), a batch reply that cannot be read, a batch that ended without a
+//! reply. A batch carrying a hold verb is sent by a task of its own, so
+//! that a caller giving up does not take its neighbours' replies with it.
 
 use crate::answer::{Answer, Source};
 use crate::client::{prepare, Client};
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::outcome::{Decoded, NoAnswer};
 use bytes::Bytes;
 use sluice_core::holds::HoldId;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
-use sluice_core::wire::hold::{decode_held, encode_held, encode_hold_request, HoldAsk};
-use sluice_core::wire::{Encoding, ErrorCode, Reply, SLUICE_UNSTORED};
+use sluice_core::wire::batch::{Act, HoldAct};
+use sluice_core::wire::hold::{encode_held, encode_hold_request, HoldAsk};
+use sluice_core::wire::{decode_reply, Encoding, ErrorCode, Reply, DEFAULT_COST, SLUICE_UNSTORED};
 use std::time::{Duration, Instant};
 
 pub use sluice_core::wire::hold::HoldTicket;
@@ -167,46 +175,90 @@ impl Client {
         })
     }
 
-    /// One hold verb, one round trip to the key's owner.
+    /// One hold verb to the key's owner: in its worker's next batch with
+    /// batching on, else alone on the verb's subject.
     async fn hold_verb(&self, verb: Verb, key: &[u8], ask: &HoldAsk<'_>) -> Result<Held, Error> {
         let policy = ask.policy.unwrap_or_default();
         let token = prepare(key, policy, ask.cost.unwrap_or(0))?;
-        if let Some(hold) = ask.hold {
-            sluice_core::holds::id(hold).map_err(|e| Error::BadRequest(e.to_string()))?;
-        }
+        let hold = ask
+            .hold
+            .map(sluice_core::holds::id)
+            .transpose()
+            .map_err(|e| Error::BadRequest(e.to_string()))?;
+        let act = HoldAct {
+            verb,
+            ttl_ms: ask.ttl_ms,
+            hold,
+        };
+        let cost = ask.cost.unwrap_or(DEFAULT_COST);
         let inner = &self.inner;
         let partition = partition_of(&token, inner.opts.partitions);
         let deadline = Instant::now() + inner.opts.timeout;
-        let subject = verb.client_subject(&token);
-        let body = Bytes::from(encode_hold_request(ask, Encoding::Json));
-        let outcome = inner
-            .round_trip(&subject, &body, Some(partition), deadline, decode)
-            .await;
+        let outcome = if inner.batcher.is_some() {
+            inner
+                .ask_batched(&token, policy, cost, Act::Hold(act), partition, deadline)
+                .await
+                .0
+        } else {
+            inner
+                .single_hold(&token, policy, cost, act, partition, deadline)
+                .await
+        };
         match outcome {
-            Ok((Reply::Decision(d), ticket)) => Ok(Held {
-                answer: Answer::from_reply(d, Source::Worker),
-                ticket,
-            }),
-            Ok((Reply::Error(e), _)) => Err(e.into()),
+            Ok(Reply::Decision(mut d)) => {
+                let ticket = d.hold.take();
+                Ok(Held {
+                    answer: Answer::from_reply(d, Source::Worker),
+                    ticket,
+                })
+            }
+            Ok(Reply::Error(e)) => Err(e.into()),
             Err(why) => Err(Error::Unavailable(format!(
-                "no worker answered {subject} ({why}); a hold lives at its key's owner, so there is no fallback: try again once a worker owns the key's partition"
+                "no worker answered {} ({why}); a hold lives at its key's owner, so there is no fallback: try again once a worker owns the key's partition",
+                verb.client_subject(&token)
             ))),
         }
     }
 }
 
+impl Inner {
+    /// One hold verb alone, one round trip to the key's owner on the
+    /// verb's subject: `policy`, and `cost` unless it is an extend.
+    pub(crate) async fn single_hold(
+        &self,
+        token: &str,
+        policy: &str,
+        cost: u64,
+        act: HoldAct,
+        partition: u32,
+        deadline: Instant,
+    ) -> Result<Reply, NoAnswer> {
+        let hold = act.hold.map(|id| id.to_string());
+        let ask = HoldAsk {
+            policy: Some(policy),
+            cost: (act.verb != Verb::Extend).then_some(cost),
+            ttl_ms: act.ttl_ms,
+            hold: hold.as_deref(),
+        };
+        let subject = act.verb.client_subject(token);
+        let body = Bytes::from(encode_hold_request(&ask, Encoding::Json));
+        self.round_trip(&subject, &body, Some(partition), deadline, decode)
+            .await
+    }
+}
+
 /// A hold verb's reply; a 503 is worth another try, as an ask's, unless
 /// the owner says it did the verb without storing it (`Sluice-Unstored`).
-fn decode(msg: &async_nats::Message) -> Decoded<(Reply, Option<HoldTicket>)> {
+fn decode(msg: &async_nats::Message) -> Decoded<Reply> {
     let unstored = msg
         .headers
         .as_ref()
         .is_some_and(|h| h.get(SLUICE_UNSTORED).is_some());
-    match decode_held(&msg.payload) {
-        Ok((Reply::Error(e), _)) if e.code == ErrorCode::Unavailable && !unstored => {
+    match decode_reply(&msg.payload) {
+        Ok(Reply::Error(e)) if e.code == ErrorCode::Unavailable && !unstored => {
             Decoded::Retry(NoAnswer::Unavailable(e.message))
         }
-        Ok(held) => Decoded::Done(held),
+        Ok(reply) => Decoded::Done(reply),
         Err(e) => Decoded::Fail(NoAnswer::Malformed(e.to_string())),
     }
 }
@@ -325,27 +377,17 @@ impl Drop for HoldGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::wire::{encode_error, ErrorReply, UNSTORED_YES};
+    use crate::outcome::error_message;
+    use sluice_core::wire::{ErrorReply, UNSTORED_YES};
 
     fn reply_503(unstored: bool) -> async_nats::Message {
         let error = ErrorReply::unavailable("either way");
-        let mut headers = async_nats::HeaderMap::new();
-        for (name, value) in sluice_core::wire::error_headers(&error) {
-            headers.insert(name, value.as_str());
-        }
-        if unstored {
-            headers.insert(SLUICE_UNSTORED, UNSTORED_YES);
-        }
-        let payload = bytes::Bytes::from(encode_error(&error, Encoding::Json));
-        async_nats::Message {
-            subject: "_INBOX.x".into(),
-            reply: None,
-            length: payload.len(),
-            payload,
-            headers: Some(headers),
-            status: None,
-            description: None,
-        }
+        let more: &[(&str, &str)] = if unstored {
+            &[(SLUICE_UNSTORED, UNSTORED_YES)]
+        } else {
+            &[]
+        };
+        error_message(&error, Encoding::Json, more)
     }
 
     /// A 503 of a partition changing owners is tried again; one whose verb
@@ -355,7 +397,7 @@ mod tests {
     fn an_unstored_503_is_not_retried() {
         assert!(matches!(decode(&reply_503(false)), Decoded::Retry(_)));
         match decode(&reply_503(true)) {
-            Decoded::Done((Reply::Error(e), None)) => assert_eq!(e.code, ErrorCode::Unavailable),
+            Decoded::Done(Reply::Error(e)) => assert_eq!(e.code, ErrorCode::Unavailable),
             _ => panic!("an unstored 503 is answered, not retried"),
         }
     }

@@ -26,7 +26,7 @@ use sluice_core::key::KeyToken;
 use sluice_core::partition::partition_of;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::{batch_subject, worker_batch_subject, Verb};
-use sluice_core::wire::batch::{self, Budget, Item};
+use sluice_core::wire::batch::{self, Act, Budget, Item};
 use sluice_core::wire::{self, Encoding, Reply};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,9 +123,9 @@ impl Inner {
     pub(crate) async fn refund(self: Arc<Self>, token: String, policy: String, refund: Refund) {
         let partition = partition_of(&token, self.opts.partitions);
         let deadline = Instant::now() + self.opts.timeout;
-        let budget = Budget::Refund(refund);
+        let act = Act::Ask(Budget::Refund(refund));
         let (mut outcome, _) = self
-            .ask_batched(&token, &policy, 0, budget, partition, deadline)
+            .ask_batched(&token, &policy, 0, act, partition, deadline)
             .await;
         if let Err(NoAnswer::Unavailable(_)) = outcome {
             // The partition moved (a handover): the worker that answered
@@ -133,7 +133,7 @@ impl Inner {
             // partition's subject to whoever owns it now, which took over
             // the slices not back yet.
             (outcome, _) = self
-                .ask_batched(&token, &policy, 0, budget, partition, deadline)
+                .ask_batched(&token, &policy, 0, act, partition, deadline)
                 .await;
         }
         match outcome {
@@ -334,18 +334,19 @@ impl Inner {
         }
     }
 
-    /// Sends the ask at once if its destination is idle, else joins the
-    /// destination's next batch. `budget`: what the item does for a local
-    /// budget besides its ask (only a batch can carry it: an ask the
-    /// worker sends back to be asked alone is asked without it, and a
-    /// refund then fails as unavailable). The flag says whether the reply
-    /// answered the item as sent.
+    /// Sends the item at once if its destination is idle, else joins the
+    /// destination's next batch. `act`: an ask, with what it does for a
+    /// local budget (only a batch can carry that: an ask the worker sends
+    /// back to be asked alone is asked without it, and a refund then fails
+    /// as unavailable), or a hold's verb (asked alone, if it must be, on
+    /// its own subject; [`crate::holds`] says when it must not be). The
+    /// flag says whether the reply answered the item as sent.
     pub(crate) async fn ask_batched(
         self: &Arc<Self>,
         token: &str,
         policy: &str,
         cost: u64,
-        budget: Budget,
+        act: Act,
         partition: u32,
         deadline: Instant,
     ) -> (Result<Reply, NoAnswer>, bool) {
@@ -355,7 +356,7 @@ impl Inner {
             token: token.to_string(),
             policy: policy.to_string(),
             cost,
-            budget,
+            act,
             partition,
             tx,
         };
@@ -388,7 +389,7 @@ impl Inner {
         match (turn, alone) {
             // The destination is idle: this ask goes at once, alone.
             (Some(turn), Some(waiter)) => {
-                self.send_batch(&turn.destination, vec![waiter]).await;
+                self.send_turn(turn, vec![waiter]).await;
             }
             // A request is in flight and there is room for another: let the
             // asks that arrive in the same scheduler tick (the callers the
@@ -403,30 +404,59 @@ impl Inner {
                     }
                 };
                 if !next.is_empty() {
-                    self.send_batch(&turn.destination, next).await;
+                    self.send_turn(turn, next).await;
                 }
             }
             // Both turns taken: queued for the next batch.
             (None, _) => {}
         }
         match tokio::time::timeout_at(deadline.into(), rx).await {
-            Ok(Ok(Outcome::Done(outcome))) => (outcome, true),
-            Ok(Ok(Outcome::AskAlone)) | Ok(Err(_)) => {
-                if matches!(budget, Budget::Refund(_)) {
-                    return (
-                        Err(NoAnswer::Unavailable(
-                            "a refund travels only in a batch, and the worker it went to no longer owns its partition".into(),
-                        )),
-                        false,
-                    );
-                }
-                let outcome = self.single(token, policy, cost, partition, deadline).await;
-                (outcome, false)
+            Ok(Ok(Outcome::Done(outcome))) => return (outcome, true),
+            Ok(Ok(Outcome::AskAlone)) => {}
+            // The batch went without a reply (the runtime is stopping): an
+            // ask is asked again alone, but a hold's verb may have been
+            // done, so it is not sent again.
+            Ok(Err(_)) if matches!(act, Act::Hold(_)) => {
+                return (
+                    Err(NoAnswer::Other(
+                        "the batch carrying this hold's verb ended without a reply, so whether the owner did it is unknown (a hold it kept ends at its ttl)".into(),
+                    )),
+                    false,
+                )
             }
+            Ok(Err(_)) => {}
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                (Err(NoAnswer::TimedOut), false)
+                return (Err(NoAnswer::TimedOut), false);
             }
+        }
+        let outcome = match act {
+            Act::Ask(Budget::Refund(_)) => Err(NoAnswer::Unavailable(
+                "a refund travels only in a batch, and the worker it went to no longer owns its partition".into(),
+            )),
+            Act::Ask(_) => self.single(token, policy, cost, partition, deadline).await,
+            Act::Hold(hold) => {
+                self.single_hold(token, policy, cost, hold, partition, deadline)
+                    .await
+            }
+        };
+        (outcome, false)
+    }
+
+    /// Sends `waiters` on `turn`, which is handed on when they are
+    /// answered. A batch with a hold's verb is sent by a task of its own,
+    /// so that it goes on if the caller holding the turn gives up: its
+    /// neighbours' hold verbs may be done by then, and could not be asked
+    /// again. A batch of asks is sent by the caller (no task to wake; a
+    /// neighbour of a caller that gives up asks again alone).
+    async fn send_turn(self: &Arc<Self>, turn: Turn, waiters: Vec<Waiter>) {
+        if waiters.iter().any(|w| matches!(w.act, Act::Hold(_))) {
+            tokio::spawn(async move {
+                turn.inner.send_batch(&turn.destination, waiters).await;
+                drop(turn);
+            });
+        } else {
+            self.send_batch(&turn.destination, waiters).await;
         }
     }
 
@@ -438,7 +468,7 @@ impl Inner {
                 key: KeyToken::parse(&w.token).expect("encode_key makes canonical tokens"),
                 policy: Cow::Borrowed(w.policy.as_str()),
                 cost: w.cost,
-                budget: w.budget,
+                act: w.act,
             })
             .collect();
         let body = Bytes::from(batch::encode_items(&items));
@@ -449,7 +479,7 @@ impl Inner {
             .batched_asks
             .fetch_add(n as u64, Ordering::Relaxed);
         let deadline = Instant::now() + self.opts.timeout;
-        let decode = |msg: &async_nats::Message| decode_batch(msg, n);
+        let decode = |msg: &async_nats::Message| decode_batch(msg, &waiters);
         let result = match destination {
             Destination::Worker(id) => {
                 self.stats.worker_batches.fetch_add(1, Ordering::Relaxed);
@@ -489,11 +519,16 @@ impl Inner {
                     _ => false,
                 };
                 for w in waiters {
-                    let _ = w.tx.send(if retry_alone {
-                        Outcome::AskAlone
-                    } else {
-                        Outcome::Done(Err(why.clone()))
-                    });
+                    // A hold's verb that got a reply it cannot read may
+                    // have been done: it is not sent again.
+                    let hold = matches!(w.act, Act::Hold(_));
+                    let _ = w.tx.send(
+                        if retry_alone && !(hold && matches!(why, NoAnswer::Malformed(_))) {
+                            Outcome::AskAlone
+                        } else {
+                            Outcome::Done(Err(why.clone()))
+                        },
+                    );
                 }
             }
         }

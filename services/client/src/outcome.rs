@@ -51,3 +51,30 @@ pub(crate) fn decode_single(msg: &async_nats::Message) -> Decoded<Reply> {
         }
     }
 }
+
+/// An error reply as a worker sends it: `error` in `encoding`, with its
+/// error headers and `more`.
+#[cfg(test)]
+pub(crate) fn error_message(
+    error: &wire::ErrorReply,
+    encoding: wire::Encoding,
+    more: &[(&str, &str)],
+) -> async_nats::Message {
+    let mut headers = async_nats::HeaderMap::new();
+    for (name, value) in wire::error_headers(error) {
+        headers.insert(name, value.as_str());
+    }
+    for (name, value) in more {
+        headers.insert(*name, *value);
+    }
+    let payload = bytes::Bytes::from(error.encode(encoding));
+    async_nats::Message {
+        subject: "_INBOX.x".into(),
+        reply: None,
+        length: payload.len(),
+        payload,
+        headers: Some(headers),
+        status: None,
+        description: None,
+    }
+}

@@ -43,7 +43,7 @@ use sluice_core::wire::batch::Budget;
 use sluice_core::wire::inspect::{
     HoldsReport, InspectReply, LimitReport, OverrideReport, PolicyReport, ResetReply,
 };
-use sluice_core::wire::{self, batch, DecisionReply, Encoding, ErrorReply};
+use sluice_core::wire::{self, Encoding, ErrorReply};
 use std::sync::Arc;
 
 /// A message as it arrived on one of a partition's subjects.
@@ -457,105 +457,6 @@ impl Decider {
             .map(|(decision, policy, _)| (decision, policy))
     }
 
-    /// Decides a batch (`rl.p.<n>.batch` or `rl.w.<worker-id>.batch`): each
-    /// item on the counters of its partition as `answered` gives them, in
-    /// item order per partition, as if sent one after the other. Items of
-    /// partitions not answered here get the 503 of the partition check.
-    /// Returns the reply and, in journal mode, the records to store before
-    /// it is sent.
-    pub fn batch<'p, 'c>(
-        &self,
-        policies: &'p Policies,
-        body: &[u8],
-        now: Nanos,
-        answered: &dyn Fn(u32) -> Option<Owned<'c>>,
-    ) -> (Answer<'p>, Vec<Record>) {
-        self.batch_from(policies, body, now, answered, false)
-    }
-
-    /// [`Decider::batch`], of a batch another region's owner sent over the
-    /// link (`link`: its slices are grants to that region, [`crate::global`]).
-    fn batch_from<'p, 'c>(
-        &self,
-        policies: &'p Policies,
-        body: &[u8],
-        now: Nanos,
-        answered: &dyn Fn(u32) -> Option<Owned<'c>>,
-        link: bool,
-    ) -> (Answer<'p>, Vec<Record>) {
-        let items = match batch::decode_items(body) {
-            Ok(items) => items,
-            Err(error) => {
-                self.stats.add_errors(1);
-                return (Answer::Batch(Err(error)), Vec::new());
-            }
-        };
-        let partitions = self.config.partitions;
-        let mut results: Vec<Option<wire::Reply>> = (0..items.len()).map(|_| None).collect();
-        // (partition, place in the batch, item), grouped by partition in item order.
-        let mut asks = Vec::with_capacity(items.len());
-        for (i, item) in items.into_iter().enumerate() {
-            match item {
-                Ok(item) => asks.push((item.key.partition(partitions), i, item)),
-                Err(e) => {
-                    self.stats.add_errors(1);
-                    results[i] = Some(wire::Reply::Error(e));
-                }
-            }
-        }
-        asks.sort_by_key(|(partition, _, _)| *partition);
-        let mut records = Vec::new();
-        for share in asks.chunk_by(|a, b| a.0 == b.0) {
-            let first = &share[0].2;
-            let owned = match self.locate(first.key, answered) {
-                Ok(owned) => owned,
-                Err(e) => {
-                    self.stats.add_errors(share.len() as u64);
-                    for (_, i, _) in share {
-                        results[*i] = Some(wire::Reply::Error(e.clone()));
-                    }
-                    continue;
-                }
-            };
-            let mut tally = self.tally(owned.partition);
-            for (_, i, item) in share {
-                let op = Op::Allow(item.cost);
-                let turn = &mut Turn {
-                    policies,
-                    owned,
-                    now,
-                    tally: &mut tally,
-                    link,
-                };
-                let applied = self.apply(turn, item.key, &item.policy, op, item.budget);
-                let (result, grant) = match applied {
-                    Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
-                    Err(e) => (Err(e), None),
-                };
-                if matches!(item.budget, Budget::Refund(_)) {
-                    // Giving back decides nothing.
-                    tally.gave_back_only();
-                } else {
-                    tally.outcome(Verb::Allow, &result);
-                }
-                results[*i] = Some(match result {
-                    Ok((decision, policy)) => {
-                        let mut reply = DecisionReply::new(&decision, policy);
-                        reply.grant = grant;
-                        wire::Reply::Decision(reply)
-                    }
-                    Err(e) => wire::Reply::Error(e),
-                });
-            }
-            records.append(&mut tally.finish(&self.stats, owned.stats));
-        }
-        let results = results
-            .into_iter()
-            .map(|r| r.expect("every item got a result"))
-            .collect();
-        (Answer::Batch(Ok(results)), records)
-    }
-
     /// The one partition check: the partition `key` belongs to, if this
     /// worker answers for it right now, else the 503 that sends the client
     /// through the server's mapping (PROTOCOL.md, "Partitions").
@@ -798,6 +699,7 @@ impl Decider {
     }
 }
 
+mod batches;
 mod global;
 mod hold_ids;
 mod holding;

@@ -241,7 +241,7 @@ fn item<'a>(
         key: KeyToken::parse(token).map_err(|e| anyhow::anyhow!("{e}"))?,
         policy: Cow::Borrowed(policy),
         cost,
-        budget,
+        act: batch::Act::Ask(budget),
     })
 }
 

@@ -13,6 +13,14 @@
 //! each a decision map or an error map exactly as a single reply body would
 //! be. Items are decided in order, as if sent one after the other.
 //!
+//! An item is an ask (`rl.allow`) unless it names a hold's `verb`
+//! (`reserve`, `settle` or `extend`, CONTRACT §13): then it takes that
+//! verb's fields (`hold`, `ttl_ms`, and `cost` as the verb does) under the
+//! same rules as the verb's own body ([`super::hold`]), and its result is
+//! what the verb's own reply would be, `hold` and `expires_ms` included.
+//! A worker of a release before hold items refuses a batch with one as a
+//! whole (unknown field `"verb"`), changing nothing.
+//!
 //! The functions are named for what a batch carries, so that none shares a
 //! name with the single-request functions of [`crate::wire`]:
 //! [`encode_items`] / [`decode_items`] for the request (client / worker),
@@ -39,11 +47,14 @@
 use super::encoding::Encoding;
 use super::error::{quoted, ErrorCode, ErrorReply};
 use super::fields::{duplicate, read_msgpack_field, read_msgpack_name, Fields, Scalar, MAX_COST};
+use super::hold::{self, HoldFields};
 use super::msgpack::{Reader, Value, Writer};
 use super::reply::{encode_reply_body, error_reply, MalformedReply, RawReply, Reply, ReplyBody};
 use super::request::encode_body;
 use crate::budget::Refund;
+use crate::holds::HoldId;
 use crate::key::KeyToken;
+use crate::subject::Verb;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -56,16 +67,45 @@ pub const MAX_ITEMS: usize = 256;
 /// The largest batch body (256 items of the longest key and policy name fit).
 pub const MAX_BODY: usize = 128 * 1024;
 
-const ITEM_FIELDS: &str = "a batch item has only the fields \"key\" (a key token), \"policy\" (a string), \"cost\" (an unsigned integer), and for local budgets \"slice\", or \"refund\", \"spent\" and \"slice_at\" (unsigned integers)";
+const ITEM_FIELDS: &str = "a batch item has only the fields \"key\" (a key token), \"policy\" (a string), \"cost\" (an unsigned integer), for local budgets \"slice\", or \"refund\", \"spent\" and \"slice_at\" (unsigned integers), and for holds \"verb\" and \"hold\" (strings) and \"ttl_ms\" (an unsigned integer)";
 const BATCH_FIELDS: &str = "a batch is a map with the one field \"items\" (an array of item maps)";
 
-/// One ask in a batch.
+/// One ask or hold verb in a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item<'a> {
     pub key: KeyToken<'a>,
     pub policy: Cow<'a, str>,
+    /// An ask's or a reserve's cost, a settle's real cost (an extend's is
+    /// not sent).
     pub cost: u64,
-    pub budget: Budget,
+    pub act: Act,
+}
+
+/// What a batch item does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// An ask, as `rl.allow`, and what it does for a local budget.
+    Ask(Budget),
+    /// A hold's verb (CONTRACT §13), as its own subject would take it.
+    Hold(HoldAct),
+}
+
+impl Default for Act {
+    fn default() -> Act {
+        Act::Ask(Budget::None)
+    }
+}
+
+/// A hold verb in a batch: field `verb`, and the fields that verb takes
+/// besides `policy` and `cost` (checked as [`super::hold`] checks them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldAct {
+    /// One of [`Verb::HOLDS`].
+    pub verb: Verb,
+    /// Reserve and extend: the ttl asked for (else the policy's).
+    pub ttl_ms: Option<u64>,
+    /// Settle and extend: the hold.
+    pub hold: Option<HoldId>,
 }
 
 /// What a batch item does besides its ask: local budgets
@@ -89,7 +129,8 @@ pub fn encode_items(items: &[Item<'_>]) -> Vec<u8> {
     struct ItemOut<'a> {
         key: &'a str,
         policy: &'a str,
-        cost: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         slice: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,6 +139,12 @@ pub fn encode_items(items: &[Item<'_>]) -> Vec<u8> {
         spent: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         slice_at: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        verb: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hold: Option<HoldId>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ttl_ms: Option<u64>,
     }
     #[derive(Serialize)]
     struct BatchOut<'a> {
@@ -106,21 +153,33 @@ pub fn encode_items(items: &[Item<'_>]) -> Vec<u8> {
     let items = items
         .iter()
         .map(|i| {
-            let refund = match i.budget {
+            let (budget, hold) = match i.act {
+                Act::Ask(budget) => (budget, None),
+                Act::Hold(hold) => (Budget::None, Some(hold)),
+            };
+            let refund = match budget {
                 Budget::Refund(r) => Some(r),
                 _ => None,
             };
             ItemOut {
                 key: i.key.as_str(),
                 policy: &i.policy,
-                cost: i.cost,
-                slice: match i.budget {
+                cost: match hold {
+                    Some(HoldAct {
+                        verb: Verb::Extend, ..
+                    }) => None,
+                    _ => Some(i.cost),
+                },
+                slice: match budget {
                     Budget::Slice(want) => Some(want),
                     _ => None,
                 },
                 refund: refund.map(|r| r.units),
                 spent: refund.map(|r| r.spent),
                 slice_at: refund.map(|r| r.taken_at.as_u64()),
+                verb: hold.map(|h| h.verb.as_str()),
+                hold: hold.and_then(|h| h.hold),
+                ttl_ms: hold.and_then(|h| h.ttl_ms),
             }
         })
         .collect();
@@ -221,13 +280,14 @@ fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, Str
     let mut key = None;
     let mut fields = Fields::default();
     let mut budget = BudgetFields::default();
+    let mut holding = HoldingFields::default();
     for _ in 0..n {
-        // `key` and the budget's fields are read here, the rest as in a
-        // single request. Peek at the name without consuming it twice:
-        // read it, then dispatch.
+        // `key` and the budget's and holds' fields are read here, the
+        // rest as in a single request. Peek at the name without consuming
+        // it twice: read it, then dispatch.
         let mut probe = r.clone();
         let name = read_msgpack_name(&mut probe, ITEM_FIELDS)?;
-        if let Some(slot) = budget.slot(name) {
+        if let Some(slot) = budget.slot(name).or_else(|| holding.uint(name)) {
             *r = probe;
             if slot.is_some() {
                 return Err(duplicate(name));
@@ -242,18 +302,24 @@ fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, Str
                     ))
                 }
             }
-        } else if name == "key" {
+        } else if let Some(slot) =
+            holding
+                .text(name)
+                .or(if name == "key" { Some(&mut key) } else { None })
+        {
             *r = probe;
-            if key.is_some() {
-                return Err(duplicate("key"));
+            if slot.is_some() {
+                return Err(duplicate(name));
             }
             match r.next().map_err(|e| e.sentence().to_string())? {
-                Value::Str(s) => key = Some(s),
+                Value::Str(s) => *slot = Some(s),
                 other => {
+                    let what = if name == "key" { " (a key token)" } else { "" };
                     return Err(format!(
-                        "\"key\" must be a string (a key token), not {}",
+                        "{} must be a string{what}, not {}",
+                        quoted(name),
                         Scalar::from(other).type_name()
-                    ))
+                    ));
                 }
             }
         } else {
@@ -261,23 +327,89 @@ fn read_item<'a>(r: &mut Reader<'a>) -> Result<Result<Item<'a>, ErrorReply>, Str
         }
     }
     let key = key.ok_or_else(|| format!("the item has no \"key\"; {ITEM_FIELDS}"))?;
-    Ok(validate(key, fields, budget))
+    Ok(validate(key, fields, budget, holding))
 }
 
 fn validate<'a>(
     key: &'a str,
     fields: Fields<'a>,
     budget: BudgetFields,
+    holding: HoldingFields<'a>,
 ) -> Result<Item<'a>, ErrorReply> {
     let key = KeyToken::parse(key)?;
-    let (policy, cost) = fields.finish().map_err(ErrorReply::bad_request)?;
-    let budget = budget.finish(cost).map_err(ErrorReply::bad_request)?;
+    let Some(word) = holding.verb else {
+        if holding.hold.is_some() || holding.ttl_ms.is_some() {
+            return Err(ErrorReply::bad_request(
+                "\"hold\" and \"ttl_ms\" come with a hold's \"verb\" (\"reserve\", \"settle\" or \"extend\"); an item without one is an ask",
+            ));
+        }
+        let (policy, cost) = fields.finish().map_err(ErrorReply::bad_request)?;
+        let budget = budget.finish(cost).map_err(ErrorReply::bad_request)?;
+        return Ok(Item {
+            key,
+            policy,
+            cost,
+            act: Act::Ask(budget),
+        });
+    };
+    let verb = Verb::HOLDS
+        .into_iter()
+        .find(|v| v.as_str() == word)
+        .ok_or_else(|| {
+            ErrorReply::bad_request(format!(
+                "unknown verb {}; a batch item's \"verb\" is \"reserve\", \"settle\" or \"extend\", or none for an ask",
+                quoted(word)
+            ))
+        })?;
+    if budget.any() {
+        return Err(ErrorReply::bad_request(format!(
+            "a {} item takes no local budget fields (\"slice\", \"refund\", \"spent\", \"slice_at\")",
+            verb.as_str()
+        )));
+    }
+    let (policy, cost) = fields.into_sent();
+    let checked = hold::check(
+        verb,
+        HoldFields {
+            policy,
+            cost,
+            ttl_ms: holding.ttl_ms,
+            hold: holding.hold,
+        },
+    )
+    .map_err(ErrorReply::bad_request)?;
     Ok(Item {
         key,
-        policy,
-        cost,
-        budget,
+        policy: checked.policy,
+        cost: checked.cost,
+        act: Act::Hold(HoldAct {
+            verb,
+            ttl_ms: checked.ttl_ms,
+            hold: checked.hold,
+        }),
     })
+}
+
+/// The holds' fields of an item as read, before the checks.
+#[derive(Default)]
+struct HoldingFields<'a> {
+    verb: Option<&'a str>,
+    hold: Option<&'a str>,
+    ttl_ms: Option<u64>,
+}
+
+impl<'a> HoldingFields<'a> {
+    fn text(&mut self, name: &str) -> Option<&mut Option<&'a str>> {
+        match name {
+            "verb" => Some(&mut self.verb),
+            "hold" => Some(&mut self.hold),
+            _ => None,
+        }
+    }
+
+    fn uint(&mut self, name: &str) -> Option<&mut Option<u64>> {
+        (name == "ttl_ms").then_some(&mut self.ttl_ms)
+    }
 }
 
 /// The budget fields of an item as read, before the checks that need them all.
@@ -290,6 +422,13 @@ struct BudgetFields {
 }
 
 impl BudgetFields {
+    fn any(&self) -> bool {
+        self.slice.is_some()
+            || self.refund.is_some()
+            || self.spent.is_some()
+            || self.slice_at.is_some()
+    }
+
     fn slot(&mut self, name: &str) -> Option<&mut Option<u64>> {
         match name {
             "slice" => Some(&mut self.slice),

@@ -118,6 +118,12 @@ impl<'a> Fields<'a> {
         Ok(())
     }
 
+    /// The fields as sent, before defaults and checks (for a batch item
+    /// that is a hold's verb, whose rules are [`super::hold`]'s).
+    pub(crate) fn into_sent(self) -> (Option<Cow<'a, str>>, Option<u64>) {
+        (self.policy, self.cost)
+    }
+
     /// Defaults, a valid policy name, a sane cost.
     pub(crate) fn finish(self) -> Result<(Cow<'a, str>, u64), String> {
         let policy = self.policy.unwrap_or(Cow::Borrowed(DEFAULT_POLICY));

@@ -9,17 +9,23 @@
 //! request of a hot path, and each verb takes other fields. As strict all
 //! the same: an unknown field, a field of another verb, a wrong type or a
 //! value out of range is a 400 that names it, and changes nothing.
+//!
+//! A batch item can carry a hold verb too ([`super::batch`]): its fields
+//! go through the same rules (`check`), so it is refused with the same
+//! sentences, and its result is the same decision map, which carries the
+//! hold ([`super::DecisionReply::hold`]), written by the same writer.
 
 use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::is_valid_policy_name;
-use super::reply::{decode_reply, DecisionOut, MalformedReply, Reply};
+use super::reply::{decode_reply, encode_reply_body, DecisionOut, MalformedReply, Reply};
 use super::request::{encode_body, too_large, RequestError};
 use crate::holds::{self, HoldId};
 use crate::policy::{Decision, DEFAULT_POLICY};
 use crate::subject::Verb;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// The fields any hold body may carry; which ones a verb takes is checked
 /// after ([`decode_hold_request`]).
@@ -87,23 +93,61 @@ pub fn decode_hold_request(verb: Verb, body: &[u8]) -> Result<HoldRequest, Reque
             ))
         })?
     };
+    let fields = HoldFields {
+        policy: fields.policy.map(Cow::Owned),
+        cost: fields.cost,
+        ttl_ms: fields.ttl_ms,
+        hold: fields.hold.as_deref(),
+    };
+    let checked = check(verb, fields).map_err(refuse)?;
+    Ok(HoldRequest {
+        policy: checked.policy.into_owned(),
+        cost: checked.cost,
+        ttl_ms: checked.ttl_ms,
+        hold: checked.hold,
+        encoding,
+    })
+}
+
+/// A hold verb's fields as sent, in a body of their own or in a batch
+/// item ([`super::batch`]), before [`check`].
+#[derive(Default)]
+pub(crate) struct HoldFields<'a> {
+    pub(crate) policy: Option<Cow<'a, str>>,
+    pub(crate) cost: Option<u64>,
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) hold: Option<&'a str>,
+}
+
+/// A hold verb's fields once checked, defaults applied.
+pub(crate) struct Checked<'a> {
+    pub(crate) policy: Cow<'a, str>,
+    pub(crate) cost: u64,
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) hold: Option<HoldId>,
+}
+
+/// The one set of rules for a hold verb's fields, alone or batched: the
+/// fields `verb` takes and needs, a hold id, a valid policy name, a cost
+/// and a ttl in range. The error is the sentence of the first mistake.
+pub(crate) fn check<'a>(verb: Verb, fields: HoldFields<'a>) -> Result<Checked<'a>, String> {
     let given = |name: &str, present: bool| {
         if present {
-            Err(refuse(format!(
+            Err(format!(
                 "{} takes no {name:?} field; {}",
                 verb.client_prefix(),
                 takes(verb)
-            )))
+            ))
         } else {
             Ok(())
         }
     };
     let needed = |name: &str| {
-        refuse(format!(
+        format!(
             "{} needs the field {name:?}; {}",
             verb.client_prefix(),
             takes(verb)
-        ))
+        )
     };
     match verb {
         Verb::Reserve => given("hold", fields.hold.is_some())?,
@@ -114,34 +158,28 @@ pub fn decode_hold_request(verb: Verb, body: &[u8]) -> Result<HoldRequest, Reque
             }
         }
         Verb::Extend => given("cost", fields.cost.is_some())?,
-        other => {
-            return Err(refuse(format!(
-                "{} is not a hold verb",
-                other.client_prefix()
-            )))
-        }
+        other => return Err(format!("{} is not a hold verb", other.client_prefix())),
     }
-    let hold = match (verb, &fields.hold) {
+    let hold = match (verb, fields.hold) {
         (Verb::Reserve, _) => None,
         (_, None) => return Err(needed("hold")),
-        (_, Some(text)) => Some(holds::id(text).map_err(|e| refuse(e.to_string()))?),
+        (_, Some(text)) => Some(holds::id(text).map_err(|e| e.to_string())?),
     };
-    let policy = fields.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
+    let policy = fields.policy.unwrap_or(Cow::Borrowed(DEFAULT_POLICY));
     if !is_valid_policy_name(&policy) {
-        return Err(refuse(format!(
+        return Err(format!(
             "the policy name {policy:?} is not valid; policy names are 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'"
-        )));
+        ));
     }
-    let cost = holds::cost(fields.cost.unwrap_or(1)).map_err(|e| refuse(e.to_string()))?;
+    let cost = holds::cost(fields.cost.unwrap_or(1)).map_err(|e| e.to_string())?;
     if let Some(ms) = fields.ttl_ms {
-        holds::ttl(Some(ms), Nanos::ZERO).map_err(|e| refuse(e.to_string()))?;
+        holds::ttl(Some(ms), Nanos::ZERO).map_err(|e| e.to_string())?;
     }
-    Ok(HoldRequest {
+    Ok(Checked {
         policy,
         cost,
         ttl_ms: fields.ttl_ms,
         hold,
-        encoding,
     })
 }
 
@@ -181,7 +219,8 @@ pub fn encode_hold_request(ask: &HoldAsk<'_>, encoding: Encoding) -> Vec<u8> {
     encode_body(&body, encoding)
 }
 
-/// A kept hold, as a reply names it.
+/// A kept hold, as a reply names it (the fields `hold` and `expires_ms`
+/// of a [`DecisionReply`](super::DecisionReply)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldTicket {
     /// The hold's name, for settle and extend.
@@ -191,12 +230,14 @@ pub struct HoldTicket {
     pub expires_ms: u64,
 }
 
-#[derive(Serialize)]
-struct HeldOut<'a> {
-    #[serde(flatten)]
-    decision: DecisionOut<'a>,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    ticket: Option<HoldTicket>,
+impl HoldTicket {
+    /// Hold `id`, ending in `expires` from now.
+    pub fn new(id: HoldId, expires: Nanos) -> HoldTicket {
+        HoldTicket {
+            hold: id.to_string(),
+            expires_ms: expires.as_u64() / 1_000_000,
+        }
+    }
 }
 
 /// Encodes the reply to a hold verb (worker side): `decision` under
@@ -207,39 +248,21 @@ pub fn encode_held(
     held: Option<(HoldId, Nanos)>,
     encoding: Encoding,
 ) -> Vec<u8> {
-    let out = HeldOut {
-        decision: DecisionOut::new(decision, policy),
-        ticket: held.map(|(id, expires)| HoldTicket {
-            hold: id.to_string(),
-            expires_ms: expires.as_u64() / 1_000_000,
-        }),
-    };
-    encode_body(&out, encoding)
+    let ticket = held.map(|(id, expires)| HoldTicket::new(id, expires));
+    let out = DecisionOut::new(decision, policy).with_hold(ticket.as_ref());
+    encode_reply_body(&out, encoding)
 }
 
 /// Decodes the reply to a hold verb (client side): the reply of §1, and
-/// the hold when one was kept or extended.
+/// the hold when one was kept or extended (taken out of the decision).
 pub fn decode_held(body: &[u8]) -> Result<(Reply, Option<HoldTicket>), MalformedReply> {
-    let reply = decode_reply(body)?;
-    #[derive(Deserialize)]
-    struct Ticket {
-        hold: Option<String>,
-        expires_ms: Option<u64>,
-    }
-    let ticket: Ticket = match Encoding::of_body(body) {
-        Encoding::Json => serde_json::from_slice(body).map_err(|e| MalformedReply(e.to_string())),
-        Encoding::MsgPack => rmp_serde::from_slice(body).map_err(|e| MalformedReply(e.to_string())),
-    }?;
-    let ticket = match (ticket.hold, ticket.expires_ms) {
-        (Some(hold), Some(expires_ms)) => Some(HoldTicket { hold, expires_ms }),
-        (None, None) => None,
-        _ => {
-            return Err(MalformedReply(
-                "a hold needs both \"hold\" and \"expires_ms\"".into(),
-            ))
+    Ok(match decode_reply(body)? {
+        Reply::Decision(mut d) => {
+            let ticket = d.hold.take();
+            (Reply::Decision(d), ticket)
         }
-    };
-    Ok((reply, ticket))
+        error => (error, None),
+    })
 }
 
 #[cfg(test)]

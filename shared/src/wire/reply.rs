@@ -19,6 +19,7 @@
 use super::encoding::Encoding;
 use super::error::{ErrorCode, ErrorReply};
 use super::headers::RateLimitHeaders;
+use super::hold::HoldTicket;
 use super::msgpack;
 use crate::budget::Grant;
 use crate::policy::Decision;
@@ -44,6 +45,11 @@ pub struct DecisionReply {
     /// Written and read with the other fields by this module.
     #[serde(skip)]
     pub grant: Option<Grant>,
+    /// The hold a reserve kept or an extend moved (CONTRACT §13): the
+    /// fields `hold` and `expires_ms`. Written and read with the other
+    /// fields by this module.
+    #[serde(skip)]
+    pub hold: Option<HoldTicket>,
 }
 
 impl DecisionReply {
@@ -58,6 +64,7 @@ impl DecisionReply {
             policy: policy.into(),
             shadow_denied: decision.shadow_denied,
             grant: None,
+            hold: None,
         }
     }
 
@@ -175,6 +182,10 @@ pub(super) struct DecisionOut<'a> {
     slice_lease_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     slice_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_ms: Option<u64>,
 }
 
 impl<'a> DecisionOut<'a> {
@@ -190,6 +201,17 @@ impl<'a> DecisionOut<'a> {
             slice: None,
             slice_lease_ns: None,
             slice_at: None,
+            hold: None,
+            expires_ms: None,
+        }
+    }
+
+    /// The same, naming the hold a reserve kept or an extend moved.
+    pub(super) fn with_hold(self, ticket: Option<&'a HoldTicket>) -> DecisionOut<'a> {
+        DecisionOut {
+            hold: ticket.map(|t| t.hold.as_str()),
+            expires_ms: ticket.map(|t| t.expires_ms),
+            ..self
         }
     }
 
@@ -205,7 +227,10 @@ impl<'a> DecisionOut<'a> {
             slice: r.grant.map(|g| g.units),
             slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
             slice_at: r.grant.map(|g| g.taken_at.as_u64()),
+            hold: None,
+            expires_ms: None,
         }
+        .with_hold(r.hold.as_ref())
     }
 }
 
@@ -252,15 +277,21 @@ impl ReplyBody for DecisionOut<'_> {
         const GRANT: usize =
             (1 + "slice".len()) + (1 + "slice_lease_ns".len()) + (1 + "slice_at".len()) + 3 * 9;
         const SHADOW: usize = 1 + "shadow_denied".len() + 1;
+        const HOLD: usize = (1 + "hold".len()) + MSGPACK_STR_HEADER + (1 + "expires_ms".len()) + 9;
         FIXED
             + self.policy.len()
             + if self.shadow_denied { SHADOW } else { 0 }
             + if self.slice.is_some() { GRANT } else { 0 }
+            + self.hold.map_or(0, |h| HOLD + h.len())
     }
 
     fn write_msgpack(&self, w: &mut msgpack::Writer) {
         let grant = self.slice.zip(self.slice_lease_ns).zip(self.slice_at);
-        let fields = 6 + usize::from(self.shadow_denied) + if grant.is_some() { 3 } else { 0 };
+        let hold = self.hold.zip(self.expires_ms);
+        let fields = 6
+            + usize::from(self.shadow_denied)
+            + if grant.is_some() { 3 } else { 0 }
+            + if hold.is_some() { 2 } else { 0 };
         w.map(fields as u32);
         w.str("allowed");
         w.bool(self.allowed);
@@ -285,6 +316,12 @@ impl ReplyBody for DecisionOut<'_> {
             w.uint(lease);
             w.str("slice_at");
             w.uint(at);
+        }
+        if let Some((hold, expires_ms)) = hold {
+            w.str("hold");
+            w.str(hold);
+            w.str("expires_ms");
+            w.uint(expires_ms);
         }
     }
 }
@@ -350,6 +387,8 @@ pub(crate) struct RawReply {
     slice: Option<u64>,
     slice_lease_ns: Option<u64>,
     slice_at: Option<u64>,
+    hold: Option<String>,
+    expires_ms: Option<u64>,
 }
 
 impl RawReply {
@@ -378,6 +417,15 @@ impl RawReply {
                 _ => {
                     return Err(MalformedReply(
                         "a slice needs \"slice\", \"slice_lease_ns\" and \"slice_at\"".into(),
+                    ))
+                }
+            },
+            hold: match (self.hold, self.expires_ms) {
+                (Some(hold), Some(expires_ms)) => Some(HoldTicket { hold, expires_ms }),
+                (None, None) => None,
+                _ => {
+                    return Err(MalformedReply(
+                        "a hold needs both \"hold\" and \"expires_ms\"".into(),
                     ))
                 }
             },

@@ -1,7 +1,7 @@
 //! The batch format of the batching client: items, budgets and grants,
 //! refusals item by item and as a whole, batch replies.
 
-use super::{allowed, denied, hex, msgpack};
+use super::{allowed, denied, hex, msgpack, round_trip, Ordered};
 use serde_json::{json, Value as Json};
 use sluice_core::key::KeyToken;
 use sluice_core::policy::Decision;
@@ -16,7 +16,7 @@ fn item<'a>(key: &'a str, policy: &'a str, cost: u64) -> batch::Item<'a> {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
-        budget: Default::default(),
+        act: Default::default(),
     }
 }
 
@@ -29,17 +29,11 @@ fn budget_items_and_grants_round_trip_and_the_reply_bytes_are_rmp_serdes() {
         taken_at: Nanos(123_456_789),
     };
     let mut ask = item("alice", "hot", 1);
-    ask.budget = batch::Budget::Slice(40);
+    ask.act = batch::Act::Ask(batch::Budget::Slice(40));
     let mut back = item("alice", "hot", 0);
-    back.budget = batch::Budget::Refund(refund);
+    back.act = batch::Act::Ask(batch::Budget::Refund(refund));
     let items = vec![ask, back];
-    let body = batch::encode_items(&items);
-    let decoded: Vec<_> = batch::decode_items(&body)
-        .unwrap()
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
-    assert_eq!(decoded, items);
+    round_trip(&items);
 
     let d = Decision {
         allowed: true,
@@ -59,29 +53,17 @@ fn budget_items_and_grants_round_trip_and_the_reply_bytes_are_rmp_serdes() {
     let results = batch::decode_results(&packed, 1).unwrap();
     assert_eq!(results, vec![Reply::Decision(reply.clone())]);
     // The hand-written MessagePack is what rmp-serde writes for the same map.
-    #[derive(serde::Serialize)]
-    struct Out<'a> {
-        allowed: bool,
-        limit: u64,
-        remaining: u64,
-        reset_ms: u64,
-        retry_after_ms: u64,
-        policy: &'a str,
-        slice: u64,
-        slice_lease_ns: u64,
-        slice_at: u64,
-    }
-    let expected = rmp_serde::to_vec_named(&Out {
-        allowed: true,
-        limit: 300,
-        remaining: 120,
-        reset_ms: 250,
-        retry_after_ms: 0,
-        policy: "hot",
-        slice: 40,
-        slice_lease_ns: 100_000_000,
-        slice_at: 1_700_000_000_000_000_000,
-    })
+    let expected = rmp_serde::to_vec_named(&Ordered(&[
+        ("allowed", json!(true)),
+        ("limit", json!(300)),
+        ("remaining", json!(120)),
+        ("reset_ms", json!(250)),
+        ("retry_after_ms", json!(0)),
+        ("policy", json!("hot")),
+        ("slice", json!(40)),
+        ("slice_lease_ns", json!(100_000_000)),
+        ("slice_at", json!(1_700_000_000_000_000_000u64)),
+    ]))
     .unwrap();
     assert_eq!(reply.encode(Encoding::MsgPack), expected);
     let json = reply.encode(Encoding::Json);

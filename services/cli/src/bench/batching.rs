@@ -7,8 +7,8 @@
 //! (a worker, the deny cache, or a slice of a key's budget); the target
 //! counts them by source (`answered_by_<source>` in the client stats).
 //! Holds (`--verb hold` / `reserve`) go through the client's `reserve` and
-//! `settle`, one round trip each to the key's owner (the client batches
-//! no hold).
+//! `settle`, which travel in the client's batches like asks (a pair is two
+//! batch items, one after the other).
 
 use super::spec::{BatchingSpec, LoadVerb, NatsSpec};
 use anyhow::{Context as _, Result};

@@ -142,7 +142,7 @@ mod tests {
                     key: KeyToken::parse(t).unwrap(),
                     policy: Cow::Borrowed("default"),
                     cost: 1,
-                    budget: Default::default(),
+                    act: Default::default(),
                 })
                 .collect();
             let body = batch::encode_items(&items);

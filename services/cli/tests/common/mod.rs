@@ -10,3 +10,23 @@ pub mod nats;
 
 /// The binary under test.
 pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// The policies of the holds' tests (`holds.rs`, `holds_batched.rs`):
+/// three slots in flight, and 10,000 tokens an hour by token bucket and
+/// by sliding log.
+pub const HOLDS_CONFIG: &str = r#"
+partitions = 8
+lease_ttl = "2s"
+snapshot_interval = "200ms"
+
+[policies.inflight]
+concurrency = 3
+
+[policies.llm]
+algorithm = "token_bucket"
+limits = [ { max = 10000, per = "1h" } ]
+
+[policies.exact]
+algorithm = "sliding_log"
+limits = [ { max = 10000, per = "1h" } ]
+"#;

@@ -25,6 +25,7 @@ use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
+use sluice_core::wire::batch::HoldAct;
 use sluice_core::wire::hold::decode_hold_request;
 use sluice_core::wire::ErrorReply;
 
@@ -33,7 +34,8 @@ use sluice_core::wire::ErrorReply;
 pub type Held<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
 
 impl Decider {
-    /// Decides one hold verb (`verb` is one of [`Verb::HOLDS`]).
+    /// Decides one hold verb (`verb` is one of [`Verb::HOLDS`]) that came
+    /// on its own subject.
     pub(super) fn hold<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
@@ -45,27 +47,52 @@ impl Decider {
         let request = decode_hold_request(verb, body).map_err(|e| e.reply)?;
         let owned = turn.owned;
         self.locate(key, |p| (p == owned.partition).then_some(owned))?;
+        let act = HoldAct {
+            verb,
+            ttl_ms: request.ttl_ms,
+            hold: request.hold,
+        };
+        self.hold_act(turn, key, &request.policy, request.cost, act)
+    }
+
+    /// Decides a hold verb whose fields are checked
+    /// ([`sluice_core::wire::hold`]) and whose key is one of the turn's
+    /// partition: on its own subject ([`Decider::hold`]) or as a batch
+    /// item ([`Decider::batch`]), the same way.
+    pub(super) fn hold_act<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        key: KeyToken<'_>,
+        policy: &str,
+        cost: u64,
+        act: HoldAct,
+    ) -> Result<Held<'p>, ErrorReply> {
+        let HoldAct {
+            verb,
+            ttl_ms,
+            hold: id,
+        } = act;
+        let owned = turn.owned;
         let policies: &'p Policies = turn.policies;
         let base = policies
-            .get(&request.policy)
-            .ok_or_else(|| ErrorReply::unknown_policy(&request.policy))?;
+            .get(policy)
+            .ok_or_else(|| ErrorReply::unknown_policy(policy))?;
         let token = key.as_str();
         let policy = match policies.override_of(base.name(), token) {
             None => base,
             Some(Override::Limits(limits)) => limits,
             Some(Override::Blocked) if verb == Verb::Reserve => {
-                self.record_usage(turn, counted(base, token, request.cost), Usage::Denied);
+                self.record_usage(turn, counted(base, token, cost), Usage::Denied);
                 return Ok((blocked(base), base.name(), None));
             }
             Some(Override::Blocked) => base,
         };
         let holding = base.holding();
-        let ttl = holds::ttl(request.ttl_ms, holding.ttl)
-            .map_err(|e| ErrorReply::bad_request(e.to_string()))?;
-        if verb == Verb::Reserve && !policy.limits().is_empty() && request.cost > policy.capacity()
-        {
+        let ttl =
+            holds::ttl(ttl_ms, holding.ttl).map_err(|e| ErrorReply::bad_request(e.to_string()))?;
+        if verb == Verb::Reserve && !policy.limits().is_empty() && cost > policy.capacity() {
             return Err(ErrorReply::cost_above_capacity(
-                request.cost,
+                cost,
                 base.name(),
                 policy.capacity(),
             ));
@@ -79,10 +106,10 @@ impl Decider {
                     holds::end(policy, state, now, &hold);
                     ended.push(hold);
                 }
-                match (verb, request.hold) {
+                match (verb, id) {
                     (Verb::Reserve, _) => {
                         let r = Reservation {
-                            cost: request.cost,
+                            cost,
                             ttl,
                             id: self.hold_ids.draw(),
                             end: holding.on_expiry,
@@ -95,7 +122,7 @@ impl Decider {
                     (Verb::Settle, Some(id)) => {
                         let s = Settle {
                             id,
-                            cost: request.cost,
+                            cost,
                             concurrency: holding.concurrency,
                         };
                         Ok(Outcome::Settled(holds::settle(
@@ -109,7 +136,7 @@ impl Decider {
                         Ok(Outcome::Extended(peek, moved))
                     }
                     (_, None) => {
-                        unreachable!("decode_hold_request requires a hold to settle or extend")
+                        unreachable!("the rules of wire::hold require a hold to settle or extend")
                     }
                 }
             })
@@ -118,7 +145,7 @@ impl Decider {
             self.hold_ended(turn, base.name(), token, hold);
         }
         let unknown = || {
-            let id = request.hold.map(|h| h.to_string()).unwrap_or_default();
+            let id = id.map(|h| h.to_string()).unwrap_or_default();
             ErrorReply::unknown_hold(&id, base.name())
         };
         match outcome? {
@@ -131,11 +158,11 @@ impl Decider {
                 ))
             }
             Outcome::Reserved(Reserved::Denied(decision)) => {
-                self.record_usage(turn, counted(base, token, request.cost), Usage::Denied);
+                self.record_usage(turn, counted(base, token, cost), Usage::Denied);
                 Ok((decision, base.name(), None))
             }
             Outcome::Settled(Some((decision, hold))) => {
-                self.settled(turn, base.name(), token, &hold, request.cost);
+                self.settled(turn, base.name(), token, &hold, cost);
                 Ok((decision, base.name(), None))
             }
             Outcome::Extended(decision, Some(hold)) => {

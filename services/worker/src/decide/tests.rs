@@ -6,10 +6,12 @@ use serde::Deserialize;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::{batch_subject, Verb};
 use sluice_core::usage::Counts;
-use sluice_core::wire::{ErrorCode, MAX_BODY};
+use sluice_core::wire::batch::{self, Act};
+use sluice_core::wire::{DecisionReply, ErrorCode, MAX_BODY};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
+mod batch_holds;
 mod batches;
 
 const PARTITIONS: u32 = 4;
@@ -40,9 +42,7 @@ struct Fixture {
 impl Fixture {
     /// Journal mode without usage: every record is a count or a reset.
     fn new() -> Fixture {
-        let mut config = Config::from_toml(CONFIG, "test.toml").unwrap();
-        config.usage.enabled = false;
-        Fixture::with(config, true)
+        Fixture::journal(CONFIG)
     }
 
     fn with(config: Config, journal: bool) -> Fixture {
@@ -59,6 +59,13 @@ impl Fixture {
             shard: ShardStats::default(),
             partition: 1,
         }
+    }
+
+    /// Journal mode without usage, with the policies of `toml`.
+    fn journal(toml: &str) -> Fixture {
+        let mut config = Config::from_toml(toml, "test.toml").unwrap();
+        config.usage.enabled = false;
+        Fixture::with(config, true)
     }
 
     fn owned(&self) -> Owned<'_> {
@@ -110,6 +117,27 @@ impl Fixture {
             other => panic!("a peek is decided: {other:?}"),
         }
     }
+}
+
+/// Sends `items` as one batch on the fixture's partition; returns the
+/// results and the records to store.
+fn batch_of(f: &Fixture, items: &[batch::Item<'_>], now: Nanos) -> (Vec<wire::Reply>, Vec<Record>) {
+    let body = batch::encode_items(items);
+    let subject = batch_subject(f.partition);
+    let mut tally = f.decider.tally(f.partition);
+    let message = Message {
+        subject: &subject,
+        body: &body,
+        wants_reply: true,
+    };
+    let answer = f
+        .decider
+        .message(&f.policies, message, f.owned(), now, &mut tally);
+    let records = tally.finish(f.decider.stats(), &f.shard);
+    let Some(Answer::Batch(Ok(results))) = answer else {
+        panic!("expected batch results, got {answer:?}");
+    };
+    (results, records)
 }
 
 /// A key token of `partition`.

@@ -3,31 +3,10 @@
 //! replayed.
 
 use super::*;
-/// Sends `items` as one batch on the fixture's partition; returns the
-/// results and the records to store.
-fn batch_of(f: &Fixture, items: &[batch::Item<'_>], now: Nanos) -> (Vec<wire::Reply>, Vec<Record>) {
-    let body = batch::encode_items(items);
-    let subject = batch_subject(f.partition);
-    let mut tally = f.decider.tally(f.partition);
-    let message = Message {
-        subject: &subject,
-        body: &body,
-        wants_reply: true,
-    };
-    let answer = f
-        .decider
-        .message(&f.policies, message, f.owned(), now, &mut tally);
-    let records = tally.finish(f.decider.stats(), &f.shard);
-    let Some(Answer::Batch(Ok(results))) = answer else {
-        panic!("expected batch results, got {answer:?}");
-    };
-    (results, records)
-}
-
 /// Journal mode, usage off: `default` (100 a second) with local
 /// budgets, `plain` the same without.
 fn budget_fixture() -> Fixture {
-    let mut config = Config::from_toml(
+    Fixture::journal(
         r#"
         partitions = 4
         [policies.default]
@@ -38,11 +17,7 @@ fn budget_fixture() -> Fixture {
         algorithm = "fixed_window"
         limits = [ { max = 100, per = "1s" } ]
         "#,
-        "test.toml",
     )
-    .unwrap();
-    config.usage.enabled = false;
-    Fixture::with(config, true)
 }
 
 /// A batch item of `key` under `default` (see [`budget_fixture`]).
@@ -51,7 +26,7 @@ fn hot_item(key: &str, cost: u64, budget: Budget) -> batch::Item<'_> {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed("default"),
         cost,
-        budget,
+        act: Act::Ask(budget),
     }
 }
 
@@ -71,7 +46,7 @@ fn a_budget_slice_is_counted_and_journaled_and_what_comes_back_is_given_back() {
         key: KeyToken::parse(&key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
-        budget,
+        act: Act::Ask(budget),
     };
     let (results, records) = batch_of(&f, &[item("default", 1, Budget::Slice(30))], T0);
     let wire::Reply::Decision(d) = &results[0] else {
@@ -216,7 +191,7 @@ fn budget_fields_that_do_not_go_together_are_refused_and_change_nothing() {
         key: KeyToken::parse(&key).unwrap(),
         policy: Cow::Borrowed("default"),
         cost,
-        budget,
+        act: Act::Ask(budget),
     };
     let refund = Budget::Refund(Refund {
         units: 5,
@@ -243,7 +218,7 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
-        budget: Default::default(),
+        act: Default::default(),
     };
     let mine: &'static str = Box::leak(mine.into_boxed_str());
     let theirs: &'static str = Box::leak(theirs.into_boxed_str());
@@ -345,13 +320,13 @@ fn a_worker_batch_decides_each_item_on_its_partition() {
             key: KeyToken::parse(a).unwrap(),
             policy: Cow::Borrowed("default"),
             cost: 2,
-            budget: Default::default(),
+            act: Default::default(),
         },
         batch::Item {
             key: KeyToken::parse(b).unwrap(),
             policy: Cow::Borrowed("default"),
             cost: 3,
-            budget: Default::default(),
+            act: Default::default(),
         },
     ]);
     let answered = |p: u32| match p {
