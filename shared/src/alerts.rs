@@ -11,11 +11,16 @@
 //! `Nats-Msg-Id`, so that a retry or a new owner publishing it again is
 //! dropped by the stream (docs/USAGE.md, "Alerts").
 //!
+//! A policy's thresholds are turned into units of each of its limits when
+//! it is built ([`ThresholdUnits`]), so that the decisions that reach none
+//! (all but a few per key and window) pay one comparison per limit.
+//!
 //! Only fixed windows take alerts ([`crate::policy::Policy::with_alerts`]):
 //! a threshold is a share of a window's `max`, reached once per window.
 //! Token buckets and GCRA refill continuously and sliding windows slide,
 //! so neither has a window whose count fills up and then starts over.
 
+use crate::algorithm::fixed_window;
 pub use crate::limit::{Thresholds, THRESHOLD_RANGE};
 use crate::policy::{KeyState, Limit, Policy};
 use crate::time::Nanos;
@@ -38,18 +43,64 @@ pub fn units(max: u64, pct: u16) -> u64 {
     units.max(1)
 }
 
-/// The thresholds a count going from `before` to `after` within one window
-/// reaches: those whose [`units`] are above `before` and at most `after`.
-pub fn crossed(
-    before: u64,
-    after: u64,
-    max: u64,
-    thresholds: &Thresholds,
-) -> impl Iterator<Item = u16> + '_ {
-    thresholds.percents().iter().copied().filter(move |&pct| {
-        let at = units(max, pct);
-        before < at && at <= after
-    })
+/// A policy's thresholds in units of each of its limits ([`units`]),
+/// computed once when the policy is built
+/// ([`crate::policy::Policy::with_alerts`]): a decision then compares its
+/// counts with them and does no arithmetic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThresholdUnits {
+    thresholds: Thresholds,
+    /// Per limit, the units of each threshold, ascending (limit after limit).
+    units: Box<[u64]>,
+    /// Per limit, the units of its lowest threshold: a count below it has
+    /// reached none. Empty: no alerts.
+    floors: Box<[u64]>,
+}
+
+impl ThresholdUnits {
+    /// `thresholds` in units of each of `limits`.
+    pub fn new(limits: &[Limit], thresholds: Thresholds) -> ThresholdUnits {
+        let pcts = thresholds.percents();
+        if pcts.is_empty() {
+            return ThresholdUnits::default();
+        }
+        let units: Box<[u64]> = limits
+            .iter()
+            .flat_map(|l| pcts.iter().map(|&pct| units(l.max(), pct)))
+            .collect();
+        let floors = units.chunks(pcts.len()).map(|row| row[0]).collect();
+        ThresholdUnits {
+            thresholds,
+            units,
+            floors,
+        }
+    }
+
+    /// The thresholds in percent.
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
+    }
+
+    /// Per limit, the count at which its lowest threshold is reached
+    /// (empty: no alerts).
+    pub fn floors(&self) -> &[u64] {
+        &self.floors
+    }
+
+    /// The thresholds the count of the limit at `limit` going from
+    /// `before` to `after` within one window reaches: those whose units
+    /// are above `before` and at most `after`.
+    pub fn crossed(&self, limit: usize, before: u64, after: u64) -> impl Iterator<Item = u16> + '_ {
+        let pcts = self.thresholds.percents();
+        let row = self
+            .units
+            .get(limit * pcts.len()..(limit + 1) * pcts.len())
+            .unwrap_or_default();
+        pcts.iter()
+            .zip(row)
+            .filter(move |&(_, &at)| before < at && at <= after)
+            .map(|(&pct, _)| pct)
+    }
 }
 
 /// One threshold one decision made a key's count reach.
@@ -68,27 +119,41 @@ pub struct Crossing {
 const INLINE_LIMITS: usize = 4;
 
 /// Runs `f` (one decision of `policy`) on a key's `state` and returns what
-/// it returned with the thresholds it made the key's counts reach. A policy
-/// without alerts costs one test; one with alerts, a copy of each limit's
-/// window and count, and an allocation only when a threshold is reached.
+/// it returned with the thresholds it made the key's counts reach.
+///
+/// A policy without alerts costs one test. One with alerts costs a copy of
+/// each limit's window start and count before `f`, and after it one
+/// comparison per limit with the units of its lowest threshold, computed
+/// when the policy was built ([`ThresholdUnits`]): that is all for every
+/// decision but the few per key and window that reach a threshold, which
+/// alone look at each threshold and allocate. Inlined, so that neither
+/// pays a call of its own.
+#[inline]
 pub fn watch<R>(
     policy: &Policy,
     state: &mut KeyState,
     f: impl FnOnce(&mut KeyState) -> R,
 ) -> (R, Vec<Crossing>) {
-    let thresholds = policy.alerts();
-    if thresholds.is_empty() {
-        return (f(state), Vec::new());
-    }
-    let n = policy.limits().len();
-    let mut inline = [(0u64, 0u64); INLINE_LIMITS];
-    let mut spilled = Vec::new();
-    let before: &mut [(u64, u64)] = if n <= INLINE_LIMITS {
-        &mut inline[..n]
+    let n = policy.threshold_units().floors().len();
+    if n == 0 {
+        (f(state), Vec::new())
+    } else if n <= INLINE_LIMITS {
+        let mut before = [(0u64, 0u64); INLINE_LIMITS];
+        watch_with(policy, state, f, &mut before[..n])
     } else {
-        spilled.resize(n, (0, 0));
-        &mut spilled
-    };
+        watch_with(policy, state, f, &mut vec![(0, 0); n])
+    }
+}
+
+/// [`watch`] of a policy with alerts, the counts before `f` kept in
+/// `before` (one pair per limit).
+#[inline]
+fn watch_with<R>(
+    policy: &Policy,
+    state: &mut KeyState,
+    f: impl FnOnce(&mut KeyState) -> R,
+    before: &mut [(u64, u64)],
+) -> (R, Vec<Crossing>) {
     // A state of another algorithm (restored from an earlier config)
     // starts fresh in the run: a count of 0 before.
     if let KeyState::FixedWindow(windows) = &*state {
@@ -100,22 +165,35 @@ pub fn watch<R>(
     let KeyState::FixedWindow(windows) = &*state else {
         return (out, Vec::new());
     };
-    let lowest = thresholds.percents()[0];
-    let mut crossings = Vec::new();
-    for (i, ((limit, w), &(start, count))) in policy
-        .limits()
+    // Below each limit's lowest threshold (most decisions): nothing reached.
+    let floors = policy.threshold_units().floors();
+    if windows
         .iter()
-        .zip(windows)
-        .zip(before.iter())
-        .enumerate()
+        .zip(floors)
+        .all(|(w, &floor)| w.count < floor)
+    {
+        return (out, Vec::new());
+    }
+    (out, crossings(policy, windows, before))
+}
+
+/// The thresholds reached by counts that went from `before` to `windows`
+/// ([`watch`], once a count is at a lowest threshold).
+#[cold]
+#[inline(never)]
+fn crossings(
+    policy: &Policy,
+    windows: &[fixed_window::State],
+    before: &[(u64, u64)],
+) -> Vec<Crossing> {
+    let watched = policy.threshold_units();
+    let mut crossings = Vec::new();
+    for (i, ((limit, w), &(start, count))) in
+        policy.limits().iter().zip(windows).zip(before).enumerate()
     {
         // A window that began in this decision started from nothing.
         let was = if start == w.start { count } else { 0 };
-        // Below the lowest threshold (most decisions): nothing to compare.
-        if w.count <= was || w.count < units(limit.max(), lowest) {
-            continue;
-        }
-        for pct in crossed(was, w.count, limit.max(), thresholds) {
+        for pct in watched.crossed(i, was, w.count) {
             crossings.push(Crossing {
                 limit: i as u32,
                 threshold_pct: pct,
@@ -125,7 +203,7 @@ pub fn watch<R>(
             });
         }
     }
-    (out, crossings)
+    crossings
 }
 
 /// The message of one alert, published on `rl.alert.<policy>.<key>` and

@@ -9,6 +9,7 @@
 //! passes the key's state and `now`, and stores the state back. A denied
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
+use crate::alerts::ThresholdUnits;
 use crate::algorithm::{self, Algo, Check, Usage};
 pub use crate::holds::hold::Holding;
 pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, Thresholds};
@@ -38,8 +39,9 @@ pub struct Policy {
     holding: Holding,
     /// In each region apart, or once across regions (CONTRACT §12).
     scope: Scope,
-    /// The thresholds whose crossing is announced (CONTRACT §14).
-    alerts: Thresholds,
+    /// The thresholds whose crossing is announced (CONTRACT §14), in
+    /// units of each limit.
+    alerts: ThresholdUnits,
 }
 
 impl Policy {
@@ -72,7 +74,7 @@ impl Policy {
             mode: Mode::Enforce,
             holding: Holding::default(),
             scope: Scope::Region,
-            alerts: Thresholds::default(),
+            alerts: ThresholdUnits::default(),
         })
     }
 
@@ -91,7 +93,7 @@ impl Policy {
             mode: Mode::Enforce,
             holding: holding.checked()?,
             scope: Scope::Region,
-            alerts: Thresholds::default(),
+            alerts: ThresholdUnits::default(),
         })
     }
 
@@ -160,12 +162,17 @@ impl Policy {
         {
             return Err(PolicyError::AlertsNotSupported(self.algorithm));
         }
-        self.alerts = alerts;
+        self.alerts = ThresholdUnits::new(&self.limits, alerts);
         Ok(self)
     }
 
     /// Its alert thresholds (empty: none).
     pub fn alerts(&self) -> &Thresholds {
+        self.alerts.thresholds()
+    }
+
+    /// Its alert thresholds in units of each of its limits.
+    pub fn threshold_units(&self) -> &ThresholdUnits {
         &self.alerts
     }
 

@@ -39,10 +39,25 @@ fn a_threshold_is_reached_at_its_share_rounded_up() {
     assert_eq!(units(1, 1), 1);
     assert_eq!(units(10, 150), 15);
     assert_eq!(units(u64::MAX, 1000), u64::MAX);
-    let t = thresholds(&[50, 80, 100]);
-    assert_eq!(crossed(0, 8, 10, &t).collect::<Vec<_>>(), vec![50, 80]);
-    assert_eq!(crossed(8, 9, 10, &t).count(), 0);
-    assert_eq!(crossed(9, 12, 10, &t).collect::<Vec<_>>(), vec![100]);
+    let t = ThresholdUnits::new(&[per_minute(10)], thresholds(&[50, 80, 100]));
+    assert_eq!(t.floors(), &[5]);
+    assert_eq!(t.crossed(0, 0, 8).collect::<Vec<_>>(), vec![50, 80]);
+    assert_eq!(t.crossed(0, 8, 9).count(), 0);
+    assert_eq!(t.crossed(0, 9, 12).collect::<Vec<_>>(), vec![100]);
+}
+
+#[test]
+fn thresholds_are_in_units_of_each_limit_and_follow_the_policy() {
+    let t = ThresholdUnits::new(&[per_minute(10), per_minute(3)], thresholds(&[50, 80]));
+    assert_eq!(t.floors(), &[5, 2]);
+    assert_eq!(t.crossed(1, 0, 3).collect::<Vec<_>>(), vec![50, 80]);
+    assert_eq!(t.crossed(0, 0, 3).count(), 0);
+    assert_eq!(t.crossed(2, 0, 100).count(), 0, "no such limit");
+    let policy = fixed(vec![per_minute(10), per_minute(3)], &[80, 50]);
+    assert_eq!(policy.threshold_units(), &t);
+    assert_eq!(policy.alerts().percents(), &[50, 80]);
+    let bare = Policy::new("p", Algorithm::FixedWindow, vec![per_minute(1)]).unwrap();
+    assert!(bare.threshold_units().floors().is_empty());
 }
 
 #[test]
@@ -112,6 +127,24 @@ fn each_limit_is_watched_on_its_own() {
         hourly += c.iter().filter(|c| c.limit == 1).count();
     }
     assert_eq!(hourly, 1, "50 of the hour's 100 reached once");
+}
+
+#[test]
+fn more_limits_than_kept_on_the_stack_are_each_watched() {
+    let limits = (1..=6).map(|i| per_minute(2 * i)).collect();
+    let policy = fixed(limits, &[50]);
+    let mut state = policy.new_state();
+    let now = Nanos::from_secs(60);
+    let mut reached = Vec::new();
+    for _ in 0..6 {
+        let (_, c) = watch(&policy, &mut state, |s| policy.record(s, now, 1));
+        reached.extend(c.iter().map(|c| (c.limit, c.used)));
+    }
+    // 50 % of 2, 4, ..., 12 is reached at 1, 2, ..., 6 (hits count past max).
+    assert_eq!(
+        reached,
+        (0..6).map(|i| (i, u64::from(i) + 1)).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -248,11 +281,12 @@ proptest! {
         steps in proptest::collection::vec(0u64..50, 1..60),
     ) {
         let t = thresholds(&pcts);
+        let watched = ThresholdUnits::new(&[per_minute(max)], t.clone());
         let mut count = 0u64;
         let mut seen: HashMap<u16, usize> = HashMap::new();
         for s in steps {
             let next = count + s;
-            for p in crossed(count, next, max, &t) {
+            for p in watched.crossed(0, count, next) {
                 *seen.entry(p).or_default() += 1;
             }
             count = next;
