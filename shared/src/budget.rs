@@ -73,6 +73,13 @@ use crate::time::Nanos;
 /// a token bucket's spending is late by at most this much.
 pub const LEASE: Nanos = Nanos(100_000_000);
 
+/// The longest lease of a grant to another region (CONTRACT §12,
+/// [`crate::region::global`]): long enough that a
+/// slice asked ahead of need arrives across a WAN link (100+ ms each way)
+/// with most of its lease left, short enough that units a region does not
+/// spend go back within the window.
+pub const REGION_LEASE: Nanos = Nanos(2_000_000_000);
+
 /// A slice is at most this share of a policy's capacity (1/16), so that
 /// many clients can hold slices of one key at once.
 pub const SHARE_OF_CAPACITY: u64 = 16;

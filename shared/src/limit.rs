@@ -308,3 +308,79 @@ impl Thresholds {
         &self.0
     }
 }
+
+/// The count at which `pct` percent of `max` is reached: `max·pct/100`
+/// rounded up (80 % of 3 is reached at 3, not at 2.4), at least 1.
+pub fn units(max: u64, pct: u16) -> u64 {
+    // In u64 whenever it fits (a division by a constant, a few cycles: this
+    // runs on every counted decision of a policy with alerts); in u128 for
+    // maxima near u64::MAX.
+    let units = match max.checked_mul(u64::from(pct)) {
+        Some(scaled) => scaled.div_ceil(100),
+        None => {
+            let scaled = (u128::from(max) * u128::from(pct)).div_ceil(100);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        }
+    };
+    units.max(1)
+}
+
+/// A policy's thresholds in units of each of its limits ([`units`]),
+/// computed once when the policy is built
+/// ([`crate::policy::Policy::with_alerts`]): a decision then compares its
+/// counts with them and does no arithmetic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThresholdUnits {
+    thresholds: Thresholds,
+    /// Per limit, the units of each threshold, ascending (limit after limit).
+    units: Box<[u64]>,
+    /// Per limit, the units of its lowest threshold: a count below it has
+    /// reached none. Empty: no alerts.
+    floors: Box<[u64]>,
+}
+
+impl ThresholdUnits {
+    /// `thresholds` in units of each of `limits`.
+    pub fn new(limits: &[Limit], thresholds: Thresholds) -> ThresholdUnits {
+        let pcts = thresholds.percents();
+        if pcts.is_empty() {
+            return ThresholdUnits::default();
+        }
+        let units: Box<[u64]> = limits
+            .iter()
+            .flat_map(|l| pcts.iter().map(|&pct| units(l.max(), pct)))
+            .collect();
+        let floors = units.chunks(pcts.len()).map(|row| row[0]).collect();
+        ThresholdUnits {
+            thresholds,
+            units,
+            floors,
+        }
+    }
+
+    /// The thresholds in percent.
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
+    }
+
+    /// Per limit, the count at which its lowest threshold is reached
+    /// (empty: no alerts).
+    pub fn floors(&self) -> &[u64] {
+        &self.floors
+    }
+
+    /// The thresholds the count of the limit at `limit` going from
+    /// `before` to `after` within one window reaches: those whose units
+    /// are above `before` and at most `after`.
+    pub fn crossed(&self, limit: usize, before: u64, after: u64) -> impl Iterator<Item = u16> + '_ {
+        let pcts = self.thresholds.percents();
+        let row = self
+            .units
+            .get(limit * pcts.len()..(limit + 1) * pcts.len())
+            .unwrap_or_default();
+        pcts.iter()
+            .zip(row)
+            .filter(move |&(_, &at)| before < at && at <= after)
+            .map(|(&pct, _)| pct)
+    }
+}

@@ -9,10 +9,9 @@
 //! passes the key's state and `now`, and stores the state back. A denied
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
-use crate::alerts::ThresholdUnits;
 use crate::algorithm::{self, Algo, Check, Usage};
 pub use crate::holds::hold::Holding;
-pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, Thresholds};
+pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, ThresholdUnits, Thresholds};
 use crate::region::Scope;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -282,9 +281,9 @@ impl Policy {
     /// A grant to another region's owner of a global key (CONTRACT §12,
     /// [`crate::region::global`]): the slice protocol one level up, so
     /// without `local_budget` and with a lease long enough to cross the
-    /// link and back ([`crate::region::global::REGION_LEASE`]).
+    /// link and back ([`crate::budget::REGION_LEASE`]).
     /// `keep` units of what is left are not sliced (the home's own need,
-    /// [`crate::region::global::home_keeps`]).
+    /// home_keeps of [`crate::region::global`]).
     pub fn grant_to_region(
         &self,
         state: &mut KeyState,
@@ -292,14 +291,7 @@ impl Policy {
         want: u64,
         keep: u64,
     ) -> (Decision, Option<crate::budget::Grant>) {
-        self.slice(
-            state,
-            now,
-            0,
-            want,
-            keep,
-            crate::region::global::REGION_LEASE,
-        )
+        self.slice(state, now, 0, want, keep, crate::budget::REGION_LEASE)
     }
 
     fn slice(
@@ -330,6 +322,23 @@ impl Policy {
         // fits whenever `remaining` said it would.
         debug_assert!(decision.allowed, "a slice of what remained is allowed");
         (decision, Some(grant))
+    }
+
+    /// Opens `state`'s window of a global policy at its home (CONTRACT
+    /// §12, [`crate::region::global`]), before anything else is decided in
+    /// it: when the window holds nothing yet, counts `shares` (the other
+    /// regions' reserved shares) as a slice taken at the window's start,
+    /// and returns that start (the slice's `taken_at`, which the other
+    /// regions know without asking and give their shares back under).
+    /// `None` when the window was open already, or there is nothing to
+    /// count.
+    pub fn open_at_home(&self, state: &mut KeyState, now: Nanos, shares: u64) -> Option<Nanos> {
+        let limit = self.limits.first()?;
+        if shares == 0 || self.inspect(state, now).first()?.used > 0 {
+            return None;
+        }
+        self.record(state, now, shares);
+        Some(limit.window_start(now))
     }
 
     /// Gives back `units` of a slice taken at `taken_at` and not spent

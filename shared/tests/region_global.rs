@@ -12,7 +12,7 @@ use sluice_core::budget::{Grant, Refund};
 use sluice_core::limit::{Algorithm, Decision, Limit};
 use sluice_core::outstanding::{Outstanding, Returned};
 use sluice_core::policy::{KeyState, Policy};
-use sluice_core::region::global::{home_keeps, open_at_home, remote_shares, Delegates, Demand};
+use sluice_core::region::global::{home_keeps, remote_shares, Delegates, Demand};
 use sluice_core::region::{Global, OnCut, RegionName};
 use sluice_core::time::Nanos;
 use std::collections::BTreeMap;
@@ -119,7 +119,7 @@ impl Model {
     /// The home opens the key's window before anything it decides.
     fn open(&mut self) {
         let shares = remote_shares(&self.global, &self.home, self.limit.max());
-        if let Some(start) = open_at_home(&self.policy, &mut self.state, self.now, shares) {
+        if let Some(start) = self.policy.open_at_home(&mut self.state, self.now, shares) {
             self.books.granted(KEY, start, shares);
         }
     }

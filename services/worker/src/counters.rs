@@ -425,6 +425,12 @@ impl Counters {
         self.global.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The books of this partition's global keys, shared (the link task
+    /// writes the home's answers into them).
+    pub fn global_books(&self) -> Arc<Mutex<crate::global::Books>> {
+        self.global.clone()
+    }
+
     /// The number of live counters (approximate while requests are running).
     pub fn len(&self) -> u64 {
         let mut keys = 0;

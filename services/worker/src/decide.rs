@@ -36,7 +36,7 @@ use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
-use sluice_core::region::global::{open_at_home, remote_shares};
+use sluice_core::region::global::remote_shares;
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
@@ -538,6 +538,17 @@ impl Decider {
             .map(|((global, link), limit)| remote_shares(global, &link.region, limit.max()))
             .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
+        // Only another region's owner gives back units of a global key: a
+        // client holds no slice of one, and a refund it made up (the shares
+        // are booked at the window's start, which anyone can tell) would
+        // free the other regions' shares while they spend them.
+        let budget = match budget {
+            Budget::Refund(r) if global.is_some() && !turn.link => {
+                turn.tally.unmatched(r.units);
+                Budget::Refund(Refund { units: 0, ..r })
+            }
+            other => other,
+        };
         // What the home keeps for its own asks out of a grant to another
         // region (sluice_core::region::global::home_keeps).
         let home_keeps = |counter_key: &str, now: Nanos| match global.zip(policy.limits().first()) {
@@ -564,7 +575,7 @@ impl Decider {
                 other => other,
             };
             let (decision, grant, opened) = owned.counters.update(policy, buf, now, |state| {
-                let opened = home_shares.and_then(|s| open_at_home(policy, state, now, s));
+                let opened = home_shares.and_then(|s| policy.open_at_home(state, now, s));
                 let (decision, grant) = match budget {
                     Budget::None => (op.apply(policy, state, now), None),
                     // A link item's cost and slice are one grant of up to

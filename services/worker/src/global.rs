@@ -17,27 +17,22 @@
 //!   shares back (`sluice-link.<region>.p.<n>.reclaim`); the delegate's
 //!   owner gives back what it will not need as a refund item.
 //!
-//! Requests go out on the link connection (its inbox is a link inbox, the
+//! The task itself is [`crate::global_link`]. Requests go out on the link
+//! connection (its inbox is a link inbox, the
 //! only replies the link carries). A request that gets no answer within
 //! [`ASK_TIMEOUT`] is taken as lost: the books then let the key ask again,
 //! and what the home may have granted stays counted there (under-admission,
 //! never more than the limit).
 
-use crate::counters::Counters;
 use serde::{Deserialize, Serialize};
 use sluice_core::budget::Refund;
-use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
-use sluice_core::region::global::{home_keeps, Delegates, Demand, ASK_TIMEOUT};
+use sluice_core::region::global::{home_keeps, Delegates, Demand};
 use sluice_core::region::RegionName;
-use sluice_core::subject::{link_batch, link_hit, link_reclaim};
-use sluice_core::time::{Clock, Nanos};
-use sluice_core::wire::batch::{self, Budget, Item};
-use sluice_core::wire::{self, Reply};
-use std::borrow::Cow;
+use sluice_core::time::Nanos;
+use sluice_core::wire;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// A partition's books of its global keys, kept with its counters.
@@ -148,7 +143,8 @@ pub enum Need {
         token: String,
         want: u64,
         sent: Nanos,
-        counters: Counters,
+        /// The partition's books, for the answer.
+        books: Arc<Mutex<Books>>,
     },
     /// A delegate gives units back to the home.
     Refund {
@@ -182,150 +178,15 @@ pub struct Link {
 }
 
 impl Link {
+    /// A link of `region` whose needs go to `needs` ([`crate::global_link`]).
+    pub fn new(region: RegionName, needs: mpsc::UnboundedSender<Need>) -> Link {
+        Link { region, needs }
+    }
+
     pub fn send(&self, need: Need) {
         // The task ends only with the worker; a need sent then is moot.
         let _ = self.needs.send(need);
     }
-}
-
-/// Starts the link task on `client` (the link connection).
-pub fn start(
-    region: RegionName,
-    client: async_nats::Client,
-    clock: Arc<dyn Clock>,
-) -> (Link, tokio::task::JoinHandle<()>) {
-    let (needs, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(rx, client, clock));
-    (Link { region, needs }, task)
-}
-
-async fn run(
-    mut needs: mpsc::UnboundedReceiver<Need>,
-    client: async_nats::Client,
-    clock: Arc<dyn Clock>,
-) {
-    while let Some(need) = needs.recv().await {
-        let client = client.clone();
-        let clock = clock.clone();
-        // Each on its own: one lost request must not hold up the others.
-        tokio::spawn(async move {
-            if let Err(e) = carry(need, &client, &*clock).await {
-                tracing::debug!("a global limit's message across the link failed: {e:#}");
-            }
-        });
-    }
-}
-
-fn timeout() -> Duration {
-    Duration::from_nanos(ASK_TIMEOUT.as_u64())
-}
-
-async fn request(
-    client: &async_nats::Client,
-    subject: String,
-    body: Vec<u8>,
-) -> anyhow::Result<async_nats::Message> {
-    let reply = tokio::time::timeout(timeout(), client.request(subject, body.into()))
-        .await
-        .map_err(|_| anyhow::anyhow!("no answer within {:?}", timeout()))??;
-    Ok(reply)
-}
-
-fn item<'a>(
-    policy: &'a str,
-    token: &'a str,
-    cost: u64,
-    budget: Budget,
-) -> anyhow::Result<Item<'a>> {
-    Ok(Item {
-        key: KeyToken::parse(token).map_err(|e| anyhow::anyhow!("{e}"))?,
-        policy: Cow::Borrowed(policy),
-        cost,
-        act: batch::Act::Ask(budget),
-    })
-}
-
-async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> anyhow::Result<()> {
-    match need {
-        Need::Grant {
-            home,
-            partition,
-            policy,
-            token,
-            want,
-            sent,
-            counters,
-        } => {
-            let mut counter_key = String::new();
-            sluice_core::ask::counter_key(&mut counter_key, &policy, &token);
-            // The batch protocol's slice rides on an ask of at least 1: at
-            // the home, a link item's cost and slice are one grant of up to
-            // their sum (crate::decide).
-            let body = batch::encode_items(&[item(
-                &policy,
-                &token,
-                1,
-                Budget::Slice(want.saturating_sub(1)),
-            )?]);
-            let answered = request(client, link_batch(home.as_str(), partition), body).await;
-            let received = clock.now();
-            let mut books = counters.global();
-            let delegates = books.delegates();
-            let reply = answered.and_then(|m| {
-                let mut results = batch::decode_results(&m.payload, 1)?;
-                Ok(results.pop())
-            });
-            // A request that failed is asked again once ASK_TIMEOUT has
-            // passed since it left, not at once: a home that refuses, or
-            // has no owner for the partition, is asked once a second, not
-            // once per ask.
-            match reply {
-                Ok(Some(Reply::Decision(d))) => delegates.answered(
-                    &counter_key,
-                    sent,
-                    received,
-                    d.grant.as_ref(),
-                    &d.decision(),
-                ),
-                Ok(other) => anyhow::bail!("the home refused a slice: {other:?}"),
-                Err(e) => return Err(e),
-            }
-        }
-        Need::Refund {
-            home,
-            partition,
-            policy,
-            token,
-            refund,
-        } => {
-            let body = batch::encode_items(&[item(&policy, &token, 0, Budget::Refund(refund))?]);
-            request(client, link_batch(home.as_str(), partition), body).await?;
-        }
-        Need::Hit {
-            home,
-            partition,
-            token,
-            body,
-        } => {
-            request(client, link_hit(home.as_str(), partition, &token), body).await?;
-        }
-        Need::Reclaim {
-            regions,
-            partition,
-            reclaim,
-        } => {
-            let body = rmp_serde::to_vec_named(&reclaim)?;
-            for region in regions {
-                client
-                    .publish(
-                        link_reclaim(region.as_str(), partition),
-                        body.clone().into(),
-                    )
-                    .await?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Decodes a reclaim's body; the error says what is wrong.

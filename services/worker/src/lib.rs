@@ -61,6 +61,7 @@ pub mod counters;
 pub mod decide;
 pub mod fleet;
 pub mod global;
+pub mod global_link;
 pub mod group_commit;
 pub mod journal;
 pub mod kept;

@@ -168,7 +168,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let mut link_task = None;
     if let Some(region) = &region {
         let (link, task) =
-            crate::global::start(region.name.clone(), region.link.clone(), opts.clock.clone());
+            crate::global_link::start(region.name.clone(), region.link.clone(), opts.clock.clone());
         decider = decider.with_global(link);
         link_task = Some(task);
     }

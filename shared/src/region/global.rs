@@ -11,7 +11,7 @@
 //! - **Its reserved share** of each window (its weight's fraction of `max`,
 //!   [`crate::region::Global::reserved`]). The home counts every remote
 //!   region's share as used when a key's window opens there
-//!   ([`open_at_home`]), as a slice taken at the window's start; a delegate
+//!   ([`crate::policy::Policy::open_at_home`]), as a slice taken at the window's start; a delegate
 //!   knows its share without asking, so it spends it from the window's
 //!   first ask on, and while it cannot reach the home.
 //! - **Slices** the home grants it on request ([`crate::policy::Policy::grant_to_region`]):
@@ -46,11 +46,7 @@ use crate::limit::{Decision, Limit};
 use crate::time::Nanos;
 use std::collections::HashMap;
 
-/// The longest lease of a grant to another region: long enough that a
-/// slice asked ahead of need arrives across a WAN link (100+ ms each way)
-/// with most of its lease left, short enough that units a region does not
-/// spend go back within the window.
-pub const REGION_LEASE: Nanos = Nanos(2_000_000_000);
+pub use crate::budget::REGION_LEASE;
 
 /// How long a delegate waits for the home's answer before it may ask
 /// again (the request or its answer is taken as lost).
@@ -424,26 +420,6 @@ pub fn remote_shares(
         .filter(|(region, _)| region != here)
         .map(|(region, _)| global.reserved(region, max))
         .sum()
-}
-
-/// Opens `state`'s window at the home, before anything else is decided in
-/// it: when the window holds nothing yet, counts `shares` (the other
-/// regions' reserved shares, [`remote_shares`]) as a slice taken at the
-/// window's start, and returns that start (the slice's `taken_at`, which
-/// the delegates know without asking and give their shares back under).
-/// `None` when the window was open already, or there is nothing to count.
-pub fn open_at_home(
-    policy: &crate::policy::Policy,
-    state: &mut crate::policy::KeyState,
-    now: Nanos,
-    shares: u64,
-) -> Option<Nanos> {
-    let limit = policy.limits().first()?;
-    if shares == 0 || policy.inspect(state, now).first()?.used > 0 {
-        return None;
-    }
-    policy.record(state, now, shares);
-    Some(limit.window_start(now))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::is_valid_policy_name;
+pub use super::reply::HoldTicket;
 use super::reply::{decode_reply, encode_reply_body, DecisionOut, MalformedReply, Reply};
 use super::request::{encode_body, too_large, RequestError};
 use crate::holds::{self, HoldId};
@@ -217,27 +218,6 @@ pub fn encode_hold_request(ask: &HoldAsk<'_>, encoding: Encoding) -> Vec<u8> {
         hold: ask.hold.map(str::to_string),
     };
     encode_body(&body, encoding)
-}
-
-/// A kept hold, as a reply names it (the fields `hold` and `expires_ms`
-/// of a [`DecisionReply`](super::DecisionReply)).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HoldTicket {
-    /// The hold's name, for settle and extend.
-    pub hold: String,
-    /// Milliseconds until it ends by itself (rounded down: never later
-    /// than the owner's end).
-    pub expires_ms: u64,
-}
-
-impl HoldTicket {
-    /// Hold `id`, ending in `expires` from now.
-    pub fn new(id: HoldId, expires: Nanos) -> HoldTicket {
-        HoldTicket {
-            hold: id.to_string(),
-            expires_ms: expires.as_u64() / 1_000_000,
-        }
-    }
 }
 
 /// Encodes the reply to a hold verb (worker side): `decision` under

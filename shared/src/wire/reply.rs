@@ -19,9 +19,9 @@
 use super::encoding::Encoding;
 use super::error::{ErrorCode, ErrorReply};
 use super::headers::RateLimitHeaders;
-use super::hold::HoldTicket;
 use super::msgpack;
 use crate::budget::Grant;
+use crate::holds::HoldId;
 use crate::policy::Decision;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
@@ -443,4 +443,25 @@ pub(crate) fn error_reply(
         code,
         message: message.unwrap_or_default(),
     })
+}
+
+/// A kept hold, as a reply names it (the fields `hold` and `expires_ms`
+/// of a [`DecisionReply`](super::DecisionReply)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldTicket {
+    /// The hold's name, for settle and extend.
+    pub hold: String,
+    /// Milliseconds until it ends by itself (rounded down: never later
+    /// than the owner's end).
+    pub expires_ms: u64,
+}
+
+impl HoldTicket {
+    /// Hold `id`, ending in `expires` from now.
+    pub fn new(id: HoldId, expires: Nanos) -> HoldTicket {
+        HoldTicket {
+            hold: id.to_string(),
+            expires_ms: expires.as_u64() / 1_000_000,
+        }
+    }
 }

@@ -203,7 +203,7 @@ impl Decider {
                 token: token.to_string(),
                 want,
                 sent: now,
-                counters: owned.counters.clone(),
+                books: owned.counters.global_books(),
             });
         }
         let decision = decided.decision;

@@ -77,6 +77,13 @@ impl Decider {
         let base = policies
             .get(policy)
             .ok_or_else(|| ErrorReply::unknown_policy(policy))?;
+        if base.scope().global().is_some() {
+            // A hold lives with one owner; a global key has one in every
+            // region, and only the home's count holds the others' shares.
+            return Err(ErrorReply::bad_request(format!(
+                "policy {policy} is global (scope = \"global\"): holds are not available on a global policy in this version; reserve under a regional policy"
+            )));
+        }
         let token = key.as_str();
         let policy = match policies.override_of(base.name(), token) {
             None => base,

@@ -1,0 +1,159 @@
+//! The task that carries global limits' messages over the link between
+//! regions (CONTRACT §12): the [`Need`]s decisions hand it
+//! ([`crate::global`], which holds the why), sent on the link connection
+//! and their answers written back into the partition's books. Apart from
+//! `global.rs` so that the decision core, which uses the books, needs no
+//! NATS.
+
+use crate::global::{Link, Need};
+use sluice_core::key::KeyToken;
+use sluice_core::region::global::ASK_TIMEOUT;
+use sluice_core::region::RegionName;
+use sluice_core::subject::{link_batch, link_hit, link_reclaim};
+use sluice_core::time::Clock;
+use sluice_core::wire::batch::{self, Budget, Item};
+use sluice_core::wire::Reply;
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Starts the link task on `client` (the link connection).
+pub fn start(
+    region: RegionName,
+    client: async_nats::Client,
+    clock: Arc<dyn Clock>,
+) -> (Link, tokio::task::JoinHandle<()>) {
+    let (needs, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(run(rx, client, clock));
+    (Link::new(region, needs), task)
+}
+
+async fn run(
+    mut needs: mpsc::UnboundedReceiver<Need>,
+    client: async_nats::Client,
+    clock: Arc<dyn Clock>,
+) {
+    while let Some(need) = needs.recv().await {
+        let client = client.clone();
+        let clock = clock.clone();
+        // Each on its own: one lost request must not hold up the others.
+        tokio::spawn(async move {
+            if let Err(e) = carry(need, &client, &*clock).await {
+                tracing::debug!("a global limit's message across the link failed: {e:#}");
+            }
+        });
+    }
+}
+
+fn timeout() -> Duration {
+    Duration::from_nanos(ASK_TIMEOUT.as_u64())
+}
+
+async fn request(
+    client: &async_nats::Client,
+    subject: String,
+    body: Vec<u8>,
+) -> anyhow::Result<async_nats::Message> {
+    let reply = tokio::time::timeout(timeout(), client.request(subject, body.into()))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {:?}", timeout()))??;
+    Ok(reply)
+}
+
+fn item<'a>(
+    policy: &'a str,
+    token: &'a str,
+    cost: u64,
+    budget: Budget,
+) -> anyhow::Result<Item<'a>> {
+    Ok(Item {
+        key: KeyToken::parse(token).map_err(|e| anyhow::anyhow!("{e}"))?,
+        policy: Cow::Borrowed(policy),
+        cost,
+        act: batch::Act::Ask(budget),
+    })
+}
+
+async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> anyhow::Result<()> {
+    match need {
+        Need::Grant {
+            home,
+            partition,
+            policy,
+            token,
+            want,
+            sent,
+            books,
+        } => {
+            let mut counter_key = String::new();
+            sluice_core::ask::counter_key(&mut counter_key, &policy, &token);
+            // The batch protocol's slice rides on an ask of at least 1: at
+            // the home, a link item's cost and slice are one grant of up to
+            // their sum (crate::decide).
+            let body = batch::encode_items(&[item(
+                &policy,
+                &token,
+                1,
+                Budget::Slice(want.saturating_sub(1)),
+            )?]);
+            let answered = request(client, link_batch(home.as_str(), partition), body).await;
+            let received = clock.now();
+            let mut books = books.lock().unwrap_or_else(|e| e.into_inner());
+            let delegates = books.delegates();
+            let reply = answered.and_then(|m| {
+                let mut results = batch::decode_results(&m.payload, 1)?;
+                Ok(results.pop())
+            });
+            // A request that failed is asked again once ASK_TIMEOUT has
+            // passed since it left, not at once: a home that refuses, or
+            // has no owner for the partition, is asked once a second, not
+            // once per ask.
+            match reply {
+                Ok(Some(Reply::Decision(d))) => delegates.answered(
+                    &counter_key,
+                    sent,
+                    received,
+                    d.grant.as_ref(),
+                    &d.decision(),
+                ),
+                Ok(other) => anyhow::bail!("the home refused a slice: {other:?}"),
+                Err(e) => return Err(e),
+            }
+        }
+        Need::Refund {
+            home,
+            partition,
+            policy,
+            token,
+            refund,
+        } => {
+            let body = batch::encode_items(&[item(&policy, &token, 0, Budget::Refund(refund))?]);
+            request(client, link_batch(home.as_str(), partition), body).await?;
+        }
+        Need::Hit {
+            home,
+            partition,
+            token,
+            body,
+        } => {
+            request(client, link_hit(home.as_str(), partition, &token), body).await?;
+        }
+        Need::Reclaim {
+            regions,
+            partition,
+            reclaim,
+        } => {
+            let body = rmp_serde::to_vec_named(&reclaim)?;
+            for region in regions {
+                client
+                    .publish(
+                        link_reclaim(region.as_str(), partition),
+                        body.clone().into(),
+                    )
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
