@@ -531,10 +531,11 @@ impl Decider {
                 return self.delegate(turn, key, base, policy, global, link, op, budget);
             }
         }
-        // At a global policy's home: the other regions' shares, counted
-        // when a key's window opens (sluice_core::region::global).
-        let home_shares = global
-            .zip(policy.limits().first())
+        // At a global policy's home: its limit, and the other regions'
+        // shares of it, counted when a key's window opens
+        // (sluice_core::region::global).
+        let home = global.zip(policy.limits().first());
+        let home_shares = home
             .map(|((global, link), limit)| remote_shares(global, &link.region, limit.max()))
             .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
@@ -551,7 +552,7 @@ impl Decider {
         };
         // What the home keeps for its own asks out of a grant to another
         // region (sluice_core::region::global::home_keeps).
-        let home_keeps = |counter_key: &str, now: Nanos| match global.zip(policy.limits().first()) {
+        let home_keeps = |counter_key: &str, now: Nanos| match home {
             Some(((global, link), limit)) => owned.counters.global().home_keeps(
                 counter_key,
                 global.reserved(&link.region, limit.max()),
@@ -605,13 +606,13 @@ impl Decider {
                     .outstanding()
                     .granted(buf, g.taken_at, g.units);
             }
-            if home_shares.is_some() && !turn.link {
+            if let (Some(((global, link), limit)), Some(_), false) = (home, home_shares, turn.link)
+            {
                 if op.consumed(&decision) {
-                    if let Some(limit) = policy.limits().first() {
-                        owned.counters.global().home_took(buf, limit, now, cost);
-                    }
+                    owned.counters.global().home_took(buf, limit, now, cost);
                 }
-                self.reclaim_if_short(turn, policy, token, buf, &decision);
+                let key = (policy.name(), token, buf);
+                self.reclaim_if_short(turn, global, link, limit, key, &decision);
             }
             Ok((decision, grant, budget))
         })?;

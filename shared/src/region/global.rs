@@ -379,15 +379,6 @@ impl Delegates {
         });
         refunds
     }
-
-    /// Keys with books (tests, metrics).
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
 }
 
 /// What the home keeps out of a grant to another region: what its own
@@ -411,15 +402,26 @@ pub fn remote_shares(
     here: &crate::region::RegionName,
     max: u64,
 ) -> u64 {
-    if global.on_cut() != crate::region::OnCut::Reserved {
-        return 0;
-    }
     global
         .weights()
         .iter()
         .filter(|(region, _)| region != here)
-        .map(|(region, _)| global.reserved(region, max))
+        .map(|(region, _)| cut_share(global, region, max))
         .sum()
+}
+
+/// What `region` may spend of `max` on its own while cut off from the
+/// home: its reserved share under `on_cut = "reserved"`, else nothing.
+pub fn cut_share(
+    global: &crate::region::Global,
+    region: &crate::region::RegionName,
+    max: u64,
+) -> u64 {
+    if global.on_cut() == crate::region::OnCut::Reserved {
+        global.reserved(region, max)
+    } else {
+        0
+    }
 }
 
 #[cfg(test)]

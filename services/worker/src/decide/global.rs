@@ -10,23 +10,15 @@ use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::{Grant, Refund};
 use sluice_core::key::KeyToken;
+use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy};
-use sluice_core::region::{Global, OnCut, RegionName};
+use sluice_core::region::global::cut_share;
+use sluice_core::region::Global;
 use sluice_core::subject::{LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::{self, Encoding, ErrorReply};
-
-/// A cut-off region's share of a global policy's window: what `region`
-/// spends on its own (none unless `on_cut = "reserved"`).
-fn share_of(global: &Global, region: &RegionName, max: u64) -> u64 {
-    if global.on_cut() == OnCut::Reserved {
-        global.reserved(region, max)
-    } else {
-        0
-    }
-}
 
 /// What the key's own counter holds in the window at `now`: the units of
 /// this region's share spent or given back there, by this owner or the
@@ -112,7 +104,7 @@ impl Decider {
         if *global.home() == link.region || KeyToken::parse(&reclaim.key).is_err() {
             return;
         }
-        let share = share_of(global, &link.region, limit.max());
+        let share = cut_share(global, &link.region, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
             let recorded = recorded_share(owned, policy, buf, now);
             let refund = owned.counters.global().delegates().reclaim(
@@ -171,7 +163,7 @@ impl Decider {
             (_, Budget::Refund(_)) => 0,
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
-        let share = share_of(global, &link.region, limit.max());
+        let share = cut_share(global, &link.region, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
             // The key's counter is read only for a key new in this window,
             // and not under the books' lock (a bucket's lock comes first).
@@ -248,18 +240,12 @@ impl Decider {
     pub(super) fn reclaim_if_short(
         &self,
         turn: &Turn<'_, '_, '_>,
-        policy: &Policy,
-        token: &str,
-        counter_key: &str,
+        global: &Global,
+        link: &Link,
+        limit: &Limit,
+        (policy, token, counter_key): (&str, &str, &str),
         decision: &Decision,
     ) {
-        let (Some(link), Some(global), Some(limit)) = (
-            self.global.as_ref(),
-            policy.scope().global(),
-            policy.limits().first(),
-        ) else {
-            return;
-        };
         if decision.within_limits() && decision.remaining >= limit.max() / 10 {
             return;
         }
@@ -280,7 +266,7 @@ impl Decider {
             regions,
             partition: turn.owned.partition,
             reclaim: Reclaim {
-                policy: policy.name().to_string(),
+                policy: policy.to_string(),
                 key: token.to_string(),
                 window_start: window_start.as_u64(),
             },
