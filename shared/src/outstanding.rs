@@ -39,6 +39,13 @@ pub const GRANT_KEPT: Nanos = Nanos(60_000_000_000);
 /// longest keys, ~1.5 MiB a partition).
 pub const MOST_OUTSTANDING: usize = 4_096;
 
+/// The most grants an owner remembers for one partition past
+/// [`GRANT_KEPT`] (the shares of a global window, kept until the window
+/// ends: [`crate::region::global::kept_until`]); past it the one that
+/// would be forgotten first is forgotten now (a region's refund of it then
+/// gives nothing back, which only leaves its units counted).
+pub const MOST_KEPT_LONG: usize = 4_096;
+
 /// The most live holds an owner keeps for one partition: a reserve past it
 /// is refused (503, "too many holds"), none is ever dropped. Bounds what a
 /// flood of reserves can make a worker hold, and what a snapshot's manifest
@@ -68,6 +75,9 @@ pub struct Outstanding {
     /// Every slice granted in the last [`GRANT_KEPT`], oldest first:
     /// `(taken_at, key)`.
     order: VecDeque<(Nanos, Arc<str>)>,
+    /// The grants kept longer ([`Outstanding::granted_until`]), by when
+    /// they are forgotten: `(until, taken_at, key)`.
+    kept_long: BTreeSet<(Nanos, Nanos, Arc<str>)>,
     /// The live holds, per counter key.
     holds: HashMap<Arc<str>, Vec<Hold>>,
     /// Every live hold by its end: `(ends_at, key, id)`.
@@ -149,6 +159,15 @@ pub struct HoldsOf {
 struct Held {
     taken_at: Nanos,
     units: u64,
+    /// Until when it is remembered: [`GRANT_KEPT`] after `taken_at`, or
+    /// later for a grant kept longer.
+    until: Nanos,
+}
+
+impl Held {
+    fn kept_long(&self) -> bool {
+        self.until > self.taken_at.saturating_add(GRANT_KEPT)
+    }
 }
 
 /// A slice not back yet, as a snapshot carries it to the partition's next
@@ -164,6 +183,14 @@ pub struct HeldSlice {
     /// Units not back yet.
     #[serde(rename = "u")]
     pub units: u64,
+    /// Until when it is remembered, ns since the epoch, when that is
+    /// later than [`GRANT_KEPT`] after `taken_at` (0: not).
+    #[serde(rename = "e", default, skip_serializing_if = "is_zero")]
+    pub until: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The most slices a snapshot carries (the newest): a manifest stays well
@@ -218,20 +245,53 @@ pub struct Overclaim {
 impl Outstanding {
     /// Remembers `units` granted for `key` at `taken_at` (the owner's now).
     pub fn granted(&mut self, key: &str, taken_at: Nanos, units: u64) {
+        self.granted_until(key, taken_at, units, Nanos::ZERO);
+    }
+
+    /// Remembers `units` granted for `key` at `taken_at` until `until`, if
+    /// that is later than [`GRANT_KEPT`] after `taken_at` (a global
+    /// window's shares, given back by a region up to the window's end).
+    pub fn granted_until(&mut self, key: &str, taken_at: Nanos, units: u64, until: Nanos) {
         self.expire(taken_at);
         if units == 0 {
             return;
         }
+        let until = until.max(taken_at.saturating_add(GRANT_KEPT));
         let key = self.shared_key(key);
         let held = self.by_key.entry(key.clone()).or_default();
-        if let Some(h) = held.iter_mut().find(|h| h.taken_at == taken_at) {
-            h.units = h.units.saturating_add(units);
-            return;
-        }
-        held.push(Held { taken_at, units });
-        self.order.push_back((taken_at, key));
-        while self.order.len() > MOST_OUTSTANDING {
-            self.forget_oldest();
+        let h = match held.iter_mut().find(|h| h.taken_at == taken_at) {
+            Some(h) => {
+                h.units = h.units.saturating_add(units);
+                if until <= h.until {
+                    return;
+                }
+                if h.kept_long() {
+                    self.kept_long.remove(&(h.until, taken_at, key.clone()));
+                }
+                h.until = until;
+                *h
+            }
+            None => {
+                let h = Held {
+                    taken_at,
+                    units,
+                    until,
+                };
+                held.push(h);
+                if !h.kept_long() {
+                    self.order.push_back((taken_at, key.clone()));
+                    while self.order.len() > MOST_OUTSTANDING {
+                        self.forget_oldest();
+                    }
+                }
+                h
+            }
+        };
+        if h.kept_long() {
+            self.kept_long.insert((until, taken_at, key));
+            while self.kept_long.len() > MOST_KEPT_LONG {
+                self.forget_first_kept_long();
+            }
         }
     }
 
@@ -271,9 +331,10 @@ impl Outstanding {
     /// A grant that a journal replays after a takeover (journal mode):
     /// remembered, unless the restored snapshot carried that slice already
     /// (its count then stands: it may have been partly given back since).
-    pub fn replayed_grant(&mut self, key: &str, taken_at: Nanos, units: u64) {
+    /// `until` as for [`Outstanding::granted_until`].
+    pub fn replayed_grant(&mut self, key: &str, taken_at: Nanos, units: u64, until: Nanos) {
         if self.held_mut(key, taken_at).is_none() {
-            self.granted(key, taken_at, units);
+            self.granted_until(key, taken_at, units, until);
         }
     }
 
@@ -302,19 +363,44 @@ impl Outstanding {
 
     /// Keeps the slices of `key` that `keep` says to (and the key only
     /// while it holds one).
-    fn retain(&mut self, key: &str, keep: impl FnMut(&Held) -> bool) {
-        if let Some(held) = self.by_key.get_mut(key) {
-            held.retain(keep);
-            if held.is_empty() {
-                self.by_key.remove(key);
+    fn retain(&mut self, key: &str, mut keep: impl FnMut(&Held) -> bool) {
+        let Some(held) = self.by_key.get_mut(key) else {
+            return;
+        };
+        // Allocates only when a grant kept longer goes (rare).
+        let mut gone_long = Vec::new();
+        held.retain(|h| {
+            let kept = keep(h);
+            if !kept && h.kept_long() {
+                gone_long.push(*h);
             }
+            kept
+        });
+        let empty = held.is_empty();
+        if !gone_long.is_empty() {
+            if let Some((shared, _)) = self.by_key.get_key_value(key) {
+                let shared = shared.clone();
+                self.forget_kept_long(&shared, &gone_long);
+            }
+        }
+        if empty {
+            self.by_key.remove(key);
+        }
+    }
+
+    /// Drops `gone`'s grants kept longer from `kept_long`.
+    fn forget_kept_long(&mut self, key: &Arc<str>, gone: &[Held]) {
+        for h in gone.iter().filter(|h| h.kept_long()) {
+            self.kept_long.remove(&(h.until, h.taken_at, key.clone()));
         }
     }
 
     /// Forgets every slice and hold of `key` (it was reset: what they held
     /// was counted in a state that is gone, and a reset frees its slots).
     pub fn forget(&mut self, key: &str) {
-        self.by_key.remove(key);
+        if let Some((shared, held)) = self.by_key.remove_entry(key) {
+            self.forget_kept_long(&shared, &held);
+        }
         if let Some((shared, holds)) = self.holds.remove_entry(key) {
             for h in holds {
                 self.hold_ends.remove(&(h.ends_at, shared.clone(), h.id));
@@ -334,24 +420,29 @@ impl Outstanding {
                     key: key.to_string(),
                     taken_at: h.taken_at.as_u64(),
                     units: h.units,
+                    until: if h.kept_long() { h.until.as_u64() } else { 0 },
                 })
             })
             .collect();
         if held.len() > MOST_CARRIED {
-            held.sort_unstable_by_key(|h| std::cmp::Reverse(h.taken_at));
+            // Those remembered longest.
+            held.sort_unstable_by_key(|h| {
+                std::cmp::Reverse(h.until.max(h.taken_at.saturating_add(GRANT_KEPT.as_u64())))
+            });
             held.truncate(MOST_CARRIED);
         }
         held
     }
 
-    /// Takes over the slices the previous owner `carried` (those still
-    /// within [`GRANT_KEPT`] at `now`).
+    /// Takes over the slices the previous owner `carried` (those it would
+    /// still remember at `now`).
     pub fn take_over(&mut self, carried: &[HeldSlice], now: Nanos) {
         let mut carried: Vec<&HeldSlice> = carried.iter().collect();
         carried.sort_unstable_by_key(|h| h.taken_at);
         for h in carried {
-            if Nanos(h.taken_at).saturating_add(GRANT_KEPT) > now {
-                self.granted(&h.key, Nanos(h.taken_at), h.units);
+            let until = Nanos(h.until).max(Nanos(h.taken_at).saturating_add(GRANT_KEPT));
+            if until > now {
+                self.granted_until(&h.key, Nanos(h.taken_at), h.units, until);
             }
         }
     }
@@ -547,221 +638,31 @@ impl Outstanding {
         {
             self.forget_oldest();
         }
+        while self
+            .kept_long
+            .first()
+            .is_some_and(|&(until, _, _)| until <= now)
+        {
+            self.forget_first_kept_long();
+        }
     }
 
     /// Forgets the oldest slice in `order` (if its key still holds it: one
-    /// given back, or reset, is gone already).
+    /// given back, or reset, is gone already; one kept longer since is
+    /// left to `kept_long`).
     fn forget_oldest(&mut self) {
         if let Some((taken_at, key)) = self.order.pop_front() {
+            self.retain(&key, |h| h.taken_at != taken_at || h.kept_long());
+        }
+    }
+
+    /// Forgets the grant kept longer that ends first.
+    fn forget_first_kept_long(&mut self) {
+        if let Some((_, taken_at, key)) = self.kept_long.pop_first() {
             self.retain(&key, |h| h.taken_at != taken_at);
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refund(units: u64, spent: u64, taken_at: u64) -> Refund {
-        Refund {
-            units,
-            spent,
-            taken_at: Nanos(taken_at),
-        }
-    }
-
-    #[test]
-    fn a_refund_gives_back_at_most_its_own_slice_once() {
-        let mut held = Outstanding::default();
-        held.granted("p/k", Nanos(100), 10);
-        let over = held.refund("p/k", &refund(8, 3, 100), Nanos(150));
-        assert_eq!(
-            over,
-            Err(Overclaim {
-                claimed: 11,
-                held: 10,
-                taken_at: 100
-            })
-        );
-        assert_eq!(held.len(), 1, "a refused refund changes nothing");
-        assert_eq!(
-            held.refund("p/k", &refund(7, 3, 100), Nanos(150)),
-            Ok(Returned::Known)
-        );
-        assert!(held.is_empty());
-        assert_eq!(
-            held.refund("p/k", &refund(7, 3, 100), Nanos(160)),
-            Ok(Returned::Unknown),
-            "the same slice again gives nothing back"
-        );
-    }
-
-    #[test]
-    fn a_refund_no_grant_explains_gives_nothing_back() {
-        let mut held = Outstanding::default();
-        held.granted("p/k", Nanos(100), 10);
-        for (key, taken_at) in [("p/other", 100), ("p/k", 99), ("q/k", 100)] {
-            assert_eq!(
-                held.refund(key, &refund(1, 0, taken_at), Nanos(150)),
-                Ok(Returned::Unknown),
-                "{key} at {taken_at}"
-            );
-        }
-        assert_eq!(held.len(), 1);
-    }
-
-    #[test]
-    fn slices_granted_together_add_up_and_come_back_apart() {
-        let mut held = Outstanding::default();
-        held.granted("p/k", Nanos(100), 4);
-        held.granted("p/k", Nanos(100), 6);
-        held.granted("p/k", Nanos(200), 5);
-        assert_eq!(held.len(), 2);
-        assert_eq!(
-            held.refund("p/k", &refund(2, 2, 100), Nanos(300)),
-            Ok(Returned::Known)
-        );
-        assert_eq!(
-            held.refund("p/k", &refund(6, 0, 100), Nanos(300)),
-            Ok(Returned::Known)
-        );
-        assert_eq!(
-            held.refund("p/k", &refund(1, 0, 100), Nanos(300)),
-            Ok(Returned::Unknown)
-        );
-        assert_eq!(
-            held.refund("p/k", &refund(0, 5, 200), Nanos(300)),
-            Ok(Returned::Known)
-        );
-        assert!(held.is_empty());
-    }
-
-    #[test]
-    fn slices_are_forgotten_after_a_while_on_reset_and_past_the_bound() {
-        let mut held = Outstanding::default();
-        held.granted("p/k", Nanos(0), 10);
-        let late = Nanos(GRANT_KEPT.0);
-        assert_eq!(
-            held.refund("p/k", &refund(10, 0, 0), late),
-            Ok(Returned::Unknown)
-        );
-        held.granted("p/k", late, 10);
-        held.forget("p/k");
-        assert_eq!(
-            held.refund("p/k", &refund(1, 0, late.0), late),
-            Ok(Returned::Unknown)
-        );
-        assert_eq!(held.len(), 0);
-        for i in 0..=MOST_OUTSTANDING as u64 {
-            held.granted(&format!("p/{i}"), Nanos(late.0 + i), 1);
-        }
-        assert_eq!(held.len(), MOST_OUTSTANDING);
-        assert_eq!(
-            held.refund("p/0", &refund(1, 0, late.0), late),
-            Ok(Returned::Unknown),
-            "the oldest went first"
-        );
-        assert_eq!(
-            held.refund("p/1", &refund(1, 0, late.0 + 1), late),
-            Ok(Returned::Known)
-        );
-    }
-
-    #[test]
-    fn the_next_owner_takes_over_the_slices_not_back_yet() {
-        let mut old = Outstanding::default();
-        old.granted("p/a", Nanos(100), 10);
-        old.granted("p/a", Nanos(200), 5);
-        old.granted("p/b", Nanos(150), 7);
-        assert_eq!(
-            old.refund("p/a", &refund(3, 2, 100), Nanos(300)),
-            Ok(Returned::Known)
-        );
-        old.granted("p/gone", Nanos(0), 1);
-        assert_eq!(
-            old.refund("p/gone", &refund(1, 0, 0), Nanos(300)),
-            Ok(Returned::Known)
-        );
-        let mut carried = old.carried(Nanos(300));
-        carried.sort_by_key(|h| h.taken_at);
-        let slice = |key: &str, taken_at, units| HeldSlice {
-            key: key.into(),
-            taken_at,
-            units,
-        };
-        assert_eq!(
-            carried,
-            [
-                slice("p/a", 100, 5),
-                slice("p/b", 150, 7),
-                slice("p/a", 200, 5)
-            ]
-        );
-        // Through the manifest's JSON and back.
-        let carried: Vec<HeldSlice> =
-            serde_json::from_slice(&serde_json::to_vec(&carried).unwrap()).unwrap();
-        let mut new = Outstanding::default();
-        new.take_over(&carried, Nanos(400));
-        // The journal replays the grants and a refund after the snapshot:
-        // a carried slice keeps its count, a refund takes off what it took.
-        new.replayed_grant("p/a", Nanos(100), 10);
-        new.replayed_grant("p/c", Nanos(300), 4);
-        new.replayed_refund("p/c", Nanos(300), 1);
-        assert_eq!(
-            new.refund("p/c", &refund(4, 0, 300), Nanos(400)),
-            Err(Overclaim {
-                claimed: 4,
-                held: 3,
-                taken_at: 300
-            })
-        );
-        assert_eq!(
-            new.refund("p/a", &refund(6, 0, 100), Nanos(400)),
-            Err(Overclaim {
-                claimed: 6,
-                held: 5,
-                taken_at: 100
-            })
-        );
-        assert_eq!(
-            new.refund("p/a", &refund(5, 0, 100), Nanos(400)),
-            Ok(Returned::Known)
-        );
-        assert_eq!(
-            new.refund("p/b", &refund(7, 0, 150), Nanos(400)),
-            Ok(Returned::Known)
-        );
-        // Too old by the time the next owner starts: not taken over.
-        let mut late = Outstanding::default();
-        late.take_over(&carried, Nanos(150 + GRANT_KEPT.0));
-        assert_eq!(
-            late.len(),
-            1,
-            "only the slice taken at 200 is recent enough"
-        );
-        // At most the newest MOST_CARRIED.
-        let mut many = Outstanding::default();
-        for i in 0..MOST_CARRIED as u64 + 10 {
-            many.granted(&format!("p/{i}"), Nanos(1_000 + i), 1);
-        }
-        let carried = many.carried(Nanos(2_000));
-        assert_eq!(carried.len(), MOST_CARRIED);
-        assert!(carried.iter().all(|h| h.taken_at >= 1_010));
-    }
-
-    #[test]
-    fn a_snapshot_carries_only_what_held_from_before_its_encoding_to_after() {
-        let slice = |key: &str, taken_at, units| HeldSlice {
-            key: key.into(),
-            taken_at,
-            units,
-        };
-        let before = vec![slice("p/a", 1, 10), slice("p/b", 2, 5), slice("p/c", 3, 4)];
-        // Meanwhile: a came back in part, b all, d was granted.
-        let after = [slice("p/a", 1, 6), slice("p/c", 3, 4), slice("p/d", 4, 9)];
-        assert_eq!(
-            carried_through(before, &after),
-            [slice("p/a", 1, 6), slice("p/c", 3, 4)]
-        );
-    }
-}
+mod tests;

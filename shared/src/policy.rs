@@ -341,6 +341,21 @@ impl Policy {
         Some(limit.window_start(now))
     }
 
+    /// Until when an owner remembers units it granted of this policy's
+    /// key at `taken_at` ([`crate::outstanding::Outstanding::granted_until`]):
+    /// a global window's shares, counted at its start
+    /// ([`Policy::open_at_home`]), until its end, since a region gives
+    /// them back as late as that; anything else for the usual while
+    /// ([`Nanos::ZERO`]).
+    pub fn grant_kept_until(&self, taken_at: Nanos) -> Nanos {
+        match (self.scope.global(), self.limits.first()) {
+            (Some(_), Some(limit)) if limit.window_start(taken_at) == taken_at => {
+                limit.window_end(taken_at)
+            }
+            _ => Nanos::ZERO,
+        }
+    }
+
     /// Gives back `units` of a slice taken at `taken_at` and not spent
     /// ([`crate::budget`]), then answers what a peek would. Nothing for
     /// algorithms without budgets; for a fixed window, only while the

@@ -593,10 +593,12 @@ impl Decider {
                 (decision, grant, opened)
             });
             if let (Some(window_start), Some(shares)) = (opened, home_shares) {
-                owned
-                    .counters
-                    .outstanding()
-                    .granted(buf, window_start, shares);
+                owned.counters.outstanding().granted_until(
+                    buf,
+                    window_start,
+                    shares,
+                    policy.grant_kept_until(window_start),
+                );
                 turn.tally
                     .sliced(policy.name(), token, shares, window_start);
             }
@@ -689,9 +691,10 @@ impl Decider {
             } else if record.g == 0 {
                 counters.apply(policy, buf, Nanos(record.t), Op::Record(record.c));
                 if record.s {
+                    let until = policy.grant_kept_until(Nanos(record.t));
                     counters
                         .outstanding()
-                        .replayed_grant(buf, Nanos(record.t), record.c);
+                        .replayed_grant(buf, Nanos(record.t), record.c, until);
                 }
             } else {
                 // A slice given back (`g`) is not given back again: a

@@ -577,4 +577,28 @@ mod tests {
         );
         assert!(d.sweep(Nanos(20_003 * MS)).is_empty());
     }
+
+    #[test]
+    fn a_global_windows_shares_are_remembered_until_it_ends() {
+        use crate::limit::Algorithm;
+        use crate::policy::Policy;
+        use crate::region::{Global, OnCut, Scope};
+        let hour = Limit::new(100, Duration::from_secs(3600), None).unwrap();
+        let regions = ["east".to_string(), "west".to_string()];
+        let global = Global::new("east", &regions, &[], OnCut::Reserved).unwrap();
+        let policy = Policy::new("plan", Algorithm::FixedWindow, vec![hour.clone()]).unwrap();
+        let start = hour.window_start(Nanos(7_300 * 1_000 * MS));
+        assert_eq!(
+            policy.grant_kept_until(start),
+            Nanos::ZERO,
+            "a regional policy"
+        );
+        let policy = policy.with_scope(Scope::Global(global)).unwrap();
+        assert_eq!(policy.grant_kept_until(start), hour.window_end(start));
+        assert_eq!(
+            policy.grant_kept_until(Nanos(start.0 + 1)),
+            Nanos::ZERO,
+            "a slice taken later in the window"
+        );
+    }
 }

@@ -376,6 +376,7 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
                     key: "default/hot".to_string(),
                     taken_at: 9 * SEC,
                     units: 20,
+                    until: 0,
                 }],
                 ..Carried::default()
             },
