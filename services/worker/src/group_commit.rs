@@ -153,6 +153,18 @@ impl Writer {
         replies: Vec<Outgoing>,
         received: Instant,
     ) {
+        self.send_then(records, replies, received, None).await;
+    }
+
+    /// [`Writer::send`], and `stored` is told after the replies whether the
+    /// records were stored.
+    pub(crate) async fn send_then(
+        &self,
+        records: Vec<Record>,
+        replies: Vec<Outgoing>,
+        received: Instant,
+        stored: Option<oneshot::Sender<bool>>,
+    ) {
         let received = if replies.is_empty() {
             Vec::new()
         } else {
@@ -161,7 +173,7 @@ impl Writer {
         self.queue(Pending {
             records,
             replies,
-            stored: Vec::new(),
+            stored: stored.into_iter().collect(),
             received,
         })
         .await;
@@ -532,5 +544,44 @@ mod tests {
             // Usage still hears of both groups, as not stored.
             assert_eq!(*failed.lock().unwrap(), vec![(1, None), (1, None)]);
         }
+    }
+
+    /// What waits for a batch's records (a region's share given back) is
+    /// told only once the append is acknowledged, and told `false` when
+    /// it failed: never before.
+    #[tokio::test]
+    async fn what_waits_for_the_records_hears_only_after_the_ack() {
+        type Ack = oneshot::Sender<Result<u64, String>>;
+        let (appends_tx, mut appends) = mpsc::unbounded_channel::<Ack>();
+        let append = move |records: Vec<Record>| {
+            let (ack, acked) = oneshot::channel();
+            appends_tx.send(ack).unwrap();
+            tokio::spawn(async move { (acked.await.unwrap_or(Err("no ack".into())), records) })
+        };
+        let send_replies = |_: Vec<Outgoing>| -> BoxFuture<'static, ()> { Box::pin(async {}) };
+        let (writer, task) = Writer::start(
+            append,
+            send_replies,
+            |_: &[Record], _: Option<u64>| {},
+            Arc::new(WorkerStats::default()),
+            JournalFailure::Answer,
+        );
+        for (ack, expected) in [(Ok(7), true), (Err("no stream found".to_string()), false)] {
+            let (done, mut stored) = oneshot::channel();
+            let (records, answers) = group(1);
+            writer
+                .send_then(records, answers, Instant::now(), Some(done))
+                .await;
+            settle().await;
+            let acked = appends.try_recv().expect("the group is appended");
+            assert!(stored.try_recv().is_err(), "nothing heard before the ack");
+            acked.send(ack).unwrap();
+            let heard = tokio::time::timeout(Duration::from_secs(10), stored)
+                .await
+                .expect("heard once the append ends");
+            assert_eq!(heard, Ok(expected));
+        }
+        drop(writer);
+        task.await.unwrap();
     }
 }

@@ -15,7 +15,7 @@ use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
-use crate::tally::Recording;
+use crate::tally::{AfterStored, Recording};
 use crate::usage::UsageBook;
 use anyhow::Result;
 use async_nats::jetstream::stream;
@@ -144,6 +144,40 @@ impl Outbox {
                     .meters
                     .decision_latency
                     .observe(secs(received.elapsed()));
+            }
+        }
+    }
+
+    /// [`Outbox::answer`], then runs `then` once `records` are stored (at
+    /// once in snapshot mode; never if the journal could not store them):
+    /// what must not leave the worker before its record is safe, such as a
+    /// region's share given back (CONTRACT §12), which a new owner would
+    /// otherwise spend again.
+    pub async fn answer_then(
+        &self,
+        records: Vec<Record>,
+        replies: Vec<Outgoing>,
+        received: Instant,
+        then: Vec<AfterStored>,
+    ) {
+        if then.is_empty() {
+            return self.answer(records, replies, received).await;
+        }
+        match &self.journal {
+            Some(j) => {
+                let (done, stored) = tokio::sync::oneshot::channel();
+                j.writer
+                    .send_then(records, replies, received, Some(done))
+                    .await;
+                tokio::spawn(async move {
+                    if stored.await.unwrap_or(false) {
+                        then.into_iter().for_each(|f| f());
+                    }
+                });
+            }
+            None => {
+                self.answer(records, replies, received).await;
+                then.into_iter().for_each(|f| f());
             }
         }
     }

@@ -74,6 +74,8 @@ pub struct Tally {
     /// Units of refunds no slice of this owner explained (not given back).
     unmatched_units: u64,
     records: Vec<Record>,
+    /// What runs once `records` are stored ([`Tally::after_stored`]).
+    after_stored: Vec<AfterStored>,
     meters: Arc<PolicyMeters>,
     /// Allowed, denied and hit counts by policy (its place in `meters`), of
     /// the first [`POLICY_SLOTS`] policies the batch decided for; the
@@ -81,6 +83,10 @@ pub struct Tally {
     by_policy: [(usize, [u64; 3]); POLICY_SLOTS],
     policies_used: usize,
 }
+
+/// Something a decision leaves to do once what it counted is stored
+/// ([`crate::outbox::Outbox::answer_then`]).
+pub type AfterStored = Box<dyn FnOnce() + Send>;
 
 /// Policies whose counts a [`Tally`] gathers before publishing them (a
 /// batch rarely decides for more).
@@ -102,6 +108,7 @@ impl Tally {
             returned_units: 0,
             unmatched_units: 0,
             records: Vec::new(),
+            after_stored: Vec::new(),
             meters,
             by_policy: [(0, [0; 3]); POLICY_SLOTS],
             policies_used: 0,
@@ -313,6 +320,17 @@ impl Tally {
     /// Publishes the counts to `worker` and to the partition's `shard` and
     /// returns the records to store (none unless records are kept). The
     /// changes are published last (Release), after the counters they wrote.
+    /// Runs `f` once the records of this turn are stored, and not at all
+    /// if they could not be.
+    pub fn after_stored(&mut self, f: AfterStored) {
+        self.after_stored.push(f);
+    }
+
+    /// What was left to run once this turn's records are stored.
+    pub fn take_after_stored(&mut self) -> Vec<AfterStored> {
+        std::mem::take(&mut self.after_stored)
+    }
+
     pub fn finish(self, worker: &WorkerStats, shard: &ShardStats) -> Vec<Record> {
         add(&worker.allowed, self.allowed);
         add(&worker.denied, self.denied);

@@ -124,13 +124,19 @@ impl Decider {
             refund
         });
         if let Some(refund) = refund {
-            link.send(Need::Refund {
-                home: global.home().clone(),
-                partition: owned.partition,
-                policy: policy.name().to_string(),
-                token: reclaim.key.clone(),
-                refund,
-            });
+            // Sent once its record is stored: a kill -9 before that would
+            // let the next owner spend again what went back.
+            let (link, need) = (
+                link.clone(),
+                Need::Refund {
+                    home: global.home().clone(),
+                    partition: owned.partition,
+                    policy: policy.name().to_string(),
+                    token: reclaim.key.clone(),
+                    refund,
+                },
+            );
+            tally.after_stored(Box::new(move || link.send(need)));
         }
     }
 

@@ -88,8 +88,12 @@ impl Shard {
                 replies.push((to, Reply::of(&answer, &answering.worker_id)));
             }
         }
+        let then = tally.take_after_stored();
         let records = tally.finish(&self.owning.stats, self.owner.stats());
-        answering.outbox.answer(records, replies, received).await;
+        answering
+            .outbox
+            .answer_then(records, replies, received, then)
+            .await;
     }
 }
 
