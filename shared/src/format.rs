@@ -28,11 +28,17 @@ pub const SNAPSHOT: u32 = 2;
 
 /// The newest journal message format this release reads. Format 3 messages
 /// hold records with fields past a count's five (resets, denials, slices,
-/// slices given back), format 4 ones records of holds too; messages of
-/// counts only are still written as 2, and those without holds as 3, so
-/// that a worker of an earlier release reads them during a rolling upgrade
-/// and refuses only what it would misread.
-pub const JOURNAL: u32 = 4;
+/// slices given back), format 4 ones records of holds too, format 5 ones
+/// records whose usage is not what their kind says (global limits);
+/// messages of counts only are still written as 2, those without holds as
+/// 3, and those without the usage field as 4, so that a worker of an
+/// earlier release reads them during a rolling upgrade and refuses only
+/// what it would misread.
+pub const JOURNAL: u32 = 5;
+
+/// The format of a journal message with holds' records but no record
+/// whose usage differs from its kind.
+pub const JOURNAL_HOLDS: u32 = 4;
 
 /// The format of a journal message with records past counts but no hold's.
 pub const JOURNAL_SLICES: u32 = 3;
@@ -194,8 +200,8 @@ mod tests {
         assert_eq!(of_header(None), 1);
         assert_eq!(of_header(Some("2")), 2);
         assert_eq!(of_header(Some("v9")), u64::MAX);
-        assert!(check(JOURNAL, || "x".into(), of_header(Some("4"))).is_ok());
-        let newer = check(JOURNAL, || "x".into(), of_header(Some("5"))).unwrap_err();
+        assert!(check(JOURNAL, || "x".into(), of_header(Some("5"))).is_ok());
+        let newer = check(JOURNAL, || "x".into(), of_header(Some("6"))).unwrap_err();
         assert!(newer
             .to_string()
             .contains("format v5, newer than this sluice reads (v4)"));

@@ -141,3 +141,30 @@ pub fn a_key_per_partition(partitions: u32) -> Vec<String> {
         .map(|p| key_in_partition(p, partitions))
         .collect()
 }
+
+/// The usage of `key` under `policy` over the last hour (CONTRACT §9),
+/// summed over its points.
+pub async fn usage_of(
+    client: &async_nats::Client,
+    key: &str,
+    policy: &str,
+) -> anyhow::Result<sluice_core::usage::Counts> {
+    let body = format!(r#"{{"policy":"{policy}"}}"#);
+    let msg = request(client, &Verb::Usage.client_subject(key), body.as_bytes())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    if let Some(e) = error_of(&msg) {
+        anyhow::bail!("{} {}", e.code.status(), e.message);
+    }
+    let reply: sluice_core::wire::usage::UsageReply =
+        sluice_core::wire::inspect::decode_admin_reply(&msg.payload)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut sum = sluice_core::usage::Counts::default();
+    for p in &reply.points {
+        sum.add(sluice_core::usage::Counts {
+            used: p.used,
+            denied: p.denied,
+        });
+    }
+    Ok(sum)
+}

@@ -82,7 +82,7 @@ mod tls;
 
 pub use ask::{
     a_key_per_partition, ask, ask_within, error_of, key_in_partition, request, request_within,
-    AskError, PEEK, REQUEST_TIMEOUT,
+    usage_of, AskError, PEEK, REQUEST_TIMEOUT,
 };
 pub use cluster::{free_ports, NatsCluster, CLUSTER_NAME};
 pub use eventually::{eventually, TICK};

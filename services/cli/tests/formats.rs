@@ -312,6 +312,7 @@ fn write_the_format_1_fixture() {
         h: None,
         e: 0,
         x: 0,
+        v: 0,
     };
     let records = vec![
         record(&keys[0].0, 1, 10, false),

@@ -9,10 +9,8 @@ use anyhow::{anyhow, bail};
 use sluice_core::storage::POLICY_BUCKET;
 use sluice_core::subject::Verb;
 use sluice_core::usage::Counts;
-use sluice_core::wire::inspect::decode_admin_reply;
-use sluice_core::wire::usage::UsageReply;
 use sluice_core::wire::{decode_reply, DecisionReply, Reply};
-use sluice_tests::{error_of, eventually, request, serial, Stack, TICK};
+use sluice_tests::{error_of, eventually, request, serial, usage_of, Stack, TICK};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -143,26 +141,6 @@ async fn a_day_quota_beside_a_minute_limit_resets_at_the_zones_midnight_through_
         assert!(!d.allowed);
         assert_eq!((d.limit, d.remaining), (5, 0));
     }
-}
-
-/// Usage of `key` under `policy` over the last hour, summed.
-async fn usage_of(client: &async_nats::Client, key: &str, policy: &str) -> anyhow::Result<Counts> {
-    let body = format!(r#"{{"policy":"{policy}"}}"#);
-    let msg = request(client, &Verb::Usage.client_subject(key), body.as_bytes())
-        .await
-        .map_err(|e| anyhow!("{e:?}"))?;
-    if let Some(e) = error_of(&msg) {
-        bail!("{} {}", e.code.status(), e.message);
-    }
-    let reply: UsageReply = decode_admin_reply(&msg.payload).map_err(|e| anyhow!("{e}"))?;
-    let mut sum = Counts::default();
-    for p in &reply.points {
-        sum.add(Counts {
-            used: p.used,
-            denied: p.denied,
-        });
-    }
-    Ok(sum)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,12 +13,18 @@
 //! - the home's workers stopped, then back: the other region keeps its
 //!   share, and the window after the home is back holds;
 //! - an owner killed with `kill -9` (journal mode) mid-window while west
-//!   holds budget, in the home and then in west: nothing admitted twice.
+//!   holds budget, in the home and then in west: nothing admitted twice;
+//! - each region's usage of the key is what it answered (snapshot and
+//!   journal mode).
 
 mod common;
 
+use sluice_core::subject::Verb;
+use sluice_core::usage::Counts;
 use sluice_core::wire::{encode_request, Encoding};
-use sluice_tests::{ask, serial, LinkMode, TestConfig, TwoRegions};
+use sluice_tests::{
+    ask, error_of, eventually, request, serial, usage_of, LinkMode, TestConfig, TwoRegions, TICK,
+};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::SLUICE;
@@ -97,6 +103,12 @@ async fn ask_until(
 
 /// Both regions ask `key` hard through one window: (east, west) allowed.
 async fn both_hard(regions: &TwoRegions, key: &str) -> (usize, usize) {
+    let (e, w) = both_hard_asked(regions, key).await;
+    (e.0, w.0)
+}
+
+/// [`both_hard`]: (east, west) (allowed, asked).
+async fn both_hard_asked(regions: &TwoRegions, key: &str) -> ((usize, usize), (usize, usize)) {
     let east = regions.east.nats.connect().await.unwrap();
     let west = regions.west.nats.connect().await.unwrap();
     let end = next_window().await;
@@ -106,7 +118,7 @@ async fn both_hard(regions: &TwoRegions, key: &str) -> (usize, usize) {
     );
     assert_eq!((e.2, w.2), (0, 0), "{key}: every ask answered");
     eprintln!("{key}: east {e:?}, west {w:?} (allowed, asked, failed)");
-    (e.0, w.0)
+    ((e.0, e.1), (w.0, w.1))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,6 +143,51 @@ async fn both_regions_asking_hard_admit_at_most_max_and_close_to_it() {
             west >= WEST_SHARE - 5,
             "round {round}: west got {west} of its share"
         );
+    }
+}
+
+/// Usage (CONTRACT §9) is recorded once, where each ask was made, in
+/// snapshot and in journal mode: west asks alone through a window (its
+/// share, then slices the home grants it) and then sends hits that no
+/// longer fit (forwarded to the home, counted there); west's usage is
+/// what it answered, and the home, which asked nothing, has none, though
+/// the slices, the hits and west's books crossed the link and count there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_regions_usage_is_what_it_answered() {
+    const HITS: u64 = 5;
+    let _serial = serial().await;
+    for base in [TestConfig::new(), TestConfig::new().journal()] {
+        let regions = TwoRegions::start(SLUICE, &config(&base), 1).await;
+        both_hard(&regions, "warm").await;
+        let west = regions.west.nats.connect().await.unwrap();
+        let end = next_window().await;
+        let (allowed, asked, failed) = ask_until(&west, "counted", 4, None, end).await;
+        assert_eq!(failed, 0);
+        assert!(
+            allowed > WEST_SHARE,
+            "west got slices beyond its share: {allowed}"
+        );
+        let hit = encode_request(Some("plan"), None, Encoding::Json);
+        for _ in 0..HITS {
+            let answer = request(&west, &Verb::Hit.client_subject("counted"), &hit).await;
+            assert!(error_of(&answer.unwrap()).is_none(), "a hit is counted");
+        }
+        let expected = Counts {
+            used: allowed as u64 + HITS,
+            denied: (asked - allowed) as u64,
+        };
+        let east = regions.east.nats.connect().await.unwrap();
+        eventually(Duration::from_secs(15), TICK, || async {
+            let (w, e) = (
+                usage_of(&west, "counted", "plan").await?,
+                usage_of(&east, "counted", "plan").await?,
+            );
+            anyhow::ensure!(w == expected, "west: usage {w:?}, answered {expected:?}");
+            anyhow::ensure!(e == Counts::default(), "east asked nothing: usage {e:?}");
+            Ok(())
+        })
+        .await
+        .unwrap();
     }
 }
 

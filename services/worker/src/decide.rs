@@ -23,7 +23,7 @@
 //! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
-use crate::journal::record::Record;
+use crate::journal::record::{Record, USED_ONLY};
 use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
 use crate::tally::{Counted, Recording, Tally, Usage};
@@ -664,10 +664,22 @@ impl Decider {
     }
 
     /// Records the usage of one decided ask, when usage is recorded
-    /// ([`Tally::usage`]).
+    /// ([`Tally::usage`]). Not what another region's owner sends over the
+    /// link (CONTRACT §12): the region where an ask was made records its
+    /// usage, so a hit forwarded to the home, or a slice's spent units
+    /// coming back, would be counted twice.
     fn record_usage(&self, turn: &mut Turn<'_, '_, '_>, counted: Counted<'_>, usage: Usage) {
-        if self.usage {
+        if self.usage && !turn.link {
             turn.tally.usage(turn.owned.usage, counted, usage, turn.now);
+        }
+    }
+
+    /// [`Decider::record_usage`] of a delegate's ask, whose count is no
+    /// record of its own ([`Tally::usage_apart`]).
+    fn record_usage_apart(&self, turn: &mut Turn<'_, '_, '_>, counted: Counted<'_>, usage: Usage) {
+        if self.usage && !turn.link {
+            turn.tally
+                .usage_apart(turn.owned.usage, counted, usage, turn.now);
         }
     }
 
@@ -679,7 +691,7 @@ impl Decider {
         let Some(policy) = policies.get(&record.p) else {
             return false;
         };
-        if record.d {
+        if record.d || record.v == USED_ONLY {
             return false;
         }
         if record.h.is_some() {

@@ -154,12 +154,16 @@ pub enum Need {
         token: String,
         refund: Refund,
     },
-    /// A hit a delegate could not count from its budget, counted at the home.
+    /// A hit a delegate could not count from its budget, counted at the
+    /// home: sent again while the home cannot take it, until `until` (the
+    /// end of the window it was made in; past it, it would count in a
+    /// window it was not made in).
     Hit {
         home: RegionName,
         partition: u32,
         token: String,
         body: Vec<u8>,
+        until: Nanos,
     },
     /// The home asks `regions` for their shares of a window back.
     Reclaim {

@@ -12,7 +12,7 @@ use sluice_core::region::RegionName;
 use sluice_core::subject::{link_batch, link_hit, link_reclaim};
 use sluice_core::time::Clock;
 use sluice_core::wire::batch::{self, Budget, Item};
-use sluice_core::wire::Reply;
+use sluice_core::wire::{Reply, SERVICE_ERROR_CODE};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,33 @@ async fn run(
             }
         });
     }
+}
+
+/// The pauses between sends of a hit the home did not take.
+const HIT_FIRST_RETRY: Duration = Duration::from_millis(100);
+const HIT_MAX_RETRY: Duration = Duration::from_secs(2);
+
+fn nanos(d: Duration) -> sluice_core::time::Nanos {
+    sluice_core::time::Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Why an answer of the home is no decision.
+enum Refusal {
+    /// Worth sending again (503: no owner of the partition right now).
+    Busy(String),
+    /// Not (the home refuses what was sent).
+    Final(String),
+}
+
+/// The home's error answer, if `m` is one.
+fn refusal(m: &async_nats::Message) -> Option<Refusal> {
+    let code = m.headers.as_ref()?.get(SERVICE_ERROR_CODE)?.to_string();
+    let body = String::from_utf8_lossy(&m.payload).into_owned();
+    Some(if code.starts_with('5') {
+        Refusal::Busy(format!("{code} {body}"))
+    } else {
+        Refusal::Final(format!("{code} {body}"))
+    })
 }
 
 fn timeout() -> Duration {
@@ -136,8 +163,29 @@ async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> an
             partition,
             token,
             body,
+            until,
         } => {
-            request(client, link_hit(home.as_str(), partition, &token), body).await?;
+            let subject = link_hit(home.as_str(), partition, &token);
+            let mut pause = HIT_FIRST_RETRY;
+            loop {
+                let error = match request(client, subject.clone(), body.clone()).await {
+                    Ok(m) => match refusal(&m) {
+                        None => break,
+                        Some(Refusal::Final(e)) => anyhow::bail!("the home refused a hit: {e}"),
+                        Some(Refusal::Busy(e)) => anyhow::anyhow!("{e}"),
+                    },
+                    Err(e) => e,
+                };
+                if clock.now().saturating_add(nanos(pause)) >= until {
+                    tracing::warn!(
+                        "a hit of {token} for the home region {home} is dropped: its window ended \
+                         before the home took it ({error:#}); it stays in this region's usage"
+                    );
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(HIT_MAX_RETRY);
+            }
         }
         Need::Reclaim {
             regions,

@@ -335,6 +335,7 @@ mod tests {
             h: None,
             e: 0,
             x: 0,
+            v: 0,
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),

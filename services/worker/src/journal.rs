@@ -57,8 +57,10 @@ fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
 pub fn format_of(records: &[Record]) -> u32 {
     if records.iter().all(Record::is_count) {
         format::JOURNAL_COUNTS
-    } else if records.iter().any(Record::is_hold) {
+    } else if records.iter().any(|r| r.v != 0) {
         format::JOURNAL
+    } else if records.iter().any(Record::is_hold) {
+        format::JOURNAL_HOLDS
     } else {
         format::JOURNAL_SLICES
     }
@@ -454,6 +456,7 @@ mod tests {
             h: None,
             e: 0,
             x: 0,
+            v: 0,
         }
     }
 
@@ -462,7 +465,7 @@ mod tests {
     /// format 3, because such a decoder fails on it (and, before format 3,
     /// skipped the whole message: its counts were lost to the takeover).
     #[test]
-    fn only_messages_holding_more_than_counts_are_format_3_or_4() {
+    fn only_messages_holding_more_than_counts_are_format_3_4_or_5() {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
         struct CountOfFormat2 {
@@ -509,11 +512,46 @@ mod tests {
             ..refund
         };
         let message = vec![count("b"), hold.clone()];
-        assert_eq!(format_of(&message), format::JOURNAL);
-        assert_eq!(format::JOURNAL, 4);
+        assert_eq!(format_of(&message), format::JOURNAL_HOLDS);
+        assert_eq!(format::JOURNAL_HOLDS, 4);
         let encoded = encode(&message).unwrap();
         let read: Vec<RecordRef<'_>> = rmp_serde::from_slice(&encoded).unwrap();
         assert_eq!(read[1].to_owned(), hold);
+
+        // A record whose usage is not its kind's (global limits) makes its
+        // message format 5, which a reader of format 4's thirteen fields
+        // refuses rather than misreads.
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        #[allow(dead_code)]
+        struct RecordOfFormat4 {
+            n: u32,
+            p: String,
+            k: String,
+            c: u64,
+            t: u64,
+            r: bool,
+            d: bool,
+            s: bool,
+            g: u64,
+            u: u64,
+            h: Option<String>,
+            e: u64,
+            x: u8,
+        }
+        let format_4 = encode(&message).unwrap();
+        assert!(rmp_serde::from_slice::<Vec<RecordOfFormat4>>(&format_4).is_ok());
+        let not_usage = Record {
+            v: record::NOT_USAGE,
+            ..count("a")
+        };
+        let message = vec![count("b"), hold, not_usage.clone()];
+        assert_eq!(format_of(&message), format::JOURNAL);
+        assert_eq!(format::JOURNAL, 5);
+        let encoded = encode(&message).unwrap();
+        assert!(rmp_serde::from_slice::<Vec<RecordOfFormat4>>(&encoded).is_err());
+        let read: Vec<RecordRef<'_>> = rmp_serde::from_slice(&encoded).unwrap();
+        assert_eq!(read[2].to_owned(), not_usage);
     }
 
     #[test]
@@ -533,6 +571,7 @@ mod tests {
                 h: None,
                 e: 0,
                 x: 0,
+                v: 0,
             },
             Record {
                 n: 63,
@@ -548,6 +587,7 @@ mod tests {
                 h: None,
                 e: 0,
                 x: 0,
+                v: 0,
             },
             // A denial, journaled for its usage.
             Record {
@@ -564,6 +604,7 @@ mod tests {
                 h: None,
                 e: 0,
                 x: 0,
+                v: 0,
             },
         ];
         let encoded = encode(&records).unwrap();

@@ -11,7 +11,7 @@
 //! [`crate::outbox::Outbox::recording`]): it is the one place that knows
 //! the durability mode.
 
-use crate::journal::record::{Record, RELEASE, SLOT};
+use crate::journal::record::{Record, NOT_USAGE, RELEASE, SLOT, USED_ONLY};
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;
@@ -142,6 +142,32 @@ impl Tally {
             let mut record = Record::new(self.partition, policy, token, cost, now);
             record.r = reset;
             self.records.push(record);
+        }
+    }
+
+    /// A delegate's books of its share of a global window (CONTRACT §12):
+    /// `units` spent or given back, counted in the key's own counter, not
+    /// usage (each ask's usage is recorded apart, [`Tally::usage_apart`]).
+    pub fn booked(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
+        self.changes += 1;
+        if self.recording == Recording::Records {
+            let mut record = Record::new(self.partition, policy, token, units, now);
+            record.v = NOT_USAGE;
+            self.records.push(record);
+        }
+    }
+
+    /// How many records this turn made so far.
+    pub fn records_made(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The records made since `from` ([`Tally::records_made`]) count, but
+    /// are not usage: they were sent by another region's owner over the
+    /// link, and that region records their usage.
+    pub fn not_usage_since(&mut self, from: usize) {
+        for record in self.records.iter_mut().skip(from) {
+            record.v = NOT_USAGE;
         }
     }
 
@@ -287,6 +313,30 @@ impl Tally {
         usage: Usage,
         now: Nanos,
     ) {
+        self.usage_of(ledger, counted, usage, now, false);
+    }
+
+    /// [`Tally::usage`] of an ask whose count is no record of its own (a
+    /// delegate's, decided from budget its home counted, CONTRACT §12):
+    /// with records, a use becomes a usage-only record too.
+    pub fn usage_apart(
+        &mut self,
+        ledger: Option<&Ledger>,
+        counted: Counted<'_>,
+        usage: Usage,
+        now: Nanos,
+    ) {
+        self.usage_of(ledger, counted, usage, now, true);
+    }
+
+    fn usage_of(
+        &mut self,
+        ledger: Option<&Ledger>,
+        counted: Counted<'_>,
+        usage: Usage,
+        now: Nanos,
+        apart: bool,
+    ) {
         let Counted {
             policy,
             token,
@@ -308,6 +358,11 @@ impl Tally {
         };
         match self.recording {
             Recording::Records if usage == Usage::Denied => self.denied(policy, token, cost, now),
+            Recording::Records if apart => {
+                let mut record = Record::new(self.partition, policy, token, cost, now);
+                record.v = USED_ONLY;
+                self.records.push(record);
+            }
             Recording::Records => {}
             Recording::Nothing => {
                 if let Some(ledger) = ledger {
@@ -317,9 +372,6 @@ impl Tally {
         }
     }
 
-    /// Publishes the counts to `worker` and to the partition's `shard` and
-    /// returns the records to store (none unless records are kept). The
-    /// changes are published last (Release), after the counters they wrote.
     /// Runs `f` once the records of this turn are stored, and not at all
     /// if they could not be.
     pub fn after_stored(&mut self, f: AfterStored) {
@@ -331,6 +383,9 @@ impl Tally {
         std::mem::take(&mut self.after_stored)
     }
 
+    /// Publishes the counts to `worker` and to the partition's `shard` and
+    /// returns the records to store (none unless records are kept). The
+    /// changes are published last (Release), after the counters they wrote.
     pub fn finish(self, worker: &WorkerStats, shard: &ShardStats) -> Vec<Record> {
         add(&worker.allowed, self.allowed);
         add(&worker.denied, self.denied);
@@ -482,5 +537,57 @@ mod tests {
         assert_eq!(stats.decisions_of(Outcome::Denied, "slots"), 1);
         assert_eq!(stats.errors.load(Ordering::Relaxed), 1);
         assert_eq!(shard.decisions.load(Ordering::Relaxed), 3);
+    }
+
+    /// Global limits in journal mode: the usage history counts each ask
+    /// once, in the region it was made in. A delegate's books of its share
+    /// count but are not usage, its asks are usage that counts nothing, and
+    /// what another region sent over the link counts at the home without
+    /// being usage there.
+    #[test]
+    fn across_regions_each_ask_is_usage_once_where_it_was_made() {
+        let usage = |records: &[Record]| -> (u64, u64) {
+            records
+                .iter()
+                .filter_map(crate::usage::counts_of)
+                .fold((0, 0), |(u, d), c| (u + c.used, d + c.denied))
+        };
+        let counted = |cost| Counted {
+            policy: "plan",
+            token: "k",
+            cost,
+        };
+        let meters = Arc::new(PolicyMeters::default());
+        let stats = (WorkerStats::default(), ShardStats::default());
+        // The delegate: 3 units from its share, an ask of 2 from a slice,
+        // 1 denied, 4 units of its share given back.
+        let mut delegate = Tally::new(0, Recording::Records, meters.clone());
+        delegate.booked("plan", "k", 3, Nanos(1));
+        delegate.usage_apart(None, counted(3), Usage::Used, Nanos(1));
+        delegate.usage_apart(None, counted(2), Usage::Used, Nanos(2));
+        delegate.usage_apart(None, counted(1), Usage::Denied, Nanos(3));
+        delegate.booked("plan", "k", 4, Nanos(4));
+        let records = delegate.finish(&stats.0, &stats.1);
+        assert_eq!(usage(&records), (5, 1));
+        assert_eq!(
+            crate::journal::format_of(&records),
+            sluice_core::format::JOURNAL
+        );
+        // The home: its own ask of 1, then a hit forwarded over the link
+        // and a slice given back with 2 of it spent.
+        let mut home = Tally::new(0, Recording::Records, meters);
+        home.changed("plan", "k", 1, false, Nanos(5));
+        let from = home.records_made();
+        home.changed("plan", "k", 1, false, Nanos(6));
+        let back = Refund {
+            units: 3,
+            spent: 2,
+            taken_at: Nanos(1),
+        };
+        home.refunded("plan", "k", &back, Nanos(7));
+        home.not_usage_since(from);
+        let records = home.finish(&stats.0, &stats.1);
+        assert_eq!(records.len(), 3);
+        assert_eq!(usage(&records), (1, 0));
     }
 }

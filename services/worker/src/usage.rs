@@ -443,6 +443,16 @@ where
 /// What a journal record adds to usage: units used, or (a denial) denied;
 /// nothing for a reset or a slice, a slice's spent units when it comes back.
 pub fn counts_of(record: &Record) -> Option<Counts> {
+    match record.v {
+        crate::journal::record::NOT_USAGE => return None,
+        crate::journal::record::USED_ONLY => {
+            return Some(Counts {
+                used: record.c,
+                denied: 0,
+            })
+        }
+        _ => {}
+    }
     if record.r || record.s {
         // A slice's units are usage once they come back spent.
         return None;

@@ -56,7 +56,8 @@ impl Decider {
         now: Nanos,
         tally: &mut Tally,
     ) -> Option<Answer<'p>> {
-        match inbound {
+        let from = tally.records_made();
+        let answer = match inbound {
             LinkInbound::Batch(partition) => {
                 self.answer_batch(policies, partition, message, owned, now, tally, true)
             }
@@ -79,7 +80,10 @@ impl Decider {
                 }
                 None
             }
-        }
+        };
+        // Counted here, but their usage is the sending region's.
+        tally.not_usage_since(from);
+        answer
     }
 
     /// The home asks for a key's share of a window back: what this
@@ -119,7 +123,7 @@ impl Decider {
             // the partition next: recorded as spent.
             if let Some(refund) = refund {
                 record_share(owned, policy, buf, now, refund.units);
-                tally.changed(policy.name(), &reclaim.key, refund.units, false, now);
+                tally.booked(policy.name(), &reclaim.key, refund.units, now);
             }
             refund
         });
@@ -189,7 +193,7 @@ impl Decider {
             if decided.from_share > 0 {
                 record_share(owned, policy, buf, now, decided.from_share);
                 turn.tally
-                    .changed(policy.name(), token, decided.from_share, false, now);
+                    .booked(policy.name(), token, decided.from_share, now);
             }
             decided
         });
@@ -223,6 +227,7 @@ impl Decider {
                             Some(cost),
                             Encoding::MsgPack,
                         ),
+                        until: limit.window_end(limit.window_start(now)),
                     });
                 }
                 Usage::Used
@@ -236,7 +241,7 @@ impl Decider {
             token,
             cost,
         };
-        self.record_usage(turn, counted, usage);
+        self.record_usage_apart(turn, counted, usage);
         Ok((decision, policy.name(), None))
     }
 

@@ -392,6 +392,7 @@ fn a_replayed_record_counts_whatever_the_limit() {
         h: None,
         e: 0,
         x: 0,
+        v: 0,
     };
     assert!(f.decider.replay(&f.policies, &record, &f.counters));
     assert_eq!(f.remaining(&key, T0), 0);
@@ -498,6 +499,7 @@ fn reset_forgets_one_policy_or_all_and_is_journaled_and_replayed() {
         h: None,
         e: 0,
         x: 0,
+        v: 0,
     };
     let reset = Record {
         c: 0,
@@ -530,6 +532,7 @@ fn a_reset_record_reads_as_before_when_it_is_no_reset() {
         h: None,
         e: 0,
         x: 0,
+        v: 0,
     };
     let bytes = rmp_serde::to_vec(&count).unwrap();
     assert_eq!(bytes[0], 0x95, "a count is an array of five");

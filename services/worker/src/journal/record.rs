@@ -17,8 +17,9 @@ use sluice_core::time::Nanos;
 /// up to the last one set (`[n, p, k, c, t]` for a count, `[.., t, true]`
 /// for a reset, `[.., t, false, true]` for a denial, `[.., false, false,
 /// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
-/// back, `[.., g, u, h, e, x]` for a hold), so records of counts read the
-/// same as before resets, denials, budgets and holds were recorded.
+/// back, `[.., g, u, h, e, x]` for a hold, `[.., x, v]` for a record whose
+/// usage is not what its kind says), so records of counts read the same as
+/// before resets, denials, budgets, holds and regions were recorded.
 ///
 /// A hold's records (CONTRACT §13) name it (`h`): its reserve is a slice's
 /// record (`s`, `c` held at `t`) with its end `e` and flags `x`; its settle
@@ -70,7 +71,22 @@ pub struct RecordOf<S> {
     /// a concurrency slot).
     #[serde(default)]
     pub x: u8,
+    /// What it is in the usage history (CONTRACT §9), when not what its
+    /// kind says: [`NOT_USAGE`] or [`USED_ONLY`] (global limits, CONTRACT
+    /// §12, where a key's count and its usage live in different regions).
+    #[serde(default)]
+    pub v: u8,
 }
+
+/// [`RecordOf::v`]: counted, but not usage: what another region's owner
+/// sent over the link (its region records the usage), and a delegate's
+/// books of its share (spent or given back; its asks' usage is recorded
+/// apart, [`USED_ONLY`]).
+pub const NOT_USAGE: u8 = 1;
+/// [`RecordOf::v`]: `c` units used, in the usage history only; it changes
+/// no counter and replay changes none (a delegate's ask, decided from
+/// budget the home counted).
+pub const USED_ONLY: u8 = 2;
 
 /// [`RecordOf::x`]: the hold is released, not charged, at its end.
 pub const RELEASE: u8 = 1;
@@ -101,6 +117,7 @@ impl Record {
             h: None,
             e: 0,
             x: 0,
+            v: 0,
         }
     }
 }
@@ -119,7 +136,9 @@ impl<S> RecordOf<S> {
 
     /// How many fields it is encoded as (see [`RecordOf`]).
     fn fields(&self) -> usize {
-        if self.h.is_some() {
+        if self.v != 0 {
+            14
+        } else if self.h.is_some() {
             13
         } else if self.g != 0 || self.u != 0 {
             10
@@ -163,6 +182,9 @@ impl<T: Serialize> Serialize for RecordOf<T> {
             st.serialize_field("e", &self.e)?;
             st.serialize_field("x", &self.x)?;
         }
+        if fields > 13 {
+            st.serialize_field("v", &self.v)?;
+        }
         st.end()
     }
 }
@@ -183,6 +205,7 @@ impl RecordRef<'_> {
             h: self.h.map(str::to_string),
             e: self.e,
             x: self.x,
+            v: self.v,
         }
     }
 }

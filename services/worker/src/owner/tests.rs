@@ -107,6 +107,7 @@ fn record(n: u32, key: &str, c: u64) -> Record {
         h: None,
         e: 0,
         x: 0,
+        v: 0,
     }
 }
 
