@@ -223,6 +223,11 @@ impl DelegateKey {
     }
 }
 
+/// The most keys a partition's delegate books hold (~200 bytes each, more
+/// with slices: a few MiB a partition); past it some are forgotten
+/// ([`Delegates::make_room`]).
+pub const MOST_DELEGATE_KEYS: usize = 16_384;
+
 /// One partition's delegate books: a [`DelegateKey`] per counter key of a
 /// global policy whose home is another region. Not stored: what must
 /// outlive the owner, the units it spent of its shares or gave back, it
@@ -263,12 +268,44 @@ impl Delegates {
             None => true,
         };
         if fresh {
+            if self.keys.len() >= MOST_DELEGATE_KEYS && !self.keys.contains_key(key) {
+                self.make_room(now);
+            }
             // A new window: the old one's slices ended with it (their
             // units cannot go back into a window that is over).
             let entry = DelegateKey::new(limit, now, share.saturating_sub(recorded()));
             self.keys.insert(key.to_string(), entry);
         }
         self.keys.get_mut(key).expect("just inserted")
+    }
+
+    /// Room for one more key: the books of windows that are over go,
+    /// then, if that is not enough, an eighth of the rest, whichever keys
+    /// the map yields first. Forgetting a key is safe: its share's books
+    /// start again from its counter (`recorded`), and its slices' units
+    /// stay counted at the home until their window ends (under-admission).
+    fn make_room(&mut self, now: Nanos) {
+        self.keys.retain(|_, entry| now < entry.window_end);
+        if self.keys.len() >= MOST_DELEGATE_KEYS {
+            let gone: Vec<String> = self
+                .keys
+                .keys()
+                .take(MOST_DELEGATE_KEYS / 8)
+                .cloned()
+                .collect();
+            for key in gone {
+                self.keys.remove(&key);
+            }
+        }
+    }
+
+    /// Keys with books.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
     }
 
     /// Whether `key` has books for the window at `now` (else the next
@@ -600,5 +637,32 @@ mod tests {
             Nanos::ZERO,
             "a slice taken later in the window"
         );
+    }
+
+    #[test]
+    fn the_books_keep_at_most_their_bound_and_start_again_from_the_counter() {
+        let mut d = Delegates::default();
+        let t = Nanos(20_000 * MS);
+        for i in 0..MOST_DELEGATE_KEYS {
+            d.decide(&format!("k{i}"), &limit(), 10, t, 1, || 0);
+        }
+        assert_eq!(d.len(), MOST_DELEGATE_KEYS);
+        // One more: an eighth goes (the windows are not over).
+        d.decide("one-more", &limit(), 10, t, 1, || 0);
+        assert_eq!(d.len(), MOST_DELEGATE_KEYS - MOST_DELEGATE_KEYS / 8 + 1);
+        // A forgotten key's share starts again from what its counter holds.
+        let forgotten = (0..MOST_DELEGATE_KEYS)
+            .map(|i| format!("k{i}"))
+            .find(|k| !d.knows(k, &limit(), t))
+            .expect("some key was forgotten");
+        let again = d.decide(&forgotten, &limit(), 10, t, 1, || 10);
+        assert!(!again.decision.allowed, "its share was spent before");
+        // In the next window, those of windows that are over go first.
+        let next = Nanos(t.0 + 10_000 * MS);
+        for i in 0..MOST_DELEGATE_KEYS {
+            d.decide(&format!("n{i}"), &limit(), 10, next, 1, || 0);
+        }
+        assert_eq!(d.len(), MOST_DELEGATE_KEYS);
+        assert!((0..MOST_DELEGATE_KEYS).all(|i| d.knows(&format!("n{i}"), &limit(), next)));
     }
 }
