@@ -50,6 +50,17 @@ def until(what, check, within=60.0):
     raise SystemExit(f"ui_bench: {what} not within {within} s")
 
 
+def rss_mib(pid):
+    """A process's resident set (VmRSS) in MiB; 0 where /proc does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sluice", default=str(ROOT / "target/release/sluice"))
@@ -62,10 +73,12 @@ def main():
         raise SystemExit("ui_bench: set SLUICE_NATS_SERVER (scripts/install-deps.sh prints it)")
     tmp = Path(tempfile.mkdtemp(prefix="sluice-ui-bench-"))
     procs = []
+    workers = []
 
     def spawn(name, args, env=None):
         log = open(tmp / f"{name}.log", "w")
         procs.append(subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env))
+        return procs[-1]
 
     try:
         config = ROOT / "config/sluice.toml"
@@ -79,7 +92,7 @@ def main():
         env = {**os.environ, "SLUICE_NATS_URL": url, "SLUICE_CONFIG": str(config)}
         until("nats-server", lambda: socket.create_connection(("127.0.0.1", nats_port), 0.5).close() or True)
         for i in range(2):
-            spawn(f"worker-{i}", [a.sluice, "worker", "--worker-id", f"b{i}"], env)
+            workers.append(spawn(f"worker-{i}", [a.sluice, "worker", "--worker-id", f"b{i}"], env))
         spawn("gateway", [a.sluice, "gateway", "--listen", f"127.0.0.1:{http_port}"], env)
 
         def settled():
@@ -104,6 +117,7 @@ def main():
         status = json.loads(subprocess.run([a.sluice, "status", "--json"], env=env, capture_output=True,
                                            text=True).stdout)
         held = sum(w["keys"] for w in status["workers"])
+        rss_before = [rss_mib(w.pid) for w in workers]
 
         pages = [
             ("top 20 by used, last 1h", "/ui/top"),
@@ -129,11 +143,15 @@ def main():
             results.append({"page": name, "path": path, "n": a.n, "p50_ms": round(lat[len(lat) // 2], 1),
                             "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1),
                             "max_ms": round(lat[-1], 1), "bytes": len(body)})
-        out = {"keys": a.keys, "counters_held": held, "load_s": round(load_s, 1), "pages": results}
+        rss = [rss_mib(w.pid) for w in workers]
+        out = {"keys": a.keys, "counters_held": held, "load_s": round(load_s, 1), "worker_rss_mib_before": rss_before,
+               "worker_rss_mib": rss,
+               "loadavg": os.getloadavg()[0], "pages": results}
         if a.json:
             print(json.dumps(out, indent=2))
         print(f"{a.keys:,} keys asked once each (+20,000 asks over 100 hot keys) in {load_s:.1f} s; "
-              f"the workers hold {held:,} counters\n")
+              f"the workers hold {held:,} counters; worker RSS before the pages "
+              f"{', '.join(f'{r} MiB' for r in rss_before)}, after {', '.join(f'{r} MiB' for r in rss)}; load average (1 min) {os.getloadavg()[0]:.2f}\n")
         print("| page | n | p50 | p99 | max | bytes |\n|---|---|---|---|---|---|")
         for r in results:
             print(f"| {r['page']} (`{r['path']}`) | {r['n']} | {r['p50_ms']} ms | {r['p99_ms']} ms | "
