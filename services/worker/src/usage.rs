@@ -2,7 +2,8 @@
 //! its key's minute in memory ([`crate::usage::ledger`]), each shard stores the minutes
 //! it changed on its snapshot tick and rolls ended buckets up into the
 //! coarser tiers ([`UsageBook::flush`]), and queries read the stored
-//! records plus what is still only in memory ([`query`]).
+//! records plus what is still only in memory ([`query`], [`top`]; top
+//! keeps the buckets it ranked, [`top_cache`]).
 //!
 //! Where a count enters the ledger decides what survives a crash. In
 //! snapshot mode it enters when decided: a `kill -9` loses what was counted
@@ -34,6 +35,8 @@
 pub mod ledger;
 pub mod query;
 pub mod store;
+pub mod top;
+pub mod top_cache;
 
 use crate::journal;
 use crate::journal::record::Record;
@@ -46,6 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use store::{PutError, UsageStore};
+use top_cache::TopCache;
 
 /// How long a flush or a query waits for a takeover's usage replay
 /// ([`Ledger::replayed`]) before it gives up (the flush is tried again on
@@ -70,6 +74,8 @@ pub struct UsageBook {
     /// every partition flushes on the same tick, and 64 busy minutes
     /// summed together held a few MiB each at the same time.
     summing: tokio::sync::Semaphore,
+    /// The ranked lists top queries read, kept between them.
+    pub top_cache: TopCache,
 }
 
 impl UsageBook {
@@ -85,6 +91,7 @@ impl UsageBook {
             summing: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             ),
+            top_cache: TopCache::default(),
         }
     }
 
@@ -101,6 +108,7 @@ impl UsageBook {
         replays: bool,
     ) -> Arc<Ledger> {
         let ledger = Arc::new(Ledger::new(self.config.tiers.clone(), stored_through));
+        self.top_cache.drop_partition(partition);
         ledger.owe_recent_rollups(now_ms, self.lookback_ms);
         if replays {
             ledger.replay_pending();
@@ -121,6 +129,7 @@ impl UsageBook {
             .is_some_and(|l| Arc::ptr_eq(l, ledger))
         {
             ledgers.remove(&partition);
+            self.top_cache.drop_partition(partition);
         }
     }
 
@@ -185,10 +194,13 @@ impl UsageBook {
             .context("the usage the journal holds is not restored yet")?;
         ledger.advance(self.delivered.load(Ordering::Acquire));
         let take = ledger.take();
-        let writes = take
-            .minutes
-            .iter()
-            .map(|&minute| self.store_minute(partition, ledger, minute, &take, &owner));
+        let minute_ms = self.config.tiers[0].step_ms();
+        let writes = take.minutes.iter().map(|&minute| {
+            // A late count (a journal ack slower than the grace period)
+            // rewrites a minute a top query may hold as final.
+            let late = minute + minute_ms + self.grace_ms <= now_ms;
+            self.store_minute(partition, ledger, minute, &take, late, &owner)
+        });
         let failure = futures::future::join_all(writes)
             .await
             .into_iter()
@@ -225,6 +237,7 @@ impl UsageBook {
         ledger: &Ledger,
         minute: u64,
         take: &Take,
+        late: bool,
         owner: &impl Fn() -> bool,
     ) -> Result<()> {
         let bucket = (0, minute);
@@ -282,6 +295,9 @@ impl UsageBook {
             .await
         {
             Ok(_) => {
+                if late {
+                    self.top_cache.drop_bucket(partition, bucket);
+                }
                 ledger.written(minute, take.mark.write);
                 Ok(())
             }
@@ -318,6 +334,8 @@ impl UsageBook {
                 .await
                 .context("cannot store a rollup")?;
         }
+        // Rolled up again after a late count, it may be held as final.
+        self.top_cache.drop_bucket(partition, bucket);
         ledger.rolled_up(bucket);
         Ok(())
     }

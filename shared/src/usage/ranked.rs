@@ -30,15 +30,21 @@ use std::hash::BuildHasher;
 /// A `(key token, policy)` pair, as a top query ranks and breaks ties.
 pub type KeyPolicy<'a> = (&'a str, &'a str);
 
-/// One counted `(key, policy)` of a bucket: where its key lies in
-/// [`RankedBucket::names`], which policy, and its counts.
+/// One counted `(key, policy)` of a bucket: where its key starts in
+/// [`RankedBucket::names`] (it ends where the next entry's starts), which
+/// policy, its places in the two lists, and its counts. 32 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key_start: u32,
-    key_len: u32,
     policy: u32,
+    /// Its index in `by_used` and in `by_denied` ([`NOT_RANKED`] when the
+    /// count is zero): whether a threshold walk has read it there yet.
+    ranks: [u32; 2],
     counts: Counts,
 }
+
+/// The rank of an entry not in a list.
+const NOT_RANKED: u32 = u32::MAX;
 
 /// The counts of one bucket (of one partition), ranked by used and by
 /// denied, with an index by key and policy. Built once from a stored
@@ -116,7 +122,7 @@ impl RankedBucket {
             hasher,
             ..
         } = self;
-        let same = |&i: &u32| entry_key(names, policies, &entries[i as usize]) == (key, policy);
+        let same = |&i: &u32| entry_key(names, policies, entries, i as usize) == (key, policy);
         if let Some(&i) = index.find(hash, same) {
             entries[i as usize].counts.add(c);
             return;
@@ -130,15 +136,15 @@ impl RankedBucket {
         };
         let entry = Entry {
             key_start: names.len() as u32,
-            key_len: key.len() as u32,
             policy,
+            ranks: [NOT_RANKED; 2],
             counts: c,
         };
         names.push_str(key);
         entries.push(entry);
         let i = (entries.len() - 1) as u32;
         index.insert_unique(hash, i, |&j| {
-            hasher.hash_one(entry_key(names, policies, &entries[j as usize]))
+            hasher.hash_one(entry_key(names, policies, entries, j as usize))
         });
     }
 
@@ -158,6 +164,9 @@ impl RankedBucket {
                 .collect();
             list.sort_by_key(|&i| Reverse(self.entries[i as usize].counts.of(by)));
             list.shrink_to_fit();
+            for (rank, &i) in list.iter().enumerate() {
+                self.entries[i as usize].ranks[by as usize] = rank as u32;
+            }
             match by {
                 By::Used => self.by_used = list,
                 By::Denied => self.by_denied = list,
@@ -171,15 +180,20 @@ impl RankedBucket {
     }
 
     fn key(&self, i: usize) -> KeyPolicy<'_> {
-        entry_key(&self.names, &self.policies, &self.entries[i])
+        entry_key(&self.names, &self.policies, &self.entries, i)
+    }
+
+    fn find(&self, key: KeyPolicy<'_>) -> Option<&Entry> {
+        let hash = self.hash(key);
+        self.index
+            .find(hash, |&i| self.key(i as usize) == key)
+            .map(|&i| &self.entries[i as usize])
     }
 
     /// The counts of `key` under `policy` (zero when absent).
     pub fn counts(&self, key: &str, policy: &str) -> Counts {
-        let hash = self.hash((key, policy));
-        self.index
-            .find(hash, |&i| self.key(i as usize) == (key, policy))
-            .map_or_else(Counts::default, |&i| self.entries[i as usize].counts)
+        self.find((key, policy))
+            .map_or_else(Counts::default, |e| e.counts)
     }
 
     /// How many `(key, policy)` pairs with a count it holds.
@@ -208,20 +222,24 @@ impl RankedBucket {
     }
 
     /// The entry at `depth` of the list by `by`: its key and policy, and
-    /// its count.
-    fn at(&self, by: By, depth: usize) -> Option<(KeyPolicy<'_>, u64)> {
+    /// its counts.
+    fn at(&self, by: By, depth: usize) -> Option<(KeyPolicy<'_>, Counts)> {
         let &i = self.list(by).get(depth)?;
-        let e = &self.entries[i as usize];
-        Some((self.key(i as usize), e.counts.of(by)))
+        Some((self.key(i as usize), self.entries[i as usize].counts))
     }
 }
 
-fn entry_key<'a>(names: &'a str, policies: &'a [Box<str>], e: &Entry) -> KeyPolicy<'a> {
-    let start = e.key_start as usize;
-    (
-        &names[start..start + e.key_len as usize],
-        &policies[e.policy as usize],
-    )
+fn entry_key<'a>(
+    names: &'a str,
+    policies: &'a [Box<str>],
+    entries: &[Entry],
+    i: usize,
+) -> KeyPolicy<'a> {
+    let start = entries[i].key_start as usize;
+    let end = entries
+        .get(i + 1)
+        .map_or(names.len(), |e| e.key_start as usize);
+    (&names[start..end], &policies[entries[i].policy as usize])
 }
 
 fn hash_of(
@@ -231,7 +249,7 @@ fn hash_of(
     entries: &[Entry],
     i: u32,
 ) -> u64 {
-    hasher.hash_one(entry_key(names, policies, &entries[i as usize]))
+    hasher.hash_one(entry_key(names, policies, entries, i as usize))
 }
 
 /// A key kept among the best so far, ordered so that the largest is the
@@ -273,6 +291,12 @@ pub struct TopStats {
 /// only those of `policy` when given; exactly what [`super::top`] answers
 /// over the summed totals, ties by key then policy. Stops reading as soon
 /// as no pair not yet seen can make the first `n` (threshold algorithm).
+///
+/// A pair read in one list is looked up in the others, where its rank
+/// says whether it was read there already (then it was summed then); one
+/// whose total cannot beat the N-th best even with the other lists' next
+/// counts is not looked up at all (it never will be: the N-th best only
+/// gets better).
 pub fn top_of<'a>(
     buckets: &[&'a RankedBucket],
     n: usize,
@@ -280,60 +304,59 @@ pub fn top_of<'a>(
     policy: Option<&str>,
 ) -> (Vec<(KeyPolicy<'a>, Counts)>, TopStats) {
     let mut stats = TopStats::default();
+    let buckets: Vec<&'a RankedBucket> =
+        buckets.iter().copied().filter(|b| !b.is_empty()).collect();
     let mut kept: BinaryHeap<Kept<'a>> = BinaryHeap::with_capacity(n + 1);
     if n == 0 {
         return (Vec::new(), stats);
     }
     let wanted = |(_, p): KeyPolicy<'_>| policy.is_none_or(|want| want == p);
     let mut depth = vec![0usize; buckets.len()];
-    // Pairs already summed: their totals are exact, whether kept or not.
-    let hasher = foldhash::fast::RandomState::default();
-    let mut seen: HashTable<(u64, KeyPolicy<'a>)> = HashTable::new();
+    let mut next = vec![0u64; buckets.len()];
     loop {
         // The next wanted entry of each list: its count bounds what any
-        // pair not yet seen has there.
-        let mut threshold = 0u64;
+        // pair not yet read there has there.
         let mut last_key: Option<KeyPolicy<'a>> = None;
-        for (b, d) in buckets.iter().zip(depth.iter_mut()) {
-            while let Some((key, _)) = b.at(by, *d) {
+        for ((b, d), next) in buckets.iter().zip(depth.iter_mut()).zip(next.iter_mut()) {
+            *next = 0;
+            while let Some((key, counts)) = b.at(by, *d) {
                 if wanted(key) {
+                    *next = counts.of(by);
+                    last_key = last_key.max(Some(key));
                     break;
                 }
                 *d += 1;
             }
-            if let Some((key, count)) = b.at(by, *d) {
-                threshold = threshold.saturating_add(count);
-                last_key = last_key.max(Some(key));
-            }
         }
+        let threshold = next.iter().fold(0u64, |t, c| t.saturating_add(*c));
         let Some(last_key) = last_key else {
             break; // every list read to its end
         };
-        if kept.len() == n {
-            let worst = kept.peek().expect("n > 0 kept");
-            // A pair not yet seen has a total of at most the threshold, and
-            // one equal to it only if it has each list's next count there,
-            // so it sorts after each list's next key.
-            if worst.count > threshold || (worst.count == threshold && worst.key < last_key) {
-                break;
-            }
+        let worst = (kept.len() == n).then(|| kept.peek().expect("n > 0 kept"));
+        // A pair not yet seen has a total of at most the threshold, and one
+        // equal to it only if it has each list's next count there, so it
+        // sorts after each list's next key.
+        if worst.is_some_and(|w| w.count > threshold || (w.count == threshold && w.key < last_key))
+        {
+            break;
         }
-        for (b, d) in buckets.iter().zip(depth.iter_mut()) {
-            let Some((key, _)) = b.at(by, *d) else {
+        for i in 0..buckets.len() {
+            let Some((key, counts)) = buckets[i].at(by, depth[i]) else {
                 continue;
             };
-            *d += 1;
+            depth[i] += 1;
             stats.read += 1;
-            let hash = hasher.hash_one(key);
-            if seen.find(hash, |(_, k)| *k == key).is_some() {
-                continue;
+            if let Some(worst) = kept.peek().filter(|_| kept.len() == n) {
+                let others = threshold - next[i];
+                let bound = counts.of(by).saturating_add(others);
+                if bound < worst.count || (bound == worst.count && key > worst.key) {
+                    continue;
+                }
             }
-            seen.insert_unique(hash, (hash, key), |(h, _)| *h);
+            let Some(total) = total(&buckets, i, &depth, by, key, counts) else {
+                continue; // read in another list before: summed then
+            };
             stats.summed += 1;
-            let mut total = Counts::default();
-            for other in buckets {
-                total.add(other.counts(key.0, key.1));
-            }
             let candidate = Kept {
                 count: total.of(by),
                 key,
@@ -354,6 +377,31 @@ pub fn top_of<'a>(
         .map(|k| (k.key, k.counts))
         .collect();
     (ranked, stats)
+}
+
+/// The total of `key`, just read in list `i` with `counts`, over every
+/// list; `None` when another list has read it already.
+fn total(
+    buckets: &[&RankedBucket],
+    i: usize,
+    depth: &[usize],
+    by: By,
+    key: KeyPolicy<'_>,
+    counts: Counts,
+) -> Option<Counts> {
+    let mut total = counts;
+    for (j, other) in buckets.iter().enumerate() {
+        if j == i {
+            continue;
+        }
+        if let Some(e) = other.find(key) {
+            if (e.ranks[by as usize] as usize) < depth[j] {
+                return None;
+            }
+            total.add(e.counts);
+        }
+    }
+    Some(total)
 }
 
 #[cfg(test)]

@@ -471,6 +471,12 @@ impl Ledger {
         let _ = done.wait_for(|done| *done).await;
     }
 
+    /// Tells this ledger from every other (of this partition or another,
+    /// on this worker or another).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     pub fn tiers(&self) -> &[Tier] {
         &self.tiers
     }

@@ -179,3 +179,18 @@ proptest! {
         prop_assert_eq!(owned(got), brute_force(&buckets, n, by, policy));
     }
 }
+
+#[test]
+fn a_key_in_several_lists_is_summed_once() {
+    // Three lists of the same 1,000 keys, all tied: nothing stops the walk
+    // early, but each key's total is summed once, when it is first read.
+    let one: Vec<(String, String, Counts)> = (0..1000)
+        .map(|k| ("default".into(), format!("k{k:04}"), c(1, 0)))
+        .collect();
+    let buckets: Buckets = vec![one.clone(), one.clone(), one];
+    let lists = ranked(&buckets);
+    let refs: Vec<&RankedBucket> = lists.iter().collect();
+    let (got, stats) = top_of(&refs, 10, By::Used, None);
+    assert_eq!(owned(got), brute_force(&buckets, 10, By::Used, None));
+    assert!(stats.summed <= 1000, "summed {}", stats.summed);
+}
