@@ -11,7 +11,7 @@ keys (15 per second each under `default`: most are denied). Then times N
 (default 20) sequential GETs of every page from one HTTP client and prints
 p50, p99 and max per page as a markdown table (and JSON with --json).
 
-    bench/ui_bench.py [--sluice target/release/sluice] [--keys 1000000] [--n 20]
+    bench/ui_bench.py [--sluice target/release/sluice] [--keys 1000000] [--n 20] [--settle 75]
 
 Needs SLUICE_NATS_SERVER (scripts/install-deps.sh prints it). Results go in
 docs/BENCHMARKS.md ("The dashboard").
@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds to wait after filling before timing (75: the minutes counted in are final, "
+                         "as for keys counted earlier in the last hour rather than this minute)")
     a = ap.parse_args()
     nats_server = os.environ.get("SLUICE_NATS_SERVER") or shutil.which("nats-server")
     if not nats_server:
@@ -114,6 +117,7 @@ def main():
             with urllib.request.urlopen(base + "/v1/usage?top=1") as r:
                 return json.loads(r.read())["keys"]
         until("usage", counted)
+        time.sleep(a.settle)
         status = json.loads(subprocess.run([a.sluice, "status", "--json"], env=env, capture_output=True,
                                            text=True).stdout)
         held = sum(w["keys"] for w in status["workers"])
@@ -149,7 +153,8 @@ def main():
                "loadavg": os.getloadavg()[0], "pages": results}
         if a.json:
             print(json.dumps(out, indent=2))
-        print(f"{a.keys:,} keys asked once each (+20,000 asks over 100 hot keys) in {load_s:.1f} s; "
+        print(f"{a.keys:,} keys asked once each (+20,000 asks over 100 hot keys) in {load_s:.1f} s"
+              f"{f', timed {a.settle:.0f} s later' if a.settle else ''}; "
               f"the workers hold {held:,} counters; worker RSS before the pages "
               f"{', '.join(f'{r} MiB' for r in rss_before)}, after {', '.join(f'{r} MiB' for r in rss)}; load average (1 min) {os.getloadavg()[0]:.2f}\n")
         print("| page | n | p50 | p99 | max | bytes |\n|---|---|---|---|---|---|")

@@ -43,13 +43,15 @@ use crate::journal::record::Record;
 use crate::usage::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
-use sluice_core::usage::{add_to_record, visit_record, BucketId, Counts, RecordSum, UsageConfig};
+use sluice_core::usage::{
+    add_to_record, visit_record, BucketId, Counts, RankedBucket, RecordSum, UsageConfig,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use store::{PutError, UsageStore};
-use top_cache::TopCache;
+use top_cache::{TopCache, Version};
 
 /// How long a flush or a query waits for a takeover's usage replay
 /// ([`Ledger::replayed`]) before it gives up (the flush is tried again on
@@ -75,7 +77,7 @@ pub struct UsageBook {
     /// summed together held a few MiB each at the same time.
     summing: tokio::sync::Semaphore,
     /// The ranked lists top queries read, kept between them.
-    pub top_cache: TopCache,
+    pub top_cache: Arc<TopCache>,
 }
 
 impl UsageBook {
@@ -91,7 +93,7 @@ impl UsageBook {
             summing: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             ),
-            top_cache: TopCache::default(),
+            top_cache: Arc::default(),
         }
     }
 
@@ -220,7 +222,7 @@ impl UsageBook {
                     "the partition's lease ended; its rollups are left to the next owner"
                 );
             }
-            self.roll_up(partition, ledger, bucket).await?;
+            self.roll_up(partition, ledger, bucket, now_ms).await?;
         }
         ledger.forget_stored(now_ms, self.grace_ms);
         Ok(())
@@ -309,7 +311,13 @@ impl UsageBook {
     }
 
     /// Stores `bucket` as the sum of the finer tier's stored records in it.
-    async fn roll_up(&self, partition: u32, ledger: &Ledger, bucket: BucketId) -> Result<()> {
+    async fn roll_up(
+        &self,
+        partition: u32,
+        ledger: &Ledger,
+        bucket: BucketId,
+        now_ms: u64,
+    ) -> Result<()> {
         let (tier, start) = bucket;
         let tiers = &self.config.tiers;
         let finer = tiers[tier - 1].step_ms();
@@ -328,6 +336,8 @@ impl UsageBook {
         })
         .await
         .context("summing a rollup panicked")??;
+        let rank_ahead = self.top_cache.in_use(now_ms);
+        let stored = sum.as_ref().filter(|_| rank_ahead).cloned();
         if let Some(sum) = sum {
             self.store
                 .replace(partition, bucket, sum)
@@ -337,7 +347,30 @@ impl UsageBook {
         // Rolled up again after a late count, it may be held as final.
         self.top_cache.drop_bucket(partition, bucket);
         ledger.rolled_up(bucket);
+        if let Some(stored) = stored {
+            self.rank_ahead(partition, ledger, bucket, stored);
+        }
         Ok(())
+    }
+
+    /// Ranks a bucket just rolled up (`record`: what was stored) and keeps
+    /// its list as final, on a task of its own: top
+    /// queries run here, and the first to read the bucket would otherwise
+    /// rank all of it while the dashboard waits.
+    fn rank_ahead(&self, partition: u32, ledger: &Ledger, bucket: BucketId, record: Vec<u8>) {
+        let cache = self.top_cache.clone();
+        let (ledger, generation) = (ledger.id(), cache.generation(partition));
+        tokio::spawn(async move {
+            let ranked = crate::blocking::run(move || RankedBucket::from_record(&record)).await;
+            match ranked {
+                Ok(Ok(list)) => {
+                    let list = Arc::new(list);
+                    cache.keep(partition, ledger, bucket, Version::Final, list, generation);
+                }
+                Ok(Err(e)) => tracing::warn!(partition, "cannot rank a rollup: {e}"),
+                Err(e) => tracing::warn!(partition, "ranking a rollup failed: {e}"),
+            }
+        });
     }
 
     /// [`UsageBook::replay`], tried again every `pause` while `owner()`

@@ -235,6 +235,7 @@ async fn partition_top(
     let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
     let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
     let (cache, ledger_id) = (&book.top_cache, ledger.id());
+    cache.asked(now_ms);
     // Read before any record: a list read before its bucket is written
     // again is then not kept.
     let generation = cache.generation(partition);
@@ -242,6 +243,7 @@ async fn partition_top(
     let mut lists: Vec<Arc<RankedBucket>> = Vec::new();
     let mut unsettled = Vec::new();
     let mut finals: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut settled = Vec::new();
     for &(tier, start) in &buckets {
         if tier == 0 {
             if let Some(view) = ledger.minute_counts(start, &wanted) {
@@ -255,6 +257,12 @@ async fn partition_top(
         }
         match cache.get(partition, ledger_id, (tier, start), Version::Final) {
             Some(list) => lists.push(list),
+            // A minute just final: its list is kept if the record is the
+            // one it was built from (one read, not a sort).
+            None if tier == 0 && cache.has_unsettled(partition, ledger_id, (0, start)) => {
+                unsettled.push((start, None));
+                settled.push(start);
+            }
             None => finals.entry(tier).or_default().push(start),
         }
     }
@@ -268,9 +276,25 @@ async fn partition_top(
             continue;
         };
         let version = Version::Seq(record.seq);
+        let version_now = if settled.contains(&start) {
+            Version::Final
+        } else {
+            version
+        };
         match cache.get(partition, ledger_id, (0, start), version) {
+            Some(list) if version_now == Version::Final => {
+                cache.keep(
+                    partition,
+                    ledger_id,
+                    (0, start),
+                    Version::Final,
+                    list.clone(),
+                    generation,
+                );
+                lists.push(list);
+            }
             Some(list) => lists.push(list),
-            None => to_rank.push(((0, start), version, Some(record.payload))),
+            None => to_rank.push(((0, start), version_now, Some(record.payload))),
         }
     }
     for (tier, starts) in finals {

@@ -21,6 +21,11 @@
 //! each partition has a generation, bumped by every such drop, and a list
 //! read before the last drop is used for its query but not kept.
 //!
+//! A minute that becomes final keeps its list: the first query after
+//! reads the record once more, and a list of the same sequence is kept as
+//! final. A rollup ranks the bucket it writes while top queries run here
+//! (one ran in the last [`IN_USE_MS`]), so no query pays for it.
+//!
 //! Bounded: at most [`BUDGET_BYTES`] of lists per worker; past it the
 //! least recently used go first. A list larger than the budget is not
 //! kept.
@@ -33,6 +38,9 @@ use std::sync::{Arc, Mutex};
 /// over two workers is ~30 MiB of lists in each (~60 bytes a key: its
 /// bytes, its counts, its places in the two orders and the index).
 pub const BUDGET_BYTES: usize = 128 << 20;
+
+/// How long after a top query rollups keep ranking their buckets ahead.
+pub const IN_USE_MS: u64 = 15 * 60_000;
 
 /// Which record a list was built from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +62,9 @@ struct Kept {
 #[derive(Default)]
 struct Inner {
     lists: HashMap<(u32, BucketId), Kept>,
+    /// When a top query last ran here (ms): rollups rank their buckets
+    /// ahead only while the lists are in use ([`TopCache::in_use`]).
+    asked_ms: u64,
     bytes: usize,
     /// Bumped on every use, for the least recently used.
     tick: u64,
@@ -93,6 +104,29 @@ impl TopCache {
             .get(&partition)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// A top query runs at `now_ms`.
+    pub fn asked(&self, now_ms: u64) {
+        let mut inner = self.lock();
+        inner.asked_ms = inner.asked_ms.max(now_ms);
+    }
+
+    /// Whether a top query ran in the [`IN_USE_MS`] before `now_ms`: a
+    /// rollup then ranks its bucket as it writes it, so that no query
+    /// pays for it.
+    pub fn in_use(&self, now_ms: u64) -> bool {
+        let asked = self.lock().asked_ms;
+        asked != 0 && asked + IN_USE_MS >= now_ms
+    }
+
+    /// Whether `bucket` has a list built under `ledger` from some stored
+    /// record (not known to be final).
+    pub fn has_unsettled(&self, partition: u32, ledger: u64, bucket: BucketId) -> bool {
+        self.lock()
+            .lists
+            .get(&(partition, bucket))
+            .is_some_and(|k| k.ledger == ledger && matches!(k.version, Version::Seq(_)))
     }
 
     /// The list of `bucket` built under `ledger` from the record `version`
@@ -233,6 +267,20 @@ mod tests {
         let after = cache.generation(1);
         cache.keep(1, 7, (1, 0), Version::Final, list(5), after);
         assert!(cache.get(1, 7, (1, 0), Version::Final).is_some());
+    }
+
+    #[test]
+    fn rollups_rank_ahead_only_while_top_queries_run() {
+        let cache = TopCache::default();
+        assert!(!cache.in_use(1_000));
+        cache.asked(1_000);
+        assert!(cache.in_use(1_000 + IN_USE_MS));
+        assert!(!cache.in_use(1_001 + IN_USE_MS));
+        cache.keep(2, 7, (0, 0), Version::Seq(4), list(3), 0);
+        assert!(cache.has_unsettled(2, 7, (0, 0)));
+        assert!(!cache.has_unsettled(2, 8, (0, 0)));
+        cache.keep(2, 7, (0, 0), Version::Final, list(3), 0);
+        assert!(!cache.has_unsettled(2, 7, (0, 0)));
     }
 
     #[test]
