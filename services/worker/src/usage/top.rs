@@ -52,7 +52,11 @@ struct Scatter {
     policy: Option<String>,
 }
 
-/// A worker's share of a top query: the largest of each of its partitions.
+/// A worker's share of a top query: the partitions it answers for and
+/// the N largest over all of them, listed under the first (the others'
+/// lists empty: a gatherer merges every list, so that is the same answer
+/// as each partition's N largest, in 1/32 of the bytes at 64 partitions
+/// over 2 workers).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Share {
     partitions: Vec<(u32, Vec<TopEntry>)>,
@@ -153,14 +157,7 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
             "partitions {missing:?} did not answer within {SCATTER_TIMEOUT:?} (being taken over, or their worker is down); ask again"
         )));
     }
-    let all = answered.into_values().flatten().map(|e| {
-        let counts = Counts {
-            used: e.used,
-            denied: e.denied,
-        };
-        ((e.key_token, e.policy), counts)
-    });
-    let keys = entries(top(all, plan.n, by));
+    let keys = largest(answered.into_values().flatten(), plan.n, by);
     Ok(TopReply {
         by,
         from_ms: plan.from_ms,
@@ -194,11 +191,18 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
                 })
                 .buffer_unordered(TOP_PARTITIONS_AT_ONCE);
             let mut share = Share::default();
+            let mut all = Vec::new();
             while let Some((partition, top)) = ranked.next().await {
                 match top {
-                    Ok(entries) => share.partitions.push((partition, entries)),
+                    Ok(entries) => {
+                        share.partitions.push((partition, Vec::new()));
+                        all.extend(entries);
+                    }
                     Err(e) => share.error = Some(format!("partition {partition}: {e:#}")),
                 }
+            }
+            if let Some((_, first)) = share.partitions.first_mut() {
+                *first = largest(all, plan.n, plan.by);
             }
             share
         }
@@ -334,6 +338,18 @@ async fn partition_top(
         cache.keep(partition, ledger_id, bucket, version, list, generation);
     }
     Ok(entries)
+}
+
+/// The `n` largest of `all` by `by`.
+fn largest(all: impl IntoIterator<Item = TopEntry>, n: usize, by: By) -> Vec<TopEntry> {
+    let all = all.into_iter().map(|e| {
+        let counts = Counts {
+            used: e.used,
+            denied: e.denied,
+        };
+        ((e.key_token, e.policy), counts)
+    });
+    entries(top(all, n, by))
 }
 
 /// Ranked `((key token, policy), counts)` as the entries of a reply.
