@@ -11,7 +11,7 @@ keys (15 per second each under `default`: most are denied). Then times N
 (default 20) sequential GETs of every page from one HTTP client and prints
 p50, p99 and max per page as a markdown table (and JSON with --json).
 
-    bench/ui_bench.py [--sluice target/release/sluice] [--keys 1000000] [--n 20]
+    bench/ui_bench.py [--sluice target/release/sluice] [--keys 1000000] [--n 20] [--settle 75]
 
 Needs SLUICE_NATS_SERVER (scripts/install-deps.sh prints it). Results go in
 docs/BENCHMARKS.md ("The dashboard").
@@ -50,22 +50,38 @@ def until(what, check, within=60.0):
     raise SystemExit(f"ui_bench: {what} not within {within} s")
 
 
+def rss_mib(pid):
+    """A process's resident set (VmRSS) in MiB; 0 where /proc does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sluice", default=str(ROOT / "target/release/sluice"))
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds to wait after filling before timing (75: the minutes counted in are final, "
+                         "as for keys counted earlier in the last hour rather than this minute)")
     a = ap.parse_args()
     nats_server = os.environ.get("SLUICE_NATS_SERVER") or shutil.which("nats-server")
     if not nats_server:
         raise SystemExit("ui_bench: set SLUICE_NATS_SERVER (scripts/install-deps.sh prints it)")
     tmp = Path(tempfile.mkdtemp(prefix="sluice-ui-bench-"))
     procs = []
+    workers = []
 
     def spawn(name, args, env=None):
         log = open(tmp / f"{name}.log", "w")
         procs.append(subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env))
+        return procs[-1]
 
     try:
         config = ROOT / "config/sluice.toml"
@@ -79,7 +95,7 @@ def main():
         env = {**os.environ, "SLUICE_NATS_URL": url, "SLUICE_CONFIG": str(config)}
         until("nats-server", lambda: socket.create_connection(("127.0.0.1", nats_port), 0.5).close() or True)
         for i in range(2):
-            spawn(f"worker-{i}", [a.sluice, "worker", "--worker-id", f"b{i}"], env)
+            workers.append(spawn(f"worker-{i}", [a.sluice, "worker", "--worker-id", f"b{i}"], env))
         spawn("gateway", [a.sluice, "gateway", "--listen", f"127.0.0.1:{http_port}"], env)
 
         def settled():
@@ -97,13 +113,22 @@ def main():
                        env=env, check=True, stdout=subprocess.DEVNULL)
         load_s = time.monotonic() - t0
 
+        first = {}
+
         def counted():
+            t = time.perf_counter()
             with urllib.request.urlopen(base + "/v1/usage?top=1") as r:
-                return json.loads(r.read())["keys"]
+                keys = json.loads(r.read())["keys"]
+            first["ms"] = round((time.perf_counter() - t) * 1000, 1)
+            return keys
         until("usage", counted)
+        # The first top query ranks every bucket it reads (nothing is kept yet).
+        first_top_ms = first["ms"]
+        time.sleep(a.settle)
         status = json.loads(subprocess.run([a.sluice, "status", "--json"], env=env, capture_output=True,
                                            text=True).stdout)
         held = sum(w["keys"] for w in status["workers"])
+        rss_before = [rss_mib(w.pid) for w in workers]
 
         pages = [
             ("top 20 by used, last 1h", "/ui/top"),
@@ -129,11 +154,18 @@ def main():
             results.append({"page": name, "path": path, "n": a.n, "p50_ms": round(lat[len(lat) // 2], 1),
                             "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1),
                             "max_ms": round(lat[-1], 1), "bytes": len(body)})
-        out = {"keys": a.keys, "counters_held": held, "load_s": round(load_s, 1), "pages": results}
+        rss = [rss_mib(w.pid) for w in workers]
+        out = {"keys": a.keys, "counters_held": held, "load_s": round(load_s, 1), "first_top_ms": first_top_ms,
+               "worker_rss_mib_before": rss_before,
+               "worker_rss_mib": rss,
+               "loadavg": os.getloadavg()[0], "pages": results}
         if a.json:
             print(json.dumps(out, indent=2))
-        print(f"{a.keys:,} keys asked once each (+20,000 asks over 100 hot keys) in {load_s:.1f} s; "
-              f"the workers hold {held:,} counters\n")
+        print(f"{a.keys:,} keys asked once each (+20,000 asks over 100 hot keys) in {load_s:.1f} s"
+              f"{f', timed {a.settle:.0f} s later' if a.settle else ''}; "
+              f"the workers hold {held:,} counters; worker RSS before the pages "
+              f"{', '.join(f'{r} MiB' for r in rss_before)}, after {', '.join(f'{r} MiB' for r in rss)}; "
+              f"the first top query (GET /v1/usage?top=1) took {first_top_ms} ms; load average (1 min) {os.getloadavg()[0]:.2f}\n")
         print("| page | n | p50 | p99 | max | bytes |\n|---|---|---|---|---|---|")
         for r in results:
             print(f"| {r['page']} (`{r['path']}`) | {r['n']} | {r['p50_ms']} ms | {r['p99_ms']} ms | "

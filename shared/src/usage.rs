@@ -35,9 +35,12 @@
 //!   visited and added to ([`add_to_record`]).
 //! - `usage/range.rs`: which buckets answer a range ([`cover`]) and the
 //!   checks of a query ([`resolve_series`], [`resolve_top`]).
+//! - `usage/ranked.rs`: a bucket's counts ranked once ([`RankedBucket`])
+//!   and the top N over several by the threshold algorithm ([`top_of`]).
 
 mod counts;
 mod range;
+mod ranked;
 mod record;
 mod tiers;
 
@@ -46,5 +49,6 @@ pub use range::{
     cover, resolve_series, resolve_top, BucketId, Part, QueryError, SeriesPlan, TopPlan,
     MAX_POINTS, MAX_TOP,
 };
+pub use ranked::{top_of, KeyPolicy, RankedBucket, TopStats};
 pub use record::{add_to_record, visit_record, BucketRecord, RecordError, RecordSum};
 pub use tiers::{Tier, UsageConfig, MAX_TIERS};

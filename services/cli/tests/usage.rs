@@ -206,6 +206,95 @@ async fn usage_is_exact_across_a_handover_and_top_names_the_hottest_keys() {
     );
 }
 
+/// The config with tiers of 1, 2, 4 and 8 seconds, the finest kept
+/// `finest_keep`.
+fn seconds_tiers(finest_keep: &str) -> String {
+    format!(
+        "{}\n[usage]\ntiers = [{{ step = \"1s\", keep = \"{finest_keep}\" }}, {{ step = \"2s\", keep = \"2m\" }}, {{ step = \"4s\", keep = \"2m\" }}, {{ step = \"8s\", keep = \"2m\" }}]\n",
+        config(false)
+    )
+}
+
+/// `rl.top` over a fixed range: the keys and totals, best first.
+async fn top_of_range(
+    client: &async_nats::Client,
+    body: &str,
+) -> anyhow::Result<Vec<(String, u64)>> {
+    let msg = request(client, TOP, body.as_bytes())
+        .await
+        .map_err(|e| anyhow!("{e:?}"))?;
+    if let Some(e) = error_of(&msg) {
+        bail!("{} {}", e.code.status(), e.message);
+    }
+    let reply: TopReply = serde_json::from_slice(&msg.payload)?;
+    Ok(reply.keys.into_iter().map(|k| (k.key, k.used)).collect())
+}
+
+/// `rl.top` reads lists ranked per bucket and kept between queries (the
+/// worker's usage::top_cache): its answers stay exact while the buckets of
+/// its range end, become final, are rolled up and ranked ahead, and count
+/// what comes after. Tiers of seconds, so that all of it happens in
+/// seconds; every answer after the first exact one is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_stays_exact_while_its_buckets_become_final_and_roll_up() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &seconds_tiers("2m"), 2).await;
+    let client = stack.clients(1).await.remove(0);
+    let from_ms = now_ms() - 1_000;
+    let body = format!(
+        r#"{{"from_ms":{from_ms},"to_ms":{},"n":5}}"#,
+        from_ms + 600_000
+    );
+    let keys: Vec<String> = (0..12).map(|i| format!("ranked-{i}")).collect();
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for round in 0..2u64 {
+        // Costs with ties, so that the order of equal totals is checked.
+        for (i, key) in keys.iter().enumerate() {
+            let cost = (i as u64 * 7 + round * 5) % 4 + 1;
+            client
+                .publish(
+                    Verb::Hit.client_subject(key),
+                    format!(r#"{{"cost":{cost}}}"#).into(),
+                )
+                .await
+                .unwrap();
+            *want.entry(key.clone()).or_default() += cost;
+        }
+        client.flush().await.unwrap();
+        let totals = want.iter().map(|(k, used)| {
+            let counts = Counts {
+                used: *used,
+                denied: 0,
+            };
+            (k.clone(), counts)
+        });
+        let expected: Vec<(String, u64)> = sluice_core::usage::top(totals, 5, Default::default())
+            .into_iter()
+            .map(|(k, c)| (k, c.used))
+            .collect();
+        eventually(Duration::from_secs(10), TICK, || async {
+            let got = top_of_range(&client, &body).await?;
+            if got == expected {
+                Ok(())
+            } else {
+                Err(anyhow!("top {got:?}, want {expected:?}"))
+            }
+        })
+        .await
+        .expect("the hits show in top");
+        // Past the grace period and the 8 s buckets' rollup.
+        let until = now_ms() + 12_000;
+        let mut answers = 0;
+        while now_ms() < until {
+            let got = top_of_range(&client, &body).await.unwrap();
+            assert_eq!(got, expected, "round {round}, answer {answers}");
+            answers += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(answers > 20, "{answers} answers");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_survives_kill_9_in_journal_mode() {
     let _serial = serial().await;
@@ -282,11 +371,7 @@ async fn bad_usage_queries_are_refused_with_a_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollups_are_the_sums_of_the_finer_tier_and_old_buckets_are_dropped() {
     let _serial = serial().await;
-    let short = format!(
-        "{}\n[usage]\ntiers = [{{ step = \"1s\", keep = \"5s\" }}, {{ step = \"2s\", keep = \"2m\" }}, {{ step = \"4s\", keep = \"2m\" }}, {{ step = \"8s\", keep = \"2m\" }}]\n",
-        config(false)
-    );
-    let stack = Stack::start(SLUICE, &short, 1).await;
+    let stack = Stack::start(SLUICE, &seconds_tiers("5s"), 1).await;
     let client = stack.clients(1).await.remove(0);
     let key = key_in_partition(3, stack.partitions);
     let started_ms = now_ms();

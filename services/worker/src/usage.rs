@@ -2,7 +2,8 @@
 //! its key's minute in memory ([`crate::usage::ledger`]), each shard stores the minutes
 //! it changed on its snapshot tick and rolls ended buckets up into the
 //! coarser tiers ([`UsageBook::flush`]), and queries read the stored
-//! records plus what is still only in memory ([`query`]).
+//! records plus what is still only in memory ([`query`], [`top`]; top
+//! keeps the buckets it ranked, [`top_cache`]).
 //!
 //! Where a count enters the ledger decides what survives a crash. In
 //! snapshot mode it enters when decided: a `kill -9` loses what was counted
@@ -34,18 +35,23 @@
 pub mod ledger;
 pub mod query;
 pub mod store;
+pub mod top;
+pub mod top_cache;
 
 use crate::journal;
 use crate::journal::record::Record;
 use crate::usage::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
-use sluice_core::usage::{add_to_record, visit_record, BucketId, Counts, RecordSum, UsageConfig};
+use sluice_core::usage::{
+    add_to_record, visit_record, BucketId, Counts, RankedBucket, RecordSum, UsageConfig,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use store::{PutError, UsageStore};
+use top_cache::{TopCache, Version};
 
 /// How long a flush or a query waits for a takeover's usage replay
 /// ([`Ledger::replayed`]) before it gives up (the flush is tried again on
@@ -70,6 +76,8 @@ pub struct UsageBook {
     /// every partition flushes on the same tick, and 64 busy minutes
     /// summed together held a few MiB each at the same time.
     summing: tokio::sync::Semaphore,
+    /// The ranked lists top queries read, kept between them.
+    pub top_cache: Arc<TopCache>,
 }
 
 impl UsageBook {
@@ -85,6 +93,7 @@ impl UsageBook {
             summing: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             ),
+            top_cache: Arc::default(),
         }
     }
 
@@ -101,6 +110,7 @@ impl UsageBook {
         replays: bool,
     ) -> Arc<Ledger> {
         let ledger = Arc::new(Ledger::new(self.config.tiers.clone(), stored_through));
+        self.top_cache.drop_partition(partition);
         ledger.owe_recent_rollups(now_ms, self.lookback_ms);
         if replays {
             ledger.replay_pending();
@@ -121,6 +131,7 @@ impl UsageBook {
             .is_some_and(|l| Arc::ptr_eq(l, ledger))
         {
             ledgers.remove(&partition);
+            self.top_cache.drop_partition(partition);
         }
     }
 
@@ -185,10 +196,13 @@ impl UsageBook {
             .context("the usage the journal holds is not restored yet")?;
         ledger.advance(self.delivered.load(Ordering::Acquire));
         let take = ledger.take();
-        let writes = take
-            .minutes
-            .iter()
-            .map(|&minute| self.store_minute(partition, ledger, minute, &take, &owner));
+        let minute_ms = self.config.tiers[0].step_ms();
+        let writes = take.minutes.iter().map(|&minute| {
+            // A late count (a journal ack slower than the grace period)
+            // rewrites a minute a top query may hold as final.
+            let late = minute + minute_ms + self.grace_ms <= now_ms;
+            self.store_minute(partition, ledger, minute, &take, late, &owner)
+        });
         let failure = futures::future::join_all(writes)
             .await
             .into_iter()
@@ -208,7 +222,7 @@ impl UsageBook {
                     "the partition's lease ended; its rollups are left to the next owner"
                 );
             }
-            self.roll_up(partition, ledger, bucket).await?;
+            self.roll_up(partition, ledger, bucket, now_ms).await?;
         }
         ledger.forget_stored(now_ms, self.grace_ms);
         Ok(())
@@ -225,6 +239,7 @@ impl UsageBook {
         ledger: &Ledger,
         minute: u64,
         take: &Take,
+        late: bool,
         owner: &impl Fn() -> bool,
     ) -> Result<()> {
         let bucket = (0, minute);
@@ -282,6 +297,9 @@ impl UsageBook {
             .await
         {
             Ok(_) => {
+                if late {
+                    self.top_cache.drop_bucket(partition, bucket);
+                }
                 ledger.written(minute, take.mark.write);
                 Ok(())
             }
@@ -293,7 +311,13 @@ impl UsageBook {
     }
 
     /// Stores `bucket` as the sum of the finer tier's stored records in it.
-    async fn roll_up(&self, partition: u32, ledger: &Ledger, bucket: BucketId) -> Result<()> {
+    async fn roll_up(
+        &self,
+        partition: u32,
+        ledger: &Ledger,
+        bucket: BucketId,
+        now_ms: u64,
+    ) -> Result<()> {
         let (tier, start) = bucket;
         let tiers = &self.config.tiers;
         let finer = tiers[tier - 1].step_ms();
@@ -312,14 +336,41 @@ impl UsageBook {
         })
         .await
         .context("summing a rollup panicked")??;
+        let rank_ahead = self.top_cache.in_use(now_ms);
+        let stored = sum.as_ref().filter(|_| rank_ahead).cloned();
         if let Some(sum) = sum {
             self.store
                 .replace(partition, bucket, sum)
                 .await
                 .context("cannot store a rollup")?;
         }
+        // Rolled up again after a late count, it may be held as final.
+        self.top_cache.drop_bucket(partition, bucket);
         ledger.rolled_up(bucket);
+        if let Some(stored) = stored {
+            self.rank_ahead(partition, ledger, bucket, stored);
+        }
         Ok(())
+    }
+
+    /// Ranks a bucket just rolled up (`record`: what was stored) and keeps
+    /// its list as final, on a task of its own: top
+    /// queries run here, and the first to read the bucket would otherwise
+    /// rank all of it while the dashboard waits.
+    fn rank_ahead(&self, partition: u32, ledger: &Ledger, bucket: BucketId, record: Vec<u8>) {
+        let cache = self.top_cache.clone();
+        let (ledger, generation) = (ledger.id(), cache.generation(partition));
+        tokio::spawn(async move {
+            let ranked = crate::blocking::run(move || RankedBucket::from_record(&record)).await;
+            match ranked {
+                Ok(Ok(list)) => {
+                    let list = Arc::new(list);
+                    cache.keep(partition, ledger, bucket, Version::Final, list, generation);
+                }
+                Ok(Err(e)) => tracing::warn!(partition, "cannot rank a rollup: {e}"),
+                Err(e) => tracing::warn!(partition, "ranking a rollup failed: {e}"),
+            }
+        });
     }
 
     /// [`UsageBook::replay`], tried again every `pause` while `owner()`

@@ -256,7 +256,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let top = answering.usage.is_some().then(|| {
         let answering = answering.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::usage::query::serve_top(answering).await {
+            if let Err(e) = crate::usage::top::serve_top(answering).await {
                 tracing::warn!("cannot answer top queries: {e:#}");
             }
         })

@@ -471,6 +471,12 @@ impl Ledger {
         let _ = done.wait_for(|done| *done).await;
     }
 
+    /// Tells this ledger from every other (of this partition or another,
+    /// on this worker or another).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     pub fn tiers(&self) -> &[Tier] {
         &self.tiers
     }
@@ -638,18 +644,23 @@ impl Ledger {
         state
             .pending
             .iter()
-            .filter(|(tier, b)| {
-                let step = self.tiers[*tier].step_ms();
-                let end = b + step;
-                end + grace_ms <= now_ms
-                    && !state.minutes.range(*b..end).any(|(_, m)| m.dirty())
-                    && !state
-                        .pending
-                        .iter()
-                        .any(|(t, c)| *t < *tier && *c >= *b && *c < end)
+            .filter(|&&bucket| {
+                let end = bucket.1 + self.tiers[bucket.0].step_ms();
+                end + grace_ms <= now_ms && !self.owes_within(&state, bucket)
             })
             .copied()
             .collect()
+    }
+
+    /// Whether anything within `bucket` is not in the stored records yet:
+    /// a minute not written, or a finer bucket not rolled up.
+    fn owes_within(&self, state: &State, (tier, b): BucketId) -> bool {
+        let end = b + self.tiers[tier].step_ms();
+        state.minutes.range(b..end).any(|(_, m)| m.dirty())
+            || state
+                .pending
+                .iter()
+                .any(|(t, c)| *t < tier && *c >= b && *c < end)
     }
 
     /// The rollup of `bucket` is stored: the next coarser bucket owes one.
@@ -664,11 +675,17 @@ impl Ledger {
     }
 
     /// Whether the stored record of a coarser bucket is final at `now_ms`:
-    /// it ended `grace_ms` ago and owes no rollup. (Finest-tier minutes are
-    /// read through [`Ledger::minute_counts`] instead.)
+    /// it ended `grace_ms` ago, owes no rollup, and nothing within it does
+    /// (a finer bucket's rollup owed makes this one's owed only once it is
+    /// done: until then this one's record lacks it). (Finest-tier minutes
+    /// are read through [`Ledger::minute_counts`] instead.)
     pub fn is_final(&self, bucket: BucketId, now_ms: u64, grace_ms: u64) -> bool {
         let step = self.tiers[bucket.0].step_ms();
-        bucket.1 + step + grace_ms <= now_ms && !self.lock().pending.contains(&bucket)
+        if bucket.1 + step + grace_ms > now_ms {
+            return false;
+        }
+        let state = self.lock();
+        !state.pending.contains(&bucket) && !self.owes_within(&state, bucket)
     }
 
     /// The counts of `minute` in memory that `wanted` keeps, for a query to

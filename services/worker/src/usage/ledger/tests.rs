@@ -450,6 +450,34 @@ fn rollups_wait_for_their_minutes_and_finer_rollups() {
 }
 
 #[test]
+fn a_coarser_bucket_is_final_only_once_what_is_within_it_is_rolled_up() {
+    // The hour that ends with this 5-minute bucket: ended, not owed itself
+    // yet (its 5-minute bucket is), so it must not read as final before the
+    // 5 minutes are rolled up into it.
+    let hour_start = 1000 * 60 * M;
+    let last5 = hour_start + 55 * M;
+    let ledger = ledger(0);
+    ledger.add("default", "k", last5 + M, counts(1, 0));
+    let grace = 5_000;
+    let after = hour_start + 60 * M + grace;
+    let hour = (2, hour_start);
+    // Counted, not written: the minute is owed.
+    assert!(!ledger.is_final(hour, after, grace));
+    let take = ledger.take();
+    for minute in &take.minutes {
+        ledger.written(*minute, take.mark.write);
+    }
+    // Written: the 5 minutes owe their rollup, so the hour does.
+    assert!(!ledger.is_final((1, last5), after, grace));
+    assert!(!ledger.is_final(hour, after, grace));
+    ledger.rolled_up((1, last5));
+    assert!(ledger.is_final((1, last5), after, grace));
+    assert!(!ledger.is_final(hour, after, grace));
+    ledger.rolled_up(hour);
+    assert!(ledger.is_final(hour, after, grace));
+}
+
+#[test]
 fn a_pending_replay_holds_readers_back_until_it_is_in() {
     use futures::FutureExt as _;
     let ledger = ledger(0);
