@@ -204,7 +204,7 @@ mod tests {
         let newer = check(JOURNAL, || "x".into(), of_header(Some("6"))).unwrap_err();
         assert!(newer
             .to_string()
-            .contains("format v5, newer than this sluice reads (v4)"));
+            .contains("format v6, newer than this sluice reads (v5)"));
         // Each kind has its own newest: a lease value of 3 is refused.
         assert!(check(HOLDER, || "x".into(), 3).is_err());
     }

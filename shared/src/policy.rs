@@ -114,7 +114,7 @@ impl Policy {
         if scope.global().is_some() && self.holding.concurrency.is_some() {
             return Err(PolicyError::GlobalConcurrency);
         }
-        if let Some(global) = scope.global() {
+        if scope.global().is_some() {
             let not_yet = if self.algorithm != Algorithm::FixedWindow {
                 Some(format!("not {}", self.algorithm))
             } else if self.limits.len() != 1 {
@@ -123,8 +123,6 @@ impl Policy {
                 Some("local_budget = true".to_string())
             } else if self.mode == Mode::Shadow {
                 Some("mode = \"shadow\"".to_string())
-            } else if global.on_cut() == crate::region::OnCut::Open {
-                Some("on_cut = \"open\"".to_string())
             } else {
                 None
             };

@@ -15,7 +15,9 @@
 //! - an owner killed with `kill -9` (journal mode) mid-window while west
 //!   holds budget, in the home and then in west: nothing admitted twice;
 //! - each region's usage of the key is what it answered (snapshot and
-//!   journal mode).
+//!   journal mode);
+//! - `on_cut = "open"`: while cut, each region decides as a regional limit
+//!   (up to `max` each), and the window holds again once healed.
 
 mod common;
 
@@ -263,6 +265,42 @@ async fn a_blackholed_link_keeps_each_region_within_its_share_and_healing_breaks
     let (east, west) = both_hard(&regions, "healing").await;
     assert!(east + west <= MAX, "healing: east {east} + west {west}");
     let (east, west) = both_hard(&regions, "healed").await;
+    assert!(east + west <= MAX, "healed: east {east} + west {west}");
+    assert!(east + west >= MAX - 5, "healed: east {east} + west {west}");
+}
+
+/// `on_cut = "open"`: a region cut off from the home decides as a
+/// regional limit (each region up to `max` a window, so up to 2 × `max`
+/// over both, as documented), and once the link is back the window holds
+/// again across both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cut_open_decides_each_region_as_a_regional_limit_while_cut() {
+    let _serial = serial().await;
+    let open = config(&TestConfig::new()) + "on_cut = \"open\"\n";
+    let regions = TwoRegions::start(SLUICE, &open, 1).await;
+    both_hard(&regions, "warm").await;
+
+    regions.link.set_mode(LinkMode::Blackhole);
+    for round in 0..2 {
+        let (east, west) = both_hard(&regions, &format!("open-{round}")).await;
+        assert!(
+            east <= MAX && west <= MAX,
+            "open round {round}: east {east}, west {west}"
+        );
+        assert!(
+            west >= MAX - 5,
+            "open round {round}: west decides as a regional limit ({west})"
+        );
+        assert!(east >= MAX - 5, "open round {round}: east decides ({east})");
+    }
+
+    regions.link.set_mode(LinkMode::Pass);
+    let (east, west) = both_hard(&regions, "open-healing").await;
+    assert!(
+        east <= MAX && west <= MAX,
+        "healing: east {east}, west {west}"
+    );
+    let (east, west) = both_hard(&regions, "open-healed").await;
     assert!(east + west <= MAX, "healed: east {east} + west {west}");
     assert!(east + west >= MAX - 5, "healed: east {east} + west {west}");
 }

@@ -168,6 +168,10 @@ struct Turn<'t, 'p, 'c> {
     link: bool,
 }
 
+/// What [`Decider::apply`] decided: the decision, the policy that
+/// decided it, and the slice granted with it.
+pub(super) type Applied<'p> = (Decision, &'p str, Option<Grant>);
+
 impl Decider {
     /// `recording`: whether to build the [`Record`]s of what was counted
     /// ([`crate::outbox::Outbox::recording`]).
@@ -489,7 +493,7 @@ impl Decider {
         policy_name: &str,
         op: Op,
         budget: Budget,
-    ) -> Result<(Decision, &'p str, Option<Grant>), ErrorReply> {
+    ) -> Result<Applied<'p>, ErrorReply> {
         let Turn {
             policies,
             owned,
@@ -525,10 +529,15 @@ impl Decider {
                 return Ok((decision, base.name(), None));
             }
         };
-        let global = base.scope().global().zip(self.global.as_ref());
-        if let Some((global, link)) = global {
-            if *global.home() != link.region {
-                return self.delegate(turn, key, base, policy, global, link, op, budget);
+        let mut global = base.scope().global().zip(self.global.as_ref());
+        if let Some((g, link)) = global {
+            if *g.home() != link.region {
+                match self.delegate(turn, key, base, policy, g, link, op, budget)? {
+                    Some(decided) => return Ok(decided),
+                    // Cut off from the home with `on_cut = "open"`: decided
+                    // here, as a regional limit.
+                    None => global = None,
+                }
             }
         }
         // At a global policy's home: its limit, and the other regions'

@@ -174,17 +174,58 @@ pub enum Need {
 }
 
 /// Where decisions send their [`Need`]s: this worker's region and the
-/// link task.
+/// link task, and what the link task found of each home.
 #[derive(Clone, Debug)]
 pub struct Link {
     pub region: RegionName,
     needs: mpsc::UnboundedSender<Need>,
+    homes: Arc<Homes>,
+}
+
+/// Whether each home region answers this worker's requests for slices:
+/// a home is cut off (the link down, or no owner answering there) from
+/// the moment a request got no answer, or a refusal, until one is
+/// answered again. Before any request, a home is taken as reachable.
+/// `on_cut = "open"` decides from it (CONTRACT §12).
+#[derive(Debug, Default)]
+pub struct Homes {
+    cut: Mutex<HashMap<RegionName, bool>>,
+}
+
+impl Homes {
+    /// A request to `home` was answered (`true`) or not.
+    pub fn answered(&self, home: &RegionName, answered: bool) {
+        let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        match cut.get_mut(home) {
+            Some(was) => *was = !answered,
+            None => {
+                cut.insert(home.clone(), !answered);
+            }
+        }
+    }
+
+    /// Whether `home` is cut off from this worker, as its last request
+    /// found.
+    pub fn is_cut(&self, home: &RegionName) -> bool {
+        let cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        cut.get(home).copied().unwrap_or(false)
+    }
 }
 
 impl Link {
-    /// A link of `region` whose needs go to `needs` ([`crate::global_link`]).
-    pub fn new(region: RegionName, needs: mpsc::UnboundedSender<Need>) -> Link {
-        Link { region, needs }
+    /// A link of `region` whose needs go to `needs` ([`crate::global_link`]),
+    /// which tells `homes` how its requests went.
+    pub fn new(region: RegionName, needs: mpsc::UnboundedSender<Need>, homes: Arc<Homes>) -> Link {
+        Link {
+            region,
+            needs,
+            homes,
+        }
+    }
+
+    /// Whether `home` is cut off from this worker ([`Homes`]).
+    pub fn is_cut(&self, home: &RegionName) -> bool {
+        self.homes.is_cut(home)
     }
 
     pub fn send(&self, need: Need) {
@@ -200,4 +241,28 @@ pub fn decode_reclaim(body: &[u8]) -> Result<Reclaim, wire::ErrorReply> {
             "a reclaim is a MessagePack map of policy, key and window_start: {e}"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A home is reachable until a request to it goes unanswered, cut off
+    /// from then until one is answered again; each home on its own.
+    #[test]
+    fn a_home_is_cut_off_from_an_unanswered_request_to_an_answered_one() {
+        let homes = Homes::default();
+        let (east, south) = (
+            RegionName::new("east").unwrap(),
+            RegionName::new("south").unwrap(),
+        );
+        assert!(!homes.is_cut(&east), "before any request");
+        homes.answered(&east, false);
+        assert!(homes.is_cut(&east));
+        assert!(!homes.is_cut(&south));
+        homes.answered(&east, false);
+        assert!(homes.is_cut(&east));
+        homes.answered(&east, true);
+        assert!(!homes.is_cut(&east));
+    }
 }

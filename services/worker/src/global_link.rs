@@ -5,7 +5,7 @@
 //! `global.rs` so that the decision core, which uses the books, needs no
 //! NATS.
 
-use crate::global::{Link, Need};
+use crate::global::{Homes, Link, Need};
 use sluice_core::key::KeyToken;
 use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::RegionName;
@@ -25,21 +25,24 @@ pub fn start(
     clock: Arc<dyn Clock>,
 ) -> (Link, tokio::task::JoinHandle<()>) {
     let (needs, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(rx, client, clock));
-    (Link::new(region, needs), task)
+    let homes = Arc::new(Homes::default());
+    let task = tokio::spawn(run(rx, client, clock, homes.clone()));
+    (Link::new(region, needs, homes), task)
 }
 
 async fn run(
     mut needs: mpsc::UnboundedReceiver<Need>,
     client: async_nats::Client,
     clock: Arc<dyn Clock>,
+    homes: Arc<Homes>,
 ) {
     while let Some(need) = needs.recv().await {
         let client = client.clone();
         let clock = clock.clone();
+        let homes = homes.clone();
         // Each on its own: one lost request must not hold up the others.
         tokio::spawn(async move {
-            if let Err(e) = carry(need, &client, &*clock).await {
+            if let Err(e) = carry(need, &client, &*clock, &homes).await {
                 tracing::debug!("a global limit's message across the link failed: {e:#}");
             }
         });
@@ -102,7 +105,12 @@ fn item<'a>(
     })
 }
 
-async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> anyhow::Result<()> {
+async fn carry(
+    need: Need,
+    client: &async_nats::Client,
+    clock: &dyn Clock,
+    homes: &Homes,
+) -> anyhow::Result<()> {
     match need {
         Need::Grant {
             home,
@@ -132,6 +140,7 @@ async fn carry(need: Need, client: &async_nats::Client, clock: &dyn Clock) -> an
                 let mut results = batch::decode_results(&m.payload, 1)?;
                 Ok(results.pop())
             });
+            homes.answered(&home, matches!(reply, Ok(Some(Reply::Decision(_)))));
             // A request that failed is asked again once ASK_TIMEOUT has
             // passed since it left, not at once: a home that refuses, or
             // has no owner for the partition, is asked once a second, not

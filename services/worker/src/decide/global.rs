@@ -4,17 +4,17 @@
 //! this partition over the link. Apart from `decide.rs`, which decides
 //! from the counters: a delegate never touches them.
 
-use super::{Answer, Decider, Message, Owned, Turn};
+use super::{Answer, Applied, Decider, Message, Owned, Turn};
 use crate::global::{decode_reclaim, Link, Need, Reclaim};
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
-use sluice_core::budget::{Grant, Refund};
+use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::region::global::cut_share;
-use sluice_core::region::Global;
+use sluice_core::region::{Global, OnCut};
 use sluice_core::subject::{LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
@@ -146,7 +146,10 @@ impl Decider {
 
     /// An ask of a global policy whose home is another region: decided
     /// from this region's share and the slices the home granted, never
-    /// waiting on the link; what is missing is asked for ahead.
+    /// waiting on the link; what is missing is asked for ahead. `None`:
+    /// the home is cut off and the policy says `on_cut = "open"`, so an
+    /// ask the books cannot pay for is decided here as a regional limit,
+    /// on the key's own counter (at most `max` a window in each region).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn delegate<'p>(
         &self,
@@ -158,7 +161,7 @@ impl Decider {
         link: &Link,
         op: Op,
         budget: Budget,
-    ) -> Result<(Decision, &'p str, Option<Grant>), ErrorReply> {
+    ) -> Result<Option<Applied<'p>>, ErrorReply> {
         let (owned, now) = (turn.owned, turn.now);
         let token = key.as_str();
         let Some(limit) = policy.limits().first() else {
@@ -212,7 +215,10 @@ impl Decider {
         if let Budget::Refund(refund) = budget {
             turn.tally.unmatched(refund.units);
             self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
-            return Ok((decision, policy.name(), None));
+            return Ok(Some((decision, policy.name(), None)));
+        }
+        if !decision.allowed && global.on_cut() == OnCut::Open && link.is_cut(global.home()) {
+            return Ok(None);
         }
         let usage = match op {
             Op::Record(_) => {
@@ -242,7 +248,7 @@ impl Decider {
             cost,
         };
         self.record_usage_apart(turn, counted, usage);
-        Ok((decision, policy.name(), None))
+        Ok(Some((decision, policy.name(), None)))
     }
 
     /// At the home, after an ask of `token` left the window short (denied,
