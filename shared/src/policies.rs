@@ -92,6 +92,16 @@ impl Policies {
         self.overrides.get(policy)?.get(key_token)
     }
 
+    /// The limits in force for `key_token` under `base`: its override's,
+    /// if it has one (a blocked key keeps `base`'s, which its counter was
+    /// counted under).
+    pub fn in_force<'p>(&'p self, base: &'p Policy, key_token: &str) -> &'p Policy {
+        match self.override_of(base.name(), key_token) {
+            Some(Override::Limits(limits)) => limits,
+            _ => base,
+        }
+    }
+
     /// The override tables of `policy`, by key token (for `sluice status`
     /// and the commands).
     pub fn override_tables(&self, policy: &str) -> impl Iterator<Item = (&String, &OverrideTable)> {

@@ -399,10 +399,7 @@ impl Decider {
                     continue;
                 }
                 // The limits in force for this key: an override's, if any.
-                let policy = match over {
-                    Some(Override::Limits(limits)) => limits,
-                    _ => base,
-                };
+                let policy = policies.in_force(base, token);
                 let state = state.unwrap_or_else(|| policy.new_state());
                 reports.push(PolicyReport {
                     policy: base.name().to_string(),
@@ -697,9 +694,11 @@ impl Decider {
     /// forgets the counter again. `false` for a record of a policy no
     /// longer configured (it is skipped).
     pub fn replay(&self, policies: &Policies, record: &Record, counters: &Counters) -> bool {
-        let Some(policy) = policies.get(&record.p) else {
+        let Some(base) = policies.get(&record.p) else {
             return false;
         };
+        // Under the limits the key was decided under: an override's, if any.
+        let policy = policies.in_force(base, &record.k);
         if record.d || record.v == USED_ONLY {
             return false;
         }

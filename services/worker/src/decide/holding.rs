@@ -257,10 +257,7 @@ impl Decider {
             let Some(base) = turn.policies.get(name) else {
                 continue;
             };
-            let policy = match turn.policies.override_of(name, token) {
-                Some(Override::Limits(limits)) => limits,
-                _ => base,
-            };
+            let policy = turn.policies.in_force(base, token);
             owned.counters.update(policy, &counter, now, |state| {
                 holds::end(policy, state, now, &hold)
             });

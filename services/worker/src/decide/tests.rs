@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 
 mod batch_holds;
 mod batches;
+mod replay;
 
 const PARTITIONS: u32 = 4;
 const SEC: u64 = 1_000_000_000;
@@ -372,35 +373,6 @@ fn a_hit_counts_over_the_limit_and_an_unanswerable_allow_counts_nothing() {
     // A hit with a reply subject answers what a peek would.
     let (answer, _) = f.send(Verb::Hit, &other, b"", true, T0);
     assert_eq!(decision(answer.unwrap()).remaining, 14);
-}
-
-#[test]
-fn a_replayed_record_counts_whatever_the_limit() {
-    let f = Fixture::new();
-    let key = key_in(1, "r");
-    let record = Record {
-        n: 1,
-        p: "default".into(),
-        k: key.clone(),
-        c: 20,
-        t: T0.as_u64(),
-        r: false,
-        d: false,
-        s: false,
-        g: 0,
-        u: 0,
-        h: None,
-        e: 0,
-        x: 0,
-        v: 0,
-    };
-    assert!(f.decider.replay(&f.policies, &record, &f.counters));
-    assert_eq!(f.remaining(&key, T0), 0);
-    let gone = Record {
-        p: "retired".into(),
-        ..record
-    };
-    assert!(!f.decider.replay(&f.policies, &gone, &f.counters));
 }
 
 #[test]
