@@ -123,6 +123,8 @@ impl Policy {
                 Some("local_budget = true".to_string())
             } else if self.mode == Mode::Shadow {
                 Some("mode = \"shadow\"".to_string())
+            } else if !self.alerts.thresholds().is_empty() {
+                Some("alerts".to_string())
             } else {
                 None
             };
@@ -158,6 +160,11 @@ impl Policy {
             && (self.algorithm != Algorithm::FixedWindow || self.limits.is_empty())
         {
             return Err(PolicyError::AlertsNotSupported(self.algorithm));
+        }
+        // The home's count holds the other regions' shares from a window's
+        // start: a threshold would fire before anyone used the units.
+        if !alerts.is_empty() && self.scope.global().is_some() {
+            return Err(PolicyError::GlobalNotYet("alerts".to_string()));
         }
         self.alerts = ThresholdUnits::new(&self.limits, alerts);
         Ok(self)

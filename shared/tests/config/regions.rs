@@ -36,6 +36,13 @@ fn a_global_fixed_window_of_one_limit_is_accepted_and_the_rest_refused_with_the_
     ] {
         assert_error(&global_with(from, to), "policies.plan.scope", what);
     }
+    // Alerts: the home's count holds the other regions' shares from the
+    // window's start, so a threshold would fire before anyone used them.
+    assert_error(
+        &global_with("on_cut = \"closed\"", "alerts = [80]"),
+        "policies.plan.alerts",
+        "not with alerts",
+    );
 }
 
 #[test]
