@@ -46,6 +46,14 @@ pub fn run(common: &Common, args: &CheckArgs) -> Result<()> {
     })
 }
 
+/// How long a command's ask may take, retries included. The client
+/// library's default (100 ms) is for an API server's hot path, where a
+/// late answer is worth less than the fallback's; a command run by hand or
+/// by a script wants the owner's answer, and its first ask also pays for
+/// a new process and connection, which on a loaded machine took longer
+/// than 100 ms (a test saw `check` time out so).
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs `f` with a client that asks the owner only (no batching, no deny
 /// cache) and says when no worker answers: a check (or a hold's verb)
 /// must not hide that behind an open or local answer.
@@ -62,6 +70,7 @@ where
             .batching(false)
             .deny_cache(false)
             .fallback(Fallback::Closed)
+            .timeout(COMMAND_TIMEOUT)
             .auth(common.nats_auth());
         let client = Client::connect_with(&common.nats, opts).await?;
         f(client).await
