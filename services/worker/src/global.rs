@@ -183,32 +183,34 @@ pub struct Link {
 }
 
 /// Whether each home region answers this worker's requests for slices:
-/// a home is cut off (the link down, or no owner answering there) from
-/// the moment a request got no answer, or a refusal, until one is
-/// answered again. Before any request, a home is taken as reachable.
-/// `on_cut = "open"` decides from it (CONTRACT §12).
+/// a home is cut off (the link down, or no owner answering there) when the
+/// latest request that got an outcome, by when it was sent, got no answer
+/// or a refusal; reachable when that one was answered. By send time, so
+/// that a request sent before the link came back, which times out after
+/// a later one was answered, does not mark it cut again. Before any
+/// request, a home is taken as reachable. `on_cut = "open"` decides from
+/// it (CONTRACT §12).
 #[derive(Debug, Default)]
 pub struct Homes {
-    cut: Mutex<HashMap<RegionName, bool>>,
+    /// Per home: when the latest answered and the latest unanswered
+    /// requests were sent.
+    sent: Mutex<HashMap<RegionName, (Nanos, Nanos)>>,
 }
 
 impl Homes {
-    /// A request to `home` was answered (`true`) or not.
-    pub fn answered(&self, home: &RegionName, answered: bool) {
-        let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
-        match cut.get_mut(home) {
-            Some(was) => *was = !answered,
-            None => {
-                cut.insert(home.clone(), !answered);
-            }
-        }
+    /// A request to `home` sent at `sent` was answered (`true`) or not.
+    pub fn answered(&self, home: &RegionName, sent: Nanos, answered: bool) {
+        let mut homes = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let (ok, failed) = homes.entry(home.clone()).or_default();
+        let latest = if answered { ok } else { failed };
+        *latest = (*latest).max(sent);
     }
 
-    /// Whether `home` is cut off from this worker, as its last request
+    /// Whether `home` is cut off from this worker, as its latest request
     /// found.
     pub fn is_cut(&self, home: &RegionName) -> bool {
-        let cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
-        cut.get(home).copied().unwrap_or(false)
+        let homes = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        homes.get(home).is_some_and(|(ok, failed)| failed > ok)
     }
 }
 
@@ -250,19 +252,24 @@ mod tests {
     /// A home is reachable until a request to it goes unanswered, cut off
     /// from then until one is answered again; each home on its own.
     #[test]
-    fn a_home_is_cut_off_from_an_unanswered_request_to_an_answered_one() {
+    fn a_home_is_cut_off_from_an_unanswered_request_to_a_later_answered_one() {
         let homes = Homes::default();
         let (east, south) = (
             RegionName::new("east").unwrap(),
             RegionName::new("south").unwrap(),
         );
         assert!(!homes.is_cut(&east), "before any request");
-        homes.answered(&east, false);
+        homes.answered(&east, Nanos(10), false);
         assert!(homes.is_cut(&east));
         assert!(!homes.is_cut(&south));
-        homes.answered(&east, false);
+        homes.answered(&east, Nanos(20), false);
         assert!(homes.is_cut(&east));
-        homes.answered(&east, true);
+        homes.answered(&east, Nanos(30), true);
         assert!(!homes.is_cut(&east));
+        // A request sent before the link came back times out after.
+        homes.answered(&east, Nanos(25), false);
+        assert!(!homes.is_cut(&east), "a late timeout of an earlier request");
+        homes.answered(&east, Nanos(40), false);
+        assert!(homes.is_cut(&east));
     }
 }

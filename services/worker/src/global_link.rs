@@ -140,7 +140,7 @@ async fn carry(
                 let mut results = batch::decode_results(&m.payload, 1)?;
                 Ok(results.pop())
             });
-            homes.answered(&home, matches!(reply, Ok(Some(Reply::Decision(_)))));
+            homes.answered(&home, sent, matches!(reply, Ok(Some(Reply::Decision(_)))));
             // A request that failed is asked again once ASK_TIMEOUT has
             // passed since it left, not at once: a home that refuses, or
             // has no owner for the partition, is asked once a second, not
