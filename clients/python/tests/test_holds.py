@@ -67,3 +67,39 @@ async def test_with_no_worker_a_hold_is_unavailable_whatever_the_fallback(bare_n
         assert "no fallback" in e.value.message
     finally:
         await c.close()
+
+
+async def test_a_hold_verb_the_owner_did_but_could_not_store_is_not_sent_again(bare_nats):
+    """A 503 with ``Sluice-Unstored`` (journal mode: done in memory, not
+    stored) ends a reserve at once, where a plain 503 is retried: a second
+    reserve would keep a second hold. The owner is played by a subscriber."""
+    import msgpack
+    import nats
+
+    worker = await nats.connect(bare_nats)
+    sent = []
+
+    async def refuse(msg):
+        sent.append(msg.subject)
+        headers = {"Nats-Service-Error-Code": "503"}
+        if ".reserve.once-" in msg.subject:
+            headers["Sluice-Unstored"] = "1"
+        body = msgpack.packb({"error": "unavailable", "message": "the journal did not store it"})
+        await worker.publish(msg.reply, body, headers=headers)
+
+    try:
+        await worker.subscribe("rl.p.*.reserve.*", cb=refuse)
+        await worker.flush()
+        c = await SluiceClient.connect(bare_nats, timeout=2.0, partitions=PARTITIONS)
+        try:
+            with pytest.raises(Unavailable, match="did not store"):
+                await c.reserve(fresh("once"), "llm", 10)
+            assert len(sent) == 1, sent
+            sent.clear()
+            with pytest.raises(Unavailable) as again:
+                await c.reserve(fresh("again"), "llm", 10)
+            assert len(sent) > 1, "a plain 503 is retried: {} ({})".format(sent, again.value.message)
+        finally:
+            await c.close()
+    finally:
+        await worker.close()

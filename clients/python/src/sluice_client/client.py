@@ -34,6 +34,7 @@ from .key import Key, encode_key
 from .usage import Top, Usage, decode_top, decode_usage, query_body
 from .wire import (
     DEFAULT_POLICY,
+    UNSTORED_HEADER,
     MalformedReply,
     check_cost,
     check_policy,
@@ -270,7 +271,7 @@ class SluiceClient:
 
     async def _hold_verb(self, subject: str, token: str, body: bytes) -> Held:
         try:
-            reply = await self._round_trip(subject, token, body, decode_held)
+            reply = await self._round_trip(subject, token, body, decode_held, once_done=True)
         except _NoAnswer as why:
             raise Unavailable(
                 "no sluice worker answered on {} ({}); a hold lives at its key's owner, "
@@ -357,10 +358,18 @@ class SluiceClient:
         return reply
 
     async def _round_trip(
-        self, subject: str, token: str, body: bytes, decode: Callable[..., Any] = decode_reply
+        self,
+        subject: str,
+        token: str,
+        body: bytes,
+        decode: Callable[..., Any] = decode_reply,
+        once_done: bool = False,
     ) -> Any:
         """One request with its retries; ``decode`` makes the reply (a
-        decision, a :class:`Held`) or its typed error, returned."""
+        decision, a :class:`Held`) or its typed error, returned. With
+        ``once_done`` (the hold verbs), a 503 that says the owner did it
+        in memory (``Sluice-Unstored``) is returned, not sent again: a
+        second reserve would keep a second hold."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         partition = partition_of(token, self.partitions)
@@ -387,6 +396,8 @@ class SluiceClient:
                 except MalformedReply as e:
                     raise _NoAnswer("a malformed reply: {}".format(e)) from None
                 if not isinstance(reply, Unavailable):
+                    return reply
+                if once_done and (msg.headers or {}).get(UNSTORED_HEADER):
                     return reply
                 why = "the worker is unavailable: {}".format(reply.message)
             # A partition silent for longer than a handover takes is down:

@@ -24,6 +24,9 @@ MAX_POLICY_NAME = 64
 _POLICY_NAME = re.compile(r"[A-Za-z0-9_-]{1,%d}\Z" % MAX_POLICY_NAME)
 
 ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+# On a 503: the owner did it in memory but could not store it (journal
+# mode); a hold verb so answered must not be sent again.
+UNSTORED_HEADER = "Sluice-Unstored"
 
 
 def check_policy(policy: Optional[str]) -> str:
