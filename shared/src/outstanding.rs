@@ -41,7 +41,7 @@ pub const MOST_OUTSTANDING: usize = 4_096;
 
 /// The most grants an owner remembers for one partition past
 /// [`GRANT_KEPT`] (the shares of a global window, kept until the window
-/// ends: [`crate::region::global::kept_until`]); past it the one that
+/// ends: [`crate::policy::Policy::grant_kept_until`]); past it the one that
 /// would be forgotten first is forgotten now (a region's refund of it then
 /// gives nothing back, which only leaves its units counted).
 pub const MOST_KEPT_LONG: usize = 4_096;
@@ -191,6 +191,14 @@ pub struct HeldSlice {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+impl HeldSlice {
+    /// Until when it is remembered: `until`, or [`GRANT_KEPT`] after it
+    /// was taken when that is later.
+    fn remembered_until(&self) -> Nanos {
+        Nanos(self.until).max(Nanos(self.taken_at).saturating_add(GRANT_KEPT))
+    }
 }
 
 /// The most slices a snapshot carries (the newest): a manifest stays well
@@ -426,9 +434,7 @@ impl Outstanding {
             .collect();
         if held.len() > MOST_CARRIED {
             // Those remembered longest.
-            held.sort_unstable_by_key(|h| {
-                std::cmp::Reverse(h.until.max(h.taken_at.saturating_add(GRANT_KEPT.as_u64())))
-            });
+            held.sort_unstable_by_key(|h| std::cmp::Reverse(h.remembered_until()));
             held.truncate(MOST_CARRIED);
         }
         held
@@ -440,7 +446,7 @@ impl Outstanding {
         let mut carried: Vec<&HeldSlice> = carried.iter().collect();
         carried.sort_unstable_by_key(|h| h.taken_at);
         for h in carried {
-            let until = Nanos(h.until).max(Nanos(h.taken_at).saturating_add(GRANT_KEPT));
+            let until = h.remembered_until();
             if until > now {
                 self.granted_until(&h.key, Nanos(h.taken_at), h.units, until);
             }

@@ -114,26 +114,36 @@ impl Policy {
         if scope.global().is_some() && self.holding.concurrency.is_some() {
             return Err(PolicyError::GlobalConcurrency);
         }
-        if scope.global().is_some() {
-            let not_yet = if self.algorithm != Algorithm::FixedWindow {
-                Some(format!("not {}", self.algorithm))
-            } else if self.limits.len() != 1 {
-                Some(format!("{} limits", self.limits.len()))
-            } else if self.local_budget {
-                Some("local_budget = true".to_string())
-            } else if self.mode == Mode::Shadow {
-                Some("mode = \"shadow\"".to_string())
-            } else if !self.alerts.thresholds().is_empty() {
-                Some("alerts".to_string())
-            } else {
-                None
-            };
-            if let Some(what) = not_yet {
-                return Err(PolicyError::GlobalNotYet(what));
-            }
-        }
         self.scope = scope;
+        self.global_not_yet()?;
         Ok(self)
+    }
+
+    /// What a global policy cannot have yet, whichever was set first (the
+    /// scope or the rest): alerts among them, since the home's count holds
+    /// the other regions' shares from a window's start and a threshold
+    /// would fire before anyone used the units.
+    fn global_not_yet(&self) -> Result<(), PolicyError> {
+        if self.scope.global().is_none() {
+            return Ok(());
+        }
+        let not_yet = if self.algorithm != Algorithm::FixedWindow {
+            Some(format!("not {}", self.algorithm))
+        } else if self.limits.len() != 1 {
+            Some(format!("{} limits", self.limits.len()))
+        } else if self.local_budget {
+            Some("local_budget = true".to_string())
+        } else if self.mode == Mode::Shadow {
+            Some("mode = \"shadow\"".to_string())
+        } else if !self.alerts.thresholds().is_empty() {
+            Some("alerts".to_string())
+        } else {
+            None
+        };
+        match not_yet {
+            Some(what) => Err(PolicyError::GlobalNotYet(what)),
+            None => Ok(()),
+        }
     }
 
     /// Where this policy's limits hold (CONTRACT §12).
@@ -154,19 +164,16 @@ impl Policy {
 
     /// The same policy announcing when a key's count in a window reaches
     /// each of `alerts` ([`crate::alerts`]); refused for algorithms
-    /// without windows and for a policy of only concurrency slots.
+    /// without windows, for a policy of only concurrency slots, and on a
+    /// global policy (in this version).
     pub fn with_alerts(mut self, alerts: Thresholds) -> Result<Policy, PolicyError> {
         if !alerts.is_empty()
             && (self.algorithm != Algorithm::FixedWindow || self.limits.is_empty())
         {
             return Err(PolicyError::AlertsNotSupported(self.algorithm));
         }
-        // The home's count holds the other regions' shares from a window's
-        // start: a threshold would fire before anyone used the units.
-        if !alerts.is_empty() && self.scope.global().is_some() {
-            return Err(PolicyError::GlobalNotYet("alerts".to_string()));
-        }
         self.alerts = ThresholdUnits::new(&self.limits, alerts);
+        self.global_not_yet()?;
         Ok(self)
     }
 

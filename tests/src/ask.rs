@@ -159,12 +159,5 @@ pub async fn usage_of(
     let reply: sluice_core::wire::usage::UsageReply =
         sluice_core::wire::inspect::decode_admin_reply(&msg.payload)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut sum = sluice_core::usage::Counts::default();
-    for p in &reply.points {
-        sum.add(sluice_core::usage::Counts {
-            used: p.used,
-            denied: p.denied,
-        });
-    }
-    Ok(sum)
+    Ok(reply.total())
 }

@@ -47,17 +47,6 @@ async fn usage(client: &async_nats::Client, key: &str, body: &str) -> anyhow::Re
     decode_admin_reply(&msg.payload).map_err(|e| anyhow!("{e}"))
 }
 
-fn total(reply: &UsageReply) -> Counts {
-    let mut sum = Counts::default();
-    for p in &reply.points {
-        sum.add(Counts {
-            used: p.used,
-            denied: p.denied,
-        });
-    }
-    sum
-}
-
 /// Asks each key `asks[key]` times and hits it once with cost 2; returns
 /// what usage must show: used = allowed asks + 2, denied = the rest.
 async fn count(
@@ -100,12 +89,12 @@ async fn assert_usage(client: &async_nats::Client, want: &BTreeMap<String, Count
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
         loop {
             let last = match usage(client, key, "").await {
-                Ok(reply) if total(&reply) == *want => {
+                Ok(reply) if reply.total() == *want => {
                     assert_eq!(reply.step_ms, 60_000);
                     assert!(reply.complete_to_ms > 0);
                     break;
                 }
-                Ok(reply) => format!("{:?}", total(&reply)),
+                Ok(reply) => format!("{:?}", reply.total()),
                 Err(e) => format!("{e:#}"),
             };
             assert!(
@@ -191,7 +180,7 @@ async fn usage_is_exact_across_a_handover_and_top_names_the_hottest_keys() {
     // The command shows the same numbers.
     let shown = stack.run(&["usage", &keys[0], "--json"]);
     let shown: UsageReply = serde_json::from_str(&shown).unwrap();
-    assert_eq!(total(&shown), Counts { used: 6, denied: 3 });
+    assert_eq!(shown.total(), Counts { used: 6, denied: 3 });
     let table = stack.run(&["usage", &keys[0]]);
     assert!(
         table
@@ -326,7 +315,7 @@ async fn usage_survives_kill_9_in_journal_mode() {
             .await
             .expect("the new owner answers usage");
         assert_eq!(
-            total(&first),
+            first.total(),
             *want,
             "the first usage of {key} after the takeover"
         );
@@ -447,7 +436,7 @@ async fn rollups_are_the_sums_of_the_finer_tier_and_old_buckets_are_dropped() {
     .unwrap();
     assert!(reply.parts.len() >= 2, "{:?}", reply.parts);
     assert_eq!(reply.parts.last().unwrap().step_ms, 1_000);
-    assert_eq!(total(&reply).used, sent);
+    assert_eq!(reply.total().used, sent);
 }
 
 /// What the stored record of `bucket` of `partition` in tier `step` says
@@ -522,6 +511,6 @@ async fn a_usage_record_over_max_payload_is_refused_loudly_and_its_counts_kept()
     .unwrap();
     for key in [&keys[0], &keys[12_345], &keys[24_999]] {
         let reply = usage(&client, key, "").await.unwrap();
-        assert_eq!(total(&reply), Counts { used: 1, denied: 0 }, "{key}");
+        assert_eq!(reply.total(), Counts { used: 1, denied: 0 }, "{key}");
     }
 }

@@ -12,7 +12,7 @@ use sluice_core::region::RegionName;
 use sluice_core::subject::{link_batch, link_hit, link_reclaim};
 use sluice_core::time::Clock;
 use sluice_core::wire::batch::{self, Budget, Item};
-use sluice_core::wire::{Reply, SERVICE_ERROR_CODE};
+use sluice_core::wire::{decode_reply, Reply};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,31 +53,8 @@ async fn run(
 const HIT_FIRST_RETRY: Duration = Duration::from_millis(100);
 const HIT_MAX_RETRY: Duration = Duration::from_secs(2);
 
-fn nanos(d: Duration) -> sluice_core::time::Nanos {
-    sluice_core::time::Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// Why an answer of the home is no decision.
-enum Refusal {
-    /// Worth sending again (503: no owner of the partition right now).
-    Busy(String),
-    /// Not (the home refuses what was sent).
-    Final(String),
-}
-
-/// The home's error answer, if `m` is one.
-fn refusal(m: &async_nats::Message) -> Option<Refusal> {
-    let code = m.headers.as_ref()?.get(SERVICE_ERROR_CODE)?.to_string();
-    let body = String::from_utf8_lossy(&m.payload).into_owned();
-    Some(if code.starts_with('5') {
-        Refusal::Busy(format!("{code} {body}"))
-    } else {
-        Refusal::Final(format!("{code} {body}"))
-    })
-}
-
 fn timeout() -> Duration {
-    Duration::from_nanos(ASK_TIMEOUT.as_u64())
+    ASK_TIMEOUT.into()
 }
 
 async fn request(
@@ -134,13 +111,14 @@ async fn carry(
             )?]);
             let answered = request(client, link_batch(home.as_str(), partition), body).await;
             let received = clock.now();
-            let mut books = books.lock().unwrap_or_else(|e| e.into_inner());
-            let delegates = books.delegates();
             let reply = answered.and_then(|m| {
                 let mut results = batch::decode_results(&m.payload, 1)?;
                 Ok(results.pop())
             });
             homes.answered(&home, sent, matches!(reply, Ok(Some(Reply::Decision(_)))));
+            // The decisions share the books: locked only to write the answer.
+            let mut books = books.lock().unwrap_or_else(|e| e.into_inner());
+            let delegates = books.delegates();
             // A request that failed is asked again once ASK_TIMEOUT has
             // passed since it left, not at once: a home that refuses, or
             // has no owner for the partition, is asked once a second, not
@@ -177,15 +155,17 @@ async fn carry(
             let subject = link_hit(home.as_str(), partition, &token);
             let mut pause = HIT_FIRST_RETRY;
             loop {
+                // A 5xx (no owner of the partition there right now) is worth
+                // sending again; any other refusal is not.
                 let error = match request(client, subject.clone(), body.clone()).await {
-                    Ok(m) => match refusal(&m) {
-                        None => break,
-                        Some(Refusal::Final(e)) => anyhow::bail!("the home refused a hit: {e}"),
-                        Some(Refusal::Busy(e)) => anyhow::anyhow!("{e}"),
+                    Ok(m) => match decode_reply(&m.payload)? {
+                        Reply::Decision(_) => break,
+                        Reply::Error(e) if e.code.status() >= 500 => anyhow::anyhow!("{e}"),
+                        Reply::Error(e) => anyhow::bail!("the home refused a hit: {e}"),
                     },
                     Err(e) => e,
                 };
-                if clock.now().saturating_add(nanos(pause)) >= until {
+                if clock.now().saturating_add(pause.into()) >= until {
                     tracing::warn!(
                         "a hit of {token} for the home region {home} is dropped: its window ended \
                          before the home took it ({error:#}); it stays in this region's usage"

@@ -146,19 +146,9 @@ impl Writer {
     }
 
     /// Queues a shard's decided batch, whose first message was taken at
-    /// `received`: its replies go out once its records are stored.
+    /// `received`: its replies go out once its records are stored, and
+    /// then `stored` (if any) is told whether they were.
     pub(crate) async fn send(
-        &self,
-        records: Vec<Record>,
-        replies: Vec<Outgoing>,
-        received: Instant,
-    ) {
-        self.send_then(records, replies, received, None).await;
-    }
-
-    /// [`Writer::send`], and `stored` is told after the replies whether the
-    /// records were stored.
-    pub(crate) async fn send_then(
         &self,
         records: Vec<Record>,
         replies: Vec<Outgoing>,
@@ -391,7 +381,7 @@ mod tests {
             JournalFailure::Unavailable,
         );
         let (records, answers) = group(1);
-        writer.send(records, answers, Instant::now()).await;
+        writer.send(records, answers, Instant::now(), None).await;
         settle().await;
         let (n, first) = appends
             .try_recv()
@@ -399,7 +389,7 @@ mod tests {
         assert_eq!(n, 1);
         // While the first waits for its ack, the next group goes out too.
         let (records, answers) = group(2);
-        writer.send(records, answers, Instant::now()).await;
+        writer.send(records, answers, Instant::now(), None).await;
         settle().await;
         let (_, second) = appends
             .try_recv()
@@ -407,7 +397,7 @@ mod tests {
         // Two in flight: what comes now waits, as one group.
         for n in [3, 4] {
             let (records, answers) = group(n);
-            writer.send(records, answers, Instant::now()).await;
+            writer.send(records, answers, Instant::now(), None).await;
         }
         settle().await;
         assert!(
@@ -509,6 +499,7 @@ mod tests {
                     records,
                     vec![(Subject::from("reply.1"), decided)],
                     Instant::now(),
+                    None,
                 )
                 .await;
             let (_, sent) = tokio::time::timeout(Duration::from_secs(10), replies.recv())
@@ -571,7 +562,7 @@ mod tests {
             let (done, mut stored) = oneshot::channel();
             let (records, answers) = group(1);
             writer
-                .send_then(records, answers, Instant::now(), Some(done))
+                .send(records, answers, Instant::now(), Some(done))
                 .await;
             settle().await;
             let acked = appends.try_recv().expect("the group is appended");

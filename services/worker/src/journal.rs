@@ -52,8 +52,10 @@ fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
 
 /// The format of a journal message of `records`: [`format::JOURNAL_COUNTS`]
 /// when every record is a count (which workers of every release since
-/// format 2 read), else [`format::JOURNAL`], which a worker of an earlier
-/// release refuses instead of skipping records it cannot decode.
+/// format 2 read), else the oldest that holds them all
+/// ([`format::JOURNAL_SLICES`], [`format::JOURNAL_HOLDS`],
+/// [`format::JOURNAL`]), which a worker of an earlier release refuses
+/// instead of skipping records it cannot decode.
 pub fn format_of(records: &[Record]) -> u32 {
     if records.iter().all(Record::is_count) {
         format::JOURNAL_COUNTS

@@ -133,42 +133,23 @@ impl Outbox {
     /// Sends a shard's decided batch, whose first message was taken at
     /// `received`: at once, or in journal mode once `records` (and
     /// everything before them) are stored. The time until the replies are
-    /// published is the batch's decision latency.
-    pub async fn answer(&self, records: Vec<Record>, replies: Vec<Outgoing>, received: Instant) {
-        match &self.journal {
-            Some(j) => j.writer.send(records, replies, received).await,
-            None if replies.is_empty() => {}
-            None => {
-                reply::publish(&self.client, replies).await;
-                self.stats
-                    .meters
-                    .decision_latency
-                    .observe(secs(received.elapsed()));
-            }
-        }
-    }
-
-    /// [`Outbox::answer`], then runs `then` once `records` are stored (at
-    /// once in snapshot mode; never if the journal could not store them):
-    /// what must not leave the worker before its record is safe, such as a
-    /// region's share given back (CONTRACT §12), which a new owner would
-    /// otherwise spend again.
-    pub async fn answer_then(
+    /// published is the batch's decision latency. Then runs `then` (at
+    /// once in snapshot mode; never if the journal could not store the
+    /// records): what must not leave the worker before its record is safe,
+    /// such as a region's share given back (CONTRACT §12), which a new
+    /// owner would otherwise spend again.
+    pub async fn answer(
         &self,
         records: Vec<Record>,
         replies: Vec<Outgoing>,
         received: Instant,
         then: Vec<AfterStored>,
     ) {
-        if then.is_empty() {
-            return self.answer(records, replies, received).await;
-        }
         match &self.journal {
+            Some(j) if then.is_empty() => j.writer.send(records, replies, received, None).await,
             Some(j) => {
                 let (done, stored) = tokio::sync::oneshot::channel();
-                j.writer
-                    .send_then(records, replies, received, Some(done))
-                    .await;
+                j.writer.send(records, replies, received, Some(done)).await;
                 tokio::spawn(async move {
                     if stored.await.unwrap_or(false) {
                         then.into_iter().for_each(|f| f());
@@ -176,7 +157,13 @@ impl Outbox {
                 });
             }
             None => {
-                self.answer(records, replies, received).await;
+                if !replies.is_empty() {
+                    reply::publish(&self.client, replies).await;
+                    self.stats
+                        .meters
+                        .decision_latency
+                        .observe(secs(received.elapsed()));
+                }
                 then.into_iter().for_each(|f| f());
             }
         }

@@ -124,6 +124,20 @@ pub struct UsageReply {
     pub parts: Vec<Part>,
 }
 
+impl UsageReply {
+    /// What its points add up to.
+    pub fn total(&self) -> crate::usage::Counts {
+        let mut sum = crate::usage::Counts::default();
+        for p in &self.points {
+            sum.add(crate::usage::Counts {
+                used: p.used,
+                denied: p.denied,
+            });
+        }
+        sum
+    }
+}
+
 /// One key of a top reply.
 ///
 /// `key` is the key as it was asked (`bob@x.io`), for people to read;

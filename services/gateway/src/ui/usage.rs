@@ -98,8 +98,7 @@ async fn series(app: &App, key: &str, policy: &str, q: &UsageForm) -> Markup {
             ],
         )
     };
-    let used: u64 = reply.points.iter().map(|p| p.used).sum();
-    let denied: u64 = reply.points.iter().map(|p| p.denied).sum();
+    let sluice_core::usage::Counts { used, denied } = reply.total();
     html! {
         p.summary {
             strong { (key) } " under " strong { (policy) } ", "

@@ -37,7 +37,7 @@ impl Shard {
         let records = tally.finish(&self.owning.stats, self.owner.stats());
         answering
             .outbox
-            .answer(records, Vec::new(), std::time::Instant::now())
+            .answer(records, Vec::new(), std::time::Instant::now(), Vec::new())
             .await;
     }
 
@@ -92,7 +92,7 @@ impl Shard {
         let records = tally.finish(&self.owning.stats, self.owner.stats());
         answering
             .outbox
-            .answer_then(records, replies, received, then)
+            .answer(records, replies, received, then)
             .await;
     }
 }
