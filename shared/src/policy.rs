@@ -12,9 +12,10 @@
 use crate::algorithm::{self, Algo, Check, Usage};
 pub use crate::holds::hold::Holding;
 pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, ThresholdUnits, Thresholds};
-use crate::region::Scope;
+use crate::region::{RegionName, Scope};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The largest `max` a sliding log accepts: its state is one timestamp per unit.
@@ -41,6 +42,10 @@ pub struct Policy {
     /// The thresholds whose crossing is announced (CONTRACT §14), in
     /// units of each limit.
     alerts: ThresholdUnits,
+    /// A global token bucket's or GCRA's part in each region that has one
+    /// ([`crate::region::bucket`]), as a regional policy of the part's
+    /// limit; `None` when the policy is not split so.
+    parts: Option<Arc<[(RegionName, Policy)]>>,
 }
 
 impl Policy {
@@ -74,6 +79,7 @@ impl Policy {
             holding: Holding::default(),
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
+            parts: None,
         })
     }
 
@@ -93,6 +99,7 @@ impl Policy {
             holding: holding.checked()?,
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
+            parts: None,
         })
     }
 
@@ -116,7 +123,52 @@ impl Policy {
         }
         self.scope = scope;
         self.global_not_yet()?;
+        self.parts = self.split();
         Ok(self)
+    }
+
+    /// Its parts, one per region that keeps one, when it is a global token
+    /// bucket or GCRA whose cut-off regions decide from their shares
+    /// ([`crate::region::bucket::parts`]).
+    fn split(&self) -> Option<Arc<[(RegionName, Policy)]>> {
+        let global = self.scope.global()?;
+        if !self.algorithm.has_burst() {
+            return None;
+        }
+        let parts = crate::region::bucket::parts(global, self.limits.first()?);
+        if parts.is_empty() {
+            return None;
+        }
+        let parts = parts.into_iter().map(|(region, limit)| {
+            let part = Policy {
+                limits: vec![limit],
+                scope: Scope::Region,
+                parts: None,
+                ..self.clone()
+            };
+            (region, part)
+        });
+        Some(parts.collect())
+    }
+
+    /// `region`'s part of a global token bucket or GCRA split into parts
+    /// ([`crate::region::bucket`]): the policy its counter of a key is
+    /// decided under there. `None` when the policy is not split, or
+    /// `region` keeps no part (its share is under one unit: it decides
+    /// from slices alone).
+    pub fn part_in(&self, region: &RegionName) -> Option<&Policy> {
+        self.parts
+            .as_deref()?
+            .iter()
+            .find(|(r, _)| r == region)
+            .map(|(_, part)| part)
+    }
+
+    /// The policy a key's counter of this policy is decided under in
+    /// `region` (none: a system without regions): its part there, if it
+    /// keeps one, else this policy.
+    pub fn counted_under(&self, region: Option<&RegionName>) -> &Policy {
+        region.and_then(|r| self.part_in(r)).unwrap_or(self)
     }
 
     /// What a global policy cannot have yet, whichever was set first (the
@@ -127,7 +179,10 @@ impl Policy {
         if self.scope.global().is_none() {
             return Ok(());
         }
-        let not_yet = if self.algorithm != Algorithm::FixedWindow {
+        let not_yet = if matches!(
+            self.algorithm,
+            Algorithm::SlidingLog | Algorithm::SlidingWindow
+        ) {
             Some(format!("not {}", self.algorithm))
         } else if self.limits.len() != 1 {
             Some(format!("{} limits", self.limits.len()))

@@ -14,6 +14,7 @@
 use crate::limit::Algorithm;
 use std::fmt;
 
+pub mod bucket;
 pub mod global;
 
 /// The longest region name.

@@ -310,6 +310,7 @@ pub fn link_partition_subjects(region: &str, partition: u32) -> Vec<String> {
             Verb::Hit.as_str()
         ),
         link_reclaim(region, partition),
+        link_give(region, partition),
     ]
 }
 
@@ -333,6 +334,14 @@ pub fn link_reclaim(region: &str, partition: u32) -> String {
 
 const RECLAIM: &str = "reclaim";
 
+/// `sluice-link.<region>.p.<n>.give`: units another region took out of
+/// its part of a global bucket for the home's (`sluice_core::region::bucket`).
+pub fn link_give(region: &str, partition: u32) -> String {
+    format!("{LINK_ROOT}.{region}.p.{partition}.{GIVE}")
+}
+
+const GIVE: &str = "give";
+
 /// A request another region's owner sent to one of this region's
 /// partitions ([`link_partition_subjects`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -340,6 +349,7 @@ pub enum LinkInbound<'a> {
     Batch(u32),
     Hit(PartitionSubject<'a>),
     Reclaim(u32),
+    Give(u32),
 }
 
 impl<'a> LinkInbound<'a> {
@@ -359,6 +369,7 @@ impl<'a> LinkInbound<'a> {
         match (tokens.next()?, tokens.next()) {
             (BATCH, None) => Some(LinkInbound::Batch(partition)),
             (RECLAIM, None) => Some(LinkInbound::Reclaim(partition)),
+            (GIVE, None) => Some(LinkInbound::Give(partition)),
             (verb, Some(key_token))
                 if verb == Verb::Hit.as_str()
                     && !key_token.is_empty()
@@ -563,6 +574,10 @@ mod tests {
         assert_eq!(
             LinkInbound::parse(&subjects[2], "east"),
             Some(LinkInbound::Reclaim(7))
+        );
+        assert_eq!(
+            LinkInbound::parse(&subjects[3], "east"),
+            Some(LinkInbound::Give(7))
         );
         let hit = link_hit("east", 7, "bob");
         assert_eq!(

@@ -35,7 +35,7 @@ use sluice_core::holds::HoldId;
 use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
-use sluice_core::policy::{Decision, Policy};
+use sluice_core::policy::{Algorithm, Decision, Limit, Policy};
 use sluice_core::region::global::remote_shares;
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
@@ -398,8 +398,9 @@ impl Decider {
                 if state.is_none() && over.is_none() && held.live == 0 {
                     continue;
                 }
-                // The limits in force for this key: an override's, if any.
-                let policy = policies.in_force(base, token);
+                // The limits in force for this key: an override's, if any;
+                // of a global bucket, this region's part.
+                let policy = policies.in_force(base, token).counted_under(self.region());
                 let state = state.unwrap_or_else(|| policy.new_state());
                 reports.push(PolicyReport {
                     policy: base.name().to_string(),
@@ -537,11 +538,17 @@ impl Decider {
                 }
             }
         }
-        // At a global policy's home: its limit, and the other regions'
+        // At a global bucket's home: its part of the bucket
+        // (sluice_core::region::bucket), the limit it reports the whole.
+        let whole = policy.limits().first().map(Limit::reported);
+        let split = global.and_then(|(_, link)| policy.part_in(&link.region));
+        let policy = split.unwrap_or(policy);
+        // At a global window's home: its limit, and the other regions'
         // shares of it, counted when a key's window opens
         // (sluice_core::region::global).
         let home = global.zip(policy.limits().first());
         let home_shares = home
+            .filter(|_| policy.algorithm() == Algorithm::FixedWindow)
             .map(|((global, link), limit)| remote_shares(global, &link.region, limit.max()))
             .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
@@ -561,7 +568,11 @@ impl Decider {
         let home_keeps = |counter_key: &str, now: Nanos| match home {
             Some(((global, link), limit)) => owned.counters.global().home_keeps(
                 counter_key,
-                global.reserved(&link.region, limit.max()),
+                match split {
+                    // The part is the home's share already.
+                    Some(_) => limit.max(),
+                    None => global.reserved(&link.region, limit.max()),
+                },
                 limit,
                 now,
             ),
@@ -614,16 +625,25 @@ impl Decider {
                     .outstanding()
                     .granted(buf, g.taken_at, g.units);
             }
-            if let (Some(((global, link), limit)), Some(_), false) = (home, home_shares, turn.link)
-            {
+            let shared = home_shares.is_some() || split.is_some();
+            if let (Some(((global, link), limit)), true, false) = (home, shared, turn.link) {
                 if op.consumed(&decision) {
                     owned.counters.global().home_took(buf, limit, now, cost);
                 }
-                let key = (policy.name(), token, buf);
-                self.reclaim_if_short(turn, global, link, limit, key, &decision);
+                // A bucket's parts are always out; a window's shares may
+                // be back already.
+                let window_start = limit.window_start(now);
+                if split.is_some() || owned.counters.outstanding().units(buf, window_start) > 0 {
+                    let key = (policy.name(), token, buf);
+                    self.reclaim_if_short(turn, global, link, limit, key, &decision);
+                }
             }
             Ok((decision, grant, budget))
         })?;
+        let decision = match (split, whole) {
+            (Some(_), Some(limit)) => Decision { limit, ..decision },
+            _ => decision,
+        };
         if link_grant {
             // A grant to another region decides no ask here.
             if let Some(g) = grant.filter(|g| g.units > 0) {
@@ -697,8 +717,11 @@ impl Decider {
         let Some(base) = policies.get(&record.p) else {
             return false;
         };
-        // Under the limits the key was decided under: an override's, if any.
-        let policy = policies.in_force(base, &record.k);
+        // Under the limits the key was decided under: an override's, if
+        // any; of a global bucket, this region's part.
+        let policy = policies
+            .in_force(base, &record.k)
+            .counted_under(self.region());
         if record.d || record.v == USED_ONLY {
             return false;
         }

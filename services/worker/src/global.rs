@@ -132,6 +132,17 @@ pub struct Reclaim {
     pub window_start: u64,
 }
 
+/// A gift's body (MessagePack): units another region took out of its part
+/// of a global bucket at `taken_at` (its clock) for the home's part
+/// (`sluice_core::region::bucket`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gift {
+    pub policy: String,
+    pub key: String,
+    pub units: u64,
+    pub taken_at: u64,
+}
+
 /// What must cross the link, from a decision or a sweep.
 pub enum Need {
     /// A delegate asks the home for a slice of up to `want` units; the
@@ -164,6 +175,12 @@ pub enum Need {
         token: String,
         body: Vec<u8>,
         until: Nanos,
+    },
+    /// Units of a global bucket's part given to the home.
+    Give {
+        home: RegionName,
+        partition: u32,
+        gift: Gift,
     },
     /// The home asks `regions` for their shares of a window back.
     Reclaim {
@@ -241,6 +258,15 @@ pub fn decode_reclaim(body: &[u8]) -> Result<Reclaim, wire::ErrorReply> {
     rmp_serde::from_slice(body).map_err(|e| {
         wire::ErrorReply::bad_request(format!(
             "a reclaim is a MessagePack map of policy, key and window_start: {e}"
+        ))
+    })
+}
+
+/// Decodes a gift's body; the error says what is wrong.
+pub fn decode_gift(body: &[u8]) -> Result<Gift, wire::ErrorReply> {
+    rmp_serde::from_slice(body).map_err(|e| {
+        wire::ErrorReply::bad_request(format!(
+            "a gift is a MessagePack map of policy, key, units and taken_at: {e}"
         ))
     })
 }

@@ -9,7 +9,7 @@ use crate::global::{Homes, Link, Need};
 use sluice_core::key::KeyToken;
 use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::RegionName;
-use sluice_core::subject::{link_batch, link_hit, link_reclaim};
+use sluice_core::subject::{link_batch, link_give, link_hit, link_reclaim};
 use sluice_core::time::Clock;
 use sluice_core::wire::batch::{self, Budget, Item};
 use sluice_core::wire::{decode_reply, Reply};
@@ -175,6 +175,16 @@ async fn carry(
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(HIT_MAX_RETRY);
             }
+        }
+        Need::Give {
+            home,
+            partition,
+            gift,
+        } => {
+            let body = rmp_serde::to_vec_named(&gift)?;
+            client
+                .publish(link_give(home.as_str(), partition), body.into())
+                .await?;
         }
         Need::Reclaim {
             regions,

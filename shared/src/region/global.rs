@@ -122,6 +122,9 @@ pub struct DelegateKey {
     asking: Option<Nanos>,
     /// What this delegate admitted in this window.
     demand: Demand,
+    /// A global bucket's books: its slices outlast the window, which only
+    /// paces the books ([`Delegates::from_slices`]).
+    bucket: bool,
 }
 
 impl DelegateKey {
@@ -135,6 +138,7 @@ impl DelegateKey {
             slices: Vec::new(),
             asking: None,
             demand: Demand::default(),
+            bucket: false,
         }
     }
 
@@ -188,7 +192,9 @@ impl DelegateKey {
     /// Units to ask the home for at `now`, after an ask of `cost`: none
     /// while a request is out (or until [`ASK_TIMEOUT`]), none while what it
     /// holds covers half a lease of its asks at their rate so far.
-    fn want(&self, now: Nanos, cost: u64) -> Option<u64> {
+    /// `part` is what the region's own part of a global bucket still
+    /// holds ([`crate::region::bucket`]; 0 for a window).
+    fn want(&self, now: Nanos, cost: u64, part: u64) -> Option<u64> {
         if self
             .asking
             .is_some_and(|sent| now < sent.saturating_add(ASK_TIMEOUT))
@@ -201,7 +207,10 @@ impl DelegateKey {
             .max(cost)
             .max(1)
             .min(self.max);
-        (self.room(now.saturating_add(ASK_AHEAD)) < want.div_ceil(2).max(cost)).then_some(want)
+        let room = self
+            .room(now.saturating_add(ASK_AHEAD))
+            .saturating_add(part);
+        (room < want.div_ceil(2).max(cost)).then_some(want)
     }
 
     /// Gives back the share when the home asks (`reclaim`): keeps what its
@@ -253,7 +262,10 @@ pub struct Decided {
 impl Delegates {
     /// The key's books for the window at `now`; a new window's share is
     /// `share` less what the key's own counter says was spent of it or
-    /// given back already (`recorded`, asked only then).
+    /// given back already (`recorded`, asked only then). `bucket`: the key
+    /// is a global bucket's, whose "window" only paces the books (a
+    /// stretch of `per` to measure its demand in), whose share is 0 (its
+    /// part is in its counter) and whose slices last across it.
     fn key(
         &mut self,
         key: &str,
@@ -261,19 +273,26 @@ impl Delegates {
         share: u64,
         now: Nanos,
         recorded: impl FnOnce() -> u64,
+        bucket: bool,
     ) -> &mut DelegateKey {
         let window_start = limit.window_start(now);
-        let fresh = match self.keys.get(key) {
-            Some(entry) => entry.window_start != window_start,
-            None => true,
+        let old = match self.keys.get(key) {
+            Some(entry) if entry.window_start == window_start => None,
+            Some(entry) => Some(entry.slices.clone()),
+            None => Some(Vec::new()),
         };
-        if fresh {
+        if let Some(slices) = old {
             if self.keys.len() >= MOST_DELEGATE_KEYS && !self.keys.contains_key(key) {
                 self.make_room(now);
             }
             // A new window: the old one's slices ended with it (their
-            // units cannot go back into a window that is over).
-            let entry = DelegateKey::new(limit, now, share.saturating_sub(recorded()));
+            // units cannot go back into a window that is over); a bucket's
+            // go on until their lease ends.
+            let mut entry = DelegateKey::new(limit, now, share.saturating_sub(recorded()));
+            if bucket {
+                entry.slices = slices;
+                entry.bucket = true;
+            }
             self.keys.insert(key.to_string(), entry);
         }
         self.keys.get_mut(key).expect("just inserted")
@@ -328,14 +347,64 @@ impl Delegates {
         cost: u64,
         recorded: impl FnOnce() -> u64,
     ) -> Decided {
-        let entry = self.key(key, limit, share, now, recorded);
+        let entry = self.key(key, limit, share, now, recorded, false);
         let (decision, from_share) = entry.decide(now, cost);
-        let want = entry.want(now, if decision.allowed { 0 } else { cost });
+        let want = entry.want(now, if decision.allowed { 0 } else { cost }, 0);
         Decided {
             decision,
             want,
             from_share,
         }
+    }
+
+    /// A global bucket's ask of `cost` that the region's own part
+    /// ([`crate::region::bucket`]) could not pay, `part` units being left
+    /// in it: decided from the slices the home granted. `limit` is the
+    /// policy's whole limit.
+    pub fn from_slices(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        now: Nanos,
+        cost: u64,
+        part: u64,
+    ) -> Decided {
+        let entry = self.key(key, limit, 0, now, || 0, true);
+        let (decision, _) = entry.decide(now, cost);
+        let want = entry.want(now, if decision.allowed { 0 } else { cost }, part);
+        Decided {
+            decision,
+            want,
+            from_share: 0,
+        }
+    }
+
+    /// A global bucket's region's own part paid an ask of `cost`, `part`
+    /// units being left in it: its demand counts it; what to ask the home
+    /// for ahead, if anything.
+    pub fn paid_by_part(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        now: Nanos,
+        cost: u64,
+        part: u64,
+    ) -> Option<u64> {
+        let entry = self.key(key, limit, 0, now, || 0, true);
+        entry.demand.took(now, cost);
+        entry.want(now, 0, part)
+    }
+
+    /// The home of a global bucket asks for units back: how many of the
+    /// `part` units its own part holds this region will not need before
+    /// the stretch of `limit`'s `per` it is in ends, by its demand so far
+    /// ([`Demand::need_until`]; none while too little was asked to tell).
+    pub fn spare(&mut self, key: &str, limit: &Limit, now: Nanos, part: u64) -> u64 {
+        let entry = self.key(key, limit, 0, now, || 0, true);
+        entry
+            .demand
+            .need_until(entry.window_start, now, entry.window_end)
+            .map_or(0, |need| part.saturating_sub(need))
     }
 
     /// A request for a slice of `key` left at `sent`.
@@ -387,16 +456,20 @@ impl Delegates {
         if limit.window_start(now) != window_start {
             return None;
         }
-        self.key(key, limit, share, now, recorded).reclaim(now)
+        self.key(key, limit, share, now, recorded, false)
+            .reclaim(now)
     }
 
     /// The slices whose lease ended at `now` with units left: each key's
     /// refunds to send (into a window that still lasts), and the books of
-    /// windows that are over dropped.
+    /// windows that are over dropped (a global bucket's once its slices
+    /// have all ended).
     pub fn sweep(&mut self, now: Nanos) -> Vec<(String, Refund)> {
         let mut refunds = Vec::new();
         self.keys.retain(|key, entry| {
-            if now >= entry.window_end {
+            // A bucket's books stay while any of their slices lasts.
+            let slices_last = entry.bucket && !entry.slices.is_empty();
+            if now >= entry.window_end && !slices_last {
                 return false;
             }
             entry.slices.retain(|slice| {

@@ -20,13 +20,31 @@ on_cut = "closed"
 "#;
 
 #[test]
-fn a_global_fixed_window_of_one_limit_is_accepted_and_the_rest_refused_with_the_reason() {
+fn a_global_policy_of_one_limit_is_accepted_and_the_rest_refused_with_the_reason() {
     let config = parse(GLOBAL);
     let plan = config.policies.get("plan").expect("plan");
     assert!(plan.scope().global().is_some());
+    // A bucket splits into parts when a cut-off region keeps its share;
+    // `GLOBAL` says on_cut = "closed", so the home keeps all of it.
+    for algorithm in ["token_bucket", "gcra"] {
+        let reserved = global_with("fixed_window", algorithm).replace("\"closed\"", "\"reserved\"");
+        let config = parse(&reserved);
+        let plan = config.policies.get("plan").expect("plan");
+        let west = RegionName::new("west").unwrap();
+        let part = plan.part_in(&west).expect("west keeps a part");
+        assert_eq!(part.limits()[0].max(), 250, "weights 3:1 of 1000");
+        assert!(part.scope().global().is_none());
+        let closed = parse(&global_with("fixed_window", algorithm));
+        assert!(closed
+            .policies
+            .get("plan")
+            .unwrap()
+            .part_in(&west)
+            .is_none());
+    }
     for (from, to, what) in [
-        ("fixed_window", "token_bucket", "not token_bucket"),
-        ("fixed_window", "gcra", "not gcra"),
+        ("fixed_window", "sliding_window", "not sliding_window"),
+        ("fixed_window", "sliding_log", "not sliding_log"),
         (
             "{ max = 1000, per = \"1m\" }",
             "{ max = 1000, per = \"1m\" }, { max = 5000, per = \"1h\" }",

@@ -7,6 +7,7 @@
 pub mod client;
 pub mod gateway;
 pub mod nats;
+pub mod regions;
 
 /// The binary under test.
 pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");

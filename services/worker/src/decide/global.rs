@@ -5,7 +5,7 @@
 //! from the counters: a delegate never touches them.
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
-use crate::global::{decode_reclaim, Link, Need, Reclaim};
+use crate::global::{decode_gift, decode_reclaim, Gift, Link, Need, Reclaim};
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::Refund;
@@ -13,12 +13,17 @@ use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy};
-use sluice_core::region::global::cut_share;
+use sluice_core::region::bucket::GIFT_FRESH;
+use sluice_core::region::global::{cut_share, Decided};
 use sluice_core::region::{Global, OnCut};
 use sluice_core::subject::{LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::{self, Encoding, ErrorReply};
+
+/// How long a hit a delegate could not count from a global bucket's part
+/// or slices is sent again to the home while the home cannot take it.
+const BUCKET_HIT_KEPT: Nanos = Nanos(60_000_000_000);
 
 /// What the key's own counter holds in the window at `now`: the units of
 /// this region's share spent or given back there, by this owner or the
@@ -71,6 +76,15 @@ impl Decider {
                 };
                 self.answer_ask(turn, Verb::Hit, ask.key_token, message)
             }
+            LinkInbound::Give(partition) => {
+                if partition == owned.partition {
+                    match decode_gift(message.body) {
+                        Ok(gift) => self.take_gift(policies, &gift, owned, now),
+                        Err(e) => tracing::debug!("a gift refused: {}", e.message),
+                    }
+                }
+                None
+            }
             LinkInbound::Reclaim(partition) => {
                 if partition == owned.partition {
                     match decode_reclaim(message.body) {
@@ -107,6 +121,10 @@ impl Decider {
         };
         if *global.home() == link.region || KeyToken::parse(&reclaim.key).is_err() {
             return;
+        }
+        if policy.algorithm().has_burst() {
+            let policy = policies.in_force(policy, &reclaim.key);
+            return self.give_spare(policy, reclaim, link, owned, now, tally);
         }
         let share = cut_share(global, &link.region, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
@@ -176,8 +194,12 @@ impl Decider {
             (_, Budget::Refund(_)) => 0,
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
+        let bucket = policy.algorithm().has_burst();
         let share = cut_share(global, &link.region, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
+            if bucket {
+                return self.decide_by_part(turn, policy, link, (token, buf), cost);
+            }
             // The key's counter is read only for a key new in this window,
             // and not under the books' lock (a bucket's lock comes first).
             let mut books = owned.counters.global();
@@ -233,7 +255,12 @@ impl Decider {
                             Some(cost),
                             Encoding::MsgPack,
                         ),
-                        until: limit.window_end(limit.window_start(now)),
+                        until: match bucket {
+                            false => limit.window_end(limit.window_start(now)),
+                            // A bucket has no window it would count in
+                            // wrongly: counted late, the debt is repaid late.
+                            true => now.saturating_add(BUCKET_HIT_KEPT),
+                        },
                     });
                 }
                 Usage::Used
@@ -251,9 +278,161 @@ impl Decider {
         Ok(Some((decision, policy.name(), None)))
     }
 
+    /// A global bucket's ask at a delegate
+    /// (`sluice_core::region::bucket`): decided from this region's part,
+    /// kept in the key's own counter, else from the slices the home
+    /// granted; what to ask the home for ahead.
+    fn decide_by_part(
+        &self,
+        turn: &mut Turn<'_, '_, '_>,
+        policy: &Policy,
+        link: &Link,
+        (token, counter_key): (&str, &str),
+        cost: u64,
+    ) -> Decided {
+        let (owned, now) = (turn.owned, turn.now);
+        let whole = &policy.limits()[0];
+        let part = policy.part_in(&link.region);
+        let by_part = part.map(|part| {
+            owned.counters.update(part, counter_key, now, |state| {
+                part.decide(state, now, cost)
+            })
+        });
+        let left = by_part.map_or(0, |d| d.remaining);
+        let mut books = owned.counters.global();
+        let delegates = books.delegates();
+        let (mut decision, want) = match by_part {
+            Some(d) if d.allowed => {
+                let want = (cost > 0)
+                    .then(|| delegates.paid_by_part(counter_key, whole, now, cost, left))
+                    .flatten();
+                (d, want)
+            }
+            _ => {
+                let sliced = delegates.from_slices(counter_key, whole, now, cost, left);
+                let d = match by_part {
+                    // Denied by both: when the part has the units again.
+                    Some(d) if !sliced.decision.allowed => Decision {
+                        retry_after: d.retry_after.min(sliced.decision.retry_after),
+                        ..d
+                    },
+                    Some(d) => Decision {
+                        remaining: sliced.decision.remaining.saturating_add(left),
+                        reset: d.reset,
+                        ..sliced.decision
+                    },
+                    None => sliced.decision,
+                };
+                (d, sliced.want)
+            }
+        };
+        if want.is_some() {
+            delegates.asked(counter_key, now);
+        }
+        drop(books);
+        if by_part.is_some_and(|d| d.allowed) && cost > 0 {
+            turn.tally.booked(policy.name(), token, cost, now);
+        }
+        decision.limit = whole.reported();
+        Decided {
+            decision,
+            want,
+            from_share: 0,
+        }
+    }
+
+    /// The home of a global bucket asks for units back: what this region's
+    /// part holds beyond what its demand needs is taken out of it and sent
+    /// as a gift, once that is stored.
+    fn give_spare(
+        &self,
+        policy: &Policy,
+        reclaim: &Reclaim,
+        link: &Link,
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+    ) {
+        let (Some(part), Some(global)) = (policy.part_in(&link.region), policy.scope().global())
+        else {
+            return;
+        };
+        let whole = &policy.limits()[0];
+        if whole.window_start(now) != Nanos(reclaim.window_start) {
+            return;
+        }
+        let spare = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
+            let state = owned
+                .counters
+                .state(buf)
+                .unwrap_or_else(|| part.new_state());
+            let left = part.inspect(&state, now).first().map_or(0, |l| l.remaining);
+            let spare = owned
+                .counters
+                .global()
+                .delegates()
+                .spare(buf, whole, now, left);
+            if spare > 0 {
+                record_share(owned, part, buf, now, spare);
+                tally.booked(policy.name(), &reclaim.key, spare, now);
+            }
+            spare
+        });
+        if spare > 0 {
+            let need = Need::Give {
+                home: global.home().clone(),
+                partition: owned.partition,
+                gift: Gift {
+                    policy: policy.name().to_string(),
+                    key: reclaim.key.clone(),
+                    units: spare,
+                    taken_at: now.as_u64(),
+                },
+            };
+            let link = link.clone();
+            tally.after_stored(Box::new(move || link.send(need)));
+        }
+    }
+
+    /// At a global bucket's home: units another region took out of its
+    /// part, put into the home's part (never past the brim); one that
+    /// left longer than [`GIFT_FRESH`] ago is dropped (its units are lost,
+    /// not spent late). Not recorded: after a crash the home's part holds
+    /// less, never more.
+    fn take_gift(&self, policies: &Policies, gift: &Gift, owned: Owned<'_>, now: Nanos) {
+        let Some(link) = self.global.as_ref() else {
+            return;
+        };
+        let Some(base) = policies.get(&gift.policy) else {
+            return;
+        };
+        if KeyToken::parse(&gift.key).is_err() {
+            return;
+        }
+        let policy = policies.in_force(base, &gift.key);
+        let home_here = policy
+            .scope()
+            .global()
+            .is_some_and(|g| *g.home() == link.region);
+        let Some(part) = policy.part_in(&link.region).filter(|_| home_here) else {
+            return;
+        };
+        if now > Nanos(gift.taken_at).saturating_add(GIFT_FRESH) {
+            tracing::debug!("a gift of {} for {} came too late", gift.units, gift.key);
+            return;
+        }
+        ask::with_counter_key(policy.name(), &gift.key, |buf| {
+            owned.counters.update(part, buf, now, |state| {
+                part.refund(state, now, gift.units, now);
+            });
+        });
+    }
+
     /// At the home, after an ask of `token` left the window short (denied,
     /// or under a tenth of `max` left): asks the other regions for their
-    /// shares back, once per key and window, while any is out.
+    /// shares back (of a global bucket split into parts: their spare
+    /// units), at most every eighth of a window per key. The caller tells
+    /// whether any is out.
     pub(super) fn reclaim_if_short(
         &self,
         turn: &Turn<'_, '_, '_>,
@@ -268,9 +447,7 @@ impl Decider {
         }
         let counters = turn.owned.counters;
         let window_start = limit.window_start(turn.now);
-        if counters.outstanding().units(counter_key, window_start) == 0
-            || !counters.global().reclaim_due(counter_key, limit, turn.now)
-        {
+        if !counters.global().reclaim_due(counter_key, limit, turn.now) {
             return;
         }
         let regions = global

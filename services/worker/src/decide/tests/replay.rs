@@ -2,6 +2,7 @@
 //! the limits in force for the key.
 
 use super::*;
+use sluice_core::region::RegionName;
 
 #[test]
 fn a_replayed_record_counts_whatever_the_limit() {
@@ -40,4 +41,33 @@ fn a_replayed_record_of_an_overridden_key_counts_under_its_override() {
         80,
         "20 of the override's 100 a minute, 5 s later"
     );
+}
+
+/// A global GCRA split into parts (`sluice_core::region::bucket`) is
+/// replayed in a region under that region's part, as it was decided there
+/// (`Policy::counted_under`): 20 of west's 50 a minute, not of the whole
+/// 100.
+#[test]
+fn a_replayed_record_of_a_global_bucket_counts_under_this_regions_part() {
+    let mut f = Fixture::journal(
+        r#"
+region = "west"
+[policies.plan]
+algorithm = "gcra"
+limits = [ { max = 100, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+"#,
+    );
+    let west = RegionName::new("west").unwrap();
+    let (needs, _carried) = tokio::sync::mpsc::unbounded_channel();
+    let link = crate::global::Link::new(west.clone(), needs, Arc::default());
+    f.decider = f.decider.with_global(link);
+    let key = key_in(1, "g");
+    let record = Record::new(1, "plan", &key, 20, T0);
+    assert!(f.decider.replay(&f.policies, &record, &f.counters));
+    let part = f.policies.get("plan").unwrap().part_in(&west).unwrap();
+    let state = f.counters.state(&format!("plan/{key}")).expect("replayed");
+    assert_eq!(part.inspect(&state, T0)[0].remaining, 30);
 }

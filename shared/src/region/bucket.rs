@@ -1,0 +1,167 @@
+//! A global token bucket or GCRA (CONTRACT §12) split into one bucket per
+//! region: every region other than the home keeps a *part* of the bucket,
+//! its weight's fraction of the rate and of the burst, in its own counter
+//! of the key, and the home keeps the rest. Each part is an ordinary bucket
+//! of its own limit, decided by the usual algorithm.
+//!
+//! Why parts, and not one bucket at the home with slices to every other
+//! region: a region cut off from the home must keep deciding from what it
+//! reserves ("its weight's fraction of the rate and burst"), so the home
+//! can never spend that fraction itself without the region's say. With
+//! parts, the sum over all regions is what one bucket of the whole limit
+//! allows: over any span, at most `burst + rate × span`, linked or cut,
+//! and nothing needs reconciling when a link heals.
+//!
+//! Demand is rarely split as the weights are, so units move between parts,
+//! always taken out of one before they go into another (so none is made
+//! twice):
+//!
+//! - **Slices from the home.** A region whose part cannot pay for an ask
+//!   asks the home for a slice of the home's part, as a fixed window's
+//!   delegate does ([`crate::region::global::Delegates::from_slices`]); the
+//!   home keeps what its own demand needs ([`crate::region::global::home_keeps`]).
+//! - **Gifts to the home.** When the home's part runs short it asks the
+//!   other regions (a reclaim); each takes out of its own part what its
+//!   demand will not need ([`crate::region::global::Delegates::spare`]) and
+//!   sends it as a gift, which the home puts into its part like a refund
+//!   (never past the brim). A gift older than [`GIFT_FRESH`] is dropped:
+//!   what a region took out of its part then is lost, not spent late.
+//!
+//! Both move units in time, as a local budget's slice does: a unit taken
+//! out of one part is spent in another up to a lease later. So over any
+//! span the regions admit at most `burst + rate × (span + 2 ×
+//! REGION_LEASE)` in all (docs/REGIONS.md, "Bounds"; checked by
+//! `shared/tests/region_bucket.rs`), and exactly `burst + rate × span`
+//! when no unit moves.
+
+use crate::limit::Limit;
+use crate::region::{Global, OnCut, RegionName};
+use crate::time::Nanos;
+
+/// How long after a region took units out of its part the home still
+/// takes them as a gift.
+pub const GIFT_FRESH: Nanos = crate::budget::REGION_LEASE;
+
+/// Each region's part of `limit` (a token bucket's or GCRA's): every
+/// region other than the home its reserved share of the rate and of the
+/// burst ([`Global::reserved`]), none where either share is below one unit
+/// (such a region decides from slices alone), and the home all the rest.
+/// Empty unless a cut-off region decides from its share (`on_cut =
+/// "reserved"`): otherwise the home keeps the whole bucket.
+pub fn parts(global: &Global, limit: &Limit) -> Vec<(RegionName, Limit)> {
+    if global.on_cut() != OnCut::Reserved {
+        return Vec::new();
+    }
+    let per = limit.per().into();
+    let mut parts: Vec<(RegionName, Limit)> = global
+        .weights()
+        .iter()
+        .filter(|(region, _)| region != global.home())
+        .filter_map(|(region, _)| {
+            let max = global.reserved(region, limit.max());
+            let burst = global.reserved(region, limit.burst());
+            let part = Limit::new(max, per, Some(burst)).ok()?;
+            Some((region.clone(), part))
+        })
+        .collect();
+    if parts.is_empty() {
+        return parts;
+    }
+    let (max, burst) = parts.iter().fold((0, 0), |(m, b), (_, part)| {
+        (m + part.max(), b + part.burst())
+    });
+    // The shares are rounded down and the home's weight is at least 1, so
+    // the home's part is at least one unit of each.
+    let home = Limit::new(limit.max() - max, per, Some(limit.burst() - burst))
+        .expect("the home keeps at least its own share");
+    parts.insert(0, (global.home().clone(), home));
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn global(shares: &[(&str, i64)], on_cut: OnCut) -> Global {
+        let regions = ["east".to_string(), "west".to_string(), "south".to_string()];
+        let shares: Vec<(String, i64)> = shares.iter().map(|(r, w)| (r.to_string(), *w)).collect();
+        Global::new("east", &regions, &shares, on_cut).unwrap()
+    }
+
+    fn of<'a>(parts: &'a [(RegionName, Limit)], region: &str) -> Option<&'a Limit> {
+        parts
+            .iter()
+            .find(|(r, _)| r.as_str() == region)
+            .map(|(_, l)| l)
+    }
+
+    #[test]
+    fn the_parts_sum_to_the_limit_and_the_home_keeps_the_rounding() {
+        let limit = Limit::new(100, Duration::from_secs(1), Some(31)).unwrap();
+        let parts = parts(&global(&[("west", 2)], OnCut::Reserved), &limit);
+        let west = of(&parts, "west").unwrap();
+        let south = of(&parts, "south").unwrap();
+        let east = of(&parts, "east").unwrap();
+        assert_eq!((west.max(), west.burst()), (50, 15));
+        assert_eq!((south.max(), south.burst()), (25, 7));
+        assert_eq!((east.max(), east.burst()), (25, 9));
+        assert_eq!(east.per(), limit.per());
+        let sum: u64 = parts.iter().map(|(_, l)| l.burst()).sum();
+        assert_eq!(sum, 31);
+    }
+
+    /// A bucket's books measure demand per `per` but keep their slices
+    /// across it, and give back what the part holds over the need.
+    #[test]
+    fn a_buckets_books_keep_slices_across_the_stretch_and_spare_the_rest() {
+        use crate::budget::{Grant, REGION_LEASE};
+        use crate::limit::Decision;
+        use crate::region::global::Delegates;
+        const MS: u64 = 1_000_000;
+        let limit = Limit::new(100, Duration::from_secs(1), None).unwrap();
+        let mut d = Delegates::default();
+        let t = Nanos(10_900 * MS);
+        let out = d.from_slices("k", &limit, t, 1, 0);
+        assert!(!out.decision.allowed, "no slice yet");
+        assert!(out.want.is_some(), "asks the home");
+        d.asked("k", t);
+        let grant = Grant {
+            units: 5,
+            lease: REGION_LEASE,
+            taken_at: t,
+        };
+        let home = Decision {
+            allowed: true,
+            limit: 100,
+            remaining: 10,
+            reset: Nanos(100 * MS),
+            retry_after: Nanos::ZERO,
+            shadow_denied: false,
+        };
+        d.answered("k", t, Nanos(t.0 + 100 * MS), Some(&grant), &home);
+        // Past the stretch's end (11 s): the slice still pays.
+        let later = Nanos(11_200 * MS);
+        assert!(d.from_slices("k", &limit, later, 1, 0).decision.allowed);
+        assert!(d.sweep(Nanos(11_500 * MS)).is_empty(), "the lease lasts");
+        assert_eq!(d.sweep(Nanos(t.0 + REGION_LEASE.0)).len(), 1);
+        // Too little asked to tell a rate: nothing spared; then 4 units in
+        // 400 ms, 10 a second: 6 needed until 12 s, 7 kept of 50.
+        assert_eq!(d.spare("q", &limit, Nanos(12_000 * MS), 50), 0);
+        for ms in [0, 100, 200, 300] {
+            d.paid_by_part("q", &limit, Nanos((12_000 + ms) * MS), 1, 50);
+        }
+        assert_eq!(d.spare("q", &limit, Nanos(12_400 * MS), 50), 50 - 8);
+    }
+
+    #[test]
+    fn a_share_under_one_unit_gives_no_part_and_other_cuts_give_none() {
+        let limit = Limit::new(2, Duration::from_secs(1), None).unwrap();
+        let parts = parts(&global(&[], OnCut::Reserved), &limit);
+        assert!(of(&parts, "west").is_none() && of(&parts, "south").is_none());
+        assert!(parts.is_empty(), "the home alone: not split");
+        let limit = Limit::new(30, Duration::from_secs(1), None).unwrap();
+        assert!(super::parts(&global(&[], OnCut::Closed), &limit).is_empty());
+        assert!(super::parts(&global(&[], OnCut::Open), &limit).is_empty());
+    }
+}
