@@ -43,7 +43,7 @@ pub struct Policy {
     /// units of each limit.
     alerts: ThresholdUnits,
     /// A global token bucket's or GCRA's part in each region that has one
-    /// ([`crate::region::bucket`]), as a regional policy of the part's
+    /// ([`crate::region::parts`]), as a regional policy of the part's
     /// limit; `None` when the policy is not split so.
     parts: Option<Arc<[(RegionName, Policy)]>>,
 }
@@ -127,15 +127,15 @@ impl Policy {
         Ok(self)
     }
 
-    /// Its parts, one per region that keeps one, when it is a global token
-    /// bucket or GCRA whose cut-off regions decide from their shares
-    /// ([`crate::region::bucket::parts`]).
+    /// Its parts, one per region that keeps one, when it is a global
+    /// policy other than a fixed window whose cut-off regions decide from
+    /// their shares ([`crate::region::parts::parts`]).
     fn split(&self) -> Option<Arc<[(RegionName, Policy)]>> {
         let global = self.scope.global()?;
-        if !self.algorithm.has_burst() {
+        if self.algorithm == Algorithm::FixedWindow {
             return None;
         }
-        let parts = crate::region::bucket::parts(global, self.limits.first()?);
+        let parts = crate::region::parts::parts(global, self.limits.first()?);
         if parts.is_empty() {
             return None;
         }
@@ -151,8 +151,8 @@ impl Policy {
         Some(parts.collect())
     }
 
-    /// `region`'s part of a global token bucket or GCRA split into parts
-    /// ([`crate::region::bucket`]): the policy its counter of a key is
+    /// `region`'s part of a global policy split into parts
+    /// ([`crate::region::parts`]): the policy its counter of a key is
     /// decided under there. `None` when the policy is not split, or
     /// `region` keeps no part (its share is under one unit: it decides
     /// from slices alone).
@@ -179,12 +179,7 @@ impl Policy {
         if self.scope.global().is_none() {
             return Ok(());
         }
-        let not_yet = if matches!(
-            self.algorithm,
-            Algorithm::SlidingLog | Algorithm::SlidingWindow
-        ) {
-            Some(format!("not {}", self.algorithm))
-        } else if self.limits.len() != 1 {
+        let not_yet = if self.limits.len() != 1 {
             Some(format!("{} limits", self.limits.len()))
         } else if self.local_budget {
             Some("local_budget = true".to_string())

@@ -14,8 +14,8 @@
 use crate::limit::Algorithm;
 use std::fmt;
 
-pub mod bucket;
 pub mod global;
+pub mod parts;
 
 /// The longest region name.
 pub const MAX_REGION_LEN: usize = 32;
@@ -105,9 +105,9 @@ impl Scope {
         }
     }
 
-    /// Whether `algorithm` may be held across regions under this scope:
-    /// every algorithm may, but sliding ones are decided at the home, ask
-    /// by ask (they cannot be split into shares exactly).
+    /// Whether `algorithm` is decided at the home under this scope, ask by
+    /// ask beyond a region's part ([`parts`]): the sliding ones, whose
+    /// units cannot move between regions exactly.
     pub fn decided_at_home(&self, algorithm: Algorithm) -> bool {
         self.global().is_some()
             && matches!(algorithm, Algorithm::SlidingLog | Algorithm::SlidingWindow)

@@ -309,8 +309,13 @@ pub fn link_partition_subjects(region: &str, partition: u32) -> Vec<String> {
             "{LINK_ROOT}.{region}.p.{partition}.{}.*",
             Verb::Hit.as_str()
         ),
+        format!(
+            "{LINK_ROOT}.{region}.p.{partition}.{}.*",
+            Verb::Allow.as_str()
+        ),
         link_reclaim(region, partition),
         link_give(region, partition),
+        link_answered(region, partition),
     ]
 }
 
@@ -321,9 +326,15 @@ pub fn link_batch(region: &str, partition: u32) -> String {
 
 /// `sluice-link.<region>.p.<n>.hit.<key>`.
 pub fn link_hit(region: &str, partition: u32, key_token: &str) -> String {
+    link_ask(region, partition, Verb::Hit, key_token)
+}
+
+/// `sluice-link.<region>.p.<n>.<verb>.<key>`: an ask (`allow`) or a hit
+/// another region's owner sends the home's owner of partition `n`.
+pub fn link_ask(region: &str, partition: u32, verb: Verb, key_token: &str) -> String {
     format!(
         "{LINK_ROOT}.{region}.p.{partition}.{}.{key_token}",
-        Verb::Hit.as_str()
+        verb.as_str()
     )
 }
 
@@ -335,21 +346,33 @@ pub fn link_reclaim(region: &str, partition: u32) -> String {
 const RECLAIM: &str = "reclaim";
 
 /// `sluice-link.<region>.p.<n>.give`: units another region took out of
-/// its part of a global bucket for the home's (`sluice_core::region::bucket`).
+/// its part of a global bucket for the home's (`sluice_core::region::parts`).
 pub fn link_give(region: &str, partition: u32) -> String {
     format!("{LINK_ROOT}.{region}.p.{partition}.{GIVE}")
 }
 
 const GIVE: &str = "give";
 
+/// `sluice-link.<region>.p.<n>.answered`: the home answered an ask this
+/// region's owner of partition `n` forwarded (a policy decided at the
+/// home); published within the region by the owner's own link task, so
+/// that the owner records the ask's usage where it was made.
+pub fn link_answered(region: &str, partition: u32) -> String {
+    format!("{LINK_ROOT}.{region}.p.{partition}.{ANSWERED}")
+}
+
+const ANSWERED: &str = "answered";
+
 /// A request another region's owner sent to one of this region's
 /// partitions ([`link_partition_subjects`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkInbound<'a> {
     Batch(u32),
-    Hit(PartitionSubject<'a>),
+    /// A hit, or an ask of a policy decided at the home.
+    Ask(PartitionSubject<'a>),
     Reclaim(u32),
     Give(u32),
+    Answered(u32),
 }
 
 impl<'a> LinkInbound<'a> {
@@ -370,14 +393,14 @@ impl<'a> LinkInbound<'a> {
             (BATCH, None) => Some(LinkInbound::Batch(partition)),
             (RECLAIM, None) => Some(LinkInbound::Reclaim(partition)),
             (GIVE, None) => Some(LinkInbound::Give(partition)),
-            (verb, Some(key_token))
-                if verb == Verb::Hit.as_str()
-                    && !key_token.is_empty()
-                    && !key_token.contains('.') =>
-            {
-                Some(LinkInbound::Hit(PartitionSubject {
+            (ANSWERED, None) => Some(LinkInbound::Answered(partition)),
+            (verb, Some(key_token)) if !key_token.is_empty() && !key_token.contains('.') => {
+                let verb = [Verb::Hit, Verb::Allow]
+                    .into_iter()
+                    .find(|v| v.as_str() == verb)?;
+                Some(LinkInbound::Ask(PartitionSubject {
                     partition,
-                    verb: Verb::Hit,
+                    verb,
                     key_token,
                 }))
             }
@@ -572,27 +595,44 @@ mod tests {
             Some(LinkInbound::Batch(7))
         );
         assert_eq!(
-            LinkInbound::parse(&subjects[2], "east"),
+            LinkInbound::parse(&subjects[3], "east"),
             Some(LinkInbound::Reclaim(7))
         );
         assert_eq!(
-            LinkInbound::parse(&subjects[3], "east"),
+            LinkInbound::parse(&subjects[4], "east"),
             Some(LinkInbound::Give(7))
+        );
+        assert_eq!(
+            LinkInbound::parse(&subjects[5], "east"),
+            Some(LinkInbound::Answered(7))
         );
         let hit = link_hit("east", 7, "bob");
         assert_eq!(
             LinkInbound::parse(&hit, "east"),
-            Some(LinkInbound::Hit(PartitionSubject {
+            Some(LinkInbound::Ask(PartitionSubject {
                 partition: 7,
                 verb: Verb::Hit,
                 key_token: "bob"
             }))
         );
+        assert_eq!(
+            LinkInbound::parse(&link_ask("east", 7, Verb::Allow, "bob"), "east"),
+            Some(LinkInbound::Ask(PartitionSubject {
+                partition: 7,
+                verb: Verb::Allow,
+                key_token: "bob"
+            }))
+        );
+        assert_eq!(
+            LinkInbound::parse(&link_ask("east", 7, Verb::Reset, "bob"), "east"),
+            None,
+            "only hits and asks cross"
+        );
         assert_eq!(LinkInbound::parse(&hit, "west"), None);
         assert_eq!(LinkInbound::parse(&hit, "eas"), None);
         for bad in [
             "sluice-link.east.p.x.batch",
-            "sluice-link.east.p.7.allow.bob",
+            "sluice-link.east.p.7.reset.bob",
             "sluice-link.east.p.7.hit.",
             "sluice-link.east.p.7.batch.more",
             "rl.p.7.batch",

@@ -1,5 +1,5 @@
 //! A global token bucket or GCRA split into parts
-//! (`sluice_core::region::bucket`, docs/REGIONS.md) against a model of
+//! (`sluice_core::region::parts`, docs/REGIONS.md) against a model of
 //! three regions on one injected clock: the home's part and its books of
 //! what it granted, two other regions' parts and books, and every message
 //! between them (requests for slices, their answers, refunds, gifts), each
@@ -19,8 +19,8 @@ use sluice_core::budget::{Grant, Refund, REGION_LEASE};
 use sluice_core::limit::{Algorithm, Decision, Limit};
 use sluice_core::outstanding::{Outstanding, Returned};
 use sluice_core::policy::{KeyState, Policy};
-use sluice_core::region::bucket::GIFT_FRESH;
 use sluice_core::region::global::{home_keeps, Delegates, Demand};
+use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::{Global, OnCut, RegionName, Scope};
 use sluice_core::time::Nanos;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Global token buckets and GCRA across regions (CONTRACT §12, issue 35,
-//! `sluice_core::region::bucket`) over real nats-servers on loopback: two
+//! `sluice_core::region::parts`) over real nats-servers on loopback: two
 //! regions linked through a proxy the test controls, one bucket of 50 a
 //! second (burst 50) held across both, east its home, equal weights (each
 //! region's part: 25 a second, burst 25).

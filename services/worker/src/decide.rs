@@ -93,6 +93,9 @@ pub enum Answer<'p> {
     Inspect(InspectReply, Encoding),
     /// What a reset forgot (`rl.reset`).
     Reset(ResetReply, Encoding),
+    /// Not answered here: sent to the home region, whose answer the link
+    /// task relays ([`crate::global::Forward`]).
+    Forward(crate::global::Forward),
 }
 
 /// The answer for a key blocked by an override (`max = 0`): denied, asked
@@ -166,6 +169,29 @@ struct Turn<'t, 'p, 'c> {
     tally: &'t mut Tally,
     /// It came from another region's owner over the link.
     link: bool,
+    /// An ask to send to its home region instead of answering it here
+    /// (a policy decided at the home, [`crate::global::Forward`]).
+    forward: Option<crate::global::Forward>,
+}
+
+impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
+    /// A turn with nothing to forward yet.
+    fn new(
+        policies: &'p Policies,
+        owned: Owned<'c>,
+        now: Nanos,
+        tally: &'t mut Tally,
+        link: bool,
+    ) -> Turn<'t, 'p, 'c> {
+        Turn {
+            policies,
+            owned,
+            now,
+            tally,
+            link,
+            forward: None,
+        }
+    }
 }
 
 /// What [`Decider::apply`] decided: the decision, the policy that
@@ -252,13 +278,7 @@ impl Decider {
                 if ask.verb == Verb::Inspect && !wants_reply {
                     return None;
                 }
-                let turn = &mut Turn {
-                    policies,
-                    owned,
-                    now,
-                    tally,
-                    link: false,
-                };
+                let turn = &mut Turn::new(policies, owned, now, tally, false);
                 let result = self.admin(turn, ask.verb, ask.key_token, body);
                 tally.admin(result.is_ok());
                 let answer =
@@ -267,13 +287,7 @@ impl Decider {
             }
             Inbound::Ask(ask) if Verb::HOLDS.contains(&ask.verb) => {
                 let encoding = Encoding::of_body(body);
-                let turn = &mut Turn {
-                    policies,
-                    owned,
-                    now,
-                    tally,
-                    link: false,
-                };
+                let turn = &mut Turn::new(policies, owned, now, tally, false);
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
                 let counted = result
                     .as_ref()
@@ -300,13 +314,7 @@ impl Decider {
                 {
                     return None;
                 }
-                let turn = &mut Turn {
-                    policies,
-                    owned,
-                    now,
-                    tally,
-                    link: false,
-                };
+                let turn = &mut Turn::new(policies, owned, now, tally, false);
                 self.answer_ask(turn, verb, ask.key_token, message)
             }
             Inbound::PartitionBatch(partition) => {
@@ -325,6 +333,10 @@ impl Decider {
     ) -> Option<Answer<'p>> {
         let encoding = Encoding::of_body(message.body);
         let result = self.ask(turn, verb, key_token, message.body);
+        if let Some(mut forward) = turn.forward.take() {
+            forward.body = message.body.to_vec();
+            return message.wants_reply.then_some(Answer::Forward(forward));
+        }
         turn.tally.outcome(verb, &result);
         let answer = match result {
             Ok((decision, policy)) => Answer::Decision {
@@ -539,7 +551,7 @@ impl Decider {
             }
         }
         // At a global bucket's home: its part of the bucket
-        // (sluice_core::region::bucket), the limit it reports the whole.
+        // (sluice_core::region::parts), the limit it reports the whole.
         let whole = policy.limits().first().map(Limit::reported);
         let split = global.and_then(|(_, link)| policy.part_in(&link.region));
         let policy = split.unwrap_or(policy);
@@ -630,10 +642,11 @@ impl Decider {
                 if op.consumed(&decision) {
                     owned.counters.global().home_took(buf, limit, now, cost);
                 }
-                // A bucket's parts are always out; a window's shares may
-                // be back already.
+                // A bucket's parts are always out (a sliding policy's
+                // never move); a window's shares may be back already.
                 let window_start = limit.window_start(now);
-                if split.is_some() || owned.counters.outstanding().units(buf, window_start) > 0 {
+                let parts_give = split.is_some() && policy.algorithm().has_burst();
+                if parts_give || owned.counters.outstanding().units(buf, window_start) > 0 {
                     let key = (policy.name(), token, buf);
                     self.reclaim_if_short(turn, global, link, limit, key, &decision);
                 }

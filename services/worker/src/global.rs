@@ -27,7 +27,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_core::budget::Refund;
 use sluice_core::limit::Limit;
-use sluice_core::region::global::{home_keeps, Delegates, Demand};
+use sluice_core::region::global::{home_keeps, Delegates, Demand, ASK_TIMEOUT};
 use sluice_core::region::RegionName;
 use sluice_core::time::Nanos;
 use sluice_core::wire;
@@ -134,13 +134,46 @@ pub struct Reclaim {
 
 /// A gift's body (MessagePack): units another region took out of its part
 /// of a global bucket at `taken_at` (its clock) for the home's part
-/// (`sluice_core::region::bucket`).
+/// (`sluice_core::region::parts`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gift {
     pub policy: String,
     pub key: String,
     pub units: u64,
     pub taken_at: u64,
+}
+
+/// An ask of a policy decided at the home (a global sliding log or
+/// window, CONTRACT §12) that this region's part could not pay: sent to
+/// the home's owner as it came, its answer relayed to the asker
+/// ([`crate::global_link`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forward {
+    /// This region, whose owner records the ask's usage.
+    pub here: RegionName,
+    pub home: RegionName,
+    pub partition: u32,
+    /// The policy as asked (its base name) and the key token.
+    pub policy: String,
+    pub token: String,
+    pub cost: u64,
+    /// The ask's body, as the asker sent it.
+    pub body: Vec<u8>,
+    /// The answer when the home does not answer in time (denied).
+    pub unanswered: sluice_core::policy::Decision,
+    /// The policy the unanswered denial names.
+    pub decided_by: String,
+}
+
+/// What the home answered to a forwarded ask, as the link task tells the
+/// asking region's owner (`sluice-link.<region>.p.<n>.answered`,
+/// MessagePack), so that it records the ask's usage where it was made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answered {
+    pub policy: String,
+    pub key: String,
+    pub cost: u64,
+    pub allowed: bool,
 }
 
 /// What must cross the link, from a decision or a sweep.
@@ -182,6 +215,12 @@ pub enum Need {
         partition: u32,
         gift: Gift,
     },
+    /// An ask forwarded to the home; its answer goes to `reply`.
+    Forward {
+        forward: Forward,
+        /// The asker's inbox.
+        reply: String,
+    },
     /// The home asks `regions` for their shares of a window back.
     Reclaim {
         regions: Vec<RegionName>,
@@ -212,6 +251,8 @@ pub struct Homes {
     /// Per home: when the latest answered and the latest unanswered
     /// requests were sent.
     sent: Mutex<HashMap<RegionName, (Nanos, Nanos)>>,
+    /// Per home cut off: when an ask was last forwarded to it anyway.
+    probed: Mutex<HashMap<RegionName, Nanos>>,
 }
 
 impl Homes {
@@ -228,6 +269,22 @@ impl Homes {
     pub fn is_cut(&self, home: &RegionName) -> bool {
         let homes = self.sent.lock().unwrap_or_else(|e| e.into_inner());
         homes.get(home).is_some_and(|(ok, failed)| failed > ok)
+    }
+
+    /// Whether to forward an ask to `home` at `now`: while it is not cut
+    /// off, always; while it is, one a second ([`ASK_TIMEOUT`]), which
+    /// tells when the link is back.
+    pub fn may_forward(&self, home: &RegionName, now: Nanos) -> bool {
+        if !self.is_cut(home) {
+            return true;
+        }
+        let mut probed = self.probed.lock().unwrap_or_else(|e| e.into_inner());
+        let last = probed.entry(home.clone()).or_default();
+        if now < last.saturating_add(ASK_TIMEOUT) {
+            return false;
+        }
+        *last = now;
+        true
     }
 }
 
@@ -247,6 +304,11 @@ impl Link {
         self.homes.is_cut(home)
     }
 
+    /// Whether to forward an ask to `home` now ([`Homes::may_forward`]).
+    pub fn may_forward(&self, home: &RegionName, now: Nanos) -> bool {
+        self.homes.may_forward(home, now)
+    }
+
     pub fn send(&self, need: Need) {
         // The task ends only with the worker; a need sent then is moot.
         let _ = self.needs.send(need);
@@ -258,6 +320,15 @@ pub fn decode_reclaim(body: &[u8]) -> Result<Reclaim, wire::ErrorReply> {
     rmp_serde::from_slice(body).map_err(|e| {
         wire::ErrorReply::bad_request(format!(
             "a reclaim is a MessagePack map of policy, key and window_start: {e}"
+        ))
+    })
+}
+
+/// Decodes a forwarded ask's answer note; the error says what is wrong.
+pub fn decode_answered(body: &[u8]) -> Result<Answered, wire::ErrorReply> {
+    rmp_serde::from_slice(body).map_err(|e| {
+        wire::ErrorReply::bad_request(format!(
+            "an answered note is a MessagePack map of policy, key, cost and allowed: {e}"
         ))
     })
 }

@@ -5,14 +5,17 @@
 //! `global.rs` so that the decision core, which uses the books, needs no
 //! NATS.
 
-use crate::global::{Homes, Link, Need};
+use crate::global::{Answered, Forward, Homes, Link, Need};
 use sluice_core::key::KeyToken;
 use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::RegionName;
-use sluice_core::subject::{link_batch, link_give, link_hit, link_reclaim};
+use sluice_core::subject::{
+    is_safe_reply_subject, link_answered, link_ask, link_batch, link_give, link_hit, link_reclaim,
+    Verb,
+};
 use sluice_core::time::Clock;
 use sluice_core::wire::batch::{self, Budget, Item};
-use sluice_core::wire::{decode_reply, Reply};
+use sluice_core::wire::{decode_reply, Encoding, Reply};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,6 +179,9 @@ async fn carry(
                 pause = (pause * 2).min(HIT_MAX_RETRY);
             }
         }
+        Need::Forward { forward, reply } => {
+            relay(forward, reply, client, clock, homes).await?;
+        }
         Need::Give {
             home,
             partition,
@@ -202,5 +208,73 @@ async fn carry(
             }
         }
     }
+    Ok(())
+}
+
+/// Sends a forwarded ask to the home's owner and relays its answer to the
+/// asker as it came (headers and body, in the asker's encoding); when the
+/// home does not answer in time, or refuses (no owner there), answers the
+/// forward's denial instead and takes the home as cut off. Then tells this
+/// region's owner of the partition what was answered, for the ask's usage.
+async fn relay(
+    forward: Forward,
+    reply: String,
+    client: &async_nats::Client,
+    clock: &dyn Clock,
+    homes: &Homes,
+) -> anyhow::Result<()> {
+    // As every reply: never into sluice's own subjects (docs/SECURITY.md).
+    if !is_safe_reply_subject(&reply) {
+        anyhow::bail!("a forwarded ask's reply subject {reply} is not an inbox");
+    }
+    let sent = clock.now();
+    let subject = link_ask(
+        forward.home.as_str(),
+        forward.partition,
+        Verb::Allow,
+        &forward.token,
+    );
+    let answer = request(client, subject, forward.body.clone()).await;
+    let decided = answer
+        .as_ref()
+        .ok()
+        .and_then(|m| match decode_reply(&m.payload) {
+            Ok(Reply::Decision(d)) => Some(Ok(d.allowed)),
+            Ok(Reply::Error(e)) if e.code.status() < 500 => Some(Err(())),
+            _ => None,
+        });
+    homes.answered(&forward.home, sent, decided.is_some());
+    let allowed = match (answer, decided) {
+        (Ok(m), Some(decided)) => {
+            let headers = m.headers.unwrap_or_default();
+            client
+                .publish_with_headers(reply, headers, m.payload)
+                .await?;
+            decided.ok()
+        }
+        _ => {
+            let encoding = Encoding::of_body(&forward.body);
+            let denial =
+                crate::reply::Reply::decision(&forward.unanswered, &forward.decided_by, encoding);
+            client
+                .publish_with_headers(reply, denial.headers, denial.payload)
+                .await?;
+            Some(false)
+        }
+    };
+    // An ask refused as a bad request counted nothing anywhere.
+    let Some(allowed) = allowed else {
+        return Ok(());
+    };
+    let note = Answered {
+        policy: forward.policy,
+        key: forward.token,
+        cost: forward.cost,
+        allowed,
+    };
+    let subject = link_answered(forward.here.as_str(), forward.partition);
+    client
+        .publish(subject, rmp_serde::to_vec_named(&note)?.into())
+        .await?;
     Ok(())
 }

@@ -63,6 +63,15 @@ impl Reply {
             Answer::Error { error, encoding } => Reply::error(error, *encoding),
             Answer::Inspect(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
             Answer::Reset(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
+            // The link task answers it (crate::shard::turns hands it over);
+            // were it answered here, the asker would be told to ask again.
+            Answer::Forward(forward) => Reply::error(
+                &ErrorReply::unavailable(format!(
+                    "policy {} is decided at its home region {}; ask again",
+                    forward.decided_by, forward.home
+                )),
+                Encoding::of_body(&forward.body),
+            ),
             Answer::Batch(results) => {
                 let mut reply = match results {
                     Ok(results) => Reply {

@@ -193,7 +193,7 @@ impl DelegateKey {
     /// while a request is out (or until [`ASK_TIMEOUT`]), none while what it
     /// holds covers half a lease of its asks at their rate so far.
     /// `part` is what the region's own part of a global bucket still
-    /// holds ([`crate::region::bucket`]; 0 for a window).
+    /// holds ([`crate::region::parts`]; 0 for a window).
     fn want(&self, now: Nanos, cost: u64, part: u64) -> Option<u64> {
         if self
             .asking
@@ -358,7 +358,7 @@ impl Delegates {
     }
 
     /// A global bucket's ask of `cost` that the region's own part
-    /// ([`crate::region::bucket`]) could not pay, `part` units being left
+    /// ([`crate::region::parts`]) could not pay, `part` units being left
     /// in it: decided from the slices the home granted. `limit` is the
     /// policy's whole limit.
     pub fn from_slices(

@@ -1,8 +1,10 @@
-//! Asking one key hard from a region until a deadline: the global limits'
-//! tests (`regions_global.rs`, `regions_bucket.rs`).
+//! Asking one key hard from a region until a deadline, and each region's
+//! usage of it: the global limits' tests (`regions_global.rs`,
+//! `regions_bucket.rs`, `regions_sliding.rs`).
 
+use sluice_core::usage::Counts;
 use sluice_core::wire::{encode_request, Encoding};
-use sluice_tests::ask;
+use sluice_tests::{ask, eventually, usage_of, TwoRegions, TICK};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The wall clock, which the workers on this machine use too, in ms.
@@ -51,4 +53,23 @@ pub async fn ask_until(
         total = (total.0 + allowed, total.1 + asked, total.2 + failed);
     }
     total
+}
+
+/// Waits until west's usage of `key` (policy `plan`) is `expected` and
+/// east's is none: usage is recorded once, where each ask was made, though
+/// counts crossed the link to the home, east.
+pub async fn west_usage_only(regions: &TwoRegions, key: &str, expected: Counts) {
+    let east = regions.east.nats.connect().await.unwrap();
+    let west = regions.west.nats.connect().await.unwrap();
+    eventually(Duration::from_secs(15), TICK, || async {
+        let (w, e) = (
+            usage_of(&west, key, "plan").await?,
+            usage_of(&east, key, "plan").await?,
+        );
+        anyhow::ensure!(w == expected, "west: usage {w:?}, answered {expected:?}");
+        anyhow::ensure!(e == Counts::default(), "east asked nothing: usage {e:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
 }

@@ -78,13 +78,7 @@ impl Decider {
             };
             let mut tally = self.tally(owned.partition);
             for (_, i, item) in share {
-                let turn = &mut Turn {
-                    policies,
-                    owned,
-                    now,
-                    tally: &mut tally,
-                    link,
-                };
+                let turn = &mut Turn::new(policies, owned, now, &mut tally, link);
                 let result = match item.act {
                     Act::Ask(budget) => self.batch_ask(turn, item, budget),
                     Act::Hold(act) => self.batch_hold(turn, item, act),

@@ -5,7 +5,9 @@
 //! from the counters: a delegate never touches them.
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
-use crate::global::{decode_gift, decode_reclaim, Gift, Link, Need, Reclaim};
+use crate::global::{
+    decode_answered, decode_gift, decode_reclaim, Answered, Forward, Gift, Link, Need, Reclaim,
+};
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::Refund;
@@ -13,8 +15,8 @@ use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy};
-use sluice_core::region::bucket::GIFT_FRESH;
-use sluice_core::region::global::{cut_share, Decided};
+use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
+use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::{Global, OnCut};
 use sluice_core::subject::{LinkInbound, Verb};
 use sluice_core::time::Nanos;
@@ -24,6 +26,20 @@ use sluice_core::wire::{self, Encoding, ErrorReply};
 /// How long a hit a delegate could not count from a global bucket's part
 /// or slices is sent again to the home while the home cannot take it.
 const BUCKET_HIT_KEPT: Nanos = Nanos(60_000_000_000);
+
+/// A region's answer to an ask it has no part to pay for and does not
+/// send to the home (or whose home does not answer): denied; worth asking
+/// again in a second, when the home may be reachable again.
+pub(crate) fn not_here(whole: &Limit) -> Decision {
+    Decision {
+        allowed: false,
+        limit: whole.reported(),
+        remaining: 0,
+        reset: whole.per(),
+        retry_after: ASK_TIMEOUT,
+        shadow_denied: false,
+    }
+}
 
 /// What the key's own counter holds in the window at `now`: the units of
 /// this region's share spent or given back there, by this owner or the
@@ -61,21 +77,26 @@ impl Decider {
         now: Nanos,
         tally: &mut Tally,
     ) -> Option<Answer<'p>> {
+        if let LinkInbound::Answered(partition) = inbound {
+            // This region's own link task, about an ask made here.
+            if partition == owned.partition {
+                match decode_answered(message.body) {
+                    Ok(note) => self.forwarded_usage(policies, &note, owned, now, tally),
+                    Err(e) => tracing::debug!("an answered note refused: {}", e.message),
+                }
+            }
+            return None;
+        }
         let from = tally.records_made();
         let answer = match inbound {
             LinkInbound::Batch(partition) => {
                 self.answer_batch(policies, partition, message, owned, now, tally, true)
             }
-            LinkInbound::Hit(ask) => {
-                let turn = &mut Turn {
-                    policies,
-                    owned,
-                    now,
-                    tally,
-                    link: true,
-                };
-                self.answer_ask(turn, Verb::Hit, ask.key_token, message)
+            LinkInbound::Ask(ask) => {
+                let turn = &mut Turn::new(policies, owned, now, tally, true);
+                self.answer_ask(turn, ask.verb, ask.key_token, message)
             }
+            LinkInbound::Answered(_) => None,
             LinkInbound::Give(partition) => {
                 if partition == owned.partition {
                     match decode_gift(message.body) {
@@ -98,6 +119,36 @@ impl Decider {
         // Counted here, but their usage is the sending region's.
         tally.not_usage_since(from);
         answer
+    }
+
+    /// The home answered an ask this owner forwarded: its usage, recorded
+    /// where the ask was made (as a delegate's, apart from any count).
+    fn forwarded_usage(
+        &self,
+        policies: &Policies,
+        note: &Answered,
+        owned: Owned<'_>,
+        now: Nanos,
+        tally: &mut Tally,
+    ) {
+        let Some(base) = policies.get(&note.policy) else {
+            return;
+        };
+        if KeyToken::parse(&note.key).is_err() {
+            return;
+        }
+        let usage = match (note.allowed, note.cost) {
+            (true, 0) => Usage::Neither,
+            (true, _) => Usage::Used,
+            (false, _) => Usage::Denied,
+        };
+        let turn = &mut Turn::new(policies, owned, now, tally, false);
+        let counted = Counted {
+            policy: base.name(),
+            token: &note.key,
+            cost: note.cost,
+        };
+        self.record_usage_apart(turn, counted, usage);
     }
 
     /// The home asks for a key's share of a window back: what this
@@ -125,6 +176,10 @@ impl Decider {
         if policy.algorithm().has_burst() {
             let policy = policies.in_force(policy, &reclaim.key);
             return self.give_spare(policy, reclaim, link, owned, now, tally);
+        }
+        if policy.scope().decided_at_home(policy.algorithm()) {
+            // Nothing moves between a sliding policy's parts.
+            return;
         }
         let share = cut_share(global, &link.region, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
@@ -195,9 +250,10 @@ impl Decider {
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
         let bucket = policy.algorithm().has_burst();
+        let at_home = policy.scope().decided_at_home(policy.algorithm());
         let share = cut_share(global, &link.region, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
-            if bucket {
+            if bucket || at_home {
                 return self.decide_by_part(turn, policy, link, (token, buf), cost);
             }
             // The key's counter is read only for a key new in this window,
@@ -239,7 +295,33 @@ impl Decider {
             self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
             return Ok(Some((decision, policy.name(), None)));
         }
-        if !decision.allowed && global.on_cut() == OnCut::Open && link.is_cut(global.home()) {
+        let cut_open = global.on_cut() == OnCut::Open && link.is_cut(global.home());
+        if at_home && !decision.allowed && matches!(op, Op::Allow(_)) && !cut_open {
+            // Decided at the home: the link task sends it there and relays
+            // the answer; while the home is cut off, one a second goes (to
+            // tell when it is back) and the rest are denied here.
+            if link.may_forward(global.home(), now) {
+                turn.forward = Some(Forward {
+                    here: link.region.clone(),
+                    home: global.home().clone(),
+                    partition: owned.partition,
+                    policy: base.name().to_string(),
+                    token: token.to_string(),
+                    cost,
+                    body: Vec::new(),
+                    unanswered: decision,
+                    decided_by: policy.name().to_string(),
+                });
+                return Err(ErrorReply::unavailable(format!(
+                    "policy {} is decided at its home region {} once this region's part of it \
+                     is spent: ask key {token} alone on {}, not in a batch",
+                    base.name(),
+                    global.home(),
+                    Verb::Allow.client_subject(token)
+                )));
+            }
+        }
+        if !decision.allowed && cut_open {
             return Ok(None);
         }
         let usage = match op {
@@ -278,10 +360,11 @@ impl Decider {
         Ok(Some((decision, policy.name(), None)))
     }
 
-    /// A global bucket's ask at a delegate
-    /// (`sluice_core::region::bucket`): decided from this region's part,
-    /// kept in the key's own counter, else from the slices the home
-    /// granted; what to ask the home for ahead.
+    /// A global bucket's or sliding policy's ask at a delegate
+    /// (`sluice_core::region::parts`): decided from this region's part,
+    /// kept in the key's own counter, else (a bucket) from the slices the
+    /// home granted, with what to ask the home for ahead; a sliding
+    /// policy's denial here goes on to the home.
     fn decide_by_part(
         &self,
         turn: &mut Turn<'_, '_, '_>,
@@ -299,6 +382,22 @@ impl Decider {
             })
         });
         let left = by_part.map_or(0, |d| d.remaining);
+        if !policy.algorithm().has_burst() {
+            // A sliding policy: its part is all a region decides; the
+            // rest is decided at the home.
+            if by_part.is_some_and(|d| d.allowed) && cost > 0 {
+                turn.tally.booked(policy.name(), token, cost, now);
+            }
+            let decision = by_part.unwrap_or_else(|| not_here(whole));
+            return Decided {
+                decision: Decision {
+                    limit: whole.reported(),
+                    ..decision
+                },
+                want: None,
+                from_share: 0,
+            };
+        }
         let mut books = owned.counters.global();
         let delegates = books.delegates();
         let (mut decision, want) = match by_part {
@@ -465,6 +564,14 @@ impl Decider {
                 window_start: window_start.as_u64(),
             },
         });
+    }
+
+    /// Sends `forward` to its home; the link task relays the answer to
+    /// `reply`.
+    pub fn forward(&self, forward: Forward, reply: String) {
+        if let Some(link) = &self.global {
+            link.send(Need::Forward { forward, reply });
+        }
     }
 
     /// A delegate's slices whose lease ended go back to their homes (the

@@ -242,13 +242,7 @@ impl Decider {
     /// state, charged ones become usage. Holds under a policy no longer in
     /// force end charged.
     pub fn end_holds(&self, policies: &Policies, owned: Owned<'_>, now: Nanos, tally: &mut Tally) {
-        let turn = &mut Turn {
-            policies,
-            owned,
-            now,
-            tally,
-            link: false,
-        };
+        let turn = &mut Turn::new(policies, owned, now, tally, false);
         let ended = owned.counters.outstanding().ended(now);
         for (counter, hold) in ended {
             let Some((name, token)) = counter.split_once('/') else {

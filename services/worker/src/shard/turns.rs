@@ -3,7 +3,7 @@
 //! `shard.rs`, which moves messages, timers and store calls.
 
 use super::Shard;
-use crate::decide::{Message, Owned};
+use crate::decide::{Answer, Message, Owned};
 use crate::reply::Reply;
 use sluice_core::subject::{Inbound, Verb};
 
@@ -84,8 +84,15 @@ impl Shard {
                 now,
                 &mut tally,
             );
-            if let (Some(answer), Some(to)) = (answer, msg.reply) {
-                replies.push((to, Reply::of(&answer, &answering.worker_id)));
+            match (answer, msg.reply) {
+                // Answered by the home, through the link task.
+                (Some(Answer::Forward(forward)), Some(to)) => {
+                    answering.decider.forward(forward, to.to_string());
+                }
+                (Some(answer), Some(to)) => {
+                    replies.push((to, Reply::of(&answer, &answering.worker_id)));
+                }
+                _ => {}
             }
         }
         let then = tally.take_after_stored();

@@ -43,7 +43,7 @@ fn a_replayed_record_of_an_overridden_key_counts_under_its_override() {
     );
 }
 
-/// A global GCRA split into parts (`sluice_core::region::bucket`) is
+/// A global GCRA split into parts (`sluice_core::region::parts`) is
 /// replayed in a region under that region's part, as it was decided there
 /// (`Policy::counted_under`): 20 of west's 50 a minute, not of the whole
 /// 100.

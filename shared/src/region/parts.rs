@@ -1,20 +1,26 @@
-//! A global token bucket or GCRA (CONTRACT §12) split into one bucket per
-//! region: every region other than the home keeps a *part* of the bucket,
-//! its weight's fraction of the rate and of the burst, in its own counter
-//! of the key, and the home keeps the rest. Each part is an ordinary bucket
-//! of its own limit, decided by the usual algorithm.
+//! A global policy split into one *part* per region (CONTRACT §12): every
+//! region other than the home keeps its weight's fraction of the limit
+//! (of the rate and of the burst, for a bucket) in its own counter of the
+//! key, and the home keeps the rest. Each part is an ordinary limit of the
+//! same algorithm, decided by the usual code. Token buckets, GCRA, sliding
+//! logs and sliding windows are split so when a cut-off region decides
+//! from its reserved share (`on_cut = "reserved"`); a fixed window is not
+//! (its shares are counted at the home when a window opens,
+//! [`crate::region::global`]).
 //!
-//! Why parts, and not one bucket at the home with slices to every other
-//! region: a region cut off from the home must keep deciding from what it
-//! reserves ("its weight's fraction of the rate and burst"), so the home
-//! can never spend that fraction itself without the region's say. With
-//! parts, the sum over all regions is what one bucket of the whole limit
-//! allows: over any span, at most `burst + rate × span`, linked or cut,
-//! and nothing needs reconciling when a link heals.
+//! Why parts: a region cut off from the home must keep deciding from what
+//! it reserves ("its weight's fraction of each window's max, or of the
+//! rate and burst"), so the home can never spend that fraction itself
+//! without the region's say. With parts, the sum over all regions is what
+//! one limit of the whole allows, linked or cut, and nothing needs
+//! reconciling when a link heals: for a bucket, over any span at most
+//! `burst + rate × span`; for a sliding log or window, at most `max` in
+//! any window, as each part holds its own.
 //!
-//! Demand is rarely split as the weights are, so units move between parts,
-//! always taken out of one before they go into another (so none is made
-//! twice):
+//! A sliding log or window decides what its part cannot pay at the home:
+//! the ask crosses the link and the home decides it from its own part
+//! (docs/REGIONS.md). A bucket's units move between parts instead, always
+//! taken out of one before they go into another (so none is made twice):
 //!
 //! - **Slices from the home.** A region whose part cannot pay for an ask
 //!   asks the home for a slice of the home's part, as a fixed window's
@@ -32,7 +38,9 @@
 //! span the regions admit at most `burst + rate × (span + 2 ×
 //! REGION_LEASE)` in all (docs/REGIONS.md, "Bounds"; checked by
 //! `shared/tests/region_bucket.rs`), and exactly `burst + rate × span`
-//! when no unit moves.
+//! when no unit moves. (Slices and gifts of a sliding window would not be
+//! exact: a unit taken out at one time and spent later is seen by the
+//! windows at the wrong time, [`crate::budget`].)
 
 use crate::limit::Limit;
 use crate::region::{Global, OnCut, RegionName};
@@ -42,9 +50,9 @@ use crate::time::Nanos;
 /// takes them as a gift.
 pub const GIFT_FRESH: Nanos = crate::budget::REGION_LEASE;
 
-/// Each region's part of `limit` (a token bucket's or GCRA's): every
-/// region other than the home its reserved share of the rate and of the
-/// burst ([`Global::reserved`]), none where either share is below one unit
+/// Each region's part of `limit` (a token bucket's, GCRA's, sliding log's
+/// or sliding window's): every region other than the home its reserved
+/// share of `max` and of the burst ([`Global::reserved`]), none where either share is below one unit
 /// (such a region decides from slices alone), and the home all the rest.
 /// Empty unless a cut-off region decides from its share (`on_cut =
 /// "reserved"`): otherwise the home keeps the whole bucket.
