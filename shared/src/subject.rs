@@ -313,6 +313,14 @@ pub fn link_partition_subjects(region: &str, partition: u32) -> Vec<String> {
             "{LINK_ROOT}.{region}.p.{partition}.{}.*",
             Verb::Allow.as_str()
         ),
+        format!(
+            "{LINK_ROOT}.{region}.p.{partition}.{}.*",
+            Verb::Reset.as_str()
+        ),
+        format!(
+            "{LINK_ROOT}.{region}.p.{partition}.{}.*",
+            Verb::Inspect.as_str()
+        ),
         link_reclaim(region, partition),
         link_give(region, partition),
         link_answered(region, partition),
@@ -368,7 +376,8 @@ const ANSWERED: &str = "answered";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkInbound<'a> {
     Batch(u32),
-    /// A hit, or an ask of a policy decided at the home.
+    /// A hit, an ask of a policy decided at the home, or a global key's
+    /// reset.
     Ask(PartitionSubject<'a>),
     Reclaim(u32),
     Give(u32),
@@ -395,7 +404,7 @@ impl<'a> LinkInbound<'a> {
             (GIVE, None) => Some(LinkInbound::Give(partition)),
             (ANSWERED, None) => Some(LinkInbound::Answered(partition)),
             (verb, Some(key_token)) if !key_token.is_empty() && !key_token.contains('.') => {
-                let verb = [Verb::Hit, Verb::Allow]
+                let verb = [Verb::Hit, Verb::Allow, Verb::Reset, Verb::Inspect]
                     .into_iter()
                     .find(|v| v.as_str() == verb)?;
                 Some(LinkInbound::Ask(PartitionSubject {
@@ -595,15 +604,15 @@ mod tests {
             Some(LinkInbound::Batch(7))
         );
         assert_eq!(
-            LinkInbound::parse(&subjects[3], "east"),
+            LinkInbound::parse(&subjects[5], "east"),
             Some(LinkInbound::Reclaim(7))
         );
         assert_eq!(
-            LinkInbound::parse(&subjects[4], "east"),
+            LinkInbound::parse(&subjects[6], "east"),
             Some(LinkInbound::Give(7))
         );
         assert_eq!(
-            LinkInbound::parse(&subjects[5], "east"),
+            LinkInbound::parse(&subjects[7], "east"),
             Some(LinkInbound::Answered(7))
         );
         let hit = link_hit("east", 7, "bob");
@@ -624,15 +633,15 @@ mod tests {
             }))
         );
         assert_eq!(
-            LinkInbound::parse(&link_ask("east", 7, Verb::Reset, "bob"), "east"),
+            LinkInbound::parse(&link_ask("east", 7, Verb::Reserve, "bob"), "east"),
             None,
-            "only hits and asks cross"
+            "only hits, asks, resets and inspects cross"
         );
         assert_eq!(LinkInbound::parse(&hit, "west"), None);
         assert_eq!(LinkInbound::parse(&hit, "eas"), None);
         for bad in [
             "sluice-link.east.p.x.batch",
-            "sluice-link.east.p.7.reset.bob",
+            "sluice-link.east.p.7.settle.bob",
             "sluice-link.east.p.7.hit.",
             "sluice-link.east.p.7.batch.more",
             "rl.p.7.batch",

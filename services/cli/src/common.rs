@@ -91,3 +91,8 @@ impl Common {
         }
     }
 }
+
+/// A duration flag (`"100ms"`, `"2s"`), as the config writes durations.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    sluice_core::config::parse_duration(s).map_err(|e| e.to_string())
+}

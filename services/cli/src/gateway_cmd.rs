@@ -38,6 +38,11 @@ pub struct GatewayArgs {
     /// Do not serve the dashboard at /ui (on by default; with --api-token it asks for the token).
     #[arg(long)]
     pub no_ui: bool,
+    /// The most one ask takes before the client's fallback decides; raise it
+    /// above the link's round trip where asks go to another region's home
+    /// (a global sliding policy, docs/REGIONS.md).
+    #[arg(long, default_value = "100ms", value_parser = crate::common::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
@@ -49,6 +54,10 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
     opts.upstream = args.upstream.clone();
     opts.key_header = args.key_header.clone();
     opts.ui = !args.no_ui;
+    if args.timeout.is_zero() {
+        anyhow::bail!("--timeout must be more than 0 (say \"100ms\")");
+    }
+    opts.timeout = args.timeout;
     opts.proxy_policy = args.proxy_policy.clone();
     if args.api_token.as_deref() == Some("") {
         anyhow::bail!("--api-token (SLUICE_API_TOKEN) is empty; give a token or leave it unset");

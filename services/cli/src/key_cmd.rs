@@ -47,6 +47,17 @@ pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
                 l.max, l.per_ms, l.used, l.remaining, l.reset_ms
             );
         }
+        // A global policy's: what each region has of it (CONTRACT §12).
+        for r in p.regions.iter().flatten() {
+            match (r.reached, r.limits.first()) {
+                (true, Some(l)) => println!(
+                    "  in {:<12} {:>8} used {:>10} remaining of {}",
+                    r.region, l.used, l.remaining, l.max
+                ),
+                (true, None) => println!("  in {:<12} nothing of it", r.region),
+                (false, _) => println!("  in {:<12} not reached", r.region),
+            }
+        }
     }
     Ok(())
 }
@@ -59,6 +70,9 @@ pub fn reset(common: &Common, args: &KeyArgs) -> Result<()> {
         println!("{}: nothing to reset", args.key);
     } else {
         println!("{}: reset under {}", args.key, reply.reset.join(", "));
+    }
+    if !args.json && !reply.regions.is_empty() {
+        println!("  sent to regions {}", reply.regions.join(", "));
     }
     Ok(())
 }

@@ -14,12 +14,8 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// How long to wait for workers to answer.
-    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "500ms", value_parser = crate::common::parse_duration)]
     pub wait: Duration,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    sluice_core::config::parse_duration(s).map_err(|e| e.to_string())
 }
 
 pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {

@@ -13,8 +13,10 @@
 
 mod common;
 
+use sluice_core::subject::Verb;
 use sluice_core::usage::Counts;
-use sluice_tests::{eventually, serial, LinkMode, TestConfig, TwoRegions, TICK};
+use sluice_core::wire::inspect::{InspectReply, ResetReply};
+use sluice_tests::{eventually, request, serial, LinkMode, TestConfig, TwoRegions, TICK};
 use std::time::Duration;
 
 use common::regions::{ask_until, now_ms, west_usage_only};
@@ -175,4 +177,67 @@ async fn a_batching_client_asks_past_the_part_alone_and_the_home_decides() {
     }
     assert_eq!(errors, 0, "every ask answered");
     assert_eq!(allowed, MAX, "west alone, batched, gets the whole limit");
+}
+
+/// `rl.inspect` and `rl.reset` of a global key act on its global state
+/// (CONTRACT §12): west alone spends the whole limit (its part and the
+/// home's); an inspect asked in west shows 100 used over both regions, 50
+/// in each; a reset asked in west says it went to east, and once east has
+/// forgotten its state west alone gets the whole limit again. With the
+/// link blackholed, an inspect shows east as not reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_reset_in_one_region_act_on_the_key_in_every_region() {
+    let _serial = serial().await;
+    let config = config(&TestConfig::new(), "sliding_log", "reserved");
+    let regions = TwoRegions::start(SLUICE, &config, 1).await;
+    ask_both(&regions, "warm", 4, 4).await;
+    let (_, (west, _)) = ask_both(&regions, "reset-me", 0, 4).await;
+    assert_eq!(west, MAX, "west alone spends the whole limit");
+    let west_nats = regions.west.nats.connect().await.unwrap();
+    let east_nats = regions.east.nats.connect().await.unwrap();
+    let body = br#"{"policy":"plan"}"#;
+    let inspect = |nats: async_nats::Client| async move {
+        let reply = request(&nats, &Verb::Inspect.client_subject("reset-me"), body)
+            .await
+            .unwrap();
+        let reply: InspectReply = serde_json::from_slice(&reply.payload).unwrap();
+        reply.policies.into_iter().find(|p| p.policy == "plan")
+    };
+    let global = inspect(west_nats.clone()).await.expect("plan");
+    assert_eq!((global.limits[0].max, global.limits[0].used), (100, 100));
+    let by_region: Vec<(String, bool, u64)> = global
+        .regions
+        .expect("each region's")
+        .iter()
+        .map(|r| (r.region.clone(), r.reached, r.limits[0].used))
+        .collect();
+    assert_eq!(
+        by_region,
+        [
+            ("east".to_string(), true, 50),
+            ("west".to_string(), true, 50)
+        ]
+    );
+    let reply = request(&west_nats, &Verb::Reset.client_subject("reset-me"), body)
+        .await
+        .unwrap();
+    let reply: ResetReply = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(reply.reset, ["plan"], "west forgot its part");
+    assert_eq!(reply.regions, ["east"], "and sent the reset to east");
+    // Asked in east this time: the global state, nothing used anywhere.
+    eventually(Duration::from_secs(10), TICK, || async {
+        let global = inspect(east_nats.clone()).await.expect("plan");
+        anyhow::ensure!(global.limits[0].used == 0, "not reset yet: {global:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let (_, (west, _)) = ask_both(&regions, "reset-me", 0, 4).await;
+    assert_eq!(west, MAX, "after the reset, the whole limit again");
+
+    regions.link.set_mode(LinkMode::Blackhole);
+    let cut = inspect(west_nats.clone()).await.expect("plan");
+    let east = &cut.regions.expect("each region's")[0];
+    assert_eq!((east.region.as_str(), east.reached), ("east", false));
+    assert_eq!(cut.limits[0].used, 50, "west's part alone");
 }

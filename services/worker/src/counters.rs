@@ -401,6 +401,7 @@ impl Counters {
     /// from it; whether it had state.
     pub fn forget(&self, key: &str) -> bool {
         self.outstanding().forget(key);
+        self.global().forget(key);
         let hash = self.hash(key.as_bytes());
         let id = Counters::bucket_of_hash(hash);
         let recent = self.recent(id);

@@ -96,6 +96,9 @@ pub enum Answer<'p> {
     /// Not answered here: sent to the home region, whose answer the link
     /// task relays ([`crate::global::Forward`]).
     Forward(crate::global::Forward),
+    /// An inspect the link task completes with the other regions' state
+    /// of the key before it answers ([`crate::global::Gather`]).
+    Gather(crate::global::Gather),
 }
 
 /// The answer for a key blocked by an override (`max = 0`): denied, asked
@@ -402,12 +405,15 @@ impl Decider {
         let mut counter = String::new();
         if verb == Verb::Inspect {
             let mut reports = Vec::new();
+            let mut gather = Vec::new();
             for base in chosen {
                 ask::counter_key(&mut counter, base.name(), token);
                 let state = owned.counters.state(&counter);
                 let over = policies.override_of(base.name(), token);
                 let held = owned.counters.outstanding().holds_of(&counter, now);
-                if state.is_none() && over.is_none() && held.live == 0 {
+                // A global key's state may be in the other regions only.
+                let global = base.scope().global().filter(|_| !turn.link);
+                if state.is_none() && over.is_none() && held.live == 0 && global.is_none() {
                     continue;
                 }
                 // The limits in force for this key: an override's, if any;
@@ -430,25 +436,48 @@ impl Decider {
                         held: held.held,
                         slots: base.holding().concurrency.map(|n| (held.slots, n)),
                     }),
+                    regions: None,
                 });
+                let local = reports.last().map(|r| r.limits.clone());
+                if let (Some(global), Some(local)) = (global, local) {
+                    let in_force = policies.in_force(base, token);
+                    gather.extend(self.gather_of(in_force, global, local, now));
+                }
             }
             let reply = InspectReply {
                 key: token.to_string(),
                 policies: reports,
             };
+            if !gather.is_empty() {
+                return Ok(Answer::Gather(crate::global::Gather {
+                    reply,
+                    encoding: scope.encoding,
+                    partition: owned.partition,
+                    policies: gather,
+                }));
+            }
             return Ok(Answer::Inspect(reply, scope.encoding));
         }
         let mut reset = Vec::new();
+        let mut regions = Vec::new();
         for policy in chosen {
             ask::counter_key(&mut counter, policy.name(), token);
             if owned.counters.forget(&counter) {
                 turn.tally.changed(policy.name(), token, 0, true, now);
                 reset.push(policy.name().to_string());
             }
+            // A global key's state is in every region it holds across:
+            // each forgets its own (not again when the reset came so).
+            if !turn.link {
+                regions.extend(self.reset_elsewhere(policy, owned.partition, token));
+            }
         }
+        regions.sort();
+        regions.dedup();
         let reply = ResetReply {
             key: token.to_string(),
             reset,
+            regions,
         };
         Ok(Answer::Reset(reply, scope.encoding))
     }

@@ -114,6 +114,15 @@ impl Books {
         true
     }
 
+    /// Forgets `key`'s books (`rl.reset`): its share, slices and demand
+    /// start again, as its counter does.
+    pub fn forget(&mut self, key: &str) {
+        if let Some(delegates) = self.delegates.as_mut() {
+            delegates.forget(key);
+        }
+        self.homed.remove(key);
+    }
+
     /// The refunds of slices whose lease ended, per counter key.
     pub fn sweep(&mut self, now: Nanos) -> Vec<(String, Refund)> {
         self.delegates
@@ -165,6 +174,35 @@ pub struct Forward {
     pub decided_by: String,
 }
 
+/// An inspect of a key with global policies (CONTRACT §12): this region's
+/// reply, to complete with what the other regions have of the key
+/// (`sluice_core::region::report`) before it goes to the asker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gather {
+    pub reply: sluice_core::wire::inspect::InspectReply,
+    pub encoding: wire::Encoding,
+    pub partition: u32,
+    pub policies: Vec<GatherPolicy>,
+}
+
+/// One global policy of a [`Gather`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatherPolicy {
+    pub policy: String,
+    pub kept: sluice_core::region::report::Kept,
+    pub home: RegionName,
+    /// The whole limit's `max` and `per` (used and remaining unset).
+    pub whole: sluice_core::wire::inspect::LimitReport,
+    /// Every region in the policy's order: this one with its own limits,
+    /// the others with what a region with no state of the key has (its
+    /// part fresh, or nothing), to ask them for theirs.
+    pub regions: Vec<(
+        RegionName,
+        bool,
+        Vec<sluice_core::wire::inspect::LimitReport>,
+    )>,
+}
+
 /// What the home answered to a forwarded ask, as the link task tells the
 /// asking region's owner (`sluice-link.<region>.p.<n>.answered`,
 /// MessagePack), so that it records the ask's usage where it was made.
@@ -189,6 +227,15 @@ pub enum Need {
         sent: Nanos,
         /// The partition's books, for the answer.
         books: Arc<Mutex<Books>>,
+    },
+    /// A key's reset (`rl.reset`) of a global policy, for the other
+    /// `regions` it holds across.
+    Reset {
+        regions: Vec<RegionName>,
+        partition: u32,
+        token: String,
+        /// The reset's body: the policy.
+        body: Vec<u8>,
     },
     /// A delegate gives units back to the home.
     Refund {
@@ -215,6 +262,9 @@ pub enum Need {
         partition: u32,
         gift: Gift,
     },
+    /// An inspect to complete with the other regions' state; the answer
+    /// goes to `reply`.
+    Gather { gather: Gather, reply: String },
     /// An ask forwarded to the home; its answer goes to `reply`.
     Forward {
         forward: Forward,

@@ -5,9 +5,10 @@
 //! `global.rs` so that the decision core, which uses the books, needs no
 //! NATS.
 
-use crate::global::{Answered, Forward, Homes, Link, Need};
+use crate::global::{Answered, Forward, Gather, Homes, Link, Need};
 use sluice_core::key::KeyToken;
 use sluice_core::region::global::ASK_TIMEOUT;
+use sluice_core::region::report::combine;
 use sluice_core::region::RegionName;
 use sluice_core::subject::{
     is_safe_reply_subject, link_answered, link_ask, link_batch, link_give, link_hit, link_reclaim,
@@ -15,6 +16,7 @@ use sluice_core::subject::{
 };
 use sluice_core::time::Clock;
 use sluice_core::wire::batch::{self, Budget, Item};
+use sluice_core::wire::inspect::{decode_admin_reply, encode_scope, InspectReply, RegionReport};
 use sluice_core::wire::{decode_reply, Encoding, Reply};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -179,8 +181,27 @@ async fn carry(
                 pause = (pause * 2).min(HIT_MAX_RETRY);
             }
         }
+        Need::Reset {
+            regions,
+            partition,
+            token,
+            body,
+        } => {
+            for region in regions {
+                let subject = link_ask(region.as_str(), partition, Verb::Reset, &token);
+                // A region cut off now does not get it: its counts stay.
+                if let Err(e) = request(client, subject, body.clone()).await {
+                    tracing::warn!(
+                        "the reset of {token} did not reach region {region} ({e:#}); its count there stays"
+                    );
+                }
+            }
+        }
         Need::Forward { forward, reply } => {
             relay(forward, reply, client, clock, homes).await?;
+        }
+        Need::Gather { gather, reply } => {
+            complete(gather, reply, client).await?;
         }
         Need::Give {
             home,
@@ -275,6 +296,72 @@ async fn relay(
     let subject = link_answered(forward.here.as_str(), forward.partition);
     client
         .publish(subject, rmp_serde::to_vec_named(&note)?.into())
+        .await?;
+    Ok(())
+}
+
+/// Completes an inspect of a key with global policies: asks every other
+/// region the policy holds across for its own state of the key (at once,
+/// each within [`ASK_TIMEOUT`]), reports each region's and the global
+/// state they make (`sluice_core::region::report`), and answers `reply`.
+async fn complete(
+    gather: Gather,
+    reply: String,
+    client: &async_nats::Client,
+) -> anyhow::Result<()> {
+    if !is_safe_reply_subject(&reply) {
+        anyhow::bail!("an inspect's reply subject {reply} is not an inbox");
+    }
+    let Gather {
+        reply: mut inspect,
+        encoding,
+        partition,
+        policies,
+    } = gather;
+    let token = inspect.key.clone();
+    for policy in policies {
+        let asks = policy.regions.iter().map(|(region, here, own)| {
+            let (token, name) = (&token, &policy.policy);
+            async move {
+                let (reached, limits) = match here {
+                    true => (true, Some(own.clone())),
+                    false => {
+                        let subject = link_ask(region.as_str(), partition, Verb::Inspect, token);
+                        let body = encode_scope(Some(name), Encoding::MsgPack);
+                        match request(client, subject, body)
+                            .await
+                            .map(|m| decode_admin_reply::<InspectReply>(&m.payload))
+                        {
+                            Ok(Ok(theirs)) => {
+                                let found = theirs.policies.into_iter().find(|p| p.policy == *name);
+                                // No state there: its part is whole.
+                                (true, Some(found.map_or_else(|| own.clone(), |p| p.limits)))
+                            }
+                            _ => (false, None),
+                        }
+                    }
+                };
+                RegionReport {
+                    region: region.as_str().to_string(),
+                    reached,
+                    limits: limits.unwrap_or_default(),
+                }
+            }
+        });
+        let regions = futures::future::join_all(asks).await;
+        let global = combine(policy.kept, &policy.whole, policy.home.as_str(), &regions);
+        if let Some(report) = inspect
+            .policies
+            .iter_mut()
+            .find(|p| p.policy == policy.policy)
+        {
+            report.limits = global;
+            report.regions = Some(regions);
+        }
+    }
+    let answer = crate::reply::Reply::body(inspect.encode(encoding), encoding);
+    client
+        .publish_with_headers(reply, answer.headers, answer.payload)
         .await?;
     Ok(())
 }

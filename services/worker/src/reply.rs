@@ -63,6 +63,11 @@ impl Reply {
             Answer::Error { error, encoding } => Reply::error(error, *encoding),
             Answer::Inspect(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
             Answer::Reset(reply, encoding) => Reply::body(reply.encode(*encoding), *encoding),
+            // Answered as this region has it when not handed to the link
+            // task (crate::shard::turns hands it over).
+            Answer::Gather(gather) => {
+                Reply::body(gather.reply.encode(gather.encoding), gather.encoding)
+            }
             // The link task answers it (crate::shard::turns hands it over);
             // were it answered here, the asker would be told to ask again.
             Answer::Forward(forward) => Reply::error(

@@ -318,6 +318,12 @@ impl Delegates {
         }
     }
 
+    /// Forgets `key`'s books (`rl.reset`): its slices' units were
+    /// forgotten at the home too.
+    pub fn forget(&mut self, key: &str) {
+        self.keys.remove(key);
+    }
+
     /// Keys with books.
     pub fn len(&self) -> usize {
         self.keys.len()

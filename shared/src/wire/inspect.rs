@@ -114,6 +114,22 @@ pub struct PolicyReport {
     /// The key's live holds under the policy (CONTRACT §13), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds: Option<HoldsReport>,
+    /// Of a global policy (CONTRACT §12): what each region it holds across
+    /// has of the key (`limits` is then the global state they make,
+    /// `sluice_core::region::report`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions: Option<Vec<RegionReport>>,
+}
+
+/// One region's state of a global policy's key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionReport {
+    pub region: String,
+    /// It answered (a region cut off from the one asked does not).
+    pub reached: bool,
+    /// Its own limits of the key: its part or share books, or the home's
+    /// count; empty when not reached.
+    pub limits: Vec<LimitReport>,
 }
 
 /// A key's live holds under one policy.
@@ -152,6 +168,11 @@ pub struct ResetReply {
     /// The key token, as sent.
     pub key: String,
     pub reset: Vec<String>,
+    /// For a key of a global policy (CONTRACT §12): the other regions the
+    /// reset was sent to, each of which forgets its own state of the key
+    /// (a region cut off from this one does not get it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<String>,
 }
 
 impl InspectReply {
@@ -215,6 +236,7 @@ mod tests {
         let reply = InspectReply {
             key: "alice".into(),
             policies: vec![PolicyReport {
+                regions: None,
                 holds: None,
                 policy: "login".into(),
                 algorithm: "sliding_log".into(),

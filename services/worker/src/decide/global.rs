@@ -6,7 +6,8 @@
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
 use crate::global::{
-    decode_answered, decode_gift, decode_reclaim, Answered, Forward, Gift, Link, Need, Reclaim,
+    decode_answered, decode_gift, decode_reclaim, Answered, Forward, Gather, GatherPolicy, Gift,
+    Link, Need, Reclaim,
 };
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
@@ -17,10 +18,12 @@ use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
-use sluice_core::region::{Global, OnCut};
+use sluice_core::region::report::Kept;
+use sluice_core::region::{Global, OnCut, RegionName};
 use sluice_core::subject::{LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
+use sluice_core::wire::inspect::LimitReport;
 use sluice_core::wire::{self, Encoding, ErrorReply};
 
 /// How long a hit a delegate could not count from a global bucket's part
@@ -91,6 +94,14 @@ impl Decider {
         let answer = match inbound {
             LinkInbound::Batch(partition) => {
                 self.answer_batch(policies, partition, message, owned, now, tally, true)
+            }
+            LinkInbound::Ask(ask) if matches!(ask.verb, Verb::Reset | Verb::Inspect) => {
+                // Of this region's state only: not sent on again.
+                let turn = &mut Turn::new(policies, owned, now, tally, true);
+                let answer = self.admin(turn, ask.verb, ask.key_token, message.body);
+                let answer =
+                    answer.unwrap_or_else(|(error, encoding)| Answer::Error { error, encoding });
+                message.wants_reply.then_some(answer)
             }
             LinkInbound::Ask(ask) => {
                 let turn = &mut Turn::new(policies, owned, now, tally, true);
@@ -564,6 +575,80 @@ impl Decider {
                 window_start: window_start.as_u64(),
             },
         });
+    }
+
+    /// A key of `policy` was reset here: if the policy is global, the
+    /// reset goes to every other region it holds across (each forgets its
+    /// own state of the key); their names.
+    pub(super) fn reset_elsewhere(
+        &self,
+        policy: &Policy,
+        partition: u32,
+        token: &str,
+    ) -> Vec<String> {
+        let (Some(link), Some(global)) = (self.global.as_ref(), policy.scope().global()) else {
+            return Vec::new();
+        };
+        let regions: Vec<RegionName> = global
+            .weights()
+            .iter()
+            .map(|(region, _)| region.clone())
+            .filter(|region| *region != link.region)
+            .collect();
+        let names = regions.iter().map(|r| r.as_str().to_string()).collect();
+        link.send(Need::Reset {
+            regions,
+            partition,
+            token: token.to_string(),
+            body: wire::encode_request(Some(policy.name()), None, Encoding::MsgPack),
+        });
+        names
+    }
+
+    /// What an inspect of a key of the global `policy` (in force for it)
+    /// asks the other regions for, with this region's own `local` limits;
+    /// `None` without a link.
+    pub(super) fn gather_of(
+        &self,
+        policy: &Policy,
+        global: &Global,
+        local: Vec<LimitReport>,
+        now: Nanos,
+    ) -> Option<GatherPolicy> {
+        let link = self.global.as_ref()?;
+        let whole = LimitReport::from(policy.inspect(&policy.new_state(), now).first()?);
+        let regions = global
+            .weights()
+            .iter()
+            .map(|(region, _)| {
+                if *region == link.region {
+                    return (region.clone(), true, local.clone());
+                }
+                // A region with no state of the key has its part whole
+                // (the home, without parts, the whole limit).
+                let fresh = match policy.part_in(region) {
+                    Some(part) => part.inspect(&part.new_state(), now),
+                    None if region == global.home() => policy.inspect(&policy.new_state(), now),
+                    None => Vec::new(),
+                };
+                let fresh = fresh.iter().map(LimitReport::from).collect();
+                (region.clone(), false, fresh)
+            })
+            .collect();
+        Some(GatherPolicy {
+            policy: policy.name().to_string(),
+            kept: Kept::of(policy, global.home()),
+            home: global.home().clone(),
+            whole,
+            regions,
+        })
+    }
+
+    /// Sends `gather` to the other regions; the link task answers `reply`.
+    pub fn gather(&self, gather: Gather, reply: String) {
+        if let Some(link) = &self.global {
+            link.send(Need::Gather { gather, reply });
+        }
     }
 
     /// Sends `forward` to its home; the link task relays the answer to

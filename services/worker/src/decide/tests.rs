@@ -674,7 +674,7 @@ mod hostile {
                     }
                 }
                 Some(Answer::Inspect(..)) => prop_assert_eq!(counted, 0, "an inspect changed a counter"),
-                Some(Answer::Forward(_)) => prop_assert!(false, "forwarded without regions"),
+                Some(Answer::Forward(_) | Answer::Gather(_)) => prop_assert!(false, "sent across without regions"),
                 Some(Answer::Reset(reply, _)) => prop_assert_eq!(counted, reply.reset.len() as u64),
                 Some(Answer::Batch(Ok(results))) => {
                     let decided = results.iter().filter(|r| matches!(r, wire::Reply::Decision(d) if d.allowed)).count();

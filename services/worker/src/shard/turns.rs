@@ -89,6 +89,9 @@ impl Shard {
                 (Some(Answer::Forward(forward)), Some(to)) => {
                     answering.decider.forward(forward, to.to_string());
                 }
+                (Some(Answer::Gather(gather)), Some(to)) => {
+                    answering.decider.gather(gather, to.to_string());
+                }
                 (Some(answer), Some(to)) => {
                     replies.push((to, Reply::of(&answer, &answering.worker_id)));
                 }
