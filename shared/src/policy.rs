@@ -135,13 +135,13 @@ impl Policy {
         if self.algorithm == Algorithm::FixedWindow {
             return None;
         }
-        let parts = crate::region::parts::parts(global, self.limits.first()?);
+        let parts = crate::region::parts::parts(global, &self.limits);
         if parts.is_empty() {
             return None;
         }
-        let parts = parts.into_iter().map(|(region, limit)| {
+        let parts = parts.into_iter().map(|(region, limits)| {
             let part = Policy {
-                limits: vec![limit],
+                limits,
                 scope: Scope::Region,
                 parts: None,
                 ..self.clone()
@@ -164,6 +164,16 @@ impl Policy {
             .map(|(_, part)| part)
     }
 
+    /// The `limit` a decision of `part` (one of this policy's parts)
+    /// reports, as the whole limit it is a part of: what a region answers.
+    pub fn whole_reported(&self, part: &Policy, reported: u64) -> u64 {
+        part.limits
+            .iter()
+            .position(|l| l.reported() == reported)
+            .and_then(|i| self.limits.get(i))
+            .map_or(reported, Limit::reported)
+    }
+
     /// The policy a key's counter of this policy is decided under in
     /// `region` (none: a system without regions): its part there, if it
     /// keeps one, else this policy.
@@ -179,7 +189,8 @@ impl Policy {
         if self.scope.global().is_none() {
             return Ok(());
         }
-        let not_yet = if self.limits.len() != 1 {
+        // A window's shares are counted at the home per window: one.
+        let not_yet = if self.algorithm == Algorithm::FixedWindow && self.limits.len() != 1 {
             Some(format!("{} limits", self.limits.len()))
         } else if self.local_budget {
             Some("local_budget = true".to_string())

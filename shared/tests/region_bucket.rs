@@ -6,7 +6,7 @@
 //! of which may be lost or come late; regions' owners replaced by new ones
 //! that keep only the key's counter (journal mode).
 //!
-//! Two bounds, whatever the link does:
+//! Two bounds of each of its limits, whatever the link does:
 //! - from the start, the regions admit in all at most what one bucket of
 //!   the whole limit can have made: `burst + rate × elapsed` (every unit
 //!   admitted was taken out of some part first, and units only move);
@@ -80,7 +80,10 @@ fn event() -> impl Strategy<Value = Event> {
 struct Model {
     start: Nanos,
     now: Nanos,
+    /// The first limit, which paces the books.
     whole: Limit,
+    /// Every limit, each of which must hold.
+    limits: Vec<Limit>,
     home_part: Policy,
     /// Per region: its part, if its share is a unit or more.
     parts: Vec<Option<Policy>>,
@@ -97,12 +100,23 @@ struct Model {
     admitted: Vec<(Nanos, u64)>,
 }
 
-fn policy(algorithm: Algorithm, max: u64, burst: u64, weights: [i64; 3]) -> Policy {
-    let limit = Limit::new(max, Duration::from_millis(PER_MS), Some(burst)).unwrap();
+/// A bucket of `max` a second with `burst`, and with `second` (max,
+/// burst) another one of 5 s: every limit must hold.
+fn policy(
+    algorithm: Algorithm,
+    (max, burst): (u64, u64),
+    second: Option<(u64, u64)>,
+    weights: [i64; 3],
+) -> Policy {
+    let mut limits = vec![Limit::new(max, Duration::from_millis(PER_MS), Some(burst)).unwrap()];
+    if let Some((max, burst)) = second {
+        let per = Duration::from_millis(5 * PER_MS);
+        limits.push(Limit::new(max, per, Some(burst)).unwrap());
+    }
     let regions: Vec<String> = ["east", "west", "south"].map(String::from).to_vec();
     let shares: Vec<(String, i64)> = regions.iter().cloned().zip(weights).collect();
     let global = Global::new("east", &regions, &shares, OnCut::Reserved).unwrap();
-    Policy::new("plan", algorithm, vec![limit])
+    Policy::new("plan", algorithm, limits)
         .unwrap()
         .with_scope(Scope::Global(global))
         .unwrap()
@@ -121,6 +135,7 @@ impl Model {
             start,
             now: start,
             whole: policy.limits()[0].clone(),
+            limits: policy.limits().to_vec(),
             home_state: home_part.new_state(),
             states: REMOTE.iter().map(|_| home_part.new_state()).collect(),
             home_part,
@@ -142,12 +157,14 @@ impl Model {
         &mut self.home_demand.1
     }
 
-    /// What region `r`'s part holds now (0 without one).
+    /// What region `r`'s part holds now, of every limit (0 without one).
     fn part_left(&self, r: usize) -> u64 {
         self.parts[r].as_ref().map_or(0, |part| {
             part.inspect(&self.states[r], self.now)
-                .first()
-                .map_or(0, |l| l.remaining)
+                .iter()
+                .map(|l| l.remaining)
+                .min()
+                .unwrap_or(0)
         })
     }
 
@@ -252,17 +269,22 @@ impl Model {
         }
     }
 
-    /// Units one bucket of the whole limit makes in `span` (rounded up).
-    fn made_in(&self, span: Nanos) -> u64 {
-        let made = u128::from(self.whole.max()) * u128::from(span.0);
-        made.div_ceil(u128::from(self.whole.per().0)) as u64
+    /// Checks both bounds of every limit over what was admitted so far.
+    fn check(&self) -> Result<(), String> {
+        self.limits
+            .iter()
+            .try_for_each(|limit| self.check_limit(limit))
     }
 
-    /// Checks both bounds over what was admitted so far.
-    fn check(&self) -> Result<(), String> {
-        let burst = self.whole.burst();
+    fn check_limit(&self, limit: &Limit) -> Result<(), String> {
+        // Units one bucket of the whole limit makes in `span` (rounded up).
+        let made_in = |span: Nanos| {
+            let made = u128::from(limit.max()) * u128::from(span.0);
+            made.div_ceil(u128::from(limit.per().0)) as u64
+        };
+        let burst = limit.burst();
         let total: u64 = self.admitted.iter().map(|(_, c)| c).sum();
-        let cap = burst + self.made_in(self.now.saturating_sub(self.start));
+        let cap = burst + made_in(self.now.saturating_sub(self.start));
         if total > cap {
             return Err(format!("{total} admitted in all, over {cap}"));
         }
@@ -271,7 +293,7 @@ impl Model {
             let mut sum = 0;
             for (at, cost) in &self.admitted[i..] {
                 sum += cost;
-                let cap = burst + self.made_in(at.saturating_sub(*from).saturating_add(slack));
+                let cap = burst + made_in(at.saturating_sub(*from).saturating_add(slack));
                 if sum > cap {
                     return Err(format!(
                         "{sum} admitted from {from:?} to {at:?}, over {cap}"
@@ -291,11 +313,12 @@ proptest! {
         gcra in any::<bool>(),
         max in 3..120u64,
         burst in 1..120u64,
+        second in proptest::option::of((3..200u64, 1..120u64)),
         weights in [1..4i64, 1..4i64, 1..4i64],
         events in proptest::collection::vec(event(), 1..400),
     ) {
         let algorithm = if gcra { Algorithm::Gcra } else { Algorithm::TokenBucket };
-        let mut model = Model::new(&policy(algorithm, max, burst, weights));
+        let mut model = Model::new(&policy(algorithm, (max, burst), second, weights));
         for event in events {
             model.apply(event.clone());
             if let Err(e) = model.check() {
@@ -311,7 +334,7 @@ proptest! {
 /// its own part's rate).
 #[test]
 fn a_busy_home_gets_what_a_quiet_region_does_not_use() {
-    let policy = policy(Algorithm::TokenBucket, 100, 100, [1, 1, 1]);
+    let policy = policy(Algorithm::TokenBucket, (100, 100), None, [1, 1, 1]);
     let mut model = Model::new(&policy);
     let mut quiet_admitted = 0;
     for step in 0..10_000u64 {

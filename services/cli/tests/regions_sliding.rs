@@ -241,3 +241,41 @@ async fn inspect_and_reset_in_one_region_act_on_the_key_in_every_region() {
     assert_eq!((east.region.as_str(), east.reached), ("east", false));
     assert_eq!(cut.limits[0].used, 50, "west's part alone");
 }
+
+/// Several limits in one global policy (300 per 10 s and 100 a minute):
+/// each is split into parts, and the tightest decides: west alone gets its
+/// part of the minute's 100 (50) and the rest at the home, 100 in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_are_each_split_and_the_tightest_decides() {
+    let _serial = serial().await;
+    let config = config(&TestConfig::new(), "sliding_log", "reserved").replace(
+        r#"limits = [ { max = 100, per = "10s" } ]"#,
+        r#"limits = [ { max = 300, per = "10s" }, { max = 100, per = "1m" } ]"#,
+    );
+    assert!(config.contains(r#"per = "1m""#), "{config}");
+    let regions = TwoRegions::start(SLUICE, &config, 1).await;
+    ask_both(&regions, "warm", 4, 4).await;
+    let (_, (west, asked)) = ask_both(&regions, "two-limits", 0, 4).await;
+    assert_eq!(west, MAX, "the minute's 100, its part and the home's");
+    assert!(asked > MAX, "west asked {asked}");
+    let west_nats = regions.west.nats.connect().await.unwrap();
+    let body = br#"{"policy":"plan"}"#;
+    let reply = request(
+        &west_nats,
+        &Verb::Inspect.client_subject("two-limits"),
+        body,
+    )
+    .await
+    .unwrap();
+    let reply: InspectReply = serde_json::from_slice(&reply.payload).unwrap();
+    let used: Vec<(u64, u64)> = reply.policies[0]
+        .limits
+        .iter()
+        .map(|l| (l.max, l.used))
+        .collect();
+    assert_eq!(
+        used,
+        [(300, 100), (100, 100)],
+        "both limits, over both regions"
+    );
+}

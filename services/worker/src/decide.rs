@@ -35,7 +35,7 @@ use sluice_core::holds::HoldId;
 use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
-use sluice_core::policy::{Algorithm, Decision, Limit, Policy};
+use sluice_core::policy::{Algorithm, Decision, Policy};
 use sluice_core::region::global::remote_shares;
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
@@ -579,9 +579,9 @@ impl Decider {
                 }
             }
         }
-        // At a global bucket's home: its part of the bucket
-        // (sluice_core::region::parts), the limit it reports the whole.
-        let whole = policy.limits().first().map(Limit::reported);
+        // At the home of a global policy split into parts: its part
+        // (sluice_core::region::parts); the limit it reports, the whole.
+        let whole = policy;
         let split = global.and_then(|(_, link)| policy.part_in(&link.region));
         let policy = split.unwrap_or(policy);
         // At a global window's home: its limit, and the other regions'
@@ -682,9 +682,12 @@ impl Decider {
             }
             Ok((decision, grant, budget))
         })?;
-        let decision = match (split, whole) {
-            (Some(_), Some(limit)) => Decision { limit, ..decision },
-            _ => decision,
+        let decision = match split {
+            Some(part) => Decision {
+                limit: whole.whole_reported(part, decision.limit),
+                ..decision
+            },
+            None => decision,
         };
         if link_grant {
             // A grant to another region decides no ask here.

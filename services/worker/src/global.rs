@@ -191,8 +191,8 @@ pub struct GatherPolicy {
     pub policy: String,
     pub kept: sluice_core::region::report::Kept,
     pub home: RegionName,
-    /// The whole limit's `max` and `per` (used and remaining unset).
-    pub whole: sluice_core::wire::inspect::LimitReport,
+    /// The whole limits' `max` and `per` (used and remaining unset).
+    pub whole: Vec<sluice_core::wire::inspect::LimitReport>,
     /// Every region in the policy's order: this one with its own limits,
     /// the others with what a region with no state of the key has (its
     /// part fresh, or nothing), to ask them for theirs.

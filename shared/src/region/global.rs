@@ -403,13 +403,16 @@ impl Delegates {
 
     /// The home of a global bucket asks for units back: how many of the
     /// `part` units its own part holds this region will not need before
-    /// the stretch of `limit`'s `per` it is in ends, by its demand so far
+    /// the stretch of `limit`'s `per` it is in ends, and at least
+    /// [`ASK_AHEAD`] from now (a gift just before a stretch ends must not
+    /// leave its next asks nothing), by its demand so far
     /// ([`Demand::need_until`]; none while too little was asked to tell).
     pub fn spare(&mut self, key: &str, limit: &Limit, now: Nanos, part: u64) -> u64 {
         let entry = self.key(key, limit, 0, now, || 0, true);
+        let until = entry.window_end.max(now.saturating_add(ASK_AHEAD));
         entry
             .demand
-            .need_until(entry.window_start, now, entry.window_end)
+            .need_until(entry.window_start, now, until)
             .map_or(0, |need| part.saturating_sub(need))
     }
 

@@ -50,38 +50,54 @@ use crate::time::Nanos;
 /// takes them as a gift.
 pub const GIFT_FRESH: Nanos = crate::budget::REGION_LEASE;
 
-/// Each region's part of `limit` (a token bucket's, GCRA's, sliding log's
-/// or sliding window's): every region other than the home its reserved
-/// share of `max` and of the burst ([`Global::reserved`]), none where either share is below one unit
-/// (such a region decides from slices alone), and the home all the rest.
-/// Empty unless a cut-off region decides from its share (`on_cut =
-/// "reserved"`): otherwise the home keeps the whole bucket.
-pub fn parts(global: &Global, limit: &Limit) -> Vec<(RegionName, Limit)> {
+/// Each region's part of `limits` (a token bucket's, GCRA's, sliding
+/// log's or sliding window's): every region other than the home its
+/// reserved share of each limit's `max` and burst ([`Global::reserved`]),
+/// none where any share is below one unit (such a region decides from
+/// slices, or at the home, alone), and the home all the rest. Empty
+/// unless a cut-off region decides from its share (`on_cut =
+/// "reserved"`): otherwise the home keeps the whole limits.
+pub fn parts(global: &Global, limits: &[Limit]) -> Vec<(RegionName, Vec<Limit>)> {
     if global.on_cut() != OnCut::Reserved {
         return Vec::new();
     }
-    let per = limit.per().into();
-    let mut parts: Vec<(RegionName, Limit)> = global
+    let share = |region: &RegionName, limit: &Limit| {
+        let max = global.reserved(region, limit.max());
+        let burst = global.reserved(region, limit.burst());
+        Limit::new(max, limit.per().into(), Some(burst)).ok()
+    };
+    let mut parts: Vec<(RegionName, Vec<Limit>)> = global
         .weights()
         .iter()
         .filter(|(region, _)| region != global.home())
         .filter_map(|(region, _)| {
-            let max = global.reserved(region, limit.max());
-            let burst = global.reserved(region, limit.burst());
-            let part = Limit::new(max, per, Some(burst)).ok()?;
+            let part = limits
+                .iter()
+                .map(|l| share(region, l))
+                .collect::<Option<_>>()?;
             Some((region.clone(), part))
         })
         .collect();
     if parts.is_empty() {
         return parts;
     }
-    let (max, burst) = parts.iter().fold((0, 0), |(m, b), (_, part)| {
-        (m + part.max(), b + part.burst())
-    });
-    // The shares are rounded down and the home's weight is at least 1, so
-    // the home's part is at least one unit of each.
-    let home = Limit::new(limit.max() - max, per, Some(limit.burst() - burst))
-        .expect("the home keeps at least its own share");
+    let home = limits
+        .iter()
+        .enumerate()
+        .map(|(i, limit)| {
+            let (max, burst) = parts.iter().fold((0, 0), |(m, b), (_, part)| {
+                (m + part[i].max(), b + part[i].burst())
+            });
+            // The shares are rounded down and the home's weight is at
+            // least 1, so the home's part is at least one unit of each.
+            Limit::new(
+                limit.max() - max,
+                limit.per().into(),
+                Some(limit.burst() - burst),
+            )
+            .expect("the home keeps at least its own share")
+        })
+        .collect();
     parts.insert(0, (global.home().clone(), home));
     parts
 }
@@ -97,17 +113,20 @@ mod tests {
         Global::new("east", &regions, &shares, on_cut).unwrap()
     }
 
-    fn of<'a>(parts: &'a [(RegionName, Limit)], region: &str) -> Option<&'a Limit> {
+    fn of<'a>(parts: &'a [(RegionName, Vec<Limit>)], region: &str) -> Option<&'a Limit> {
         parts
             .iter()
             .find(|(r, _)| r.as_str() == region)
-            .map(|(_, l)| l)
+            .map(|(_, l)| &l[0])
     }
 
     #[test]
     fn the_parts_sum_to_the_limit_and_the_home_keeps_the_rounding() {
         let limit = Limit::new(100, Duration::from_secs(1), Some(31)).unwrap();
-        let parts = parts(&global(&[("west", 2)], OnCut::Reserved), &limit);
+        let parts = parts(
+            &global(&[("west", 2)], OnCut::Reserved),
+            std::slice::from_ref(&limit),
+        );
         let west = of(&parts, "west").unwrap();
         let south = of(&parts, "south").unwrap();
         let east = of(&parts, "east").unwrap();
@@ -115,7 +134,7 @@ mod tests {
         assert_eq!((south.max(), south.burst()), (25, 7));
         assert_eq!((east.max(), east.burst()), (25, 9));
         assert_eq!(east.per(), limit.per());
-        let sum: u64 = parts.iter().map(|(_, l)| l.burst()).sum();
+        let sum: u64 = parts.iter().map(|(_, l)| l[0].burst()).sum();
         assert_eq!(sum, 31);
     }
 
@@ -163,13 +182,33 @@ mod tests {
     }
 
     #[test]
+    fn each_limit_is_split_and_a_region_short_of_one_has_no_part() {
+        let second = Limit::new(3, Duration::from_secs(60), None).unwrap();
+        let first = Limit::new(100, Duration::from_secs(1), None).unwrap();
+        let limits = [first, second];
+        let parts = parts(&global(&[("west", 2)], OnCut::Reserved), &limits);
+        let west = &parts.iter().find(|(r, _)| r.as_str() == "west").unwrap().1;
+        assert_eq!((west[0].max(), west[1].max()), (50, 1));
+        assert!(
+            !parts.iter().any(|(r, _)| r.as_str() == "south"),
+            "south's share of 3 is under one unit"
+        );
+        let east = &parts[0].1;
+        assert_eq!(
+            (east[0].max(), east[1].max()),
+            (50, 2),
+            "the home: the rest"
+        );
+    }
+
+    #[test]
     fn a_share_under_one_unit_gives_no_part_and_other_cuts_give_none() {
         let limit = Limit::new(2, Duration::from_secs(1), None).unwrap();
-        let parts = parts(&global(&[], OnCut::Reserved), &limit);
+        let parts = parts(&global(&[], OnCut::Reserved), &[limit]);
         assert!(of(&parts, "west").is_none() && of(&parts, "south").is_none());
         assert!(parts.is_empty(), "the home alone: not split");
         let limit = Limit::new(30, Duration::from_secs(1), None).unwrap();
-        assert!(super::parts(&global(&[], OnCut::Closed), &limit).is_empty());
-        assert!(super::parts(&global(&[], OnCut::Open), &limit).is_empty());
+        assert!(super::parts(&global(&[], OnCut::Closed), std::slice::from_ref(&limit)).is_empty());
+        assert!(super::parts(&global(&[], OnCut::Open), &[limit]).is_empty());
     }
 }

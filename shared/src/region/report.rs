@@ -36,35 +36,41 @@ impl Kept {
     }
 }
 
-/// The global state of a key under a policy of limit `whole` (its `max`
-/// and `per`) whose home is `home`, from each region's report.
+/// The global state of a key under a policy of limits `whole` (their
+/// `max` and `per`) whose home is `home`, from each region's report; a
+/// policy's parts have its limits in its order, each summed on its own.
 pub fn combine(
     kept: Kept,
-    whole: &LimitReport,
+    whole: &[LimitReport],
     home: &str,
     regions: &[RegionReport],
 ) -> Vec<LimitReport> {
-    let reached = regions.iter().filter(|r| r.reached);
+    let reached: Vec<&RegionReport> = regions.iter().filter(|r| r.reached).collect();
     match kept {
         Kept::AtHome => reached
+            .iter()
             .filter(|r| r.region == home)
             .flat_map(|r| r.limits.iter().cloned())
             .collect(),
-        Kept::InParts => {
-            let mut sum: Option<LimitReport> = None;
-            for limit in reached.flat_map(|r| r.limits.first()) {
-                let total = sum.get_or_insert(LimitReport {
+        Kept::InParts if reached.is_empty() => Vec::new(),
+        Kept::InParts => whole
+            .iter()
+            .enumerate()
+            .map(|(i, whole)| {
+                let mut total = LimitReport {
                     used: 0,
                     remaining: 0,
                     reset_ms: 0,
                     ..whole.clone()
-                });
-                total.used = total.used.saturating_add(limit.used);
-                total.remaining = total.remaining.saturating_add(limit.remaining);
-                total.reset_ms = total.reset_ms.max(limit.reset_ms);
-            }
-            sum.into_iter().collect()
-        }
+                };
+                for limit in reached.iter().filter_map(|r| r.limits.get(i)) {
+                    total.used = total.used.saturating_add(limit.used);
+                    total.remaining = total.remaining.saturating_add(limit.remaining);
+                    total.reset_ms = total.reset_ms.max(limit.reset_ms);
+                }
+                total
+            })
+            .collect(),
     }
 }
 
@@ -99,10 +105,15 @@ mod tests {
             region("south", false, vec![]),
         ];
         assert_eq!(
-            combine(Kept::InParts, &whole, "east", &regions),
+            combine(
+                Kept::InParts,
+                std::slice::from_ref(&whole),
+                "east",
+                &regions
+            ),
             [limit(100, 40, 40, 900)]
         );
-        assert!(combine(Kept::InParts, &whole, "east", &regions[2..]).is_empty());
+        assert!(combine(Kept::InParts, &[whole], "east", &regions[2..]).is_empty());
     }
 
     #[test]
@@ -113,10 +124,10 @@ mod tests {
             region("west", true, vec![limit(100, 20, 80, 500)]),
         ];
         assert_eq!(
-            combine(Kept::AtHome, &whole, "east", &regions),
+            combine(Kept::AtHome, std::slice::from_ref(&whole), "east", &regions),
             [limit(100, 70, 30, 500)]
         );
         let cut = [region("east", false, vec![]), regions[1].clone()];
-        assert!(combine(Kept::AtHome, &whole, "east", &cut).is_empty());
+        assert!(combine(Kept::AtHome, &[whole], "east", &cut).is_empty());
     }
 }

@@ -30,6 +30,15 @@ use sluice_core::wire::{self, Encoding, ErrorReply};
 /// or slices is sent again to the home while the home cannot take it.
 const BUCKET_HIT_KEPT: Nanos = Nanos(60_000_000_000);
 
+/// The `limit` a region answers: the whole limit the deciding one is a
+/// part of (its first without a part).
+fn reported_whole(policy: &Policy, part: Option<&Policy>, reported: u64) -> u64 {
+    match part {
+        Some(part) => policy.whole_reported(part, reported),
+        None => policy.limits()[0].reported(),
+    }
+}
+
 /// A region's answer to an ask it has no part to pay for and does not
 /// send to the home (or whose home does not answer): denied; worth asking
 /// again in a second, when the home may be reachable again.
@@ -402,7 +411,7 @@ impl Decider {
             let decision = by_part.unwrap_or_else(|| not_here(whole));
             return Decided {
                 decision: Decision {
-                    limit: whole.reported(),
+                    limit: reported_whole(policy, part, decision.limit),
                     ..decision
                 },
                 want: None,
@@ -443,7 +452,7 @@ impl Decider {
         if by_part.is_some_and(|d| d.allowed) && cost > 0 {
             turn.tally.booked(policy.name(), token, cost, now);
         }
-        decision.limit = whole.reported();
+        decision.limit = reported_whole(policy, part, decision.limit);
         Decided {
             decision,
             want,
@@ -476,7 +485,9 @@ impl Decider {
                 .counters
                 .state(buf)
                 .unwrap_or_else(|| part.new_state());
-            let left = part.inspect(&state, now).first().map_or(0, |l| l.remaining);
+            // What every limit of the part can spare.
+            let left = part.inspect(&state, now).iter().map(|l| l.remaining).min();
+            let left = left.unwrap_or(0);
             let spare = owned
                 .counters
                 .global()
@@ -616,7 +627,11 @@ impl Decider {
         now: Nanos,
     ) -> Option<GatherPolicy> {
         let link = self.global.as_ref()?;
-        let whole = LimitReport::from(policy.inspect(&policy.new_state(), now).first()?);
+        let whole: Vec<LimitReport> = policy
+            .inspect(&policy.new_state(), now)
+            .iter()
+            .map(LimitReport::from)
+            .collect();
         let regions = global
             .weights()
             .iter()
