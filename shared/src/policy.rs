@@ -18,6 +18,14 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Who a slice of a key's budget goes to ([`Policy::grant`],
+/// [`Policy::grant_to_region`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SliceFor {
+    Client,
+    Region,
+}
+
 /// The largest `max` a sliding log accepts: its state is one timestamp per unit.
 pub const SLIDING_LOG_MAX: u64 = 100_000;
 
@@ -140,8 +148,10 @@ impl Policy {
             return None;
         }
         let parts = parts.into_iter().map(|(region, limits)| {
+            // Parts decide as enforced; the region answers in the mode.
             let part = Policy {
                 limits,
+                mode: Mode::Enforce,
                 scope: Scope::Region,
                 parts: None,
                 ..self.clone()
@@ -194,8 +204,6 @@ impl Policy {
             Some(format!("{} limits", self.limits.len()))
         } else if self.local_budget {
             Some("local_budget = true".to_string())
-        } else if self.mode == Mode::Shadow {
-            Some("mode = \"shadow\"".to_string())
         } else if !self.alerts.thresholds().is_empty() {
             Some("alerts".to_string())
         } else {
@@ -348,7 +356,7 @@ impl Policy {
         if !self.local_budget {
             return (self.decide(state, now, cost), None);
         }
-        self.slice(state, now, cost, want, 0, crate::budget::LEASE)
+        self.slice(state, now, cost, want, 0, SliceFor::Client)
     }
 
     /// A grant to another region's owner of a global key (CONTRACT §12,
@@ -356,7 +364,8 @@ impl Policy {
     /// without `local_budget` and with a lease long enough to cross the
     /// link and back ([`crate::budget::REGION_LEASE`]).
     /// `keep` units of what is left are not sliced (the home's own need,
-    /// home_keeps of [`crate::region::global`]).
+    /// home_keeps of [`crate::region::global`]). In shadow mode too: the
+    /// other region tells its own asks' shadow denials.
     pub fn grant_to_region(
         &self,
         state: &mut KeyState,
@@ -364,7 +373,7 @@ impl Policy {
         want: u64,
         keep: u64,
     ) -> (Decision, Option<crate::budget::Grant>) {
-        self.slice(state, now, 0, want, keep, crate::budget::REGION_LEASE)
+        self.slice(state, now, 0, want, keep, SliceFor::Region)
     }
 
     fn slice(
@@ -374,12 +383,16 @@ impl Policy {
         cost: u64,
         want: u64,
         keep: u64,
-        longest: Nanos,
+        to: SliceFor,
     ) -> (Decision, Option<crate::budget::Grant>) {
         let decision = self.decide(state, now, cost);
-        if self.mode == Mode::Shadow || !decision.allowed {
+        if (self.mode == Mode::Shadow && to == SliceFor::Client) || !decision.within_limits() {
             return (decision, None);
         }
+        let longest = match to {
+            SliceFor::Client => crate::budget::LEASE,
+            SliceFor::Region => crate::budget::REGION_LEASE,
+        };
         let units = want.min(decision.remaining.saturating_sub(keep) / 2);
         let decision = if units > 0 {
             self.decide(state, now, units)

@@ -272,3 +272,24 @@ fn linked_and_nothing_lost_a_window_fills_up() {
     let admitted = model.admitted.values().next().copied().unwrap_or(0);
     assert!((95..=100).contains(&admitted), "{admitted} of 100");
 }
+
+/// In shadow mode the home still grants other regions slices: each
+/// region answers its own asks in the mode (a client's local budget gets
+/// none in shadow, since only the owner tells a shadow denial).
+#[test]
+fn a_shadow_home_grants_slices_to_other_regions() {
+    use sluice_core::policy::Mode;
+    let limit = Limit::new(100, Duration::from_millis(WINDOW_MS), None).unwrap();
+    let policy = Policy::new("plan", Algorithm::FixedWindow, vec![limit])
+        .unwrap()
+        .with_mode(Mode::Shadow);
+    let mut state = policy.new_state();
+    let now = Nanos(1_000_000 * MS);
+    let (decision, grant) = policy.grant_to_region(&mut state, now, 10, 0);
+    assert!(decision.within_limits());
+    assert_eq!(grant.map(|g| g.units), Some(10));
+    // Once nothing is left, none.
+    policy.record(&mut state, now, 90);
+    let (_, grant) = policy.grant_to_region(&mut state, now, 10, 0);
+    assert!(grant.is_none_or(|g| g.units == 0), "{grant:?}");
+}

@@ -279,3 +279,39 @@ async fn several_limits_are_each_split_and_the_tightest_decides() {
         "both limits, over both regions"
     );
 }
+
+/// Shadow mode (CONTRACT §14) across regions: the parts and the home
+/// decide as enforced, every ask is answered allowed, those enforcement
+/// would deny flagged `shadow_denied` and counted as denied in the usage
+/// of the region asked. West alone: 100 within the limit (its part, then
+/// the home's), the rest shadow-denied, also those decided at the home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_policy_in_shadow_answers_allowed_and_flags_what_it_would_deny() {
+    let _serial = serial().await;
+    let config = config(&TestConfig::new(), "sliding_log", "reserved")
+        .replace("on_cut = ", "mode = \"shadow\"\non_cut = ");
+    let regions = TwoRegions::start(SLUICE, &config, 1).await;
+    ask_both(&regions, "warm", 4, 4).await;
+    let west = regions.west.nats.connect().await.unwrap();
+    let body = br#"{"policy":"plan"}"#;
+    let end = now_ms() + SPAN_MS;
+    let (mut within, mut flagged, mut asked) = (0u64, 0u64, 0u64);
+    while now_ms() < end && asked < 2_000 {
+        let d = sluice_tests::ask(&west, "shadowed", body)
+            .await
+            .expect("answered");
+        asked += 1;
+        assert!(d.allowed, "a shadow policy answers every ask allowed");
+        match d.shadow_denied {
+            true => flagged += 1,
+            false => within += 1,
+        }
+    }
+    assert_eq!(within, MAX as u64, "enforced, 100 would pass");
+    assert!(flagged > 0, "and the rest is flagged ({asked} asked)");
+    let expected = Counts {
+        used: within,
+        denied: flagged,
+    };
+    west_usage_only(&regions, "shadowed", expected).await;
+}

@@ -682,11 +682,12 @@ impl Decider {
             }
             Ok((decision, grant, budget))
         })?;
+        // A part decides as enforced; the answer is in the policy's mode.
         let decision = match split {
-            Some(part) => Decision {
+            Some(part) => whole.mode().answer(Decision {
                 limit: whole.whole_reported(part, decision.limit),
                 ..decision
-            },
+            }),
             None => decision,
         };
         if link_grant {

@@ -260,7 +260,8 @@ async fn relay(
         .as_ref()
         .ok()
         .and_then(|m| match decode_reply(&m.payload) {
-            Ok(Reply::Decision(d)) => Some(Ok(d.allowed)),
+            // A shadow denial is answered allowed, and is a denial.
+            Ok(Reply::Decision(d)) => Some(Ok(d.allowed && !d.shadow_denied)),
             Ok(Reply::Error(e)) if e.code.status() < 500 => Some(Err(())),
             _ => None,
         });

@@ -4,6 +4,7 @@
 
 use super::{assert_error, parse};
 use sluice_core::config::{check_region, PolicyTable};
+use sluice_core::policy::Mode;
 use sluice_core::region::{OnCut, RegionName};
 
 const GLOBAL: &str = r#"
@@ -42,16 +43,21 @@ fn a_global_policy_of_one_limit_is_accepted_and_the_rest_refused_with_the_reason
             .part_in(&west)
             .is_none());
     }
-    for (from, to, what) in [
-        (
-            "{ max = 1000, per = \"1m\" }",
-            "{ max = 1000, per = \"1m\" }, { max = 5000, per = \"1h\" }",
-            "2 limits",
-        ),
-        ("on_cut = \"closed\"", "mode = \"shadow\"", "shadow"),
-    ] {
-        assert_error(&global_with(from, to), "policies.plan.scope", what);
-    }
+    // A window's shares are counted per window: one limit.
+    let two = global_with(
+        "{ max = 1000, per = \"1m\" }",
+        "{ max = 1000, per = \"1m\" }, { max = 5000, per = \"1h\" }",
+    );
+    assert_error(&two, "policies.plan.scope", "2 limits");
+    // Shadow: the parts decide as enforced, the region answers in shadow.
+    let shadow = global_with("fixed_window", "gcra")
+        .replace("\"closed\"", "\"reserved\"")
+        .replace("on_cut", "mode = \"shadow\"\non_cut");
+    let config = parse(&shadow);
+    let plan = config.policies.get("plan").expect("plan");
+    assert_eq!(plan.mode(), Mode::Shadow);
+    let west = RegionName::new("west").unwrap();
+    assert_eq!(plan.part_in(&west).unwrap().mode(), Mode::Enforce);
     // Alerts: the home's count holds the other regions' shares from the
     // window's start, so a threshold would fire before anyone used them.
     assert_error(

@@ -309,11 +309,14 @@ impl Decider {
                 books: owned.counters.global_books(),
             });
         }
+        // The books and parts decide as enforced; the answer is in the
+        // policy's mode (a shadow denial is answered allowed).
         let decision = decided.decision;
+        let answered = policy.mode().answer(decision);
         if let Budget::Refund(refund) = budget {
             turn.tally.unmatched(refund.units);
             self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
-            return Ok(Some((decision, policy.name(), None)));
+            return Ok(Some((answered, policy.name(), None)));
         }
         let cut_open = global.on_cut() == OnCut::Open && link.is_cut(global.home());
         if at_home && !decision.allowed && matches!(op, Op::Allow(_)) && !cut_open {
@@ -329,7 +332,7 @@ impl Decider {
                     token: token.to_string(),
                     cost,
                     body: Vec::new(),
-                    unanswered: decision,
+                    unanswered: answered,
                     decided_by: policy.name().to_string(),
                 });
                 return Err(ErrorReply::unavailable(format!(
@@ -377,7 +380,7 @@ impl Decider {
             cost,
         };
         self.record_usage_apart(turn, counted, usage);
-        Ok(Some((decision, policy.name(), None)))
+        Ok(Some((answered, policy.name(), None)))
     }
 
     /// A global bucket's or sliding policy's ask at a delegate
