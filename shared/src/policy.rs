@@ -18,6 +18,23 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How a global policy's units are spread across its regions
+/// ([`Policy::spread`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spread {
+    /// A fixed window of one limit: the home counts each other region's
+    /// share when a window opens, and grants slices beyond it
+    /// ([`crate::region::global`]).
+    Shares,
+    /// Parts in every region, units moving between them by slices and
+    /// gifts ([`crate::region::parts`]); a bucket or GCRA without parts
+    /// (`on_cut` other than `"reserved"`) by slices alone.
+    Parts,
+    /// Parts, and what a region's part cannot pay decided at the home,
+    /// ask by ask (a sliding log or window).
+    AtHome,
+}
+
 /// Who a slice of a key's budget goes to ([`Policy::grant`],
 /// [`Policy::grant_to_region`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +157,8 @@ impl Policy {
     /// their shares ([`crate::region::parts::parts`]).
     fn split(&self) -> Option<Arc<[(RegionName, Policy)]>> {
         let global = self.scope.global()?;
-        if self.algorithm == Algorithm::FixedWindow {
+        // A window of one limit shares itself out at the home instead.
+        if self.algorithm == Algorithm::FixedWindow && self.limits.len() == 1 {
             return None;
         }
         let parts = crate::region::parts::parts(global, &self.limits);
@@ -184,6 +202,17 @@ impl Policy {
             .map_or(reported, Limit::reported)
     }
 
+    /// How a global policy's units are spread across its regions
+    /// (docs/REGIONS.md); `None` for a regional one.
+    pub fn spread(&self) -> Option<Spread> {
+        self.scope.global()?;
+        Some(match self.algorithm {
+            Algorithm::SlidingLog | Algorithm::SlidingWindow => Spread::AtHome,
+            Algorithm::FixedWindow if self.parts.is_none() => Spread::Shares,
+            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra => Spread::Parts,
+        })
+    }
+
     /// The policy a key's counter of this policy is decided under in
     /// `region` (none: a system without regions): its part there, if it
     /// keeps one, else this policy.
@@ -199,10 +228,7 @@ impl Policy {
         if self.scope.global().is_none() {
             return Ok(());
         }
-        // A window's shares are counted at the home per window: one.
-        let not_yet = if self.algorithm == Algorithm::FixedWindow && self.limits.len() != 1 {
-            Some(format!("{} limits", self.limits.len()))
-        } else if self.local_budget {
+        let not_yet = if self.local_budget {
             Some("local_budget = true".to_string())
         } else if !self.alerts.thresholds().is_empty() {
             Some("alerts".to_string())

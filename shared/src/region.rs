@@ -11,7 +11,6 @@
 //! global limit whole while the regions are cut apart (docs/REGIONS.md);
 //! [`global`] is how the home and the other regions spend them.
 
-use crate::limit::Algorithm;
 use std::fmt;
 
 pub mod global;
@@ -104,14 +103,6 @@ impl Scope {
             Scope::Region => None,
             Scope::Global(g) => Some(g),
         }
-    }
-
-    /// Whether `algorithm` is decided at the home under this scope, ask by
-    /// ask beyond a region's part ([`parts`]): the sliding ones, whose
-    /// units cannot move between regions exactly.
-    pub fn decided_at_home(&self, algorithm: Algorithm) -> bool {
-        self.global().is_some()
-            && matches!(algorithm, Algorithm::SlidingLog | Algorithm::SlidingWindow)
     }
 }
 

@@ -108,10 +108,20 @@ fn policy(
     second: Option<(u64, u64)>,
     weights: [i64; 3],
 ) -> Policy {
-    let mut limits = vec![Limit::new(max, Duration::from_millis(PER_MS), Some(burst)).unwrap()];
-    if let Some((max, burst)) = second {
+    // A window has no burst, and one of a single limit is not split
+    // (it shares itself out at the home, region_global.rs): two.
+    let window = algorithm == Algorithm::FixedWindow;
+    let with_burst = |b: u64| (!window).then_some(b);
+    let second = if window {
+        second.or(Some((3 * max, 1)))
+    } else {
+        second
+    };
+    let first = Duration::from_millis(PER_MS);
+    let mut limits = vec![Limit::new(max, first, with_burst(burst)).unwrap()];
+    if let Some((max, b)) = second {
         let per = Duration::from_millis(5 * PER_MS);
-        limits.push(Limit::new(max, per, Some(burst)).unwrap());
+        limits.push(Limit::new(max, per, with_burst(b)).unwrap());
     }
     let regions: Vec<String> = ["east", "west", "south"].map(String::from).to_vec();
     let shares: Vec<(String, i64)> = regions.iter().cloned().zip(weights).collect();
@@ -247,7 +257,9 @@ impl Model {
                 }
                 let (units, taken_at) = self.gifts.remove(0);
                 if !lost && now <= taken_at.saturating_add(GIFT_FRESH) {
-                    self.home_part.refund(&mut self.home_state, now, units, now);
+                    // Into the window the units left, for a window's part.
+                    self.home_part
+                        .refund(&mut self.home_state, now, units, taken_at);
                 }
             }
             Event::Handover(r) => {
@@ -271,9 +283,28 @@ impl Model {
 
     /// Checks both bounds of every limit over what was admitted so far.
     fn check(&self) -> Result<(), String> {
-        self.limits
-            .iter()
-            .try_for_each(|limit| self.check_limit(limit))
+        self.limits.iter().try_for_each(|limit| {
+            self.check_limit(limit)?;
+            match self.home_part.algorithm() {
+                Algorithm::FixedWindow => self.check_windows(limit),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// A fixed window's: at most `max` in every window of `limit`.
+    fn check_windows(&self, limit: &Limit) -> Result<(), String> {
+        let mut windows: std::collections::BTreeMap<Nanos, u64> = Default::default();
+        for (at, cost) in &self.admitted {
+            *windows.entry(limit.window_start(*at)).or_default() += cost;
+        }
+        match windows.iter().find(|(_, n)| **n > limit.max()) {
+            Some((start, n)) => Err(format!(
+                "{n} in the window at {start:?}, over {}",
+                limit.max()
+            )),
+            None => Ok(()),
+        }
     }
 
     fn check_limit(&self, limit: &Limit) -> Result<(), String> {
@@ -310,14 +341,17 @@ proptest! {
 
     #[test]
     fn the_regions_never_admit_more_than_one_bucket_of_the_limit(
-        gcra in any::<bool>(),
+        algorithm in prop_oneof![
+            Just(Algorithm::TokenBucket),
+            Just(Algorithm::Gcra),
+            Just(Algorithm::FixedWindow),
+        ],
         max in 3..120u64,
         burst in 1..120u64,
         second in proptest::option::of((3..200u64, 1..120u64)),
         weights in [1..4i64, 1..4i64, 1..4i64],
         events in proptest::collection::vec(event(), 1..400),
     ) {
-        let algorithm = if gcra { Algorithm::Gcra } else { Algorithm::TokenBucket };
         let mut model = Model::new(&policy(algorithm, (max, burst), second, weights));
         for event in events {
             model.apply(event.clone());

@@ -207,3 +207,45 @@ async fn an_owner_killed_in_either_region_admits_nothing_twice() {
         stack.spawn_worker();
     }
 }
+
+/// A fixed window of several limits (100 per 4 s and 1,000 a minute) is
+/// split into parts as a bucket is (a window of one limit shares itself
+/// out at the home, `regions_global.rs`): both regions asking hard inside
+/// one 4 s window admit at most its 100, and close to it (west's part 50,
+/// slices of the home's beyond).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_of_several_limits_is_split_and_holds_each() {
+    let _serial = serial().await;
+    let config = TestConfig::new().toml()
+        + r#"
+[policies.plan]
+algorithm = "fixed_window"
+limits = [ { max = 100, per = "4s" }, { max = 1000, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+"#;
+    let regions = TwoRegions::start(SLUICE, &config, 1).await;
+    let east = regions.east.nats.connect().await.unwrap();
+    let west = regions.west.nats.connect().await.unwrap();
+    for round in 0..2 {
+        // The next 4 s window, 300 ms in (minutes start with one).
+        let now = now_ms();
+        let start = now - now % 4_000 + 4_000;
+        tokio::time::sleep(Duration::from_millis(start + 300 - now)).await;
+        let end = start + 4_000;
+        let key = format!("windows-{round}");
+        let (e, w) = tokio::join!(
+            ask_until(&east, &key, 4, None, end),
+            ask_until(&west, &key, 4, None, end)
+        );
+        eprintln!("{key}: east {e:?}, west {w:?} (allowed, asked, failed)");
+        assert_eq!((e.2, w.2), (0, 0), "{key}: every ask answered");
+        let total = e.0 + w.0;
+        assert!(total <= 100, "{key}: east {} + west {} > 100", e.0, w.0);
+        if round > 0 {
+            assert!(total >= 90, "{key}: linked, {total} of 100");
+            assert!(w.0 >= 45, "{key}: west {} has its part", w.0);
+        }
+    }
+}

@@ -35,7 +35,7 @@ use sluice_core::holds::HoldId;
 use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
-use sluice_core::policy::{Algorithm, Decision, Policy};
+use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::remote_shares;
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
@@ -589,7 +589,7 @@ impl Decider {
         // (sluice_core::region::global).
         let home = global.zip(policy.limits().first());
         let home_shares = home
-            .filter(|_| policy.algorithm() == Algorithm::FixedWindow)
+            .filter(|_| whole.spread() == Some(Spread::Shares))
             .map(|((global, link), limit)| remote_shares(global, &link.region, limit.max()))
             .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
@@ -674,7 +674,7 @@ impl Decider {
                 // A bucket's parts are always out (a sliding policy's
                 // never move); a window's shares may be back already.
                 let window_start = limit.window_start(now);
-                let parts_give = split.is_some() && policy.algorithm().has_burst();
+                let parts_give = split.is_some() && whole.spread() == Some(Spread::Parts);
                 if parts_give || owned.counters.outstanding().units(buf, window_start) > 0 {
                     let key = (policy.name(), token, buf);
                     self.reclaim_if_short(turn, global, link, limit, key, &decision);

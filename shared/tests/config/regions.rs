@@ -21,7 +21,7 @@ on_cut = "closed"
 "#;
 
 #[test]
-fn a_global_policy_of_one_limit_is_accepted_and_the_rest_refused_with_the_reason() {
+fn global_policies_are_accepted_split_as_they_say_and_the_rest_refused_with_the_reason() {
     let config = parse(GLOBAL);
     let plan = config.policies.get("plan").expect("plan");
     assert!(plan.scope().global().is_some());
@@ -43,12 +43,21 @@ fn a_global_policy_of_one_limit_is_accepted_and_the_rest_refused_with_the_reason
             .part_in(&west)
             .is_none());
     }
-    // A window's shares are counted per window: one limit.
+    // A window of several limits is split into parts (one of one limit
+    // shares itself out at the home).
     let two = global_with(
         "{ max = 1000, per = \"1m\" }",
         "{ max = 1000, per = \"1m\" }, { max = 5000, per = \"1h\" }",
-    );
-    assert_error(&two, "policies.plan.scope", "2 limits");
+    )
+    .replace("\"closed\"", "\"reserved\"");
+    let west = RegionName::new("west").unwrap();
+    let config = parse(&two);
+    let part = config.policies.get("plan").unwrap().part_in(&west).unwrap();
+    let maxes: Vec<u64> = part.limits().iter().map(|l| l.max()).collect();
+    assert_eq!(maxes, [250, 1250]);
+    let one = parse(&GLOBAL.replace("\"closed\"", "\"reserved\""));
+    let one = one.policies.get("plan").unwrap();
+    assert!(one.part_in(&west).is_none(), "one limit: shares, no parts");
     // Shadow: the parts decide as enforced, the region answers in shadow.
     let shadow = global_with("fixed_window", "gcra")
         .replace("\"closed\"", "\"reserved\"")

@@ -15,7 +15,7 @@ use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
-use sluice_core::policy::{Decision, Policy};
+use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::report::Kept;
@@ -193,13 +193,14 @@ impl Decider {
         if *global.home() == link.region || KeyToken::parse(&reclaim.key).is_err() {
             return;
         }
-        if policy.algorithm().has_burst() {
-            let policy = policies.in_force(policy, &reclaim.key);
-            return self.give_spare(policy, reclaim, link, owned, now, tally);
-        }
-        if policy.scope().decided_at_home(policy.algorithm()) {
+        match policy.spread() {
+            Some(Spread::Parts) => {
+                let policy = policies.in_force(policy, &reclaim.key);
+                return self.give_spare(policy, reclaim, link, owned, now, tally);
+            }
             // Nothing moves between a sliding policy's parts.
-            return;
+            Some(Spread::AtHome) | None => return,
+            Some(Spread::Shares) => {}
         }
         let share = cut_share(global, &link.region, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
@@ -270,10 +271,11 @@ impl Decider {
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
         let bucket = policy.algorithm().has_burst();
-        let at_home = policy.scope().decided_at_home(policy.algorithm());
+        let spread = policy.spread();
+        let at_home = spread == Some(Spread::AtHome);
         let share = cut_share(global, &link.region, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
-            if bucket || at_home {
+            if spread != Some(Spread::Shares) {
                 return self.decide_by_part(turn, policy, link, (token, buf), cost);
             }
             // The key's counter is read only for a key new in this window,
@@ -405,7 +407,7 @@ impl Decider {
             })
         });
         let left = by_part.map_or(0, |d| d.remaining);
-        if !policy.algorithm().has_burst() {
+        if policy.spread() == Some(Spread::AtHome) {
             // A sliding policy: its part is all a region decides; the
             // rest is decided at the home.
             if by_part.is_some_and(|d| d.allowed) && cost > 0 {
@@ -547,7 +549,8 @@ impl Decider {
         }
         ask::with_counter_key(policy.name(), &gift.key, |buf| {
             owned.counters.update(part, buf, now, |state| {
-                part.refund(state, now, gift.units, now);
+                // Into the window the units left (a window's part).
+                part.refund(state, now, gift.units, Nanos(gift.taken_at));
             });
         });
     }
