@@ -173,6 +173,14 @@ impl Global {
         &self.weights
     }
 
+    /// Every region but `here`, in listed order.
+    pub fn others<'a>(&'a self, here: &'a RegionName) -> impl Iterator<Item = &'a RegionName> {
+        self.weights
+            .iter()
+            .map(|(region, _)| region)
+            .filter(move |region| *region != here)
+    }
+
     /// Whether the policy holds in `region`.
     pub fn lists(&self, region: &RegionName) -> bool {
         self.weights.iter().any(|(n, _)| n == region)

@@ -418,7 +418,8 @@ impl Decider {
                 }
                 // The limits in force for this key: an override's, if any;
                 // of a global bucket, this region's part.
-                let policy = policies.in_force(base, token).counted_under(self.region());
+                let in_force = policies.in_force(base, token);
+                let policy = in_force.counted_under(self.region());
                 let state = state.unwrap_or_else(|| policy.new_state());
                 reports.push(PolicyReport {
                     policy: base.name().to_string(),
@@ -440,7 +441,6 @@ impl Decider {
                 });
                 let local = reports.last().map(|r| r.limits.clone());
                 if let (Some(global), Some(local)) = (global, local) {
-                    let in_force = policies.in_force(base, token);
                     gather.extend(self.gather_of(in_force, global, local, now));
                 }
             }

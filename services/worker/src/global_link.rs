@@ -325,7 +325,7 @@ async fn complete(
             let (token, name) = (&token, &policy.policy);
             async move {
                 let (reached, limits) = match here {
-                    true => (true, Some(own.clone())),
+                    true => (true, own.clone()),
                     false => {
                         let subject = link_ask(region.as_str(), partition, Verb::Inspect, token);
                         let body = encode_scope(Some(name), Encoding::MsgPack);
@@ -336,16 +336,16 @@ async fn complete(
                             Ok(Ok(theirs)) => {
                                 let found = theirs.policies.into_iter().find(|p| p.policy == *name);
                                 // No state there: its part is whole.
-                                (true, Some(found.map_or_else(|| own.clone(), |p| p.limits)))
+                                (true, found.map_or_else(|| own.clone(), |p| p.limits))
                             }
-                            _ => (false, None),
+                            _ => (false, Vec::new()),
                         }
                     }
                 };
                 RegionReport {
                     region: region.as_str().to_string(),
                     reached,
-                    limits: limits.unwrap_or_default(),
+                    limits,
                 }
             }
         });

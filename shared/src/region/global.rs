@@ -276,12 +276,15 @@ impl Delegates {
         bucket: bool,
     ) -> &mut DelegateKey {
         let window_start = limit.window_start(now);
-        let old = match self.keys.get(key) {
-            Some(entry) if entry.window_start == window_start => None,
-            Some(entry) => Some(entry.slices.clone()),
-            None => Some(Vec::new()),
+        let fresh = match self.keys.get(key) {
+            Some(entry) => entry.window_start != window_start,
+            None => true,
         };
-        if let Some(slices) = old {
+        if fresh {
+            let slices = match self.keys.get_mut(key) {
+                Some(old) if bucket => std::mem::take(&mut old.slices),
+                _ => Vec::new(),
+            };
             if self.keys.len() >= MOST_DELEGATE_KEYS && !self.keys.contains_key(key) {
                 self.make_room(now);
             }
@@ -522,10 +525,8 @@ pub fn remote_shares(
     max: u64,
 ) -> u64 {
     global
-        .weights()
-        .iter()
-        .filter(|(region, _)| region != here)
-        .map(|(region, _)| cut_share(global, region, max))
+        .others(here)
+        .map(|region| cut_share(global, region, max))
         .sum()
 }
 

@@ -53,6 +53,51 @@ pub(crate) fn not_here(whole: &Limit) -> Decision {
     }
 }
 
+/// A bucket's (or split window's) ask at a delegate after its part
+/// decided it (`by_part`, none without a part): allowed by the part,
+/// else decided from the home's slices; what to ask the home for ahead.
+fn part_or_slices(
+    owned: Owned<'_>,
+    counter_key: &str,
+    whole: &Limit,
+    now: Nanos,
+    cost: u64,
+    by_part: Option<Decision>,
+) -> (Decision, Option<u64>) {
+    let left = by_part.map_or(0, |d| d.remaining);
+    let mut books = owned.counters.global();
+    let delegates = books.delegates();
+    let (decision, want) = match by_part {
+        Some(d) if d.allowed => {
+            let want = (cost > 0)
+                .then(|| delegates.paid_by_part(counter_key, whole, now, cost, left))
+                .flatten();
+            (d, want)
+        }
+        _ => {
+            let sliced = delegates.from_slices(counter_key, whole, now, cost, left);
+            let d = match by_part {
+                // Denied by both: when the part has the units again.
+                Some(d) if !sliced.decision.allowed => Decision {
+                    retry_after: d.retry_after.min(sliced.decision.retry_after),
+                    ..d
+                },
+                Some(d) => Decision {
+                    remaining: sliced.decision.remaining.saturating_add(left),
+                    reset: d.reset,
+                    ..sliced.decision
+                },
+                None => sliced.decision,
+            };
+            (d, sliced.want)
+        }
+    };
+    if want.is_some() {
+        delegates.asked(counter_key, now);
+    }
+    (decision, want)
+}
+
 /// What the key's own counter holds in the window at `now`: the units of
 /// this region's share spent or given back there, by this owner or the
 /// ones before it.
@@ -406,57 +451,16 @@ impl Decider {
                 part.decide(state, now, cost)
             })
         });
-        let left = by_part.map_or(0, |d| d.remaining);
-        if policy.spread() == Some(Spread::AtHome) {
-            // A sliding policy: its part is all a region decides; the
-            // rest is decided at the home.
-            if by_part.is_some_and(|d| d.allowed) && cost > 0 {
-                turn.tally.booked(policy.name(), token, cost, now);
-            }
-            let decision = by_part.unwrap_or_else(|| not_here(whole));
-            return Decided {
-                decision: Decision {
-                    limit: reported_whole(policy, part, decision.limit),
-                    ..decision
-                },
-                want: None,
-                from_share: 0,
-            };
-        }
-        let mut books = owned.counters.global();
-        let delegates = books.delegates();
-        let (mut decision, want) = match by_part {
-            Some(d) if d.allowed => {
-                let want = (cost > 0)
-                    .then(|| delegates.paid_by_part(counter_key, whole, now, cost, left))
-                    .flatten();
-                (d, want)
-            }
-            _ => {
-                let sliced = delegates.from_slices(counter_key, whole, now, cost, left);
-                let d = match by_part {
-                    // Denied by both: when the part has the units again.
-                    Some(d) if !sliced.decision.allowed => Decision {
-                        retry_after: d.retry_after.min(sliced.decision.retry_after),
-                        ..d
-                    },
-                    Some(d) => Decision {
-                        remaining: sliced.decision.remaining.saturating_add(left),
-                        reset: d.reset,
-                        ..sliced.decision
-                    },
-                    None => sliced.decision,
-                };
-                (d, sliced.want)
-            }
-        };
-        if want.is_some() {
-            delegates.asked(counter_key, now);
-        }
-        drop(books);
         if by_part.is_some_and(|d| d.allowed) && cost > 0 {
             turn.tally.booked(policy.name(), token, cost, now);
         }
+        let (mut decision, want) = if policy.spread() == Some(Spread::AtHome) {
+            // A sliding policy: its part is all a region decides; the
+            // rest is decided at the home.
+            (by_part.unwrap_or_else(|| not_here(whole)), None)
+        } else {
+            part_or_slices(owned, counter_key, whole, now, cost, by_part)
+        };
         decision.limit = reported_whole(policy, part, decision.limit);
         Decided {
             decision,
@@ -577,12 +581,7 @@ impl Decider {
         if !counters.global().reclaim_due(counter_key, limit, turn.now) {
             return;
         }
-        let regions = global
-            .weights()
-            .iter()
-            .map(|(region, _)| region.clone())
-            .filter(|region| *region != link.region)
-            .collect();
+        let regions = global.others(&link.region).cloned().collect();
         link.send(Need::Reclaim {
             regions,
             partition: turn.owned.partition,
@@ -606,12 +605,7 @@ impl Decider {
         let (Some(link), Some(global)) = (self.global.as_ref(), policy.scope().global()) else {
             return Vec::new();
         };
-        let regions: Vec<RegionName> = global
-            .weights()
-            .iter()
-            .map(|(region, _)| region.clone())
-            .filter(|region| *region != link.region)
-            .collect();
+        let regions: Vec<RegionName> = global.others(&link.region).cloned().collect();
         let names = regions.iter().map(|r| r.as_str().to_string()).collect();
         link.send(Need::Reset {
             regions,
@@ -648,11 +642,14 @@ impl Decider {
                 // A region with no state of the key has its part whole
                 // (the home, without parts, the whole limit).
                 let fresh = match policy.part_in(region) {
-                    Some(part) => part.inspect(&part.new_state(), now),
-                    None if region == global.home() => policy.inspect(&policy.new_state(), now),
+                    Some(part) => part
+                        .inspect(&part.new_state(), now)
+                        .iter()
+                        .map(LimitReport::from)
+                        .collect(),
+                    None if region == global.home() => whole.clone(),
                     None => Vec::new(),
                 };
-                let fresh = fresh.iter().map(LimitReport::from).collect();
                 (region.clone(), false, fresh)
             })
             .collect();
