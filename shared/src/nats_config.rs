@@ -25,7 +25,7 @@ pub mod auth;
 pub mod link;
 mod quote;
 pub use auth::{permissions, Password, Permissions, Role, RoleUser};
-pub use link::{LinkKey, LinkSeed, RegionLinks};
+pub use link::{CertAndKey, LinkKey, LinkSeed, LinkTls, LinkTlsError, RegionLinks};
 use quote::quote;
 
 /// The server mapping for `verb` with `partitions` partitions, as (source,

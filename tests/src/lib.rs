@@ -94,6 +94,6 @@ pub use nats::{
 };
 pub use nix::sys::signal::Signal;
 pub use process::{one_line_error, output_text, tail_of_file, ChildGuard, DEFAULT_GRACE};
-pub use regions::{in_region, TwoRegions, EAST, WEST};
+pub use regions::{in_region, link_key, TwoRegions, EAST, WEST};
 pub use stack::{secured_nats_config, serial, test_password, worker_command, Stack, TestConfig};
 pub use tls::{HttpsResponse, TestCa};

@@ -2,6 +2,10 @@
 //! regions, which a test can slow down (WAN latency), blackhole (keep the
 //! sockets, drop the bytes) and reset (close every connection).
 //!
+//! It keeps the first [`TRANSCRIPT_CAP`] bytes it forwarded, both ways, so
+//! a test can tell whether the link carried something in the clear
+//! ([`LinkProxy::carried`]).
+//!
 //! It runs on its own thread with its own tokio runtime, so a test that
 //! blocks its runtime (starting a nats-server blocks) does not stall the
 //! link, and dropping it stops the thread and closes every socket.
@@ -32,7 +36,12 @@ struct Shared {
     connections: Vec<tokio::task::AbortHandle>,
     /// Connections accepted so far.
     accepted: u64,
+    /// The bytes forwarded so far, both ways, up to [`TRANSCRIPT_CAP`].
+    transcript: Vec<u8>,
 }
+
+/// How many of the forwarded bytes the proxy keeps for [`LinkProxy::carried`].
+pub const TRANSCRIPT_CAP: usize = 16 << 20;
 
 /// A TCP proxy from its own loopback port to `upstream`; see the module docs.
 #[derive(Debug)]
@@ -54,6 +63,7 @@ impl LinkProxy {
             mode: LinkMode::Pass,
             connections: Vec::new(),
             accepted: 0,
+            transcript: Vec::new(),
         }));
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -101,6 +111,15 @@ impl LinkProxy {
     /// Connections accepted since the start.
     pub fn accepted(&self) -> u64 {
         self.lock().accepted
+    }
+
+    /// Whether `needle` appeared in the bytes forwarded so far (within
+    /// the first [`TRANSCRIPT_CAP`]), as they went over the wire.
+    pub fn carried(&self, needle: &[u8]) -> bool {
+        self.lock()
+            .transcript
+            .windows(needle.len())
+            .any(|w| w == needle)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
@@ -164,7 +183,12 @@ async fn pump(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            let mode = shared.lock().unwrap_or_else(|e| e.into_inner()).mode;
+            let mode = {
+                let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+                let room = TRANSCRIPT_CAP.saturating_sub(s.transcript.len());
+                s.transcript.extend_from_slice(&buf[..n.min(room)]);
+                s.mode
+            };
             let due = match mode {
                 LinkMode::Pass => Instant::now(),
                 LinkMode::Delay(d) => Instant::now() + d,

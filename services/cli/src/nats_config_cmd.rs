@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use sluice_core::config::Config;
 use sluice_core::nats_config::link::LINK_SEED_ENV;
 use sluice_core::nats_config::{
-    Cluster, LinkKey, LinkSeed, NatsServerConfig, Password, RegionLinks, Role, RoleUser,
+    Cluster, LinkKey, LinkSeed, LinkTls, NatsServerConfig, Password, RegionLinks, Role, RoleUser,
 };
 use sluice_core::region::RegionName;
 
@@ -66,6 +66,19 @@ pub struct NatsConfigArgs {
     /// give the same seed to every region's servers).
     #[arg(long = "link")]
     pub links: Vec<String>,
+    /// This server's certificate (PEM) for the link between regions: the
+    /// listener presents it, and a connecting side shows it to a listener
+    /// that asks (with --link-tls-key).
+    #[arg(long)]
+    pub link_tls_cert: Option<String>,
+    /// The key of --link-tls-cert (PEM).
+    #[arg(long)]
+    pub link_tls_key: Option<String>,
+    /// The CA (PEM) the other regions' link certificates are signed by: a
+    /// listener then requires one from each region that connects (mutual
+    /// TLS), and a connecting side verifies the listener's against it.
+    #[arg(long)]
+    pub link_tls_ca: Option<String>,
 }
 
 pub fn run(common: &Common, args: &NatsConfigArgs) -> Result<()> {
@@ -124,9 +137,10 @@ fn region_links(config: &Config, args: &NatsConfigArgs) -> Result<Option<RegionL
         None => config.region.clone(),
     };
     let Some(region) = region else {
-        if args.link_listen.is_some() || !args.links.is_empty() {
+        let tls = [&args.link_tls_cert, &args.link_tls_key, &args.link_tls_ca];
+        if args.link_listen.is_some() || !args.links.is_empty() || tls.iter().any(|f| f.is_some()) {
             bail!(
-                "--link-listen and --link need a region: give --region or set region in the config"
+                "--link-listen, --link and --link-tls-* need a region: give --region or set region in the config"
             );
         }
         return Ok(None);
@@ -153,12 +167,20 @@ fn region_links(config: &Config, args: &NatsConfigArgs) -> Result<Option<RegionL
     } else {
         None
     };
+    let tls = LinkTls::new(
+        args.link_tls_cert.clone(),
+        args.link_tls_key.clone(),
+        args.link_tls_ca.clone(),
+        args.link_listen.is_some(),
+        !connect.is_empty(),
+    )?;
     Ok(Some(RegionLinks {
         region,
         listen: args.link_listen.clone(),
         advertise: args.link_advertise.clone(),
         connect,
         key,
+        tls,
     }))
 }
 

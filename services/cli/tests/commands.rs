@@ -1,5 +1,6 @@
-//! The small commands: `check`, `status`, `nats-config`, and `--help` on
-//! every command, run as a user would run them.
+//! The small commands: `check`, `status`, `nats-config` (its link TLS
+//! loaded into nats-server), and `--help` on every command, run as a user
+//! would run them.
 
 use sluice_tests::{eventually, serial, Stack, TICK};
 use std::process::{Command, Output};
@@ -122,6 +123,98 @@ fn nats_config_prints_a_config_that_nats_server_accepts() {
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", text(&check));
+}
+
+/// `nats-server -t` on the config `sluice nats-config` prints with `args`
+/// (it loads the certificate files, so a wrong path fails too).
+fn nats_server_accepts(args: &[&str]) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(SLUICE)
+        .arg("nats-config")
+        .args(args)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(text(&out));
+    }
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(&conf, &out.stdout).unwrap();
+    let check = Command::new(sluice_tests::nats_server_binary().unwrap())
+        .args(["-t", "-c"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    check
+        .status
+        .success()
+        .then_some(())
+        .ok_or_else(|| text(&check))
+}
+
+#[test]
+fn the_link_over_tls_loads_into_nats_server_and_half_given_tls_is_refused() {
+    let ca = sluice_tests::TestCa::new().unwrap();
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    let (ca_file, server, server_key) =
+        (path(ca.ca()), path(ca.server_cert()), path(ca.server_key()));
+    let (client, client_key) = (path(ca.client_cert()), path(ca.client_key()));
+    let east = [
+        "--region",
+        "east",
+        "--link-listen",
+        "127.0.0.1:7422",
+        "--link-tls-cert",
+        &server,
+        "--link-tls-key",
+        &server_key,
+        "--link-tls-ca",
+        &ca_file,
+    ];
+    nats_server_accepts(&east).unwrap();
+    let west = [
+        "--region",
+        "west",
+        "--link",
+        "east=nats-leaf://127.0.0.1:7422",
+        "--link-tls-cert",
+        &client,
+        "--link-tls-key",
+        &client_key,
+        "--link-tls-ca",
+        &ca_file,
+    ];
+    nats_server_accepts(&west).unwrap();
+    // nats-server reads the files: a certificate that is not there fails.
+    let mut missing = west;
+    missing[5] = "/nonexistent/west.pem";
+    let err = nats_server_accepts(&missing).unwrap_err();
+    assert!(err.contains("/nonexistent/west.pem"), "{err}");
+
+    let refused = |args: &[&str], reason: &str| {
+        let err = nats_server_accepts(args).unwrap_err();
+        assert!(err.contains(reason), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    };
+    refused(
+        &west[..6],
+        "give --link-tls-cert and --link-tls-key together",
+    );
+    refused(
+        &[
+            "--region",
+            "east",
+            "--link-listen",
+            "127.0.0.1:7422",
+            "--link-tls-ca",
+            &ca_file,
+        ],
+        "--link-listen over TLS needs this server's certificate",
+    );
+    refused(
+        &["--region", "east", "--link-tls-ca", &ca_file],
+        "give --link-listen or --link too",
+    );
+    refused(&["--link-tls-ca", &ca_file], "need a region");
 }
 
 #[test]

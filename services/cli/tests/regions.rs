@@ -5,22 +5,18 @@
 //! answers no responders), `sluice status` shows the regions and whether
 //! the link is up through a blackhole and a reset, a worker restarted in a
 //! cut-off region takes its partitions, a worker refuses to start in a
-//! misconfigured region, and with the roles of CONTRACT §10 the link
-//! authenticates with its nkey and carries nothing but link subjects.
+//! misconfigured region. The link's security is in `regions_security.rs`.
 
 mod common;
 
 use anyhow::bail;
 use futures::StreamExt;
-use sluice_core::nats_config::{NatsServerConfig, RegionLinks, Role};
-use sluice_core::region::{Hello, RegionName};
+use sluice_core::nats_config::NatsServerConfig;
 use sluice_core::storage::POLICY_BUCKET;
-use sluice_core::subject::{
-    link_hello, link_inbox_prefix, PartitionSubject, Verb, LINK_ROOT, ROOT,
-};
+use sluice_core::subject::{PartitionSubject, Verb, LINK_ROOT, ROOT};
 use sluice_tests::{
-    ask, eventually, in_region, serial, test_password, worker_command, AskError, ChildGuard,
-    LinkMode, NatsServer, TestConfig, TwoRegions, EAST, PEEK, TICK, WEST,
+    ask, eventually, in_region, serial, worker_command, AskError, ChildGuard, LinkMode, NatsServer,
+    TestConfig, TwoRegions, EAST, PEEK, TICK, WEST,
 };
 use std::time::Duration;
 
@@ -214,19 +210,7 @@ async fn a_worker_refuses_a_link_that_carries_regional_subjects() {
     let _serial = serial().await;
     let regions = TwoRegions::start(SLUICE, &TestConfig::new().toml(), 1).await;
     // A third region linked to east by hand, without the deny lists.
-    let mut config = NatsServerConfig::new(16);
-    config.server_name = "north-1".to_string();
-    let link_port = regions.link.addr().port();
-    config.region = Some(RegionLinks {
-        region: RegionName::new("north").unwrap(),
-        listen: None,
-        advertise: None,
-        connect: vec![(
-            RegionName::new(EAST).unwrap(),
-            format!("nats-leaf://127.0.0.1:{link_port}"),
-        )],
-        key: None,
-    });
+    let config = regions.third_region("north", None, None);
     let text: String = config
         .render()
         .lines()
@@ -270,79 +254,6 @@ async fn a_worker_restarted_in_a_cut_off_region_takes_its_partitions() {
     let peek = ask(&west, "frank", PEEK).await.unwrap();
     assert_eq!(peek.remaining, 0, "west restored frank's count by itself");
     assert!(ask(&west, "grace", b"").await.unwrap().allowed);
-}
-
-/// A connection to `nats` as `role`, with replies under `inbox` if given.
-async fn connect_as_role(nats: &NatsServer, role: Role, inbox: Option<&str>) -> async_nats::Client {
-    let mut opts = async_nats::ConnectOptions::with_user_and_password(
-        role.name().to_string(),
-        test_password(role),
-    );
-    if let Some(prefix) = inbox {
-        opts = opts.custom_inbox_prefix(prefix);
-    }
-    opts.connect(nats.url()).await.expect("connects")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_roles_the_link_authenticates_and_carries_nothing_but_link_subjects() {
-    let _serial = serial().await;
-    let seed = nkeys::KeyPair::new_user().seed().unwrap();
-    let regions = TwoRegions::start_secured(SLUICE, &TestConfig::new().toml(), 1, &seed).await;
-    let hello = |payload: &[u8]| serde_json::from_slice::<Hello>(payload).unwrap();
-
-    // The workers' role reaches the other region over the link (the link
-    // authenticated with its nkey), replies coming back to a link inbox.
-    let worker = connect_as_role(
-        &regions.west.nats,
-        Role::Worker,
-        Some(&link_inbox_prefix(WEST)),
-    )
-    .await;
-    let answer = eventually(Duration::from_secs(15), TICK, || async {
-        let m = worker
-            .request(link_hello(EAST), "".into())
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        anyhow::Ok(hello(&m.payload))
-    })
-    .await
-    .unwrap();
-    assert_eq!(answer.region, EAST);
-
-    // A client of west reaches nothing of east's: not the link subjects
-    // (its role may not use them), not east's JetStream (denied on the
-    // link, and another domain), not east's asks (regional).
-    for role in [Role::Client, Role::Admin] {
-        let client = connect_as_role(&regions.west.nats, role, None).await;
-        // A refused publish gets no answer: a second is plenty for one
-        // that would (answers take milliseconds on loopback).
-        let within = |subject: String| {
-            let client = client.clone();
-            async move {
-                tokio::time::timeout(Duration::from_secs(1), client.request(subject, "".into()))
-                    .await
-                    .map_err(|_| "no answer".to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
-            }
-        };
-        let to_link = within(link_hello(EAST)).await;
-        assert!(
-            to_link.is_err(),
-            "{role} reached east's workers over the link"
-        );
-        let to_js = within("$JS.east.API.INFO".to_string()).await;
-        assert!(to_js.is_err(), "{role} reached east's JetStream: {to_js:?}");
-    }
-    // Its own region's JetStream is its own domain (asked as a worker, the
-    // role that may).
-    let own = connect_as_role(&regions.west.nats, Role::Worker, None).await;
-    let info = own.request("$JS.API.INFO", "".into()).await.unwrap();
-    let info: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
-    assert_eq!(info["domain"], WEST, "{info}");
-    // Asks stay in their region: east's client is answered by east.
-    let east = connect_as_role(&regions.east.nats, Role::Client, None).await;
-    assert!(ask(&east, "heidi", b"").await.unwrap().allowed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
