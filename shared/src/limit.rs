@@ -100,7 +100,7 @@ pub enum PolicyError {
     HoldTtl,
     #[error("a global policy (scope = \"global\") cannot have concurrency: a hold lives with one region's owner; use a regional policy for concurrency")]
     GlobalConcurrency,
-    #[error("global limits are available for fixed_window with one limit, enforced, without local_budget in this version, not with {0}; token_bucket, gcra, the sliding algorithms, several limits, shadow mode and alerts across regions are not yet (docs/REGIONS.md): use scope = \"region\" for them")]
+    #[error("a global policy cannot have {0} in this version: a client's slice would be one more level of units taken out ahead of the home (docs/REGIONS.md); remove it or use scope = \"region\"")]
     GlobalNotYet(String),
     #[error("an alert threshold must be 1 to 1000 (percent of each limit's max), found {0}")]
     AlertThreshold(i64),

@@ -50,7 +50,7 @@ pub struct OverrideTable {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Override {
     /// The key's limits under the policy (same name and algorithm).
-    Limits(Policy),
+    Limits(Box<Policy>),
     /// `max = 0`: every ask is denied.
     Blocked,
 }
@@ -97,7 +97,7 @@ impl Policies {
     /// counted under).
     pub fn in_force<'p>(&'p self, base: &'p Policy, key_token: &str) -> &'p Policy {
         match self.override_of(base.name(), key_token) {
-            Some(Override::Limits(limits)) => limits,
+            Some(Override::Limits(limits)) => limits.as_ref(),
             _ => base,
         }
     }
@@ -239,7 +239,7 @@ pub fn resolve(base: &Policy, table: &OverrideTable) -> Result<Override, String>
     PolicyTable::of(base)
         .with_limits(table.limits.clone())
         .to_policy(base.name())
-        .map(Override::Limits)
+        .map(|policy| Override::Limits(Box::new(policy)))
         .map_err(|e| {
             format!(
                 "override of policy {:?}: {}: {}",

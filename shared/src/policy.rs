@@ -71,7 +71,26 @@ pub struct Policy {
     /// ([`crate::region::parts`]), as a regional policy of the part's
     /// limit; `None` when the policy is not split so.
     parts: Option<Arc<[(RegionName, Policy)]>>,
+    /// A global policy with alerts: the policies of its tallies
+    /// ([`crate::region::tally`]); `None` otherwise.
+    tallies: Option<Arc<Tallies>>,
 }
+
+/// The policies a global policy with alerts keeps its tallies of what the
+/// regions spent under ([`crate::region::tally`]): regional copies of it,
+/// one whose thresholds fire (the home's tally of every region's
+/// spending) and one without alerts (a region's own tally, and the
+/// reports the home keeps).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tallies {
+    pub alerting: Policy,
+    pub silent: Policy,
+}
+
+/// The thresholds a global policy's own counters watch: none (its
+/// tallies' do, [`Policy::threshold_units`]).
+static NO_THRESHOLDS: std::sync::LazyLock<ThresholdUnits> =
+    std::sync::LazyLock::new(ThresholdUnits::default);
 
 impl Policy {
     pub fn new(
@@ -105,6 +124,7 @@ impl Policy {
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
             parts: None,
+            tallies: None,
         })
     }
 
@@ -125,6 +145,7 @@ impl Policy {
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
             parts: None,
+            tallies: None,
         })
     }
 
@@ -149,7 +170,34 @@ impl Policy {
         self.scope = scope;
         self.global_not_yet()?;
         self.parts = self.split();
+        self.tallies = self.tallies_of();
         Ok(self)
+    }
+
+    /// Its tallies' policies, when it is a global policy with alerts.
+    fn tallies_of(&self) -> Option<Arc<Tallies>> {
+        self.scope.global()?;
+        if self.alerts.thresholds().is_empty() {
+            return None;
+        }
+        let alerting = Policy {
+            mode: Mode::Enforce,
+            scope: Scope::Region,
+            parts: None,
+            tallies: None,
+            ..self.clone()
+        };
+        let silent = Policy {
+            alerts: ThresholdUnits::default(),
+            ..alerting.clone()
+        };
+        Some(Arc::new(Tallies { alerting, silent }))
+    }
+
+    /// The policies of its tallies of what the regions spent: a global
+    /// policy with alerts (CONTRACT §14 across regions), `None` otherwise.
+    pub fn tallies(&self) -> Option<&Tallies> {
+        self.tallies.as_deref()
     }
 
     /// Its parts, one per region that keeps one, when it is a global
@@ -167,11 +215,14 @@ impl Policy {
         }
         let parts = parts.into_iter().map(|(region, limits)| {
             // Parts decide as enforced; the region answers in the mode.
+            // Parts fire no alerts: the tallies do.
             let part = Policy {
                 limits,
                 mode: Mode::Enforce,
                 scope: Scope::Region,
                 parts: None,
+                tallies: None,
+                alerts: ThresholdUnits::default(),
                 ..self.clone()
             };
             (region, part)
@@ -221,24 +272,12 @@ impl Policy {
     }
 
     /// What a global policy cannot have yet, whichever was set first (the
-    /// scope or the rest): alerts among them, since the home's count holds
-    /// the other regions' shares from a window's start and a threshold
-    /// would fire before anyone used the units.
+    /// scope or the rest): local budgets.
     fn global_not_yet(&self) -> Result<(), PolicyError> {
-        if self.scope.global().is_none() {
-            return Ok(());
+        if self.scope.global().is_some() && self.local_budget {
+            return Err(PolicyError::GlobalNotYet("local_budget = true".to_string()));
         }
-        let not_yet = if self.local_budget {
-            Some("local_budget = true".to_string())
-        } else if !self.alerts.thresholds().is_empty() {
-            Some("alerts".to_string())
-        } else {
-            None
-        };
-        match not_yet {
-            Some(what) => Err(PolicyError::GlobalNotYet(what)),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Where this policy's limits hold (CONTRACT §12).
@@ -268,7 +307,7 @@ impl Policy {
             return Err(PolicyError::AlertsNotSupported(self.algorithm));
         }
         self.alerts = ThresholdUnits::new(&self.limits, alerts);
-        self.global_not_yet()?;
+        self.tallies = self.tallies_of();
         Ok(self)
     }
 
@@ -277,9 +316,14 @@ impl Policy {
         self.alerts.thresholds()
     }
 
-    /// Its alert thresholds in units of each of its limits.
+    /// The alert thresholds its counters watch, in units of each of its
+    /// limits: none for a global policy, whose key counters do not hold
+    /// what was spent (its [`Policy::tallies`] watch them).
     pub fn threshold_units(&self) -> &ThresholdUnits {
-        &self.alerts
+        match self.scope.global() {
+            Some(_) => &NO_THRESHOLDS,
+            None => &self.alerts,
+        }
     }
 
     /// The same policy with local budgets on or off ([`crate::budget`]);

@@ -16,6 +16,7 @@ use std::fmt;
 pub mod global;
 pub mod parts;
 pub mod report;
+pub mod tally;
 
 /// The longest region name.
 pub const MAX_REGION_LEN: usize = 32;

@@ -301,7 +301,8 @@ pub fn is_link_reply_subject(subject: &str) -> bool {
 /// per [`LinkInbound`] kind: `sluice-link.<region>.p.<n>.batch` (slices
 /// asked and given back, as the batch of [`batch_subject`]),
 /// `sluice-link.<region>.p.<n>.hit.*` (a hit that found no budget there)
-/// and `sluice-link.<region>.p.<n>.reclaim` (the home asks for a share back).
+/// and `sluice-link.<region>.p.<n>.reclaim` (the home asks for a share
+/// back), and the rest below.
 pub fn link_partition_subjects(region: &str, partition: u32) -> Vec<String> {
     vec![
         link_batch(region, partition),
@@ -324,6 +325,8 @@ pub fn link_partition_subjects(region: &str, partition: u32) -> Vec<String> {
         link_reclaim(region, partition),
         link_give(region, partition),
         link_answered(region, partition),
+        link_tally(region, partition),
+        link_resend(region, partition),
     ]
 }
 
@@ -371,6 +374,22 @@ pub fn link_answered(region: &str, partition: u32) -> String {
 
 const ANSWERED: &str = "answered";
 
+/// `sluice-link.<home>.p.<n>.tally`: what another region spent of keys
+/// whose home is `<home>`, for their alerts (`sluice_core::region::tally`).
+pub fn link_tally(region: &str, partition: u32) -> String {
+    format!("{LINK_ROOT}.{region}.p.{partition}.{TALLY}")
+}
+
+const TALLY: &str = "tally";
+
+/// `sluice-link.<region>.p.<n>.resend`: a home's new owner of partition
+/// `n` asks `<region>`'s owner to report its tallies again.
+pub fn link_resend(region: &str, partition: u32) -> String {
+    format!("{LINK_ROOT}.{region}.p.{partition}.{RESEND}")
+}
+
+const RESEND: &str = "resend";
+
 /// A request another region's owner sent to one of this region's
 /// partitions ([`link_partition_subjects`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,6 +401,8 @@ pub enum LinkInbound<'a> {
     Reclaim(u32),
     Give(u32),
     Answered(u32),
+    Tally(u32),
+    Resend(u32),
 }
 
 impl<'a> LinkInbound<'a> {
@@ -403,6 +424,8 @@ impl<'a> LinkInbound<'a> {
             (RECLAIM, None) => Some(LinkInbound::Reclaim(partition)),
             (GIVE, None) => Some(LinkInbound::Give(partition)),
             (ANSWERED, None) => Some(LinkInbound::Answered(partition)),
+            (TALLY, None) => Some(LinkInbound::Tally(partition)),
+            (RESEND, None) => Some(LinkInbound::Resend(partition)),
             (verb, Some(key_token)) if !key_token.is_empty() && !key_token.contains('.') => {
                 let verb = [Verb::Hit, Verb::Allow, Verb::Reset, Verb::Inspect]
                     .into_iter()
@@ -417,7 +440,6 @@ impl<'a> LinkInbound<'a> {
         }
     }
 }
-
 /// Within a region: every worker answers with its region's identity, so a
 /// worker starting up sees whether regional subjects leak over a link
 /// that carries more than [`LINK_ROOT`] (a hand-written link config).
@@ -594,199 +616,4 @@ pub mod probe {
 }
 
 #[cfg(test)]
-mod tests {
-
-    #[test]
-    fn link_partition_subjects_parse_for_their_region_only() {
-        let subjects = link_partition_subjects("east", 7);
-        assert_eq!(
-            LinkInbound::parse(&subjects[0], "east"),
-            Some(LinkInbound::Batch(7))
-        );
-        assert_eq!(
-            LinkInbound::parse(&subjects[5], "east"),
-            Some(LinkInbound::Reclaim(7))
-        );
-        assert_eq!(
-            LinkInbound::parse(&subjects[6], "east"),
-            Some(LinkInbound::Give(7))
-        );
-        assert_eq!(
-            LinkInbound::parse(&subjects[7], "east"),
-            Some(LinkInbound::Answered(7))
-        );
-        let hit = link_hit("east", 7, "bob");
-        assert_eq!(
-            LinkInbound::parse(&hit, "east"),
-            Some(LinkInbound::Ask(PartitionSubject {
-                partition: 7,
-                verb: Verb::Hit,
-                key_token: "bob"
-            }))
-        );
-        assert_eq!(
-            LinkInbound::parse(&link_ask("east", 7, Verb::Allow, "bob"), "east"),
-            Some(LinkInbound::Ask(PartitionSubject {
-                partition: 7,
-                verb: Verb::Allow,
-                key_token: "bob"
-            }))
-        );
-        assert_eq!(
-            LinkInbound::parse(&link_ask("east", 7, Verb::Reserve, "bob"), "east"),
-            None,
-            "only hits, asks, resets and inspects cross"
-        );
-        assert_eq!(LinkInbound::parse(&hit, "west"), None);
-        assert_eq!(LinkInbound::parse(&hit, "eas"), None);
-        for bad in [
-            "sluice-link.east.p.x.batch",
-            "sluice-link.east.p.7.settle.bob",
-            "sluice-link.east.p.7.hit.",
-            "sluice-link.east.p.7.batch.more",
-            "rl.p.7.batch",
-        ] {
-            assert_eq!(LinkInbound::parse(bad, "east"), None, "{bad}");
-        }
-    }
-    use super::*;
-
-    #[test]
-    fn inbound_tells_asks_from_partition_batches() {
-        assert_eq!(
-            Inbound::parse("rl.p.7.inspect.alice"),
-            Some(Inbound::Ask(PartitionSubject {
-                partition: 7,
-                verb: Verb::Inspect,
-                key_token: "alice"
-            }))
-        );
-        assert_eq!(
-            Inbound::parse("rl.p.7.batch"),
-            Some(Inbound::PartitionBatch(7))
-        );
-        assert_eq!(
-            Inbound::parse(&batch_subject(12)),
-            Some(Inbound::PartitionBatch(12))
-        );
-        for bad in [
-            "rl.p.7.batchx",
-            "rl.p.7.allow",
-            "rl.p.7.batch.x.y",
-            "rl.w.x.batch",
-        ] {
-            assert_eq!(Inbound::parse(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn every_verb_round_trips_and_only_answered_verbs_are_owned() {
-        for verb in Verb::ALL {
-            let subject = verb.mapped_subject(3, "k");
-            assert_eq!(
-                PartitionSubject::parse(&subject).map(|p| p.verb),
-                Some(verb)
-            );
-            assert!(verb.client_subject("k").starts_with(ROOT));
-        }
-        assert_eq!(
-            owner_subjects(5),
-            [
-                "rl.p.5.allow.*",
-                "rl.p.5.hit.*",
-                "rl.p.5.inspect.*",
-                "rl.p.5.reset.*",
-                "rl.p.5.usage.*",
-                "rl.p.5.reserve.*",
-                "rl.p.5.settle.*",
-                "rl.p.5.extend.*",
-                "rl.p.5.batch"
-            ]
-        );
-        assert_eq!(owner_subjects(5)[0], Verb::Allow.partition_subject(5));
-        assert_eq!(owner_subjects(5)[8], batch_subject(5));
-        assert_eq!(every_owner_subject().len(), 9);
-        assert_eq!(every_owner_subject()[0], "rl.p.*.allow.*");
-        assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
-        assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");
-        assert_eq!(worker_batch_subject("w1"), "rl.w.w1.batch");
-        assert_eq!(status_stats("abc"), "$SRV.STATS.sluice-worker.abc");
-    }
-
-    #[test]
-    fn wildcards_cover_one_partition_or_every_partitions_batches() {
-        assert_eq!(any_partition_batch_subject(), "rl.p.*.batch");
-        assert_eq!(partition_wildcard(3), "rl.p.3.>");
-        assert!(every_owner_subject().contains(&any_partition_batch_subject()));
-    }
-
-    #[test]
-    fn replies_never_go_into_sluice_or_system_subjects() {
-        for ok in ["_INBOX.abc.1", "my.inbox.x", "rlx.y", "sluicer.z"] {
-            assert!(is_safe_reply_subject(ok), "{ok}");
-        }
-        for bad in [
-            "rl.p.3.reset.bob",
-            "rl",
-            "rl.w.w1.batch",
-            "sluice.journal.w.w1",
-            "$KV.sluice-leases.p.3",
-            "$JS.API.STREAM.DELETE.KV_sluice-leases",
-            "$SRV.PING",
-            "sluice-link.east.p.3",
-            "sluice-link.west.inbox.abc.1",
-        ] {
-            assert!(!is_safe_reply_subject(bad), "{bad}");
-        }
-        assert!(is_link_reply_subject("sluice-link.west.inbox.abc.1"));
-        for bad in ["sluice-link.west.hello", "sluice-link.inbox.x", "_INBOX.x"] {
-            assert!(!is_link_reply_subject(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn client_probe_keys_are_fixed_and_distinguish_common_counts() {
-        let keys = probe::client_keys();
-        assert_eq!(keys.len(), probe::PROBES);
-        assert_eq!(keys[0], "sluice-client-probe-0");
-        // Every pair of counts among the usual ones (and their neighbours)
-        // is told apart by at least one key.
-        let counts = [
-            1u32, 2, 4, 8, 15, 16, 17, 32, 48, 63, 64, 65, 100, 128, 256, 512, 1024,
-        ];
-        for &a in &counts {
-            for &b in &counts {
-                if a != b {
-                    assert!(
-                        keys.iter()
-                            .any(|k| partition_of(k, a) != partition_of(k, b)),
-                        "{a} vs {b}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn the_probe_accepts_only_the_computed_partition() {
-        let keys = probe::keys("p", "n");
-        assert_eq!(keys.len(), probe::PROBES);
-        let key = &keys[0];
-        assert_eq!(probe::send_subject(key), format!("rl.allow.{key}"));
-        assert_eq!(probe::arrival_subject(key), format!("rl.p.*.allow.{key}"));
-        let right = partition_of(key, 16);
-        assert_eq!(
-            probe::check(&format!("rl.p.{right}.allow.{key}"), 16),
-            Ok(())
-        );
-        let wrong = (right + 1) % 16;
-        assert_eq!(
-            probe::check(&format!("rl.p.{wrong}.allow.{key}"), 16),
-            Err(probe::Mismatch {
-                key: key.clone(),
-                arrived: Some(wrong),
-                expected: right
-            })
-        );
-    }
-}
+mod tests;

@@ -20,6 +20,7 @@
 
 use sluice_core::alerts::{Alert, Crossing, Fired, FiredAlert};
 use sluice_core::policy::Policy;
+use sluice_core::region::tally::tallied_key;
 use sluice_core::time::Nanos;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::mpsc;
@@ -72,6 +73,8 @@ impl AlertBook {
     /// (`policy/token`) reached at `now`: those not fired yet in their
     /// window are kept and sent on.
     pub fn fire(&self, policy: &Policy, counter_key: &str, crossings: &[Crossing], now: Nanos) {
+        // A global policy's tally fires for the key it is of.
+        let counter_key = tallied_key(counter_key).unwrap_or(counter_key);
         let token = counter_key
             .split_once('/')
             .map_or(counter_key, |(_, token)| token);

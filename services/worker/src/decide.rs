@@ -602,6 +602,9 @@ impl Decider {
         } else {
             Usage::Denied
         };
+        if usage == Usage::Used && !turn.link {
+            self.tally_spent(turn, whole, token, cost);
+        }
         let counted = Counted {
             policy: base.name(),
             token,
@@ -637,11 +640,20 @@ impl Decider {
     }
 
     /// [`Decider::record_usage`] of a delegate's ask, whose count is no
-    /// record of its own ([`Tally::usage_apart`]).
-    fn record_usage_apart(&self, turn: &mut Turn<'_, '_, '_>, counted: Counted<'_>, usage: Usage) {
-        if self.usage && !turn.link {
-            turn.tally
-                .usage_apart(turn.owned.usage, counted, usage, turn.now);
+    /// record of its own ([`Tally::usage_apart`]). With `tallied` (a
+    /// policy with alerts across regions) its record is made whether or
+    /// not usage is recorded: in journal mode it rebuilds the region's
+    /// tally of what it spent ([`Decider::replay_tally`]).
+    fn record_usage_apart(
+        &self,
+        turn: &mut Turn<'_, '_, '_>,
+        counted: Counted<'_>,
+        usage: Usage,
+        tallied: bool,
+    ) {
+        if (self.usage || tallied) && !turn.link {
+            let ledger = turn.owned.usage.filter(|_| self.usage);
+            turn.tally.usage_apart(ledger, counted, usage, turn.now);
         }
     }
 
@@ -653,6 +665,7 @@ impl Decider {
         let Some(base) = policies.get(&record.p) else {
             return false;
         };
+        self.replay_tally(policies, record, counters);
         // Under the limits the key was decided under: an override's, if
         // any; of a global bucket, this region's part.
         let policy = policies
@@ -698,5 +711,6 @@ mod batches;
 mod global;
 mod hold_ids;
 mod holding;
+mod tally;
 #[cfg(test)]
 mod tests;

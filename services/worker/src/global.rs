@@ -214,6 +214,23 @@ pub struct Answered {
     pub allowed: bool,
 }
 
+/// What a region reports of its tallies to a home's owner
+/// (`sluice-link.<home>.p.<n>.tally`, MessagePack): who it is and what it
+/// spent of each key so far (`sluice_core::region::tally`). Answered with
+/// an empty batch of results once taken.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TallyBatch {
+    pub from: String,
+    pub reports: Vec<sluice_core::region::tally::Reported>,
+}
+
+/// A home's new owner asks for the tallies again
+/// (`sluice-link.<region>.p.<n>.resend`, MessagePack).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resend {
+    pub home: String,
+}
+
 /// What must cross the link, from a decision or a sweep.
 pub enum Need {
     /// A delegate asks the home for a slice of up to `want` units; the
@@ -276,6 +293,22 @@ pub enum Need {
         regions: Vec<RegionName>,
         partition: u32,
         reclaim: Reclaim,
+    },
+    /// What this region (`from`) spent of a key whose home is `home`, as
+    /// its tally stands: the link task keeps the latest per key and sends
+    /// them together until the home takes them.
+    Tally {
+        home: RegionName,
+        partition: u32,
+        from: RegionName,
+        report: sluice_core::region::tally::Reported,
+    },
+    /// A home's new owner of `partition` asks `regions` to report their
+    /// tallies again.
+    Resend {
+        regions: Vec<RegionName>,
+        partition: u32,
+        home: RegionName,
     },
 }
 
@@ -379,6 +412,24 @@ pub fn decode_answered(body: &[u8]) -> Result<Answered, wire::ErrorReply> {
     rmp_serde::from_slice(body).map_err(|e| {
         wire::ErrorReply::bad_request(format!(
             "an answered note is a MessagePack map of policy, key, cost and allowed: {e}"
+        ))
+    })
+}
+
+/// Decodes a tally report's body; the error says what is wrong.
+pub fn decode_tally(body: &[u8]) -> Result<TallyBatch, wire::ErrorReply> {
+    rmp_serde::from_slice(body).map_err(|e| {
+        wire::ErrorReply::bad_request(format!(
+            "a tally report is a MessagePack map of from and reports: {e}"
+        ))
+    })
+}
+
+/// Decodes a resend request's body; the error says what is wrong.
+pub fn decode_resend(body: &[u8]) -> Result<Resend, wire::ErrorReply> {
+    rmp_serde::from_slice(body).map_err(|e| {
+        wire::ErrorReply::bad_request(format!(
+            "a resend request is a MessagePack map of home: {e}"
         ))
     })
 }

@@ -5,20 +5,22 @@
 //! `global.rs` so that the decision core, which uses the books, needs no
 //! NATS.
 
-use crate::global::{Answered, Forward, Gather, Homes, Link, Need};
+use crate::global::{Answered, Forward, Gather, Homes, Link, Need, Resend, TallyBatch};
 use sluice_core::key::KeyToken;
 use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::report::combine;
+use sluice_core::region::tally::Reported;
 use sluice_core::region::RegionName;
 use sluice_core::subject::{
     is_safe_reply_subject, link_answered, link_ask, link_batch, link_give, link_hit, link_reclaim,
-    Verb,
+    link_resend, link_tally, Verb,
 };
 use sluice_core::time::Clock;
 use sluice_core::wire::batch::{self, Budget, Item};
 use sluice_core::wire::inspect::{decode_admin_reply, encode_scope, InspectReply, RegionReport};
 use sluice_core::wire::{decode_reply, Encoding, Reply};
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -41,17 +43,132 @@ async fn run(
     clock: Arc<dyn Clock>,
     homes: Arc<Homes>,
 ) {
-    while let Some(need) = needs.recv().await {
-        let client = client.clone();
-        let clock = clock.clone();
-        let homes = homes.clone();
-        // Each on its own: one lost request must not hold up the others.
-        tokio::spawn(async move {
-            if let Err(e) = carry(need, &client, &*clock, &homes).await {
-                tracing::debug!("a global limit's message across the link failed: {e:#}");
+    let mut tallies = PendingTallies::default();
+    let (untaken, mut put_back) = mpsc::unbounded_channel::<TallyGroup>();
+    let mut tick = tokio::time::interval(TALLY_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            need = needs.recv() => {
+                let Some(need) = need else { return };
+                if let Need::Tally { home, partition, from, report } = need {
+                    tallies.add((home, partition), from, report);
+                    continue;
+                }
+                let client = client.clone();
+                let clock = clock.clone();
+                let homes = homes.clone();
+                // Each on its own: one lost request must not hold up the others.
+                tokio::spawn(async move {
+                    if let Err(e) = carry(need, &client, &*clock, &homes).await {
+                        tracing::debug!("a global limit's message across the link failed: {e:#}");
+                    }
+                });
             }
-        });
+            Some(group) = put_back.recv() => tallies.put_back(group),
+            _ = tick.tick(), if !tallies.is_empty() => {
+                for group in tallies.take() {
+                    let (client, untaken) = (client.clone(), untaken.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = send_tallies(&group, &client).await {
+                            tracing::debug!("tallies for region {} not taken yet: {e:#}", group.to.0);
+                            let _ = untaken.send(group);
+                        }
+                    });
+                }
+            }
+        }
     }
+}
+
+/// How often the tallies waiting go to their homes: an alert of a global
+/// key fires at most this much (and one link trip) after the spending.
+const TALLY_EVERY: Duration = Duration::from_millis(250);
+
+/// The most keys whose tallies wait to go (over every home and
+/// partition); past it, new reports are dropped until some are taken, and
+/// the next spending of those keys reports them again.
+const MOST_PENDING_TALLIES: usize = 65_536;
+
+/// The tallies one home partition is sent at once, by the key they are of.
+struct TallyGroup {
+    to: (RegionName, u32),
+    from: RegionName,
+    reports: HashMap<(String, String), Reported>,
+}
+
+/// The latest report of each key not taken by its home yet.
+#[derive(Default)]
+struct PendingTallies {
+    groups: HashMap<(RegionName, u32), TallyGroup>,
+    keys: usize,
+    dropped_warned: bool,
+}
+
+impl PendingTallies {
+    fn is_empty(&self) -> bool {
+        self.keys == 0
+    }
+
+    /// Keeps `report`, in place of the key's earlier one.
+    fn add(&mut self, to: (RegionName, u32), from: RegionName, report: Reported) {
+        let group = self.groups.entry(to.clone()).or_insert_with(|| TallyGroup {
+            to,
+            from,
+            reports: HashMap::new(),
+        });
+        let key = (report.policy.clone(), report.key.clone());
+        if !group.reports.contains_key(&key) {
+            if self.keys >= MOST_PENDING_TALLIES {
+                if !self.dropped_warned {
+                    tracing::warn!(
+                        "{MOST_PENDING_TALLIES} keys' tallies wait for their homes (link down?): \
+                         newer reports are dropped until some are taken"
+                    );
+                    self.dropped_warned = true;
+                }
+                return;
+            }
+            self.keys += 1;
+        }
+        group.reports.insert(key, report);
+    }
+
+    /// Every group waiting, to send.
+    fn take(&mut self) -> Vec<TallyGroup> {
+        self.keys = 0;
+        self.dropped_warned = false;
+        self.groups.drain().map(|(_, group)| group).collect()
+    }
+
+    /// A group its home did not take: each report waits again, unless a
+    /// newer one of its key came meanwhile.
+    fn put_back(&mut self, group: TallyGroup) {
+        let TallyGroup { to, from, reports } = group;
+        for (key, report) in reports {
+            let newer = self
+                .groups
+                .get(&to)
+                .is_some_and(|waiting| waiting.reports.contains_key(&key));
+            if !newer {
+                self.add(to.clone(), from.clone(), report);
+            }
+        }
+    }
+}
+
+/// Sends one group of tallies to its home's owner; an error when it was
+/// not taken (no answer, no owner there, refused).
+async fn send_tallies(group: &TallyGroup, client: &async_nats::Client) -> anyhow::Result<()> {
+    let batch = TallyBatch {
+        from: group.from.as_str().to_string(),
+        reports: group.reports.values().cloned().collect(),
+    };
+    let (home, partition) = &group.to;
+    let body = rmp_serde::to_vec_named(&batch)?;
+    let reply = request(client, link_tally(home.as_str(), *partition), body).await?;
+    batch::decode_results(&reply.payload, 0)?;
+    Ok(())
 }
 
 /// The pauses between sends of a hit the home did not take.
@@ -213,6 +330,22 @@ async fn carry(
                 .publish(link_give(home.as_str(), partition), body.into())
                 .await?;
         }
+        // Kept and sent together by the task's loop.
+        Need::Tally { .. } => {}
+        Need::Resend {
+            regions,
+            partition,
+            home,
+        } => {
+            let body = rmp_serde::to_vec_named(&Resend {
+                home: home.as_str().to_string(),
+            })?;
+            for region in regions {
+                client
+                    .publish(link_resend(region.as_str(), partition), body.clone().into())
+                    .await?;
+            }
+        }
         Need::Reclaim {
             regions,
             partition,
@@ -365,4 +498,53 @@ async fn complete(
         .publish_with_headers(reply, answer.headers, answer.payload)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::algorithm::fixed_window::State;
+
+    fn report(key: &str, count: u64) -> Reported {
+        Reported {
+            policy: "plan".to_string(),
+            key: key.to_string(),
+            windows: vec![State { start: 0, count }],
+        }
+    }
+
+    fn counts(pending: &mut PendingTallies) -> Vec<(String, u64)> {
+        let mut all: Vec<(String, u64)> = pending
+            .take()
+            .into_iter()
+            .flat_map(|g| g.reports.into_values())
+            .map(|r| (r.key, r.windows[0].count))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// The latest report of a key waits; one not taken waits again unless
+    /// a newer one came meanwhile.
+    #[test]
+    fn the_latest_report_of_each_key_waits_until_taken() {
+        let east = RegionName::new("east").unwrap();
+        let west = RegionName::new("west").unwrap();
+        let mut pending = PendingTallies::default();
+        pending.add((east.clone(), 3), west.clone(), report("a", 1));
+        pending.add((east.clone(), 3), west.clone(), report("a", 4));
+        pending.add((east.clone(), 3), west.clone(), report("b", 2));
+        let mut sent = pending.take();
+        assert!(pending.is_empty());
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].reports.len(), 2);
+        // Not taken; meanwhile a newer report of a.
+        pending.add((east.clone(), 3), west.clone(), report("a", 9));
+        pending.put_back(sent.pop().unwrap());
+        assert_eq!(
+            counts(&mut pending),
+            [("a".to_string(), 9), ("b".to_string(), 2)]
+        );
+        assert!(pending.is_empty());
+    }
 }

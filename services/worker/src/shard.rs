@@ -494,6 +494,10 @@ impl Shard {
             subs.push(client.subscribe(subject).await?);
         }
         client.flush().await?;
+        // Subscribed: a home's owner may now take the tallies it asks for.
+        self.answering
+            .decider
+            .took_over_tallies(&policies, self.owned());
         tracing::debug!(
             partition,
             manifest_ms = t_manifest.as_millis() as u64,

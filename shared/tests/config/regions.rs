@@ -67,12 +67,40 @@ fn global_policies_are_accepted_split_as_they_say_and_the_rest_refused_with_the_
     assert_eq!(plan.mode(), Mode::Shadow);
     let west = RegionName::new("west").unwrap();
     assert_eq!(plan.part_in(&west).unwrap().mode(), Mode::Enforce);
-    // Alerts: the home's count holds the other regions' shares from the
-    // window's start, so a threshold would fire before anyone used them.
+    // Alerts: the key counters watch none (the home's holds the other
+    // regions' shares from the window's start, a part only its region's);
+    // the tallies of what was spent do, and the parts fire nothing.
+    for on_cut in ["closed", "reserved"] {
+        let two_limits = two.replace("\"reserved\"", &format!("\"{on_cut}\""));
+        let alerting = parse(&GLOBAL.replace(
+            "on_cut = \"closed\"",
+            &format!("alerts = [80, 100]\non_cut = \"{on_cut}\""),
+        ));
+        for config in [alerting, parse(&(two_limits + "alerts = [50]\n"))] {
+            let plan = config.policies.get("plan").unwrap();
+            assert!(!plan.alerts().is_empty(), "the policy says its thresholds");
+            assert!(
+                plan.threshold_units().floors().is_empty(),
+                "its counters watch none"
+            );
+            let tallies = plan.tallies().expect("tallies");
+            assert!(!tallies.alerting.threshold_units().floors().is_empty());
+            assert!(tallies.silent.threshold_units().floors().is_empty());
+            assert!(tallies.alerting.scope().global().is_none());
+            if let Some(part) = plan.part_in(&west) {
+                assert!(
+                    part.threshold_units().floors().is_empty(),
+                    "a part fires none"
+                );
+            }
+        }
+    }
+    assert!(one.tallies().is_none(), "no alerts, no tallies");
+    // Local budgets: refused on a global window too.
     assert_error(
-        &global_with("on_cut = \"closed\"", "alerts = [80]"),
-        "policies.plan.alerts",
-        "not with alerts",
+        &(GLOBAL.to_string() + "local_budget = true\n"),
+        "policies.plan.scope",
+        "cannot have local_budget = true",
     );
 }
 

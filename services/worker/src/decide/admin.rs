@@ -2,7 +2,7 @@
 //! `rl.reset`, and for a key of a global policy (CONTRACT §12) what they
 //! send to the other regions. Apart from `decide.rs`, which decides asks.
 
-use super::{Answer, Decider, Turn};
+use super::{tally, Answer, Decider, Turn};
 use sluice_core::ask;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::Override;
@@ -102,6 +102,7 @@ impl Decider {
         let mut regions = Vec::new();
         for policy in chosen {
             ask::counter_key(&mut counter, policy.name(), token);
+            tally::forget_tallies(policy, &counter, owned.counters);
             if owned.counters.forget(&counter) {
                 turn.tally.changed(policy.name(), token, 0, true, now);
                 reset.push(policy.name().to_string());

@@ -6,8 +6,8 @@
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
 use crate::global::{
-    decode_answered, decode_gift, decode_reclaim, Answered, Forward, Gather, GatherPolicy, Gift,
-    Link, Need, Reclaim,
+    decode_answered, decode_gift, decode_reclaim, decode_resend, decode_tally, Answered, Forward,
+    Gather, GatherPolicy, Gift, Link, Need, Reclaim,
 };
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
@@ -171,6 +171,27 @@ impl Decider {
                 }
                 None
             }
+            LinkInbound::Tally(partition) => {
+                if partition != owned.partition {
+                    return None;
+                }
+                match decode_tally(message.body) {
+                    Ok(batch) => {
+                        self.take_tallies(policies, &batch, owned, now);
+                        Some(Answer::Batch(Ok(Vec::new())))
+                    }
+                    Err(e) => Some(Answer::Batch(Err(e))),
+                }
+            }
+            LinkInbound::Resend(partition) => {
+                if partition == owned.partition {
+                    match decode_resend(message.body).map(|r| RegionName::new(&r.home)) {
+                        Ok(Ok(home)) => self.report_tallies(policies, owned, Some(&home)),
+                        _ => tracing::debug!("a resend request refused"),
+                    }
+                }
+                None
+            }
             LinkInbound::Reclaim(partition) => {
                 if partition == owned.partition {
                     match decode_reclaim(message.body) {
@@ -213,7 +234,7 @@ impl Decider {
             token: &note.key,
             cost: note.cost,
         };
-        self.record_usage_apart(turn, counted, usage);
+        self.record_usage_apart(turn, counted, usage, false);
     }
 
     /// The home asks for a key's share of a window back: what this
@@ -421,12 +442,15 @@ impl Decider {
             Op::Allow(_) if decision.allowed => Usage::Neither,
             Op::Allow(_) => Usage::Denied,
         };
+        if usage == Usage::Used {
+            self.tally_spent(turn, policy, token, cost);
+        }
         let counted = Counted {
             policy: base.name(),
             token,
             cost,
         };
-        self.record_usage_apart(turn, counted, usage);
+        self.record_usage_apart(turn, counted, usage, policy.tallies().is_some());
         Ok(Some((answered, policy.name(), None)))
     }
 

@@ -87,7 +87,7 @@ impl Decider {
         let token = key.as_str();
         let policy = match policies.override_of(base.name(), token) {
             None => base,
-            Some(Override::Limits(limits)) => limits,
+            Some(Override::Limits(limits)) => limits.as_ref(),
             Some(Override::Blocked) if verb == Verb::Reserve => {
                 self.record_usage(turn, counted(base, token, cost), Usage::Denied);
                 return Ok((blocked(base), base.name(), None));

@@ -9,7 +9,7 @@ use sluice_core::subject::{Inbound, Verb};
 
 impl Shard {
     /// The partition as the decision core is handed it.
-    fn owned(&self) -> Owned<'_> {
+    pub(super) fn owned(&self) -> Owned<'_> {
         Owned {
             partition: self.owner.partition(),
             counters: self.owner.counters(),

@@ -1,0 +1,240 @@
+//! The tallies of what each region spent of a global policy's keys, for
+//! its alerts (CONTRACT §14 across regions; the why is
+//! `sluice_core::region::tally`'s). Each region counts what it spent
+//! where the ask was made; a region other than the home reports its tally
+//! to the home over the link (coalesced by the link task,
+//! [`crate::global_link`]); the home adds what is new to the tally whose
+//! thresholds fire. All of them are ordinary counters of the partition,
+//! so snapshots and handovers carry them; in journal mode the records of
+//! the asks rebuild them ([`Decider::replay_tally`]), and a new owner of
+//! a home partition asks the other regions to report again.
+
+use super::{Decider, Owned, Turn};
+use crate::counters::Counters;
+use crate::global::{Need, TallyBatch};
+use crate::journal::record::{Record, USED_ONLY};
+use sluice_core::ask::{self, Op};
+use sluice_core::policies::Policies;
+use sluice_core::policy::Policy;
+use sluice_core::region::tally::{
+    add_new, take_report, tallied_key, windows_of, Reported, TallyKey,
+};
+use sluice_core::region::RegionName;
+use sluice_core::time::Nanos;
+
+impl Decider {
+    /// This region spent `cost` units of `token` under `policy` (the
+    /// policy in force for the key): counted in its tally, at the home in
+    /// the one whose thresholds fire, elsewhere in its own, reported.
+    pub(super) fn tally_spent(
+        &self,
+        turn: &Turn<'_, '_, '_>,
+        policy: &Policy,
+        token: &str,
+        cost: u64,
+    ) {
+        let (Some(tallies), Some(global), Some(link)) = (
+            policy.tallies(),
+            policy.scope().global(),
+            self.global.as_ref(),
+        ) else {
+            return;
+        };
+        if cost == 0 {
+            return;
+        }
+        let (owned, now) = (turn.owned, turn.now);
+        ask::with_counter_key(policy.name(), token, |buf| {
+            if *global.home() == link.region {
+                let key = TallyKey::Global.of(buf);
+                owned
+                    .counters
+                    .apply(&tallies.alerting, &key, now, Op::Record(cost));
+                return;
+            }
+            let key = TallyKey::Spent.of(buf);
+            let windows = owned.counters.update(&tallies.silent, &key, now, |state| {
+                Op::Record(cost).apply(&tallies.silent, state, now);
+                windows_of(state)
+            });
+            link.send(Need::Tally {
+                home: global.home().clone(),
+                partition: owned.partition,
+                from: link.region.clone(),
+                report: Reported {
+                    policy: policy.name().to_string(),
+                    key: token.to_string(),
+                    windows,
+                },
+            });
+        });
+    }
+
+    /// At the home: another region's reports of what it spent; what is
+    /// new in each goes into the key's tally whose thresholds fire.
+    pub(super) fn take_tallies(
+        &self,
+        policies: &Policies,
+        batch: &TallyBatch,
+        owned: Owned<'_>,
+        now: Nanos,
+    ) {
+        let (Some(link), Ok(from)) = (self.global.as_ref(), RegionName::new(&batch.from)) else {
+            return;
+        };
+        for report in &batch.reports {
+            let Some(base) = policies.get(&report.policy) else {
+                continue;
+            };
+            let policy = policies.in_force(base, &report.key);
+            let (Some(tallies), Some(global)) = (policy.tallies(), policy.scope().global()) else {
+                continue;
+            };
+            if *global.home() != link.region || from == link.region {
+                continue;
+            }
+            ask::with_counter_key(policy.name(), &report.key, |buf| {
+                let from_key = TallyKey::From(&from).of(buf);
+                let new = owned
+                    .counters
+                    .update(&tallies.silent, &from_key, now, |state| {
+                        take_report(state, &report.windows)
+                    });
+                if new.iter().any(|&(_, units)| units > 0) {
+                    let key = TallyKey::Global.of(buf);
+                    owned
+                        .counters
+                        .update(&tallies.alerting, &key, now, |state| add_new(state, &new));
+                }
+            });
+        }
+    }
+
+    /// Reports this region's tallies of the partition's keys whose home
+    /// is `home` (any home: `None`) to their homes: after a takeover here,
+    /// and when a home's new owner asks.
+    pub(super) fn report_tallies(
+        &self,
+        policies: &Policies,
+        owned: Owned<'_>,
+        home: Option<&RegionName>,
+    ) {
+        let Some(link) = self.global.as_ref() else {
+            return;
+        };
+        let mut needs = Vec::new();
+        owned.counters.for_each(|counter_key, state| {
+            let Some(key) = tallied_key(counter_key) else {
+                return;
+            };
+            if counter_key != TallyKey::Spent.of(key) {
+                return;
+            }
+            let Some((name, token)) = key.split_once('/') else {
+                return;
+            };
+            let Some(global) = policies.get(name).and_then(|p| p.scope().global()) else {
+                return;
+            };
+            if home.is_some_and(|home| home != global.home()) || *global.home() == link.region {
+                return;
+            }
+            needs.push(Need::Tally {
+                home: global.home().clone(),
+                partition: owned.partition,
+                from: link.region.clone(),
+                report: Reported {
+                    policy: name.to_string(),
+                    key: token.to_string(),
+                    windows: windows_of(state),
+                },
+            });
+        });
+        for need in needs {
+            link.send(need);
+        }
+    }
+
+    /// A partition was taken over here: its tallies go to their homes
+    /// again, and, as a home, it asks every other region for theirs (its
+    /// snapshot may hold older reports than the last owner had taken).
+    pub fn took_over_tallies(&self, policies: &Policies, owned: Owned<'_>) {
+        let Some(link) = self.global.as_ref() else {
+            return;
+        };
+        // Most systems have no such policy: no walk over every counter.
+        if !policies.iter().any(|p| p.tallies().is_some()) {
+            return;
+        }
+        self.report_tallies(policies, owned, None);
+        let mut regions: Vec<RegionName> = policies
+            .iter()
+            .filter(|p| p.tallies().is_some())
+            .filter_map(|p| p.scope().global())
+            .filter(|g| *g.home() == link.region)
+            .flat_map(|g| g.others(&link.region).cloned().collect::<Vec<_>>())
+            .collect();
+        regions.sort();
+        regions.dedup();
+        if !regions.is_empty() {
+            link.send(Need::Resend {
+                regions,
+                partition: owned.partition,
+                home: link.region.clone(),
+            });
+        }
+    }
+
+    /// Replays what a journal record spent into the key's tally: an ask
+    /// made in this region (a count of its own, or a delegate's use
+    /// recorded apart), not what another region sent over the link.
+    pub(super) fn replay_tally(&self, policies: &Policies, record: &Record, counters: &Counters) {
+        let Some(base) = policies.get(&record.p) else {
+            return;
+        };
+        let policy = policies.in_force(base, &record.k);
+        let (Some(tallies), Some(global), Some(region)) =
+            (policy.tallies(), policy.scope().global(), self.region())
+        else {
+            return;
+        };
+        if record.r {
+            ask::with_counter_key(policy.name(), &record.k, |buf| {
+                forget_tallies(policy, buf, counters)
+            });
+            return;
+        }
+        let spent_here = (record.v == 0 || record.v == USED_ONLY)
+            && !record.d
+            && !record.r
+            && !record.s
+            && record.g == 0
+            && record.h.is_none()
+            && record.c > 0;
+        if !spent_here {
+            return;
+        }
+        ask::with_counter_key(policy.name(), &record.k, |buf| {
+            let (tally, key) = match global.home() == region {
+                true => (&tallies.alerting, TallyKey::Global.of(buf)),
+                false => (&tallies.silent, TallyKey::Spent.of(buf)),
+            };
+            counters.apply(tally, &key, Nanos(record.t), Op::Record(record.c));
+        });
+    }
+}
+
+/// A reset (`rl.reset`) of the counter `counter_key` under `policy` forgets
+/// its tallies too: what was spent before it no longer counts toward the
+/// window's thresholds, as a regional policy's count starts over (an
+/// alert that fired stays fired in its window).
+pub(super) fn forget_tallies(policy: &Policy, counter_key: &str, counters: &Counters) {
+    let (Some(_), Some(global)) = (policy.tallies(), policy.scope().global()) else {
+        return;
+    };
+    counters.forget(&TallyKey::Spent.of(counter_key));
+    counters.forget(&TallyKey::Global.of(counter_key));
+    for (region, _) in global.weights() {
+        counters.forget(&TallyKey::From(region).of(counter_key));
+    }
+}
