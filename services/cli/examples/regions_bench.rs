@@ -4,8 +4,10 @@
 //! per region. In west (not the home), `sluice bench` asks a regional
 //! fixed window and a global one in alternating rounds (the budget of the
 //! global one is always held: a limit no load reaches), then a global one
-//! whose west decides from grants alone (`on_cut = "closed"`: no share).
-//! Last, both regions ask one global limit hard at once, to report what
+//! whose west decides from grants alone (`on_cut = "closed"`: no share),
+//! one with alerts (each ask tallied and reported to the home), a GCRA
+//! (west decides from its part) and a sliding window every ask of which
+//! is decided at the home (`on_cut = "closed"`: no part). Last, both regions ask one global limit hard at once, to report what
 //! was admitted against the limit. Prints one JSON object.
 //!
 //!     bench/regions.sh        # builds release binaries and runs this
@@ -32,6 +34,29 @@ regions = ["east", "west"]
 
 [policies.granted]
 algorithm = "fixed_window"
+limits = [ { max = 1000000000, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+on_cut = "closed"
+
+[policies.alerting]
+algorithm = "fixed_window"
+limits = [ { max = 1000000000, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+alerts = [ 90 ]
+
+[policies.bucket]
+algorithm = "gcra"
+limits = [ { max = 1000000000, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+
+[policies.sliding]
+algorithm = "sliding_window"
 limits = [ { max = 1000000000, per = "1m" } ]
 scope = "global"
 home = "east"
@@ -130,11 +155,12 @@ async fn main() {
 
     let mut cells = Vec::new();
     for round in 0..rounds {
-        let order: [&str; 3] = if round % 2 == 0 {
-            ["regional", "global", "granted"]
-        } else {
-            ["granted", "global", "regional"]
-        };
+        let mut order = [
+            "regional", "global", "granted", "alerting", "bucket", "sliding",
+        ];
+        if round % 2 == 1 {
+            order.reverse();
+        }
         for policy in order {
             let v = bench(
                 &sluice,
