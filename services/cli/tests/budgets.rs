@@ -306,13 +306,25 @@ async fn slices_given_back_after_a_handover_still_come_back() {
     let keys: Vec<String> = (0..config.partitions)
         .map(|p| key_in_partition(p, config.partitions))
         .collect();
-    for key in &keys {
+    // The client finds hot keys in a fixed table of heat slots by key
+    // hash (its seed random per client), where a hot key keeps its slot:
+    // a key whose slot another hot key holds is asked as usual, with no
+    // slice (about one run in a hundred has such a pair here).
+    let mut sliced = Vec::new();
+    for (p, key) in keys.iter().enumerate() {
         for _ in 0..20 {
             assert!(client.ask(key, "hourly", 1).await.unwrap().allowed);
         }
         let left = observer.peek(key, "hourly").await.unwrap().remaining;
-        assert!(left < 1000 - 20, "{key}: a slice holds units ({left} left)");
+        assert!(left <= 1000 - 20, "{key}: 20 asks counted ({left} left)");
+        if left < 1000 - 20 {
+            sliced.push(p as u32);
+        }
     }
+    assert!(
+        sliced.len() + 2 >= keys.len(),
+        "a slice holds units of all keys but a slot's collision: {sliced:?}"
+    );
     let before = stack.owners().await;
     stack.start_workers(1).await;
     let after = stack.owners().await;
@@ -320,6 +332,10 @@ async fn slices_given_back_after_a_handover_still_come_back() {
         .filter(|p| before.get(p) != after.get(p))
         .collect();
     assert!(!moved.is_empty(), "the newcomer took partitions: {after:?}");
+    assert!(
+        moved.iter().any(|p| sliced.contains(p)),
+        "a moved partition's key held a slice: moved {moved:?}, sliced {sliced:?}"
+    );
 
     client.close().await;
     for (p, key) in keys.iter().enumerate() {
