@@ -333,6 +333,7 @@ impl Policy {
             return Err(PolicyError::BudgetNotSupported(self.algorithm));
         }
         self.local_budget = on;
+        self.global_not_yet()?;
         Ok(self)
     }
 

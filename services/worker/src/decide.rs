@@ -665,7 +665,7 @@ impl Decider {
         let Some(base) = policies.get(&record.p) else {
             return false;
         };
-        self.replay_tally(policies, record, counters);
+        self.replay_tally(policies, base, record, counters);
         // Under the limits the key was decided under: an override's, if
         // any; of a global bucket, this region's part.
         let policy = policies

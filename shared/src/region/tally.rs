@@ -42,24 +42,43 @@ pub enum TallyKey<'a> {
     From(&'a RegionName),
 }
 
+/// The suffixes of the tallies' counter keys ([`TallyKey::of`]).
+const SPENT: &str = "spent";
+const GLOBAL: &str = "global";
+const FROM: &str = "from-";
+
 impl TallyKey<'_> {
     /// The counter key of this tally of the key whose counter key is
     /// `counter_key`.
     pub fn of(self, counter_key: &str) -> String {
         match self {
-            TallyKey::Spent => format!("{counter_key}/spent"),
-            TallyKey::Global => format!("{counter_key}/global"),
-            TallyKey::From(region) => format!("{counter_key}/from-{region}"),
+            TallyKey::Spent => format!("{counter_key}/{SPENT}"),
+            TallyKey::Global => format!("{counter_key}/{GLOBAL}"),
+            TallyKey::From(region) => format!("{counter_key}/{FROM}{region}"),
         }
     }
+}
+
+/// A tally's counter key split into the key counter key it is of and its
+/// suffix, if it is one: `policy/token/spent` → (`policy/token`, `spent`).
+fn split_tally(counter_key: &str) -> Option<(&str, &str)> {
+    let (key, suffix) = counter_key.rsplit_once('/')?;
+    let tally = suffix == SPENT || suffix == GLOBAL || suffix.starts_with(FROM);
+    (key.contains('/') && tally).then_some((key, suffix))
 }
 
 /// The key counter key a tally's counter key is of, if it is one:
 /// `policy/token/spent` → `policy/token`.
 pub fn tallied_key(counter_key: &str) -> Option<&str> {
-    let (key, suffix) = counter_key.rsplit_once('/')?;
-    (key.contains('/') && (suffix == "spent" || suffix == "global" || suffix.starts_with("from-")))
-        .then_some(key)
+    split_tally(counter_key).map(|(key, _)| key)
+}
+
+/// The key counter key a [`TallyKey::Spent`] counter key is of, if it is
+/// one: what a region reports again ([`Reported`]).
+pub fn spent_key(counter_key: &str) -> Option<&str> {
+    split_tally(counter_key)
+        .filter(|&(_, suffix)| suffix == SPENT)
+        .map(|(key, _)| key)
 }
 
 /// What a region spent of a key in each limit's window, as its
@@ -184,6 +203,9 @@ mod tests {
             assert_eq!(tallied_key(&key), Some("plan/alice"), "{key}");
         }
         assert_eq!(TallyKey::From(&west).of("p/k"), "p/k/from-west");
+        assert_eq!(spent_key("p/k/spent"), Some("p/k"));
+        assert_eq!(spent_key("p/k/global"), None);
+        assert_eq!(spent_key("p/spent"), None);
         assert_eq!(tallied_key("plan/alice"), None);
         assert_eq!(tallied_key("plan/spent"), None);
     }

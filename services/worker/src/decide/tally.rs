@@ -11,14 +11,13 @@
 
 use super::{Decider, Owned, Turn};
 use crate::counters::Counters;
-use crate::global::{Need, TallyBatch};
+use crate::global::{Link, Need, TallyBatch};
 use crate::journal::record::{Record, USED_ONLY};
+use sluice_core::algorithm::fixed_window::State;
 use sluice_core::ask::{self, Op};
 use sluice_core::policies::Policies;
 use sluice_core::policy::Policy;
-use sluice_core::region::tally::{
-    add_new, take_report, tallied_key, windows_of, Reported, TallyKey,
-};
+use sluice_core::region::tally::{add_new, spent_key, take_report, windows_of, Reported, TallyKey};
 use sluice_core::region::RegionName;
 use sluice_core::time::Nanos;
 
@@ -57,16 +56,13 @@ impl Decider {
                 Op::Record(cost).apply(&tallies.silent, state, now);
                 windows_of(state)
             });
-            link.send(Need::Tally {
-                home: global.home().clone(),
-                partition: owned.partition,
-                from: link.region.clone(),
-                report: Reported {
-                    policy: policy.name().to_string(),
-                    key: token.to_string(),
-                    windows,
-                },
-            });
+            link.send(report_of(
+                link,
+                global.home(),
+                owned.partition,
+                (policy.name(), token),
+                windows,
+            ));
         });
     }
 
@@ -124,13 +120,8 @@ impl Decider {
         };
         let mut needs = Vec::new();
         owned.counters.for_each(|counter_key, state| {
-            let Some(key) = tallied_key(counter_key) else {
-                return;
-            };
-            if counter_key != TallyKey::Spent.of(key) {
-                return;
-            }
-            let Some((name, token)) = key.split_once('/') else {
+            let Some((name, token)) = spent_key(counter_key).and_then(|key| key.split_once('/'))
+            else {
                 return;
             };
             let Some(global) = policies.get(name).and_then(|p| p.scope().global()) else {
@@ -139,16 +130,14 @@ impl Decider {
             if home.is_some_and(|home| home != global.home()) || *global.home() == link.region {
                 return;
             }
-            needs.push(Need::Tally {
-                home: global.home().clone(),
-                partition: owned.partition,
-                from: link.region.clone(),
-                report: Reported {
-                    policy: name.to_string(),
-                    key: token.to_string(),
-                    windows: windows_of(state),
-                },
-            });
+            let windows = windows_of(state);
+            needs.push(report_of(
+                link,
+                global.home(),
+                owned.partition,
+                (name, token),
+                windows,
+            ));
         });
         for need in needs {
             link.send(need);
@@ -188,10 +177,13 @@ impl Decider {
     /// Replays what a journal record spent into the key's tally: an ask
     /// made in this region (a count of its own, or a delegate's use
     /// recorded apart), not what another region sent over the link.
-    pub(super) fn replay_tally(&self, policies: &Policies, record: &Record, counters: &Counters) {
-        let Some(base) = policies.get(&record.p) else {
-            return;
-        };
+    pub(super) fn replay_tally(
+        &self,
+        policies: &Policies,
+        base: &Policy,
+        record: &Record,
+        counters: &Counters,
+    ) {
         let policy = policies.in_force(base, &record.k);
         let (Some(tallies), Some(global), Some(region)) =
             (policy.tallies(), policy.scope().global(), self.region())
@@ -206,7 +198,6 @@ impl Decider {
         }
         let spent_here = (record.v == 0 || record.v == USED_ONLY)
             && !record.d
-            && !record.r
             && !record.s
             && record.g == 0
             && record.h.is_none()
@@ -221,6 +212,27 @@ impl Decider {
             };
             counters.apply(tally, &key, Nanos(record.t), Op::Record(record.c));
         });
+    }
+}
+
+/// The link need that reports this region's tally of `(policy, token)`,
+/// its `windows`, to the key's `home`.
+fn report_of(
+    link: &Link,
+    home: &RegionName,
+    partition: u32,
+    (policy, token): (&str, &str),
+    windows: Vec<State>,
+) -> Need {
+    Need::Tally {
+        home: home.clone(),
+        partition,
+        from: link.region.clone(),
+        report: Reported {
+            policy: policy.to_string(),
+            key: token.to_string(),
+            windows,
+        },
     }
 }
 
