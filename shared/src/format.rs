@@ -26,15 +26,21 @@ use serde::{Deserialize, Serialize};
 /// writes.
 pub const SNAPSHOT: u32 = 2;
 
-/// The newest journal message format this release reads. Format 3 messages
+/// The newest journal message format this release reads, and the one it
+/// writes for the records of numbered turns (every record it makes):
+/// format 6 messages group their records by the turn that made them, so
+/// that a takeover replays none that its snapshot holds. Format 3 messages
 /// hold records with fields past a count's five (resets, denials, slices,
 /// slices given back), format 4 ones records of holds too, format 5 ones
-/// records whose usage is not what their kind says (global limits);
-/// messages of counts only are still written as 2, those without holds as
-/// 3, and those without the usage field as 4, so that a worker of an
-/// earlier release reads them during a rolling upgrade and refuses only
-/// what it would misread.
-pub const JOURNAL: u32 = 5;
+/// records whose usage is not what their kind says (global limits); each
+/// was written only by a message that held such a record, so that a
+/// worker of an earlier release read the others during a rolling upgrade
+/// and refused only what it would misread.
+pub const JOURNAL: u32 = 6;
+
+/// The format of a journal message with a record whose usage differs from
+/// its kind (global limits) and no turn numbers.
+pub const JOURNAL_USAGE: u32 = 5;
 
 /// The format of a journal message with holds' records but no record
 /// whose usage differs from its kind.
@@ -200,11 +206,11 @@ mod tests {
         assert_eq!(of_header(None), 1);
         assert_eq!(of_header(Some("2")), 2);
         assert_eq!(of_header(Some("v9")), u64::MAX);
-        assert!(check(JOURNAL, || "x".into(), of_header(Some("5"))).is_ok());
-        let newer = check(JOURNAL, || "x".into(), of_header(Some("6"))).unwrap_err();
+        assert!(check(JOURNAL, || "x".into(), of_header(Some("6"))).is_ok());
+        let newer = check(JOURNAL, || "x".into(), of_header(Some("7"))).unwrap_err();
         assert!(newer
             .to_string()
-            .contains("format v6, newer than this sluice reads (v5)"));
+            .contains("format v7, newer than this sluice reads (v6)"));
         // Each kind has its own newest: a lease value of 3 is refused.
         assert!(check(HOLDER, || "x".into(), 3).is_err());
     }

@@ -205,27 +205,6 @@ impl HeldSlice {
 /// under nats-server's default 1 MiB max payload with the longest keys.
 pub const MOST_CARRIED: usize = 1_024;
 
-/// What a snapshot may carry of the slices held `before` its counters were
-/// encoded and `after`, while decisions went on: those in both, each with
-/// the smaller count. A slice granted meanwhile may be missing from the
-/// counters, one given back meanwhile may be back in them: carried, either
-/// could be given back where it was never taken, or twice; left out, its
-/// refund gives nothing back, which is safe.
-pub fn carried_through(before: Vec<HeldSlice>, after: &[HeldSlice]) -> Vec<HeldSlice> {
-    let after: std::collections::HashMap<(&str, u64), u64> = after
-        .iter()
-        .map(|h| ((h.key.as_str(), h.taken_at), h.units))
-        .collect();
-    before
-        .into_iter()
-        .filter_map(|mut h| {
-            let units = *after.get(&(h.key.as_str(), h.taken_at))?;
-            h.units = h.units.min(units);
-            Some(h)
-        })
-        .collect()
-}
-
 /// What of a refund an owner takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Returned {

@@ -72,12 +72,15 @@ pub const MIN_IDLE_TTL: Duration = Duration::from_secs(2);
 mod bucket;
 mod stamp;
 mod table;
+mod turns;
 
 pub use bucket::{KeyBound, BUCKETS, PRUNE_EVERY};
 
+pub use turns::{Turn, TurnHeld, Turns};
+
 use bucket::{Bucket, BucketCache, Hasher};
 use stamp::Stamp;
-use table::Work;
+use table::{Table, Work};
 
 thread_local! {
     /// The states decisions unpack keys into and the buffer they pack them
@@ -168,6 +171,35 @@ pub struct Counters {
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
+    /// The turns that change these counters, and the cuts between them
+    /// that snapshots copy ([`turns`]).
+    turns: Arc<Turns>,
+}
+
+/// A copy of a partition's counters made between two turns
+/// ([`Counters::cut`]): every turn numbered up to [`Cut::turn`] is in it,
+/// none after.
+pub struct Cut {
+    turn: u64,
+    tables: Vec<Table>,
+}
+
+impl Cut {
+    /// The number of the last turn the copy holds.
+    pub fn turn(&self) -> u64 {
+        self.turn
+    }
+
+    /// Calls `f` with every counter of the copy, unpacking each state into
+    /// one reused working state (no allocation per key).
+    pub fn for_each(&self, mut f: impl FnMut(&str, &KeyState)) {
+        let mut work = Work::default();
+        for table in &self.tables {
+            for at in table.records() {
+                table.read(at, &mut work, |state| f(table.key(at), state));
+            }
+        }
+    }
 }
 
 impl Default for Counters {
@@ -209,7 +241,32 @@ impl Counters {
             global: Arc::default(),
             alerts: AlertBook::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
+            turns: Arc::default(),
         }
+    }
+
+    /// The turns that change these counters ([`turns`]).
+    pub fn turns(&self) -> &Arc<Turns> {
+        &self.turns
+    }
+
+    /// Begins a turn of changes to these counters: the records it makes
+    /// carry its number. Never held across an `.await`.
+    pub fn begin_turn(&self) -> Turn {
+        self.turns.begin()
+    }
+
+    /// Copies the counters between two turns, and reads `also` (the state
+    /// kept beside them) at the same point: a snapshot's consistent view.
+    pub fn cut<R>(&self, also: impl FnOnce(&Counters) -> R) -> Result<(Cut, R), TurnHeld> {
+        self.turns.cut(|turn| {
+            let tables = self
+                .buckets
+                .iter()
+                .map(|(_, bucket)| bucket.lock().table.copy())
+                .collect();
+            (Cut { turn, tables }, also(self))
+        })
     }
 
     /// The same counters, sending the alerts they fire to `sink`.
@@ -445,11 +502,11 @@ impl Counters {
         self.len() == 0
     }
 
-    /// Calls `f` with every counter, for a snapshot, unpacking each state
-    /// into one reused working state (no allocation per key).
-    /// Not a point-in-time view: a counter changed meanwhile may be seen
-    /// before or after the change. Each bucket is locked only while `f` runs
-    /// over its keys.
+    /// Calls `f` with every counter, unpacking each state into one reused
+    /// working state (no allocation per key). Not a point-in-time view: a
+    /// counter changed meanwhile may be seen before or after the change
+    /// (a snapshot copies a [`Cut`] instead). Each bucket is locked only
+    /// while `f` runs over its keys.
     pub fn for_each(&self, mut f: impl FnMut(&str, &KeyState)) {
         let mut work = Work::default();
         for (_, bucket) in self.buckets.iter() {

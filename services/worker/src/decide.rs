@@ -244,10 +244,12 @@ impl Decider {
         &self.stats
     }
 
-    /// A tally for a batch of decisions on `partition`, decided with
-    /// policies taken before it ([`Decider::policies`]).
-    pub fn tally(&self, partition: u32) -> Tally {
-        Tally::new(partition, self.recording, self.live.meters())
+    /// A tally for a batch of decisions on `owned`'s partition, decided
+    /// with policies taken before it ([`Decider::policies`]), in a turn of
+    /// its own: finish it before any `.await` ([`crate::counters::Turns`]).
+    pub fn tally(&self, owned: Owned<'_>) -> Tally {
+        Tally::new(owned.partition, self.recording, self.live.meters())
+            .in_turn(owned.counters.begin_turn())
     }
 
     /// Decides one message that arrived on `subject`, one of the subjects of
@@ -688,13 +690,28 @@ impl Decider {
                         .outstanding()
                         .replayed_grant(buf, Nanos(record.t), record.c, until);
                 }
+            } else if record.q != 0 {
+                // A slice given back in a turn the snapshot does not hold
+                // (the takeover replays no other): given back again, as it
+                // was, if its slice is known here (carried, or replayed).
+                let back = Refund {
+                    units: record.c,
+                    spent: record.u,
+                    taken_at: Nanos(record.g),
+                };
+                let t = Nanos(record.t);
+                let known = counters.outstanding().refund(buf, &back, t);
+                if matches!(known, Ok(Returned::Known)) && back.units > 0 {
+                    counters.update(policy, buf, t, |state| {
+                        policy.refund(state, t, back.units, back.taken_at)
+                    });
+                }
             } else {
-                // A slice given back (`g`) is not given back again: a
-                // record may be in the restored snapshot and replayed too,
-                // and replay errs on the side of denying (ARCHITECTURE.md,
-                // "The journal"), so its units stay counted until their
-                // window ends or the bucket refills them. Its slice holds
-                // that much less.
+                // A slice given back (`g`) in a journal written before
+                // turns were numbered is not given back again: the record
+                // may be in the restored snapshot too, so its units stay
+                // counted until their window ends or the bucket refills
+                // them. Its slice holds that much less.
                 counters.outstanding().replayed_refund(
                     buf,
                     Nanos(record.g),

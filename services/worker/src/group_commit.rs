@@ -326,6 +326,7 @@ mod tests {
             e: 0,
             x: 0,
             v: 0,
+            q: 0,
         };
         let reply = (
             async_nats::Subject::from(format!("reply.{n}")),

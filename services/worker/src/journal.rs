@@ -11,9 +11,11 @@
 //! the records of its partition.
 //!
 //! A replayed record is applied with `record` at its original time: it was
-//! counted, so it is counted again regardless of the limit. Records that a
-//! snapshot may already contain (those appended while the snapshot was
-//! copying) can be counted twice: replay errs on the side of denying.
+//! counted, so it is counted again regardless of the limit. Each record
+//! carries the number of the turn that made it, and a snapshot the number
+//! of the last turn its copy holds ([`crate::counters::Turns`]), so a
+//! record the snapshot already holds is not applied again, wherever it
+//! lies in the journal.
 //!
 //! Records are dropped once every partition's snapshot covers them
 //! ([`purge_covered`]); the stream's `max_age` is only the backstop.
@@ -50,17 +52,21 @@ fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
     headers
 }
 
-/// The format of a journal message of `records`: [`format::JOURNAL_COUNTS`]
-/// when every record is a count (which workers of every release since
-/// format 2 read), else the oldest that holds them all
-/// ([`format::JOURNAL_SLICES`], [`format::JOURNAL_HOLDS`],
-/// [`format::JOURNAL`]), which a worker of an earlier release refuses
-/// instead of skipping records it cannot decode.
+/// The format of a journal message of `records`: [`format::JOURNAL`]
+/// when any was made in a numbered turn (every record this release
+/// makes: [`crate::counters::Turns`]), which earlier releases refuse
+/// instead of replaying what the snapshot holds twice. Otherwise (records
+/// of an earlier release, in tests) the oldest that holds them all:
+/// [`format::JOURNAL_COUNTS`] when every record is a count, else
+/// [`format::JOURNAL_SLICES`], [`format::JOURNAL_HOLDS`] or
+/// [`format::JOURNAL_USAGE`].
 pub fn format_of(records: &[Record]) -> u32 {
-    if records.iter().all(Record::is_count) {
+    if records.iter().any(|r| r.q != 0) {
+        format::JOURNAL
+    } else if records.iter().all(Record::is_count) {
         format::JOURNAL_COUNTS
     } else if records.iter().any(|r| r.v != 0) {
-        format::JOURNAL
+        format::JOURNAL_USAGE
     } else if records.iter().any(Record::is_hold) {
         format::JOURNAL_HOLDS
     } else {
@@ -68,14 +74,48 @@ pub fn format_of(records: &[Record]) -> u32 {
     }
 }
 
+/// A journal message's payload. Format 6 ([`format::JOURNAL`]): an array
+/// of groups `[turn, [record, ...]]`, one per run of records of one turn
+/// (a turn's records are queued together, so a turn costs its number
+/// once, not once per record). Earlier formats: an array of records.
 pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
-    Ok(rmp_serde::to_vec(records)?)
+    if format_of(records) < format::JOURNAL {
+        return Ok(rmp_serde::to_vec(records)?);
+    }
+    let groups: Vec<(u64, &[Record])> = records
+        .chunk_by(|a, b| a.q == b.q)
+        .map(|group| (group[0].q, group))
+        .collect();
+    Ok(rmp_serde::to_vec(&groups)?)
 }
 
-/// A record's encoded size, at most: five fields of at most 9 bytes plus a
-/// 5-byte string header each, and the strings.
+/// The records of a journal message of format `version` ([`encode`]),
+/// borrowing their strings from `payload`.
+pub fn decode(
+    version: u64,
+    payload: &[u8],
+) -> Result<Vec<RecordRef<'_>>, rmp_serde::decode::Error> {
+    if version < u64::from(format::JOURNAL) {
+        return rmp_serde::from_slice(payload);
+    }
+    let groups: Vec<(u64, Vec<RecordRef<'_>>)> = rmp_serde::from_slice(payload)?;
+    Ok(groups
+        .into_iter()
+        .flat_map(|(turn, records)| {
+            records.into_iter().map(move |mut r| {
+                r.q = turn;
+                r
+            })
+        })
+        .collect())
+}
+
+/// A record's encoded size, at most: its fields of at most 9 bytes, a
+/// 5-byte string header for each of its strings, and the strings; plus,
+/// should it start a group of its own, the group's array headers and turn.
 fn encoded_len_bound(r: &Record) -> usize {
-    1 + 5 * 9 + 2 * 5 + r.p.len() + r.k.len()
+    let hold = r.h.as_ref().map_or(0, |h| 5 + h.len());
+    1 + r.fields() * 9 + 2 * 5 + r.p.len() + r.k.len() + hold + 15
 }
 
 /// Appends `records` to `subject` as messages of at most [`MAX_APPEND`]
@@ -291,7 +331,7 @@ async fn read(
             || format!("journal message {seq} of {subject}"),
             version,
         )?;
-        let records: Vec<RecordRef<'_>> = match rmp_serde::from_slice(&msg.payload) {
+        let records = match decode(version, &msg.payload) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(subject, seq, "skipping an unreadable journal message: {e}");
@@ -459,6 +499,7 @@ mod tests {
             e: 0,
             x: 0,
             v: 0,
+            q: 0,
         }
     }
 
@@ -467,7 +508,7 @@ mod tests {
     /// format 3, because such a decoder fails on it (and, before format 3,
     /// skipped the whole message: its counts were lost to the takeover).
     #[test]
-    fn only_messages_holding_more_than_counts_are_format_3_4_or_5() {
+    fn only_messages_holding_more_than_counts_are_format_3_4_or_5_without_turns() {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
         struct CountOfFormat2 {
@@ -548,12 +589,49 @@ mod tests {
             ..count("a")
         };
         let message = vec![count("b"), hold, not_usage.clone()];
-        assert_eq!(format_of(&message), format::JOURNAL);
-        assert_eq!(format::JOURNAL, 5);
+        assert_eq!(format_of(&message), format::JOURNAL_USAGE);
+        assert_eq!(format::JOURNAL_USAGE, 5);
         let encoded = encode(&message).unwrap();
         assert!(rmp_serde::from_slice::<Vec<RecordOfFormat4>>(&encoded).is_err());
         let read: Vec<RecordRef<'_>> = rmp_serde::from_slice(&encoded).unwrap();
         assert_eq!(read[2].to_owned(), not_usage);
+    }
+
+    /// Records made in numbered turns make their message format 6: groups
+    /// of one turn's records under its number, which a reader of format 5's
+    /// flat records refuses rather than misreads, and which reads back
+    /// with every record's turn.
+    #[test]
+    fn records_of_numbered_turns_are_format_6_grouped_by_turn() {
+        let in_turn = |k: &str, q: u64| Record { q, ..count(k) };
+        let message = vec![
+            in_turn("a", 7),
+            in_turn("b", 7),
+            Record {
+                r: true,
+                c: 0,
+                ..in_turn("a", 9)
+            },
+            in_turn("c", 12),
+        ];
+        assert_eq!(format_of(&message), format::JOURNAL);
+        assert_eq!(format::JOURNAL, 6);
+        let encoded = encode(&message).unwrap();
+        assert!(rmp_serde::from_slice::<Vec<RecordRef<'_>>>(&encoded).is_err());
+        let groups: Vec<(u64, Vec<RecordRef<'_>>)> = rmp_serde::from_slice(&encoded).unwrap();
+        let turns: Vec<(u64, usize)> = groups.iter().map(|(q, g)| (*q, g.len())).collect();
+        assert_eq!(turns, [(7, 2), (9, 1), (12, 1)], "one group per turn");
+        let read: Vec<Record> = decode(6, &encoded)
+            .unwrap()
+            .into_iter()
+            .map(RecordRef::to_owned)
+            .collect();
+        assert_eq!(read, message);
+        // Earlier formats still read as flat records, of no turn.
+        let old = vec![count("a")];
+        let encoded = encode(&old).unwrap();
+        let read = decode(2, &encoded).unwrap();
+        assert_eq!((read.len(), read[0].q), (1, 0));
     }
 
     #[test]
@@ -574,6 +652,7 @@ mod tests {
                 e: 0,
                 x: 0,
                 v: 0,
+                q: 0,
             },
             Record {
                 n: 63,
@@ -590,6 +669,7 @@ mod tests {
                 e: 0,
                 x: 0,
                 v: 0,
+                q: 0,
             },
             // A denial, journaled for its usage.
             Record {
@@ -607,6 +687,7 @@ mod tests {
                 e: 0,
                 x: 0,
                 v: 0,
+                q: 0,
             },
         ];
         let encoded = encode(&records).unwrap();

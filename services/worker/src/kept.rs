@@ -9,12 +9,11 @@
 //! that list makes the manifest's field for it ([`Carried`]), takes it at
 //! every snapshot, and hands it to the next owner at takeover.
 //!
-//! A snapshot is taken while decisions go on (the counters are encoded on
-//! another thread), so each kind is read twice: once before the counters
-//! are encoded and once after, and [`Kept::through`] keeps only what both
-//! readings agree the encoded counters hold. What is granted after the
-//! first reading or given back before the second is then carried neither
-//! twice nor where the counters never counted it.
+//! A snapshot copies the counters between two turns
+//! ([`crate::counters::Turns`]), and each kind is read in the same cut
+//! ([`Kept::read`]): what the manifest carries is exactly what the copied
+//! counters hold, so a record replayed after the cut (a settle, a slice
+//! given back) finds its hold or slice, and one before it is not replayed.
 
 mod alerts;
 mod holds;
@@ -49,14 +48,9 @@ macro_rules! kept {
         }
 
         impl Carried {
-            /// Every kind, read as a snapshot begins.
-            pub fn before(counters: &Counters, now: Nanos) -> Carried {
-                Carried { $($field: <$kind>::before(counters, now),)* }
-            }
-
-            /// Every kind, read again once the counters are encoded.
-            pub fn through(self, counters: &Counters, now: Nanos) -> Carried {
-                Carried { $($field: <$kind>::through(self.$field, counters, now),)* }
+            /// Every kind, read in a snapshot's cut.
+            pub fn read(counters: &Counters, now: Nanos) -> Carried {
+                Carried { $($field: <$kind>::read(counters, now),)* }
             }
 
             /// Every kind, taken over by a new owner.
@@ -111,7 +105,7 @@ mod tests {
         counters.apply(&policy, key, now, Op::Allow(6));
         counters.update(&policy, key, now, |s| policy.refund(s, now, 3, now));
         counters.apply(&policy, key, now, Op::Allow(3));
-        let carried = Carried::before(&counters, now).through(&counters, now);
+        let carried = Carried::read(&counters, now);
         assert_eq!(carried.alerts.len(), 1, "{:?}", carried.alerts);
         assert_eq!(
             (carried.alerts[0].alert.used, carried.alerts[0].stored),

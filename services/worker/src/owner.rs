@@ -20,7 +20,7 @@
 //! A new kind of kept state (holds, region grants) is registered in
 //! [`crate::kept`]; nothing here changes for it.
 
-use crate::counters::Counters;
+use crate::counters::{Counters, Cut};
 use crate::journal::record::Record;
 use crate::journal::Since;
 use crate::kept::Carried;
@@ -103,20 +103,22 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The manifest to write once the counters are encoded and, with
-    /// [`Snapshot::flush_usage`], the usage stored through
-    /// `usage_stored_through`.
+    /// The manifest to write once the counters copied in `cut` (with the
+    /// state kept beside them, `carried`, read in the same cut) are
+    /// encoded and, with [`Snapshot::flush_usage`], the usage stored
+    /// through `usage_stored_through`.
     pub fn complete(
         self,
-        counters: &Counters,
-        now: Nanos,
+        cut: &Cut,
+        carried: Carried,
         usage_stored_through: Option<u64>,
     ) -> Manifest {
         let mut manifest = self.manifest;
         if let Some(stored) = usage_stored_through {
             manifest.journal_seq = manifest.journal_seq.min(stored);
         }
-        manifest.carried = std::mem::take(&mut manifest.carried).through(counters, now);
+        manifest.turn = cut.turn();
+        manifest.carried = carried;
         manifest
     }
 }
@@ -240,7 +242,8 @@ impl Owner {
     /// [`Owner::counters`]: takes over the state carried beside them, opens
     /// the usage ledger (`open_usage`, given the journal position the
     /// snapshot covers), and replays the journal's records since the
-    /// snapshot (`since`) through `apply`. Returns the manifest to fence the
+    /// snapshot (`since`) through `apply`, each once: those of turns the
+    /// snapshot's copy holds are skipped ([`crate::counters::Turns`]). Returns the manifest to fence the
     /// partition with ([`Owner::fenced`]) and whether the ledger still owes
     /// the usage of the replayed records (journal mode).
     pub fn take_over(
@@ -256,9 +259,17 @@ impl Owner {
         manifest.carried.take_over(&self.counters, now);
         self.usage = open_usage(manifest.journal_seq);
         let counters = &self.counters;
+        // Records numbered up to the snapshot's turn are in its copy; a
+        // record of no turn (written before turns were numbered) is
+        // replayed as it always was.
+        let copied = manifest.turn;
+        let mut last_turn = copied;
         let applied = journal.replay(self.settings.partition, &mut manifest, since, &mut |r| {
-            apply(r, counters)
+            last_turn = last_turn.max(r.q);
+            (r.q == 0 || r.q > copied) && apply(r, counters)
         });
+        // Our turns are numbered after every earlier owner's.
+        counters.turns().resume_after(last_turn);
         if applied > 0 {
             tracing::debug!(
                 partition = self.settings.partition,
@@ -406,9 +417,7 @@ impl Owner {
             journal_writers,
             taken_at_ms: wall.as_u64() / 1_000_000,
             worker: self.settings.worker_id.clone(),
-            // Read before the counters are encoded and again after
-            // (`Snapshot::complete`).
-            carried: Carried::before(&self.counters, wall),
+            // Read in the cut that copies the counters (`Snapshot::complete`).
             ..Default::default()
         };
         self.changes_in_flight = changes;

@@ -18,6 +18,7 @@ use crate::alerting::Sink;
 use crate::answering::Answering;
 use crate::counters::Counters;
 use crate::counters::KeyBound;
+use crate::kept::Carried;
 
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
@@ -628,19 +629,27 @@ impl Shard {
         }
     }
 
-    /// Encodes the counters (off the thread that answers requests: a
-    /// worker's runtime has one), stores the usage first when the snapshot
-    /// asks for it, and writes the snapshot.
+    /// Copies the counters and the state kept beside them between two
+    /// turns (here, on the partition's task: a memcpy of its tables),
+    /// encodes the copy (off the thread that answers requests: a worker's
+    /// runtime has one), stores the usage first when the snapshot asks for
+    /// it, and writes the snapshot.
     fn start_snapshot(&self, snapshot: Snapshot) -> SnapshotJob {
         let flush = snapshot
             .flush_usage
             .and_then(|rollups| Some((self.owner.usage()?.clone(), rollups)));
         let owner = self.lease_held();
-        let counters = self.owner.counters().clone();
+        let now = self.answering.clock.now();
+        let cut = self
+            .owner
+            .counters()
+            .cut(|counters| Carried::read(counters, now));
         let (answering, owning) = (self.answering.clone(), self.owning.clone());
         let partition = self.owner.partition();
         tokio::spawn(async move {
-            let to_encode = counters.clone();
+            let (cut, carried) = cut?;
+            let cut = Arc::new(cut);
+            let to_encode = cut.clone();
             let encoding = crate::blocking::run(move || snapshot::encode(&to_encode));
             let mut stored_through = None;
             if let (Some((ledger, rollups)), Some(book)) = (flush, &answering.usage) {
@@ -653,7 +662,7 @@ impl Shard {
             let encoded = encoding.await.context("the snapshot encoder panicked")??;
             let expected = snapshot.expected_rev;
             let previous_gen = snapshot.previous_gen.clone();
-            let manifest = snapshot.complete(&counters, answering.clock.now(), stored_through);
+            let manifest = snapshot.complete(&cut, carried, stored_through);
             snapshot::write(
                 &owning.stores,
                 partition,

@@ -14,7 +14,7 @@
 //! lease revision before it answers, so the CAS of any late write by the old
 //! owner fails.
 
-use crate::counters::{Counters, Entry};
+use crate::counters::{Cut, Entry};
 use crate::kept::Carried;
 use crate::store::{self, Stores};
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -48,6 +48,12 @@ pub struct Manifest {
     pub lease_rev: u64,
     /// Journal sequence covered by the snapshot: replay starts after it.
     pub journal_seq: u64,
+    /// The number of the last turn the chunks hold
+    /// ([`crate::counters::Turns`]): replay applies only the records
+    /// numbered above it (0, as written before turns were numbered: every
+    /// record after `journal_seq`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub turn: u64,
     /// Workers that may have journaled records of the partition after
     /// `journal_seq`: the owners since the snapshot (journal mode).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -59,6 +65,10 @@ pub struct Manifest {
     /// not back yet, ...: [`crate::kept`]), each under a field of its own.
     #[serde(flatten)]
     pub carried: Carried,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn unversioned() -> u64 {
@@ -184,16 +194,17 @@ struct EntryRef<'a> {
 /// MessagePack's array header with a 32-bit count, which any count may use.
 const ARRAY32: u8 = 0xdd;
 
-/// Encodes the counters while iterating over them, straight into chunk-sized
-/// buffers. No copy of the keys and states is made, so a snapshot costs
-/// about its encoded size in memory (~50 bytes a key) instead of a second
-/// copy of the counters. The bytes are what `rmp_serde` writes for a
+/// Encodes a copy of the counters made between two turns
+/// ([`crate::counters::Cut`]) while iterating over it, straight into
+/// chunk-sized buffers: the copy is the packed tables as they are (~40
+/// bytes a key), so a snapshot costs about that plus its encoded size in
+/// memory (~50 bytes a key) while it is written. The bytes are what `rmp_serde` writes for a
 /// `Vec<Entry>`, except that the array header always has the 32-bit form,
 /// so the count can be filled in once it is known.
 ///
 /// Synchronous and CPU-bound: run it with [`crate::blocking::run`], off the thread
 /// that answers requests.
-pub fn encode(counters: &Counters) -> Result<Encoded> {
+pub fn encode(counters: &Cut) -> Result<Encoded> {
     let mut buf = BytesMut::with_capacity(CHUNK_BYTES);
     buf.put_u8(ARRAY32);
     buf.put_u32(0);
@@ -301,6 +312,7 @@ async fn purge_generation(stream: &stream::Stream, partition: u32, gen: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::Counters;
     use sluice_core::ask::{counter_key, Op};
     use sluice_core::policy::Policy;
     use sluice_core::time::Nanos;
@@ -316,6 +328,10 @@ mod tests {
         counters
     }
 
+    fn cut(counters: &Counters) -> Cut {
+        counters.cut(|_| ()).expect("no turn in progress").0
+    }
+
     fn decoded(encoded: &Encoded) -> Vec<Entry> {
         let bytes: Vec<u8> = encoded
             .chunks
@@ -328,7 +344,7 @@ mod tests {
 
     #[test]
     fn no_counters_make_no_chunks() {
-        let encoded = encode(&Counters::new()).unwrap();
+        let encoded = encode(&cut(&Counters::new())).unwrap();
         assert_eq!(
             (encoded.chunks.len(), encoded.bytes, encoded.entries),
             (0, 0, 0)
@@ -339,7 +355,7 @@ mod tests {
     fn the_encoding_is_a_vec_of_entries_split_into_full_chunks() {
         // Enough keys for several chunks.
         let counters = counters_with(30_000);
-        let encoded = encode(&counters).unwrap();
+        let encoded = encode(&cut(&counters)).unwrap();
         assert_eq!(encoded.entries, 30_000);
         assert!(encoded.chunks.len() >= 2, "{} chunks", encoded.chunks.len());
         let (last, full) = encoded.chunks.split_last().unwrap();
@@ -360,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_small_partition_is_one_chunk() {
-        let encoded = encode(&counters_with(3)).unwrap();
+        let encoded = encode(&cut(&counters_with(3))).unwrap();
         assert_eq!((encoded.chunks.len(), encoded.entries), (1, 3));
         assert_eq!(decoded(&encoded).len(), 3);
     }

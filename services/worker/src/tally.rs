@@ -11,6 +11,7 @@
 //! [`crate::outbox::Outbox::recording`]): it is the one place that knows
 //! the durability mode.
 
+use crate::counters::Turn;
 use crate::journal::record::{Record, NOT_USAGE, RELEASE, SLOT, USED_ONLY};
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
@@ -82,6 +83,9 @@ pub struct Tally {
     /// counts of any further one go to its counters at once.
     by_policy: [(usize, [u64; 3]); POLICY_SLOTS],
     policies_used: usize,
+    /// The turn these decisions are made in: its records carry its number,
+    /// and a snapshot's cut waits for it to end ([`crate::counters::Turns`]).
+    turn: Option<Turn>,
 }
 
 /// Something a decision leaves to do once what it counted is stored
@@ -112,7 +116,14 @@ impl Tally {
             meters,
             by_policy: [(0, [0; 3]); POLICY_SLOTS],
             policies_used: 0,
+            turn: None,
         }
+    }
+
+    /// The same tally, for decisions made in `turn`.
+    pub fn in_turn(mut self, turn: Turn) -> Tally {
+        self.turn = Some(turn);
+        self
     }
 
     /// One more decision of `outcome` (an index of
@@ -384,8 +395,9 @@ impl Tally {
     }
 
     /// Publishes the counts to `worker` and to the partition's `shard` and
-    /// returns the records to store (none unless records are kept). The
-    /// changes are published last (Release), after the counters they wrote.
+    /// returns the records to store (none unless records are kept), each
+    /// numbered with the turn, which ends here. The changes are published
+    /// last (Release), after the counters they wrote.
     pub fn finish(self, worker: &WorkerStats, shard: &ShardStats) -> Vec<Record> {
         add(&worker.allowed, self.allowed);
         add(&worker.denied, self.denied);
@@ -410,7 +422,13 @@ impl Tally {
         }
         add(&shard.decisions, self.decisions);
         shard.add_changes(self.changes);
-        self.records
+        let mut records = self.records;
+        if let Some(turn) = self.turn {
+            for record in &mut records {
+                record.q = turn.number();
+            }
+        }
+        records
     }
 }
 
@@ -571,7 +589,7 @@ mod tests {
         assert_eq!(usage(&records), (5, 1));
         assert_eq!(
             crate::journal::format_of(&records),
-            sluice_core::format::JOURNAL
+            sluice_core::format::JOURNAL_USAGE
         );
         // The home: its own ask of 1, then a hit forwarded over the link
         // and a slice given back with 2 of it spent.

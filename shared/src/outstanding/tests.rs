@@ -191,23 +191,6 @@ fn the_next_owner_takes_over_the_slices_not_back_yet() {
 }
 
 #[test]
-fn a_snapshot_carries_only_what_held_from_before_its_encoding_to_after() {
-    let slice = |key: &str, taken_at, units| HeldSlice {
-        key: key.into(),
-        taken_at,
-        units,
-        until: 0,
-    };
-    let before = vec![slice("p/a", 1, 10), slice("p/b", 2, 5), slice("p/c", 3, 4)];
-    // Meanwhile: a came back in part, b all, d was granted.
-    let after = [slice("p/a", 1, 6), slice("p/c", 3, 4), slice("p/d", 4, 9)];
-    assert_eq!(
-        carried_through(before, &after),
-        [slice("p/a", 1, 6), slice("p/c", 3, 4)]
-    );
-}
-
-#[test]
 fn a_global_windows_shares_are_kept_until_the_window_ends_and_no_longer() {
     let hour = 3_600_000_000_000;
     let (start, end) = (Nanos(hour), Nanos(2 * hour));

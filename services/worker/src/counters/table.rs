@@ -47,7 +47,7 @@ pub struct Work {
 }
 
 /// Sliding logs, unpacked, with the places free for reuse.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Logs {
     states: Vec<KeyState>,
     free: Vec<u32>,
@@ -186,6 +186,18 @@ impl Table {
 
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// A copy to read the keys and states of later ([`super::Cut`]): the
+    /// index, the arena and the logs, without the eviction candidates.
+    pub fn copy(&self) -> Table {
+        Table {
+            index: self.index.clone(),
+            arena: self.arena.clone(),
+            dead: self.dead,
+            logs: self.logs.clone(),
+            victims: None,
+        }
     }
 
     fn record(&self, at: u32) -> Record {

@@ -76,7 +76,7 @@ impl Decider {
                     continue;
                 }
             };
-            let mut tally = self.tally(owned.partition);
+            let mut tally = self.tally(owned);
             for (_, i, item) in share {
                 let turn = &mut Turn::new(policies, owned, now, &mut tally, link);
                 let result = match item.act {

@@ -89,7 +89,7 @@ impl Fixture {
         now: Nanos,
     ) -> (Option<Answer<'_>>, Vec<Record>) {
         let subject = verb.mapped_subject(self.partition, token);
-        let mut tally = self.decider.tally(self.partition);
+        let mut tally = self.decider.tally(self.owned());
         let answer = self.decider.message(
             &self.policies,
             Message {
@@ -125,7 +125,7 @@ impl Fixture {
 fn batch_of(f: &Fixture, items: &[batch::Item<'_>], now: Nanos) -> (Vec<wire::Reply>, Vec<Record>) {
     let body = batch::encode_items(items);
     let subject = batch_subject(f.partition);
-    let mut tally = f.decider.tally(f.partition);
+    let mut tally = f.decider.tally(f.owned());
     let message = Message {
         subject: &subject,
         body: &body,
@@ -472,6 +472,7 @@ fn reset_forgets_one_policy_or_all_and_is_journaled_and_replayed() {
         e: 0,
         x: 0,
         v: 0,
+        q: 0,
     };
     let reset = Record {
         c: 0,
@@ -505,6 +506,7 @@ fn a_reset_record_reads_as_before_when_it_is_no_reset() {
         e: 0,
         x: 0,
         v: 0,
+        q: 0,
     };
     let bytes = rmp_serde::to_vec(&count).unwrap();
     assert_eq!(bytes[0], 0x95, "a count is an array of five");
@@ -557,7 +559,7 @@ fn a_policy_changed_in_force_keeps_what_was_counted_and_a_new_algorithm_starts_a
         p.apply("default", Some(json)).unwrap();
         f.decider.set_policies(p);
         let policies = f.decider.policies();
-        let mut tally = f.decider.tally(f.partition);
+        let mut tally = f.decider.tally(f.owned());
         let subject = Verb::Allow.mapped_subject(f.partition, &key);
         let answer = f.decider.message(
             &policies,
@@ -652,7 +654,7 @@ mod hostile {
             } else {
                 format!("{PARTITION_PREFIX}.{}.{verb}.{token}", f.partition)
             };
-            let mut tally = f.decider.tally(f.partition);
+            let mut tally = f.decider.tally(f.owned());
             let answer = f.decider.message(&f.policies, Message { subject: &subject, body: &body, wants_reply }, f.owned(), T0, &mut tally);
             let records = tally.finish(f.decider.stats(), &f.shard);
             let counted = f.shard.changes();
@@ -699,7 +701,7 @@ fn usage_is_recorded_in_the_ledger_as_decided_in_snapshot_mode() {
     };
     let send = |verb: Verb, body: &[u8]| {
         let subject = verb.mapped_subject(1, &key);
-        let mut tally = f.decider.tally(1);
+        let mut tally = f.decider.tally(owned);
         let message = Message {
             subject: &subject,
             body,

@@ -76,6 +76,12 @@ pub struct RecordOf<S> {
     /// §12, where a key's count and its usage live in different regions).
     #[serde(default)]
     pub v: u8,
+    /// The turn that made it ([`crate::counters::Turns`]; 0: none, as in
+    /// journals written before turns were numbered). Not one of the
+    /// record's fields: a message stores the records of one turn together
+    /// under its number ([`crate::journal::encode`]).
+    #[serde(skip)]
+    pub q: u64,
 }
 
 /// [`RecordOf::v`]: counted, but not usage: what another region's owner
@@ -118,6 +124,7 @@ impl Record {
             e: 0,
             x: 0,
             v: 0,
+            q: 0,
         }
     }
 }
@@ -135,7 +142,7 @@ impl<S> RecordOf<S> {
     }
 
     /// How many fields it is encoded as (see [`RecordOf`]).
-    fn fields(&self) -> usize {
+    pub fn fields(&self) -> usize {
         if self.v != 0 {
             14
         } else if self.h.is_some() {
@@ -206,6 +213,7 @@ impl RecordRef<'_> {
             e: self.e,
             x: self.x,
             v: self.v,
+            q: self.q,
         }
     }
 }

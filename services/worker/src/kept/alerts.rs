@@ -17,19 +17,13 @@ impl Kept for Alerts {
     type Carried = Vec<FiredAlert>;
 
     /// Forgets the alerts of windows that are over (and stored) first.
-    fn before(counters: &Counters, now: Nanos) -> Vec<FiredAlert> {
+    /// An alert is noted under the bucket lock of the count that reached
+    /// it, within that count's turn, so the cut holds each alert whose
+    /// count it holds.
+    fn read(counters: &Counters, now: Nanos) -> Vec<FiredAlert> {
         let mut fired = counters.alerts().fired();
         fired.prune(now);
         fired.carried()
-    }
-
-    /// Everything fired by now: an alert is noted under the bucket lock of
-    /// the count that reached it, so every count the snapshot encoded has
-    /// its alerts here; one whose count came too late for the snapshot is
-    /// carried too (it was reached, and fires no more). Alerts only leave
-    /// the table in [`Kept::before`], so this reading holds all of that one.
-    fn through(_before: Vec<FiredAlert>, counters: &Counters, _now: Nanos) -> Vec<FiredAlert> {
-        counters.alerts().fired().carried()
     }
 
     fn take_over(carried: &Vec<FiredAlert>, counters: &Counters, _now: Nanos) {

@@ -12,12 +12,9 @@ pub trait Kept {
     /// What a snapshot's manifest carries of it (left out when empty).
     type Carried: Clone + Debug + Default + PartialEq + Serialize + DeserializeOwned;
 
-    /// Read as a snapshot begins, before the counters are encoded.
-    fn before(counters: &Counters, now: Nanos) -> Self::Carried;
-
-    /// Read again once the counters are encoded: what the snapshot carries,
-    /// given what [`Kept::before`] read.
-    fn through(before: Self::Carried, counters: &Counters, now: Nanos) -> Self::Carried;
+    /// What a snapshot carries: read in its cut, between the same two
+    /// turns as the counters it copies.
+    fn read(counters: &Counters, now: Nanos) -> Self::Carried;
 
     /// At takeover, once the snapshot's counters are restored: the new
     /// owner takes over what the manifest carried.

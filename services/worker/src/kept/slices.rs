@@ -5,7 +5,7 @@
 
 use super::kind::Kept;
 use crate::counters::Counters;
-use sluice_core::outstanding::{carried_through, HeldSlice};
+use sluice_core::outstanding::HeldSlice;
 use sluice_core::time::Nanos;
 
 /// The budget slices not back yet ([`Kept`]).
@@ -14,12 +14,8 @@ pub struct Slices;
 impl Kept for Slices {
     type Carried = Vec<HeldSlice>;
 
-    fn before(counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
+    fn read(counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
         counters.outstanding().carried(now)
-    }
-
-    fn through(before: Vec<HeldSlice>, counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
-        carried_through(before, &counters.outstanding().carried(now))
     }
 
     fn take_over(carried: &Vec<HeldSlice>, counters: &Counters, now: Nanos) {

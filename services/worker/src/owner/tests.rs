@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::counters::KeyBound;
+use sluice_core::ask::Op;
 use sluice_core::outstanding::HeldSlice;
 use sluice_core::usage::UsageConfig;
 use std::cell::Cell;
@@ -92,6 +93,15 @@ fn ledger(stored_through: u64) -> Arc<Ledger> {
     Arc::new(Ledger::new(UsageConfig::default().tiers, stored_through))
 }
 
+/// The manifest of `snapshot` once the counters are copied in a cut (with
+/// the kept state read in it), as the shard completes it.
+fn complete(snapshot: Snapshot, counters: &Counters, now: Nanos, stored: Option<u64>) -> Manifest {
+    let (cut, carried) = counters
+        .cut(|c| Carried::read(c, now))
+        .expect("no turn in progress");
+    snapshot.complete(&cut, carried, stored)
+}
+
 fn record(n: u32, key: &str, c: u64) -> Record {
     Record {
         n,
@@ -108,6 +118,7 @@ fn record(n: u32, key: &str, c: u64) -> Record {
         e: 0,
         x: 0,
         v: 0,
+        q: 0,
     }
 }
 
@@ -159,7 +170,7 @@ fn a_partition_is_snapshotted_when_it_changed_and_not_while_a_write_is_in_flight
     let due = o.tick(&journal, t0 + 2 * INTERVAL, Nanos(4 * SEC));
     assert!(due.write.is_none(), "one write at a time");
 
-    let manifest = snapshot.complete(o.counters(), Nanos(2 * SEC), None);
+    let manifest = complete(snapshot, o.counters(), Nanos(2 * SEC), None);
     let written = o.snapshot_written(manifest, 2, t0 + INTERVAL + INTERVAL / 2);
     assert_eq!(written.took, Some(INTERVAL / 2));
     assert_eq!(o.manifest().gen, format!("{LEASE_REV}x5"));
@@ -171,7 +182,7 @@ fn a_partition_is_snapshotted_when_it_changed_and_not_while_a_write_is_in_flight
         next.previous_gen.as_deref(),
         Some(format!("{LEASE_REV}x5").as_str())
     );
-    let manifest = next.complete(o.counters(), Nanos(4 * SEC), None);
+    let manifest = complete(next, o.counters(), Nanos(4 * SEC), None);
     o.snapshot_written(manifest, 3, t0 + 2 * INTERVAL);
     assert!(!o.dirty());
     assert!(o
@@ -245,7 +256,12 @@ fn with_usage_in_journal_mode_the_position_claimed_is_no_further_than_the_stored
     let snapshot = snapshot_of(due);
     assert_eq!(snapshot.flush_usage, Some(true), "with the rollups due");
     assert_eq!(snapshot.manifest.journal_seq, 50, "capped only once stored");
-    let manifest = snapshot.complete(o.counters(), Nanos(SEC), Some(usage.stored_through()));
+    let manifest = complete(
+        snapshot,
+        o.counters(),
+        Nanos(SEC),
+        Some(usage.stored_through()),
+    );
     assert_eq!(manifest.journal_seq, 30);
 
     // An idle partition's rewrite is capped by the stored usage at once.
@@ -293,8 +309,11 @@ fn the_usage_is_flushed_once_at_a_time_and_not_before_the_takeovers_replay_is_in
     assert!(due.write.is_some() && !due.usage_flush);
 }
 
+/// The slices a snapshot carries are those held when its counters are
+/// copied, in the same cut: one that came back after the snapshot was
+/// decided on but before the copy is not carried, one granted then is.
 #[test]
-fn a_snapshot_carries_the_slices_held_both_before_and_after_its_counters_were_encoded() {
+fn a_snapshot_carries_the_slices_held_at_its_cut() {
     let t0 = Instant::now();
     let journal = FakeJournal::snapshot_mode();
     let mut o = taken_over(&journal, None, t0);
@@ -307,9 +326,7 @@ fn a_snapshot_carries_the_slices_held_both_before_and_after_its_counters_were_en
         .granted("default/back", Nanos(9 * SEC), 40);
     o.stats().add_changes(1);
     let snapshot = snapshot_of(o.tick(&journal, t0 + INTERVAL, now));
-    assert_eq!(snapshot.manifest.carried.slices.len(), 2);
 
-    // While the counters are encoded: one slice comes back, one is granted.
     let back = o.counters().outstanding().refund(
         "default/back",
         &sluice_core::budget::Refund {
@@ -324,14 +341,15 @@ fn a_snapshot_carries_the_slices_held_both_before_and_after_its_counters_were_en
         .outstanding()
         .granted("default/new", Nanos(10 * SEC), 40);
 
-    let manifest = snapshot.complete(o.counters(), now, None);
-    let keys: Vec<&str> = manifest
+    let manifest = complete(snapshot, o.counters(), now, None);
+    let mut keys: Vec<&str> = manifest
         .carried
         .slices
         .iter()
         .map(|h| h.key.as_str())
         .collect();
-    assert_eq!(keys, ["default/kept"]);
+    keys.sort();
+    assert_eq!(keys, ["default/kept", "default/new"]);
 }
 
 #[test]
@@ -446,6 +464,89 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
     );
     assert!(!owed);
     assert!(!o.dirty());
+}
+
+/// The double count the kill -9 test found: records stored while a
+/// snapshot was copied are both in its copy and after its journal
+/// position. The snapshot's turn tells them apart: a takeover replays only
+/// the records of later turns (and those of no turn, from journals written
+/// before turns were numbered), and numbers its own turns after all of
+/// them.
+#[test]
+fn a_takeover_replays_only_the_records_of_turns_its_snapshot_does_not_hold() {
+    let t0 = Instant::now();
+    let policy = sluice_core::policy::Policy::builtin_default();
+    let now = Nanos(SEC);
+    let ask = |o: &Owner, key: &str| {
+        let turn = o.counters().begin_turn();
+        let counter = format!("default/{key}");
+        o.counters().apply(&policy, &counter, now, Op::Allow(1));
+        Record {
+            q: turn.number(),
+            ..record(3, key, 1)
+        }
+    };
+    // The old owner: two asks, a snapshot's cut, one more ask.
+    let journal = FakeJournal::journal_mode(0);
+    let mut old = taken_over(&journal, None, t0);
+    let before = [ask(&old, "a"), ask(&old, "b")];
+    old.stats().add_changes(2);
+    let snapshot = snapshot_of(old.tick(&journal, t0 + INTERVAL, now));
+    let manifest = complete(snapshot, old.counters(), now, None);
+    assert_eq!(manifest.turn, 2, "the cut holds both turns");
+    let after = ask(&old, "a");
+
+    // The new owner restores what the snapshot copied (a: 1, b: 1) and
+    // finds every record after its journal position, the copied ones too.
+    let restored = Counters::within(KeyBound::new(1_000));
+    for r in &before {
+        let key = format!("default/{}", r.k);
+        restored.apply(&policy, &key, now, Op::Record(1));
+    }
+    let mut journal = FakeJournal::journal_mode(0);
+    let old_format = record(3, "c", 1);
+    journal.records = vec![before[0].clone(), before[1].clone(), after, old_format];
+    let settings = Settings {
+        partition: 3,
+        worker_id: "w2".to_string(),
+        snapshot_interval: INTERVAL,
+    };
+    let mut next = Owner::new(settings, LEASE_REV + 1, restored, Arc::default(), t0);
+    let mut replayed = Vec::new();
+    next.take_over(
+        Found {
+            manifest: Some(manifest),
+            rev: 2,
+        },
+        &Since::default(),
+        &journal,
+        |_| None,
+        |record, counters| {
+            replayed.push((record.k.clone(), record.q));
+            counters.apply(
+                &policy,
+                &format!("default/{}", record.k),
+                now,
+                Op::Record(record.c),
+            );
+            true
+        },
+        now,
+    );
+    assert_eq!(replayed, [("a".to_string(), 3), ("c".to_string(), 0)]);
+    let used = |key: &str| {
+        let full = policy.limits()[0].max();
+        let peek = next
+            .counters()
+            .apply(&policy, &format!("default/{key}"), now, Op::Allow(0));
+        full - peek.remaining
+    };
+    assert_eq!((used("a"), used("b"), used("c")), (2, 1, 1), "each once");
+    assert_eq!(
+        next.counters().begin_turn().number(),
+        4,
+        "numbered after every replayed turn"
+    );
 }
 
 #[test]

@@ -27,10 +27,9 @@ impl Shard {
         }
         let answering = &self.answering;
         let now = answering.clock.now();
-        let partition = self.owner.partition();
         let owned = self.owned();
         let policies = answering.decider.policies();
-        let mut tally = answering.decider.tally(partition);
+        let mut tally = answering.decider.tally(owned);
         answering
             .decider
             .end_holds(&policies, owned, now, &mut tally);
@@ -63,10 +62,9 @@ impl Shard {
         }
         let answering = &self.answering;
         let now = answering.clock.now();
-        let partition = self.owner.partition();
         let owned = self.owned();
         let policies = answering.decider.policies();
-        let mut tally = answering.decider.tally(partition);
+        let mut tally = answering.decider.tally(owned);
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
             if is_usage_query(msg.subject.as_str()) {
