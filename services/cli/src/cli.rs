@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 /// sluice: a distributed rate limiter and counting service on NATS.
 #[derive(Parser, Debug)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(name = "sluice", version = crate::version::text(), about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub common: Common,

@@ -18,6 +18,7 @@ mod policy_cmd;
 mod signals;
 mod status_cmd;
 mod usage_cmd;
+mod version;
 mod worker_cmd;
 
 use clap::Parser;

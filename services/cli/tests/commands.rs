@@ -1,6 +1,6 @@
 //! The small commands: `check`, `status`, `nats-config` (its link TLS
-//! loaded into nats-server), and `--help` on every command, run as a user
-//! would run them.
+//! loaded into nats-server), `--help` on every command and `--version`,
+//! run as a user would run them.
 
 use sluice_tests::{eventually, serial, Stack, TICK};
 use std::process::{Command, Output};
@@ -247,6 +247,37 @@ fn every_command_has_help_and_a_bad_config_is_one_line_with_file_and_field() {
         err.contains("bad.toml") && err.contains("partitions"),
         "{err}"
     );
+}
+
+/// `--version` and `-V` name the release, the commit the binary was built
+/// from and the stored formats it reads and writes (version.rs says why).
+#[test]
+fn version_names_the_release_the_commit_and_the_formats() {
+    for flag in ["--version", "-V"] {
+        let out = Command::new(SLUICE).arg(flag).output().unwrap();
+        assert!(out.status.success(), "{flag}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut lines = stdout.lines();
+        let first = lines.next().unwrap_or_default();
+        let commit = first
+            .strip_prefix("sluice 0.2.0 (commit ")
+            .and_then(|rest| rest.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("{flag}: {stdout}"));
+        assert!(
+            commit == "unknown"
+                || (commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{flag}: {stdout}"
+        );
+        let formats = lines
+            .next()
+            .and_then(|l| l.strip_prefix("formats: "))
+            .unwrap_or_else(|| panic!("{flag}: {stdout}"));
+        let journal = format!("journal {}", sluice_core::format::JOURNAL);
+        assert!(
+            formats.split(", ").any(|f| f == journal),
+            "{flag}: {stdout}"
+        );
+    }
 }
 
 /// A report piped into a reader that went away (`sluice nats-config |

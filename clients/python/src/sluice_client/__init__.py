@@ -55,4 +55,4 @@ __all__ = [
     "TopEntry",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
