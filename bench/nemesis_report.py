@@ -24,6 +24,15 @@ def seconds(x):
     return "not within 60 s (while the fault lasted)" if x == float("inf") else f"{x:.2f} s"
 
 
+def linearizable(r):
+    """Whether every key's history was linearizable, and how many keys were
+    (results written before the check was made have no such fields)."""
+    if "keys" not in r or not r["keys"]:
+        return "not checked"
+    word = "yes" if r["linearizable_keys"] == r["keys"] else "no"
+    return f"{word} ({r['linearizable_keys']} of {r['keys']})"
+
+
 def render(results):
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -31,12 +40,13 @@ def render(results):
     out.append("Per run (every fault of the run in turn):")
     out.append("")
     out.append("| durability | algorithm | requests | allowed | denied | error replies | no responders | "
-               "timed out (1 s) | over-admitted (max per key) | counts lost |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+               "timed out (1 s) | over-admitted (max per key) | counts lost | linearizable (keys) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         out.append(f"| {r['durability']} | {r['algorithm']} | {r['requests']:,} | {r['allowed']:,} | {r['denied']:,} | "
                    f"{r['error_replies']:,} | {r['no_responders']:,} | {r['timed_out']:,} | "
-                   f"{r['over_admitted']} ({r['over_admitted_max_per_key']}) | {r['lost']} |")
+                   f"{r['over_admitted']} ({r['over_admitted_max_per_key']}) | {r['lost']} | "
+                   f"{linearizable(r)} |")
     out.append("")
     out.append("Per fault, over all runs: the longest a partition went without an answered ask "
                "(from the fault's start until the next fault), and until every partition answered a peek again:")

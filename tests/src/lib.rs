@@ -37,7 +37,7 @@
 //!   shared evenly, answering) before it returns; kill, stop, freeze or add
 //!   workers, read partition owners and snapshot manifests from the buckets
 //!   named in `sluice_core::storage`. [`Stack::start_secured`] runs the same
-//!   on a server enforcing the roles of CONTRACT §10 ([`secured_nats_config`],
+//!   on a server enforcing the roles of SPEC §10 ([`secured_nats_config`],
 //!   [`test_password`]). [`TestConfig`] is the TOML most tests
 //!   run; [`serial`] runs a binary's tests one at a time.
 //! - [`ask()`] / [`request`] / [`error_of`]: raw NATS asks on the subjects
@@ -46,7 +46,10 @@
 //!   [`ErrorReply`](sluice_core::wire::ErrorReply)); [`key_in_partition`].
 //! - [`Load`]: a bounded background load of asks, and
 //!   [`assert_no_key_over`].
-//! - [`TwoRegions`]: two regions (CONTRACT §12), each a [`Stack`], linked
+//! - [`linearizability`]: a checker, with no I/O, of one key's recorded
+//!   asks (answers, timeouts) against the sequential model of a fixed
+//!   window, the way Jepsen and porcupine check exactness.
+//! - [`TwoRegions`]: two regions (SPEC §12), each a [`Stack`], linked
 //!   through a [`LinkProxy`] that can delay, blackhole or reset the link.
 //!
 //! Which binary runs: [`nats_server_binary`] (`$SLUICE_NATS_SERVER`, else
@@ -72,6 +75,7 @@
 mod ask;
 mod cluster;
 mod eventually;
+pub mod linearizability;
 mod link_proxy;
 mod load;
 mod nats;

@@ -9,6 +9,12 @@
 //! - over-admission per key against the exact limit (journal mode: 0);
 //! - counts lost: allowed requests the keys' owners no longer count at the
 //!   end (journal mode: 0);
+//! - whether each key's history (every ask with when it was sent and when
+//!   its answer came; a timeout or an error reply as "may or may not have
+//!   counted") is linearizable against a counter with the limit
+//!   (`sluice_tests::linearizability`; journal mode: every key). Every
+//!   algorithm is a counter here: nothing refills or slides out within a
+//!   run of a 100-year window;
 //! - per fault, the longest time a partition went without an answered ask;
 //! - no worker exited on its own (one started while the meta leader moved
 //!   used to give up on its policies).
@@ -37,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_core::wire::inspect::{decode_admin_reply, InspectReply};
+use sluice_tests::linearizability::{check, CheckError, Op, Outcome as Checked, Recorded};
 use sluice_tests::{
     ask_within, eventually, worker_command, AskError, ChildGuard, NatsCluster, Signal,
 };
@@ -121,8 +128,34 @@ enum Outcome {
 #[derive(Clone, Debug)]
 struct Sent {
     key: usize,
+    /// Which of the load's lanes sent it.
+    lane: usize,
     outcome: Outcome,
+    sent: Instant,
     done: Instant,
+}
+
+impl Sent {
+    /// The ask as the linearizability checker reads it, times in ns from
+    /// `origin`.
+    fn recorded(&self, origin: Instant) -> Recorded {
+        let ns = |t: Instant| t.saturating_duration_since(origin).as_nanos() as u64;
+        let outcome = match self.outcome {
+            Outcome::Allowed => Checked::Admitted,
+            Outcome::Denied => Checked::Denied,
+            Outcome::NoResponders => Checked::NotDelivered,
+            // An error reply is a 503 here (the journal could not store
+            // it, or the partition moved): done in memory or not at all.
+            Outcome::ErrorReply | Outcome::TimedOut | Outcome::Failed => Checked::Unknown,
+        };
+        Recorded {
+            client: self.lane,
+            op: Op::Allow { cost: 1 },
+            call: ns(self.sent),
+            ret: Some(ns(self.done)),
+            outcome,
+        }
+    }
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -154,6 +187,12 @@ struct RunResult {
     over_admitted_max_per_key: u64,
     /// Sum over keys of allowed requests the owner no longer counts.
     lost: u64,
+    /// Keys whose history is linearizable, of all keys.
+    linearizable_keys: usize,
+    keys: usize,
+    /// The first key's violation that is not, printed for a person.
+    #[serde(skip)]
+    not_linearizable: Option<String>,
     /// Workers that exited on their own during the run (which fault, and
     /// the last lines of the log): none may.
     workers_exited: Vec<String>,
@@ -329,10 +368,13 @@ fn start_load(
                         break;
                     }
                     let key = i % keys.len();
+                    let asked = Instant::now();
                     let outcome = ask_once(&client, &keys[key], body).await;
                     sent.lock().unwrap().push(Sent {
                         key,
+                        lane: c * 4 + lane,
                         outcome,
+                        sent: asked,
                         done: Instant::now(),
                     });
                     i += 12;
@@ -590,6 +632,7 @@ async fn run(durability: &str, algorithm: &str, faults: &[Fault], form: Form) ->
         }
     }
     result.requests = sent.len();
+    check_linearizable(&sent, &keys, &mut result);
     for (k, &n) in allowed.iter().enumerate() {
         let over = n.saturating_sub(MAX);
         result.over_admitted += over;
@@ -641,6 +684,37 @@ fn assert_promises(r: &RunResult) {
     if r.durability == "journal" {
         assert_eq!(r.over_admitted, 0, "journal mode never over-admits: {r:?}");
         assert_eq!(r.lost, 0, "journal mode loses no count: {r:?}");
+        if let Some(violation) = &r.not_linearizable {
+            panic!(
+                "journal mode is linearizable: {} of {} keys are not; the first:\n{violation}",
+                r.keys - r.linearizable_keys,
+                r.keys
+            );
+        }
+    }
+}
+
+/// Checks each key's history for linearizability against a counter with
+/// the limit.
+fn check_linearizable(sent: &[Sent], keys: &[String], result: &mut RunResult) {
+    let Some(origin) = sent.iter().map(|s| s.sent).min() else {
+        return;
+    };
+    let mut by_key = vec![Vec::new(); keys.len()];
+    for s in sent {
+        by_key[s.key].push(s.recorded(origin));
+    }
+    result.keys = keys.len();
+    for (key, history) in keys.iter().zip(&by_key) {
+        match check(MAX, history) {
+            Ok(_) => result.linearizable_keys += 1,
+            Err(CheckError::NotLinearizable(v)) => {
+                result
+                    .not_linearizable
+                    .get_or_insert_with(|| format!("{key}: {v}"));
+            }
+            Err(e) => panic!("{key}: the history could not be checked: {e}"),
+        }
     }
 }
 

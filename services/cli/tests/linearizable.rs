@@ -1,0 +1,367 @@
+//! Exact through faults, checked as an outsider checks it: real asks from
+//! several connections (costs 1 to 3, hits among them) against three
+//! workers in journal mode, while an owner is killed with `kill -9` (a new
+//! worker started in its place), another is frozen past its lease and
+//! woken, and a third is killed; every ask is recorded with when it was
+//! sent, when its answer came and what it was (a timeout or a 503 as "may
+//! or may not have counted", no responders as "never delivered"), and each
+//! key's history is checked for linearizability against a counter with a
+//! limit (`sluice_tests::linearizability`).
+//!
+//! The keys start empty and the load goes on until every key is full and
+//! denied for a while, so a count replayed twice after a crash shows as a
+//! denial while the key had room (what this test caught before journal
+//! records carried their turn: docs/ARCHITECTURE.md, "The journal").
+//! Bounded: at most `MAX_RUN` of load, `ASKS_PER_LANE` asks a lane.
+//! docs/RELIABILITY.md has the numbers of a run.
+
+mod common;
+
+use common::SLUICE;
+use sluice_core::partition::partition_of;
+use sluice_core::subject::Verb;
+use sluice_tests::linearizability::{check, CheckError, Op, Outcome, Recorded};
+use sluice_tests::{eventually, request_within, AskError, Signal, Stack};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PARTITIONS: u32 = 8;
+const KEYS: usize = 8;
+/// Each key's limit: reached a few seconds after the last fault at the
+/// load this test makes, in a window no run outlives (100 years).
+const LIMIT: u64 = 1_500;
+const LANES: usize = 16;
+const ASKS_PER_LANE: usize = 40_000;
+const MAX_RUN: Duration = Duration::from_secs(50);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
+const LEASE_TTL: Duration = Duration::from_secs(2);
+/// Denials every key must have seen after the last fault before the load
+/// stops: each key is full and stayed so.
+const DENIALS_WHEN_FULL: usize = 20;
+
+fn config(durability: &str) -> String {
+    format!(
+        r#"
+partitions = {PARTITIONS}
+lease_ttl = "{}s"
+snapshot_interval = "500ms"
+durability = "{durability}"
+
+[policies.lin]
+algorithm = "fixed_window"
+limits = [ {{ max = {LIMIT}, per = "36500d" }} ]
+"#,
+        LEASE_TTL.as_secs()
+    )
+}
+
+/// One key in each partition.
+fn keys() -> Vec<String> {
+    (0..PARTITIONS)
+        .map(|p| {
+            (0..)
+                .map(|i| format!("lin-{i}"))
+                .find(|k| partition_of(k, PARTITIONS) == p)
+                .expect("a key in every partition")
+        })
+        .take(KEYS)
+        .collect()
+}
+
+/// What a lane asks: allows of cost 1 to 3, and a hit now and then.
+fn op_of(n: usize) -> Op {
+    match n % 10 {
+        9 => Op::Hit { cost: 1 },
+        i => Op::Allow {
+            cost: 1 + (i % 3) as u64,
+        },
+    }
+}
+
+fn body_of(op: Op) -> String {
+    format!(r#"{{"policy":"lin","cost":{}}}"#, op.cost())
+}
+
+/// Sends `op` on `key` and records it.
+async fn ask(client: &async_nats::Client, key: &str, op: Op, lane: usize, t0: Instant) -> Recorded {
+    let verb = match op {
+        Op::Hit { .. } => Verb::Hit,
+        _ => Verb::Allow,
+    };
+    let call = t0.elapsed().as_nanos() as u64;
+    let answer = request_within(
+        client,
+        &verb.client_subject(key),
+        body_of(op).as_bytes(),
+        CLIENT_TIMEOUT,
+    )
+    .await;
+    let ret = t0.elapsed().as_nanos() as u64;
+    let outcome = match answer {
+        Ok(msg) => match sluice_core::wire::decode_reply(&msg.payload) {
+            Ok(sluice_core::wire::Reply::Decision(_)) if verb == Verb::Hit => Outcome::Done,
+            Ok(sluice_core::wire::Reply::Decision(d)) if d.allowed => Outcome::Admitted,
+            Ok(sluice_core::wire::Reply::Decision(_)) => Outcome::Denied,
+            // A 503 (the journal could not store it, or the partition is
+            // moving): done in memory or not at all.
+            Ok(sluice_core::wire::Reply::Error(e)) => {
+                assert_eq!(
+                    e.code,
+                    sluice_core::wire::ErrorCode::Unavailable,
+                    "only unavailable may fail: {e:?}"
+                );
+                Outcome::Unknown
+            }
+            Err(e) => panic!("a reply that is neither a decision nor an error: {e:?}"),
+        },
+        Err(AskError::NoResponders) => Outcome::NotDelivered,
+        Err(_) => Outcome::Unknown,
+    };
+    Recorded {
+        client: lane,
+        op,
+        call,
+        ret: Some(ret),
+        outcome,
+    }
+}
+
+/// The recorded history, by key.
+type Histories = Arc<Mutex<Vec<Vec<Recorded>>>>;
+
+/// Starts the load: `LANES` lanes over `clients`, each asking the keys in
+/// turn, until `stop` (or its bounds).
+fn start_load(
+    clients: Vec<async_nats::Client>,
+    keys: Arc<Vec<String>>,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+    t0: Instant,
+) -> (Histories, Vec<tokio::task::JoinHandle<()>>) {
+    let histories: Histories = Arc::new(Mutex::new(vec![Vec::new(); keys.len()]));
+    let tasks = (0..LANES)
+        .map(|lane| {
+            let client = clients[lane % clients.len()].clone();
+            let (keys, stop, answered, histories) = (
+                keys.clone(),
+                stop.clone(),
+                answered.clone(),
+                histories.clone(),
+            );
+            tokio::spawn(async move {
+                for n in 0..ASKS_PER_LANE {
+                    if stop.load(Ordering::Relaxed) || t0.elapsed() > MAX_RUN {
+                        break;
+                    }
+                    let key = (lane + n) % keys.len();
+                    let recorded = ask(&client, &keys[key], op_of(n + lane), lane, t0).await;
+                    if recorded.outcome != Outcome::NotDelivered {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    histories.lock().unwrap()[key].push(recorded);
+                }
+            })
+        })
+        .collect();
+    (histories, tasks)
+}
+
+/// Waits until a peek of every key is answered.
+async fn every_key_answers(client: &async_nats::Client, keys: &[String]) {
+    eventually(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            for key in keys {
+                let peek = br#"{"policy":"lin","cost":0}"#;
+                request_within(
+                    client,
+                    &Verb::Allow.client_subject(key),
+                    peek,
+                    CLIENT_TIMEOUT,
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{key}: {e:?}"))?;
+            }
+            anyhow::Ok(())
+        },
+    )
+    .await
+    .expect("every partition answers again");
+}
+
+/// Waits until `more` asks were answered beyond what `answered` holds now.
+async fn until_answered(answered: &AtomicUsize, more: usize) {
+    let target = answered.load(Ordering::Relaxed) + more;
+    eventually(MAX_RUN, Duration::from_millis(20), || async {
+        let now = answered.load(Ordering::Relaxed);
+        anyhow::ensure!(now >= target, "{now} of {target} answered");
+        Ok(())
+    })
+    .await
+    .expect("the load goes on");
+}
+
+/// The worker owning most of the keys' partitions.
+async fn an_owner(stack: &Stack, keys: &[String]) -> String {
+    let owners = stack.owners().await;
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for key in keys {
+        if let Some(owner) = owners.get(&partition_of(key, PARTITIONS)) {
+            *counts.entry(owner.clone()).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(id, _)| id)
+        .expect("the keys have owners")
+}
+
+/// What a run's histories showed.
+struct Report {
+    asks: usize,
+    unknown: usize,
+    keys: usize,
+    /// Keys not linearizable: their history's length, the key, the
+    /// violation as printed for a person (shortest history first).
+    failures: Vec<(usize, String, String)>,
+    /// The most units of allows any key was admitted beyond its limit:
+    /// at least what crashes made it forget.
+    over_admitted_max: u64,
+}
+
+/// Runs the load and the faults against 3 workers in `durability` mode,
+/// until every key is full; checks each key's history.
+async fn run(durability: &str) -> Report {
+    let mut stack = Stack::start(SLUICE, &config(durability), 3).await;
+    let keys = Arc::new(keys());
+    let probe = stack.clients(1).await.remove(0);
+    every_key_answers(&probe, &keys).await;
+
+    let t0 = Instant::now();
+    let (stop, answered) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let clients = stack.clients(4).await;
+    let (histories, tasks) = start_load(clients, keys.clone(), stop.clone(), answered.clone(), t0);
+
+    // kill -9 of an owner, a new worker in its place.
+    until_answered(&answered, 1_500).await;
+    let victim = an_owner(&stack, &keys).await;
+    stack.kill_worker(&victim);
+    stack.spawn_worker();
+    every_key_answers(&probe, &keys).await;
+
+    // An owner frozen past its lease, then woken.
+    until_answered(&answered, 1_000).await;
+    let frozen = an_owner(&stack, &keys).await;
+    stack.signal_worker(&frozen, Signal::SIGSTOP);
+    every_key_answers(&probe, &keys).await;
+    tokio::time::sleep(LEASE_TTL).await; // the fault's length, not a wait for an event
+    stack.signal_worker(&frozen, Signal::SIGCONT);
+
+    // Another kill -9.
+    until_answered(&answered, 1_000).await;
+    let victim = an_owner(&stack, &keys).await;
+    stack.kill_worker(&victim);
+    stack.spawn_worker();
+    every_key_answers(&probe, &keys).await;
+    let last_fault = t0.elapsed().as_nanos() as u64;
+
+    // On until every key is full and has stayed so.
+    let full = eventually(MAX_RUN, Duration::from_millis(100), || async {
+        let histories = histories.lock().unwrap();
+        let short = histories
+            .iter()
+            .filter(|h| {
+                h.iter()
+                    .filter(|r| r.call > last_fault && r.outcome == Outcome::Denied)
+                    .count()
+                    < DENIALS_WHEN_FULL
+            })
+            .count();
+        anyhow::ensure!(short == 0, "{short} keys not full yet");
+        Ok(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    full.expect("every key fills up within the run's bound");
+
+    let histories = histories.lock().unwrap().clone();
+    let mut report = Report {
+        asks: 0,
+        unknown: 0,
+        keys: keys.len(),
+        failures: Vec::new(),
+        over_admitted_max: 0,
+    };
+    for (key, history) in keys.iter().zip(&histories) {
+        report.asks += history.len();
+        report.unknown += history
+            .iter()
+            .filter(|r| r.outcome == Outcome::Unknown)
+            .count();
+        // Allows alone never pass the limit (hits take room too): what
+        // they were admitted past it was forgotten, a lower bound.
+        let admitted: u64 = history
+            .iter()
+            .filter(|r| r.outcome == Outcome::Admitted)
+            .map(|r| r.op.cost())
+            .sum();
+        let over = admitted.saturating_sub(LIMIT);
+        report.over_admitted_max = report.over_admitted_max.max(over);
+        match check(LIMIT, history) {
+            Ok(_) => {}
+            Err(CheckError::NotLinearizable(v)) => {
+                report
+                    .failures
+                    .push((history.len(), key.clone(), v.to_string()))
+            }
+            Err(e) => panic!("{key}: the history could not be checked: {e}"),
+        }
+    }
+    report.failures.sort();
+    println!(
+        "{durability} mode: {} asks on {} keys checked ({} of unknown outcome), {} not linearizable, at most {} units admitted past a key's limit",
+        report.asks,
+        report.keys,
+        report.unknown,
+        report.failures.len(),
+        report.over_admitted_max,
+    );
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_mode_is_linearizable_through_kill_9_and_a_frozen_owner() {
+    let _serial = sluice_tests::serial().await;
+    let report = run("journal").await;
+    if let Some((_, key, violation)) = report.failures.first() {
+        panic!(
+            "{} of {} keys are not linearizable; the smallest failing history, {key}:\n{violation}",
+            report.failures.len(),
+            report.keys
+        );
+    }
+    assert_eq!(report.over_admitted_max, 0);
+}
+
+/// Snapshot mode is not linearizable by design: a `kill -9` forgets what
+/// was counted since the partition's last snapshot. Measured, not
+/// asserted (docs/RELIABILITY.md has the numbers):
+/// `cargo test -p sluice-cli --test linearizable -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run by hand, its numbers are in docs/RELIABILITY.md"]
+async fn snapshot_mode_forgets_at_most_what_its_last_snapshot_missed() {
+    let _serial = sluice_tests::serial().await;
+    let report = run("snapshot").await;
+    if let Some((_, key, violation)) = report.failures.first() {
+        println!("the smallest failing history, {key}:\n{violation}");
+    }
+}
