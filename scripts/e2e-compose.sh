@@ -12,7 +12,7 @@
 #      and a limit holds on every partition; and Envoy's rate limit service
 #      answers once over gRPC (gateway1's published gRPC port, asked with
 #      grpcio and Envoy's rls.proto: clients/python/tests/rls/ask.py);
-#      and the roles of CONTRACT §10 (NATS runs `sluice nats-config --auth
+#      and the roles of SPEC §10 (NATS runs `sluice nats-config --auth
 #      --auth-from-env`, with passwords made for this run): `sluice reset`
 #      as client is refused by the server and changes nothing, a wrong
 #      password is refused, `sluice status` and `sluice reset` as admin work;
@@ -61,7 +61,7 @@ export SLUICE_NATS1_PORT='' SLUICE_NATS2_PORT='' SLUICE_NATS3_PORT=''
 export SLUICE_NATS1_HTTP_PORT='' SLUICE_NATS2_HTTP_PORT='' SLUICE_NATS3_HTTP_PORT=''
 export SLUICE_GATEWAY1_PORT='' SLUICE_GATEWAY2_PORT=''
 export SLUICE_GATEWAY1_GRPC_PORT='' SLUICE_GATEWAY2_GRPC_PORT=''
-# The role users' passwords (CONTRACT §10), fresh for each run: compose.yaml
+# The role users' passwords (SPEC §10), fresh for each run: compose.yaml
 # hands them to the NATS nodes (the configs name them as variables) and to
 # each service as its own role's. A letter first: nats-server reads the
 # variable's value as a config value, and digits alone would be a number.
@@ -380,7 +380,7 @@ grep -q '^OK remaining=14 limit=15/SECOND$' <<<"$rls" ||
     fail "ShouldRateLimit through $GRPC1: expected one OK descriptor with 14 of 15/SECOND left, got: $rls"
 pass "Envoy's ShouldRateLimit over gRPC (gateway1, $GRPC1): OK, 14 of 15 per SECOND left under default"
 
-# Who may do what (CONTRACT §10): the NATS nodes enforce the roles; the
+# Who may do what (SPEC §10): the NATS nodes enforce the roles; the
 # gateways connect as `client`, the workers as `worker`. sluice's admin
 # commands run inside gateway1's container (the image's /sluice, on the
 # compose network), whose environment is the gateway's: role `client`.

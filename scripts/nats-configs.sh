@@ -13,7 +13,7 @@
 # other sluice config that compose may mount (deploy/*/sluice.toml, e.g. the
 # e2e one) gives the same files, i.e. has the same `partitions`.
 #
-# With the roles of CONTRACT §10 (`--auth --auth-from-env`): users client,
+# With the roles of SPEC §10 (`--auth --auth-from-env`): users client,
 # worker and admin, whose passwords the files name as variables
 # ($SLUICE_AUTH_CLIENT_PASSWORD, ...) that nats-server reads from its
 # environment (compose.yaml sets them), so no secret is checked in.

@@ -1,4 +1,4 @@
-//! The config file (CONTRACT §4): any text is a config or a `ConfigError`
+//! The config file (SPEC §4): any text is a config or a `ConfigError`
 //! naming what is wrong, never a panic. A config that loads has a default
 //! policy, and every policy it has can be turned into its table and back.
 #![no_main]

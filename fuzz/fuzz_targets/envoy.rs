@@ -1,4 +1,4 @@
-//! The `[envoy]` table (CONTRACT §11) and what the gateway does with it per
+//! The `[envoy]` table (SPEC §11) and what the gateway does with it per
 //! request: the bytes up to the first NUL are a config file's text (the
 //! seeds in fuzz/seeds/envoy have `[[envoy.rules]]`), the rest a domain and
 //! the descriptor's entries, one `key=value` a line. Loading never panics;

@@ -1,4 +1,4 @@
-//! The policy bucket's values (CONTRACT §7): a policy table's JSON
+//! The policy bucket's values (SPEC §7): a policy table's JSON
 //! ([`PolicyTable::from_json`]) and a per-key override body, as written by
 //! `sluice policy set` or by anyone with the `admin` role. Any bytes give a
 //! policy or an error that names the field, never a panic, whether applied

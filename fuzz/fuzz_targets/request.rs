@@ -1,4 +1,4 @@
-//! A request body on `rl.allow.<key>` / `rl.hit.<key>` (CONTRACT §1), and
+//! A request body on `rl.allow.<key>` / `rl.hit.<key>` (SPEC §1), and
 //! the scope body of `rl.inspect` / `rl.reset` (§8): any bytes decode to a
 //! request or an error reply, never a panic; a decoded request is one a
 //! worker can act on (a valid policy name), and encoding it again and

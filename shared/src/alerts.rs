@@ -1,4 +1,4 @@
-//! Threshold alerts (CONTRACT §14): which thresholds a decision made a
+//! Threshold alerts (SPEC §14): which thresholds a decision made a
 //! key's counts reach, the message that says so, and the table an owner
 //! keeps of the alerts it fired, so that each goes out once.
 //!
@@ -131,10 +131,10 @@ fn crossings(
 }
 
 /// The message of one alert, published on `rl.alert.<policy>.<key>` and
-/// kept in the stream `SLUICE_ALERTS` (CONTRACT §14).
+/// kept in the stream `SLUICE_ALERTS` (SPEC §14).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alert {
-    /// The key token (CONTRACT §1), as `rl.inspect` shows it.
+    /// The key token (SPEC §1), as `rl.inspect` shows it.
     pub key: String,
     pub policy: String,
     pub threshold_pct: u16,

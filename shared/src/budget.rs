@@ -73,7 +73,7 @@ use crate::time::Nanos;
 /// a token bucket's spending is late by at most this much.
 pub const LEASE: Nanos = Nanos(100_000_000);
 
-/// The longest lease of a grant to another region (CONTRACT §12,
+/// The longest lease of a grant to another region (SPEC §12,
 /// [`crate::region::global`]): long enough that a
 /// slice asked ahead of need arrives across a WAN link (100+ ms each way)
 /// with most of its lease left, short enough that units a region does not

@@ -1,4 +1,4 @@
-//! Calendar windows (CONTRACT §14): a fixed window whose `per` is `"day"`,
+//! Calendar windows (SPEC §14): a fixed window whose `per` is `"day"`,
 //! `"week"` or `"month"` of a policy's time zone, rather than a number of
 //! nanoseconds counted from the epoch.
 //!

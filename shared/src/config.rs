@@ -1,4 +1,4 @@
-//! The TOML config of CONTRACT §4, parsed and validated in one place.
+//! The TOML config of SPEC §4, parsed and validated in one place.
 //!
 //! [`Config::from_toml`] is the only way a file becomes a [`Config`], and it
 //! either returns a config in which every value is usable or one
@@ -18,7 +18,7 @@
 //! rules for what makes a policy valid live in [`crate::policy`] and this
 //! module only attaches field paths to them; a policy's calendar fields
 //! (`tz`, `week_start`, `anchor_day`) are checked in `config/calendar.rs`.
-//! [`PolicyTable`] is public because CONTRACT §7 stores one policy outside
+//! [`PolicyTable`] is public because SPEC §7 stores one policy outside
 //! the file, as the JSON form of one `[policies.X]` table.
 //!
 //! Without a file, [`Config::default`] applies: the built-in `default` policy
@@ -58,10 +58,10 @@ use std::str::FromStr;
 use std::time::Duration;
 pub use table::{LimitTable, PolicyTable};
 
-/// The environment variable naming the config file (CONTRACT §4).
+/// The environment variable naming the config file (SPEC §4).
 pub const CONFIG_ENV: &str = "SLUICE_CONFIG";
 
-/// What a partition owner persists besides periodic snapshots (CONTRACT §3).
+/// What a partition owner persists besides periodic snapshots (SPEC §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// Counters are snapshotted every `snapshot_interval`; a crash loses the
@@ -84,7 +84,7 @@ impl Durability {
     }
 }
 
-/// What clients and the gateway do when no worker answers (CONTRACT §4, §6).
+/// What clients and the gateway do when no worker answers (SPEC §4, §6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Fallback {
     /// Allow the request.
@@ -187,17 +187,17 @@ pub struct Config {
     /// The most live counters one worker holds, at least 1; past it, the
     /// least valuable ones are forgotten (docs/CONFIG.md, `max_keys`).
     pub max_keys: u64,
-    /// How long the stream `SLUICE_ALERTS` keeps an alert (CONTRACT §14).
+    /// How long the stream `SLUICE_ALERTS` keeps an alert (SPEC §14).
     pub alert_retention: Duration,
     /// By name; always contains [`DEFAULT_POLICY`].
     pub policies: BTreeMap<String, Policy>,
-    /// `[envoy]`: the Envoy rate limit service's mapping (CONTRACT §11);
+    /// `[envoy]`: the Envoy rate limit service's mapping (SPEC §11);
     /// `None` without the table (every descriptor then counts under
     /// `default`, keyed by its domain and entries).
     pub envoy: Option<EnvoyConfig>,
-    /// `[usage]`: usage history (CONTRACT §9); on by default.
+    /// `[usage]`: usage history (SPEC §9); on by default.
     pub usage: UsageConfig,
-    /// The region this process belongs to (CONTRACT §12); `None`: a system
+    /// The region this process belongs to (SPEC §12); `None`: a system
     /// of one region, as without regions.
     pub region: Option<RegionName>,
 }

@@ -134,7 +134,7 @@ pub enum HolderError {
 /// 1) or the JSON of [`holder_value`] (format 2 on).
 pub fn holder_of(value: &[u8]) -> Result<String, HolderError> {
     if value.first() != Some(&b'{') {
-        // Worker ids never start with `{` (CONTRACT §5: A-Z a-z 0-9 _ -).
+        // Worker ids never start with `{` (SPEC §5: A-Z a-z 0-9 _ -).
         return Ok(String::from_utf8_lossy(value).into_owned());
     }
     // The version is checked before the worker is required: a newer format

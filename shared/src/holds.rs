@@ -1,4 +1,4 @@
-//! Holds (CONTRACT §13): reserve now, settle later, and limits on requests
+//! Holds (SPEC §13): reserve now, settle later, and limits on requests
 //! in flight.
 //!
 //! A language model's request costs what its answer used, known only after
@@ -38,7 +38,7 @@ use crate::outstanding::{Outstanding, TooManyHolds};
 use crate::policy::{Decision, KeyState, Policy};
 use crate::time::Nanos;
 
-/// The most one hold may hold or a settle charge (CONTRACT §13).
+/// The most one hold may hold or a settle charge (SPEC §13).
 pub const MAX_COST: u64 = 1_000_000_000;
 
 /// What settling a hold of `held` units for a real `cost` does to the key's

@@ -1,7 +1,7 @@
 //! Keys as NATS subject tokens, in exactly one spelling.
 //!
 //! A key (a user id, an API key, an IP, an email: any bytes) travels as the
-//! last token of `rl.allow.<key>` (CONTRACT §1). Bytes outside
+//! last token of `rl.allow.<key>` (SPEC §1). Bytes outside
 //! `[A-Za-z0-9_-]` are percent-encoded as `%` and two **upper-case** hex
 //! digits, so `bob@x.io` is sent as `bob%40x%2Eio`, and the result is always
 //! one token: no `.`, no whitespace, never a bare `*` or `>`.
@@ -23,7 +23,7 @@
 
 use std::fmt;
 
-/// The longest key token accepted, in bytes, after percent-encoding (CONTRACT §1).
+/// The longest key token accepted, in bytes, after percent-encoding (SPEC §1).
 pub const MAX_TOKEN_LEN: usize = 256;
 
 /// Bytes that are sent as they are; every other byte is percent-encoded.

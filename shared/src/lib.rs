@@ -17,7 +17,7 @@
 //! - [`ask`]: the rules an ask passes before it touches a counter, and what it
 //!   does to it; the same at a worker and in a client's local limiter.
 //! - [`policies`]: the policies in force: the file's overlaid by the
-//!   `sluice-policies` bucket (CONTRACT §7).
+//!   `sluice-policies` bucket (SPEC §7).
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
 //!   hold), [`policy::Decision`], per-key [`policy::KeyState`].
 //! - [`limit`]: what a policy is made of ([`limit::Limit`], the algorithm's
@@ -29,16 +29,16 @@
 //! - [`time`]: nanosecond timestamps and the [`time::Clock`] seam.
 //! - [`budget`]: local budgets for hot keys: slices a key's owner grants a
 //!   client to decide from without a round trip, and what is exact with them.
-//! - [`holds`]: reserve now, settle later; concurrency slots (CONTRACT §13).
-//! - [`alerts`]: threshold alerts (CONTRACT §14): which thresholds a
+//! - [`holds`]: reserve now, settle later; concurrency slots (SPEC §13).
+//! - [`alerts`]: threshold alerts (SPEC §14): which thresholds a
 //!   decision reached, the message, the alerts an owner fired.
 //! - [`outstanding`]: what an owner granted and has not had back (slices
 //!   and holds), in one table that travels with the counters.
-//! - [`usage`]: usage history (CONTRACT §9), split by job under `usage/`:
+//! - [`usage`]: usage history (SPEC §9), split by job under `usage/`:
 //!   tiers, counts and the top-N merge, stored records, which buckets answer
 //!   a range and the checks of a query.
-//! - [`config`]: the TOML config of CONTRACT §4, validated; one policy
-//!   table alone ([`config::PolicyTable`]), as CONTRACT §7 stores it in JSON.
+//! - [`config`]: the TOML config of SPEC §4, validated; one policy
+//!   table alone ([`config::PolicyTable`]), as SPEC §7 stores it in JSON.
 //! - [`duration`]: durations as the config writes them (`"10s"`), parsed and
 //!   formatted, for the config and usage history's tiers.
 //! - [`nats_config`]: the nats-server config with the partition mapping.

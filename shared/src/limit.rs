@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The limiter algorithm of a policy (CONTRACT §4 names).
+/// The limiter algorithm of a policy (SPEC §4 names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
@@ -108,7 +108,7 @@ pub enum PolicyError {
     AlertsNotSupported(Algorithm),
 }
 
-/// Whether a policy's denials are answered (CONTRACT §14).
+/// Whether a policy's denials are answered (SPEC §14).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
@@ -165,7 +165,7 @@ pub struct Limit {
     /// A calendar limit's: its period's nominal length ([`Period::nominal`]).
     per: NonZeroU64,
     burst: NonZeroU64,
-    /// Windows that follow a zone's calendar instead of `per` (CONTRACT §14).
+    /// Windows that follow a zone's calendar instead of `per` (SPEC §14).
     calendar: Option<Arc<Calendar>>,
 }
 
@@ -274,7 +274,7 @@ impl Decision {
     }
 }
 
-/// Alert thresholds (CONTRACT §14, [`crate::alerts`]): the smallest and largest threshold, in percent of a limit's `max`
+/// Alert thresholds (SPEC §14, [`crate::alerts`]): the smallest and largest threshold, in percent of a limit's `max`
 /// (over 100: a hit counts past `max`, and a shadow policy admits past it).
 pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=1000;
 

@@ -1,5 +1,5 @@
 //! The nats-server config that maps sluice's subjects onto partitions
-//! (CONTRACT §3, §5: `sluice nats-config`). The subjects themselves are
+//! (SPEC §3, §5: `sluice nats-config`). The subjects themselves are
 //! spelled in [`crate::subject`].
 //!
 //! Clients publish to `rl.allow.<key>` and `rl.hit.<key>`. The NATS server
@@ -72,13 +72,13 @@ pub struct NatsServerConfig {
     pub max_file_store: Option<u64>,
     /// Present for the cluster form.
     pub cluster: Option<Cluster>,
-    /// One user per role (CONTRACT §10, [`auth`]); empty: no authorization,
+    /// One user per role (SPEC §10, [`auth`]); empty: no authorization,
     /// anyone who reaches the server may do anything.
     pub users: Vec<RoleUser>,
     /// The steps of the workers' usage tiers (`1m`, ...), which name their
     /// streams, for the `worker` role's permissions.
     pub usage_steps: Vec<String>,
-    /// The server's region and its links to other regions (CONTRACT §12,
+    /// The server's region and its links to other regions (SPEC §12,
     /// [`link`]); `None`: a system of one region.
     pub region: Option<RegionLinks>,
 }

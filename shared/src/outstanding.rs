@@ -58,7 +58,7 @@ pub const MOST_HOLDS: usize = 4_096;
 ///
 /// Without it a refund was taken at its word, and any client could hand
 /// back units it never held: a key's budget freed at will, an admin's
-/// reset (CONTRACT §10) by another name. A slice is known by its key and
+/// reset (SPEC §10) by another name. A slice is known by its key and
 /// [`crate::budget::Grant::taken_at`] (grants to several clients in one batch share it
 /// and add up); it is forgotten when it is all back, after [`GRANT_KEPT`],
 /// and when its key is reset. Snapshots carry the slices not back yet to

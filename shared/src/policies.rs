@@ -1,4 +1,4 @@
-//! The policies in force (CONTRACT §7): the config file's, overlaid by the
+//! The policies in force (SPEC §7): the config file's, overlaid by the
 //! JetStream KV bucket `sluice-policies`, which wins where both name a
 //! policy.
 //!
@@ -39,7 +39,7 @@ pub struct Policies {
 }
 
 /// The value of `override.<policy>.<key>`: limits that replace the policy's
-/// for one key (CONTRACT §7). A limit with `max = 0` blocks the key.
+/// for one key (SPEC §7). A limit with `max = 0` blocks the key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverrideTable {

@@ -58,13 +58,13 @@ pub struct Policy {
     /// Owners grant clients slices of a key's budget to decide from
     /// locally ([`crate::budget`]).
     local_budget: bool,
-    /// Enforce, or answer denials allowed (CONTRACT §14).
+    /// Enforce, or answer denials allowed (SPEC §14).
     mode: Mode,
-    /// What it says of holds: concurrency, their ttl, their end (CONTRACT §13).
+    /// What it says of holds: concurrency, their ttl, their end (SPEC §13).
     holding: Holding,
-    /// In each region apart, or once across regions (CONTRACT §12).
+    /// In each region apart, or once across regions (SPEC §12).
     scope: Scope,
-    /// The thresholds whose crossing is announced (CONTRACT §14), in
+    /// The thresholds whose crossing is announced (SPEC §14), in
     /// units of each limit.
     alerts: ThresholdUnits,
     /// A global token bucket's or GCRA's part in each region that has one
@@ -128,7 +128,7 @@ impl Policy {
         })
     }
 
-    /// A policy of only concurrency slots (CONTRACT §13: "one with only
+    /// A policy of only concurrency slots (SPEC §13: "one with only
     /// `concurrency` needs no `algorithm`"): no limits, so its holds count
     /// nothing but their slots.
     pub fn slots_only(name: impl Into<String>, holding: Holding) -> Result<Policy, PolicyError> {
@@ -195,7 +195,7 @@ impl Policy {
     }
 
     /// The policies of its tallies of what the regions spent: a global
-    /// policy with alerts (CONTRACT §14 across regions), `None` otherwise.
+    /// policy with alerts (SPEC §14 across regions), `None` otherwise.
     pub fn tallies(&self) -> Option<&Tallies> {
         self.tallies.as_deref()
     }
@@ -280,7 +280,7 @@ impl Policy {
         Ok(())
     }
 
-    /// Where this policy's limits hold (CONTRACT §12).
+    /// Where this policy's limits hold (SPEC §12).
     pub fn scope(&self) -> &Scope {
         &self.scope
     }
@@ -430,7 +430,7 @@ impl Policy {
         self.slice(state, now, cost, want, 0, SliceFor::Client)
     }
 
-    /// A grant to another region's owner of a global key (CONTRACT §12,
+    /// A grant to another region's owner of a global key (SPEC §12,
     /// [`crate::region::global`]): the slice protocol one level up, so
     /// without `local_budget` and with a lease long enough to cross the
     /// link and back ([`crate::budget::REGION_LEASE`]).
@@ -481,7 +481,7 @@ impl Policy {
         (decision, Some(grant))
     }
 
-    /// Opens `state`'s window of a global policy at its home (CONTRACT
+    /// Opens `state`'s window of a global policy at its home (SPEC
     /// §12, [`crate::region::global`]), before anything else is decided in
     /// it: when the window holds nothing yet, counts `shares` (the other
     /// regions' reserved shares) as a slice taken at the window's start,
@@ -535,7 +535,7 @@ impl Policy {
     }
 
     /// Every limit's state at `now`, changing nothing (`rl.inspect`,
-    /// CONTRACT §8): the limit, what is used and left of it, and when it is
+    /// SPEC §8): the limit, what is used and left of it, and when it is
     /// whole again.
     pub fn inspect(&self, state: &KeyState, now: Nanos) -> Vec<LimitState> {
         let mut state = state.clone();

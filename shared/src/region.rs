@@ -1,4 +1,4 @@
-//! Regions (CONTRACT §12): a region's name, and what a policy says of where
+//! Regions (SPEC §12): a region's name, and what a policy says of where
 //! it holds: in each region apart (`scope = "region"`, the default) or once
 //! across regions (`scope = "global"`, with a `home` that keeps the count).
 //!
@@ -56,7 +56,7 @@ impl fmt::Display for RegionName {
 }
 
 /// What a region cut off from a global policy's home does with that
-/// policy's asks (CONTRACT §12, `on_cut`).
+/// policy's asks (SPEC §12, `on_cut`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OnCut {
     /// Decide from the region's reserved share: the global limit holds.

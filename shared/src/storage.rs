@@ -11,7 +11,7 @@
 pub const LEASE_BUCKET: &str = "sluice-leases";
 /// KV bucket of partition snapshots: a manifest `p.<n>` and its chunks.
 pub const SNAPSHOT_BUCKET: &str = "sluice-snapshots";
-/// KV bucket of live policies and per-key overrides (CONTRACT §7).
+/// KV bucket of live policies and per-key overrides (SPEC §7).
 pub const POLICY_BUCKET: &str = "sluice-policies";
 /// Values [`POLICY_BUCKET`] keeps per key (the most a KV bucket keeps): a
 /// reader that starts after an invalid value goes back through them to the
@@ -23,7 +23,7 @@ pub const JOURNAL_STREAM: &str = "SLUICE_JOURNAL";
 /// Every subject of [`JOURNAL_STREAM`].
 pub const JOURNAL_SUBJECTS: &str = "sluice.journal.>";
 
-/// Stream of threshold alerts (CONTRACT §14), on the subjects
+/// Stream of threshold alerts (SPEC §14), on the subjects
 /// `rl.alert.<policy>.<key>` ([`crate::subject::alert_subject`]).
 pub const ALERT_STREAM: &str = "SLUICE_ALERTS";
 /// How long [`ALERT_STREAM`] remembers an alert's message id, so that one
@@ -90,7 +90,7 @@ pub fn kv_subject(bucket: &str, key: &str) -> String {
     format!("$KV.{bucket}.{key}")
 }
 
-/// The stream of one usage tier (CONTRACT §9), named by its step:
+/// The stream of one usage tier (SPEC §9), named by its step:
 /// `SLUICE_USAGE_1m`.
 pub fn usage_stream(step: &str) -> String {
     format!("SLUICE_USAGE_{step}")
@@ -125,7 +125,7 @@ pub fn policy_key(policy: &str) -> String {
 
 /// Key of a per-key override in [`POLICY_BUCKET`]:
 /// `override.<policy>.<key-token>`, with each `%` of the token written as
-/// `=`, since KV keys cannot hold `%` (CONTRACT §7).
+/// `=`, since KV keys cannot hold `%` (SPEC §7).
 pub fn override_key(policy: &str, key_token: &str) -> String {
     format!("{OVERRIDE_KEY}{policy}.{}", key_token.replace('%', "="))
 }

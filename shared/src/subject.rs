@@ -1,6 +1,6 @@
 //! Every NATS subject sluice uses, built and parsed here and nowhere else.
 //!
-//! Clients send to `rl.<verb>.<key>` (CONTRACT §1, §2, §8, §9). The NATS
+//! Clients send to `rl.<verb>.<key>` (SPEC §1, §2, §8, §9). The NATS
 //! server rewrites those, with its own deterministic partition function, to
 //! `rl.p.<n>.<verb>.<key>`, `n < partitions`, which is what the owning worker
 //! subscribes to ([`crate::nats_config`] renders that mapping). So clients
@@ -19,16 +19,16 @@ use crate::partition::partition_of;
 
 /// The first token of every public sluice subject.
 pub const ROOT: &str = "rl";
-/// Subject prefix of decision requests: `rl.allow.<key>` (CONTRACT §1).
+/// Subject prefix of decision requests: `rl.allow.<key>` (SPEC §1).
 pub const ALLOW_PREFIX: &str = "rl.allow";
-/// Subject prefix of counted hits: `rl.hit.<key>` (CONTRACT §2).
+/// Subject prefix of counted hits: `rl.hit.<key>` (SPEC §2).
 pub const HIT_PREFIX: &str = "rl.hit";
 /// Prefix of the per-partition subjects the server maps onto:
 /// `rl.p.<n>.<verb>.<key>`.
 pub const PARTITION_PREFIX: &str = "rl.p";
 /// Prefix of the per-worker subjects (`rl.w.<worker-id>.batch`), internal.
 pub const WORKER_PREFIX: &str = "rl.w";
-/// The top-keys query (CONTRACT §9). Not under `rl.usage.`, which the
+/// The top-keys query (SPEC §9). Not under `rl.usage.`, which the
 /// mapping sends to one key's owner.
 pub const TOP: &str = "rl.top";
 /// Where the worker that took an `rl.top` asks every worker for its
@@ -37,7 +37,7 @@ pub const TOP_SCATTER: &str = "sluice.top";
 /// The last token of a batch subject.
 const BATCH: &str = "batch";
 
-/// What a per-key subject asks for: the token after `rl.` (CONTRACT §1, §2,
+/// What a per-key subject asks for: the token after `rl.` (SPEC §1, §2,
 /// §8, §9). One enum for the verbs: the subjects, the worker's decision
 /// core and the clients' local limiter all use it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,17 +46,17 @@ pub enum Verb {
     Allow,
     /// `rl.hit.<key>`: publish, count whether or not it fits.
     Hit,
-    /// `rl.inspect.<key>`: a key's state, consuming nothing (CONTRACT §8).
+    /// `rl.inspect.<key>`: a key's state, consuming nothing (SPEC §8).
     Inspect,
-    /// `rl.reset.<key>`: forget a key's counters (CONTRACT §8).
+    /// `rl.reset.<key>`: forget a key's counters (SPEC §8).
     Reset,
-    /// `rl.usage.<key>`: a key's usage history (CONTRACT §9).
+    /// `rl.usage.<key>`: a key's usage history (SPEC §9).
     Usage,
-    /// `rl.reserve.<key>`: decide and hold a cost (CONTRACT §13).
+    /// `rl.reserve.<key>`: decide and hold a cost (SPEC §13).
     Reserve,
-    /// `rl.settle.<key>`: end a hold with its real cost (CONTRACT §13).
+    /// `rl.settle.<key>`: end a hold with its real cost (SPEC §13).
     Settle,
-    /// `rl.extend.<key>`: keep a live hold longer (CONTRACT §13).
+    /// `rl.extend.<key>`: keep a live hold longer (SPEC §13).
     Extend,
 }
 
@@ -78,7 +78,7 @@ impl Verb {
     /// subscribes to.
     pub const ANSWERED: [Verb; 8] = Verb::ALL;
 
-    /// The verbs of holds (CONTRACT §13).
+    /// The verbs of holds (SPEC §13).
     pub const HOLDS: [Verb; 3] = [Verb::Reserve, Verb::Settle, Verb::Extend];
 
     /// The verb's token in subjects: `allow`, `hit`, ...
@@ -253,7 +253,7 @@ pub fn is_safe_reply_subject(subject: &str) -> bool {
 /// `sluice.status.>`).
 pub const INTERNAL_ROOT: &str = "sluice";
 
-/// The first token of the subjects that cross between regions (CONTRACT
+/// The first token of the subjects that cross between regions (SPEC
 /// §12), and the only ones the link between regions carries
 /// ([`crate::nats_config::link`]): `sluice-link.<region>.…`, addressed to
 /// the workers of `<region>`. Every other subject stays in its region.
@@ -266,7 +266,7 @@ pub fn link_wildcard(region: &str) -> String {
 
 /// Where a worker of `region` takes link requests from other regions
 /// that need an answer from `region` itself: `sluice-link.<region>.hello`
-/// (who is there; CONTRACT §12's `sluice status`).
+/// (who is there; SPEC §12's `sluice status`).
 pub fn link_hello(region: &str) -> String {
     format!("{LINK_ROOT}.{region}.hello")
 }
@@ -297,7 +297,7 @@ pub fn is_link_reply_subject(subject: &str) -> bool {
 }
 
 /// The subjects a partition's owner in `region` takes from other regions'
-/// owners for a global limit (CONTRACT §12, [`crate::region::global`]), one
+/// owners for a global limit (SPEC §12, [`crate::region::global`]), one
 /// per [`LinkInbound`] kind: `sluice-link.<region>.p.<n>.batch` (slices
 /// asked and given back, as the batch of [`batch_subject`]),
 /// `sluice-link.<region>.p.<n>.hit.*` (a hit that found no budget there)
@@ -445,11 +445,11 @@ impl<'a> LinkInbound<'a> {
 /// that carries more than [`LINK_ROOT`] (a hand-written link config).
 pub const REGION_HELLO: &str = "sluice.region.hello";
 
-/// The first tokens of every alert subject (CONTRACT §14).
+/// The first tokens of every alert subject (SPEC §14).
 const ALERT_PREFIX: &str = "rl.alert";
 
 /// `rl.alert.<policy>.<key>`: where an alert of `policy` for the key token
-/// `key_token` is published (CONTRACT §14).
+/// `key_token` is published (SPEC §14).
 pub fn alert_subject(policy: &str, key_token: &str) -> String {
     format!("{ALERT_PREFIX}.{policy}.{key_token}")
 }

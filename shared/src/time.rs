@@ -3,7 +3,7 @@
 //! Nothing in `sluice-core` reads a clock on its own. Decisions take `now` as an
 //! argument so that tests can replay exact timelines (see [`ManualClock`]) and
 //! so that a worker's decisions only depend on the worker's own clock
-//! (CONTRACT §1: clients send no timestamps). Nanoseconds keep sub-millisecond
+//! (SPEC §1: clients send no timestamps). Nanoseconds keep sub-millisecond
 //! rates exact: GCRA at 10 000/s has a 100 µs emission interval, which a
 //! millisecond clock would round to zero (redis-cell #11/#80).
 

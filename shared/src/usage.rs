@@ -1,4 +1,4 @@
-//! Usage history (CONTRACT §9): how much each key used and was denied, in
+//! Usage history (SPEC §9): how much each key used and was denied, in
 //! buckets of several tiers (by default 1 minute kept a day, 5 minutes kept
 //! a week, 1 hour kept a month, 1 day kept two years).
 //!

@@ -1,5 +1,5 @@
 //! Request and reply bodies and headers of `rl.allow.<key>` / `rl.hit.<key>`
-//! (CONTRACT §1), for both ends: the worker decodes requests and encodes
+//! (SPEC §1), for both ends: the worker decodes requests and encodes
 //! replies, client libraries and the gateway encode requests and decode
 //! replies. The byte-level format is written up in `docs/PROTOCOL.md`.
 //!
@@ -39,9 +39,9 @@
 //!   property-tested); the bytes themselves are `rmp`'s low-level reader and
 //!   writer.
 //! - [`batch`]: the batch format of the batching client.
-//! - [`inspect`]: bodies of `rl.inspect.<key>` and `rl.reset.<key>` (CONTRACT §8).
-//! - [`hold`]: bodies of `rl.reserve`, `rl.settle` and `rl.extend` (CONTRACT §13).
-//! - [`usage`]: bodies of `rl.usage.<key>` and `rl.top` (CONTRACT §9).
+//! - [`inspect`]: bodies of `rl.inspect.<key>` and `rl.reset.<key>` (SPEC §8).
+//! - [`hold`]: bodies of `rl.reserve`, `rl.settle` and `rl.extend` (SPEC §13).
+//! - [`usage`]: bodies of `rl.usage.<key>` and `rl.top` (SPEC §9).
 
 pub mod batch;
 mod encoding;

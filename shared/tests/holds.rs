@@ -1,4 +1,4 @@
-//! Holds (CONTRACT §13) against a model: whatever reserves, settles,
+//! Holds (SPEC §13) against a model: whatever reserves, settles,
 //! extends and ends come in, never more counted than a fixed window's
 //! `max` in a window, never more live slots than `concurrency`, a denied
 //! reserve changes nothing, and every hold ends once.

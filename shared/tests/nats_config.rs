@@ -1,4 +1,4 @@
-//! Subjects and the rendered nats-server config (CONTRACT §3, §5). These
+//! Subjects and the rendered nats-server config (SPEC §3, §5). These
 //! check the text only; the harness runs the real server.
 
 use sluice_core::config::Config;

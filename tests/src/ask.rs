@@ -142,7 +142,7 @@ pub fn a_key_per_partition(partitions: u32) -> Vec<String> {
         .collect()
 }
 
-/// The usage of `key` under `policy` over the last hour (CONTRACT §9),
+/// The usage of `key` under `policy` over the last hour (SPEC §9),
 /// summed over its points.
 pub async fn usage_of(
     client: &async_nats::Client,

@@ -15,7 +15,7 @@ use tempfile::TempDir;
 
 use crate::process::{tail_of_file, ChildGuard};
 
-/// The nats-server version the project is tested against (CONTRACT, notes).
+/// The nats-server version the project is tested against (docs/TESTING.md).
 pub const NATS_SERVER_VERSION: &str = "2.15.1";
 
 /// The environment variable that names the nats-server binary to use.

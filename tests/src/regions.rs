@@ -1,4 +1,4 @@
-//! [`TwoRegions`]: two regions on loopback (CONTRACT §12), `east` and
+//! [`TwoRegions`]: two regions on loopback (SPEC §12), `east` and
 //! `west`, each a [`Stack`] (its own nats-server, JetStream domain and
 //! workers), linked as docs/REGIONS.md documents (a leafnode link carrying
 //! only `sluice-link.>`) through a [`LinkProxy`] the test controls.
@@ -54,7 +54,7 @@ impl TwoRegions {
         TwoRegions::start_as(sluice.into(), config_toml, workers, LinkSecurity::default()).await
     }
 
-    /// [`TwoRegions::start`] with the roles of CONTRACT §10 in each region
+    /// [`TwoRegions::start`] with the roles of SPEC §10 in each region
     /// ([`Stack::start_secured`]) and the link authenticated by the nkey
     /// whose seed is `link_seed` (`sluice nats-config --auth`).
     pub async fn start_secured(

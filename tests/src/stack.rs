@@ -149,7 +149,7 @@ pub fn test_password(role: Role) -> String {
 }
 
 /// sluice's server config for `partitions` with the three role users of
-/// CONTRACT §10 (`sluice nats-config --auth`), passwords [`test_password`].
+/// SPEC §10 (`sluice nats-config --auth`), passwords [`test_password`].
 pub fn secured_nats_config(partitions: u32) -> String {
     let mut config = NatsServerConfig::new(partitions);
     config.users = RoleUser::every(|role| test_password(role).into());
@@ -180,7 +180,7 @@ impl Stack {
         Stack::start_on(sluice, config_toml, workers, nats, client, Vec::new()).await
     }
 
-    /// [`Stack::start`] on a server that enforces the roles of CONTRACT §10
+    /// [`Stack::start`] on a server that enforces the roles of SPEC §10
     /// ([`secured_nats_config`]): workers run as `worker`, the stack's own
     /// connection (owners, snapshots, settling) is `admin`.
     pub async fn start_secured(

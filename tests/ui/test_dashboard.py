@@ -1,4 +1,4 @@
-"""The dashboard (CONTRACT §15) in a real headless browser.
+"""The dashboard (SPEC §15) in a real headless browser.
 
 Debian's chromium, driven by selenium through chromium-driver (both
 installed by scripts/install-deps.sh), opens every page of `/ui` against a

@@ -1,4 +1,4 @@
-"""Threshold alerts (CONTRACT §14) through the client against a real
+"""Threshold alerts (SPEC §14) through the client against a real
 nats-server and a real `sluice worker` (conftest.py): the stored alerts of a
 policy, read once and followed as new ones are stored."""
 

@@ -1,4 +1,4 @@
-"""Holds (CONTRACT §13) through the client against a real nats-server and a
+"""Holds (SPEC §13) through the client against a real nats-server and a
 real `sluice worker` (conftest.py): reserve, extend and settle; the scope
 that settles, or releases on an exception or an exit without a settle;
 no fallback without a worker."""

@@ -1,4 +1,4 @@
-//! `sluice alerts [--follow] [--policy P]` (CONTRACT §14): the threshold
+//! `sluice alerts [--follow] [--policy P]` (SPEC §14): the threshold
 //! alerts the stream `SLUICE_ALERTS` keeps, oldest first, one line each (or
 //! JSON lines), read through [`sluice_client::alerts`].
 

@@ -41,7 +41,7 @@ pub struct BenchArgs {
     /// What each request is: an allow; a reserve and the settle of its
     /// hold with the same cost (one request is the pair); or a reserve
     /// alone, its hold left live until the policy's `hold_ttl`. Holds need
-    /// --target sluice and a policy that can hold (CONTRACT §13).
+    /// --target sluice and a policy that can hold (SPEC §13).
     #[arg(long, value_enum, default_value = "allow")]
     pub verb: LoadVerb,
     #[command(flatten)]

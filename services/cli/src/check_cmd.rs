@@ -24,7 +24,7 @@ pub struct Target {
     /// The policy to apply.
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
-    /// Print the reply as JSON (the reply body of CONTRACT §1; a hold's
+    /// Print the reply as JSON (the reply body of SPEC §1; a hold's
     /// with `hold` and `expires_ms`).
     #[arg(long)]
     pub json: bool,

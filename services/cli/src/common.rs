@@ -26,7 +26,7 @@ pub struct Common {
     pub auth: NatsAuthArgs,
 }
 
-/// NATS credentials and TLS (CONTRACT §10), for every command. At most one
+/// NATS credentials and TLS (SPEC §10), for every command. At most one
 /// of creds, nkey, user/password and token; TLS with any of them.
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "NATS credentials and TLS")]

@@ -1,5 +1,5 @@
-//! `sluice gateway`: the HTTP API server (CONTRACT §6), and with
-//! `--grpc-listen` Envoy's rate limit service (CONTRACT §11).
+//! `sluice gateway`: the HTTP API server (SPEC §6), and with
+//! `--grpc-listen` Envoy's rate limit service (SPEC §11).
 
 use crate::common::Common;
 use anyhow::Result;

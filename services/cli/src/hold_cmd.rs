@@ -1,5 +1,5 @@
 //! `sluice reserve KEY`, `sluice settle KEY --hold ID --cost N` and
-//! `sluice extend KEY --hold ID` (CONTRACT §13, docs/HOLDS.md): one hold
+//! `sluice extend KEY --hold ID` (SPEC §13, docs/HOLDS.md): one hold
 //! verb through the Rust client, its decision printed as `sluice check`
 //! prints one, with the hold's name and end.
 

@@ -1,4 +1,4 @@
-//! `sluice inspect KEY` and `sluice reset KEY` (CONTRACT §8): one request
+//! `sluice inspect KEY` and `sluice reset KEY` (SPEC §8): one request
 //! through the partition mapping to the key's owner, and its reply as a
 //! table or JSON.
 
@@ -47,7 +47,7 @@ pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
                 l.max, l.per_ms, l.used, l.remaining, l.reset_ms
             );
         }
-        // A global policy's: what each region has of it (CONTRACT §12).
+        // A global policy's: what each region has of it (SPEC §12).
         for r in p.regions.iter().flatten() {
             match (r.reached, r.limits.first()) {
                 (true, Some(l)) => println!(

@@ -1,4 +1,4 @@
-//! `sluice`: one binary for every role (CONTRACT §5).
+//! `sluice`: one binary for every role (SPEC §5).
 //!
 //! This file only parses the command line, sets up logging and the runtime,
 //! loads the config, and hands over to the library that does the work. Each

@@ -34,7 +34,7 @@ pub struct NatsConfigArgs {
     #[arg(long = "route")]
     pub routes: Vec<String>,
     /// Add users `client`, `worker` and `admin` with the permissions of their
-    /// roles (CONTRACT §10). Passwords come from SLUICE_AUTH_CLIENT_PASSWORD,
+    /// roles (SPEC §10). Passwords come from SLUICE_AUTH_CLIENT_PASSWORD,
     /// SLUICE_AUTH_WORKER_PASSWORD and SLUICE_AUTH_ADMIN_PASSWORD; a role
     /// without one gets a generated password, written into the config and
     /// named once on stderr.
@@ -47,7 +47,7 @@ pub struct NatsConfigArgs {
     /// must start with a letter (nats-server reads 1234 as a number).
     #[arg(long, requires = "auth")]
     pub auth_from_env: bool,
-    /// The region this server belongs to (CONTRACT §12; default: the
+    /// The region this server belongs to (SPEC §12; default: the
     /// config's `region`). It becomes the server's JetStream domain.
     #[arg(long)]
     pub region: Option<String>,

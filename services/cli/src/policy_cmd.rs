@@ -1,4 +1,4 @@
-//! `sluice policy list|get|set|rm|apply` (CONTRACT §7): the live policies in
+//! `sluice policy list|get|set|rm|apply` (SPEC §7): the live policies in
 //! the `sluice-policies` bucket. Every value is checked as a config file's
 //! policy is, with the same messages, before anything is written; workers
 //! put a change in force within a second ([`sluice_worker::policy_watch`]).
@@ -65,7 +65,7 @@ pub enum PolicyCommand {
 }
 
 /// The flags of `sluice policy set` beyond the algorithm and limits, each
-/// a field of the policy table (CONTRACT §14); checked with the table.
+/// a field of the policy table (SPEC §14); checked with the table.
 #[derive(clap::Args, Debug, Default)]
 pub struct PolicyFlags {
     /// enforce (the default) | shadow: decide and count, but answer every
@@ -241,7 +241,7 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
     })
 }
 
-/// A key as its subject token (CONTRACT §1).
+/// A key as its subject token (SPEC §1).
 fn token(key: &str) -> Result<String> {
     try_encode_key(key.as_bytes()).map_err(|e| anyhow!("key {key:?}: {e}"))
 }

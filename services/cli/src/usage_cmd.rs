@@ -1,4 +1,4 @@
-//! `sluice usage KEY` and `sluice usage --top N` (CONTRACT §9): one
+//! `sluice usage KEY` and `sluice usage --top N` (SPEC §9): one
 //! `rl.usage.<key>` or `rl.top` request, its reply as a table and a chart
 //! drawn in the terminal (textplots), or as JSON.
 

@@ -1,4 +1,4 @@
-//! Who may do what (CONTRACT §10, issue 19): a real nats-server with the
+//! Who may do what (SPEC §10, issue 19): a real nats-server with the
 //! config of `sluice nats-config --auth`, workers as `worker`, and checks
 //! that the server itself refuses what a `client` may not do, that nothing
 //! changed afterwards, that the CLI's admin commands work as `admin`, and
@@ -102,7 +102,7 @@ async fn a_client_asks_but_the_server_refuses_everything_else_and_nothing_change
     client.flush().await.unwrap();
     let owners = stack.owners().await;
     assert_eq!(ask(&admin, victim, PEEK).await.unwrap().remaining, 2);
-    // ... and read usage (CONTRACT §9): the workers, as `worker`, keep it
+    // ... and read usage (SPEC §9): the workers, as `worker`, keep it
     // in their usage streams and answer a top query together.
     let usage = request(
         &client,
@@ -244,7 +244,7 @@ async fn admin_commands_work_as_admin_and_are_refused_with_one_line_otherwise() 
     let inspected = sluice_as(Role::Admin, &["inspect", "carol"], &url, &config);
     assert!(text(&inspected).contains("carol"), "{}", text(&inspected));
 
-    // Threshold alerts (CONTRACT §14): workers publish them into their
+    // Threshold alerts (SPEC §14): workers publish them into their
     // stream as `worker`; clients and admins read them.
     let alerting = [
         "policy",

@@ -1,4 +1,4 @@
-//! The HTTP gateway (`sluice-gateway`, CONTRACT §6) deciding through real
+//! The HTTP gateway (`sluice-gateway`, SPEC §6) deciding through real
 //! `sluice worker` processes on a real nats-server, called by a real HTTP
 //! client: decisions and their headers, usage queries, bad input, the
 //! fallbacks with no worker, health and metrics, and a policy change under
@@ -87,7 +87,7 @@ async fn allow_is_200_then_429_with_ratelimit_headers_and_retry_after() {
     gw.stop().await;
 }
 
-/// `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9): the
+/// `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (SPEC §9): the
 /// workers' replies as JSON, their errors with their statuses; top shows
 /// keys as they were asked, in the JSON and in `sluice usage --top`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! The gateway's proxy mode with a `concurrency` policy (docs/GATEWAY.md,
-//! CONTRACT §13): each proxied request holds one slot from before it is
+//! SPEC §13): each proxied request holds one slot from before it is
 //! forwarded until its response ends, so the upstream never sees more than
 //! `concurrency` requests of a key at once, and the slot is free again
 //! however the request ends: answered, the client gone mid-stream or

@@ -1,4 +1,4 @@
-//! The HTTP gateway's protections (CONTRACT §10): an API token on `/v1`
+//! The HTTP gateway's protections (SPEC §10): an API token on `/v1`
 //! with health and metrics left open, against a nats-server that enforces
 //! sluice's roles; HTTPS and gRPC over TLS from `--tls-cert/--tls-key`, with
 //! a CA made by the test; and bad TLS files refused at start with one line.
@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// CONTRACT §10: with `--api-token`, `/v1/*` needs the bearer token (401
+/// SPEC §10: with `--api-token`, `/v1/*` needs the bearer token (401
 /// and nothing counted otherwise); `/healthz` and `/metrics` stay open. The
 /// gateway runs as the `client` role of `sluice nats-config --auth`, which
 /// is all it needs (batching, the partition probe, following policies).
@@ -70,7 +70,7 @@ async fn with_an_api_token_v1_needs_the_bearer_token_and_health_and_metrics_stay
     gw.stop().await;
 }
 
-/// CONTRACT §10: with `--tls-cert/--tls-key` the one HTTP listener serves
+/// SPEC §10: with `--tls-cert/--tls-key` the one HTTP listener serves
 /// HTTPS (decisions with the API token, `/healthz` and `/metrics`), the
 /// Envoy rate limit service serves gRPC over TLS with the same
 /// certificate, and plain HTTP or a client that does not trust the

@@ -1,4 +1,4 @@
-//! The dashboard's action and its permissions (CONTRACT §15, §8, §10),
+//! The dashboard's action and its permissions (SPEC §15, §8, §10),
 //! against a nats-server that enforces sluice's roles: a key's reset is
 //! offered only by a gateway whose NATS credentials may reset (the `admin`
 //! role, not `client`), needs the page's CSRF field, a same-site request

@@ -1,4 +1,4 @@
-//! `rl.inspect.<key>` and `rl.reset.<key>` (CONTRACT §8) against real
+//! `rl.inspect.<key>` and `rl.reset.<key>` (SPEC §8) against real
 //! workers, through the server's partition mapping, and the commands that
 //! send them.
 

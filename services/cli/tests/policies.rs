@@ -1,4 +1,4 @@
-//! Live policies (CONTRACT §7) against real workers: `sluice policy` writes
+//! Live policies (SPEC §7) against real workers: `sluice policy` writes
 //! the `sluice-policies` bucket, every worker puts a change in force within
 //! a second, counts are kept, and a value that is not valid is refused.
 

@@ -1,4 +1,4 @@
-//! Global limits across regions (CONTRACT §12, issue 35) over real
+//! Global limits across regions (SPEC §12, issue 35) over real
 //! nats-servers on loopback: two regions linked through a proxy the test
 //! controls (`sluice_tests::TwoRegions`), one fixed window of 100 per 4 s
 //! held across both, east its home. Each case asks inside one window
@@ -100,7 +100,7 @@ async fn both_regions_asking_hard_admit_at_most_max_and_close_to_it() {
     }
 }
 
-/// Usage (CONTRACT §9) is recorded once, where each ask was made, in
+/// Usage (SPEC §9) is recorded once, where each ask was made, in
 /// snapshot and in journal mode: west asks alone through a window (its
 /// share, then slices the home grants it) and then sends hits that no
 /// longer fit (forwarded to the home, counted there); west's usage is

@@ -1,4 +1,4 @@
-//! Global sliding logs and sliding windows across regions (CONTRACT §12,
+//! Global sliding logs and sliding windows across regions (SPEC §12,
 //! issue 35) over real nats-servers on loopback: two regions linked
 //! through a proxy the test controls, 100 per 10 s held across both, east
 //! its home, equal weights. West decides from its part (50) on its own and
@@ -180,7 +180,7 @@ async fn a_batching_client_asks_past_the_part_alone_and_the_home_decides() {
 }
 
 /// `rl.inspect` and `rl.reset` of a global key act on its global state
-/// (CONTRACT §12): west alone spends the whole limit (its part and the
+/// (SPEC §12): west alone spends the whole limit (its part and the
 /// home's); an inspect asked in west shows 100 used over both regions, 50
 /// in each; a reset asked in west says it went to east, and once east has
 /// forgotten its state west alone gets the whole limit again. With the
@@ -280,7 +280,7 @@ async fn several_limits_are_each_split_and_the_tightest_decides() {
     );
 }
 
-/// Shadow mode (CONTRACT §14) across regions: the parts and the home
+/// Shadow mode (SPEC §14) across regions: the parts and the home
 /// decide as enforced, every ask is answered allowed, those enforcement
 /// would deny flagged `shadow_denied` and counted as denied in the usage
 /// of the region asked. West alone: 100 within the limit (its part, then

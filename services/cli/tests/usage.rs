@@ -1,4 +1,4 @@
-//! Usage history (CONTRACT §9) against real workers: exact sums through a
+//! Usage history (SPEC §9) against real workers: exact sums through a
 //! handover and, in journal mode, through `kill -9`; rollups that equal the
 //! sums of the finer tier and retention done by JetStream; top N with exact
 //! totals; bad queries refused.

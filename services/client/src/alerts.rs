@@ -1,4 +1,4 @@
-//! Reading and following threshold alerts (CONTRACT §14) from the stream
+//! Reading and following threshold alerts (SPEC §14) from the stream
 //! `SLUICE_ALERTS`: the one way the client, `sluice alerts` and the
 //! gateway's dashboard read them.
 //!

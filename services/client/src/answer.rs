@@ -45,7 +45,7 @@ impl fmt::Display for Source {
     }
 }
 
-/// A decision (CONTRACT §1 reply fields) and its [`Source`].
+/// A decision (SPEC §1 reply fields) and its [`Source`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {
     /// The request may proceed; when true, its cost was consumed.
@@ -61,7 +61,7 @@ pub struct Answer {
     pub retry_after: Duration,
     /// The policy applied.
     pub policy: String,
-    /// A shadow policy (CONTRACT §14) would have denied this ask: it is
+    /// A shadow policy (SPEC §14) would have denied this ask: it is
     /// allowed, and nothing was consumed.
     pub shadow_denied: bool,
     pub source: Source,
@@ -114,7 +114,7 @@ impl Answer {
         wire::decision_headers(&self.decision())
     }
 
-    /// The CONTRACT §1 reply body (durations in ms, rounded up).
+    /// The SPEC §1 reply body (durations in ms, rounded up).
     pub fn to_reply(&self) -> DecisionReply {
         DecisionReply::new(&self.decision(), self.policy.clone())
     }

@@ -192,7 +192,7 @@ impl Client {
         self.ask(key, policy, 0).await
     }
 
-    /// Counts `cost` units of usage already served (CONTRACT §2): one
+    /// Counts `cost` units of usage already served (SPEC §2): one
     /// publish to `rl.hit.<key>`, no reply, no fallback (a hit published
     /// while no worker owns the key's partition is lost).
     pub async fn hit(&self, key: impl AsRef<[u8]>, policy: &str, cost: u64) -> Result<(), Error> {
@@ -234,7 +234,7 @@ impl Client {
         inner.conclude(&token, policy, outcome, Op::Record(cost))
     }
 
-    /// A key's usage history (CONTRACT §9): one `rl.usage.<key>` request
+    /// A key's usage history (SPEC §9): one `rl.usage.<key>` request
     /// to the key's owner. No fallback: with no worker there is no history.
     pub async fn usage(
         &self,
@@ -244,7 +244,7 @@ impl Client {
         queries::usage(&self.inner.nats, key.as_ref(), query, QUERY_TIMEOUT).await
     }
 
-    /// The threshold alerts (CONTRACT §14) of `policy` (every policy when
+    /// The threshold alerts (SPEC §14) of `policy` (every policy when
     /// `None`) from `start`, oldest first; with `follow`, each new one as
     /// it is stored, without end ([`crate::alerts`]).
     pub async fn alerts(
@@ -258,7 +258,7 @@ impl Client {
     }
 
     /// The keys that used (or were denied) the most in a range
-    /// (CONTRACT §9, `rl.top`).
+    /// (SPEC §9, `rl.top`).
     pub async fn top(&self, query: &TopQuery) -> Result<TopReply, Error> {
         queries::top(&self.inner.nats, query, QUERY_TIMEOUT).await
     }

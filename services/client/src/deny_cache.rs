@@ -150,7 +150,7 @@ impl DenyCache {
     }
 }
 
-/// Policy names have no `/` (CONTRACT: `[A-Za-z0-9_-]`), so this is unambiguous.
+/// Policy names have no `/` (SPEC §1: `[A-Za-z0-9_-]`), so this is unambiguous.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,7 +169,7 @@ mod tests {
         }
     }
 
-    /// A shadow policy never denies a caller (CONTRACT §14): its answer to
+    /// A shadow policy never denies a caller (SPEC §14): its answer to
     /// an ask enforcement would deny is allowed, and the cache keeps none.
     #[test]
     fn a_shadow_denial_is_not_cached() {

@@ -1,5 +1,5 @@
 //! Errors: what the worker (or the client itself) refused, typed by the
-//! CONTRACT §1 codes, plus what can go wrong while connecting.
+//! SPEC §1 codes, plus what can go wrong while connecting.
 //!
 //! A denial is not an error: it is an [`Answer`](crate::Answer) with
 //! `allowed == false`. An [`Error`] means there is no decision: the request
@@ -35,7 +35,7 @@ pub enum Error {
 }
 
 impl Error {
-    /// The CONTRACT §1 code.
+    /// The SPEC §1 code.
     pub fn code(&self) -> ErrorCode {
         match self {
             Error::BadRequest(_) => ErrorCode::BadRequest,

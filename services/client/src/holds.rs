@@ -1,4 +1,4 @@
-//! Holds (CONTRACT §13, docs/HOLDS.md): [`Client::reserve`],
+//! Holds (SPEC §13, docs/HOLDS.md): [`Client::reserve`],
 //! [`Client::settle`], [`Client::extend`], and [`Client::hold`], whose
 //! [`HoldGuard`] settles with the real cost or, dropped unsettled, releases.
 //!
@@ -46,7 +46,7 @@ pub struct Held {
 
 impl Held {
     /// The reply body of the hold's verb (as a worker sends it): the
-    /// decision of CONTRACT §1, plus `hold` and `expires_ms` for a kept
+    /// decision of SPEC §1, plus `hold` and `expires_ms` for a kept
     /// hold.
     pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
         let held = self.ticket.as_ref().and_then(|t| {

@@ -8,7 +8,7 @@
 //! with to the answer it returns:
 //!
 //! - [`ClientOptions`] (`options.rs`): timeout, fallback, batching, cache.
-//! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (CONTRACT §10),
+//! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (SPEC §10),
 //!   the one builder of connect options for every sluice process.
 //! - `probe.rs`: the startup check of the partition count.
 //! - [`Client`] (`client.rs`): `connect`, [`Client::allow`], [`Client::ask`]
@@ -30,9 +30,9 @@
 //! - [`queries`]: operator requests (inspect, reset, usage, top), one
 //!   round trip each, for the client and the CLI alike.
 //! - [`Client::reserve`], [`Client::settle`], [`Client::extend`] and
-//!   [`Client::hold`]'s [`HoldGuard`] (`holds.rs`): holds (CONTRACT §13),
+//!   [`Client::hold`]'s [`HoldGuard`] (`holds.rs`): holds (SPEC §13),
 //!   one round trip each to the key's owner, no fallback.
-//! - [`alerts`]: threshold alerts (CONTRACT §14) read from their stream,
+//! - [`alerts`]: threshold alerts (SPEC §14) read from their stream,
 //!   and followed ([`Client::alerts`]).
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //!

@@ -1,4 +1,4 @@
-//! NATS credentials and TLS (CONTRACT §10): the one place that turns
+//! NATS credentials and TLS (SPEC §10): the one place that turns
 //! `--nats-creds`, `--nats-nkey`, `--nats-user`/`--nats-password`,
 //! `--nats-token`, `--nats-tls-ca` and `--nats-tls-cert`/`--nats-tls-key`
 //! into [`async_nats::ConnectOptions`], and the one place that connects.
@@ -23,7 +23,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// How to authenticate to NATS and whether to use TLS. All fields are
-/// optional; the default is an open connection, as before CONTRACT §10.
+/// optional; the default is an open connection, as before SPEC §10.
 ///
 /// At most one way of authenticating may be given: a creds file, an nkey
 /// seed file, a user and password, or a token. TLS options go with any of

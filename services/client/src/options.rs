@@ -59,14 +59,14 @@ pub struct ClientOptions {
     /// not expired yet): asks for it fall back after one try, in well under
     /// a millisecond, until it answers again. Default 200 ms.
     pub down_after: Duration,
-    /// Follow the live policies of the `sluice-policies` bucket (CONTRACT
+    /// Follow the live policies of the `sluice-policies` bucket (SPEC
     /// §7): the `local` and `open` fallbacks use them, and every change
     /// empties the deny cache. Needs read access to that bucket. Default
     /// false (the gateway turns it on).
     pub follow_policies: bool,
     /// The NATS connection name. Default `sluice-client`.
     pub name: String,
-    /// NATS credentials and TLS (CONTRACT §10). Default none: an open,
+    /// NATS credentials and TLS (SPEC §10). Default none: an open,
     /// plain connection. As the `client` role of `sluice nats-config
     /// --auth`, everything here works, batching and `follow_policies`
     /// included (docs/SECURITY.md).

@@ -1,4 +1,4 @@
-//! Following the `sluice-policies` bucket (CONTRACT §7): the one reader of
+//! Following the `sluice-policies` bucket (SPEC §7): the one reader of
 //! live policies, used by workers (to decide) and by clients and the
 //! gateway (for the `local` fallback and the deny cache).
 //!

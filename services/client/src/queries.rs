@@ -1,5 +1,5 @@
 //! Operator requests, one round trip each and no fallback: a key's state
-//! (`rl.inspect`, CONTRACT §8), forgetting it (`rl.reset`), its usage
+//! (`rl.inspect`, SPEC §8), forgetting it (`rl.reset`), its usage
 //! history (`rl.usage`, §9) and the top keys (`rl.top`).
 //!
 //! The one way these are sent, by [`crate::Client`] (and so the gateway's

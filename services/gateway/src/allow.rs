@@ -1,4 +1,4 @@
-//! `GET` / `POST /v1/allow/{key}?policy=P&cost=N` (CONTRACT §6).
+//! `GET` / `POST /v1/allow/{key}?policy=P&cost=N` (SPEC §6).
 //!
 //! - The key is the path segment, percent-decoded to bytes here (not by
 //!   axum, which would refuse keys that are not UTF-8); the client

@@ -1,4 +1,4 @@
-//! `--api-token` (CONTRACT §10): `/v1/*` answers only requests that carry
+//! `--api-token` (SPEC §10): `/v1/*` answers only requests that carry
 //! `Authorization: Bearer <token>`, and the Envoy rate limit service only
 //! calls with the same `authorization` metadata (the dashboard asks for it
 //! once, on its login page: `ui/gate.rs`); `/healthz` and `/metrics`

@@ -1,5 +1,5 @@
 //! `POST /v1/reserve/{key}`, `/v1/settle/{key}`, `/v1/extend/{key}`
-//! (CONTRACT §13, docs/HOLDS.md): the holds' verbs over HTTP, with the
+//! (SPEC §13, docs/HOLDS.md): the holds' verbs over HTTP, with the
 //! NATS bodies' JSON fields (`{policy, cost, ttl_ms}`, `{policy, hold,
 //! cost}`, `{policy, hold, ttl_ms}`), checked by the one decoder the
 //! workers use ([`decode_hold_request`]).

@@ -1,4 +1,4 @@
-//! `--tls-cert FILE --tls-key FILE` (CONTRACT §10): the gateway's one HTTP
+//! `--tls-cert FILE --tls-key FILE` (SPEC §10): the gateway's one HTTP
 //! listener speaks HTTPS instead of plain HTTP, for everything on it
 //! (`/v1/*`, `/healthz`, `/metrics` and proxy mode), and the Envoy rate
 //! limit service (`--grpc-listen`) uses TLS with the same certificate.

@@ -1,6 +1,6 @@
 //! # sluice-gateway
 //!
-//! The HTTP face of sluice (CONTRACT §6), `sluice gateway`: an axum server
+//! The HTTP face of sluice (SPEC §6), `sluice gateway`: an axum server
 //! that asks the workers through [`sluice_client`] and answers in HTTP.
 //! `docs/GATEWAY.md` has the endpoints, status codes and metrics.
 //!
@@ -14,15 +14,15 @@
 //!   and TLS on the gRPC one.
 //! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
 //! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`.
-//! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (CONTRACT §13).
-//! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (CONTRACT §9).
+//! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (SPEC §13).
+//! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (SPEC §9).
 //! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
 //!   other path.
 //! - `envoy/`: `--grpc-listen ADDR`, Envoy's rate limit service over gRPC
-//!   (CONTRACT §11), deciding through the same client as `/v1/allow`.
+//!   (SPEC §11), deciding through the same client as `/v1/allow`.
 //! - `respond.rs`: decision and error responses, one set of headers
 //!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
-//! - `ui/`: the dashboard at `/ui` (CONTRACT §15; `--no-ui` turns it off):
+//! - `ui/`: the dashboard at `/ui` (SPEC §15; `--no-ui` turns it off):
 //!   HTML pages and SVG charts rendered here, no script; its own tour is
 //!   in `ui/mod.rs`.
 //! - `metrics.rs`: `/metrics`.
@@ -158,7 +158,7 @@ pub async fn serve(
     client_opts.batching = opts.batching;
     client_opts.name = "sluice-gateway".into();
     client_opts.auth = opts.nats_auth.clone();
-    // The local fallback and the deny cache follow the live policies (CONTRACT §7).
+    // The local fallback and the deny cache follow the live policies (SPEC §7).
     client_opts.follow_policies = true;
     let client = Client::connect_with(&opts.nats_url, client_opts)
         .await

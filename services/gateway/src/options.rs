@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use url::Url;
 
-/// The default listen address (CONTRACT §5).
+/// The default listen address (SPEC §5).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// The default header that names the key in proxy mode.
 pub const DEFAULT_KEY_HEADER: &str = "X-User-Id";
@@ -19,13 +19,13 @@ pub const DEFAULT_KEY_HEADER: &str = "X-User-Id";
 pub struct GatewayOptions {
     /// Where to listen for HTTP. Default `127.0.0.1:8080`.
     pub listen: SocketAddr,
-    /// Where to serve Envoy's rate limit service over gRPC (CONTRACT §11),
+    /// Where to serve Envoy's rate limit service over gRPC (SPEC §11),
     /// if anywhere. Default none. The config's `[envoy]` table maps its
     /// descriptors to keys and policies.
     pub grpc_listen: Option<SocketAddr>,
     /// The NATS server(s), e.g. `nats://127.0.0.1:4222`.
     pub nats_url: String,
-    /// NATS credentials and TLS (CONTRACT §10); the `client` role of
+    /// NATS credentials and TLS (SPEC §10); the `client` role of
     /// `sluice nats-config --auth` is all a gateway needs.
     pub nats_auth: NatsAuth,
     /// The sluice config: `partitions`, `fallback`, and the policies the
@@ -38,7 +38,7 @@ pub struct GatewayOptions {
     /// when it is empty) the key is the client's IP address. Default `X-User-Id`.
     pub key_header: String,
     /// Proxy mode: the policy every forwarded request is counted under
-    /// (cost 1). When it has `concurrency` (CONTRACT §13), each request
+    /// (cost 1). When it has `concurrency` (SPEC §13), each request
     /// holds one of its slots until its response ends. Default `default`.
     pub proxy_policy: String,
     /// The most one decision may take before the fallback decides. Default 100 ms.
@@ -46,14 +46,14 @@ pub struct GatewayOptions {
     /// Batch concurrent asks for one worker (see sluice-client). Default true.
     pub batching: bool,
     /// When set, `/v1/*` answers only requests with `Authorization: Bearer
-    /// <token>` (CONTRACT §10); `/healthz`, `/metrics` and proxy mode stay
+    /// <token>` (SPEC §10); `/healthz`, `/metrics` and proxy mode stay
     /// open. Default none.
     pub api_token: Option<ApiToken>,
     /// When set, the HTTP listener serves HTTPS (all of it: `/v1/*`,
     /// `/healthz`, `/metrics`, proxy mode) and the gRPC listener TLS, with
-    /// this certificate and key (CONTRACT §10). Default none: plain HTTP.
+    /// this certificate and key (SPEC §10). Default none: plain HTTP.
     pub tls: Option<TlsFiles>,
-    /// Serve the dashboard at `/ui` (CONTRACT §15). Default true; `sluice
+    /// Serve the dashboard at `/ui` (SPEC §15). Default true; `sluice
     /// gateway --no-ui` turns it off. With `api_token`, its pages need the
     /// token too (a login page asks for it once).
     pub ui: bool,

@@ -6,7 +6,7 @@
 //!   on the TCP connection. `X-Forwarded-For` is not trusted for the key: any
 //!   client could set it.
 //! - Every request costs 1 of the proxy policy (default `default`).
-//! - When that policy has `concurrency` (CONTRACT §13), each request holds
+//! - When that policy has `concurrency` (SPEC §13), each request holds
 //!   one of its slots instead (a reserve of 1, all or nothing over the
 //!   policy's limits and slots) from before it is forwarded until the
 //!   upstream's response ends: its last byte, an upstream error, or the

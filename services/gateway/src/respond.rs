@@ -1,5 +1,5 @@
 //! Responses: decisions (200 / 429 with RateLimit headers) and errors
-//! (`{error, message}` with the CONTRACT §1 status), always JSON.
+//! (`{error, message}` with the SPEC §1 status), always JSON.
 
 use crate::metrics::Outcome;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -92,7 +92,7 @@ mod tests {
     use std::time::Duration;
 
     /// A shadow policy's answer to an ask enforcement would deny is a 200
-    /// with `Sluice-Shadow: denied` and no Retry-After (CONTRACT §14).
+    /// with `Sluice-Shadow: denied` and no Retry-After (SPEC §14).
     #[test]
     fn a_shadow_denial_is_200_with_the_shadow_header() {
         let answer = Answer {

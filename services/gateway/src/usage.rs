@@ -1,5 +1,5 @@
 //! `GET /v1/usage/{key}?from=&to=&step=&policy=` and
-//! `GET /v1/usage?top=N&by=&from=&to=&policy=` (CONTRACT §9): the usage
+//! `GET /v1/usage?top=N&by=&from=&to=&policy=` (SPEC §9): the usage
 //! queries of `rl.usage.<key>` and `rl.top`, through the same client as
 //! `/v1/allow`, answered as JSON (the NATS reply, as is).
 //!

@@ -1,4 +1,4 @@
-//! The worker's one threshold-alert publisher (CONTRACT §14): takes the
+//! The worker's one threshold-alert publisher (SPEC §14): takes the
 //! alerts every partition's book noted ([`crate::alerting`]) and publishes
 //! each to the stream `SLUICE_ALERTS` with its `Nats-Msg-Id`
 //! ([`sluice_core::alerts::Alert::msg_id`]), off the decision path, until

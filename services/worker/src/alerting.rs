@@ -1,4 +1,4 @@
-//! Threshold alerts (CONTRACT §14) from the decision to the publisher.
+//! Threshold alerts (SPEC §14) from the decision to the publisher.
 //!
 //! A decision that makes a key's count reach a threshold
 //! ([`sluice_core::alerts::watch`], run by [`crate::counters::Counters`])

@@ -26,6 +26,6 @@ pub struct Answering {
     pub routes: Routes,
     /// Where answers go (through the journal in journal mode).
     pub outbox: Outbox,
-    /// Usage history (CONTRACT §9); `None` when `[usage] enabled = false`.
+    /// Usage history (SPEC §9); `None` when `[usage] enabled = false`.
     pub usage: Option<Arc<UsageBook>>,
 }

@@ -162,11 +162,11 @@ pub struct Counters {
     /// The slices of local budgets and the holds granted from these counters and not
     /// back yet (a refund gives back at most its own slice).
     outstanding: Arc<Mutex<Outstanding>>,
-    /// The books of global keys (CONTRACT §12), not stored: see
+    /// The books of global keys (SPEC §12), not stored: see
     /// [`crate::global`].
     global: Arc<Mutex<crate::global::Books>>,
     /// The threshold alerts fired from these counters in windows not over
-    /// yet, and where new ones go (CONTRACT §14).
+    /// yet, and where new ones go (SPEC §14).
     alerts: AlertBook,
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,

@@ -2,14 +2,14 @@
 //!
 //! Everything a worker decides goes through [`Decider`]: the asks a shard
 //! takes from its partition's subjects ([`Decider::message`]: allow, hit,
-//! and the operators' inspect and reset of CONTRACT §8), the batches
+//! and the operators' inspect and reset of SPEC §8), the batches
 //! of the batching client, per partition or per worker ([`Decider::batch`]),
 //! and the journal's records replayed at takeover ([`Decider::replay`]). It
 //! needs only the policies, the counters and the stats, never NATS, so
 //! "bad input changes nothing" is tested here with a manual clock (see the
 //! tests at the bottom) rather than by spawning a worker.
 //!
-//! The order of the checks is the contract's (CONTRACT §1), and a request
+//! The order of the checks is the contract's (SPEC §1), and a request
 //! that fails any of them changes no counter: the key token, the body, the
 //! key's partition, the policy, the cost. A key whose partition is not
 //! answered here gets the one 503 of docs/PROTOCOL.md ("Partitions"),
@@ -59,7 +59,7 @@ pub struct Owned<'c> {
     pub partition: u32,
     pub counters: &'c Counters,
     pub stats: &'c ShardStats,
-    /// Its usage ledger, when usage is recorded (CONTRACT §9).
+    /// Its usage ledger, when usage is recorded (SPEC §9).
     pub usage: Option<&'c Ledger>,
 }
 
@@ -80,7 +80,7 @@ pub enum Answer<'p> {
     /// refused (a body that is no batch).
     Batch(Result<Vec<wire::Reply>, ErrorReply>),
     /// A hold verb's decision, and the hold it kept or extended with the
-    /// time until it ends (CONTRACT §13).
+    /// time until it ends (SPEC §13).
     Held {
         decision: Decision,
         policy: &'p str,
@@ -215,7 +215,7 @@ impl Decider {
     }
 
     /// The same decider in a region whose link task is `link`: it decides
-    /// global policies (CONTRACT §12).
+    /// global policies (SPEC §12).
     pub fn with_global(mut self, link: crate::global::Link) -> Decider {
         self.global = Some(link);
         self
@@ -632,7 +632,7 @@ impl Decider {
 
     /// Records the usage of one decided ask, when usage is recorded
     /// ([`Tally::usage`]). Not what another region's owner sends over the
-    /// link (CONTRACT §12): the region where an ask was made records its
+    /// link (SPEC §12): the region where an ask was made records its
     /// usage, so a hit forwarded to the home, or a slice's spent units
     /// coming back, would be counted twice.
     fn record_usage(&self, turn: &mut Turn<'_, '_, '_>, counted: Counted<'_>, usage: Usage) {

@@ -29,7 +29,7 @@ pub struct Status {
     pub workers: Vec<WorkerStatus>,
     pub unowned: Vec<u32>,
     /// The region these workers run in and the others they see over the
-    /// link (CONTRACT §12); empty without regions.
+    /// link (SPEC §12); empty without regions.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub regions: Vec<RegionRow>,
 }

@@ -1,4 +1,4 @@
-//! Global limits across regions (CONTRACT §12) on a worker: the books a
+//! Global limits across regions (SPEC §12) on a worker: the books a
 //! partition's owner keeps of them, and the one task that carries their
 //! messages over the link. The rules are `sluice_core::region::global`'s;
 //! this is where they meet NATS.
@@ -153,7 +153,7 @@ pub struct Gift {
 }
 
 /// An ask of a policy decided at the home (a global sliding log or
-/// window, CONTRACT §12) that this region's part could not pay: sent to
+/// window, SPEC §12) that this region's part could not pay: sent to
 /// the home's owner as it came, its answer relayed to the asker
 /// ([`crate::global_link`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -174,7 +174,7 @@ pub struct Forward {
     pub decided_by: String,
 }
 
-/// An inspect of a key with global policies (CONTRACT §12): this region's
+/// An inspect of a key with global policies (SPEC §12): this region's
 /// reply, to complete with what the other regions have of the key
 /// (`sluice_core::region::report`) before it goes to the asker.
 #[derive(Clone, Debug, PartialEq)]
@@ -328,7 +328,7 @@ pub struct Link {
 /// that a request sent before the link came back, which times out after
 /// a later one was answered, does not mark it cut again. Before any
 /// request, a home is taken as reachable. `on_cut = "open"` decides from
-/// it (CONTRACT §12).
+/// it (SPEC §12).
 #[derive(Debug, Default)]
 pub struct Homes {
     /// Per home: when the latest answered and the latest unanswered

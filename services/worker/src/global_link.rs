@@ -1,5 +1,5 @@
 //! The task that carries global limits' messages over the link between
-//! regions (CONTRACT §12): the [`Need`]s decisions hand it
+//! regions (SPEC §12): the [`Need`]s decisions hand it
 //! ([`crate::global`], which holds the why), sent on the link connection
 //! and their answers written back into the partition's books. Apart from
 //! `global.rs` so that the decision core, which uses the books, needs no

@@ -210,7 +210,7 @@ type Append = JoinHandle<(Result<u64, String>, Vec<Record>)>;
 
 /// Told of each group's records once its append is done, in append order,
 /// before its answers go out: with the stream sequence of its last
-/// message, or `None` when the append failed (usage, CONTRACT §9).
+/// message, or `None` when the append failed (usage, SPEC §9).
 pub trait OnStored: FnMut(&[Record], Option<u64>) + Send + 'static {}
 impl<F: FnMut(&[Record], Option<u64>) + Send + 'static> OnStored for F {}
 

@@ -70,7 +70,7 @@ kept! {
     holds: holds::Holds,
     /// Threshold alerts fired in windows not over yet, so that the next
     /// owner fires none of them again and publishes those the stream may
-    /// not hold (CONTRACT §14, `crate::alerting`).
+    /// not hold (SPEC §14, `crate::alerting`).
     alerts: alerts::Alerts,
 }
 

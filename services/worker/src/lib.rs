@@ -30,20 +30,20 @@
 //! - [`live_policies`]: the policies in force, replaced whole.
 //! - [`tally`]: what a batch of decisions did: stats, meters, records, usage.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
-//! - [`alerting`]: threshold alerts (CONTRACT §14): each partition's
+//! - [`alerting`]: threshold alerts (SPEC §14): each partition's
 //!   book of fired alerts; [`alert_publisher`]: the task that publishes
 //!   them off the decision path.
 //! - [`reply`]: the one way out: headers, payload, publish.
 //! - [`outbox`]: where answers go; the only place that knows the durability
 //!   mode.
 //! - [`group_commit`]: the worker's journal writer; answers wait for it.
-//! - [`usage`]: usage history (CONTRACT §9): each partition's ledger in
+//! - [`usage`]: usage history (SPEC §9): each partition's ledger in
 //!   memory, stored and rolled up, and the usage queries.
 //! - [`policy_watch`]: live policies from the `sluice-policies` bucket.
 //! - [`stats`]: what the worker and its shards did, for status and metrics.
 //! - [`service`]: `$SRV` discovery and the status endpoint.
 //! - [`scatter`]: one request, the answers of many within a time.
-//! - [`region`]: with regions (CONTRACT §12), the checks that the worker
+//! - [`region`]: with regions (SPEC §12), the checks that the worker
 //!   runs in its region, its answers to region hellos, and which other
 //!   regions the link reaches.
 //! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).

@@ -1,5 +1,5 @@
 //! Where decided answers go, and the one place that knows the durability
-//! mode (CONTRACT §4 `durability`).
+//! mode (SPEC §4 `durability`).
 //!
 //! In snapshot mode an answer is published at once. In journal mode it goes
 //! to the worker's journal writer ([`crate::group_commit`]), which publishes
@@ -136,7 +136,7 @@ impl Outbox {
     /// published is the batch's decision latency. Then runs `then` (at
     /// once in snapshot mode; never if the journal could not store the
     /// records): what must not leave the worker before its record is safe,
-    /// such as a region's share given back (CONTRACT §12), which a new
+    /// such as a region's share given back (SPEC §12), which a new
     /// owner would otherwise spend again.
     pub async fn answer(
         &self,

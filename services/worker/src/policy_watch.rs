@@ -1,4 +1,4 @@
-//! Live policies (CONTRACT §7) at the worker: it reads the `sluice-policies`
+//! Live policies (SPEC §7) at the worker: it reads the `sluice-policies`
 //! bucket before it claims partitions ([`load`]), then follows it
 //! ([`watch`]) and puts every change in force for the next batches
 //! ([`Decider::set_policies`]). Reading and applying the bucket is

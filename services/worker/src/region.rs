@@ -1,4 +1,4 @@
-//! A worker's region (CONTRACT §12): the checks that it runs in the region
+//! A worker's region (SPEC §12): the checks that it runs in the region
 //! its config names, its answers to region hellos, and its view of which
 //! other regions the link reaches (`sluice status`).
 //!

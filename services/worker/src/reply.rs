@@ -2,7 +2,7 @@
 //! payload here, and is published by [`publish`], for plain asks, batches,
 //! worker batches and journal mode alike.
 //!
-//! Headers are those of CONTRACT §1 ([`wire::RateLimitHeaders`],
+//! Headers are those of SPEC §1 ([`wire::RateLimitHeaders`],
 //! [`wire::error_headers`]); every batch reply, error or not, names this
 //! worker ([`batch::WORKER_HEADER`]) so the batching client learns who owns
 //! the partitions it asked for. Decision headers are formatted without a

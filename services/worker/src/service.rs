@@ -48,7 +48,7 @@ pub struct WorkerStatus {
     #[serde(default)]
     pub evicted_keys: u64,
     pub partitions: Vec<PartitionStatus>,
-    /// The worker's region (CONTRACT §12); absent without regions.
+    /// The worker's region (SPEC §12); absent without regions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// The other regions it has seen over the link, and whether each

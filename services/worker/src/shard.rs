@@ -101,7 +101,7 @@ pub struct Owning {
     pub snapshot_interval: Duration,
     pub key_bound: Arc<KeyBound>,
     pub stats: Arc<WorkerStats>,
-    /// Where the partitions' threshold alerts go (CONTRACT §14).
+    /// Where the partitions' threshold alerts go (SPEC §14).
     pub alerts: Sink,
 }
 

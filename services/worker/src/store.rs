@@ -11,7 +11,7 @@
 //!   creates over a tombstone; see docs/ARCHITECTURE.md.)
 //! - `sluice-snapshots` (KV): per partition a manifest `p.<n>` and chunks
 //!   `p.<n>.g<gen>.c<i>`.
-//! - `sluice-policies` (KV): live policies and overrides (CONTRACT §7),
+//! - `sluice-policies` (KV): live policies and overrides (SPEC §7),
 //!   watched by [`crate::policy_watch`]. It keeps [`POLICY_HISTORY`] values
 //!   per key, so a reader that starts after an invalid value finds the
 //!   valid one before it; a bucket made with less (by an older worker) is
@@ -19,7 +19,7 @@
 //! - `SLUICE_JOURNAL` (stream, `durability = "journal"` only): counted
 //!   requests, each worker's on `sluice.journal.w.<worker>`.
 //! - `SLUICE_ALERTS` (stream): threshold alerts on `rl.alert.<policy>.<key>`
-//!   (CONTRACT §14), kept `alert_retention`; their message ids are
+//!   (SPEC §14), kept `alert_retention`; their message ids are
 //!   remembered [`ALERT_DUPLICATE_WINDOW`] ([`open_alerts`]).
 //!
 //! A worker may start before its JetStream cluster can place them: with no
@@ -69,7 +69,7 @@ pub struct Stores {
     /// looking it up for every snapshot.
     pub snapshot_stream: stream::Stream,
     pub journal: Option<stream::Stream>,
-    /// Live policies and overrides (CONTRACT §7), written by `sluice policy`.
+    /// Live policies and overrides (SPEC §7), written by `sluice policy`.
     pub policies: kv::Store,
 }
 
@@ -109,7 +109,7 @@ impl Stores {
             &js,
             kv::Config {
                 bucket: POLICY_BUCKET.into(),
-                description: "sluice policies and per-key overrides (CONTRACT §7)".into(),
+                description: "sluice policies and per-key overrides (SPEC §7)".into(),
                 history: POLICY_HISTORY,
                 num_replicas: opts.replicas,
                 ..Default::default()
@@ -170,7 +170,7 @@ impl Stores {
 pub async fn open_alerts(js: &Context, retention: Duration, replicas: usize) -> Result<()> {
     let config = stream::Config {
         name: ALERT_STREAM.into(),
-        description: Some("sluice threshold alerts (CONTRACT §14)".into()),
+        description: Some("sluice threshold alerts (SPEC §14)".into()),
         subjects: vec![sluice_core::subject::alert_filter(None)],
         max_age: retention,
         duplicate_window: ALERT_DUPLICATE_WINDOW.min(retention),

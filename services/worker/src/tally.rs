@@ -156,7 +156,7 @@ impl Tally {
         }
     }
 
-    /// A delegate's books of its share of a global window (CONTRACT §12):
+    /// A delegate's books of its share of a global window (SPEC §12):
     /// `units` spent or given back, counted in the key's own counter, not
     /// usage (each ask's usage is recorded apart, [`Tally::usage_apart`]).
     pub fn booked(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
@@ -274,7 +274,7 @@ impl Tally {
                 self.hits += 1;
                 (policy, 2)
             }
-            // A shadow denial counts as denied (CONTRACT §14).
+            // A shadow denial counts as denied (SPEC §14).
             (Ok((d, policy)), _) if d.within_limits() => {
                 self.allowed += 1;
                 (policy, 0)
@@ -312,7 +312,7 @@ impl Tally {
         self.records.append(records);
     }
 
-    /// Records the usage of one decided ask (CONTRACT §9): `cost` units
+    /// Records the usage of one decided ask (SPEC §9): `cost` units
     /// used or denied (a peek, cost 0, is neither). Without records into
     /// the partition's `ledger` now; with records a count is already one
     /// and a denial becomes one, and both reach the ledger once stored
@@ -328,7 +328,7 @@ impl Tally {
     }
 
     /// [`Tally::usage`] of an ask whose count is no record of its own (a
-    /// delegate's, decided from budget its home counted, CONTRACT §12):
+    /// delegate's, decided from budget its home counted, SPEC §12):
     /// with records, a use becomes a usage-only record too.
     pub fn usage_apart(
         &mut self,

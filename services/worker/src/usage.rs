@@ -1,4 +1,4 @@
-//! Usage history at the owner (CONTRACT §9): every counted request adds to
+//! Usage history at the owner (SPEC §9): every counted request adds to
 //! its key's minute in memory ([`crate::usage::ledger`]), each shard stores the minutes
 //! it changed on its snapshot tick and rolls ended buckets up into the
 //! coarser tiers ([`UsageBook::flush`]), and queries read the stored

@@ -53,7 +53,7 @@ pub const ORPHAN_GRACE: Duration = Duration::from_millis(500);
 /// Everything a worker needs to start.
 pub struct WorkerOptions {
     pub nats_url: String,
-    /// NATS credentials and TLS (CONTRACT §10); as the `worker` role of
+    /// NATS credentials and TLS (SPEC §10); as the `worker` role of
     /// `sluice nats-config --auth` in a secured system.
     pub auth: sluice_client::NatsAuth,
     pub config: Config,

@@ -1,4 +1,4 @@
-//! A policy table's `alerts` and the file's `alert_retention` (CONTRACT
+//! A policy table's `alerts` and the file's `alert_retention` (SPEC
 //! §14), checked apart from the table's shape so that `table.rs` stays
 //! about what a table holds.
 

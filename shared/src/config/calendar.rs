@@ -1,4 +1,4 @@
-//! The calendar fields of a policy table (CONTRACT §14): `tz`,
+//! The calendar fields of a policy table (SPEC §14): `tz`,
 //! `week_start` and `anchor_day`, checked into the [`Zone`] of its calendar
 //! limits, and refused where no limit uses them. Apart from `table.rs`,
 //! which reads the table's shape, because these rules concern the values.

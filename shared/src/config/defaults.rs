@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-/// Default number of partitions (CONTRACT §3).
+/// Default number of partitions (SPEC §3).
 pub const DEFAULT_PARTITIONS: u32 = 64;
 /// The largest accepted partition count.
 pub const MAX_PARTITIONS: u32 = 1024;

@@ -1,4 +1,4 @@
-//! `[envoy]`: how the gateway's Envoy rate limit service (CONTRACT §11)
+//! `[envoy]`: how the gateway's Envoy rate limit service (SPEC §11)
 //! turns a request's domain and descriptors into sluice keys and policies.
 //!
 //! envoyproxy/ratelimit keeps its limits in a YAML tree of descriptors per

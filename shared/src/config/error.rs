@@ -45,7 +45,7 @@ impl ConfigError {
 /// Why a value in a table cannot be used: the field path within the table
 /// (empty when the problem is the whole table) and the reason. A
 /// [`ConfigError`] without the file, for tables that come from elsewhere
-/// (the JSON policies of CONTRACT §7).
+/// (the JSON policies of SPEC §7).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.display())]
 pub struct FieldError {

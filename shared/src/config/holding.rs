@@ -1,4 +1,4 @@
-//! The hold fields of a policy table (CONTRACT §13): `concurrency`,
+//! The hold fields of a policy table (SPEC §13): `concurrency`,
 //! `hold_ttl` and `on_expiry`, checked into the policy's
 //! [`Holding`], and a policy of only `concurrency`. Apart from `table.rs`,
 //! which reads the table's shape, as the calendar's rules are

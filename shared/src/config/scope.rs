@@ -1,4 +1,4 @@
-//! The region fields of a policy table (CONTRACT §12): `scope`, `home`,
+//! The region fields of a policy table (SPEC §12): `scope`, `home`,
 //! `regions`, `region_shares` and `on_cut`, checked into the policy's
 //! [`Scope`] by the rules of [`crate::region`], which this module only
 //! gives field paths. Apart from `table.rs`, which reads the table's shape,
@@ -102,7 +102,7 @@ impl PolicyTable {
 /// Whether `policy` can be decided by a process of `region` (the config's
 /// top-level `region`; `None` without regions): a global policy needs a
 /// region, and one that lists it. Checked for the config file's policies
-/// and for every live one (CONTRACT §7) a worker takes.
+/// and for every live one (SPEC §7) a worker takes.
 pub fn check_region(policy: &Policy, region: Option<&RegionName>) -> Result<(), FieldError> {
     let Some(global) = policy.scope().global() else {
         return Ok(());

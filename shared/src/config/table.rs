@@ -17,7 +17,7 @@
 //! [`PolicyTable::to_policy`], which attach field paths to the reasons.
 //!
 //! [`PolicyTable`] is public and `Serialize` because a policy also lives
-//! outside the file: CONTRACT §7 stores one in a KV bucket as the JSON form
+//! outside the file: SPEC §7 stores one in a KV bucket as the JSON form
 //! of one `[policies.X]` table ([`PolicyTable::from_json`]).
 
 use super::defaults::MAX_POLICY_NAME_LEN;
@@ -74,7 +74,7 @@ pub(super) struct FileTable {
 }
 
 /// One `[policies.X]` table, as written: in the config file, or as JSON in
-/// the KV bucket of CONTRACT §7 (`{"algorithm":"sliding_log","limits":
+/// the KV bucket of SPEC §7 (`{"algorithm":"sliding_log","limits":
 /// [{"max":10,"per":"1m"}]}`). [`PolicyTable::to_policy`] checks it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,11 +99,11 @@ pub struct PolicyTable {
     #[serde(default, skip_serializing_if = "is_false")]
     pub local_budget: bool,
     /// `"enforce"` (the default) or `"shadow"`: decided and counted alike,
-    /// a shadow policy's denials are answered allowed (CONTRACT §14).
+    /// a shadow policy's denials are answered allowed (SPEC §14).
     #[serde(default, deserialize_with = "mode", skip_serializing_if = "is_enforce")]
     pub mode: Mode,
     /// The calendar of the limits whose `per` is `"day"`, `"week"` or
-    /// `"month"` (CONTRACT §14): an IANA zone (default UTC), the first day
+    /// `"month"` (SPEC §14): an IANA zone (default UTC), the first day
     /// of a week (default monday), the day months start on (default 1).
     /// Each is refused where no limit uses it.
     #[serde(
@@ -124,7 +124,7 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub anchor_day: Option<u64>,
-    /// Holds (CONTRACT §13): at most this many of a key live at once, a
+    /// Holds (SPEC §13): at most this many of a key live at once, a
     /// hold's ttl when its reserve names none, and what an unsettled
     /// hold's end does (`"charge"` or `"release"`); checked in
     /// `config/holding.rs`.
@@ -146,7 +146,7 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub on_expiry: Option<String>,
-    /// Regions (CONTRACT §12): `"region"` (the default) or `"global"`; a
+    /// Regions (SPEC §12): `"region"` (the default) or `"global"`; a
     /// global policy's `home`, `regions`, `region_shares` (weights by
     /// region) and `on_cut`; checked in `config/scope.rs`.
     #[serde(
@@ -172,7 +172,7 @@ pub struct PolicyTable {
     )]
     pub on_cut: Option<String>,
     /// Thresholds in percent of each limit's `max` (1 to 1000) whose
-    /// crossing is announced once per window (CONTRACT §14); checked in
+    /// crossing is announced once per window (SPEC §14); checked in
     /// `config/alerts.rs`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alerts: Vec<i64>,
@@ -283,7 +283,7 @@ impl PolicyTable {
         table.with_holding_of(policy).with_scope_of(policy)
     }
 
-    /// Reads the JSON form of one table (CONTRACT §7). Fields are refused as
+    /// Reads the JSON form of one table (SPEC §7). Fields are refused as
     /// in the config file; their paths are relative to the table
     /// (`limits[0].per`).
     ///

@@ -1,4 +1,4 @@
-//! `[usage]`: whether usage is recorded and its tiers (CONTRACT §9).
+//! `[usage]`: whether usage is recorded and its tiers (SPEC §9).
 //!
 //! ```toml
 //! [usage]

@@ -96,7 +96,7 @@ pub const DEFAULT_TTL: Nanos = Nanos(60_000_000_000);
 /// The most slots a policy's `concurrency` may give one key.
 pub const MAX_CONCURRENCY: u32 = 1_000_000;
 
-/// What a policy says of holds (CONTRACT §13).
+/// What a policy says of holds (SPEC §13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Holding {
     /// At most this many holds of a key live at once (`concurrency`).

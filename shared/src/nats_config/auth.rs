@@ -1,4 +1,4 @@
-//! Who may do what (CONTRACT §10): the three roles `client`, `worker` and
+//! Who may do what (SPEC §10): the three roles `client`, `worker` and
 //! `admin` as nats-server users with publish/subscribe allow lists, so the
 //! NATS server itself refuses what a role may not do and no sluice process
 //! has to be trusted to behave. `sluice nats-config --auth` renders them
@@ -61,7 +61,7 @@ use crate::subject::{
 };
 use std::fmt;
 
-/// A role of CONTRACT §10; its user in the generated config has the same name.
+/// A role of SPEC §10; its user in the generated config has the same name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
     /// Asks, hits, usage: API servers, the gateway, `sluice check`, `sluice bench`.
@@ -253,7 +253,7 @@ fn client() -> Permissions {
             .into_iter()
             .filter(|s| !s.contains(".MSG.GET.") && !s.contains(".DIRECT.GET.")),
     );
-    // Threshold alerts (CONTRACT §14): followed live, or read from their stream.
+    // Threshold alerts (SPEC §14): followed live, or read from their stream.
     publish.extend(js_pull(ALERT_STREAM));
     let mut subscribe = vec![INBOXES.to_string(), alert_filter(None)];
     subscribe.extend(
@@ -276,7 +276,7 @@ fn worker(usage_steps: &[String]) -> Permissions {
         kv_write(SNAPSHOT_BUCKET),
         JOURNAL_SUBJECTS.to_string(),
         "$JS.API.INFO".to_string(),
-        // A top query's share of every worker (CONTRACT §9).
+        // A top query's share of every worker (SPEC §9).
         TOP_SCATTER.to_string(),
     ]);
     for bucket in [LEASE_BUCKET, SNAPSHOT_BUCKET, POLICY_BUCKET] {
@@ -289,7 +289,7 @@ fn worker(usage_steps: &[String]) -> Permissions {
         publish.push(usage_subjects(step));
         publish.extend(js_own(&usage_stream(step)));
     }
-    // Link requests to other regions and answers to them (CONTRACT §12).
+    // Link requests to other regions and answers to them (SPEC §12).
     publish.push(format!("{LINK_ROOT}.>"));
     Permissions {
         publish,
@@ -334,7 +334,7 @@ pub(super) fn render(
 ) -> fmt::Result {
     writeln!(
         w,
-        "\n# Who may do what (CONTRACT §10; docs/SECURITY.md): one user per role,\n\
+        "\n# Who may do what (SPEC §10; docs/SECURITY.md): one user per role,\n\
          # each with allow lists; anything not listed is refused by the server.\n\
          # Users in this top-level block belong to the default account ($G), which\n\
          # holds the mappings above and JetStream, so both work for every user.\n\

@@ -1,4 +1,4 @@
-//! How regions are linked (CONTRACT §12; docs/REGIONS.md, "Topology"):
+//! How regions are linked (SPEC §12; docs/REGIONS.md, "Topology"):
 //! the part of a region's nats-server config that names its region and
 //! joins it to the others.
 //!

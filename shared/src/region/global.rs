@@ -1,4 +1,4 @@
-//! A global fixed window (CONTRACT §12) as the regions keep it: the home's
+//! A global fixed window (SPEC §12) as the regions keep it: the home's
 //! owner of a key keeps the one count, every other region's owner of the
 //! key is a *delegate* that decides from units the home counted for it
 //! ahead of time. No ask waits on the link between regions; the window

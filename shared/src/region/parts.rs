@@ -1,4 +1,4 @@
-//! A global policy split into one *part* per region (CONTRACT §12): every
+//! A global policy split into one *part* per region (SPEC §12): every
 //! region other than the home keeps its weight's fraction of the limit
 //! (of the rate and of the burst, for a bucket) in its own counter of the
 //! key, and the home keeps the rest. Each part is an ordinary limit of the

@@ -1,4 +1,4 @@
-//! A global key's state as `rl.inspect` reports it (CONTRACT §12: for a
+//! A global key's state as `rl.inspect` reports it (SPEC §12: for a
 //! key of a global policy, `rl.inspect` acts on its global state): the
 //! region asked gathers what every region the policy holds across has of
 //! the key, and reports each region's and what they make together.

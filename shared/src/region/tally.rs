@@ -1,4 +1,4 @@
-//! Alerts of a global policy (CONTRACT §14 across the regions of §12): a
+//! Alerts of a global policy (SPEC §14 across the regions of §12): a
 //! threshold is a share of a window's `max`, reached when what **every
 //! region spent** in the window reaches it.
 //!
@@ -7,7 +7,7 @@
 //! spent or not, so a threshold on it would fire before anyone used the
 //! units; a region's part holds only that region's. So each region keeps
 //! a **tally** of what it spent, apart from the key's counter, counted
-//! where the ask was made (as usage is, CONTRACT §9):
+//! where the ask was made (as usage is, SPEC §9):
 //!
 //! - a region other than the home counts its spending of a key in the
 //!   counter [`TallyKey::Spent`] and reports that counter, as it stands,

@@ -36,7 +36,7 @@ impl Tier {
     }
 }
 
-/// `[usage]` of the config (CONTRACT §4, §9), checked: see
+/// `[usage]` of the config (SPEC §4, §9), checked: see
 /// [`UsageConfig::check`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageConfig {

@@ -14,7 +14,7 @@
 //! be. Items are decided in order, as if sent one after the other.
 //!
 //! An item is an ask (`rl.allow`) unless it names a hold's `verb`
-//! (`reserve`, `settle` or `extend`, CONTRACT §13): then it takes that
+//! (`reserve`, `settle` or `extend`, SPEC §13): then it takes that
 //! verb's fields (`hold`, `ttl_ms`, and `cost` as the verb does) under the
 //! same rules as the verb's own body ([`super::hold`]), and its result is
 //! what the verb's own reply would be, `hold` and `expires_ms` included.
@@ -86,7 +86,7 @@ pub struct Item<'a> {
 pub enum Act {
     /// An ask, as `rl.allow`, and what it does for a local budget.
     Ask(Budget),
-    /// A hold's verb (CONTRACT §13), as its own subject would take it.
+    /// A hold's verb (SPEC §13), as its own subject would take it.
     Hold(HoldAct),
 }
 

@@ -1,4 +1,4 @@
-//! Error replies (CONTRACT §1): a code and one sentence saying what is wrong
+//! Error replies (SPEC §1): a code and one sentence saying what is wrong
 //! and what to do instead.
 //!
 //! Errors are replies, not transport failures: the worker answers every
@@ -12,7 +12,7 @@ use crate::key::KeyError;
 use crate::policy::DEFAULT_POLICY;
 use std::fmt;
 
-/// The kinds of error reply (CONTRACT §1).
+/// The kinds of error reply (SPEC §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
     /// 400 `bad_request`: a malformed body or key, or a cost that can never pass.
@@ -24,7 +24,7 @@ pub enum ErrorCode {
     /// 503 `unavailable`: no worker can answer for the key right now.
     Unavailable,
     /// 404 `unknown_hold`: no live hold of that name under the key and
-    /// policy (unknown, settled, or ended; CONTRACT §13).
+    /// policy (unknown, settled, or ended; SPEC §13).
     UnknownHold,
 }
 
@@ -107,7 +107,7 @@ impl ErrorReply {
         )
     }
 
-    /// 404 for a hold that the key has not (CONTRACT §13).
+    /// 404 for a hold that the key has not (SPEC §13).
     pub fn unknown_hold(hold: &str, policy: &str) -> ErrorReply {
         ErrorReply::new(
             ErrorCode::UnknownHold,

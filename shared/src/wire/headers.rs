@@ -1,4 +1,4 @@
-//! The headers of replies (CONTRACT §1): RateLimit headers on decisions,
+//! The headers of replies (SPEC §1): RateLimit headers on decisions,
 //! the NATS service error headers on errors.
 //!
 //! They are returned as `(name, value)` pairs rather than a NATS or HTTP
@@ -9,7 +9,7 @@
 use super::error::ErrorReply;
 use crate::policy::Decision;
 
-/// Header: the limit that decided (CONTRACT §1).
+/// Header: the limit that decided (SPEC §1).
 pub const RATELIMIT_LIMIT: &str = "RateLimit-Limit";
 /// Header: what is left of that limit.
 pub const RATELIMIT_REMAINING: &str = "RateLimit-Remaining";
@@ -18,7 +18,7 @@ pub const RATELIMIT_RESET: &str = "RateLimit-Reset";
 /// Header, on denials only: whole seconds, rounded up, before retrying.
 pub const RETRY_AFTER: &str = "Retry-After";
 /// Header on a shadow policy's answer to an ask enforcement would deny
-/// (CONTRACT §14), with the value [`SHADOW_DENIED`].
+/// (SPEC §14), with the value [`SHADOW_DENIED`].
 pub const SLUICE_SHADOW: &str = "Sluice-Shadow";
 /// The value of [`SLUICE_SHADOW`].
 pub const SHADOW_DENIED: &str = "denied";

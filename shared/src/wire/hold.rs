@@ -1,4 +1,4 @@
-//! Bodies of the holds' verbs (CONTRACT §13): `rl.reserve.<key>`
+//! Bodies of the holds' verbs (SPEC §13): `rl.reserve.<key>`
 //! `{policy, cost, ttl_ms}`, `rl.settle.<key>` `{policy, hold, cost}`,
 //! `rl.extend.<key>` `{policy, hold, ttl_ms}`, and their replies: a
 //! decision (§1) plus, for a kept hold, `hold` (its name) and `expires_ms`

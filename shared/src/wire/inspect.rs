@@ -1,4 +1,4 @@
-//! Bodies of `rl.inspect.<key>` and `rl.reset.<key>` (CONTRACT §8): the
+//! Bodies of `rl.inspect.<key>` and `rl.reset.<key>` (SPEC §8): the
 //! request names at most a policy; the replies show a key's state per
 //! policy, or say what was reset.
 //!
@@ -108,13 +108,13 @@ pub struct PolicyReport {
     pub algorithm: String,
     /// The limits in force for the key: an override's when one is.
     pub limits: Vec<LimitReport>,
-    /// The per-key override in force (CONTRACT §7), if any.
+    /// The per-key override in force (SPEC §7), if any.
     #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
     pub overridden: Option<OverrideReport>,
-    /// The key's live holds under the policy (CONTRACT §13), if any.
+    /// The key's live holds under the policy (SPEC §13), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds: Option<HoldsReport>,
-    /// Of a global policy (CONTRACT §12): what each region it holds across
+    /// Of a global policy (SPEC §12): what each region it holds across
     /// has of the key (`limits` is then the global state they make,
     /// `sluice_core::region::report`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,7 +168,7 @@ pub struct ResetReply {
     /// The key token, as sent.
     pub key: String,
     pub reset: Vec<String>,
-    /// For a key of a global policy (CONTRACT §12): the other regions the
+    /// For a key of a global policy (SPEC §12): the other regions the
     /// reset was sent to, each of which forgets its own state of the key
     /// (a region cut off from this one does not get it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

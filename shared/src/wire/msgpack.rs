@@ -3,7 +3,7 @@
 //! authors), which do the byte work.
 //!
 //! Requests are tiny maps of strings and integers, read on every request, and
-//! every way they can be wrong needs its own sentence (CONTRACT §1: errors say
+//! every way they can be wrong needs its own sentence (SPEC §1: errors say
 //! what is wrong). Reading them value by value ([`Reader::next`]) rather than
 //! through `rmp_serde::from_slice` gives that, borrows strings from the body,
 //! and sees trailing bytes, which `rmp_serde::from_slice` silently ignores.

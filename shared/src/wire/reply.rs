@@ -1,4 +1,4 @@
-//! Reply bodies (CONTRACT §1): decisions and errors, encoded by the worker
+//! Reply bodies (SPEC §1): decisions and errors, encoded by the worker
 //! and decoded by clients.
 //!
 //! Decision replies are maps with named fields (never positional arrays),
@@ -26,7 +26,7 @@ use crate::policy::Decision;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
-/// A decision reply body (CONTRACT §1 field names and meanings).
+/// A decision reply body (SPEC §1 field names and meanings).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionReply {
     pub allowed: bool,
@@ -35,7 +35,7 @@ pub struct DecisionReply {
     pub reset_ms: u64,
     pub retry_after_ms: u64,
     pub policy: String,
-    /// A shadow policy's answer to an ask enforcement would deny (CONTRACT
+    /// A shadow policy's answer to an ask enforcement would deny (SPEC
     /// §14): `allowed` is true, nothing was consumed. Sent only when true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub shadow_denied: bool,
@@ -45,7 +45,7 @@ pub struct DecisionReply {
     /// Written and read with the other fields by this module.
     #[serde(skip)]
     pub grant: Option<Grant>,
-    /// The hold a reserve kept or an extend moved (CONTRACT §13): the
+    /// The hold a reserve kept or an extend moved (SPEC §13): the
     /// fields `hold` and `expires_ms`. Written and read with the other
     /// fields by this module.
     #[serde(skip)]

@@ -1,4 +1,4 @@
-//! Request bodies (CONTRACT §1): decoding, on every request a worker
+//! Request bodies (SPEC §1): decoding, on every request a worker
 //! answers, and encoding, for clients.
 //!
 //! [`decode_request`] is strict because a refused request changes no

@@ -1,4 +1,4 @@
-//! Bodies of `rl.usage.<key>` and `rl.top` (CONTRACT §9).
+//! Bodies of `rl.usage.<key>` and `rl.top` (SPEC §9).
 //!
 //! Operator and dashboard requests, not the hot path: serde in both
 //! encodings, as [`super::inspect`] does; an unknown field or a bad value is
@@ -141,7 +141,7 @@ impl UsageReply {
 /// One key of a top reply.
 ///
 /// `key` is the key as it was asked (`bob@x.io`), for people to read;
-/// `key_token` is its token (`bob%40x%2Eio`, CONTRACT §1), for programs:
+/// `key_token` is its token (`bob%40x%2Eio`, SPEC §1), for programs:
 /// what `rl.usage.<key>` takes. A key whose bytes are not UTF-8 is shown
 /// with U+FFFD in `key`; its token is exact.
 ///

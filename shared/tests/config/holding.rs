@@ -1,4 +1,4 @@
-//! The hold fields of a policy (CONTRACT §13): what parses, what a policy
+//! The hold fields of a policy (SPEC §13): what parses, what a policy
 //! of only `concurrency` is, what is refused, in the file and as JSON.
 
 use super::{assert_error, parse};

@@ -1,11 +1,11 @@
-//! One policy table as JSON (CONTRACT §7): read like the TOML one, refused
+//! One policy table as JSON (SPEC §7): read like the TOML one, refused
 //! with paths relative to the table.
 
 use super::parse;
 use sluice_core::config::{FieldError, LimitTable, PolicyTable};
 use sluice_core::policy::Algorithm;
 
-/// The example of CONTRACT §7, verbatim.
+/// The example of SPEC §7, verbatim.
 const KV_EXAMPLE: &str = r#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"}]}"#;
 
 fn json_error(json: &str) -> FieldError {
@@ -143,7 +143,7 @@ fn a_json_table_under_an_invalid_name_is_refused() {
 }
 
 /// The bucket's JSON takes the calendar and mode fields as the file does
-/// and writes back what it read (CONTRACT §7, §14).
+/// and writes back what it read (SPEC §7, §14).
 #[test]
 fn calendar_and_mode_fields_round_trip_through_json() {
     let json = r#"{"algorithm":"fixed_window","limits":[{"max":10,"per":"1m"},{"max":100000,"per":"month"}],"mode":"shadow","tz":"Europe/Berlin","anchor_day":15}"#;

@@ -1,4 +1,4 @@
-//! The config file of CONTRACT §4: what parses to what, and that every
+//! The config file of SPEC §4: what parses to what, and that every
 //! refusal names the file, the field path and the reason. One test binary,
 //! split by what is tested: what parses (and durations), what is refused,
 //! and one policy table as JSON; the helpers they share are here.

@@ -10,8 +10,8 @@ use sluice_core::time::Nanos;
 use std::path::Path;
 use std::time::Duration;
 
-/// The example of CONTRACT §4, verbatim.
-const CONTRACT_EXAMPLE: &str = r#"
+/// The example of SPEC §4, verbatim.
+const SPEC_EXAMPLE: &str = r#"
 partitions = 64                 # must match the NATS server's mapping
 durability = "snapshot"         # or "journal"
 snapshot_interval = "2s"
@@ -36,7 +36,7 @@ fn secs(s: u64) -> Nanos {
 
 #[test]
 fn contract_example_parses_to_its_policies() {
-    let c = parse(CONTRACT_EXAMPLE);
+    let c = parse(SPEC_EXAMPLE);
     assert_eq!(c.partitions, 64);
     assert_eq!(c.durability, Durability::Snapshot);
     assert_eq!(c.snapshot_interval, Duration::from_secs(2));
@@ -74,7 +74,7 @@ fn contract_example_parses_to_its_policies() {
 fn shipped_example_config_parses_like_the_contract_example() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/sluice.toml");
     let shipped = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(shipped, parse(CONTRACT_EXAMPLE));
+    assert_eq!(shipped, parse(SPEC_EXAMPLE));
 }
 
 #[test]
@@ -311,7 +311,7 @@ fn local_budget_is_off_unless_asked_for_and_only_where_it_is_exact() {
             "local_budget needs fixed_window, token_bucket or gcra",
         );
     }
-    // The JSON form of CONTRACT §7 carries it, and leaves it out when off.
+    // The JSON form of SPEC §7 carries it, and leaves it out when off.
     let table = PolicyTable::from_json(
         br#"{"algorithm":"gcra","limits":[{"max":10,"per":"1s"}],"local_budget":true}"#,
     )

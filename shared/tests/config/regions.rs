@@ -1,4 +1,4 @@
-//! The region fields (CONTRACT §12): the top-level `region`, and a policy's
+//! The region fields (SPEC §12): the top-level `region`, and a policy's
 //! `scope`, `home`, `regions`, `region_shares` and `on_cut`: what parses,
 //! what is refused with which field and reason, in the file and as JSON.
 

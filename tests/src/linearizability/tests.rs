@@ -707,33 +707,68 @@ fn experiment() {
         let freeze_from = 200 + rng.below(300) as usize;
         let freeze_len = 30 + rng.below(60) as usize;
         let launch = |rng: &mut XorShift, after: u64, frozen: bool| {
-            let op = if rng.below(10) == 9 { Op::Hit { cost: 1 } } else { allow(1 + rng.below(3)) };
+            let op = if rng.below(10) == 9 {
+                Op::Hit { cost: 1 }
+            } else {
+                allow(1 + rng.below(3))
+            };
             let call = after + rng.below(100_000);
             let ret = call + 20_000 + rng.below(3 * MS);
-            let fate = if frozen || rng.per_mille(3) { Unknown } else if rng.per_mille(1) { NotDelivered } else { Done };
+            let fate = if frozen || rng.per_mille(3) {
+                Unknown
+            } else if rng.per_mille(1) {
+                NotDelivered
+            } else {
+                Done
+            };
             let at = call + rng.below(ret - call + 1);
             (op, call, at, ret, fate)
         };
-        for _ in 0..clients { let f = launch(&mut rng, 0, false); flights.push(f); }
+        for _ in 0..clients {
+            let f = launch(&mut rng, 0, false);
+            flights.push(f);
+        }
         let ops = 1200 + rng.below(4000) as usize;
         while history.len() < ops {
             let n = history.len();
             if n == 150 || n == 600 || n == 700 || n == 760 {
-                for f in flights.iter_mut() { if f.4 == Done { f.4 = Unknown; } }
+                for f in flights.iter_mut() {
+                    if f.4 == Done {
+                        f.4 = Unknown;
+                    }
+                }
             }
             let c = (0..clients).min_by_key(|&c| flights[c].2).unwrap();
             let (op, call, _at, ret, fate) = flights[c];
-            let takes = match fate { NotDelivered => false, Unknown => rng.per_mille(500), _ => true };
+            let takes = match fate {
+                NotDelivered => false,
+                Unknown => rng.per_mille(500),
+                _ => true,
+            };
             let fits = used + op.cost() <= limit;
             let answer = match op {
-                Op::Allow { cost } if takes && fits => { used += cost; Admitted }
+                Op::Allow { cost } if takes && fits => {
+                    used += cost;
+                    Admitted
+                }
                 Op::Allow { .. } => Denied,
-                Op::Hit { cost } => { if takes { used += cost; } Done }
+                Op::Hit { cost } => {
+                    if takes {
+                        used += cost;
+                    }
+                    Done
+                }
                 _ => unreachable!(),
             };
             let outcome = if fate == Done { answer } else { fate };
             let lost = outcome == Unknown && rng.per_mille(500);
-            history.push(Recorded { client: c, op, call, ret: (!lost).then_some(ret), outcome });
+            history.push(Recorded {
+                client: c,
+                op,
+                call,
+                ret: (!lost).then_some(ret),
+                outcome,
+            });
             let frozen = (freeze_from..freeze_from + freeze_len).contains(&n);
             flights[c] = launch(&mut rng, ret, frozen);
         }
@@ -741,7 +776,11 @@ fn experiment() {
         for _ in 0..6 {
             let mut broken = history.clone();
             let i = rng.below(history.len() as u64) as usize;
-            broken[i].outcome = match broken[i].outcome { Admitted => Denied, Denied => Admitted, o => o };
+            broken[i].outcome = match broken[i].outcome {
+                Admitted => Denied,
+                Denied => Admitted,
+                o => o,
+            };
             let started = Instant::now();
             let got = check(limit, &broken);
             let took = started.elapsed();
@@ -749,7 +788,13 @@ fn experiment() {
             match got {
                 Ok(_) => flips_ok += 1,
                 Err(CheckError::NotLinearizable(_)) => flips_bad += 1,
-                Err(e) => { flips_gave_up += 1; eprintln!("flip seed {seed}: {}", e.to_string().lines().next().unwrap()); }
+                Err(e) => {
+                    flips_gave_up += 1;
+                    eprintln!(
+                        "flip seed {seed}: {}",
+                        e.to_string().lines().next().unwrap()
+                    );
+                }
             }
         }
         let started = Instant::now();
@@ -758,8 +803,16 @@ fn experiment() {
         worst = worst.max(took);
         total += took;
         match got {
-            Ok(c) => if c.steps > 50_000 { slow.push((seed, unknown, c.steps)) },
-            Err(e) => { failed += 1; slow.push((seed, unknown, 0)); eprintln!("seed {seed}: {}", e.to_string().lines().next().unwrap()); }
+            Ok(c) => {
+                if c.steps > 50_000 {
+                    slow.push((seed, unknown, c.steps))
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                slow.push((seed, unknown, 0));
+                eprintln!("seed {seed}: {}", e.to_string().lines().next().unwrap());
+            }
         }
     }
     eprintln!("worst {worst:?}, total {total:?}, failed {failed}, slow/failed (seed, unknown, steps) {slow:?}; flips: {flips_ok} still legal, {flips_bad} violations, {flips_gave_up} gave up");

@@ -3,9 +3,9 @@ on NATS.
 
 - :class:`SluiceClient` (``client.py``): ``allow``, ``peek``, ``hit``,
   ``hit_and_peek``; retries and the ``open``/``closed`` fallback; ``usage``
-  and ``top`` (CONTRACT §9); ``reserve``, ``settle``, ``extend`` and
-  ``async with client.hold(...)`` (CONTRACT §13).
-- :class:`Alert` (``alerts.py``): threshold alerts (CONTRACT §14), read
+  and ``top`` (SPEC §9); ``reserve``, ``settle``, ``extend`` and
+  ``async with client.hold(...)`` (SPEC §13).
+- :class:`Alert` (``alerts.py``): threshold alerts (SPEC §14), read
   and followed with ``client.alerts(policy, follow=True)``.
 - :class:`Held`, :class:`Hold`, :class:`HoldDenied` (``holds.py``): holds.
 - :class:`Usage`, :class:`Top` (``usage.py``): usage history replies.

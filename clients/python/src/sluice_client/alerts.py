@@ -1,4 +1,4 @@
-"""Threshold alerts (CONTRACT §14): read and followed from the JetStream
+"""Threshold alerts (SPEC §14): read and followed from the JetStream
 stream ``SLUICE_ALERTS``, which keeps each alert once.
 
 Reading the stream (rather than subscribing to ``rl.alert.>``) gives every

@@ -49,7 +49,7 @@ QUERY_TIMEOUT = 10.0
 
 
 class Fallback(str, enum.Enum):
-    """What to answer when no worker answers (CONTRACT §4 ``fallback``).
+    """What to answer when no worker answers (SPEC §4 ``fallback``).
 
     The Rust client's third choice, ``local`` (an in-process limiter), is
     not offered here."""
@@ -89,7 +89,7 @@ class _NoAnswer(Exception):
 
 
 class SluiceClient:
-    """An asyncio client for sluice's NATS interface (CONTRACT §1–§2).
+    """An asyncio client for sluice's NATS interface (SPEC §1–§2).
 
     Make one per process and share it between tasks. Build it with
     :meth:`connect`, or around a NATS connection you already have::
@@ -200,7 +200,7 @@ class SluiceClient:
         return await self.allow(key, policy, 0)
 
     async def hit(self, key: Key, policy: Optional[str] = None, cost: int = 1) -> None:
-        """Counts ``cost`` units of usage already served (CONTRACT §2): one
+        """Counts ``cost`` units of usage already served (SPEC §2): one
         publish to ``rl.hit.<key>``, recorded whether or not it fits, no
         reply and no fallback (a hit sent while no worker owns the key's
         partition is lost). nats-py buffers the publish (also while it
@@ -227,7 +227,7 @@ class SluiceClient:
     async def reserve(
         self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
     ) -> Held:
-        """``rl.reserve.<key>`` (CONTRACT §13): decides like :meth:`allow`
+        """``rl.reserve.<key>`` (SPEC §13): decides like :meth:`allow`
         with ``cost`` and, when allowed, holds it for ``ttl_ms`` (default
         the policy's ``hold_ttl``) until :meth:`settle`. A denied reserve
         holds nothing (``held.hold`` is ``None``). No fallback: a hold
@@ -290,7 +290,7 @@ class SluiceClient:
         step: Optional[str] = None,
         timeout: float = QUERY_TIMEOUT,
     ) -> Usage:
-        """``key``'s usage history (CONTRACT §9): by default the last hour
+        """``key``'s usage history (SPEC §9): by default the last hour
         under ``default``, at the finest step that holds it (``1m``,
         ``5m``, ``1h``, ``1d``). Raises the worker's error for a bad query,
         :class:`Unavailable` when no worker answers."""
@@ -321,7 +321,7 @@ class SluiceClient:
     def alerts(
         self, policy: Optional[str] = None, *, new_only: bool = False, follow: bool = False
     ) -> AsyncIterator[Alert]:
-        """The threshold alerts (CONTRACT §14) of ``policy`` (every policy
+        """The threshold alerts (SPEC §14) of ``policy`` (every policy
         when ``None``) that ``SLUICE_ALERTS`` keeps, oldest first; with
         ``follow``, each new one as it is stored, without end::
 

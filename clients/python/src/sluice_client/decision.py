@@ -26,7 +26,7 @@ def _secs_ceil(ms: int) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    """A decision: the CONTRACT §1 reply fields and its :class:`Source`.
+    """A decision: the SPEC §1 reply fields and its :class:`Source`.
 
     A denial is a decision (``allowed`` false, ``retry_after_ms`` > 0), not
     an error.
@@ -47,7 +47,7 @@ class Decision:
     """The policy applied."""
     source: Source = Source.WORKER
     shadow_denied: bool = False
-    """A shadow policy (CONTRACT §14) would have denied this ask: it is
+    """A shadow policy (SPEC §14) would have denied this ask: it is
     allowed, and nothing was consumed."""
 
     @property
@@ -62,7 +62,7 @@ class Decision:
 
     def headers(self) -> Dict[str, str]:
         """The headers an HTTP server should return with this decision, as a
-        worker sets them on its NATS reply (CONTRACT §1): ``RateLimit-Limit``,
+        worker sets them on its NATS reply (SPEC §1): ``RateLimit-Limit``,
         ``RateLimit-Remaining``, ``RateLimit-Reset`` and, on a denial,
         ``Retry-After``; times in whole seconds, rounded up."""
         headers = {

@@ -1,4 +1,4 @@
-"""Errors: a request that got no decision, typed by the CONTRACT §1 codes.
+"""Errors: a request that got no decision, typed by the SPEC §1 codes.
 
 A denial is not an error: it is a :class:`~sluice_client.Decision` with
 ``allowed == False``. An error means there is no decision: the request can

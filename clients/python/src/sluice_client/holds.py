@@ -1,4 +1,4 @@
-"""Holds (CONTRACT §13, docs/HOLDS.md): reserve a cost now, settle the real
+"""Holds (SPEC §13, docs/HOLDS.md): reserve a cost now, settle the real
 cost later; limits on requests in flight.
 
 - :class:`Held`: what a reserve or an extend answers: the decision, and

@@ -1,4 +1,4 @@
-"""Key encoding (CONTRACT §1, docs/PROTOCOL.md §1).
+"""Key encoding (SPEC §1, docs/PROTOCOL.md §1).
 
 A key is any bytes (a ``str`` is taken as its UTF-8 bytes). It travels as
 the last token of ``rl.allow.<key>``: bytes in ``[A-Za-z0-9_-]`` as they

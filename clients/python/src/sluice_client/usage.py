@@ -1,4 +1,4 @@
-"""Usage history (CONTRACT §9): the replies of ``rl.usage.<key>`` and
+"""Usage history (SPEC §9): the replies of ``rl.usage.<key>`` and
 ``rl.top`` as typed values, and their request bodies.
 
 Queries go to the workers as they are (no retries, no fallback: with no

@@ -38,7 +38,7 @@ pub enum LoadVerb {
     /// `rl.allow.<key>`: one decision.
     Allow,
     /// `rl.reserve.<key>` and, when allowed, `rl.settle.<key>` of that hold
-    /// with the same cost: one request is the pair (CONTRACT §13).
+    /// with the same cost: one request is the pair (SPEC §13).
     Hold,
     /// `rl.reserve.<key>` alone: every allowed one stays live until its
     /// ttl (the policy's `hold_ttl`), e.g. to measure memory per live hold.

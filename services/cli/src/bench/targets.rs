@@ -199,7 +199,7 @@ impl PlainTarget {
     }
 }
 
-/// Reads a reply the way any NATS client can (CONTRACT §1): an error has
+/// Reads a reply the way any NATS client can (SPEC §1): an error has
 /// `Nats-Service-Error-Code`, a denial has `Retry-After`, anything else is
 /// an allowed decision. The body is not decoded.
 pub fn classify_reply(msg: &async_nats::Message) -> Outcome {

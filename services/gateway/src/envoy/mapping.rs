@@ -6,8 +6,8 @@
 //!
 //! - Key and policy: the `[envoy]` rule that matches the descriptor
 //!   ([`EnvoyConfig::rule_for`]); without an `[envoy]` table, policy
-//!   `default` and the key `<domain>|<key1>=<value1>|...` (CONTRACT §11),
-//!   which the client percent-encodes (CONTRACT §1). With a table, a
+//!   `default` and the key `<domain>|<key1>=<value1>|...` (SPEC §11),
+//!   which the client percent-encodes (SPEC §1). With a table, a
 //!   descriptor that no rule matches is not limited: OK, as
 //!   envoyproxy/ratelimit answers a descriptor without a limit.
 //! - Cost: the descriptor's own `hits_addend` when set (0 looks without
@@ -57,7 +57,7 @@ pub(crate) enum Slot {
 pub(crate) struct Ask {
     /// The key as bytes, for the client (which encodes it).
     pub key: Vec<u8>,
-    /// The same key encoded (CONTRACT §1), for per-key override lookups.
+    /// The same key encoded (SPEC §1), for per-key override lookups.
     pub token: String,
     pub policy: String,
     pub cost: u64,
@@ -180,7 +180,7 @@ fn slot(
     }))
 }
 
-/// `<domain>|<key1>=<value1>|<key2>=<value2>` (CONTRACT §11).
+/// `<domain>|<key1>=<value1>|<key2>=<value2>` (SPEC §11).
 pub(crate) fn default_key(domain: &str, entries: &[(&str, &str)]) -> Vec<u8> {
     let mut key = domain.as_bytes().to_vec();
     for (k, v) in entries {
@@ -316,7 +316,7 @@ fn until_reset(o: &Outcome) -> Duration {
 /// `x-ratelimit-limit` (the deciding limit's max, as sluice's
 /// `RateLimit-Limit`), `x-ratelimit-remaining` and `x-ratelimit-reset`
 /// (whole seconds, rounded up): the values envoyproxy/ratelimit puts in its
-/// limit headers, under the names CONTRACT §11 gives them.
+/// limit headers, under the names SPEC §11 gives them.
 fn headers(o: &Outcome) -> Vec<HeaderValue> {
     let header = |key: &str, value: u64| HeaderValue {
         key: key.to_string(),

@@ -1,4 +1,4 @@
-//! `--grpc-listen ADDR`: Envoy's rate limit service (CONTRACT §11),
+//! `--grpc-listen ADDR`: Envoy's rate limit service (SPEC §11),
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over gRPC
 //! (tonic, with the generated types of the `envoy-types` crate), so that
 //! Envoy, Istio and the other proxies that speak it use sluice unchanged.

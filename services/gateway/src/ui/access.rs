@@ -1,5 +1,5 @@
 //! Whether the gateway's NATS credentials may inspect and reset keys
-//! (CONTRACT §10: the `admin` role may, the `client` role may not).
+//! (SPEC §10: the `admin` role may, the `client` role may not).
 //!
 //! NATS does not tell a client its permissions, and a request to a subject
 //! it may not publish on is dropped by the server: it ends in a timeout,

@@ -1,4 +1,4 @@
-//! `GET /ui/alerts?policy=`: the threshold alerts of CONTRACT §14, newest
+//! `GET /ui/alerts?policy=`: the threshold alerts of SPEC §14, newest
 //! first: the last [`SHOWN`] the stream `SLUICE_ALERTS` stored (those of
 //! one policy among them when one is chosen), read as `sluice alerts` reads
 //! them ([`sluice_client::alerts`]). Bounded: one read of at most

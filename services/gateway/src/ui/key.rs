@@ -1,4 +1,4 @@
-//! `GET /ui/key?key=K&policy=P`: a key's live state (CONTRACT §8,
+//! `GET /ui/key?key=K&policy=P`: a key's live state (SPEC §8,
 //! `rl.inspect.<key>`, as `sluice inspect` asks it): per policy with state,
 //! each limit's max, window, used, remaining and time to reset, and any
 //! override in force.
@@ -30,7 +30,7 @@ use std::time::Duration;
 /// milliseconds; longer means it cannot answer (or the request was dropped
 /// before the credentials were probed).
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
-const DENIED: &str = "This gateway's NATS credentials may not publish there: inspect and reset need the admin role of `sluice nats-config --auth` (CONTRACT §10).";
+const DENIED: &str = "This gateway's NATS credentials may not publish there: inspect and reset need the admin role of `sluice nats-config --auth` (SPEC §10).";
 
 #[derive(Deserialize, Default)]
 pub(crate) struct KeyForm {

@@ -1,4 +1,4 @@
-//! The dashboard at `/ui` (CONTRACT §15): plain HTML pages rendered on the
+//! The dashboard at `/ui` (SPEC §15): plain HTML pages rendered on the
 //! server, charts drawn as SVG on the server, one stylesheet compiled into
 //! the binary, and no script at all.
 //!
@@ -25,7 +25,7 @@
 //! - one file per page: `usage.rs` (a key's usage over a range), `top.rs`
 //!   (the top keys), `policies.rs` (the policies in force), `key.rs` (a
 //!   key's live state and its reset), `status.rs` (partitions, owners,
-//!   workers), `alerts.rs` (the threshold alerts of CONTRACT §14).
+//!   workers), `alerts.rs` (the threshold alerts of SPEC §14).
 //!
 //! - `paths.rs`: every address, and the menu.
 //!

@@ -1,4 +1,4 @@
-//! `GET /ui/policies`: the policies in force (CONTRACT §7) as the gateway
+//! `GET /ui/policies`: the policies in force (SPEC §7) as the gateway
 //! follows them (the config file's, overlaid by the `sluice-policies`
 //! bucket, as every worker applies them): each one's algorithm, limits,
 //! options, the per-key overrides under it, and its whole table as the

@@ -1,7 +1,7 @@
 //! `GET /ui/status`: what `sluice status` shows (the same
 //! [`sluice_worker::fleet::collect`]): every worker's health and counts,
 //! refused policy values, each partition's owner and snapshot, and with
-//! regions (CONTRACT §12) the regions this one's workers see and whether
+//! regions (SPEC §12) the regions this one's workers see and whether
 //! each link is up.
 
 use super::page::{frame, ok};

@@ -1,5 +1,5 @@
 //! `GET /ui/top?by=used|denied&n=20&last=1h&policy=`: the keys that used
-//! (or were denied) the most in a range, with their exact totals (CONTRACT
+//! (or were denied) the most in a range, with their exact totals (SPEC
 //! §9, `rl.top`, as `GET /v1/usage?top=` and `sluice usage --top` ask).
 
 use super::form::{href, last_select, now_ms, policy_select};

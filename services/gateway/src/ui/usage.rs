@@ -1,5 +1,5 @@
 //! `GET /ui/usage?key=K&policy=P&last=1h&step=` (or `from=&to=`): a key's
-//! usage over a range as a chart of used and denied per step (CONTRACT
+//! usage over a range as a chart of used and denied per step (SPEC
 //! §9), asked with `rl.usage.<key>` as `GET /v1/usage/{key}` and `sluice
 //! usage` ask it. A click on a bar zooms in around it; links zoom out and
 //! move earlier or later.

@@ -1,5 +1,5 @@
-//! The operators' asks of one key (CONTRACT §8): `rl.inspect` and
-//! `rl.reset`, and for a key of a global policy (CONTRACT §12) what they
+//! The operators' asks of one key (SPEC §8): `rl.inspect` and
+//! `rl.reset`, and for a key of a global policy (SPEC §12) what they
 //! send to the other regions. Apart from `decide.rs`, which decides asks.
 
 use super::{tally, Answer, Decider, Turn};

@@ -1,4 +1,4 @@
-//! The decision core's part in global limits (CONTRACT §12,
+//! The decision core's part in global limits (SPEC §12,
 //! [`crate::global`]): a delegate's decisions from its books, the home's
 //! requests for shares back, and the messages other regions' owners send
 //! this partition over the link. Apart from `decide.rs`, which decides

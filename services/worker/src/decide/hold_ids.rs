@@ -1,4 +1,4 @@
-//! Hold ids as this worker draws them (CONTRACT §13: a client cannot
+//! Hold ids as this worker draws them (SPEC §13: a client cannot
 //! forge or guess one).
 
 use sluice_core::holds::HoldId;

@@ -1,4 +1,4 @@
-//! The holds' verbs at a key's owner (CONTRACT §13): `rl.reserve`,
+//! The holds' verbs at a key's owner (SPEC §13): `rl.reserve`,
 //! `rl.settle`, `rl.extend`, and the end of holds nobody settled.
 //!
 //! The rules are `sluice_core::holds`'; here they meet the key's counters,

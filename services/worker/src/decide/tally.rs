@@ -1,5 +1,5 @@
 //! The tallies of what each region spent of a global policy's keys, for
-//! its alerts (CONTRACT §14 across regions; the why is
+//! its alerts (SPEC §14 across regions; the why is
 //! `sluice_core::region::tally`'s). Each region counts what it spent
 //! where the ask was made; a region other than the home reports its tally
 //! to the home over the link (coalesced by the link task,

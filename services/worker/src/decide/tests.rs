@@ -687,7 +687,7 @@ mod hostile {
     }
 }
 
-/// Usage (CONTRACT §9) in snapshot mode goes into the ledger when
+/// Usage (SPEC §9) in snapshot mode goes into the ledger when
 /// decided: allowed asks and hits as used, denied asks as denied, a
 /// peek as neither, each under the policy asked for.
 #[test]

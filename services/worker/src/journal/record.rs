@@ -21,7 +21,7 @@ use sluice_core::time::Nanos;
 /// usage is not what its kind says), so records of counts read the same as
 /// before resets, denials, budgets, holds and regions were recorded.
 ///
-/// A hold's records (CONTRACT §13) name it (`h`): its reserve is a slice's
+/// A hold's records (SPEC §13) name it (`h`): its reserve is a slice's
 /// record (`s`, `c` held at `t`) with its end `e` and flags `x`; its settle
 /// or end a slice's give-back (`g` = when it was reserved, `c` given back,
 /// `u` spent); an extend has neither `s` nor `g`, only its new end `e`.
@@ -46,7 +46,7 @@ pub struct RecordOf<S> {
     /// A reset (`rl.reset`): the counter was forgotten (`c` is 0).
     #[serde(default)]
     pub r: bool,
-    /// A denied ask, journaled for its usage (CONTRACT §9) only when usage
+    /// A denied ask, journaled for its usage (SPEC §9) only when usage
     /// is recorded: it changed no counter and replay changes none.
     #[serde(default)]
     pub d: bool,
@@ -71,8 +71,8 @@ pub struct RecordOf<S> {
     /// a concurrency slot).
     #[serde(default)]
     pub x: u8,
-    /// What it is in the usage history (CONTRACT §9), when not what its
-    /// kind says: [`NOT_USAGE`] or [`USED_ONLY`] (global limits, CONTRACT
+    /// What it is in the usage history (SPEC §9), when not what its
+    /// kind says: [`NOT_USAGE`] or [`USED_ONLY`] (global limits, SPEC
     /// §12, where a key's count and its usage live in different regions).
     #[serde(default)]
     pub v: u8,

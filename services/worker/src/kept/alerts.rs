@@ -1,4 +1,4 @@
-//! Threshold alerts as kept state (CONTRACT §14): the alerts a partition's
+//! Threshold alerts as kept state (SPEC §14): the alerts a partition's
 //! owner fired in windows not over yet ([`sluice_core::alerts::Fired`]),
 //! carried to the next owner so that a threshold reached before a
 //! handover fires nothing after it, and an alert the stream had not

@@ -1,4 +1,4 @@
-//! Holds as kept state (CONTRACT §13): the live holds of the partition's
+//! Holds as kept state (SPEC §13): the live holds of the partition's
 //! keys ([`sluice_core::outstanding::Outstanding`], the table the budget
 //! slices are kept in), carried to the next owner so that a hold reserved
 //! before a handover is settled, extended or ended after it.

@@ -18,7 +18,7 @@ impl Shard {
         }
     }
 
-    /// Ends the holds whose end has come (CONTRACT §13): what they release
+    /// Ends the holds whose end has come (SPEC §13): what they release
     /// goes back, what they charge is usage, in journal mode stored as any
     /// count is.
     pub(super) async fn end_holds(&mut self) {
@@ -40,7 +40,7 @@ impl Shard {
             .await;
     }
 
-    /// Gives back the slices of global keys whose lease ended (CONTRACT
+    /// Gives back the slices of global keys whose lease ended (SPEC
     /// §12, [`crate::global`]).
     pub(super) fn sweep_global(&self) {
         let answering = &self.answering;

@@ -5,7 +5,7 @@
 //! ([`sluice_core::usage::resolve_series`], [`cover`]), the stored records
 //! of those buckets are read, and the minutes still in the owner's memory
 //! are laid over them, so an answer holds everything counted up to the
-//! moment it was asked (CONTRACT §9: "within 1 s"). A coarser bucket is
+//! moment it was asked (SPEC §9: "within 1 s"). A coarser bucket is
 //! read from its own tier only once it is final (ended, rolled up);
 //! before that, from its finer buckets.
 

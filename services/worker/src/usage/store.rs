@@ -104,7 +104,7 @@ impl UsageStore {
             let config = stream::Config {
                 name: usage_stream(&name),
                 description: Some(format!(
-                    "sluice usage per partition in {name} buckets (CONTRACT §9)"
+                    "sluice usage per partition in {name} buckets (SPEC §9)"
                 )),
                 subjects: vec![usage_subjects(&name)],
                 max_age: tier.keep,

@@ -1,5 +1,5 @@
 //! `rl.top`, which any worker takes and asks every worker for its
-//! partitions' share (CONTRACT §9).
+//! partitions' share (SPEC §9).
 //!
 //! Top N is exact: a key lives in one partition, so the N largest of all
 //! are among the N largest of each partition; each worker sends those of
