@@ -133,6 +133,12 @@ impl Policies {
         self.bucket.get(name).or_else(|| self.file.get(name))
     }
 
+    /// Whether the policy called `name` in force comes from the policy
+    /// bucket (a live policy) rather than the config file.
+    pub fn from_bucket(&self, name: &str) -> bool {
+        self.bucket.contains_key(name)
+    }
+
     /// Every policy in force, by name.
     pub fn iter(&self) -> impl Iterator<Item = &Policy> {
         let from_file = self

@@ -13,7 +13,10 @@ use sluice_core::policies::{self, OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
 use sluice_core::region::RegionName;
 use sluice_core::storage::{override_key, policy_key, PolicyKey, POLICY_BUCKET};
+use sluice_worker::fleet;
+use sluice_worker::service::PolicyInForce;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct PolicyArgs {
@@ -148,18 +151,21 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
     rt.block_on(async {
         match &args.command {
             PolicyCommand::List => {
-                let policies = in_force(common).await?;
-                for p in policies.iter() {
-                    println!("{:<20} {}", p.name(), json(&PolicyTable::of(p))?);
+                for p in on_workers(common).await? {
+                    println!("{:<20} {:<6} {}", p.name, p.from, json(&p.policy)?);
                 }
                 Ok(())
             }
             PolicyCommand::Get { policy } => {
-                let policies = in_force(common).await?;
-                let p = policies
-                    .get(policy)
-                    .ok_or_else(|| anyhow!("no policy named {policy:?} is in force"))?;
-                println!("{}", json(&PolicyTable::of(p))?);
+                let p = on_workers(common)
+                    .await?
+                    .into_iter()
+                    .find(|p| &p.name == policy)
+                    .ok_or_else(|| {
+                        anyhow!("no policy named {policy:?} is in force on the workers")
+                    })?;
+                println!("{}", json(&p.policy)?);
+                eprintln!("(from the {})", p.from);
                 Ok(())
             }
             PolicyCommand::Set {
@@ -291,6 +297,61 @@ async fn bucket(common: &Common) -> Result<kv::Store> {
         .map_err(|e| {
             anyhow!("no {POLICY_BUCKET} bucket ({e}): start a worker first, it creates the buckets")
         })
+}
+
+/// How long `policy list` and `policy get` wait for every worker to have
+/// applied the policy bucket as it stands when they ask.
+const CAUGHT_UP_WITHIN: Duration = Duration::from_secs(2);
+
+/// The policies in force on the workers (their status, over NATS), once
+/// every worker has applied the policy bucket as it stands now, or after
+/// [`CAUGHT_UP_WITHIN`] (then from the worker furthest along, with a
+/// warning naming the others). The workers, not this command's config
+/// file, know what is in force: `sluice dev` runs a config of its own.
+async fn on_workers(common: &Common) -> Result<Vec<PolicyInForce>> {
+    let partitions = common.load_config()?.partitions;
+    let client = common.connect("sluice policy").await?;
+    let bucket = jetstream::new(client.clone())
+        .get_key_value(POLICY_BUCKET)
+        .await
+        .map_err(|e| {
+            anyhow!("no {POLICY_BUCKET} bucket ({e}): start a worker first, it creates the buckets")
+        })?;
+    let target = bucket
+        .status()
+        .await
+        .context("cannot read the policy bucket's revision")?
+        .info
+        .state
+        .last_sequence;
+    let deadline = Instant::now() + CAUGHT_UP_WITHIN;
+    loop {
+        let workers = fleet::collect(&client, partitions, Duration::from_millis(500))
+            .await?
+            .workers;
+        let behind: Vec<&str> = workers
+            .iter()
+            .filter(|w| w.policy_revision < target)
+            .map(|w| w.worker.as_str())
+            .collect();
+        if !workers.is_empty() && (behind.is_empty() || Instant::now() >= deadline) {
+            if !behind.is_empty() {
+                eprintln!(
+                    "warning: workers {} have not applied the policy bucket's revision {target} yet; shown: the worker furthest along",
+                    behind.join(", ")
+                );
+            }
+            let ahead = workers
+                .into_iter()
+                .max_by_key(|w| w.policy_revision)
+                .expect("not empty");
+            return Ok(ahead.policies);
+        }
+        if Instant::now() >= deadline {
+            bail!("no worker answered: the policies in force are the workers'; start one (`sluice worker`) or check --nats-url");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The config file's policies overlaid by the bucket's valid ones.

@@ -178,7 +178,7 @@ async fn an_override_changes_one_key_blocks_it_at_zero_and_unoverride_restores_i
     assert!(!out.status.success());
 }
 
-/// Issue 39: a reader that starts after an invalid value was written has no
+/// A reader that starts after an invalid value was written has no
 /// previous version of its own; it finds the newest valid one in the key's
 /// history, as every reader that saw it has in force.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,4 +237,40 @@ async fn a_worker_and_a_client_started_after_an_invalid_value_use_the_valid_one_
         kept, POLICY_HISTORY,
         "the worker raised the bucket's history"
     );
+}
+
+/// `sluice policy list` and `get` show what the workers hold in force, with
+/// where each policy comes from: the command runs without the workers'
+/// config file (`Stack::command` passes none), yet lists the file's
+/// policy, and a policy set in the bucket shows as soon as it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_list_shows_what_the_workers_hold_in_force_and_where_it_comes_from() {
+    let _serial = serial().await;
+    let config = format!(
+        "{}\n[policies.filed]\nalgorithm = \"sliding_log\"\nlimits = [ {{ max = 7, per = \"1m\" }} ]\n",
+        TestConfig::new().toml()
+    );
+    let stack = Stack::start(SLUICE, &config, 2).await;
+    set_gate(&stack, "40/1m");
+    // Right after the write: the command waits for the workers to apply it.
+    let listed = stack.run(&["policy", "list"]);
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} is listed: {listed}"))
+            .to_string()
+    };
+    assert_eq!(line("filed").split_whitespace().nth(1), Some("config"));
+    assert_eq!(line("gate").split_whitespace().nth(1), Some("bucket"));
+    assert_eq!(line("default").split_whitespace().nth(1), Some("config"));
+    assert!(line("gate").contains(r#""max":40"#), "{listed}");
+    let out = stack.command(&["policy", "get", "filed"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(r#""max":7"#), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("from the config"));
+    let out = stack.command(&["policy", "get", "nope"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no policy named \"nope\""));
 }

@@ -11,12 +11,15 @@
 //! snapshot ages. `sluice status` reads those.
 
 use crate::counters::KeyBound;
+use crate::decide::Decider;
 use crate::region::{LinkStatus, RegionView};
 use crate::stats::{PolicyStatus, ShardsView, WorkerStats};
 use anyhow::{anyhow, Result};
 use async_nats::service::{self, ServiceExt};
 use futures::StreamExt;
 use serde::Serialize;
+use sluice_core::config::PolicyTable;
+use sluice_core::policies::Policies;
 use sluice_core::subject::{STATUS_GROUP, STATUS_SERVICE};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -55,6 +58,54 @@ pub struct WorkerStatus {
     /// answers now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStatus>,
+    /// The policies in force on this worker, by name (`sluice policy
+    /// list`); absent from workers of earlier releases.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyInForce>,
+}
+
+/// A policy in force on a worker, and where it comes from.
+#[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
+pub struct PolicyInForce {
+    pub name: String,
+    pub from: PolicySource,
+    /// As `sluice policy set` and the policy bucket write it.
+    pub policy: PolicyTable,
+}
+
+/// Where a policy in force comes from.
+#[derive(Debug, Serialize, serde::Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicySource {
+    /// The config file the worker was started with.
+    Config,
+    /// The policy bucket (`sluice policy set/apply`), over the file's.
+    Bucket,
+}
+
+impl std::fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PolicySource::Config => "config",
+            PolicySource::Bucket => "bucket",
+        })
+    }
+}
+
+/// The policies `policies` holds in force, by name.
+pub fn in_force(policies: &Policies) -> Vec<PolicyInForce> {
+    policies
+        .iter()
+        .map(|p| PolicyInForce {
+            name: p.name().to_string(),
+            from: if policies.from_bucket(p.name()) {
+                PolicySource::Bucket
+            } else {
+                PolicySource::Config
+            },
+            policy: PolicyTable::of(p),
+        })
+        .collect()
 }
 
 #[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
@@ -76,6 +127,8 @@ pub struct StatusSources {
     pub shards: ShardsView,
     /// The region's name and what it sees of the others.
     pub region: Option<(String, Arc<RegionView>)>,
+    /// The policies in force.
+    pub decider: Arc<Decider>,
 }
 
 pub fn status(sources: &StatusSources) -> WorkerStatus {
@@ -118,6 +171,7 @@ pub fn status(sources: &StatusSources) -> WorkerStatus {
             .as_ref()
             .map(|(_, view)| view.links())
             .unwrap_or_default(),
+        policies: in_force(&sources.decider.policies()),
     }
 }
 

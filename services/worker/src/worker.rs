@@ -225,6 +225,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         region: region
             .as_ref()
             .map(|r| (r.name.to_string(), r.view.clone())),
+        decider: answering.decider.clone(),
     });
     let service = service::start(&client, status.clone()).await?;
     let metrics = match opts.metrics_listen {
