@@ -17,7 +17,7 @@
 # OLD_TOML / NEW_TOML: lines added to that build's sluice.toml (to A/B a
 # setting with one binary given twice, e.g. NEW_TOML=$'[usage]\nenabled = false');
 # OLD_KEYS / NEW_KEYS: that build's key count (default KEYS).
-# HOT=1: issue 21's hot-key workload instead (docs/BENCHMARKS.md, "Hot keys:
+# HOT=1: the hot-key workload instead (docs/BENCHMARKS.md, "Hot keys:
 # local budgets"): 10 of the keys get half the asks, under a fixed window of
 # 2000 per second with `local_budget = true`, and the deny cache on (POLICY
 # is then `hot`; HOT_BUDGET=0 turns the budgets off).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What alert thresholds cost the worker's decision path (issue 37: at most
-# 5 %), in instructions and in interleaved wall time
+# What alert thresholds cost the worker's decision path (SPEC §14; the
+# target: at most 5 %), in instructions and in interleaved wall time
 # (services/worker/benches/alert_cost.rs says why both).
 #
 #   bench/alert_cost.sh [decisions]   (default 200000; needs valgrind)

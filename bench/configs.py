@@ -1,7 +1,7 @@
 """The worker configs the benchmark parts run with: the matrix's (every
 algorithm at 100 per second, in a given durability), the hot-key workload
-(issue 21) and its config with local budgets off and on, the
-memory/restore config and the holds' (issue 36); plus where the repository is and the algorithms.
+(docs/CLIENT.md, "Local budgets") and its config with local budgets off and on, the
+memory/restore config and the holds' (docs/HOLDS.md); plus where the repository is and the algorithms.
 
 Kept in one place so that every part (parts_*.py) and the build probes
 (bench/harness.py) run the same policies.
@@ -21,7 +21,7 @@ def matrix_config(durability):
     return "\n".join(lines)
 
 
-# The hot-key workload (issue 21): C=64 over M=2 connections, 10,000 keys of
+# The hot-key workload (docs/BENCHMARKS.md, "Hot keys"): C=64 over M=2 connections, 10,000 keys of
 # which 10 get half of all asks. Its fixed window is one the hot keys exceed
 # many times over (each gets ~5 % of all asks, thousands per second) while
 # the other keys stay far under it (~1/20,000 of the asks each).
@@ -50,7 +50,7 @@ limits = [ { max = 10, per = "1m" }, { max = 500, per = "1h" } ]
 """
 
 
-# The holds part (issue 36): the matrix's `default` limit, holds that live
+# The holds part (docs/HOLDS.md): the matrix's `default` limit, holds that live
 # an hour unless settled (the memory test keeps them).
 HOLDS_POLICY = "holds"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs each cargo-fuzz target for a bounded time (issue 19 item 5):
+# Runs each cargo-fuzz target for a bounded time (docs/TESTING.md, "Fuzzing"):
 #
 #   bench/fuzz.sh [SECONDS] [TARGET...]   # default 60 s each, every target
 #

@@ -20,7 +20,7 @@ K keys uniform and Zipf, the same duration per cell):
 - the Redis targets again back to back (`paired`): rounds of the batching
   echo, sluice and Redis one right after the other, so that the machine's
   drift during the run does not decide them;
-- hot keys (`hotkeys`, issue 21): half of all asks on 10 keys, the rest
+- hot keys (`hotkeys`, docs/CLIENT.md "Local budgets"): half of all asks on 10 keys, the rest
   uniform, under a fixed window the hot keys exceed: the batching echo,
   Redis INCR and sluice with local budgets off and on, back to back in
   rotating rounds, with over- and under-admission counted per key and
@@ -28,7 +28,7 @@ K keys uniform and Zipf, the same duration per cell):
 - p99 at half of sluice's best throughput, open loop, against the ceiling's
   p99 at the same rate;
 - worker RSS with 1M active keys, and the time to restore them after kill -9;
-- holds (`holds`, issue 36): reserve + settle pairs per second against
+- holds (`holds`, docs/HOLDS.md): reserve + settle pairs per second against
   allows on the same worker, both clients, alternating per round; and the
   worker's memory per live hold.
 """

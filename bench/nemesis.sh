@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long nemesis run (issue 22): every algorithm in both durabilities on a
+# The long nemesis run (docs/RELIABILITY.md): every algorithm in both durabilities on a
 # 3-node NATS cluster with 3 workers under steady load, eight faults each
 # (services/cli/tests/nemesis.rs), then docs/RELIABILITY.md's table rendered
 # from the results (bench/nemesis_report.py).

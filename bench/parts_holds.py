@@ -1,4 +1,4 @@
-"""The holds part of the benchmark (issue 36, docs/HOLDS.md): reserve +
+"""The holds part of the benchmark (SPEC §13, docs/HOLDS.md): reserve +
 settle pairs per second against allows on the same worker, with the plain
 and the batching client, and the memory one live hold costs a worker.
 

@@ -1,7 +1,7 @@
 """The throughput and latency parts of the benchmark: the echo ceiling,
 Redis + Lua, sluice's matrix (algorithms x clients x workers x
 durability), the batching grid, snapshot stalls, the Redis targets back to
-back (`paired`), hot keys with local budgets (issue 21) and p99 at half
+back (`paired`), hot keys with local budgets (docs/CLIENT.md, "Local budgets") and p99 at half
 load.
 
 A mixin of `Harness` (bench/harness.py): each method is one part (or a
@@ -167,7 +167,7 @@ class LoadParts:
             echo_nats.stop()
 
     def local_budget_supported(self):
-        """Whether this build's config takes `local_budget` (issue 21): the
+        """Whether this build's config takes `local_budget` (docs/CONFIG.md): the
         config parser refuses fields it does not know."""
         cfg = self.workdir / "budget-probe.toml"
         cfg.write_text(hotkeys_config(True))
@@ -178,7 +178,7 @@ class LoadParts:
         return r.returncode == 0
 
     def hotkeys(self):
-        """Issue 21's hot-key workload, back to back in rounds of rotating
+        """The hot-key workload (docs/BENCHMARKS.md, "Hot keys"), back to back in rounds of rotating
         order like `paired`: the batching echo (the ceiling), Redis INCR,
         sluice through the batching client with local budgets off and on
         (one worker, snapshot mode, the same fixed window), and uniform keys

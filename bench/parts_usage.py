@@ -1,4 +1,4 @@
-"""The usage-history part of the benchmark (issue 18, docs/USAGE.md):
+"""The usage-history part of the benchmark (SPEC §9, docs/USAGE.md):
 decisions/s with usage on and off, the JetStream writes usage causes and
 what a key costs per record, and the latency of usage queries on records
 seeded through NATS (bench/usage_bench.py does the NATS side).
@@ -17,7 +17,7 @@ from stacks import Stack
 
 class UsageParts:
     def usage(self):
-        """Usage history (issue 18, docs/USAGE.md). 1: decisions/s with usage
+        """Usage history (SPEC §9, docs/USAGE.md). 1: decisions/s with usage
         on and off (one worker, snapshot mode), A/B in alternating order per
         round, for each client. 2: the JetStream writes usage causes with
         100,000 keys in use, and the bytes one key costs per record. 3: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The regions benchmark (issue 35): two regions on loopback, 50 ms each way
+# The regions benchmark (SPEC §12, docs/REGIONS.md): two regions on loopback, 50 ms each way
 # on the link, regional against global asks in the region that is not home,
 # and both regions hard on one global limit (services/cli/examples/regions_bench.rs).
 # Prints one JSON object on stdout; takes about 2 minutes (ROUNDS=3).

@@ -1,4 +1,4 @@
-"""The holds' part of docs/BENCHMARKS.md's generated block (issue 36):
+"""The holds' part of docs/BENCHMARKS.md's generated block (docs/HOLDS.md):
 reserve + settle pairs per second against allows, measured on the same
 worker in alternating rounds, with the target (a pair costs about two
 asks: at least 0.45x the allows), and the memory per live hold.
@@ -9,7 +9,7 @@ targets table (bench/report_targets.py).
 
 import statistics
 
-from report_pick import kfmt, ok, picks, ratio, thr
+from report_pick import NOISY, kfmt, ok, picks, ratio, us
 
 # A pair is two round trips to the owner where an allow is one.
 PAIR_TARGET = 0.45
@@ -40,21 +40,30 @@ def holds_section(data, w):
     h = data.get("holds")
     if not h:
         return
-    w("### Holds: reserve + settle pairs against allows (issue 36)")
+    w("### Holds: reserve + settle pairs against allows")
     w("")
     w("One worker, snapshot mode, a sliding window of 100 per second per key (nothing is denied), 10,000 uniform "
       "keys, C=64, M=2; `sluice bench --verb allow` against `--verb hold`, where one request is a reserve and, "
       "when allowed, the settle of its hold with the same cost (two round trips to the key's owner). Each round "
-      "measures both, in alternating order. The batching client sends reserves and settles in its batches with "
-      "the other callers' (a pair is two batch items, one after the other), as it sends allows.")
+      "measures both, in alternating order; the batching client sends reserves and settles in its batches "
+      "(a pair is two batch items, one after the other), as it sends allows."
+      + (f" Measured {h['measured']}, with `bench/run.sh --parts holds`, merged into these results."
+         if h.get("measured") else ""))
     w("")
-    w("| client | round | allows/s | pairs/s | pairs / allows | pair p50 | pair p99 |")
-    w("|---|---|---|---|---|---|---|")
+    w("| client | rounds | allows/s (median) | pairs/s (median) | pairs ÷ allows, each round | pair p50 / p99 (median) |")
+    w("|---|---|---|---|---|---|")
     for client in ("plain", "batching"):
-        for rnd, allow, pair in holds_rounds(data, client):
-            lat = pair["latency_us"]
-            w(f"| {client} | {rnd} | {thr(allow)} | {thr(pair)} | {ratio(pair, allow):.2f} | {lat['p50']} µs | "
-              f"{lat['p99']} µs |")
+        rounds = holds_rounds(data, client)
+        if not rounds:
+            continue
+        busy = sum(1 for _, a, p in rounds
+                   if any(r.get("machine", {}).get("foreign_cores", 0) > NOISY for r in (a, p)))
+        noisy = f" ({busy} ⚠)" if busy else ""
+        p50 = statistics.median(p["latency_us"]["p50"] for _, _, p in rounds)
+        p99 = statistics.median(p["latency_us"]["p99"] for _, _, p in rounds)
+        w(f"| {client} | {len(rounds)}{noisy} | {kfmt(statistics.median(a['throughput'] for _, a, _ in rounds))} | "
+          f"{kfmt(statistics.median(p['throughput'] for _, _, p in rounds))} | "
+          f"{', '.join(f'{ratio(p, a):.2f}' for _, a, p in rounds)} | {us(p50)} / {us(p99)} |")
     m = h.get("memory")
     if m and m.get("bytes_per_hold") is not None:
         w("")
@@ -64,8 +73,4 @@ def holds_section(data, w):
           f"{m['rss_holds_kib'] / 1024:.0f} MiB, **{m['bytes_per_hold']} bytes per live hold**: the RSS difference over "
           "the holds, so the owner's table of holds and what the allocator keeps of the snapshots that carry them "
           "every 2 s.")
-    if h.get("measured"):
-        w("")
-        w(f"Measured {h['measured']} at `{h.get('commit', '?')}` (`bench/run.sh --parts holds`, merged into these "
-          "results).")
     w("")

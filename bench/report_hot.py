@@ -1,4 +1,4 @@
-"""The hot-key part of the report (issue 21): its rounds, ratios and
+"""The hot-key part of the report (docs/CLIENT.md, "Local budgets"): its rounds, ratios and
 admission counts, its rows of the targets table (`hot_targets`) and its
 section of docs/BENCHMARKS.md (`hot_section`).
 
@@ -8,10 +8,10 @@ way: per round, per member, with over- and under-admission.
 
 import statistics
 
-from report_pick import NOISY, kfmt, ok, picks, ratio, thr
+from report_pick import NOISY, kfmt, ok, picks, ratio
 
 
-# The hot-key part (issue 21), in the order of its table.
+# The hot-key part, in the order of its table.
 HOT_MEMBERS = ["echo", "redis-incr", "budgets off", "budgets on", "uniform, budgets off", "uniform, budgets on"]
 
 
@@ -74,7 +74,7 @@ def median_x(rs):
 
 
 def hot_targets(data, add):
-    """Issue 21's targets for the hot-key workload."""
+    """The targets for the hot-key workload (docs/BENCHMARKS.md, "The targets")."""
     hk = data.get("hotkeys")
     if not hk or not hot_rounds(data):
         return
@@ -104,26 +104,22 @@ def hot_section(data, w):
     rounds = hot_rounds(data)
     if not hk or not rounds:
         return
-    w("### Hot keys: local budgets (issue 21)")
+    w("### Hot keys: local budgets")
     w("")
-    w(f"Half of all asks on a few keys: **{hk['hot_keys']} hot keys get {hk['hot_share'] * 100:.0f} %** of the asks "
-      f"(uniform among them), the other {hk['keys'] - hk['hot_keys']:,} keys the rest (uniform; `--hot-keys "
-      f"{hk['hot_keys']} --hot-share {hk['hot_share']} -k {hk['keys']}`), C={hk['c']} over M={hk['m']} connections, "
-      f"one worker in snapshot mode. Policy: fixed window, **{hk['max']:,} per {hk['per']}**, which each hot key "
-      "exceeds many times over while the other keys stay far under it; Redis INCR enforces the same window. "
-      "`budgets on` is the same policy with `local_budget = true`: the batching client asks a hot key's owner for "
-      "a slice of its remaining budget and decides from it locally for a short lease"
+    w(f"**{hk['hot_keys']} hot keys get {hk['hot_share'] * 100:.0f} %** of the asks, the other "
+      f"{hk['keys'] - hk['hot_keys']:,} keys the rest, uniform within each (`--hot-keys {hk['hot_keys']} "
+      f"--hot-share {hk['hot_share']} -k {hk['keys']}`), C={hk['c']}, M={hk['m']}, one worker in snapshot mode; a "
+      f"fixed window of **{hk['max']:,} per {hk['per']}** that the hot keys exceed many times over, Redis INCR "
+      "enforcing the same window with a script per ask. sluice's rows use the batching client as it ships (deny "
+      "cache on); `budgets on` adds `local_budget = true`, so the client decides a hot key from a slice of its "
+      "budget for a short lease"
       + ("" if hk.get("local_budget") else " (**this build has no local budgets: those cells ran with them off**)")
-      + ". sluice's rows use the batching client as it ships, deny cache on (`--deny-cache`), so with budgets "
-      "off and on alike a hot key's denials are answered in the client; Redis INCR runs its script for every ask. "
-      "`uniform` rows: 10,000 uniform keys, no hot ones (nobody near the limit). Each round runs every row "
-      f"one right after the other, in an order that rotates by round ({len(rounds)} rounds); ratios are per round, "
-      "then the median.")
-    w("")
-    w("Over-admission: units allowed past `max` in a (key, window); under-admission: in the (key, window) pairs "
-      "with a denial, units the limit would have allowed but nobody got. Counted by the load generator from every "
-      "answer (warm-up included), each placed in its window by its `reset` and the request's send and arrival time "
-      "(Redis: the window its script names); both 0 for a limiter that decides every ask in one place.")
+      + ". `uniform` rows: 10,000 uniform keys, none near the limit. Every row once a round, in an order that "
+      f"rotates ({len(rounds)} rounds); ratios per round, then the median. Over-admission: units allowed past "
+      "`max` in a (key, window); under-admission: units left unadmitted in the (key, window) pairs with a denial; "
+      "both counted by the load generator from every answer, placed in its window by its `reset`."
+      + (f" Measured {hk['measured']}, with `bench/run.sh --parts hotkeys`, merged into these results."
+         if hk.get("measured") else ""))
     w("")
     w("| row | keys | decisions/s (median) | ÷ Redis INCR | ÷ echo ceiling | denied | over-admitted | "
       "under-admitted | from slices | from the deny cache | errors |")
@@ -153,15 +149,3 @@ def hot_section(data, w):
           f"{over} | {under_text(adm)} | "
           f"{pct(shares)} | {pct(cached)} | {errors} |")
     w("")
-    if hk.get("measured"):
-        w(f"Measured {hk['measured']} at `{hk.get('commit', '?')}` (`bench/run.sh --parts hotkeys`, merged into "
-          "this run's results).")
-        w("")
-    w("Each round:")
-    w("")
-    w("| round | " + " | ".join(HOT_MEMBERS) + " |")
-    w("|---|" + "---|" * len(HOT_MEMBERS))
-    for rnd, got in rounds.items():
-        w(f"| {rnd} | " + " | ".join(thr(got.get(m)) for m in HOT_MEMBERS) + " |")
-    w("")
-

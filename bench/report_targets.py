@@ -67,7 +67,7 @@ def targets(data):
     # 4. 1M keys
     m = data.get("million")
     if m and m.get("rss_kib"):
-        # Issue 21: 160 MB for 1M keys (it was 400 MB before).
+        # The target: 160 MB for 1M keys (it was 400 MB before).
         mb = m["rss_kib"] * 1024 / 1e6
         add(f"{m['keys'] // 1000}k active keys in ≤ {160 * m['keys'] / 1_000_000:g} MB worker RSS "
             "(160 MB per 1M, scaled)" if m["keys"] != 1_000_000 else "1M active keys in ≤ 160 MB worker RSS",
@@ -84,8 +84,8 @@ def targets(data):
         add("journal ≥ 50 % of snapshot throughput",
             f"median {statistics.median(r for r, _ in rs) * 100:.0f} %, lowest {worst[0] * 100:.0f} % ({worst[1]})",
             "≥ 50 %", worst[0] >= 0.5, f"{sum(1 for r, _ in rs if r >= 0.5)} of {len(rs)} cells meet it")
-    # 6. hot keys with local budgets (issue 21)
+    # 6. hot keys with local budgets
     hot_targets(data, add)
-    # 7. holds (issue 36)
+    # 7. holds
     holds_targets(data, add)
     return rows

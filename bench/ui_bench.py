@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long each page of the gateway's dashboard (/ui, issue 38) takes with
+"""How long each page of the gateway's dashboard (/ui, SPEC §15) takes with
 1M keys in the system.
 
 Starts its own stack (nats-server with JetStream, 2 `sluice worker`s, a

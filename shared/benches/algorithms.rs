@@ -53,7 +53,7 @@ fn decisions(c: &mut Criterion) {
 }
 
 /// A calendar window against the fixed-length one of the same nominal
-/// length (issue 37): 100 per second beside 100 000 a day or a month, as
+/// length (SPEC §14): 100 per second beside 100 000 a day or a month, as
 /// 24 h / 31 d from the epoch or as the calendar of Europe/Berlin. The
 /// clock moves 5 ms a decision, so the calendar's window found last
 /// answers almost every time, as it does for a live worker.
@@ -91,7 +91,7 @@ fn calendar_windows(c: &mut Criterion) {
     group.finish();
 }
 
-/// What alert thresholds cost a decision (issue 37, at most 5 %): a
+/// What alert thresholds cost a decision (SPEC §14; the target: at most 5 %): a
 /// fixed window of two limits decided bare, through
 /// [`sluice_core::alerts::watch`] without thresholds (the branch every
 /// policy pays), and with `alerts = [80, 100]` (a copy of each limit's

@@ -297,9 +297,10 @@ impl Policy {
     }
 
     /// The same policy announcing when a key's count in a window reaches
-    /// each of `alerts` ([`crate::alerts`]); refused for algorithms
-    /// without windows, for a policy of only concurrency slots, and on a
-    /// global policy (in this version).
+    /// each of `alerts` ([`crate::alerts`]); refused for algorithms other
+    /// than the fixed window and for a policy of only concurrency slots.
+    /// On a global policy its thresholds count what every region spent
+    /// (its tallies, SPEC §14 across regions).
     pub fn with_alerts(mut self, alerts: Thresholds) -> Result<Policy, PolicyError> {
         if !alerts.is_empty()
             && (self.algorithm != Algorithm::FixedWindow || self.limits.is_empty())

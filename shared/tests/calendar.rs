@@ -1,4 +1,4 @@
-//! Calendar windows (SPEC §14, issue 37): day, week and month windows
+//! Calendar windows (SPEC §14): day, week and month windows
 //! of a zone through daylight saving, short months and leap days, and a
 //! proptest that windows tile time. Time is passed in; the expected
 //! boundaries are written as UTC instants, worked out by hand from each

@@ -1,4 +1,4 @@
-//! Shadow mode in the core (SPEC §14, issue 37): a shadow policy
+//! Shadow mode in the core (SPEC §14): a shadow policy
 //! decides and counts exactly as the same policy enforced, answers every
 //! ask allowed, and flags what enforcement denies; switching modes keeps
 //! the counts.

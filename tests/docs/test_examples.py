@@ -1,6 +1,6 @@
 """The documentation's examples, run as written against a fresh `sluice dev`.
 
-Issue 40: a newcomer's first example has to work. Every fenced block of
+A newcomer's first example has to work. Every fenced block of
 README.md, clients/python/README.md and docs/*.md is either run here or
 marked, on the line right before its fence, with why it is not:
 

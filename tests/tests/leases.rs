@@ -1,7 +1,7 @@
 //! Partition leases against a real nats-server, where an answer is lost:
 //! a renewal or claim that was stored but whose answer never came back,
-//! and a renewal that gets no answer at all (issue 39: a live worker lost
-//! its partitions when the meta leader's node stopped).
+//! and a renewal that gets no answer at all (how a live worker lost its
+//! partitions when the meta leader's node stopped).
 
 use sluice_core::nats_config::NatsServerConfig;
 use sluice_tests::NatsServer;

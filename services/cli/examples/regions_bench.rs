@@ -1,4 +1,4 @@
-//! The regions benchmark (issue 35, docs/BENCHMARKS.md "Global limits
+//! The regions benchmark (SPEC §12, docs/BENCHMARKS-HISTORY.md "Global limits
 //! across regions"): two regions on loopback, the link between them
 //! through the test harness's proxy with 50 ms added each way, one worker
 //! per region. In west (not the home), `sluice bench` asks a regional

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: under load a worker spent about a
 /// quarter of its CPU in glibc's malloc and free (`_int_malloc`,
-/// `malloc_consolidate`, ...; docs/BENCHMARKS.md, "Allocator"), for the many
+/// `malloc_consolidate`, ...; docs/BENCHMARKS-HISTORY.md, "Allocator"), for the many
 /// short-lived buffers of messages, headers and replies.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

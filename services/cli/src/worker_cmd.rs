@@ -41,7 +41,7 @@ pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
 /// (`MADV_HUGEPAGE`), and the kernel then zeroes 2 MiB at the first touch
 /// of each: in a takeover after heavy load that was 42 % of the answering
 /// thread's time, and every partition answered in 0.44–0.62 s against
-/// 0.35–0.38 s without (docs/BENCHMARKS.md, "Takeover after heavy load").
+/// 0.35–0.38 s without (docs/BENCHMARKS.md, "Many keys").
 /// Back on after, so that steady-state decisions keep the huge pages'
 /// shorter page walks. The flag is checked at each page fault, so it covers
 /// arenas mapped before it.

@@ -1,4 +1,4 @@
-//! Threshold alerts (SPEC §14, issue 37) against real workers over a
+//! Threshold alerts (SPEC §14) against real workers over a
 //! real NATS server: one alert per key, threshold and window through a
 //! live handover and through `kill -9` in journal mode, `sluice alerts`
 //! (listing, `--policy`, `--json`, `--follow`), thresholds set live, and

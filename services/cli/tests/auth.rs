@@ -1,4 +1,4 @@
-//! Who may do what (SPEC §10, issue 19): a real nats-server with the
+//! Who may do what (SPEC §10): a real nats-server with the
 //! config of `sluice nats-config --auth`, workers as `worker`, and checks
 //! that the server itself refuses what a `client` may not do, that nothing
 //! changed afterwards, that the CLI's admin commands work as `admin`, and

@@ -1,4 +1,4 @@
-//! Local budgets (issue 21, docs/CLIENT.md "Local budgets") with a real
+//! Local budgets (docs/CLIENT.md "Local budgets") with a real
 //! nats-server and a real worker: four clients, each on its own NATS
 //! connection, hammer one hot key with budgets on, and every allowed
 //! answer is checked against the limit from the clients' own records.

@@ -1,5 +1,5 @@
 //! A worker started before its JetStream cluster can place R3 streams
-//! (issue 39): it waits for the cluster instead of exiting with `no
+//! (docs/RELIABILITY.md): it waits for the cluster instead of exiting with `no
 //! suitable peers for placement (10005)`, and answers once it can. The
 //! same for one started while a running cluster has lost its quorum: no
 //! meta leader, no stream leaders, every request unanswered (a worker

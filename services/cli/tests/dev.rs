@@ -69,7 +69,7 @@ async fn sluice_dev_answers_and_sigint_leaves_nothing_behind() {
         .collect();
     assert_eq!(codes.iter().filter(|&&c| c == 200).count(), 15, "{codes:?}");
     assert_eq!(codes[15], 429, "{codes:?}");
-    // Issue 40: without --config, the example policies of config/sluice.toml
+    // Without --config, the example policies of config/sluice.toml
     // are there, so the documentation's examples run as written.
     for policy in ["login", "burst"] {
         let path = format!("/v1/allow/alice?policy={policy}");

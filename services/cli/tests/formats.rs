@@ -1,4 +1,4 @@
-//! Versioned state (issue 22 item 4): a current worker takes a partition
+//! Versioned state: a current worker takes a partition
 //! over from state a previous release wrote (format 1: a manifest without
 //! `"v"`, journal messages without the `Sluice-Format` header, a lease value
 //! that is the bare worker id), committed under `tests/fixtures/format-1/`,

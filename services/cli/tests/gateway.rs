@@ -118,7 +118,7 @@ async fn usage_and_top_are_served_as_json() {
     let (status, _, body) = call(http.get(gw.url("/v1/usage?top=5&by=denied"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["by"], "denied");
-    // Issue 40: the key as it was asked, its token beside it for programs.
+    // The key as it was asked, its token beside it for programs.
     assert_eq!(body["keys"][0]["key"], "carol@x.io", "{body}");
     assert_eq!(body["keys"][0]["key_token"], "carol%40x%2Eio", "{body}");
     assert_eq!(body["keys"][0]["denied"], 1);
@@ -417,7 +417,7 @@ async fn healthz_follows_the_nats_connection_and_metrics_count_outcomes() {
     gw.stop().await;
 }
 
-/// Issue 17: under steady load from two clients on two workers, a policy
+/// Under steady load from two clients on two workers, a policy
 /// lowered from 100/min to 10/min is in force on both workers and at the
 /// gateway within 1 s of `sluice policy set` returning; raised again, the
 /// gateway's deny cache stops denying within 1 s. Both are awaited events,

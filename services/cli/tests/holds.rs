@@ -1,4 +1,4 @@
-//! Holds (SPEC §13, issue 36) against real workers over a real NATS
+//! Holds (SPEC §13) against real workers over a real NATS
 //! server: concurrency slots taken by many clients at once never pass the
 //! policy's `concurrency`; a settle for less gives back at once; a hold a
 //! client never settles frees its slot at its ttl; a hold is settled while

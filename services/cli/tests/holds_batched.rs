@@ -1,4 +1,4 @@
-//! Hold verbs in batches (issue 36) against real workers over a real NATS
+//! Hold verbs in batches (SPEC §13) against real workers over a real NATS
 //! server: reserve, settle and extend as batch items answer what the
 //! verbs answer alone, errors item by item (unknown hold, bad cost or
 //! ttl, unknown policy), on a partition's and a worker's batch subject;

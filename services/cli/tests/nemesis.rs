@@ -1,4 +1,4 @@
-//! The nemesis suite (issue 22 item 1): a 3-node NATS cluster with
+//! The nemesis suite (docs/RELIABILITY.md): a 3-node NATS cluster with
 //! JetStream R3 on loopback, 3 workers, steady load from 3 clients on a
 //! known key set, and faults injected one at a time; every check comes from
 //! the clients' own records of what they sent and what came back.
@@ -84,10 +84,10 @@ enum Fault {
     FloodDuringHandover,
     /// The meta leader's node stopped and a worker killed (`kill -9`) at the
     /// same moment, a new worker started in its place; the node starts
-    /// again once every partition answers (issue 39).
+    /// again once every partition answers.
     StopMetaLeaderKillWorker,
     /// Every worker and every NATS node stopped at once (SIGTERM to all),
-    /// then the nodes started again and as many workers (issue 39).
+    /// then the nodes started again and as many workers.
     RestartEverything,
 }
 

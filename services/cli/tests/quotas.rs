@@ -1,4 +1,4 @@
-//! Calendar quotas and shadow mode (SPEC §14, issue 37) against real
+//! Calendar quotas and shadow mode (SPEC §14) against real
 //! workers over a real NATS server: a day quota beside a per-minute limit
 //! with `reset_ms` exact to the zone's midnight (through a handover), a
 //! shadow policy that flags exactly what the enforced one denies and is

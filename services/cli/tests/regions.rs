@@ -1,4 +1,4 @@
-//! Regions (SPEC §12, issue 35) over real nats-servers on loopback:
+//! Regions (SPEC §12) over real nats-servers on loopback:
 //! two regions linked as docs/REGIONS.md says, the link through a proxy
 //! the test controls (`sluice_tests::TwoRegions`). Regional limits stay in
 //! their region (no ask or count crosses, a region without workers

@@ -1,5 +1,5 @@
-//! Alerts of a global policy (SPEC §14 across the regions of §12,
-//! issue 35) over two real regions on loopback (`sluice_tests::TwoRegions`):
+//! Alerts of a global policy (SPEC §14 across the regions of §12)
+//! over two real regions on loopback (`sluice_tests::TwoRegions`):
 //! a threshold fires when what **both regions spent** in the window
 //! reaches it, not when the home's count does (which holds west's share
 //! from the window's start), exactly once, in the home region's stream;

@@ -1,4 +1,4 @@
-//! Global token buckets and GCRA across regions (SPEC §12, issue 35,
+//! Global token buckets and GCRA across regions (SPEC §12,
 //! `sluice_core::region::parts`) over real nats-servers on loopback: two
 //! regions linked through a proxy the test controls, one bucket of 50 a
 //! second (burst 50) held across both, east its home, equal weights (each

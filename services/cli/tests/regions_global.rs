@@ -1,4 +1,4 @@
-//! Global limits across regions (SPEC §12, issue 35) over real
+//! Global limits across regions (SPEC §12) over real
 //! nats-servers on loopback: two regions linked through a proxy the test
 //! controls (`sluice_tests::TwoRegions`), one fixed window of 100 per 4 s
 //! held across both, east its home. Each case asks inside one window

@@ -1,4 +1,4 @@
-//! The link between regions secured (SPEC §10 and §12, issue 35):
+//! The link between regions secured (SPEC §10 and §12):
 //! with the roles, the link authenticates with its own nkey and carries
 //! nothing but link subjects; with certificates it runs over mutual TLS,
 //! so nothing crosses in the clear and a region whose certificate another

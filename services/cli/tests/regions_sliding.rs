@@ -1,5 +1,5 @@
-//! Global sliding logs and sliding windows across regions (SPEC §12,
-//! issue 35) over real nats-servers on loopback: two regions linked
+//! Global sliding logs and sliding windows across regions (SPEC §12)
+//! over real nats-servers on loopback: two regions linked
 //! through a proxy the test controls, 100 per 10 s held across both, east
 //! its home, equal weights. West decides from its part (50) on its own and
 //! sends every ask beyond it to the home, which decides it from the home's

@@ -11,7 +11,7 @@
 //! A reader that starts after an invalid value was written has no previous
 //! version of its own: every other reader still uses the key's last valid
 //! value, so this one would disagree with them (a worker answered 404 to
-//! every ask under the policy, issue 39). So the first time a key's value
+//! every ask under the policy). So the first time a key's value
 //! is refused before any value of it was put in force here, the key's
 //! history in the bucket is read back ([`previous`]) for the newest valid
 //! value (or the removal) before the refused one, which is put in force;

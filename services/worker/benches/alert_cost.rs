@@ -1,5 +1,5 @@
-//! What alert thresholds cost the worker's decision path (issue 37: at
-//! most 5 %), measured two ways that this VM's noise cannot fake:
+//! What alert thresholds cost the worker's decision path (SPEC §14; the
+//! target: at most 5 %), measured two ways that this VM's noise cannot fake:
 //!
 //! - **Interleaved wall time**: both variants (no alerts, `alerts = [80,
 //!   100]`) live in one process over the same 10 000 keys, timed in

@@ -11,7 +11,7 @@
 //! Every request waits a bounded time: a renewal sent to a stream leader
 //! that stepped down (its node stopped) gets no answer, and waiting the
 //! library's 5 s for it let the lease lapse with two more chances unused
-//! (issue 39: a live worker lost partitions when the meta leader's node
+//! (a live worker lost partitions this way when the meta leader's node
 //! stopped). A write whose answer was lost may still have been stored; the
 //! holder's value names its run ([`Holder`]), so finding its own value under
 //! a newer revision, it carries on from there instead of counting the lease

@@ -1,5 +1,5 @@
-//! No crate of the workspace has an import cycle between its modules
-//! (issue 16): each module can be read, changed and tested with only the
+//! No crate of the workspace has an import cycle between its modules:
+//! each module can be read, changed and tested with only the
 //! modules below it in mind, the decision core, the reply path and the
 //! stats included. The test lives with the worker because the worker's
 //! cycles came first; it reads every crate's sources, relative to this

@@ -21,13 +21,13 @@
 //! `T` is rarely a whole number of nanoseconds (3 per second: 333 333 333⅓ ns).
 //! Rounding it, or rounding the TAT after each step, makes the error grow with
 //! every unit admitted while the key is backlogged; at high rates this is what
-//! breaks redis-cell (issues #11/#80, a millisecond clock). Here the TAT is
-//! kept exactly, in units of `1/max` ns, where `T` is exactly `per` units:
-//! `tat` holds the whole nanoseconds and `frac < max` the remainder, and
-//! every comparison is made in `u128` on `tat·max + frac`. There is no
-//! rounding anywhere, so the error bound is 0 at any rate and over any number
-//! of requests; the only rounding is `retry_after`/`reset`, rounded up to the
-//! next whole nanosecond, so waiting them is always enough.
+//! breaks redis-cell (a millisecond clock: redis-cell issues #11 and #80).
+//! Here the TAT is kept exactly, in units of `1/max` ns, where `T` is exactly
+//! `per` units: `tat` holds the whole nanoseconds and `frac < max` the
+//! remainder, and every comparison is made in `u128` on `tat·max + frac`.
+//! There is no rounding anywhere, so the error bound is 0 at any rate and
+//! over any number of requests; the only rounding is `retry_after`/`reset`,
+//! rounded up to the next whole nanosecond, so waiting them is always enough.
 //!
 //! Arithmetic saturates instead of overflowing; with real clocks and limits
 //! the values stay far below `u128::MAX` (`now·max ≤ 2^64·2^64`), so this only

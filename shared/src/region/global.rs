@@ -3,7 +3,7 @@
 //! key is a *delegate* that decides from units the home counted for it
 //! ahead of time. No ask waits on the link between regions; the window
 //! holds at most `max` summed over all regions, linked, cut or healing
-//! (docs/REGIONS.md, "Global limits").
+//! (docs/REGIONS-DESIGN.md, "How a global window is decided").
 //!
 //! What a delegate may spend comes in two kinds, both counted at the home
 //! before the delegate spends them:

@@ -36,7 +36,7 @@
 //! Both move units in time, as a local budget's slice does: a unit taken
 //! out of one part is spent in another up to a lease later. So over any
 //! span the regions admit at most `burst + rate × (span + 2 ×
-//! REGION_LEASE)` in all (docs/REGIONS.md, "Bounds"; checked by
+//! REGION_LEASE)` in all (docs/REGIONS-DESIGN.md, "Bounds"; checked by
 //! `shared/tests/region_bucket.rs`), and exactly `burst + rate × span`
 //! when no unit moves. (Slices and gifts of a sliding window would not be
 //! exact: a unit taken out at one time and spent later is seen by the

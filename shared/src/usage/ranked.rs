@@ -4,7 +4,7 @@
 //! Why: a top query summed every key of every bucket in its range, so with
 //! a million keys counted in the last hour each query decoded, hashed and
 //! summed a million entries (~100 ms of a worker's CPU per query;
-//! docs/BENCHMARKS.md, "The dashboard"). A bucket that is final never
+//! docs/BENCHMARKS-HISTORY.md, "The dashboard"). A bucket that is final never
 //! changes again: its keys can be sorted by count once and kept. The N
 //! largest totals over several such lists are then found by Fagin's
 //! threshold algorithm: read the lists in parallel by depth, get each newly

@@ -362,7 +362,7 @@ fn load_names_the_file_by_its_path() {
     assert_eq!(e.field, "partitions");
 }
 
-/// Calendar periods and modes (SPEC §14, issue 37): each bad value is
+/// Calendar periods and modes (SPEC §14): each bad value is
 /// refused at its field with the reason, in the file as in the bucket's
 /// JSON (`json.rs`), whose reader is the same.
 #[test]

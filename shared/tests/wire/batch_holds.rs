@@ -1,4 +1,4 @@
-//! Hold verbs in batches (issue 36): items that reserve, settle or extend
+//! Hold verbs in batches (SPEC §13): items that reserve, settle or extend
 //! round trip; each is checked by the rules of the verb's own body, with
 //! the same sentences; a result names its hold exactly as the verb's own
 //! reply does.

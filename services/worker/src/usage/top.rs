@@ -11,7 +11,7 @@
 //! buckets' ranked lists ([`sluice_core::usage::top_of`]), not by summing
 //! every key of every bucket in the range: with a million keys counted in
 //! the last hour, that sum decoded and hashed a million entries per query
-//! (docs/BENCHMARKS.md, "The dashboard"). A final bucket's list is built
+//! (docs/BENCHMARKS-HISTORY.md, "The dashboard"). A final bucket's list is built
 //! once and kept ([`crate::usage::top_cache`]); the lists of records still being written
 //! are kept by stream sequence; what the ledger's memory adds to the
 //! minutes it holds (a flush interval's counts) is ranked per query.

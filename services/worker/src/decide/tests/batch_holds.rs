@@ -1,4 +1,4 @@
-//! Hold verbs as batch items in the decision core (issue 36): a batch's
+//! Hold verbs as batch items in the decision core (SPEC §13): a batch's
 //! reserve, settle and extend decide, count, journal and answer exactly as
 //! the verbs on their own subjects; concurrency holds within one batch,
 //! items in order; each refused item gets the verb's own error in its slot.
