@@ -25,7 +25,10 @@ change made to a block: ``localhost:8080`` / ``127.0.0.1:8080`` and
 
 Blocks of other kinds (``rust``, ``toml``, ``json``, ``yaml``, ``text`` and
 unlabelled pictures or samples) are not run and need no mark; any other
-label is refused, so a runnable block cannot hide behind one.
+label is refused, so a runnable block cannot hide behind one. A ``toml``
+block is a config: it must be one the real parser accepts (``sluice
+nats-config --config``), unless the line before its fence marks it as a
+part of one, ``<!-- fragment: why -->``; then it must still be valid TOML.
 
 Run by scripts/test-docs.sh (at the end of scripts/test.sh), with
 SLUICE_BIN and SLUICE_NATS_SERVER set.
@@ -49,10 +52,13 @@ from typing import List, Optional
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = [ROOT / "README.md", ROOT / "clients/python/README.md"] + sorted((ROOT / "docs").glob("*.md"))
+DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "clients/python/README.md"] + sorted(
+    (ROOT / "docs").glob("*.md")
+)
 RUN = {"sh", "python"}
 NOT_CODE = {"rust", "toml", "json", "yaml", "text", ""}
 MARK = re.compile(r"^\s*<!-- example not run: (?P<reason>\S.*?) -->$")
+FRAGMENT = re.compile(r"^\s*<!-- fragment(: (?P<reason>\S.*?))? -->$")
 FENCE = re.compile(r"^\s*```(?P<info>[A-Za-z0-9_+-]*)\s*$")
 GATEWAY_ERROR = re.compile(r'"error"\s*:\s*"(?!rate_limited")')
 COMMAND_TIMEOUT = 60
@@ -66,6 +72,7 @@ class Block:
     info: str
     text: str
     not_run: Optional[str]  # the reason, when marked
+    fragment: bool  # marked as a part of a config, not a whole one
 
     def where(self) -> str:
         return "{}:{}".format(self.path.relative_to(ROOT), self.line)
@@ -85,7 +92,14 @@ def blocks(path: Path) -> List[Block]:
         previous = lines[i - 1] if i > 0 else ""
         mark = MARK.match(previous)
         found.append(
-            Block(path, i + 1, m.group("info"), "\n".join(lines[i + 1 : end]) + "\n", mark and mark.group("reason"))
+            Block(
+                path,
+                i + 1,
+                m.group("info"),
+                "\n".join(lines[i + 1 : end]) + "\n",
+                mark and mark.group("reason"),
+                bool(FRAGMENT.match(previous)),
+            )
         )
         i = end + 1
     return found
@@ -107,6 +121,37 @@ def test_every_block_is_run_or_says_why_not():
     # A newcomer's first pages have examples that run.
     for first in ("README.md", "clients/python/README.md"):
         assert runnable(ROOT / first), "{}: no example is run".format(first)
+
+
+def test_every_toml_block_is_a_config_sluice_accepts(tmp_path: Path):
+    """A config example that does not parse misleads every reader who copies
+    it (one showed a field inside a limit that belongs to the policy)."""
+    import tomllib
+
+    sluice = os.environ["SLUICE_BIN"]
+    problems = []
+    for path in DOCUMENTS:
+        for b in blocks(path):
+            if b.info != "toml":
+                continue
+            try:
+                tomllib.loads(b.text)
+            except tomllib.TOMLDecodeError as e:
+                problems.append("{}: not TOML: {}".format(b.where(), e))
+                continue
+            if b.fragment:
+                continue
+            config = tmp_path / "example.toml"
+            config.write_text(b.text)
+            out = subprocess.run(
+                [sluice, "nats-config", "--config", str(config)],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+            )
+            if out.returncode != 0:
+                problems.append("{}: sluice refuses it ({}); fix it, or mark a part of a config "
+                                "with <!-- fragment: why --> on the line before".format(
+                                    b.where(), out.stderr.strip().replace(str(config), "the block")))
+    assert not problems, "\n".join(problems)
 
 
 def free_port() -> int:
