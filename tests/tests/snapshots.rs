@@ -9,7 +9,7 @@ use sluice_core::policy::Policy;
 use sluice_core::storage::chunk_key;
 use sluice_core::time::Nanos;
 use sluice_tests::NatsServer;
-use sluice_worker::counters::{Counters, Cut};
+use sluice_worker::counters::{Counters, TurnCopy};
 use sluice_worker::snapshot::{self, Encoded, Manifest, CHUNK_BYTES};
 use sluice_worker::store::{StoreOptions, Stores};
 use std::time::Duration;
@@ -30,8 +30,11 @@ async fn stores(nats: &NatsServer) -> Stores {
 }
 
 /// The counters copied between two turns, as a snapshot encodes them.
-fn cut(counters: &Counters) -> Cut {
-    counters.cut(|_| ()).expect("no turn in progress").0
+fn copied(counters: &Counters) -> TurnCopy {
+    counters
+        .copy_between_turns(|_| ())
+        .expect("no turn in progress")
+        .0
 }
 
 fn filled(policy: &Policy, keys: usize, now: Nanos) -> Counters {
@@ -65,7 +68,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
     let policy = config.default_policy();
     let now = Nanos::from_secs(1_800_000_000);
     let counters = filled(policy, 120_000, now);
-    let encoded = snapshot::encode(&cut(&counters)).unwrap();
+    let encoded = snapshot::encode(&copied(&counters)).unwrap();
     assert_eq!(encoded.entries, 120_000);
 
     let manifest = Manifest {
@@ -111,7 +114,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     let config = hourly();
     let now = Nanos::from_secs(1_800_000_000);
     let policy = config.default_policy();
-    let encoded = snapshot::encode(&cut(&filled(policy, 50_000, now))).unwrap();
+    let encoded = snapshot::encode(&copied(&filled(policy, 50_000, now))).unwrap();
     let first = Manifest {
         gen: "1x1".into(),
         lease_rev: 1,
@@ -128,7 +131,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     snapshot::write(
         &stores,
         5,
-        snapshot::encode(&cut(&filled(policy, 10, now))).unwrap(),
+        snapshot::encode(&copied(&filled(policy, 10, now))).unwrap(),
         second,
         rev1,
         Some("1x1"),

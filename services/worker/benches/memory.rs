@@ -121,21 +121,21 @@ fn main() {
 
     let start = Instant::now();
     let mut encoded = Vec::new();
-    // A cut holds the partition's turns back while it copies: the longest
+    // A copy between turns holds the partition's turns back: the longest
     // is the longest pause a snapshot puts on a partition's answers.
-    let mut longest_cut = Duration::ZERO;
+    let mut longest_copy = Duration::ZERO;
     for p in &partitions {
-        let cutting = Instant::now();
-        let (cut, ()) = p.cut(|_| ()).expect("no turn in progress");
-        longest_cut = longest_cut.max(cutting.elapsed());
-        encoded.push(snapshot::encode(&cut).expect("encodes"));
+        let copying = Instant::now();
+        let (copy, ()) = p.copy_between_turns(|_| ()).expect("no turn in progress");
+        longest_copy = longest_copy.max(copying.elapsed());
+        encoded.push(snapshot::encode(&copy).expect("encodes"));
     }
     let bytes: u64 = encoded.iter().map(|e| e.bytes).sum();
     report("+ snapshots encoded", empty, n as u64, start.elapsed());
     println!("  snapshot bytes {:.1} B/key", bytes as f64 / n as f64);
     println!(
-        "  longest cut (copy of one partition's tables) {:.3} ms",
-        longest_cut.as_secs_f64() * 1e3
+        "  longest copy between turns (one partition's tables) {:.3} ms",
+        longest_copy.as_secs_f64() * 1e3
     );
 
     drop(partitions);

@@ -1,9 +1,10 @@
 //! One partition's counters: a moka cache of buckets, each a small table
 //! from (policy, key) to the key's state, packed ([`table`]).
 //!
-//! Why buckets: a moka entry costs 340–385 bytes of its own
-//! (docs/BENCHMARKS-HISTORY.md, "1M keys"), several times a key's
-//! state, so one entry per key put a million keys at ~560 bytes each. Keys
+//! Why buckets: with one moka entry per key a million keys cost 559 bytes
+//! of RSS each (docs/BENCHMARKS-HISTORY.md, "Changes made, before and
+//! after"); a moka entry with the bucket it holds is ~370 bytes ("1M
+//! keys"), several times a key's state, so it is paid per bucket. Keys
 //! are spread by hash over [`BUCKETS`] buckets per partition; moka holds the
 //! buckets (and forgets a bucket once all of its keys have gone idle), and a
 //! key costs only its record in its bucket's table: no allocation of its
@@ -38,11 +39,19 @@
 //! counted only once before keys asked again (a flood's keys are each asked
 //! once; a user's are asked again), then the one that would be forgotten
 //! soonest anyway (for one policy, the one counted longest ago). The victim
-//! comes from the new key's own bucket, already locked, unless that bucket
-//! holds less than its fair share of the bound (a partition being
-//! restored, or a bound smaller than the buckets); then from the first
-//! bucket found holding more than that share, in any of the worker's
-//! partitions (docs/CONFIG.md, `max_keys`).
+//! is the least valuable key of the new key's own bucket, already locked,
+//! when that bucket holds at least its fair share of the bound (`max_keys`
+//! over the buckets of the worker's live partitions) and that key was asked
+//! only once. Otherwise the new key is stored over the bound and, once no
+//! lock is held, [`KeyBound::evict_elsewhere`] forgets one key in another
+//! bucket, in any of the worker's partitions: of up to 16 buckets drawn at
+//! random (skipping any a decision holds, and any under its fair share), the
+//! first over its share whose least valuable key was asked once gives that
+//! key; else the best sampled (asked once first, then over its share before
+//! at it, then the least valuable); if that key was asked again, or no
+//! sampled bucket holds its share, a walk over up to 1,024 buckets takes the
+//! first key asked once it finds, else the best sampled or the first key
+//! found (docs/CONFIG.md, `max_keys`).
 
 use crate::alerting::{AlertBook, Sink};
 use moka::sync::Cache;
@@ -171,20 +180,20 @@ pub struct Counters {
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
-    /// The turns that change these counters, and the cuts between them
-    /// that snapshots copy ([`turns`]).
+    /// The turns that change these counters, and the copies between them
+    /// that snapshots take ([`turns`]).
     turns: Arc<Turns>,
 }
 
 /// A copy of a partition's counters made between two turns
-/// ([`Counters::cut`]): every turn numbered up to [`Cut::turn`] is in it,
+/// ([`Counters::copy_between_turns`]): every turn numbered up to [`TurnCopy::turn`] is in it,
 /// none after.
-pub struct Cut {
+pub struct TurnCopy {
     turn: u64,
     tables: Vec<Table>,
 }
 
-impl Cut {
+impl TurnCopy {
     /// The number of the last turn the copy holds.
     pub fn turn(&self) -> u64 {
         self.turn
@@ -258,14 +267,17 @@ impl Counters {
 
     /// Copies the counters between two turns, and reads `also` (the state
     /// kept beside them) at the same point: a snapshot's consistent view.
-    pub fn cut<R>(&self, also: impl FnOnce(&Counters) -> R) -> Result<(Cut, R), TurnHeld> {
-        self.turns.cut(|turn| {
+    pub fn copy_between_turns<R>(
+        &self,
+        also: impl FnOnce(&Counters) -> R,
+    ) -> Result<(TurnCopy, R), TurnHeld> {
+        self.turns.between(|turn| {
             let tables = self
                 .buckets
                 .iter()
                 .map(|(_, bucket)| bucket.lock().table.copy())
                 .collect();
-            (Cut { turn, tables }, also(self))
+            (TurnCopy { turn, tables }, also(self))
         })
     }
 
@@ -505,7 +517,7 @@ impl Counters {
     /// Calls `f` with every counter, unpacking each state into one reused
     /// working state (no allocation per key). Not a point-in-time view: a
     /// counter changed meanwhile may be seen before or after the change
-    /// (a snapshot copies a [`Cut`] instead). Each bucket is locked only
+    /// (a snapshot copies a [`TurnCopy`] instead). Each bucket is locked only
     /// while `f` runs over its keys.
     pub fn for_each(&self, mut f: impl FnMut(&str, &KeyState)) {
         let mut work = Work::default();

@@ -10,9 +10,9 @@
 //! every snapshot, and hands it to the next owner at takeover.
 //!
 //! A snapshot copies the counters between two turns
-//! ([`crate::counters::Turns`]), and each kind is read in the same cut
+//! ([`crate::counters::Turns`]), and each kind is read in the same copy
 //! ([`Kept::read`]): what the manifest carries is exactly what the copied
-//! counters hold, so a record replayed after the cut (a settle, a slice
+//! counters hold, so a record replayed after the copy (a settle, a slice
 //! given back) finds its hold or slice, and one before it is not replayed.
 
 mod alerts;
@@ -48,7 +48,7 @@ macro_rules! kept {
         }
 
         impl Carried {
-            /// Every kind, read in a snapshot's cut.
+            /// Every kind, read in a snapshot's copy between turns.
             pub fn read(counters: &Counters, now: Nanos) -> Carried {
                 Carried { $($field: <$kind>::read(counters, now),)* }
             }

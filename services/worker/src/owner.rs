@@ -20,7 +20,7 @@
 //! A new kind of kept state (holds, region grants) is registered in
 //! [`crate::kept`]; nothing here changes for it.
 
-use crate::counters::{Counters, Cut};
+use crate::counters::{Counters, TurnCopy};
 use crate::journal::record::Record;
 use crate::journal::Since;
 use crate::kept::Carried;
@@ -103,13 +103,13 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The manifest to write once the counters copied in `cut` (with the
-    /// state kept beside them, `carried`, read in the same cut) are
+    /// The manifest to write once the counters copied in `copy` (with the
+    /// state kept beside them, `carried`, read in the same copy) are
     /// encoded and, with [`Snapshot::flush_usage`], the usage stored
     /// through `usage_stored_through`.
     pub fn complete(
         self,
-        cut: &Cut,
+        copy: &TurnCopy,
         carried: Carried,
         usage_stored_through: Option<u64>,
     ) -> Manifest {
@@ -117,7 +117,7 @@ impl Snapshot {
         if let Some(stored) = usage_stored_through {
             manifest.journal_seq = manifest.journal_seq.min(stored);
         }
-        manifest.turn = cut.turn();
+        manifest.turn = copy.turn();
         manifest.carried = carried;
         manifest
     }
@@ -417,7 +417,7 @@ impl Owner {
             journal_writers,
             taken_at_ms: wall.as_u64() / 1_000_000,
             worker: self.settings.worker_id.clone(),
-            // Read in the cut that copies the counters (`Snapshot::complete`).
+            // Read in the copy of the counters (`Snapshot::complete`).
             ..Default::default()
         };
         self.changes_in_flight = changes;

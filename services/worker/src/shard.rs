@@ -640,16 +640,16 @@ impl Shard {
             .and_then(|rollups| Some((self.owner.usage()?.clone(), rollups)));
         let owner = self.lease_held();
         let now = self.answering.clock.now();
-        let cut = self
+        let copy = self
             .owner
             .counters()
-            .cut(|counters| Carried::read(counters, now));
+            .copy_between_turns(|counters| Carried::read(counters, now));
         let (answering, owning) = (self.answering.clone(), self.owning.clone());
         let partition = self.owner.partition();
         tokio::spawn(async move {
-            let (cut, carried) = cut?;
-            let cut = Arc::new(cut);
-            let to_encode = cut.clone();
+            let (copy, carried) = copy?;
+            let copy = Arc::new(copy);
+            let to_encode = copy.clone();
             let encoding = crate::blocking::run(move || snapshot::encode(&to_encode));
             let mut stored_through = None;
             if let (Some((ledger, rollups)), Some(book)) = (flush, &answering.usage) {
@@ -662,7 +662,7 @@ impl Shard {
             let encoded = encoding.await.context("the snapshot encoder panicked")??;
             let expected = snapshot.expected_rev;
             let previous_gen = snapshot.previous_gen.clone();
-            let manifest = snapshot.complete(&cut, carried, stored_through);
+            let manifest = snapshot.complete(&copy, carried, stored_through);
             snapshot::write(
                 &owning.stores,
                 partition,

@@ -14,7 +14,7 @@
 //! lease revision before it answers, so the CAS of any late write by the old
 //! owner fails.
 
-use crate::counters::{Cut, Entry};
+use crate::counters::{Entry, TurnCopy};
 use crate::kept::Carried;
 use crate::store::{self, Stores};
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -195,7 +195,7 @@ struct EntryRef<'a> {
 const ARRAY32: u8 = 0xdd;
 
 /// Encodes a copy of the counters made between two turns
-/// ([`crate::counters::Cut`]) while iterating over it, straight into
+/// ([`crate::counters::TurnCopy`]) while iterating over it, straight into
 /// chunk-sized buffers: the copy is the packed tables as they are (~40
 /// bytes a key), so a snapshot costs about that plus its encoded size in
 /// memory (~50 bytes a key) while it is written. The bytes are what `rmp_serde` writes for a
@@ -204,7 +204,7 @@ const ARRAY32: u8 = 0xdd;
 ///
 /// Synchronous and CPU-bound: run it with [`crate::blocking::run`], off the thread
 /// that answers requests.
-pub fn encode(counters: &Cut) -> Result<Encoded> {
+pub fn encode(counters: &TurnCopy) -> Result<Encoded> {
     let mut buf = BytesMut::with_capacity(CHUNK_BYTES);
     buf.put_u8(ARRAY32);
     buf.put_u32(0);
@@ -328,8 +328,11 @@ mod tests {
         counters
     }
 
-    fn cut(counters: &Counters) -> Cut {
-        counters.cut(|_| ()).expect("no turn in progress").0
+    fn copied(counters: &Counters) -> TurnCopy {
+        counters
+            .copy_between_turns(|_| ())
+            .expect("no turn in progress")
+            .0
     }
 
     fn decoded(encoded: &Encoded) -> Vec<Entry> {
@@ -344,7 +347,7 @@ mod tests {
 
     #[test]
     fn no_counters_make_no_chunks() {
-        let encoded = encode(&cut(&Counters::new())).unwrap();
+        let encoded = encode(&copied(&Counters::new())).unwrap();
         assert_eq!(
             (encoded.chunks.len(), encoded.bytes, encoded.entries),
             (0, 0, 0)
@@ -355,7 +358,7 @@ mod tests {
     fn the_encoding_is_a_vec_of_entries_split_into_full_chunks() {
         // Enough keys for several chunks.
         let counters = counters_with(30_000);
-        let encoded = encode(&cut(&counters)).unwrap();
+        let encoded = encode(&copied(&counters)).unwrap();
         assert_eq!(encoded.entries, 30_000);
         assert!(encoded.chunks.len() >= 2, "{} chunks", encoded.chunks.len());
         let (last, full) = encoded.chunks.split_last().unwrap();
@@ -376,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_small_partition_is_one_chunk() {
-        let encoded = encode(&cut(&counters_with(3))).unwrap();
+        let encoded = encode(&copied(&counters_with(3))).unwrap();
         assert_eq!((encoded.chunks.len(), encoded.entries), (1, 3));
         assert_eq!(decoded(&encoded).len(), 3);
     }

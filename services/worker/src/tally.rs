@@ -88,8 +88,8 @@ pub struct Tally {
     turn: Option<Turn>,
 }
 
-/// Something a decision leaves to do once what it counted is stored
-/// ([`crate::outbox::Outbox::answer_then`]).
+/// Something a decision leaves to do once what it counted is stored: the
+/// `then` of [`crate::outbox::Outbox::answer`].
 pub type AfterStored = Box<dyn FnOnce() + Send>;
 
 /// Policies whose counts a [`Tally`] gathers before publishing them (a

@@ -18,7 +18,7 @@ impl Kept for Alerts {
 
     /// Forgets the alerts of windows that are over (and stored) first.
     /// An alert is noted under the bucket lock of the count that reached
-    /// it, within that count's turn, so the cut holds each alert whose
+    /// it, within that count's turn, so the copy holds each alert whose
     /// count it holds.
     fn read(counters: &Counters, now: Nanos) -> Vec<FiredAlert> {
         let mut fired = counters.alerts().fired();

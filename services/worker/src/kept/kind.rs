@@ -12,7 +12,7 @@ pub trait Kept {
     /// What a snapshot's manifest carries of it (left out when empty).
     type Carried: Clone + Debug + Default + PartialEq + Serialize + DeserializeOwned;
 
-    /// What a snapshot carries: read in its cut, between the same two
+    /// What a snapshot carries: read in its copy, between the same two
     /// turns as the counters it copies.
     fn read(counters: &Counters, now: Nanos) -> Self::Carried;
 

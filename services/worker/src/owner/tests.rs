@@ -93,13 +93,13 @@ fn ledger(stored_through: u64) -> Arc<Ledger> {
     Arc::new(Ledger::new(UsageConfig::default().tiers, stored_through))
 }
 
-/// The manifest of `snapshot` once the counters are copied in a cut (with
+/// The manifest of `snapshot` once the counters are copied between turns (with
 /// the kept state read in it), as the shard completes it.
 fn complete(snapshot: Snapshot, counters: &Counters, now: Nanos, stored: Option<u64>) -> Manifest {
-    let (cut, carried) = counters
-        .cut(|c| Carried::read(c, now))
+    let (copy, carried) = counters
+        .copy_between_turns(|c| Carried::read(c, now))
         .expect("no turn in progress");
-    snapshot.complete(&cut, carried, stored)
+    snapshot.complete(&copy, carried, stored)
 }
 
 fn record(n: u32, key: &str, c: u64) -> Record {
