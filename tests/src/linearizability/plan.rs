@@ -287,3 +287,91 @@ fn zobrist_key(op: u64) -> u128 {
     let twice = op.wrapping_mul(2);
     (u128::from(mix(twice)) << 64) | u128::from(mix(twice.wrapping_add(1)))
 }
+
+impl Plan {
+    /// An answered op that no order can explain, found from sums alone:
+    /// the one of these due first, if any. Each is a bound any order
+    /// obeys, so a history found here needs no search to fail (the search
+    /// would meet it deep down and first try every order above it).
+    ///
+    /// - A denial, when all that the ops called by its return could add,
+    ///   minus what the ops that returned before its call took back, leaves
+    ///   room for it.
+    /// - An admission, when it and the admissions due by its return, minus
+    ///   all that the ops called by then could free, pass the limit.
+    /// - An admission, when what the ops that returned before its call
+    ///   added, minus all that could be freed by its return, leaves it no
+    ///   room.
+    /// - A denial, when the admissions sent after it returned (which come
+    ///   after it, on a key it found full) cost at least its cost more than
+    ///   all that could be freed after it.
+    pub(super) fn contradiction(&self, limit: u64) -> Option<u32> {
+        let prefix_sums = |values: &mut dyn Iterator<Item = u64>| {
+            let mut sums = vec![0u64];
+            for v in values {
+                sums.push(sums.last().copied().unwrap_or(0).saturating_add(v));
+            }
+            sums
+        };
+        let admitted = |op: &Planned| match op.effect {
+            Effect::Admitted { .. } => op.cost,
+            _ => 0,
+        };
+        let is_admitted = |op: &Planned| u64::from(matches!(op.effect, Effect::Admitted { .. }));
+        // Over the ops in call order.
+        let rise_by_call = prefix_sums(&mut self.ops.iter().map(Planned::rise));
+        let fall_by_call = prefix_sums(&mut self.ops.iter().map(Planned::fall));
+        let admitted_by_call = prefix_sums(&mut self.ops.iter().map(admitted));
+        let admissions_by_call = prefix_sums(&mut self.ops.iter().map(is_admitted));
+        // Over the answered ops in return order.
+        let mut by_ret: Vec<&Planned> = self.ops.iter().filter(|op| op.answered()).collect();
+        by_ret.sort_by_key(|op| op.ret_rank);
+        let rets: Vec<u64> = by_ret.iter().filter_map(|op| op.ret).collect();
+        let rise_by_ret = prefix_sums(&mut by_ret.iter().map(|op| op.rise()));
+        let fall_by_ret = prefix_sums(&mut by_ret.iter().map(|op| op.fall()));
+        let admitted_by_ret = prefix_sums(&mut by_ret.iter().map(|op| admitted(op)));
+        let unknown_falls: u64 = self
+            .ops
+            .iter()
+            .filter(|op| !op.answered())
+            .map(Planned::fall)
+            .sum();
+        let calls = self.ops.len();
+
+        let mut first: Option<(u64, u32)> = None;
+        for (at, op) in self.ops.iter().enumerate() {
+            let Some(ret) = op.ret else { continue };
+            let returned_before_call = rets.partition_point(|&r| r < op.call);
+            let impossible = match op.effect {
+                Effect::Denied => {
+                    // What may come before it adds at most its rises; what
+                    // returned before its call certainly takes back its falls.
+                    let highest = rise_by_call[op.called_by_ret]
+                        .saturating_sub(fall_by_ret[returned_before_call]);
+                    let sent_after = op.called_by_ret;
+                    let later_admitted = admitted_by_call[calls] - admitted_by_call[sent_after];
+                    let later_admissions =
+                        admissions_by_call[calls] - admissions_by_call[sent_after];
+                    // Ops that need not come before it: returned no earlier
+                    // than its call, or never.
+                    let later_falls =
+                        fall_by_ret[rets.len()] - fall_by_ret[returned_before_call] + unknown_falls;
+                    highest.saturating_add(op.cost) <= limit
+                        || (later_admissions > 0
+                            && later_admitted >= op.cost.saturating_add(later_falls))
+                }
+                Effect::Admitted { .. } => {
+                    let falls = fall_by_call[op.called_by_ret];
+                    let crowd = admitted_by_ret[op.returned_by_ret];
+                    let before = rise_by_ret[returned_before_call].saturating_add(op.cost);
+                    crowd.saturating_sub(falls) > limit || before.saturating_sub(falls) > limit
+                }
+                _ => false,
+            };
+            if impossible && first.is_none_or(|(due, _)| ret < due) {
+                first = Some((ret, at as u32));
+            }
+        }
+        first.map(|(_, op)| op)
+    }
+}

@@ -10,9 +10,45 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::plan::{Effect, Plan, Planned};
 use super::{Budget, CheckError, Checked, GaveUp, Recorded, Violation, WindowRow};
 
+/// Steps searched when sums alone show a history fails, only to report
+/// its longest linearizable prefix.
+const REPORT_STEPS: u64 = 100_000;
+
 pub(super) fn run(limit: u64, history: &[Recorded], budget: Budget) -> Result<Checked, CheckError> {
     let plan = Plan::new(history).map_err(CheckError::BadInput)?;
-    Search::new(limit, &plan, budget).run()
+    let contradiction = plan.contradiction(limit);
+    let budget = match contradiction {
+        Some(_) => Budget {
+            max_steps: budget.max_steps.min(REPORT_STEPS),
+        },
+        None => budget,
+    };
+    let mut search = Search::new(limit, &plan, budget);
+    let ended = search.search();
+    match (ended, contradiction) {
+        (Ended::Linearized, None) => Ok(search.checked()),
+        (Ended::Linearized, Some(op)) => panic!(
+            "the linearizability checker contradicts itself: sums say op #{} cannot be \
+             answered so, yet the search linearized the history",
+            plan.ops[op as usize].original
+        ),
+        (Ended::OutOfBudget, None) => Err(CheckError::GaveUp(GaveUp {
+            steps: search.steps,
+            ops: plan.ops.len(),
+            deepest_answered: search.deepest.as_ref().map_or(0, |d| d.answered),
+        })),
+        (_, blame) => Err(CheckError::NotLinearizable(Box::new(
+            search.violation(blame),
+        ))),
+    }
+}
+
+/// How a search ended.
+enum Ended {
+    Linearized,
+    /// Every order tried failed.
+    Exhausted,
+    OutOfBudget,
 }
 
 /// Fingerprints are already random: hashing them again is wasted work.
@@ -206,9 +242,9 @@ impl<'p> Search<'p> {
         }
     }
 
-    fn run(mut self) -> Result<Checked, CheckError> {
+    fn search(&mut self) -> Ended {
         if self.answered_left == 0 {
-            return Ok(self.checked());
+            return Ended::Linearized;
         }
         self.open_node(None);
         while let Some(frame) = self.frames.last_mut() {
@@ -224,11 +260,7 @@ impl<'p> Search<'p> {
             let op = self.candidates[frame.next];
             frame.next += 1;
             if self.steps == self.budget.max_steps {
-                return Err(CheckError::GaveUp(GaveUp {
-                    steps: self.steps,
-                    ops: self.plan.ops.len(),
-                    deepest_answered: self.deepest.as_ref().map_or(0, |d| d.answered),
-                }));
+                return Ended::OutOfBudget;
             }
             self.steps += 1;
             // Reached before means explored before, and it failed.
@@ -241,11 +273,11 @@ impl<'p> Search<'p> {
             }
             self.apply(op);
             if self.answered_left == 0 {
-                return Ok(self.checked());
+                return Ended::Linearized;
             }
             self.open_node(Some(op));
         }
-        Err(CheckError::NotLinearizable(Box::new(self.violation())))
+        Ended::Exhausted
     }
 
     /// Pushes the node the search is at, with its candidates: the ops
@@ -651,11 +683,15 @@ impl<'p> Search<'p> {
         }
     }
 
-    fn violation(&self) -> Violation {
-        let deepest = self.deepest.as_ref().expect("the root was a dead end");
+    /// The report of a failed search, blaming `blame` if given, else the op
+    /// blamed at the deepest dead end.
+    fn violation(&self, blame: Option<u32>) -> Violation {
+        let deepest = self.deepest.as_ref();
+        let blamed = blame.or(deepest.map(|d| d.blocking));
         let ops = &self.plan.ops;
-        let impossible = &ops[deepest.blocking as usize];
-        let in_prefix = |j: usize| deepest.linearized[j / 64] & (1 << (j % 64)) != 0;
+        let impossible = &ops[blamed.expect("a dead end or a contradiction") as usize];
+        let in_prefix =
+            |j: usize| deepest.is_some_and(|d| d.linearized[j / 64] & (1 << (j % 64)) != 0);
         // Called no later than it returned, returned no earlier than it was
         // called: the ops that may be ordered either side of it.
         let overlapping = (0..impossible.called_by_ret)
@@ -682,10 +718,10 @@ impl<'p> Search<'p> {
             limit: self.limit,
             ops: ops.len(),
             impossible: impossible.original,
-            prefix_answered: deepest.answered,
-            prefix_unknown_taken: deepest.unknown_taken,
-            prefix_used: deepest.used,
-            prefix_open_holds: deepest.open_holds,
+            prefix_answered: deepest.map_or(0, |d| d.answered),
+            prefix_unknown_taken: deepest.map_or(0, |d| d.unknown_taken),
+            prefix_used: deepest.map_or(0, |d| d.used),
+            prefix_open_holds: deepest.map_or(0, |d| d.open_holds),
             window,
             unknown_before_window: before,
             unknown_before_window_taken: before_taken,
