@@ -39,8 +39,16 @@
 //! fingerprint. It runs on an explicit stack, not recursion: a key's history
 //! can hold 20,000 ops.
 //!
-//! Shortcuts specific to the model keep it fast on real histories; each
-//! keeps the search complete (argued in `search.rs`, and checked against a
+//! Before searching, sums over the history find the answers no order can
+//! explain (a denial that all the ops before its return could not fill,
+//! admissions that cannot all fit by the time they are due, an admission
+//! sent after a denial on a key it found full...): such a history fails at
+//! once, with a short search only to report its longest linearizable
+//! prefix; the search would meet the contradiction deep down, after trying
+//! every order above it.
+//!
+//! Shortcuts specific to the model keep the search fast on real histories;
+//! each keeps it complete (argued in `search.rs`, and checked against a
 //! search of every order on small random histories):
 //!
 //! - an op that some linearization can take next whenever any goes on is
@@ -56,10 +64,11 @@
 //!   one coarser op could replace is left to that op.
 //!
 //! Candidates are tried by how soon their answer is due. What is left is
-//! exponential in the worst case: many Unknown ops of mixed costs pending
-//! when the key first fills (which of them took effect is a subset-sum
-//! choice), or many concurrent raises near the limit. A [`Budget`] bounds
-//! it, so such a history gives up instead of hanging.
+//! exponential in the worst case: which of many Unknown ops of mixed costs
+//! took effect is a subset-sum choice, and near the limit, settles that
+//! free room concurrently with admissions and denials can leave many
+//! orders to rule out before a wrong answer is proven wrong. A [`Budget`]
+//! bounds it, so such a history gives up instead of hanging.
 
 use std::fmt;
 
