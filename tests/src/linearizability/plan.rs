@@ -6,7 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 
-use super::{BadInput, Op, Outcome, Recorded};
+use super::history::{BadInput, Op, Outcome, Recorded};
 
 /// What a linearized op does to the model, fixed by its answer.
 #[derive(Debug, Clone, Copy)]

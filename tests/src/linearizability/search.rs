@@ -7,8 +7,8 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::history::{Budget, CheckError, Checked, GaveUp, Recorded, Violation, WindowRow};
 use super::plan::{Effect, Plan, Planned};
-use super::{Budget, CheckError, Checked, GaveUp, Recorded, Violation, WindowRow};
 
 /// Steps searched when sums alone show a history fails, only to report
 /// its longest linearizable prefix.
