@@ -22,13 +22,12 @@ use common::SLUICE;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_tests::linearizability::{check, CheckError, Op, Outcome, Recorded};
-use sluice_tests::{eventually, request_within, AskError, Signal, Stack};
+use sluice_tests::{a_key_per_partition, eventually, request_within, AskError, Signal, Stack};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const PARTITIONS: u32 = 8;
-const KEYS: usize = 8;
 /// Each key's limit: reached a few seconds after the last fault at the
 /// load this test makes, in a window no run outlives (100 years).
 const LIMIT: u64 = 1_500;
@@ -55,19 +54,6 @@ limits = [ {{ max = {LIMIT}, per = "36500d" }} ]
 "#,
         LEASE_TTL.as_secs()
     )
-}
-
-/// One key in each partition.
-fn keys() -> Vec<String> {
-    (0..PARTITIONS)
-        .map(|p| {
-            (0..)
-                .map(|i| format!("lin-{i}"))
-                .find(|k| partition_of(k, PARTITIONS) == p)
-                .expect("a key in every partition")
-        })
-        .take(KEYS)
-        .collect()
 }
 
 /// What a lane asks: allows of cost 1 to 3, a hit now and then, and a
@@ -286,7 +272,8 @@ struct Report {
 /// until every key is full; checks each key's history.
 async fn run(durability: &str) -> Report {
     let mut stack = Stack::start(SLUICE, &config(durability), 3).await;
-    let keys = Arc::new(keys());
+    // One key in each partition.
+    let keys = Arc::new(a_key_per_partition(PARTITIONS));
     let probe = stack.clients(1).await.remove(0);
     every_key_answers(&probe, &keys).await;
 
