@@ -5,13 +5,22 @@
 //! tracked ones (`git ls-files`, run from the workspace root), so a file
 //! that is not committed yet is not checked.
 //!
-//! Three checks, each listing every `file:line` it refuses:
+//! Pages are also read as people read them: a table cell too long to read
+//! in a row of a table, and a word the glossary defines met on a page with
+//! no way to its definition, are refused too.
+//!
+//! Five checks, each listing every `file:line` it refuses:
 //!
 //! - the old name of the external contract (the word spelled in
 //!   [`RETIRED_NAME`]) appears in no file but docs/SPEC.md;
 //! - no page and no comment names one of the project's own issues
 //!   ([`own_issues`]);
-//! - no page names a commit hash ([`commit_hashes`]).
+//! - no page names a commit hash ([`commit_hashes`]);
+//! - no table cell of a page is longer than [`MAX_CELL`] characters
+//!   ([`long_cells`]): say more in a list or in prose under the table;
+//! - every page of [`GLOSSARY_READERS`] that uses a word docs/GLOSSARY.md
+//!   defines ([`GLOSSARY_TERMS`]) links to docs/GLOSSARY.md at least once
+//!   ([`glossary_terms_used`], [`links_to_glossary`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,6 +61,45 @@ const OTHER_PROJECTS: &[&str] = &[
 /// The project's issues are numbered below this; other projects' issues
 /// cited in the pages have larger numbers or name their project.
 const OWN_ISSUES_BELOW: u64 = 100;
+
+/// The longest a table cell may be, in characters, its Markdown included.
+const MAX_CELL: usize = 300;
+
+/// The glossary, as a path from the workspace root.
+const GLOSSARY: &str = "docs/GLOSSARY.md";
+
+/// The pages that must link to the glossary when they use its words: the
+/// README, CONTRIBUTING.md, the Python client's README and every page of
+/// docs/ (but the glossary itself).
+const GLOSSARY_READERS: &[&str] = &["README.md", "CONTRIBUTING.md", "clients/python/README.md"];
+
+/// The glossary's distinctive words: those a reader may take in their
+/// everyday sense and so misread, looked for as whole words (plurals
+/// too), without case, outside code blocks.
+const GLOSSARY_TERMS: &[&str] = &[
+    "slice",
+    "share",
+    "part",
+    "home",
+    "delegate",
+    "grant",
+    "reclaim",
+    "tally",
+    "lease",
+    "fence",
+    "snapshot",
+    "journal",
+    "hold",
+    "window",
+    "partition",
+    "owner",
+    "handover",
+    "takeover",
+    "override",
+    "refund",
+    "peek",
+    "tier",
+];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -326,6 +374,114 @@ fn commit_hashes(text: &str) -> Vec<usize> {
     found
 }
 
+/// The lines of a page outside its fenced code blocks, numbered from 1.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut fence: Option<&str> = None;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
+        match (fence, marker) {
+            (None, Some(m)) => fence = Some(m),
+            (Some(open), Some(m)) if m == open && trimmed.trim_end() == m => fence = None,
+            (None, None) => out.push((n + 1, line)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The cells of a table row (a line that starts with `|`), split at every
+/// `|` not escaped as `\|`, as GitHub splits them (in code spans too).
+fn table_cells(line: &str) -> Option<Vec<&str>> {
+    let row = line.trim().strip_prefix('|')?;
+    let mut cells = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    for (i, c) in row.char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '|' if !escaped => {
+                cells.push(row[start..i].trim());
+                start = i + 1;
+            }
+            _ => escaped = false,
+        }
+    }
+    let last = row[start..].trim();
+    if !last.is_empty() {
+        cells.push(last);
+    }
+    Some(cells)
+}
+
+/// Each table cell of `text` longer than [`MAX_CELL`] characters: its line
+/// and its length.
+fn long_cells(text: &str) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    for (n, line) in prose_lines(text) {
+        for cell in table_cells(line).unwrap_or_default() {
+            let len = cell.chars().count();
+            if len > MAX_CELL {
+                found.push((n, len));
+            }
+        }
+    }
+    found
+}
+
+/// The glossary's words a page uses: each term with the first line it is
+/// on. Code blocks are skipped; inline code is not, since a page that
+/// shows `lease_ttl` still speaks of leases.
+fn glossary_terms_used(text: &str) -> Vec<(&'static str, usize)> {
+    let lines = prose_lines(text);
+    let mut used = Vec::new();
+    for &term in GLOSSARY_TERMS {
+        let found = lines.iter().find(|(_, line)| {
+            line.to_lowercase()
+                .split(|c: char| !c.is_alphanumeric())
+                .any(|w| {
+                    w == term
+                        || w.strip_suffix('s') == Some(term)
+                        || w.strip_suffix("es") == Some(term)
+                })
+        });
+        if let Some(&(n, _)) = found {
+            used.push((term, n));
+        }
+    }
+    used
+}
+
+/// Whether the page at `path` (from the workspace root) has a Markdown
+/// link that leads to [`GLOSSARY`], resolved from the page's folder
+/// (`[GLOSSARY](GLOSSARY.md)` in docs/, `(docs/GLOSSARY.md)` at the root,
+/// an anchor after it allowed).
+fn links_to_glossary(path: &str, text: &str) -> bool {
+    let mut folder: Vec<&str> = path.split('/').collect();
+    folder.pop();
+    text.match_indices("](").any(|(at, _)| {
+        let rest = &text[at + 2..];
+        let Some(end) = rest.find([')', ' ']) else {
+            return false;
+        };
+        let target = rest[..end].split('#').next().unwrap_or("");
+        let mut parts = folder.clone();
+        for step in target.split('/') {
+            match step {
+                "" | "." => {}
+                ".." => {
+                    if parts.pop().is_none() {
+                        return false;
+                    }
+                }
+                _ => parts.push(step),
+            }
+        }
+        parts.join("/") == GLOSSARY
+    })
+}
+
 fn report(failures: &[String], what: &str, instead: &str) {
     assert!(
         failures.is_empty(),
@@ -399,6 +555,101 @@ fn pages_do_not_cite_commit_hashes() {
         &failures,
         "a page names a commit hash",
         "give the date of the measurement (and the page that has it), not a commit",
+    );
+}
+
+#[test]
+fn table_cells_are_short() {
+    let mut failures = Vec::new();
+    for (path, text) in texts(&["md"]) {
+        for (line, len) in long_cells(&text) {
+            let shown: String = text
+                .lines()
+                .nth(line - 1)
+                .unwrap_or("")
+                .chars()
+                .take(80)
+                .collect();
+            failures.push(format!(
+                "{path}:{line}: a cell of {len} characters: {shown}…"
+            ));
+        }
+    }
+    report(
+        &failures,
+        &format!("a table cell is longer than {MAX_CELL} characters"),
+        "keep the cell short and say the rest in a list or in prose under the table",
+    );
+}
+
+#[test]
+fn pages_that_use_the_glossarys_words_link_to_it() {
+    let mut failures = Vec::new();
+    for (path, text) in texts(&["md"]) {
+        let reader = GLOSSARY_READERS.contains(&path.as_str())
+            || (path.starts_with("docs/") && path.matches('/').count() == 1 && path != GLOSSARY);
+        if !reader || links_to_glossary(&path, &text) {
+            continue;
+        }
+        let used = glossary_terms_used(&text);
+        if let Some(line) = used.iter().map(|&(_, line)| line).min() {
+            let words: Vec<&str> = used.iter().map(|(t, _)| *t).collect();
+            failures.push(format!(
+                "{path}:{line}: uses {} and has no link to {GLOSSARY}",
+                words.join(", ")
+            ));
+        }
+    }
+    report(
+        &failures,
+        "a page uses words the glossary defines but does not link to it",
+        "add a link near the top, e.g. \"Words: see [GLOSSARY](GLOSSARY.md).\" (the path relative to the page)",
+    );
+}
+
+#[test]
+fn long_cells_are_found_in_tables_only() {
+    let long = "x".repeat(MAX_CELL + 1);
+    let ok = "y".repeat(MAX_CELL);
+    let page = format!(
+        "| a | b |\n|---|---|\n| {ok} | {long} |\n| {ok} \\| {ok} | c |\n\n{long}\n\n```\n| {long} |\n```\n"
+    );
+    assert_eq!(
+        long_cells(&page),
+        [(3, MAX_CELL + 1), (4, 2 * MAX_CELL + 4)]
+    );
+}
+
+#[test]
+fn glossary_links_are_resolved_from_the_page() {
+    assert!(links_to_glossary(
+        "docs/USAGE.md",
+        "Words: [GLOSSARY](GLOSSARY.md)."
+    ));
+    assert!(links_to_glossary(
+        "docs/USAGE.md",
+        "[a lease](./GLOSSARY.md#workers-and-ownership)"
+    ));
+    assert!(links_to_glossary(
+        "README.md",
+        "[docs/GLOSSARY.md](docs/GLOSSARY.md)"
+    ));
+    assert!(links_to_glossary(
+        "clients/python/README.md",
+        "[words](../../docs/GLOSSARY.md)"
+    ));
+    assert!(!links_to_glossary("README.md", "[words](GLOSSARY.md)"));
+    assert!(!links_to_glossary("docs/USAGE.md", "see GLOSSARY.md"));
+    assert!(!links_to_glossary("docs/USAGE.md", "[x](../GLOSSARY.md)"));
+}
+
+#[test]
+fn glossary_terms_are_whole_words_outside_code_blocks() {
+    let page = "Leases expire; a partitioned key.\n```\nhome\n```\nthe `window_ms` field\n";
+    assert_eq!(glossary_terms_used(page), [("lease", 1), ("window", 5)]);
+    assert_eq!(
+        glossary_terms_used("departure, homely, parts-bin"),
+        [("part", 1)]
     );
 }
 
