@@ -1,8 +1,9 @@
 """The documentation's examples, run as written against a fresh `sluice dev`.
 
 A newcomer's first example has to work. Every fenced block of
-README.md, clients/python/README.md and docs/*.md is either run here or
-marked, on the line right before its fence, with why it is not:
+README.md, CONTRIBUTING.md, clients/python/README.md and docs/*.md is
+either run or checked here, or marked, on the line right before its fence,
+with why it is not:
 
     <!-- example not run: starts the compose stack (Docker) -->
 
@@ -17,18 +18,41 @@ What is run, and how:
   until it matches, for at most 10 s. Any block fails when its output holds
   a gateway error body other than ``rate_limited`` (curl exits 0 on a 4xx).
 - ``python`` blocks, with this Python (the venv that has the client).
+- ``text`` blocks, and unlabelled ones, that show what a command prints:
+  the line before the fence names the command,
+
+      <!-- output of: sluice nats-config -->
+
+  or, for a few lines of shell, a comment that ends on that line::
+
+      <!-- output of:
+      printf 'partitions = 0\\n' > sluice.toml
+      sluice nats-config --config sluice.toml
+      -->
+
+  The command runs like an ``sh`` block, in its place among them (so it
+  sees the files they wrote), and every line the block shows must be in
+  what it prints (stdout and stderr), with numbers masked as in a
+  transcript and tried again the same way. Its exit status is not checked:
+  error messages are output too.
 
 Each document gets its own fresh ``sluice dev`` (2 workers, on free loopback
 ports); its blocks run in order, as a reader would type them. The only
 change made to a block: ``localhost:8080`` / ``127.0.0.1:8080`` and
-``127.0.0.1:4222`` / ``localhost:4222`` become the stack's ports.
+``127.0.0.1:4222`` / ``localhost:4222`` become the stack's ports (in the
+command of an output sample too, not in the lines it shows).
 
-Blocks of other kinds (``rust``, ``toml``, ``json``, ``yaml``, ``text`` and
-unlabelled pictures or samples) are not run and need no mark; any other
-label is refused, so a runnable block cannot hide behind one. A ``toml``
-block is a config: it must be one the real parser accepts (``sluice
-nats-config --config``), unless the line before its fence marks it as a
-part of one, ``<!-- fragment: why -->``; then it must still be valid TOML.
+Every other ``text`` or unlabelled block (a picture, a byte dump, a sample
+of a setup a ``sluice dev`` does not have) says why it is not output:
+``<!-- text not output: why -->``; an unmarked one fails.
+
+Blocks of other kinds (``rust``, ``toml``, ``json``, ``yaml``) are not run
+and need no mark here; any other label is refused, so a runnable block
+cannot hide behind one. A ``toml`` block is a config: it must be one the
+real parser accepts (``sluice nats-config --config``), unless the line
+before its fence marks it as a part of one, ``<!-- fragment: why -->``;
+then it must still be valid TOML. A ``json`` block is a wire body, checked
+against its Rust type by tests/tests/json_examples.rs.
 
 Run by scripts/test-docs.sh (at the end of scripts/test.sh), with
 SLUICE_BIN and SLUICE_NATS_SERVER set.
@@ -56,9 +80,13 @@ DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "clients/pytho
     (ROOT / "docs").glob("*.md")
 )
 RUN = {"sh", "python"}
-NOT_CODE = {"rust", "toml", "json", "yaml", "text", ""}
+OUTPUT = {"text", ""}
+NOT_CODE = {"rust", "toml", "json", "yaml"} | OUTPUT
 MARK = re.compile(r"^\s*<!-- example not run: (?P<reason>\S.*?) -->$")
 FRAGMENT = re.compile(r"^\s*<!-- fragment(: (?P<reason>\S.*?))? -->$")
+OUTPUT_OF = re.compile(r"^\s*<!-- output of: (?P<command>\S.*?) -->$")
+OUTPUT_OF_START = re.compile(r"^\s*<!-- output of:\s*$")
+NOT_OUTPUT = re.compile(r"^\s*<!-- text not output: (?P<reason>\S.*?) -->$")
 FENCE = re.compile(r"^\s*```(?P<info>[A-Za-z0-9_+-]*)\s*$")
 GATEWAY_ERROR = re.compile(r'"error"\s*:\s*"(?!rate_limited")')
 COMMAND_TIMEOUT = 60
@@ -73,6 +101,8 @@ class Block:
     text: str
     not_run: Optional[str]  # the reason, when marked
     fragment: bool  # marked as a part of a config, not a whole one
+    output_of: Optional[str] = None  # the command whose output a text block shows
+    not_output: Optional[str] = None  # why a text block is not output, when marked
 
     def where(self) -> str:
         return "{}:{}".format(self.path.relative_to(ROOT), self.line)
@@ -91,6 +121,7 @@ def blocks(path: Path) -> List[Block]:
         assert end is not None, "{}:{}: a fence that is never closed".format(path, i + 1)
         previous = lines[i - 1] if i > 0 else ""
         mark = MARK.match(previous)
+        not_output = NOT_OUTPUT.match(previous)
         found.append(
             Block(
                 path,
@@ -99,14 +130,35 @@ def blocks(path: Path) -> List[Block]:
                 "\n".join(lines[i + 1 : end]) + "\n",
                 mark and mark.group("reason"),
                 bool(FRAGMENT.match(previous)),
+                output_command(lines, i),
+                not_output and not_output.group("reason"),
             )
         )
         i = end + 1
     return found
 
 
+def output_command(lines: List[str], fence: int) -> Optional[str]:
+    """The command of an ``output of`` mark that ends right before the fence:
+    one line, or the lines of a comment that opens with ``<!-- output of:``."""
+    if fence == 0:
+        return None
+    one = OUTPUT_OF.match(lines[fence - 1])
+    if one:
+        return one.group("command")
+    if lines[fence - 1].strip() != "-->":
+        return None
+    start = next((j for j in range(fence - 2, -1, -1) if "<!--" in lines[j] or "-->" in lines[j]), None)
+    if start is None or not OUTPUT_OF_START.match(lines[start]):
+        return None
+    return "\n".join(lines[start + 1 : fence - 1]).strip() or None
+
+
 def runnable(path: Path) -> List[Block]:
-    return [b for b in blocks(path) if b.info in RUN and b.not_run is None]
+    """The blocks run against the document's stack, in order: ``sh`` and
+    ``python`` blocks, and the commands of output samples."""
+    return [b for b in blocks(path)
+            if (b.info in RUN and b.not_run is None) or (b.info in OUTPUT and b.output_of)]
 
 
 def test_every_block_is_run_or_says_why_not():
@@ -117,6 +169,12 @@ def test_every_block_is_run_or_says_why_not():
                 problems.append("{}: unknown label {!r}: use one of {}".format(b.where(), b.info, sorted(RUN | NOT_CODE)))
             elif b.not_run is not None and b.info not in RUN:
                 problems.append("{}: a {!r} block is never run; drop its mark".format(b.where(), b.info))
+            elif b.info in OUTPUT and not b.output_of and not b.not_output:
+                problems.append("{}: a {} block shows neither a command's output nor says why not: put "
+                                "<!-- output of: COMMAND --> or <!-- text not output: why --> on the line "
+                                "before the fence".format(b.where(), repr(b.info) if b.info else "unlabelled"))
+            elif (b.output_of or b.not_output) and b.info not in OUTPUT:
+                problems.append("{}: a {!r} block is not output; drop its mark".format(b.where(), b.info))
     assert not problems, "\n".join(problems)
     # A newcomer's first pages have examples that run.
     for first in ("README.md", "clients/python/README.md"):
@@ -230,7 +288,28 @@ def transcript(text: str) -> List[tuple]:
     return steps
 
 
+def shows(command: str, want: List[str], where: str, cwd: str, env: dict, exit_zero: bool) -> None:
+    """Runs ``command`` until every line of ``want`` is in what it prints
+    (numbers masked), for at most TRANSCRIPT_WITHIN seconds."""
+    deadline = time.monotonic() + TRANSCRIPT_WITHIN
+    while True:
+        out = run(["bash", "-c", "set -eo pipefail\n" + command], cwd, env)
+        printed = out.stdout if exit_zero else out.stdout + out.stderr
+        got = {masked(line) for line in printed.splitlines()}
+        missing = [w for w in want if masked(w) not in got]
+        if (out.returncode == 0 or not exit_zero) and not missing:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail("{}: `$ {}` (exit {}) does not show\n  {}\nit printed:\n{}{}".format(
+                where, command, out.returncode, "\n  ".join(missing), out.stdout, out.stderr))
+        time.sleep(0.2)
+
+
 def run_block(block: Block, dev: Dev, cwd: str, env: dict) -> None:
+    if block.info in OUTPUT:
+        want = [line for line in block.text.splitlines() if line.strip()]
+        shows(dev.adapt(block.output_of), want, block.where(), cwd, env, exit_zero=False)
+        return
     text = dev.adapt(block.text)
     if block.info == "python":
         script = Path(cwd) / "example.py"
@@ -246,17 +325,7 @@ def run_block(block: Block, dev: Dev, cwd: str, env: dict) -> None:
         assert not GATEWAY_ERROR.search(shown), "{}: the gateway refused:\n{}".format(block.where(), shown)
         return
     for command, want in steps:
-        deadline = time.monotonic() + TRANSCRIPT_WITHIN
-        while True:
-            out = run(["bash", "-c", "set -eo pipefail\n" + command], cwd, env)
-            got = {masked(line) for line in out.stdout.splitlines()}
-            missing = [w for w in want if masked(w) not in got]
-            if out.returncode == 0 and not missing:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail("{}: `$ {}` (exit {}) does not show\n  {}\nit printed:\n{}{}".format(
-                    block.where(), command, out.returncode, "\n  ".join(missing), out.stdout, out.stderr))
-            time.sleep(0.2)
+        shows(command, want, block.where(), cwd, env, exit_zero=True)
 
 
 @pytest.mark.parametrize(
