@@ -9,14 +9,19 @@
 //! on its own while it cannot reach the home) is computed here too: the
 //! shares of all regions sum to at most the limit, which is what keeps a
 //! global limit whole while the regions are cut apart (docs/REGIONS.md);
-//! [`global`] is how the home and the other regions spend them.
+//! [`global`] is how the home and the other regions spend them,
+//! [`state`] the state machine a partition's owner keeps of its global
+//! keys (the link's events in, actions out) and [`transport`] the
+//! messages those actions travel as.
 
 use std::fmt;
 
 pub mod global;
 pub mod parts;
 pub mod report;
+pub mod state;
 pub mod tally;
+pub mod transport;
 
 /// The longest region name.
 pub const MAX_REGION_LEN: usize = 32;

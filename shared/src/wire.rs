@@ -42,6 +42,7 @@
 //! - [`inspect`]: bodies of `rl.inspect.<key>` and `rl.reset.<key>` (SPEC §8).
 //! - [`hold`]: bodies of `rl.reserve`, `rl.settle` and `rl.extend` (SPEC §13).
 //! - [`usage`]: bodies of `rl.usage.<key>` and `rl.top` (SPEC §9).
+//! - [`link`]: the link's own bodies between regions' owners (SPEC §12).
 
 pub mod batch;
 mod encoding;
@@ -50,6 +51,7 @@ mod fields;
 mod headers;
 pub mod hold;
 pub mod inspect;
+pub mod link;
 pub(crate) mod msgpack;
 mod reply;
 mod request;

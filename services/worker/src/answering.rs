@@ -8,9 +8,11 @@
 //! the decider and the policy status.
 
 use crate::decide::Decider;
+use crate::global::{Deferred, Link};
 use crate::outbox::Outbox;
 use crate::routes::Routes;
 use crate::usage::UsageBook;
+use sluice_core::region::state::Actions;
 use sluice_core::time::Clock;
 use std::sync::Arc;
 
@@ -28,4 +30,21 @@ pub struct Answering {
     pub outbox: Outbox,
     /// Usage history (SPEC §9); `None` when `[usage] enabled = false`.
     pub usage: Option<Arc<UsageBook>>,
+    /// The link between regions (global limits, SPEC §12), when this
+    /// worker has a region: it carries the decisions' actions.
+    pub link: Option<Link>,
+}
+
+impl Answering {
+    /// Carries out what a turn of decisions left to cross the link: those
+    /// for now at once, the others once `stored` says its records are
+    /// (the outbox's `then`).
+    pub fn perform(&self, actions: Actions) -> Option<Deferred> {
+        let link = self.link.as_ref()?;
+        link.perform(actions.now);
+        (!actions.stored.is_empty()).then(|| Deferred {
+            link: link.clone(),
+            actions: actions.stored,
+        })
+    }
 }

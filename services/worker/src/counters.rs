@@ -61,6 +61,7 @@ use sluice_core::alerts;
 use sluice_core::ask::Op;
 use sluice_core::outstanding::Outstanding;
 use sluice_core::policy::{Decision, KeyState, Policy};
+use sluice_core::region::state::GlobalState;
 use sluice_core::time::Nanos;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -171,9 +172,9 @@ pub struct Counters {
     /// The slices of local budgets and the holds granted from these counters and not
     /// back yet (a refund gives back at most its own slice).
     outstanding: Arc<Mutex<Outstanding>>,
-    /// The books of global keys (SPEC §12), not stored: see
-    /// [`crate::global`].
-    global: Arc<Mutex<crate::global::Books>>,
+    /// The state of its global keys (SPEC §12), not stored: see
+    /// [`sluice_core::region::state`].
+    global: Arc<Mutex<GlobalState>>,
     /// The threshold alerts fired from these counters in windows not over
     /// yet, and where new ones go (SPEC §14).
     alerts: AlertBook,
@@ -488,17 +489,11 @@ impl Counters {
         self.outstanding.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The books of this partition's global keys. Taken inside
+    /// The state of this partition's global keys. Taken inside
     /// [`Counters::update`]'s closure when needed (a bucket's lock, then
     /// this one), or alone.
-    pub fn global(&self) -> MutexGuard<'_, crate::global::Books> {
+    pub fn global(&self) -> MutexGuard<'_, GlobalState> {
         self.global.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The books of this partition's global keys, shared (the link task
-    /// writes the home's answers into them).
-    pub fn global_books(&self) -> Arc<Mutex<crate::global::Books>> {
-        self.global.clone()
     }
 
     /// The number of live counters (approximate while requests are running).

@@ -37,6 +37,7 @@ use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::remote_shares;
+use sluice_core::region::RegionName;
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
@@ -156,9 +157,9 @@ pub struct Decider {
     live: LivePolicies,
     /// Names the holds this worker keeps.
     hold_ids: hold_ids::HoldIds,
-    /// This worker's region and link task, when it has regions (global
-    /// limits, [`crate::global`]).
-    global: Option<crate::global::Link>,
+    /// This worker's region, when it has regions (global limits,
+    /// [`crate::global`]).
+    region: Option<RegionName>,
 }
 
 /// What the decisions of one batch on one partition share: the policies
@@ -210,20 +211,20 @@ impl Decider {
             stats,
             recording,
             hold_ids: hold_ids::HoldIds::default(),
-            global: None,
+            region: None,
         }
     }
 
-    /// The same decider in a region whose link task is `link`: it decides
-    /// global policies (SPEC §12).
-    pub fn with_global(mut self, link: crate::global::Link) -> Decider {
-        self.global = Some(link);
+    /// The same decider in `region`: it decides global policies (SPEC
+    /// §12), and returns what must cross the link as actions.
+    pub fn in_region(mut self, region: RegionName) -> Decider {
+        self.region = Some(region);
         self
     }
 
     /// This worker's region, when it decides global policies.
     pub fn region(&self) -> Option<&sluice_core::region::RegionName> {
-        self.global.as_ref().map(|link| &link.region)
+        self.region.as_ref()
     }
 
     /// The policies in force now.
@@ -321,7 +322,8 @@ impl Decider {
                 self.answer_ask(turn, verb, ask.key_token, message)
             }
             Inbound::PartitionBatch(partition) => {
-                self.answer_batch(policies, partition, message, owned, now, tally, false)
+                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                self.answer_batch(turn, partition, message)
             }
         }
     }
@@ -352,25 +354,23 @@ impl Decider {
         message.wants_reply.then_some(answer)
     }
 
-    /// Decides a batch for `partition` (from the link: `link`) and answers
-    /// it; a batch nobody waits for is not decided.
-    #[allow(clippy::too_many_arguments)]
+    /// Decides a batch for `partition` (from the link, as `turn` says)
+    /// and answers it; a batch nobody waits for is not decided.
     fn answer_batch<'p>(
         &self,
-        policies: &'p Policies,
+        turn: &mut Turn<'_, 'p, '_>,
         partition: u32,
         message: Message<'_>,
-        owned: Owned<'_>,
-        now: Nanos,
-        tally: &mut Tally,
-        link: bool,
     ) -> Option<Answer<'p>> {
         if !message.wants_reply {
             return None;
         }
+        let owned = turn.owned;
         let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
-        let (answer, mut records) = self.batch_from(policies, message.body, now, &answered, link);
-        tally.append(&mut records);
+        let (answer, mut records, mut actions) =
+            self.batch_from(turn.policies, message.body, turn.now, &answered, turn.link);
+        turn.tally.append(&mut records);
+        turn.tally.append_actions(&mut actions);
         Some(answer)
     }
 
@@ -460,10 +460,10 @@ impl Decider {
                 return Ok((decision, base.name(), None));
             }
         };
-        let mut global = base.scope().global().zip(self.global.as_ref());
-        if let Some((g, link)) = global {
-            if *g.home() != link.region {
-                match self.delegate(turn, key, base, policy, g, link, op, budget)? {
+        let mut global = base.scope().global().zip(self.region.as_ref());
+        if let Some((g, here)) = global {
+            if g.home() != here {
+                match self.delegate(turn, key, (base, policy), (g, here), op, budget)? {
                     Some(decided) => return Ok(decided),
                     // Cut off from the home with `on_cut = "open"`: decided
                     // here, as a regional limit.
@@ -474,7 +474,7 @@ impl Decider {
         // At the home of a global policy split into parts: its part
         // (sluice_core::region::parts); the limit it reports, the whole.
         let whole = policy;
-        let split = global.and_then(|(_, link)| policy.part_in(&link.region));
+        let split = global.and_then(|(_, here)| policy.part_in(here));
         let policy = split.unwrap_or(policy);
         // At a global window's home: its limit, and the other regions'
         // shares of it, counted when a key's window opens
@@ -482,7 +482,7 @@ impl Decider {
         let home = global.zip(policy.limits().first());
         let home_shares = home
             .filter(|_| whole.spread() == Some(Spread::Shares))
-            .map(|((global, link), limit)| remote_shares(global, &link.region, limit.max()))
+            .map(|((global, here), limit)| remote_shares(global, here, limit.max()))
             .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
         // Only another region's owner gives back units of a global key: a
@@ -499,12 +499,12 @@ impl Decider {
         // What the home keeps for its own asks out of a grant to another
         // region (sluice_core::region::global::home_keeps).
         let home_keeps = |counter_key: &str, now: Nanos| match home {
-            Some(((global, link), limit)) => owned.counters.global().home_keeps(
+            Some(((global, here), limit)) => owned.counters.global().home_keeps(
                 counter_key,
                 match split {
                     // The part is the home's share already.
                     Some(_) => limit.max(),
-                    None => global.reserved(&link.region, limit.max()),
+                    None => global.reserved(here, limit.max()),
                 },
                 limit,
                 now,
@@ -559,7 +559,7 @@ impl Decider {
                     .granted(buf, g.taken_at, g.units);
             }
             let shared = home_shares.is_some() || split.is_some();
-            if let (Some(((global, link), limit)), true, false) = (home, shared, turn.link) {
+            if let (Some(((global, here), limit)), true, false) = (home, shared, turn.link) {
                 if op.consumed(&decision) {
                     owned.counters.global().home_took(buf, limit, now, cost);
                 }
@@ -569,7 +569,7 @@ impl Decider {
                 let parts_give = split.is_some() && whole.spread() == Some(Spread::Parts);
                 if parts_give || owned.counters.outstanding().units(buf, window_start) > 0 {
                     let key = (policy.name(), token, buf);
-                    self.reclaim_if_short(turn, global, link, limit, key, &decision);
+                    self.reclaim_if_short(turn, (global, here), limit, key, &decision);
                 }
             }
             Ok((decision, grant, budget))

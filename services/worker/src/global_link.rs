@@ -1,25 +1,25 @@
 //! The task that carries global limits' messages over the link between
-//! regions (SPEC §12): the [`Need`]s decisions hand it
-//! ([`crate::global`], which holds the why), sent on the link connection
-//! and their answers written back into the partition's books. Apart from
-//! `global.rs` so that the decision core, which uses the books, needs no
-//! NATS.
+//! regions (SPEC §12): transport only. It sends the actions the shards
+//! hand it ([`crate::global`], which holds the why) on the link
+//! connection, and hands what came of each request back to the shard of
+//! the partition that made it as a `sluice_core::region::state::Event`,
+//! and tells every partition when the link is cut or back; it keeps no
+//! state of the keys. Apart from `global.rs` so that the decision core
+//! needs no NATS.
 
-use crate::global::{Answered, Forward, Gather, Homes, Link, Need, Resend, TallyBatch};
-use sluice_core::key::KeyToken;
+use crate::global::{Forward, Gather, Link, Mailboxes, Need};
 use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::report::combine;
+use sluice_core::region::state::Action;
 use sluice_core::region::tally::Reported;
+use sluice_core::region::transport::{self, Outgoing, Send};
 use sluice_core::region::RegionName;
-use sluice_core::subject::{
-    is_safe_reply_subject, link_answered, link_ask, link_batch, link_give, link_hit, link_reclaim,
-    link_resend, link_tally, Verb,
-};
-use sluice_core::time::Clock;
-use sluice_core::wire::batch::{self, Budget, Item};
+use sluice_core::subject::{is_safe_reply_subject, link_answered, link_ask, Verb};
+use sluice_core::time::{Clock, Nanos};
+use sluice_core::wire::batch;
 use sluice_core::wire::inspect::{decode_admin_reply, encode_scope, InspectReply, RegionReport};
+use sluice_core::wire::link::{self, Answered};
 use sluice_core::wire::{decode_reply, Encoding, Reply};
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,16 +32,16 @@ pub fn start(
     clock: Arc<dyn Clock>,
 ) -> (Link, tokio::task::JoinHandle<()>) {
     let (needs, rx) = mpsc::unbounded_channel();
-    let homes = Arc::new(Homes::default());
-    let task = tokio::spawn(run(rx, client, clock, homes.clone()));
-    (Link::new(region, needs, homes), task)
+    let mailboxes = Arc::new(Mailboxes::default());
+    let task = tokio::spawn(run(rx, client, clock, mailboxes.clone()));
+    (Link::new(region, needs, mailboxes), task)
 }
 
 async fn run(
     mut needs: mpsc::UnboundedReceiver<Need>,
     client: async_nats::Client,
     clock: Arc<dyn Clock>,
-    homes: Arc<Homes>,
+    mailboxes: Arc<Mailboxes>,
 ) {
     let mut tallies = PendingTallies::default();
     let (untaken, mut put_back) = mpsc::unbounded_channel::<TallyGroup>();
@@ -51,16 +51,16 @@ async fn run(
         tokio::select! {
             need = needs.recv() => {
                 let Some(need) = need else { return };
-                if let Need::Tally { home, partition, from, report } = need {
+                if let Need::Act(Action::Tally { home, partition, from, report }) = need {
                     tallies.add((home, partition), from, report);
                     continue;
                 }
                 let client = client.clone();
                 let clock = clock.clone();
-                let homes = homes.clone();
+                let mailboxes = mailboxes.clone();
                 // Each on its own: one lost request must not hold up the others.
                 tokio::spawn(async move {
-                    if let Err(e) = carry(need, &client, &*clock, &homes).await {
+                    if let Err(e) = carry(need, &client, &*clock, &mailboxes).await {
                         tracing::debug!("a global limit's message across the link failed: {e:#}");
                     }
                 });
@@ -160,13 +160,10 @@ impl PendingTallies {
 /// Sends one group of tallies to its home's owner; an error when it was
 /// not taken (no answer, no owner there, refused).
 async fn send_tallies(group: &TallyGroup, client: &async_nats::Client) -> anyhow::Result<()> {
-    let batch = TallyBatch {
-        from: group.from.as_str().to_string(),
-        reports: group.reports.values().cloned().collect(),
-    };
     let (home, partition) = &group.to;
-    let body = rmp_serde::to_vec_named(&batch)?;
-    let reply = request(client, link_tally(home.as_str(), *partition), body).await?;
+    let reports: Vec<Reported> = group.reports.values().cloned().collect();
+    let message = transport::tally_message(home, *partition, &group.from, &reports);
+    let reply = request(client, message.subject, message.body).await?;
     batch::decode_results(&reply.payload, 0)?;
     Ok(())
 }
@@ -190,179 +187,114 @@ async fn request(
     Ok(reply)
 }
 
-fn item<'a>(
-    policy: &'a str,
-    token: &'a str,
-    cost: u64,
-    budget: Budget,
-) -> anyhow::Result<Item<'a>> {
-    Ok(Item {
-        key: KeyToken::parse(token).map_err(|e| anyhow::anyhow!("{e}"))?,
-        policy: Cow::Borrowed(policy),
-        cost,
-        act: batch::Act::Ask(budget),
-    })
-}
-
 async fn carry(
     need: Need,
     client: &async_nats::Client,
     clock: &dyn Clock,
-    homes: &Homes,
+    mailboxes: &Mailboxes,
 ) -> anyhow::Result<()> {
     match need {
-        Need::Grant {
+        Need::Act(action) => act(action, client, clock, mailboxes).await,
+        Need::Forward { forward, reply } => relay(forward, reply, client, clock, mailboxes).await,
+        Need::Gather { gather, reply } => complete(gather, reply, client).await,
+    }
+}
+
+/// Carries out one action: its messages (`sluice_core::region::transport`),
+/// with the timeouts and the retries a network needs; a grant's outcome
+/// goes back to the partition that asked.
+async fn act(
+    action: Action,
+    client: &async_nats::Client,
+    clock: &dyn Clock,
+    mailboxes: &Mailboxes,
+) -> anyhow::Result<()> {
+    let messages = transport::messages_of(&action);
+    match &action {
+        Action::Grant {
             home,
             partition,
-            policy,
-            token,
-            want,
             sent,
-            books,
+            ..
         } => {
-            let mut counter_key = String::new();
-            sluice_core::ask::counter_key(&mut counter_key, &policy, &token);
-            // The batch protocol's slice rides on an ask of at least 1: at
-            // the home, a link item's cost and slice are one grant of up to
-            // their sum (crate::decide).
-            let body = batch::encode_items(&[item(
-                &policy,
-                &token,
-                1,
-                Budget::Slice(want.saturating_sub(1)),
-            )?]);
-            let answered = request(client, link_batch(home.as_str(), partition), body).await;
-            let received = clock.now();
-            let reply = answered.and_then(|m| {
-                let mut results = batch::decode_results(&m.payload, 1)?;
-                Ok(results.pop())
-            });
-            homes.answered(&home, sent, matches!(reply, Ok(Some(Reply::Decision(_)))));
-            // The decisions share the books: locked only to write the answer.
-            let mut books = books.lock().unwrap_or_else(|e| e.into_inner());
-            let delegates = books.delegates();
-            // A request that failed is asked again once ASK_TIMEOUT has
-            // passed since it left, not at once: a home that refuses, or
-            // has no owner for the partition, is asked once a second, not
-            // once per ask.
-            match reply {
-                Ok(Some(Reply::Decision(d))) => delegates.answered(
-                    &counter_key,
-                    sent,
-                    received,
-                    d.grant.as_ref(),
-                    &d.decision(),
-                ),
-                Ok(other) => anyhow::bail!("the home refused a slice: {other:?}"),
-                Err(e) => return Err(e),
+            let Some(message) = messages.into_iter().next() else {
+                anyhow::bail!("a grant request for no key: {action:?}");
+            };
+            let answered = request(client, message.subject, message.body).await;
+            let reply = answered.as_ref().ok().map(|m| &m.payload[..]);
+            let (event, outcome) = transport::grant_outcome(&action, reply, clock.now());
+            mailboxes.reached(home, *sent, outcome.is_ok());
+            if let Some(event) = event {
+                mailboxes.deliver(*partition, event);
+            }
+            if let Err(why) = outcome {
+                anyhow::bail!("{why}");
             }
         }
-        Need::Refund {
-            home,
-            partition,
-            policy,
-            token,
-            refund,
+        Action::Hit {
+            home, token, until, ..
         } => {
-            let body = batch::encode_items(&[item(&policy, &token, 0, Budget::Refund(refund))?]);
-            request(client, link_batch(home.as_str(), partition), body).await?;
-        }
-        Need::Hit {
-            home,
-            partition,
-            token,
-            body,
-            until,
-        } => {
-            let subject = link_hit(home.as_str(), partition, &token);
-            let mut pause = HIT_FIRST_RETRY;
-            loop {
-                // A 5xx (no owner of the partition there right now) is worth
-                // sending again; any other refusal is not.
-                let error = match request(client, subject.clone(), body.clone()).await {
-                    Ok(m) => match decode_reply(&m.payload)? {
-                        Reply::Decision(_) => break,
-                        Reply::Error(e) if e.code.status() >= 500 => anyhow::anyhow!("{e}"),
-                        Reply::Error(e) => anyhow::bail!("the home refused a hit: {e}"),
-                    },
-                    Err(e) => e,
-                };
-                if clock.now().saturating_add(pause.into()) >= until {
-                    tracing::warn!(
-                        "a hit of {token} for the home region {home} is dropped: its window ended \
-                         before the home took it ({error:#}); it stays in this region's usage"
-                    );
-                    break;
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(HIT_MAX_RETRY);
+            for message in messages {
+                send_hit(message, (home, token), *until, client, clock).await?;
             }
         }
-        Need::Reset {
-            regions,
-            partition,
-            token,
-            body,
-        } => {
-            for region in regions {
-                let subject = link_ask(region.as_str(), partition, Verb::Reset, &token);
+        Action::Reset { token, .. } => {
+            for message in messages {
                 // A region cut off now does not get it: its counts stay.
-                if let Err(e) = request(client, subject, body.clone()).await {
+                if let Err(e) = request(client, message.subject.clone(), message.body).await {
                     tracing::warn!(
-                        "the reset of {token} did not reach region {region} ({e:#}); its count there stays"
+                        "the reset of {token} ({}) did not reach its region ({e:#}); its count \
+                         there stays",
+                        message.subject
                     );
                 }
             }
         }
-        Need::Forward { forward, reply } => {
-            relay(forward, reply, client, clock, homes).await?;
-        }
-        Need::Gather { gather, reply } => {
-            complete(gather, reply, client).await?;
-        }
-        Need::Give {
-            home,
-            partition,
-            gift,
-        } => {
-            let body = rmp_serde::to_vec_named(&gift)?;
-            client
-                .publish(link_give(home.as_str(), partition), body.into())
-                .await?;
-        }
-        // Kept and sent together by the task's loop.
-        Need::Tally { .. } => {}
-        Need::Resend {
-            regions,
-            partition,
-            home,
-        } => {
-            let body = rmp_serde::to_vec_named(&Resend {
-                home: home.as_str().to_string(),
-            })?;
-            for region in regions {
-                client
-                    .publish(link_resend(region.as_str(), partition), body.clone().into())
-                    .await?;
-            }
-        }
-        Need::Reclaim {
-            regions,
-            partition,
-            reclaim,
-        } => {
-            let body = rmp_serde::to_vec_named(&reclaim)?;
-            for region in regions {
-                client
-                    .publish(
-                        link_reclaim(region.as_str(), partition),
-                        body.clone().into(),
-                    )
-                    .await?;
+        _ => {
+            for message in messages {
+                match message.send {
+                    Send::Request => {
+                        request(client, message.subject, message.body).await?;
+                    }
+                    Send::Publish => {
+                        client.publish(message.subject, message.body.into()).await?;
+                    }
+                }
             }
         }
     }
     Ok(())
+}
+
+/// Sends a hit to the home until it takes it: again after a 5xx (no owner
+/// of the partition there right now) or no answer, until `until`.
+async fn send_hit(
+    message: Outgoing,
+    (home, token): (&RegionName, &str),
+    until: Nanos,
+    client: &async_nats::Client,
+    clock: &dyn Clock,
+) -> anyhow::Result<()> {
+    let mut pause = HIT_FIRST_RETRY;
+    loop {
+        let error = match request(client, message.subject.clone(), message.body.clone()).await {
+            Ok(m) => match decode_reply(&m.payload)? {
+                Reply::Decision(_) => return Ok(()),
+                Reply::Error(e) if e.code.status() >= 500 => anyhow::anyhow!("{e}"),
+                Reply::Error(e) => anyhow::bail!("the home refused a hit: {e}"),
+            },
+            Err(e) => e,
+        };
+        if clock.now().saturating_add(pause.into()) >= until {
+            tracing::warn!(
+                "a hit of {token} for the home region {home} is dropped: its window ended \
+                 before the home took it ({error:#}); it stays in this region's usage"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(HIT_MAX_RETRY);
+    }
 }
 
 /// Sends a forwarded ask to the home's owner and relays its answer to the
@@ -375,7 +307,7 @@ async fn relay(
     reply: String,
     client: &async_nats::Client,
     clock: &dyn Clock,
-    homes: &Homes,
+    mailboxes: &Mailboxes,
 ) -> anyhow::Result<()> {
     // As every reply: never into sluice's own subjects (docs/SECURITY.md).
     if !is_safe_reply_subject(&reply) {
@@ -398,7 +330,7 @@ async fn relay(
             Ok(Reply::Error(e)) if e.code.status() < 500 => Some(Err(())),
             _ => None,
         });
-    homes.answered(&forward.home, sent, decided.is_some());
+    mailboxes.reached(&forward.home, sent, decided.is_some());
     let allowed = match (answer, decided) {
         (Ok(m), Some(decided)) => {
             let headers = m.headers.unwrap_or_default();
@@ -428,9 +360,7 @@ async fn relay(
         allowed,
     };
     let subject = link_answered(forward.here.as_str(), forward.partition);
-    client
-        .publish(subject, rmp_serde::to_vec_named(&note)?.into())
-        .await?;
+    client.publish(subject, link::encode(&note).into()).await?;
     Ok(())
 }
 

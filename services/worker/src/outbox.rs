@@ -8,6 +8,7 @@
 //! hand their answers here and never ask which mode is on; the snapshot's
 //! journal position and the takeover replay are answered here too.
 
+use crate::global::Deferred;
 use crate::group_commit;
 use crate::journal;
 use crate::journal::record::Record;
@@ -15,7 +16,7 @@ use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
-use crate::tally::{AfterStored, Recording};
+use crate::tally::Recording;
 use crate::usage::UsageBook;
 use anyhow::Result;
 use async_nats::jetstream::stream;
@@ -133,7 +134,7 @@ impl Outbox {
     /// Sends a shard's decided batch, whose first message was taken at
     /// `received`: at once, or in journal mode once `records` (and
     /// everything before them) are stored. The time until the replies are
-    /// published is the batch's decision latency. Then runs `then` (at
+    /// published is the batch's decision latency. Then performs `then` (at
     /// once in snapshot mode; never if the journal could not store the
     /// records): what must not leave the worker before its record is safe,
     /// such as a region's share given back (SPEC §12), which a new
@@ -143,20 +144,20 @@ impl Outbox {
         records: Vec<Record>,
         replies: Vec<Outgoing>,
         received: Instant,
-        then: Vec<AfterStored>,
+        then: Option<Deferred>,
     ) {
-        match &self.journal {
-            Some(j) if then.is_empty() => j.writer.send(records, replies, received, None).await,
-            Some(j) => {
+        match (&self.journal, then) {
+            (Some(j), None) => j.writer.send(records, replies, received, None).await,
+            (Some(j), Some(then)) => {
                 let (done, stored) = tokio::sync::oneshot::channel();
                 j.writer.send(records, replies, received, Some(done)).await;
                 tokio::spawn(async move {
                     if stored.await.unwrap_or(false) {
-                        then.into_iter().for_each(|f| f());
+                        then.perform();
                     }
                 });
             }
-            None => {
+            (None, then) => {
                 if !replies.is_empty() {
                     reply::publish(&self.client, replies).await;
                     self.stats
@@ -164,27 +165,31 @@ impl Outbox {
                         .decision_latency
                         .observe(secs(received.elapsed()));
                 }
-                then.into_iter().for_each(|f| f());
+                if let Some(then) = then {
+                    then.perform();
+                }
             }
         }
     }
 
     /// Sends one reply after `records` are stored (a worker batch, decided
     /// on its own task); if they could not be, the reply is a 503 unless
-    /// `journal_failure = "answer"`.
+    /// `journal_failure = "answer"`. Whether they were (always in snapshot
+    /// mode).
     pub async fn answer_one(
         &self,
         records: Vec<Record>,
         to: async_nats::Subject,
         mut reply: reply::Reply,
         received: Instant,
-    ) {
+    ) -> bool {
+        let mut stored = true;
         if let Some(j) = &self.journal {
-            if !records.is_empty()
-                && !j.writer.store(records).await
-                && j.on_failure == JournalFailure::Unavailable
-            {
-                reply = reply.unstored();
+            if !records.is_empty() && !j.writer.store(records).await {
+                stored = false;
+                if j.on_failure == JournalFailure::Unavailable {
+                    reply = reply.unstored();
+                }
             }
         }
         reply::publish(&self.client, vec![(to, reply)]).await;
@@ -192,6 +197,7 @@ impl Outbox {
             .meters
             .decision_latency
             .observe(secs(received.elapsed()));
+        stored
     }
 
     /// Returns once everything handed over before is stored and answered.

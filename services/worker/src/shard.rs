@@ -221,6 +221,8 @@ async fn run(
     };
     // A takeover tried again renewed the lease meanwhile.
     shard.note_lease();
+    // The outcomes of this partition's requests across the link.
+    let mut link_events = shard.answering.link.as_ref().map(|l| l.register(partition));
     let shard_stats = shard.owner.stats().clone();
     shard_stats.answering.store(true, Ordering::SeqCst);
     // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
@@ -321,6 +323,10 @@ async fn run(
                     Ok(Err(e)) => tracing::warn!(partition, "storing usage failed, will retry: {e:#}"),
                     Err(e) => tracing::error!(partition, "the usage flush task failed: {e}"),
                 }
+            }
+            Some(event) = async { link_events.as_mut().expect("guarded").recv().await }, if link_events.is_some() => {
+                let more = link_events.as_mut().expect("guarded");
+                shard.link_events(event, more);
             }
             _ = hold_tick.tick() => {
                 shard.end_holds().await;
@@ -496,9 +502,13 @@ impl Shard {
         }
         client.flush().await?;
         // Subscribed: a home's owner may now take the tallies it asks for.
-        self.answering
-            .decider
-            .took_over_tallies(&policies, self.owned());
+        if let Some(link) = &self.answering.link {
+            let reports = self
+                .answering
+                .decider
+                .took_over_tallies(&policies, self.owned());
+            link.perform(reports);
+        }
         tracing::debug!(
             partition,
             manifest_ms = t_manifest.as_millis() as u64,

@@ -19,6 +19,7 @@ use prometheus_client::metrics::counter::Counter;
 use sluice_core::budget::Refund;
 use sluice_core::holds::{End, Hold};
 use sluice_core::policy::Decision;
+use sluice_core::region::state::{Action, Actions, When};
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_core::usage::Counts;
@@ -75,8 +76,9 @@ pub struct Tally {
     /// Units of refunds no slice of this owner explained (not given back).
     unmatched_units: u64,
     records: Vec<Record>,
-    /// What runs once `records` are stored ([`Tally::after_stored`]).
-    after_stored: Vec<AfterStored>,
+    /// What must cross the link between regions, by when it may leave
+    /// ([`Tally::act`]).
+    actions: Actions,
     meters: Arc<PolicyMeters>,
     /// Allowed, denied and hit counts by policy (its place in `meters`), of
     /// the first [`POLICY_SLOTS`] policies the batch decided for; the
@@ -87,10 +89,6 @@ pub struct Tally {
     /// and a snapshot's cut waits for it to end ([`crate::counters::Turns`]).
     turn: Option<Turn>,
 }
-
-/// Something a decision leaves to do once what it counted is stored: the
-/// `then` of [`crate::outbox::Outbox::answer`].
-pub type AfterStored = Box<dyn FnOnce() + Send>;
 
 /// Policies whose counts a [`Tally`] gathers before publishing them (a
 /// batch rarely decides for more).
@@ -112,7 +110,7 @@ impl Tally {
             returned_units: 0,
             unmatched_units: 0,
             records: Vec::new(),
-            after_stored: Vec::new(),
+            actions: Actions::default(),
             meters,
             by_policy: [(0, [0; 3]); POLICY_SLOTS],
             policies_used: 0,
@@ -383,15 +381,20 @@ impl Tally {
         }
     }
 
-    /// Runs `f` once the records of this turn are stored, and not at all
-    /// if they could not be.
-    pub fn after_stored(&mut self, f: AfterStored) {
-        self.after_stored.push(f);
+    /// `action` must cross the link between regions, `when` it may
+    /// (SPEC §12): the decisions return it, they send nothing.
+    pub fn act(&mut self, when: When, action: Action) {
+        self.actions.push(when, action);
     }
 
-    /// What was left to run once this turn's records are stored.
-    pub fn take_after_stored(&mut self) -> Vec<AfterStored> {
-        std::mem::take(&mut self.after_stored)
+    /// Adds actions decided apart (a batch's, [`crate::decide::Decider::batch`]).
+    pub fn append_actions(&mut self, actions: &mut Actions) {
+        self.actions.append(actions);
+    }
+
+    /// The actions of this turn, to carry out.
+    pub fn take_actions(&mut self) -> Actions {
+        std::mem::take(&mut self.actions)
     }
 
     /// Publishes the counts to `worker` and to the partition's `shard` and

@@ -165,12 +165,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     );
     let key_bound = KeyBound::new(config.max_keys);
     let mut decider = Decider::new(config.clone(), stats.clone(), outbox.recording());
-    let mut link_task = None;
+    let (mut link, mut link_task) = (None, None);
     if let Some(region) = &region {
-        let (link, task) =
+        let (started, task) =
             crate::global_link::start(region.name.clone(), region.link.clone(), opts.clock.clone());
-        decider = decider.with_global(link);
-        link_task = Some(task);
+        decider = decider.in_region(region.name.clone());
+        (link, link_task) = (Some(started), Some(task));
     }
     let decider = Arc::new(decider);
     let policy_status = Arc::new(PolicyStatus::default());
@@ -194,6 +194,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         routes: Routes::default(),
         outbox,
         usage,
+        link,
     });
     // In journal mode an alert goes out once the journal holds the count
     // that reached it (crate::alert_publisher).

@@ -55,14 +55,19 @@ async fn answer(answering: Arc<Answering>, msg: async_nats::Message, received: I
     let now = answering.clock.now();
     // No await while the routes are held: a shard that stops waits for them.
     let policies = answering.decider.policies();
-    let (reply, records) = answering.routes.with(|answered| {
-        let (answer, records) = answering
-            .decider
-            .batch(&policies, &msg.payload, now, answered);
-        (Reply::of(&answer, &answering.worker_id), records)
+    let (reply, records, actions) = answering.routes.with(|answered| {
+        let (answer, records, actions) =
+            answering
+                .decider
+                .batch(&policies, &msg.payload, now, answered);
+        (Reply::of(&answer, &answering.worker_id), records, actions)
     });
-    answering
+    let then = answering.perform(actions);
+    let stored = answering
         .outbox
         .answer_one(records, to, reply, received)
         .await;
+    if let Some(then) = then.filter(|_| stored) {
+        then.perform();
+    }
 }

@@ -110,7 +110,7 @@ impl Decider {
             // A global key's state is in every region it holds across:
             // each forgets its own (not again when the reset came so).
             if !turn.link {
-                regions.extend(self.reset_elsewhere(policy, owned.partition, token));
+                regions.extend(self.reset_elsewhere(turn, policy, token));
             }
         }
         regions.sort();

@@ -7,6 +7,7 @@ use super::{Answer, Decider, Owned, Turn};
 use crate::journal::record::Record;
 use sluice_core::ask::Op;
 use sluice_core::policies::Policies;
+use sluice_core::region::state::Actions;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::{Act, Budget, HoldAct};
@@ -20,15 +21,15 @@ impl Decider {
     /// `rl.allow` decides it, a hold verb as its own subject does (the
     /// same code, `Decider::hold_act`). Items of partitions not answered
     /// here get the 503 of the partition check.
-    /// Returns the reply and, in journal mode, the records to store before
-    /// it is sent.
+    /// Returns the reply, in journal mode the records to store before it
+    /// is sent, and what must cross the link between regions.
     pub fn batch<'p, 'c>(
         &self,
         policies: &'p Policies,
         body: &[u8],
         now: Nanos,
         answered: &dyn Fn(u32) -> Option<Owned<'c>>,
-    ) -> (Answer<'p>, Vec<Record>) {
+    ) -> (Answer<'p>, Vec<Record>, Actions) {
         self.batch_from(policies, body, now, answered, false)
     }
 
@@ -41,12 +42,12 @@ impl Decider {
         now: Nanos,
         answered: &dyn Fn(u32) -> Option<Owned<'c>>,
         link: bool,
-    ) -> (Answer<'p>, Vec<Record>) {
+    ) -> (Answer<'p>, Vec<Record>, Actions) {
         let items = match batch::decode_items(body) {
             Ok(items) => items,
             Err(error) => {
                 self.stats.add_errors(1);
-                return (Answer::Batch(Err(error)), Vec::new());
+                return (Answer::Batch(Err(error)), Vec::new(), Actions::default());
             }
         };
         let partitions = self.config.partitions;
@@ -64,6 +65,7 @@ impl Decider {
         }
         asks.sort_by_key(|(partition, _, _)| *partition);
         let mut records = Vec::new();
+        let mut actions = Actions::default();
         for share in asks.chunk_by(|a, b| a.0 == b.0) {
             let first = &share[0].2;
             let owned = match self.locate(first.key, answered) {
@@ -85,13 +87,14 @@ impl Decider {
                 };
                 results[*i] = Some(result.map_or_else(wire::Reply::Error, wire::Reply::Decision));
             }
+            actions.append(&mut tally.take_actions());
             records.append(&mut tally.finish(&self.stats, owned.stats));
         }
         let results = results
             .into_iter()
             .map(|r| r.expect("every item got a result"))
             .collect();
-        (Answer::Batch(Ok(results)), records)
+        (Answer::Batch(Ok(results)), records, actions)
     }
 
     /// A batch item that asks, as `rl.allow` would (with what it does for

@@ -5,10 +5,7 @@
 //! from the counters: a delegate never touches them.
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
-use crate::global::{
-    decode_answered, decode_gift, decode_reclaim, decode_resend, decode_tally, Answered, Forward,
-    Gather, GatherPolicy, Gift, Link, Need, Reclaim,
-};
+use crate::global::{Forward, GatherPolicy};
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::Refund;
@@ -19,11 +16,13 @@ use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::report::Kept;
+use sluice_core::region::state::{Action, When};
 use sluice_core::region::{Global, OnCut, RegionName};
 use sluice_core::subject::{LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::inspect::LimitReport;
+use sluice_core::wire::link::{self, Answered, Gift, Reclaim, Resend, TallyBatch};
 use sluice_core::wire::{self, Encoding, ErrorReply};
 
 /// How long a hit a delegate could not count from a global bucket's part
@@ -120,8 +119,8 @@ fn record_share(owned: Owned<'_>, policy: &Policy, counter_key: &str, now: Nanos
 impl Decider {
     /// A subject of this region's link partition subjects, parsed.
     pub(super) fn link_inbound<'s>(&self, subject: &'s str) -> Option<LinkInbound<'s>> {
-        let link = self.global.as_ref()?;
-        LinkInbound::parse(subject, link.region.as_str())
+        let region = self.region.as_ref()?;
+        LinkInbound::parse(subject, region.as_str())
     }
 
     /// A message another region's owner sent this partition.
@@ -137,7 +136,7 @@ impl Decider {
         if let LinkInbound::Answered(partition) = inbound {
             // This region's own link task, about an ask made here.
             if partition == owned.partition {
-                match decode_answered(message.body) {
+                match link::decode::<Answered>(message.body) {
                     Ok(note) => self.forwarded_usage(policies, &note, owned, now, tally),
                     Err(e) => tracing::debug!("an answered note refused: {}", e.message),
                 }
@@ -147,7 +146,8 @@ impl Decider {
         let from = tally.records_made();
         let answer = match inbound {
             LinkInbound::Batch(partition) => {
-                self.answer_batch(policies, partition, message, owned, now, tally, true)
+                let turn = &mut Turn::new(policies, owned, now, tally, true);
+                self.answer_batch(turn, partition, message)
             }
             LinkInbound::Ask(ask) if matches!(ask.verb, Verb::Reset | Verb::Inspect) => {
                 // Of this region's state only: not sent on again.
@@ -164,7 +164,7 @@ impl Decider {
             LinkInbound::Answered(_) => None,
             LinkInbound::Give(partition) => {
                 if partition == owned.partition {
-                    match decode_gift(message.body) {
+                    match link::decode::<Gift>(message.body) {
                         Ok(gift) => self.take_gift(policies, &gift, owned, now),
                         Err(e) => tracing::debug!("a gift refused: {}", e.message),
                     }
@@ -175,7 +175,7 @@ impl Decider {
                 if partition != owned.partition {
                     return None;
                 }
-                match decode_tally(message.body) {
+                match link::decode::<TallyBatch>(message.body) {
                     Ok(batch) => {
                         self.take_tallies(policies, &batch, owned, now);
                         Some(Answer::Batch(Ok(Vec::new())))
@@ -185,8 +185,12 @@ impl Decider {
             }
             LinkInbound::Resend(partition) => {
                 if partition == owned.partition {
-                    match decode_resend(message.body).map(|r| RegionName::new(&r.home)) {
-                        Ok(Ok(home)) => self.report_tallies(policies, owned, Some(&home)),
+                    match link::decode::<Resend>(message.body).map(|r| RegionName::new(&r.home)) {
+                        Ok(Ok(home)) => {
+                            for report in self.report_tallies(policies, owned, Some(&home)) {
+                                tally.act(When::Now, report);
+                            }
+                        }
                         _ => tracing::debug!("a resend request refused"),
                     }
                 }
@@ -194,7 +198,7 @@ impl Decider {
             }
             LinkInbound::Reclaim(partition) => {
                 if partition == owned.partition {
-                    match decode_reclaim(message.body) {
+                    match link::decode::<Reclaim>(message.body) {
                         Ok(reclaim) => self.give_share_back(policies, &reclaim, owned, now, tally),
                         Err(e) => tracing::debug!("a reclaim refused: {}", e.message),
                     }
@@ -247,7 +251,7 @@ impl Decider {
         now: Nanos,
         tally: &mut Tally,
     ) {
-        let Some(link) = self.global.as_ref() else {
+        let Some(here) = self.region.as_ref() else {
             return;
         };
         let Some(policy) = policies.get(&reclaim.policy) else {
@@ -256,19 +260,19 @@ impl Decider {
         let (Some(global), Some(limit)) = (policy.scope().global(), policy.limits().first()) else {
             return;
         };
-        if *global.home() == link.region || KeyToken::parse(&reclaim.key).is_err() {
+        if global.home() == here || KeyToken::parse(&reclaim.key).is_err() {
             return;
         }
         match policy.spread() {
             Some(Spread::Parts) => {
                 let policy = policies.in_force(policy, &reclaim.key);
-                return self.give_spare(policy, reclaim, link, owned, now, tally);
+                return self.give_spare(policy, reclaim, here, owned, now, tally);
             }
             // Nothing moves between a sliding policy's parts.
             Some(Spread::AtHome) | None => return,
             Some(Spread::Shares) => {}
         }
-        let share = cut_share(global, &link.region, limit.max());
+        let share = cut_share(global, here, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
             let recorded = recorded_share(owned, policy, buf, now);
             let refund = owned.counters.global().delegates().reclaim(
@@ -290,17 +294,14 @@ impl Decider {
         if let Some(refund) = refund {
             // Sent once its record is stored: a kill -9 before that would
             // let the next owner spend again what went back.
-            let (link, need) = (
-                link.clone(),
-                Need::Refund {
-                    home: global.home().clone(),
-                    partition: owned.partition,
-                    policy: policy.name().to_string(),
-                    token: reclaim.key.clone(),
-                    refund,
-                },
-            );
-            tally.after_stored(Box::new(move || link.send(need)));
+            let refund = Action::Refund {
+                home: global.home().clone(),
+                partition: owned.partition,
+                policy: policy.name().to_string(),
+                token: reclaim.key.clone(),
+                refund,
+            };
+            tally.act(When::Stored, refund);
         }
     }
 
@@ -310,15 +311,12 @@ impl Decider {
     /// the home is cut off and the policy says `on_cut = "open"`, so an
     /// ask the books cannot pay for is decided here as a regional limit,
     /// on the key's own counter (at most `max` a window in each region).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn delegate<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         key: KeyToken<'_>,
-        base: &'p Policy,
-        policy: &'p Policy,
-        global: &Global,
-        link: &Link,
+        (base, policy): (&'p Policy, &'p Policy),
+        (global, here): (&Global, &RegionName),
         op: Op,
         budget: Budget,
     ) -> Result<Option<Applied<'p>>, ErrorReply> {
@@ -339,10 +337,10 @@ impl Decider {
         let bucket = policy.algorithm().has_burst();
         let spread = policy.spread();
         let at_home = spread == Some(Spread::AtHome);
-        let share = cut_share(global, &link.region, limit.max());
+        let share = cut_share(global, here, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
             if spread != Some(Spread::Shares) {
-                return self.decide_by_part(turn, policy, link, (token, buf), cost);
+                return self.decide_by_part(turn, policy, here, (token, buf), cost);
             }
             // The key's counter is read only for a key new in this window,
             // and not under the books' lock (a bucket's lock comes first).
@@ -367,15 +365,15 @@ impl Decider {
             decided
         });
         if let Some(want) = decided.want {
-            link.send(Need::Grant {
+            let grant = Action::Grant {
                 home: global.home().clone(),
                 partition: owned.partition,
                 policy: policy.name().to_string(),
                 token: token.to_string(),
                 want,
                 sent: now,
-                books: owned.counters.global_books(),
-            });
+            };
+            turn.tally.act(When::Now, grant);
         }
         // The books and parts decide as enforced; the answer is in the
         // policy's mode (a shadow denial is answered allowed).
@@ -386,14 +384,15 @@ impl Decider {
             self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
             return Ok(Some((answered, policy.name(), None)));
         }
-        let cut_open = global.on_cut() == OnCut::Open && link.is_cut(global.home());
+        let cut_open =
+            global.on_cut() == OnCut::Open && owned.counters.global().is_cut(global.home());
         if at_home && !decision.allowed && matches!(op, Op::Allow(_)) && !cut_open {
             // Decided at the home: the link task sends it there and relays
             // the answer; while the home is cut off, one a second goes (to
             // tell when it is back) and the rest are denied here.
-            if link.may_forward(global.home(), now) {
+            if owned.counters.global().may_forward(global.home(), now) {
                 turn.forward = Some(Forward {
-                    here: link.region.clone(),
+                    here: here.clone(),
                     home: global.home().clone(),
                     partition: owned.partition,
                     policy: base.name().to_string(),
@@ -419,7 +418,7 @@ impl Decider {
             Op::Record(_) => {
                 if !decision.allowed {
                     // Counted once, at the home: a hit is never lost.
-                    link.send(Need::Hit {
+                    let hit = Action::Hit {
                         home: global.home().clone(),
                         partition: owned.partition,
                         token: token.to_string(),
@@ -434,7 +433,8 @@ impl Decider {
                             // wrongly: counted late, the debt is repaid late.
                             true => now.saturating_add(BUCKET_HIT_KEPT),
                         },
-                    });
+                    };
+                    turn.tally.act(When::Now, hit);
                 }
                 Usage::Used
             }
@@ -463,13 +463,13 @@ impl Decider {
         &self,
         turn: &mut Turn<'_, '_, '_>,
         policy: &Policy,
-        link: &Link,
+        here: &RegionName,
         (token, counter_key): (&str, &str),
         cost: u64,
     ) -> Decided {
         let (owned, now) = (turn.owned, turn.now);
         let whole = &policy.limits()[0];
-        let part = policy.part_in(&link.region);
+        let part = policy.part_in(here);
         let by_part = part.map(|part| {
             owned.counters.update(part, counter_key, now, |state| {
                 part.decide(state, now, cost)
@@ -500,13 +500,12 @@ impl Decider {
         &self,
         policy: &Policy,
         reclaim: &Reclaim,
-        link: &Link,
+        here: &RegionName,
         owned: Owned<'_>,
         now: Nanos,
         tally: &mut Tally,
     ) {
-        let (Some(part), Some(global)) = (policy.part_in(&link.region), policy.scope().global())
-        else {
+        let (Some(part), Some(global)) = (policy.part_in(here), policy.scope().global()) else {
             return;
         };
         let whole = &policy.limits()[0];
@@ -533,7 +532,7 @@ impl Decider {
             spare
         });
         if spare > 0 {
-            let need = Need::Give {
+            let give = Action::Give {
                 home: global.home().clone(),
                 partition: owned.partition,
                 gift: Gift {
@@ -543,8 +542,7 @@ impl Decider {
                     taken_at: now.as_u64(),
                 },
             };
-            let link = link.clone();
-            tally.after_stored(Box::new(move || link.send(need)));
+            tally.act(When::Stored, give);
         }
     }
 
@@ -554,7 +552,7 @@ impl Decider {
     /// not spent late). Not recorded: after a crash the home's part holds
     /// less, never more.
     fn take_gift(&self, policies: &Policies, gift: &Gift, owned: Owned<'_>, now: Nanos) {
-        let Some(link) = self.global.as_ref() else {
+        let Some(here) = self.region.as_ref() else {
             return;
         };
         let Some(base) = policies.get(&gift.policy) else {
@@ -564,11 +562,8 @@ impl Decider {
             return;
         }
         let policy = policies.in_force(base, &gift.key);
-        let home_here = policy
-            .scope()
-            .global()
-            .is_some_and(|g| *g.home() == link.region);
-        let Some(part) = policy.part_in(&link.region).filter(|_| home_here) else {
+        let home_here = policy.scope().global().is_some_and(|g| g.home() == here);
+        let Some(part) = policy.part_in(here).filter(|_| home_here) else {
             return;
         };
         if now > Nanos(gift.taken_at).saturating_add(GIFT_FRESH) {
@@ -590,9 +585,8 @@ impl Decider {
     /// whether any is out.
     pub(super) fn reclaim_if_short(
         &self,
-        turn: &Turn<'_, '_, '_>,
-        global: &Global,
-        link: &Link,
+        turn: &mut Turn<'_, '_, '_>,
+        (global, here): (&Global, &RegionName),
         limit: &Limit,
         (policy, token, counter_key): (&str, &str, &str),
         decision: &Decision,
@@ -605,16 +599,16 @@ impl Decider {
         if !counters.global().reclaim_due(counter_key, limit, turn.now) {
             return;
         }
-        let regions = global.others(&link.region).cloned().collect();
-        link.send(Need::Reclaim {
-            regions,
+        let reclaim = Action::Reclaim {
+            regions: global.others(here).cloned().collect(),
             partition: turn.owned.partition,
             reclaim: Reclaim {
                 policy: policy.to_string(),
                 key: token.to_string(),
                 window_start: window_start.as_u64(),
             },
-        });
+        };
+        turn.tally.act(When::Now, reclaim);
     }
 
     /// A key of `policy` was reset here: if the policy is global, the
@@ -622,21 +616,22 @@ impl Decider {
     /// own state of the key); their names.
     pub(super) fn reset_elsewhere(
         &self,
+        turn: &mut Turn<'_, '_, '_>,
         policy: &Policy,
-        partition: u32,
         token: &str,
     ) -> Vec<String> {
-        let (Some(link), Some(global)) = (self.global.as_ref(), policy.scope().global()) else {
+        let (Some(here), Some(global)) = (self.region.as_ref(), policy.scope().global()) else {
             return Vec::new();
         };
-        let regions: Vec<RegionName> = global.others(&link.region).cloned().collect();
+        let regions: Vec<RegionName> = global.others(here).cloned().collect();
         let names = regions.iter().map(|r| r.as_str().to_string()).collect();
-        link.send(Need::Reset {
+        let reset = Action::Reset {
             regions,
-            partition,
+            partition: turn.owned.partition,
             token: token.to_string(),
             body: wire::encode_request(Some(policy.name()), None, Encoding::MsgPack),
-        });
+        };
+        turn.tally.act(When::Now, reset);
         names
     }
 
@@ -650,7 +645,7 @@ impl Decider {
         local: Vec<LimitReport>,
         now: Nanos,
     ) -> Option<GatherPolicy> {
-        let link = self.global.as_ref()?;
+        let here = self.region.as_ref()?;
         let whole: Vec<LimitReport> = policy
             .inspect(&policy.new_state(), now)
             .iter()
@@ -660,7 +655,7 @@ impl Decider {
             .weights()
             .iter()
             .map(|(region, _)| {
-                if *region == link.region {
+                if region == here {
                     return (region.clone(), true, local.clone());
                 }
                 // A region with no state of the key has its part whole
@@ -686,28 +681,14 @@ impl Decider {
         })
     }
 
-    /// Sends `gather` to the other regions; the link task answers `reply`.
-    pub fn gather(&self, gather: Gather, reply: String) {
-        if let Some(link) = &self.global {
-            link.send(Need::Gather { gather, reply });
-        }
-    }
-
-    /// Sends `forward` to its home; the link task relays the answer to
-    /// `reply`.
-    pub fn forward(&self, forward: Forward, reply: String) {
-        if let Some(link) = &self.global {
-            link.send(Need::Forward { forward, reply });
-        }
-    }
-
     /// A delegate's slices whose lease ended go back to their homes (the
-    /// shard's sweep).
-    pub fn sweep_global(&self, policies: &Policies, owned: Owned<'_>, now: Nanos) {
-        let Some(link) = self.global.as_ref() else {
-            return;
-        };
+    /// shard's sweep): the refunds to send.
+    pub fn sweep_global(&self, policies: &Policies, owned: Owned<'_>, now: Nanos) -> Vec<Action> {
+        if self.region.is_none() {
+            return Vec::new();
+        }
         let refunds = owned.counters.global().sweep(now);
+        let mut actions = Vec::with_capacity(refunds.len());
         for (counter_key, refund) in refunds {
             let Some((name, token)) = counter_key.split_once('/') else {
                 continue;
@@ -715,7 +696,7 @@ impl Decider {
             let Some(global) = policies.get(name).and_then(|p| p.scope().global()) else {
                 continue;
             };
-            link.send(Need::Refund {
+            actions.push(Action::Refund {
                 home: global.home().clone(),
                 partition: owned.partition,
                 policy: name.to_string(),
@@ -723,5 +704,6 @@ impl Decider {
                 refund,
             });
         }
+        actions
     }
 }

@@ -11,15 +11,17 @@
 
 use super::{Decider, Owned, Turn};
 use crate::counters::Counters;
-use crate::global::{Link, Need, TallyBatch};
+
 use crate::journal::record::{Record, USED_ONLY};
 use sluice_core::algorithm::fixed_window::State;
 use sluice_core::ask::{self, Op};
 use sluice_core::policies::Policies;
 use sluice_core::policy::Policy;
+use sluice_core::region::state::{Action, When};
 use sluice_core::region::tally::{add_new, spent_key, take_report, windows_of, Reported, TallyKey};
 use sluice_core::region::RegionName;
 use sluice_core::time::Nanos;
+use sluice_core::wire::link::TallyBatch;
 
 impl Decider {
     /// This region spent `cost` units of `token` under `policy` (the
@@ -27,15 +29,15 @@ impl Decider {
     /// the one whose thresholds fire, elsewhere in its own, reported.
     pub(super) fn tally_spent(
         &self,
-        turn: &Turn<'_, '_, '_>,
+        turn: &mut Turn<'_, '_, '_>,
         policy: &Policy,
         token: &str,
         cost: u64,
     ) {
-        let (Some(tallies), Some(global), Some(link)) = (
+        let (Some(tallies), Some(global), Some(here)) = (
             policy.tallies(),
             policy.scope().global(),
-            self.global.as_ref(),
+            self.region.as_ref(),
         ) else {
             return;
         };
@@ -44,7 +46,7 @@ impl Decider {
         }
         let (owned, now) = (turn.owned, turn.now);
         ask::with_counter_key(policy.name(), token, |buf| {
-            if *global.home() == link.region {
+            if global.home() == here {
                 let key = TallyKey::Global.of(buf);
                 owned
                     .counters
@@ -56,13 +58,14 @@ impl Decider {
                 Op::Record(cost).apply(&tallies.silent, state, now);
                 windows_of(state)
             });
-            link.send(report_of(
-                link,
+            let report = report_of(
+                here,
                 global.home(),
                 owned.partition,
                 (policy.name(), token),
                 windows,
-            ));
+            );
+            turn.tally.act(When::Now, report);
         });
     }
 
@@ -75,7 +78,7 @@ impl Decider {
         owned: Owned<'_>,
         now: Nanos,
     ) {
-        let (Some(link), Ok(from)) = (self.global.as_ref(), RegionName::new(&batch.from)) else {
+        let (Some(here), Ok(from)) = (self.region.as_ref(), RegionName::new(&batch.from)) else {
             return;
         };
         for report in &batch.reports {
@@ -86,7 +89,7 @@ impl Decider {
             let (Some(tallies), Some(global)) = (policy.tallies(), policy.scope().global()) else {
                 continue;
             };
-            if *global.home() != link.region || from == link.region {
+            if global.home() != here || from == *here {
                 continue;
             }
             ask::with_counter_key(policy.name(), &report.key, |buf| {
@@ -108,17 +111,17 @@ impl Decider {
 
     /// Reports this region's tallies of the partition's keys whose home
     /// is `home` (any home: `None`) to their homes: after a takeover here,
-    /// and when a home's new owner asks.
+    /// and when a home's new owner asks. The reports to send.
     pub(super) fn report_tallies(
         &self,
         policies: &Policies,
         owned: Owned<'_>,
         home: Option<&RegionName>,
-    ) {
-        let Some(link) = self.global.as_ref() else {
-            return;
+    ) -> Vec<Action> {
+        let Some(here) = self.region.as_ref() else {
+            return Vec::new();
         };
-        let mut needs = Vec::new();
+        let mut reports = Vec::new();
         owned.counters.for_each(|counter_key, state| {
             let Some((name, token)) = spent_key(counter_key).and_then(|key| key.split_once('/'))
             else {
@@ -127,51 +130,51 @@ impl Decider {
             let Some(global) = policies.get(name).and_then(|p| p.scope().global()) else {
                 return;
             };
-            if home.is_some_and(|home| home != global.home()) || *global.home() == link.region {
+            if home.is_some_and(|home| home != global.home()) || global.home() == here {
                 return;
             }
             let windows = windows_of(state);
-            needs.push(report_of(
-                link,
+            reports.push(report_of(
+                here,
                 global.home(),
                 owned.partition,
                 (name, token),
                 windows,
             ));
         });
-        for need in needs {
-            link.send(need);
-        }
+        reports
     }
 
     /// A partition was taken over here: its tallies go to their homes
     /// again, and, as a home, it asks every other region for theirs (its
     /// snapshot may hold older reports than the last owner had taken).
-    pub fn took_over_tallies(&self, policies: &Policies, owned: Owned<'_>) {
-        let Some(link) = self.global.as_ref() else {
-            return;
+    /// What to send.
+    pub fn took_over_tallies(&self, policies: &Policies, owned: Owned<'_>) -> Vec<Action> {
+        let Some(here) = self.region.as_ref() else {
+            return Vec::new();
         };
         // Most systems have no such policy: no walk over every counter.
         if !policies.iter().any(|p| p.tallies().is_some()) {
-            return;
+            return Vec::new();
         }
-        self.report_tallies(policies, owned, None);
+        let mut actions = self.report_tallies(policies, owned, None);
         let mut regions: Vec<RegionName> = policies
             .iter()
             .filter(|p| p.tallies().is_some())
             .filter_map(|p| p.scope().global())
-            .filter(|g| *g.home() == link.region)
-            .flat_map(|g| g.others(&link.region).cloned().collect::<Vec<_>>())
+            .filter(|g| g.home() == here)
+            .flat_map(|g| g.others(here).cloned().collect::<Vec<_>>())
             .collect();
         regions.sort();
         regions.dedup();
         if !regions.is_empty() {
-            link.send(Need::Resend {
+            actions.push(Action::Resend {
                 regions,
                 partition: owned.partition,
-                home: link.region.clone(),
+                home: here.clone(),
             });
         }
+        actions
     }
 
     /// Replays what a journal record spent into the key's tally: an ask
@@ -215,19 +218,19 @@ impl Decider {
     }
 }
 
-/// The link need that reports this region's tally of `(policy, token)`,
-/// its `windows`, to the key's `home`.
+/// The action that reports this region's (`here`) tally of `(policy,
+/// token)`, its `windows`, to the key's `home`.
 fn report_of(
-    link: &Link,
+    here: &RegionName,
     home: &RegionName,
     partition: u32,
     (policy, token): (&str, &str),
     windows: Vec<State>,
-) -> Need {
-    Need::Tally {
+) -> Action {
+    Action::Tally {
         home: home.clone(),
         partition,
-        from: link.region.clone(),
+        from: here.clone(),
         report: Reported {
             policy: policy.to_string(),
             key: token.to_string(),

@@ -5,6 +5,7 @@
 use super::Shard;
 use crate::decide::{Answer, Message, Owned};
 use crate::reply::Reply;
+use sluice_core::region::state::Event;
 use sluice_core::subject::{Inbound, Verb};
 
 impl Shard {
@@ -33,10 +34,11 @@ impl Shard {
         answering
             .decider
             .end_holds(&policies, owned, now, &mut tally);
+        let then = answering.perform(tally.take_actions());
         let records = tally.finish(&self.owning.stats, self.owner.stats());
         answering
             .outbox
-            .answer(records, Vec::new(), std::time::Instant::now(), Vec::new())
+            .answer(records, Vec::new(), std::time::Instant::now(), then)
             .await;
     }
 
@@ -44,10 +46,29 @@ impl Shard {
     /// §12, [`crate::global`]).
     pub(super) fn sweep_global(&self) {
         let answering = &self.answering;
+        let Some(link) = &answering.link else {
+            return;
+        };
         let policies = answering.decider.policies();
-        answering
-            .decider
-            .sweep_global(&policies, self.owned(), answering.clock.now());
+        let refunds =
+            answering
+                .decider
+                .sweep_global(&policies, self.owned(), answering.clock.now());
+        link.perform(refunds);
+    }
+
+    /// Applies what the link did with this partition's requests (SPEC
+    /// §12): `first`, and whatever else waits.
+    pub(super) fn link_events(
+        &self,
+        first: Event,
+        more: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
+    ) {
+        let mut state = self.owner.counters().global();
+        state.on_event(first);
+        while let Ok(event) = more.try_recv() {
+            state.on_event(event);
+        }
     }
 
     /// Decides a batch of messages, the first taken at `received`, and
@@ -82,21 +103,21 @@ impl Shard {
                 now,
                 &mut tally,
             );
-            match (answer, msg.reply) {
+            match (answer, msg.reply, &answering.link) {
                 // Answered by the home, through the link task.
-                (Some(Answer::Forward(forward)), Some(to)) => {
-                    answering.decider.forward(forward, to.to_string());
+                (Some(Answer::Forward(forward)), Some(to), Some(link)) => {
+                    link.forward(forward, to.to_string());
                 }
-                (Some(Answer::Gather(gather)), Some(to)) => {
-                    answering.decider.gather(gather, to.to_string());
+                (Some(Answer::Gather(gather)), Some(to), Some(link)) => {
+                    link.gather(gather, to.to_string());
                 }
-                (Some(answer), Some(to)) => {
+                (Some(answer), Some(to), _) => {
                     replies.push((to, Reply::of(&answer, &answering.worker_id)));
                 }
                 _ => {}
             }
         }
-        let then = tally.take_after_stored();
+        let then = answering.perform(tally.take_actions());
         let records = tally.finish(&self.owning.stats, self.owner.stats());
         answering
             .outbox

@@ -378,7 +378,7 @@ fn a_worker_batch_decides_each_item_on_its_partition() {
         }),
         _ => None,
     };
-    let (answer, records) = f.decider.batch(&f.policies, &body, T0, &answered);
+    let (answer, records, _) = f.decider.batch(&f.policies, &body, T0, &answered);
     assert!(matches!(answer, Answer::Batch(Ok(ref r)) if r.len() == 2));
     assert_eq!(
         records.iter().map(|r| (r.n, r.c)).collect::<Vec<_>>(),

@@ -61,9 +61,7 @@ regions = ["east", "west"]
 "#,
     );
     let west = RegionName::new("west").unwrap();
-    let (needs, _carried) = tokio::sync::mpsc::unbounded_channel();
-    let link = crate::global::Link::new(west.clone(), needs, Arc::default());
-    f.decider = f.decider.with_global(link);
+    f.decider = f.decider.in_region(west.clone());
     let key = key_in(1, "g");
     let record = Record::new(1, "plan", &key, 20, T0);
     assert!(f.decider.replay(&f.policies, &record, &f.counters));
