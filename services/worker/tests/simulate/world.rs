@@ -19,6 +19,7 @@ use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::{Answer, Decider, Message, Owned};
+use sluice_worker::journal::record::Record;
 use sluice_worker::reply::Reply;
 use sluice_worker::stats::ShardStats;
 use sluice_worker::tally::Recording;
@@ -32,6 +33,10 @@ pub struct Region {
     policies: Arc<Policies>,
     partitions: Vec<(Counters, ShardStats)>,
     health: LinkHealth,
+    /// Journal mode: every partition's records, in the order they were
+    /// stored (a restart replays them all: the simulator takes no
+    /// snapshots).
+    journal: Option<Vec<Vec<Record>>>,
 }
 
 /// A message of the link, in flight.
@@ -69,12 +74,17 @@ pub enum Answered {
 }
 
 impl Region {
-    pub fn new(name: &str, toml: &str, partitions: u32) -> Region {
+    /// A region's worker, in journal mode when `journal`.
+    pub fn new(name: &str, toml: &str, partitions: u32, journal: bool) -> Region {
         let mut config = Config::from_toml(toml, "sim.toml").expect("the simulated config");
         config.usage.enabled = false;
         let name = RegionName::new(name).expect("a region name");
-        let decider = Decider::new(Arc::new(config), Arc::default(), Recording::Nothing)
-            .in_region(name.clone());
+        let recording = match journal {
+            true => Recording::Records,
+            false => Recording::Nothing,
+        };
+        let decider =
+            Decider::new(Arc::new(config), Arc::default(), recording).in_region(name.clone());
         Region {
             name,
             policies: decider.policies(),
@@ -83,7 +93,27 @@ impl Region {
                 .map(|_| (Counters::new(), ShardStats::default()))
                 .collect(),
             health: LinkHealth::default(),
+            journal: journal.then(|| (0..partitions).map(|_| Vec::new()).collect()),
         }
+    }
+
+    /// The worker is killed and started again: every partition is
+    /// restored from its journal, its global state starts empty, and so
+    /// does the link's health. `false` in snapshot mode (nothing to
+    /// restore from in the simulator: not simulated yet).
+    fn restart(&mut self) -> bool {
+        let Some(journal) = &self.journal else {
+            return false;
+        };
+        for (partition, records) in journal.iter().enumerate() {
+            let counters = Counters::new();
+            for record in records {
+                self.decider.replay(&self.policies, record, &counters);
+            }
+            self.partitions[partition] = (counters, ShardStats::default());
+        }
+        self.health = LinkHealth::default();
+        true
     }
 
     fn owned(&self, partition: u32) -> Owned<'_> {
@@ -97,10 +127,10 @@ impl Region {
     }
 
     /// Decides one message on `partition`'s subjects: the reply's body
-    /// and decision, and the actions (snapshot mode: those for once
-    /// stored may go at once, there is nothing to store).
+    /// and decision, and the actions (those for once stored go once its
+    /// records are, here at once).
     fn decide(
-        &self,
+        &mut self,
         partition: u32,
         subject: &str,
         body: &[u8],
@@ -118,7 +148,7 @@ impl Region {
             .decider
             .message(&self.policies, message, owned, now, &mut tally);
         let actions = tally.take_actions();
-        tally.finish(self.decider.stats(), owned.stats);
+        let records = tally.finish(self.decider.stats(), owned.stats);
         let reply = answer.map(|answer| {
             let answered = match &answer {
                 Answer::Decision { decision, .. } => Answered::Decided(*decision),
@@ -126,6 +156,9 @@ impl Region {
             };
             (Reply::of(&answer, "sim").payload.to_vec(), answered)
         });
+        if let Some(journal) = &mut self.journal {
+            journal[partition as usize].extend(records);
+        }
         let mut all = actions.now;
         all.extend(actions.stored);
         (reply, all)
@@ -274,7 +307,7 @@ impl World {
                     request,
                 }) => {
                     let partition = partition_of_subject(&subject);
-                    let region = &self.regions[to];
+                    let region = &mut self.regions[to];
                     let (reply, actions) =
                         region.decide(partition, &subject, &body, request.is_some(), now);
                     if self.tracing {
@@ -337,6 +370,24 @@ impl World {
                 self.note(now, format!("{name}: {reach:?}"));
             }
         }
+    }
+
+    /// Region `at`'s worker is killed and started again (journal mode):
+    /// what its link task waited for is forgotten with it. `false` when
+    /// it cannot be (snapshot mode).
+    pub fn restart(&mut self, at: usize, now: Nanos) -> bool {
+        if !self.regions[at].restart() {
+            return false;
+        }
+        self.waiting.retain(|_, waiting| waiting.from != at);
+        if self.tracing {
+            let name = self.regions[at].name.clone();
+            self.note(
+                now,
+                format!("{name}'s worker killed and restarted from its journal"),
+            );
+        }
+        true
     }
 
     /// Each region's owners give back the slices whose lease ended.
