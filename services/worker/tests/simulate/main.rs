@@ -28,151 +28,40 @@
 //! policies, holds, alerts and usage.
 
 mod net;
+mod scenario;
+mod scripted;
 mod world;
 
-use net::{pick, Faults, Net};
+use net::{pick, Net};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use scenario::Scenario;
 use sluice_core::time::Nanos;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use world::{Answered, Region, World};
 
-const SEC: u64 = 1_000_000_000;
+pub(crate) const SEC: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
 /// Partitions each region has (keys spread over them).
-const PARTITIONS: u32 = 4;
+pub(crate) const PARTITIONS: u32 = 4;
 /// How many asks one seed makes.
 const STEPS: usize = 250;
 /// How often each owner gives back slices whose lease ended.
 const SWEEP_EVERY: Nanos = Nanos(250 * MS);
 
-/// What a seed drew.
-#[derive(Debug)]
-struct Scenario {
-    regions: Vec<(&'static str, u64)>,
-    algorithm: &'static str,
-    max: u64,
-    per: &'static str,
-    on_cut: &'static str,
-    faults: Faults,
-    keys: Vec<String>,
-    /// Journal mode, where a worker may be killed and restarted.
-    journal: bool,
-}
-
-impl Scenario {
-    fn draw(rng: &mut StdRng) -> Scenario {
-        let three = rng.gen_bool(0.3);
-        let mut regions = vec![
-            ("east", rng.gen_range(1..=3)),
-            ("west", rng.gen_range(1..=3)),
-        ];
-        if three {
-            regions.push(("south", rng.gen_range(1..=3)));
-        }
-        let keys = (0..rng.gen_range(1..=3)).map(|k| format!("k{k}")).collect();
-        Scenario {
-            regions,
-            algorithm: pick::<&str>(
-                rng,
-                &["fixed_window", "fixed_window", "token_bucket", "gcra"],
-            ),
-            max: *pick(rng, &[5, 20, 100]),
-            per: pick::<&str>(rng, &["1s", "2s"]),
-            on_cut: pick::<&str>(rng, &["reserved", "reserved", "closed", "open"]),
-            faults: Faults::draw(rng, duplicates()),
-            keys,
-            journal: rng.gen_bool(0.5),
-        }
-    }
-
-    /// Region `region`'s config: the one global policy, homed in east.
-    fn toml(&self, region: &str) -> String {
-        let names: Vec<String> = self.regions.iter().map(|(n, _)| format!("{n:?}")).collect();
-        let shares: Vec<String> = self
-            .regions
-            .iter()
-            .map(|(n, w)| format!("{n} = {w}"))
-            .collect();
-        format!(
-            r#"region = "{region}"
-partitions = {PARTITIONS}
-[policies.default]
-algorithm = "{algorithm}"
-limits = [ {{ max = {max}, per = "{per}" }} ]
-scope = "global"
-home = "east"
-regions = [{names}]
-region_shares = {{ {shares} }}
-on_cut = "{on_cut}"
-"#,
-            algorithm = self.algorithm,
-            max = self.max,
-            per = self.per,
-            on_cut = self.on_cut,
-            names = names.join(", "),
-            shares = shares.join(", "),
-        )
-    }
-
-    /// How many whole limits the regions may admit together: with
-    /// `on_cut = "open"`, one in each while cut (SPEC §12).
-    fn limits(&self) -> u64 {
-        match self.on_cut {
-            "open" => self.regions.len() as u64,
-            _ => 1,
-        }
-    }
-
-    fn per(&self) -> u64 {
-        match self.per {
-            "1s" => SEC,
-            _ => 2 * SEC,
-        }
-    }
-
-    fn bucket(&self) -> bool {
-        self.algorithm != "fixed_window"
-    }
-
-    /// Where a fixed window's count is kept: per window; a bucket's,
-    /// over the whole run.
-    fn window_start(&self, now: Nanos) -> Nanos {
-        match self.bucket() {
-            true => Nanos::ZERO,
-            false => Nanos(now.0 - now.0 % self.per()),
-        }
-    }
-
-    /// The most a key may have admitted over all regions, `count` units in
-    /// its window (a bucket: since `start`): a fixed window's `max`; a
-    /// bucket's `burst + rate × elapsed` (docs/REGIONS-DESIGN.md, "Bounds,
-    /// and why they hold").
-    fn within(&self, count: u64, start: Nanos, now: Nanos) -> bool {
-        let limits = u128::from(self.limits());
-        if !self.bucket() {
-            return u128::from(count) <= limits * u128::from(self.max);
-        }
-        let elapsed = u128::from(now.0 - start.0);
-        let per = u128::from(self.per());
-        let most = limits * (u128::from(self.max) * per + u128::from(self.max) * elapsed);
-        u128::from(count) * per <= most
-    }
-}
-
 /// What one seed saw.
 #[derive(Debug, Default)]
-struct Seen {
-    asks: u64,
-    admitted: u64,
+pub(crate) struct Seen {
+    pub asks: u64,
+    pub admitted: u64,
     /// Denied while the link was up and the window had room over all regions.
-    denied_with_room: u64,
+    pub denied_with_room: u64,
     /// Workers killed and restarted from their journal.
-    restarts: u64,
+    pub restarts: u64,
 }
 
 /// A seed that broke a property: what broke, and the replay.
-struct Broken {
+pub(crate) struct Broken {
     seed: u64,
     what: String,
     trace: Vec<String>,
@@ -200,11 +89,54 @@ impl std::fmt::Display for Broken {
     }
 }
 
+/// One ask of a run: how long after the last one, in which region, of
+/// which key.
+pub(crate) struct Ask {
+    pub after: Nanos,
+    pub at: usize,
+    pub key: String,
+}
+
+/// What a run saw: the totals, and per key and window what each region
+/// asked and admitted (a bucket's "window" is the whole run).
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    pub seen: Seen,
+    pub windows: BTreeMap<(String, Nanos), Vec<Counts>>,
+}
+
+/// What one region asked and admitted in a window.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub asked: u64,
+    pub admitted: u64,
+}
+
 /// Runs one seed to its end, or to the first broken property; with
 /// `tracing`, keeping a trace of every step.
 fn run(seed: u64, tracing: bool) -> Result<Seen, Box<Broken>> {
     let mut rng = StdRng::seed_from_u64(seed);
     let scenario = Scenario::draw(&mut rng);
+    let keys = scenario.keys.clone();
+    let regions = scenario.regions.len();
+    let mut plan = move |rng: &mut StdRng| Ask {
+        after: Nanos(rng.gen_range(0..15 * MS)),
+        at: rng.gen_range(0..regions),
+        key: pick(rng, &keys).clone(),
+    };
+    simulate(seed, &mut rng, &scenario, STEPS, &mut plan, tracing).map(|report| report.seen)
+}
+
+/// Runs `scenario` for `steps` asks that `plan` makes, checking the bound
+/// after each, on `rng` (drawn from `seed`).
+pub(crate) fn simulate(
+    seed: u64,
+    rng: &mut StdRng,
+    scenario: &Scenario,
+    steps: usize,
+    plan: &mut dyn FnMut(&mut StdRng) -> Ask,
+    tracing: bool,
+) -> Result<Report, Box<Broken>> {
     let regions = scenario
         .regions
         .iter()
@@ -216,60 +148,67 @@ fn run(seed: u64, tracing: bool) -> Result<Seen, Box<Broken>> {
     let start = Nanos(1_000 * SEC);
     let mut now = start;
     let mut next_sweep = now.saturating_add(SWEEP_EVERY);
-    let mut admitted: HashMap<(String, Nanos), u64> = HashMap::new();
-    let mut seen = Seen::default();
-    for _ in 0..STEPS {
-        now = now.saturating_add(Nanos(rng.gen_range(0..15 * MS)));
-        world.deliver(&mut rng, now);
+    let mut report = Report::default();
+    for _ in 0..steps {
+        let ask = plan(rng);
+        now = now.saturating_add(ask.after);
+        world.deliver(rng, now);
         if now >= next_sweep {
-            world.sweep(&mut rng, now);
+            world.sweep(rng, now);
             next_sweep = now.saturating_add(SWEEP_EVERY);
         }
-        if scenario.journal && rng.gen_range(0..150) == 0 {
-            let at = rng.gen_range(0..world.regions.len());
-            seen.restarts += u64::from(world.restart(at, now));
-        }
-        if rng.gen_range(0..200) == 0 {
-            world.cut = !world.cut;
-            if tracing {
-                world.note(now, format!("link cut: {}", world.cut));
+        if let Some(every) = scenario.restarts.filter(|_| scenario.journal) {
+            if rng.gen_range(0..every) == 0 {
+                let at = rng.gen_range(0..world.regions.len());
+                report.seen.restarts += u64::from(world.restart(at, now));
             }
         }
-        let at = rng.gen_range(0..world.regions.len());
-        let key = pick(&mut rng, &scenario.keys).clone();
-        let answered = world.ask(&mut rng, at, &key, now);
-        seen.asks += 1;
-        let window = (key.clone(), scenario.window_start(now));
-        let count = admitted.entry(window).or_default();
+        let cut = scenario.cuts.at(rng, Nanos(now.0 - start.0), world.cut);
+        if cut != world.cut {
+            world.cut = cut;
+            if tracing {
+                world.note(now, format!("link cut: {cut}"));
+            }
+        }
+        let answered = world.ask(rng, ask.at, &ask.key, now);
+        report.seen.asks += 1;
+        let window = (ask.key.clone(), scenario.window_start(now));
+        let counts = report
+            .windows
+            .entry(window)
+            .or_insert_with(|| vec![Counts::default(); scenario.regions.len()]);
+        counts[ask.at].asked += 1;
+        let count: u64 = counts.iter().map(|c| c.admitted).sum();
         match answered {
             Answered::Decided(d) if d.allowed => {
-                *count += 1;
-                seen.admitted += 1;
-                if !scenario.within(*count, start, now) {
+                counts[ask.at].admitted += 1;
+                report.seen.admitted += 1;
+                let count = count + 1;
+                if !scenario.within(count, start, now) {
                     let elapsed = (now.0 - start.0) as f64 / 1e9;
                     return Err(Box::new(Broken {
                         seed,
                         what: format!(
-                            "key {key} admitted {count} ({}: in its window; a bucket: in {elapsed:.3} s), \
+                            "key {} admitted {count} ({}: in its window; a bucket: in {elapsed:.3} s), \
                              past its bound (max {} per {}, on_cut = {})",
-                            scenario.algorithm, scenario.max, scenario.per, scenario.on_cut
+                            ask.key, scenario.algorithm, scenario.max, scenario.per, scenario.on_cut
                         ),
                         trace: world.trace,
                     }));
                 }
             }
-            Answered::Decided(_) if !world.cut && !scenario.bucket() && *count < scenario.max => {
-                seen.denied_with_room += 1;
+            Answered::Decided(_) if !world.cut && !scenario.bucket() && count < scenario.max => {
+                report.seen.denied_with_room += 1;
             }
             _ => {}
         }
     }
-    Ok(seen)
+    Ok(report)
 }
 
 /// Whether the network delivers some messages twice:
 /// `SLUICE_SIM_DUPLICATES=1` (not yet survived: see `Faults::draw`).
-fn duplicates() -> bool {
+pub(crate) fn duplicates() -> bool {
     std::env::var("SLUICE_SIM_DUPLICATES").is_ok_and(|v| v == "1")
 }
 

@@ -1,0 +1,178 @@
+//! What a seed simulates: the regions and their weights, the one global
+//! policy (homed in east), the network's faults, the keys, the mode, and
+//! how the link and the workers fail over the run; and the bound a key's
+//! admitted asks must keep (docs/REGIONS-DESIGN.md, "Bounds, and why they
+//! hold").
+
+use crate::net::{pick, Faults};
+use crate::{duplicates, PARTITIONS, SEC};
+use rand::rngs::StdRng;
+use rand::Rng;
+use sluice_core::time::Nanos;
+
+/// What a seed simulates.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub regions: Vec<(&'static str, u64)>,
+    pub algorithm: &'static str,
+    pub max: u64,
+    pub per: &'static str,
+    pub on_cut: &'static str,
+    pub faults: Faults,
+    pub keys: Vec<String>,
+    /// Journal mode, where a worker may be killed and restarted.
+    pub journal: bool,
+    /// How the link is cut over the run.
+    pub cuts: Cuts,
+    /// In journal mode, a region's worker is killed about once per this
+    /// many asks (`None`: never).
+    pub restarts: Option<u32>,
+}
+
+/// How the link between the regions is cut over a run.
+#[derive(Debug, Clone, Copy)]
+pub enum Cuts {
+    /// Never.
+    Never,
+    /// Cut or healed at random, about once per this many asks.
+    Random(u32),
+    /// Cut from one time to another (simulated, since the start).
+    Between(Nanos, Nanos),
+}
+
+impl Cuts {
+    /// Whether the link is cut at `now`, `elapsed` since the start, given
+    /// whether it was (`Random` flips it now and then).
+    pub fn at(self, rng: &mut StdRng, elapsed: Nanos, was: bool) -> bool {
+        match self {
+            Cuts::Never => false,
+            Cuts::Random(every) => was ^ (rng.gen_range(0..every) == 0),
+            Cuts::Between(from, to) => elapsed >= from && elapsed < to,
+        }
+    }
+}
+
+impl Scenario {
+    /// A seed's random world.
+    pub fn draw(rng: &mut StdRng) -> Scenario {
+        let three = rng.gen_bool(0.3);
+        let mut regions = vec![
+            ("east", rng.gen_range(1..=3)),
+            ("west", rng.gen_range(1..=3)),
+        ];
+        if three {
+            regions.push(("south", rng.gen_range(1..=3)));
+        }
+        let keys = (0..rng.gen_range(1..=3)).map(|k| format!("k{k}")).collect();
+        Scenario {
+            regions,
+            algorithm: pick::<&str>(
+                rng,
+                &["fixed_window", "fixed_window", "token_bucket", "gcra"],
+            ),
+            max: *pick(rng, &[5, 20, 100]),
+            per: pick::<&str>(rng, &["1s", "2s"]),
+            on_cut: pick::<&str>(rng, &["reserved", "reserved", "closed", "open"]),
+            faults: Faults::draw(rng, duplicates()),
+            keys,
+            journal: rng.gen_bool(0.5),
+            cuts: Cuts::Random(200),
+            restarts: Some(150),
+        }
+    }
+
+    /// Two regions of equal weight, a fixed window of 100 a second, one
+    /// key, snapshot mode, nothing lost, the link never cut: the
+    /// two-region integration tests' world, to change.
+    pub fn two_regions() -> Scenario {
+        Scenario {
+            regions: vec![("east", 1), ("west", 1)],
+            algorithm: "fixed_window",
+            max: 100,
+            per: "1s",
+            on_cut: "reserved",
+            faults: Faults {
+                drop_per_mille: 0,
+                duplicate_per_mille: 0,
+                max_delay: Nanos(20_000_000),
+            },
+            keys: vec!["k0".to_string()],
+            journal: false,
+            cuts: Cuts::Never,
+            restarts: None,
+        }
+    }
+
+    /// Region `region`'s config: the one global policy, homed in east.
+    pub fn toml(&self, region: &str) -> String {
+        let names: Vec<String> = self.regions.iter().map(|(n, _)| format!("{n:?}")).collect();
+        let shares: Vec<String> = self
+            .regions
+            .iter()
+            .map(|(n, w)| format!("{n} = {w}"))
+            .collect();
+        format!(
+            r#"region = "{region}"
+partitions = {PARTITIONS}
+[policies.default]
+algorithm = "{algorithm}"
+limits = [ {{ max = {max}, per = "{per}" }} ]
+scope = "global"
+home = "east"
+regions = [{names}]
+region_shares = {{ {shares} }}
+on_cut = "{on_cut}"
+"#,
+            algorithm = self.algorithm,
+            max = self.max,
+            per = self.per,
+            on_cut = self.on_cut,
+            names = names.join(", "),
+            shares = shares.join(", "),
+        )
+    }
+
+    /// How many whole limits the regions may admit together: with
+    /// `on_cut = "open"`, one in each while cut (SPEC §12).
+    pub fn limits(&self) -> u64 {
+        match self.on_cut {
+            "open" => self.regions.len() as u64,
+            _ => 1,
+        }
+    }
+
+    pub fn per(&self) -> u64 {
+        match self.per {
+            "1s" => SEC,
+            _ => 2 * SEC,
+        }
+    }
+
+    pub fn bucket(&self) -> bool {
+        self.algorithm != "fixed_window"
+    }
+
+    /// Where a fixed window's count is kept: per window; a bucket's,
+    /// over the whole run.
+    pub fn window_start(&self, now: Nanos) -> Nanos {
+        match self.bucket() {
+            true => Nanos::ZERO,
+            false => Nanos(now.0 - now.0 % self.per()),
+        }
+    }
+
+    /// The most a key may have admitted over all regions, `count` units in
+    /// its window (a bucket: since `start`): a fixed window's `max`; a
+    /// bucket's `burst + rate × elapsed` (docs/REGIONS-DESIGN.md, "Bounds,
+    /// and why they hold").
+    pub fn within(&self, count: u64, start: Nanos, now: Nanos) -> bool {
+        let limits = u128::from(self.limits());
+        if !self.bucket() {
+            return u128::from(count) <= limits * u128::from(self.max);
+        }
+        let elapsed = u128::from(now.0 - start.0);
+        let per = u128::from(self.per());
+        let most = limits * (u128::from(self.max) * per + u128::from(self.max) * elapsed);
+        u128::from(count) * per <= most
+    }
+}
