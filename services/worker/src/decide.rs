@@ -485,6 +485,9 @@ impl Decider {
             .map(|((global, here), limit)| remote_shares(global, here, limit.max()))
             .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
+        // An ask another region sent on to the home (what it holds could
+        // not pay for it).
+        let forwarded = turn.link && matches!((op, budget), (Op::Allow(_), Budget::None));
         // Only another region's owner gives back units of a global key: a
         // client holds no slice of one, and a refund it made up (the shares
         // are booked at the window's start, which anyone can tell) would
@@ -528,6 +531,13 @@ impl Decider {
             let (decision, grant, opened) = owned.counters.update(policy, buf, now, |state| {
                 let opened = home_shares.and_then(|s| policy.open_at_home(state, now, s));
                 let (decision, grant) = match budget {
+                    Budget::None if forwarded => {
+                        let keeps = home_keeps(buf, now);
+                        (
+                            global::forwarded_at_home(policy, state, now, cost, keeps),
+                            None,
+                        )
+                    }
                     Budget::None => (op.apply(policy, state, now), None),
                     // A link item's cost and slice are one grant of up to
                     // their sum (crate::global).

@@ -503,14 +503,17 @@ impl Delegates {
     }
 }
 
-/// What the home keeps out of a grant to another region: what its own
-/// demand needs until the window ends, up to what is left of its own
-/// share (`home_share`, its weight's fraction of `max`); all of that
-/// while its rate cannot be told yet.
+/// What the home keeps out of a grant to another region, or out of an
+/// ask another region sent on to it: what its own demand needs until the
+/// window ends, and at least for [`ASK_AHEAD`] (a bucket's units carry
+/// over a window's end, and so does the home's demand), up to what is
+/// left of its own share (`home_share`, its weight's fraction of `max`);
+/// all of that while its rate cannot be told yet.
 pub fn home_keeps(demand: &Demand, home_share: u64, limit: &Limit, now: Nanos) -> u64 {
     let start = limit.window_start(now);
     let left = home_share.saturating_sub(demand.taken());
-    match demand.need_until(start, now, limit.window_end(start)) {
+    let until = limit.window_end(start).max(now.saturating_add(ASK_AHEAD));
+    match demand.need_until(start, now, until) {
         Some(need) => need.min(left),
         None => left,
     }

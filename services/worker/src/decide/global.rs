@@ -12,7 +12,7 @@ use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
-use sluice_core::policy::{Decision, Policy, Spread};
+use sluice_core::policy::{Decision, KeyState, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::report::Kept;
@@ -95,6 +95,30 @@ fn part_or_slices(
         delegates.asked(counter_key, now);
     }
     (decision, want)
+}
+
+/// At the home, an ask another region sent on because what it holds could
+/// not pay for it: decided on the one count, leaving what the home keeps
+/// for its own asks (`keeps`, as out of a grant to that region), so that a
+/// busy region's asks do not starve a quiet home.
+pub(super) fn forwarded_at_home(
+    policy: &Policy,
+    state: &mut KeyState,
+    now: Nanos,
+    cost: u64,
+    keeps: u64,
+) -> Decision {
+    if keeps > 0 {
+        let mut probe = state.clone();
+        let room = Op::Allow(cost.saturating_add(keeps)).apply(policy, &mut probe, now);
+        if !room.allowed {
+            return Decision {
+                remaining: room.remaining.saturating_sub(keeps),
+                ..room
+            };
+        }
+    }
+    Op::Allow(cost).apply(policy, state, now)
 }
 
 /// What the key's own counter holds in the window at `now`: the units of
@@ -233,12 +257,18 @@ impl Decider {
             (false, _) => Usage::Denied,
         };
         let turn = &mut Turn::new(policies, owned, now, tally, false);
+        let policy = policies.in_force(base, &note.key);
+        if usage == Usage::Used {
+            // Counted at the home, spent here: in this region's tally of
+            // what it spent (alerts), as a hit sent to the home is.
+            self.tally_spent(turn, policy, &note.key, note.cost);
+        }
         let counted = Counted {
             policy: base.name(),
             token: &note.key,
             cost: note.cost,
         };
-        self.record_usage_apart(turn, counted, usage, false);
+        self.record_usage_apart(turn, counted, usage, policy.tallies().is_some());
     }
 
     /// The home asks for a key's share of a window back: what this
@@ -384,32 +414,40 @@ impl Decider {
             self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
             return Ok(Some((answered, policy.name(), None)));
         }
-        let cut_open =
-            global.on_cut() == OnCut::Open && owned.counters.global().is_cut(global.home());
-        if at_home && !decision.allowed && matches!(op, Op::Allow(_)) && !cut_open {
-            // Decided at the home: the link task sends it there and relays
-            // the answer; while the home is cut off, one a second goes (to
-            // tell when it is back) and the rest are denied here.
-            if owned.counters.global().may_forward(global.home(), now) {
-                turn.forward = Some(Forward {
-                    here: here.clone(),
-                    home: global.home().clone(),
-                    partition: owned.partition,
-                    policy: base.name().to_string(),
-                    token: token.to_string(),
-                    cost,
-                    body: Vec::new(),
-                    unanswered: answered,
-                    decided_by: policy.name().to_string(),
-                });
-                return Err(ErrorReply::unavailable(format!(
-                    "policy {} is decided at its home region {} once this region's part of it \
-                     is spent: ask key {token} alone on {}, not in a batch",
-                    base.name(),
-                    global.home(),
-                    Verb::Allow.client_subject(token)
-                )));
-            }
+        let cut = owned.counters.global().is_cut(global.home());
+        let cut_open = global.on_cut() == OnCut::Open && cut;
+        // What this region holds cannot pay: the home decides, from the
+        // one count (a denial while the link is up means the global
+        // count has no room). The link task sends it there and relays the
+        // answer. While the home is cut off, a policy decided at the home
+        // sends one a second (to tell when it is back) and denies the
+        // rest here; any other decides here as its `on_cut` says (its
+        // requests for slices tell when the link is back).
+        let to_home = at_home || !cut;
+        if to_home
+            && !decision.allowed
+            && matches!(op, Op::Allow(_))
+            && !cut_open
+            && owned.counters.global().may_forward(global.home(), now)
+        {
+            turn.forward = Some(Forward {
+                here: here.clone(),
+                home: global.home().clone(),
+                partition: owned.partition,
+                policy: base.name().to_string(),
+                token: token.to_string(),
+                cost,
+                body: Vec::new(),
+                unanswered: answered,
+                decided_by: policy.name().to_string(),
+            });
+            return Err(ErrorReply::unavailable(format!(
+                "policy {} is decided at its home region {} once what this region holds of \
+                 it is spent: ask key {token} alone on {}, not in a batch",
+                base.name(),
+                global.home(),
+                Verb::Allow.client_subject(token)
+            )));
         }
         if !decision.allowed && cut_open {
             return Ok(None);

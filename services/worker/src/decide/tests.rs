@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 
 mod batch_holds;
 mod batches;
+mod global;
 mod replay;
 
 const PARTITIONS: u32 = 4;

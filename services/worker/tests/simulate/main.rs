@@ -153,6 +153,35 @@ pub(crate) fn simulate(
         let ask = plan(rng);
         now = now.saturating_add(ask.after);
         world.deliver(rng, now);
+        for settled in world.settled() {
+            let window = (
+                settled.key.clone(),
+                scenario.window_start(settled.decided_at),
+            );
+            let counts = report
+                .windows
+                .entry(window)
+                .or_insert_with(|| vec![Counts::default(); scenario.regions.len()]);
+            if settled.allowed {
+                counts[settled.at].admitted += 1;
+                report.seen.admitted += 1;
+                let count: u64 = counts.iter().map(|c| c.admitted).sum();
+                // By now: the count holds what was admitted since too.
+                if !scenario.within(count, start, now) {
+                    let elapsed = (settled.decided_at.0 - start.0) as f64 / 1e9;
+                    let what = format!(
+                        "key {} admitted {count} with an ask forwarded to the home and \
+                         decided there at {elapsed:.3} s, past its bound (max {} per {}, {})",
+                        settled.key, scenario.max, scenario.per, scenario.algorithm
+                    );
+                    return Err(Box::new(Broken {
+                        seed,
+                        what,
+                        trace: world.trace,
+                    }));
+                }
+            }
+        }
         if now >= next_sweep {
             world.sweep(rng, now);
             next_sweep = now.saturating_add(SWEEP_EVERY);
@@ -197,8 +226,21 @@ pub(crate) fn simulate(
                     }));
                 }
             }
-            Answered::Decided(_) if !world.cut && !scenario.bucket() && count < scenario.max => {
-                report.seen.denied_with_room += 1;
+            Answered::Decided(_) if !world.cut && !scenario.bucket() => {
+                let room = world.home_has_room(&ask.key, now);
+                if scenario.lossless && room {
+                    let at = scenario.regions[ask.at].0;
+                    return Err(Box::new(Broken {
+                        seed,
+                        what: format!(
+                            "{at} denied {} while the home's count had room, nothing lost \
+                             (max {} per {}, on_cut = {})",
+                            ask.key, scenario.max, scenario.per, scenario.on_cut
+                        ),
+                        trace: world.trace,
+                    }));
+                }
+                report.seen.denied_with_room += u64::from(count < scenario.max);
             }
             _ => {}
         }

@@ -7,6 +7,7 @@
 //! ([`LinkHealth`]). Time is one simulated clock.
 
 use crate::net::{Due, Net};
+use rand::rngs::StdRng;
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::Policies;
@@ -15,10 +16,13 @@ use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::state::{Action, Event};
 use sluice_core::region::transport::{self, LinkHealth, Send};
 use sluice_core::region::RegionName;
-use sluice_core::subject::Verb;
+use sluice_core::subject::{link_answered, link_ask, Verb};
 use sluice_core::time::Nanos;
+use sluice_core::wire::link;
+use sluice_core::wire::{decode_reply, Reply as WireReply};
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::{Answer, Decider, Message, Owned};
+use sluice_worker::global::Forward;
 use sluice_worker::journal::record::Record;
 use sluice_worker::reply::Reply;
 use sluice_worker::stats::ShardStats;
@@ -51,26 +55,57 @@ pub enum Wire {
         body: Vec<u8>,
         request: Option<u64>,
     },
-    /// The reply to `request`, back to region `to`.
+    /// The reply to `request`, back to region `to`, decided there at
+    /// `decided_at`.
     Reply {
         to: usize,
         request: u64,
         body: Vec<u8>,
+        decided_at: Nanos,
     },
 }
 
 /// A request that waits for its reply.
 struct Waiting {
     from: usize,
-    action: Action,
+    what: Sent,
+}
+
+/// What a request carries: an action, or an ask forwarded to the home.
+enum Sent {
+    Action(Action),
+    /// An ask forwarded to the home at the time given.
+    Forward(Forward, Nanos),
 }
 
 /// What a region answered an ask.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Answered {
     Decided(Decision),
-    /// An error reply, or an ask sent on (to the home).
+    /// Sent to the home, whose answer comes later ([`Settled`]).
+    Forwarded,
+    /// An error reply.
     Other,
+}
+
+/// The answer to an ask forwarded to the home, as the asker got it: the
+/// home's (decided at `decided_at`), or the forward's denial when the
+/// home did not answer.
+#[derive(Clone, Debug)]
+pub struct Settled {
+    pub at: usize,
+    pub key: String,
+    pub allowed: bool,
+    pub decided_at: Nanos,
+}
+
+/// What a region's owner did with a message.
+enum Outcome {
+    /// The reply's body and what it answered.
+    Reply(Vec<u8>, Answered),
+    /// An ask to send to the home.
+    Forward(Forward),
+    None,
 }
 
 impl Region {
@@ -136,7 +171,7 @@ impl Region {
         body: &[u8],
         wants_reply: bool,
         now: Nanos,
-    ) -> (Option<(Vec<u8>, Answered)>, Vec<Action>) {
+    ) -> (Outcome, Vec<Action>) {
         let owned = self.owned(partition);
         let mut tally = self.decider.tally(owned);
         let message = Message {
@@ -149,13 +184,17 @@ impl Region {
             .message(&self.policies, message, owned, now, &mut tally);
         let actions = tally.take_actions();
         let records = tally.finish(self.decider.stats(), owned.stats);
-        let reply = answer.map(|answer| {
-            let answered = match &answer {
-                Answer::Decision { decision, .. } => Answered::Decided(*decision),
-                _ => Answered::Other,
-            };
-            (Reply::of(&answer, "sim").payload.to_vec(), answered)
-        });
+        let reply = match answer {
+            None => Outcome::None,
+            Some(Answer::Forward(forward)) => Outcome::Forward(forward),
+            Some(answer) => {
+                let answered = match &answer {
+                    Answer::Decision { decision, .. } => Answered::Decided(*decision),
+                    _ => Answered::Other,
+                };
+                Outcome::Reply(Reply::of(&answer, "sim").payload.to_vec(), answered)
+            }
+        };
         if let Some(journal) = &mut self.journal {
             journal[partition as usize].extend(records);
         }
@@ -185,6 +224,8 @@ pub struct World {
     pub net: Net<Wire>,
     pub cut: bool,
     waiting: HashMap<u64, Waiting>,
+    /// Forwarded asks answered since the last look ([`World::settled`]).
+    settled: Vec<Settled>,
     next_request: u64,
     partitions: u32,
     /// What happened, for a failing seed's report: kept only when asked
@@ -213,6 +254,7 @@ impl World {
             net,
             cut: false,
             waiting: HashMap::new(),
+            settled: Vec::new(),
             next_request: 0,
             partitions,
             trace: Vec::new(),
@@ -234,19 +276,20 @@ impl World {
     }
 
     /// An ask of `token` under the default policy in region `at`.
-    pub fn ask(
-        &mut self,
-        rng: &mut rand::rngs::StdRng,
-        at: usize,
-        token: &str,
-        now: Nanos,
-    ) -> Answered {
+    pub fn ask(&mut self, rng: &mut StdRng, at: usize, token: &str, now: Nanos) -> Answered {
         let partition = KeyToken::parse(token)
             .expect("a key")
             .partition(self.partitions);
         let subject = Verb::Allow.mapped_subject(partition, token);
         let (reply, actions) = self.regions[at].decide(partition, &subject, b"", true, now);
-        let answered = reply.map_or(Answered::Other, |(_, a)| a);
+        let answered = match reply {
+            Outcome::Reply(_, answered) => answered,
+            Outcome::Forward(forward) => {
+                self.forward(rng, at, forward, now);
+                Answered::Forwarded
+            }
+            Outcome::None => Answered::Other,
+        };
         if self.tracing {
             let name = &self.regions[at].name;
             self.note(now, format!("{name} asks {token}: {answered:?}"));
@@ -256,28 +299,13 @@ impl World {
     }
 
     /// Sends what region `from` left to cross the link.
-    fn perform(
-        &mut self,
-        rng: &mut rand::rngs::StdRng,
-        from: usize,
-        actions: Vec<Action>,
-        now: Nanos,
-    ) {
+    fn perform(&mut self, rng: &mut StdRng, from: usize, actions: Vec<Action>, now: Nanos) {
         for action in actions {
             for out in transport::messages_of(&action) {
                 let to_name = out.subject.split('.').nth(1).expect("a link subject");
                 let to = self.region_index(to_name);
-                let request = (out.send == Send::Request).then(|| {
-                    let id = self.next_request;
-                    self.next_request += 1;
-                    let waiting = Waiting {
-                        from,
-                        action: action.clone(),
-                    };
-                    self.waiting.insert(id, waiting);
-                    self.net.time_out(now.saturating_add(ASK_TIMEOUT), id);
-                    id
-                });
+                let request = (out.send == Send::Request)
+                    .then(|| self.wait(from, Sent::Action(action.clone()), now));
                 if self.tracing {
                     let from = &self.regions[from].name;
                     let line = format!("{from} sends {} ({request:?}): {action:?}", out.subject);
@@ -296,7 +324,7 @@ impl World {
     }
 
     /// Delivers everything due by `now`.
-    pub fn deliver(&mut self, rng: &mut rand::rngs::StdRng, now: Nanos) {
+    pub fn deliver(&mut self, rng: &mut StdRng, now: Nanos) {
         while let Some(due) = self.net.pop_due(now) {
             match due {
                 Due::Arrives(Wire::Message {
@@ -310,6 +338,10 @@ impl World {
                     let region = &mut self.regions[to];
                     let (reply, actions) =
                         region.decide(partition, &subject, &body, request.is_some(), now);
+                    let reply = match reply {
+                        Outcome::Reply(body, answered) => Some((body, answered)),
+                        _ => None,
+                    };
                     if self.tracing {
                         let answered = reply.as_ref().map(|r| r.1);
                         self.note(now, format!("{subject} arrives: {answered:?}"));
@@ -319,41 +351,100 @@ impl World {
                             to: from,
                             request,
                             body,
+                            decided_at: now,
                         };
                         self.net.send(rng, now, self.cut, wire);
                     }
                     self.perform(rng, to, actions, now);
                 }
-                Due::Arrives(Wire::Reply { to, request, body }) => {
+                Due::Arrives(Wire::Reply {
+                    to,
+                    request,
+                    body,
+                    decided_at,
+                }) => {
                     // A reply after its request timed out is dropped, as
                     // the link task's request gives up.
                     let Some(waiting) = self.waiting.remove(&request) else {
                         continue;
                     };
                     debug_assert_eq!(waiting.from, to);
-                    self.outcome(waiting, Some(&body), now);
+                    self.outcome(rng, waiting, Some((&body, decided_at)), now);
                 }
                 Due::TimesOut(request) => {
                     if let Some(waiting) = self.waiting.remove(&request) {
-                        self.outcome(waiting, None, now);
+                        self.outcome(rng, waiting, None, now);
                     }
                 }
             }
         }
     }
 
+    /// A request from region `from` now waits for its reply, or its time
+    /// to run out: its id.
+    fn wait(&mut self, from: usize, what: Sent, now: Nanos) -> u64 {
+        let id = self.next_request;
+        self.next_request += 1;
+        self.waiting.insert(id, Waiting { from, what });
+        self.net.time_out(now.saturating_add(ASK_TIMEOUT), id);
+        id
+    }
+
+    /// Sends an ask region `at` could not pay for to the home, as the
+    /// link task does.
+    fn forward(&mut self, rng: &mut StdRng, at: usize, forward: Forward, now: Nanos) {
+        let to = self.region_index(forward.home.as_str());
+        let subject = link_ask(
+            forward.home.as_str(),
+            forward.partition,
+            Verb::Allow,
+            &forward.token,
+        );
+        let body = forward.body.clone();
+        let request = self.wait(at, Sent::Forward(forward, now), now);
+        if self.tracing {
+            let line = format!("forwards {subject} ({request})");
+            self.note(now, line);
+        }
+        let wire = Wire::Message {
+            from: at,
+            to,
+            subject,
+            body,
+            request: Some(request),
+        };
+        self.net.send(rng, now, self.cut, wire);
+    }
+
+    /// The forwarded asks answered since the last call.
+    pub fn settled(&mut self) -> Vec<Settled> {
+        std::mem::take(&mut self.settled)
+    }
+
     /// What came of a request, as the link task reads it.
-    fn outcome(&mut self, waiting: Waiting, reply: Option<&[u8]>, now: Nanos) {
+    fn outcome(
+        &mut self,
+        rng: &mut StdRng,
+        waiting: Waiting,
+        reply: Option<(&[u8], Nanos)>,
+        now: Nanos,
+    ) {
+        let action = match waiting.what {
+            Sent::Action(action) => action,
+            Sent::Forward(forward, sent) => {
+                return self.relayed(rng, (waiting.from, forward, sent), reply, now)
+            }
+        };
         let Action::Grant {
             home,
             partition,
             sent,
             ..
-        } = &waiting.action
+        } = &action
         else {
             return;
         };
-        let (event, outcome) = transport::grant_outcome(&waiting.action, reply, now);
+        let (event, outcome) = transport::grant_outcome(&action, reply.map(|r| r.0), now);
         if self.tracing {
             let to = &self.regions[waiting.from].name;
             let line = format!("{to} hears: {event:?} {outcome:?}");
@@ -370,6 +461,77 @@ impl World {
                 self.note(now, format!("{name}: {reach:?}"));
             }
         }
+    }
+
+    /// The home's answer to an ask region `at` forwarded (none: not in
+    /// time), as the link task relays it: to the asker, to the link's
+    /// health, and to the asking partition as an answered note for its
+    /// usage and tally.
+    fn relayed(
+        &mut self,
+        rng: &mut StdRng,
+        (at, forward, sent): (usize, Forward, Nanos),
+        reply: Option<(&[u8], Nanos)>,
+        now: Nanos,
+    ) {
+        let decided = reply.and_then(|(body, decided_at)| match decode_reply(body) {
+            Ok(WireReply::Decision(d)) => Some(Ok((d.allowed && !d.shadow_denied, decided_at))),
+            Ok(WireReply::Error(e)) if e.code.status() < 500 => Some(Err(())),
+            _ => None,
+        });
+        let region = &mut self.regions[at];
+        if let Some(reach) = region
+            .health
+            .outcome(&forward.home, sent, decided.is_some())
+        {
+            region.tell_all(reach);
+        }
+        let (allowed, decided_at) = match decided {
+            Some(Ok(answer)) => answer,
+            // A bad request counted nothing anywhere.
+            Some(Err(())) => return,
+            None => (false, now),
+        };
+        if self.tracing {
+            let line = format!("the home answers {} forwarded: {allowed}", forward.token);
+            self.note(now, line);
+        }
+        self.settled.push(Settled {
+            at,
+            key: forward.token.clone(),
+            allowed,
+            decided_at,
+        });
+        let note = link::Answered {
+            policy: forward.policy.clone(),
+            key: forward.token.clone(),
+            cost: forward.cost,
+            allowed,
+        };
+        let subject = link_answered(forward.here.as_str(), forward.partition);
+        let (_, actions) = self.regions[at].decide(
+            forward.partition,
+            &subject,
+            &link::encode(&note),
+            false,
+            now,
+        );
+        self.perform(rng, at, actions, now);
+    }
+
+    /// Whether the home's one count of `token`'s global fixed window has
+    /// room at `now` (what it counted: its own asks, the other regions'
+    /// shares and the slices out).
+    pub fn home_has_room(&self, token: &str, now: Nanos) -> bool {
+        let home = &self.regions[0];
+        let partition = KeyToken::parse(token)
+            .expect("a key")
+            .partition(self.partitions);
+        let policy = home.policies.get("default").expect("the policy");
+        let counters = &home.partitions[partition as usize].0;
+        counters
+            .state(&format!("default/{token}"))
+            .is_none_or(|state| policy.inspect(&state, now)[0].remaining > 0)
     }
 
     /// Region `at`'s worker is killed and started again (journal mode):
@@ -391,7 +553,7 @@ impl World {
     }
 
     /// Each region's owners give back the slices whose lease ended.
-    pub fn sweep(&mut self, rng: &mut rand::rngs::StdRng, now: Nanos) {
+    pub fn sweep(&mut self, rng: &mut StdRng, now: Nanos) {
         for at in 0..self.regions.len() {
             let region = &self.regions[at];
             let mut actions = Vec::new();
