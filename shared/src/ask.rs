@@ -39,6 +39,13 @@ impl Op {
         }
     }
 
+    /// How much it counts.
+    pub const fn cost(self) -> u64 {
+        match self {
+            Op::Allow(cost) | Op::Record(cost) => cost,
+        }
+    }
+
     /// Applies it to `state` under `policy` at `now`.
     pub fn apply(self, policy: &Policy, state: &mut KeyState, now: Nanos) -> Decision {
         match self {

@@ -100,74 +100,16 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
     let (up_tx, up_rx) = mpsc::channel::<Result<()>>();
     let mut handles = Vec::new();
     for t in 0..threads {
-        let conns: Vec<usize> = (0..opts.connections).filter(|c| c % threads == t).collect();
-        // Task j rides connection j % M.
-        let tasks: Vec<usize> = (0..opts.concurrency)
-            .filter(|j| (j % opts.connections) % threads == t)
-            .map(|j| j % opts.connections)
-            .collect();
-        let connect = connect.clone();
-        let keys = keys.clone();
-        let shared = shared.clone();
-        let start_rx = start_rx.clone();
-        let up_tx = up_tx.clone();
-        let rate = opts.rate.map(|r| r / threads as f64);
-        let inflight_cap = tasks.len().max(1);
-        let handle = std::thread::Builder::new()
-            .name(format!("bench-{t}"))
-            .spawn(move || -> Result<Thread> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                let local = tokio::task::LocalSet::new();
-                local.block_on(&rt, async move {
-                    let mut targets = Vec::new();
-                    for &c in &conns {
-                        match connect.connect(c).await {
-                            Ok(target) => targets.push((c, Rc::new(target))),
-                            Err(e) => {
-                                let _ = up_tx.send(Err(e));
-                                return Ok(Thread::default());
-                            }
-                        }
-                    }
-                    let _ = up_tx.send(Ok(()));
-                    let start = wait_start(start_rx).await;
-                    let Some(start) = start else {
-                        return Ok(Thread::default());
-                    };
-                    let rec = Rc::new(RefCell::new(Recorder::default()));
-                    let seed = (t as u64 + 1) << 32;
-                    let load = Load {
-                        keys: &keys,
-                        shared: &shared,
-                        thread: t,
-                        start,
-                        rec: &rec,
-                        seed,
-                    };
-                    match rate {
-                        None => closed_loop(&targets, &tasks, load).await,
-                        Some(rate) => {
-                            let targets: Vec<Rc<C::Target>> =
-                                targets.iter().map(|(_, t)| t.clone()).collect();
-                            open_loop(targets, load, rate, inflight_cap).await
-                        }
-                    }
-                    let stats =
-                        merge_stats(targets.iter().filter_map(|(_, t)| t.stats()).collect());
-                    let rec = Rc::try_unwrap(rec)
-                        .map_err(|_| anyhow!("a load task outlived the run"))?
-                        .into_inner();
-                    Ok(Thread {
-                        recorder: rec,
-                        last_done: None,
-                        client_stats: stats,
-                    }
-                    .finish(start))
-                })
-            })
-            .context("cannot start a load thread")?;
+        let channels = (start_rx.clone(), up_tx.clone());
+        let handle = spawn_thread(
+            t,
+            threads,
+            opts,
+            connect.clone(),
+            keys.clone(),
+            shared.clone(),
+            channels,
+        )?;
         handles.push(handle);
     }
     drop(up_tx);
@@ -204,7 +146,116 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
         window_end,
         admission: opts.admission,
     }));
-    // Progress, once a second, until the window ends (or the budget runs out).
+    watch_progress(&shared, opts, &handles, (at, window_start, window_end));
+    shared.stop.store(true, Ordering::SeqCst);
+    let mut recorder = Recorder::default();
+    let mut last_done = at;
+    let mut client_stats: Vec<serde_json::Value> = Vec::new();
+    for h in handles {
+        let thread = h.join().map_err(|_| anyhow!("a load thread panicked"))??;
+        recorder.merge(thread.recorder);
+        if let Some(t) = thread.last_done {
+            last_done = last_done.max(t);
+        }
+        client_stats.extend(thread.client_stats);
+    }
+    let window = match window_end {
+        Some(end) => end - window_start,
+        None => last_done - at,
+    };
+    Ok(Measured {
+        recorder,
+        window,
+        client_stats: merge_stats(client_stats),
+    })
+}
+
+/// Starts load thread `t` of `threads`: its share of the connections and
+/// tasks, on a current-thread runtime of its own. It says on `up` when its
+/// connections are up (or the first failed), waits for the clock on
+/// `start`, runs the closed or open loop, and returns what it recorded.
+fn spawn_thread<C: Connect>(
+    t: usize,
+    threads: usize,
+    opts: &LoadOptions,
+    connect: C,
+    keys: Keys,
+    shared: Arc<Shared>,
+    channels: (watch::Receiver<Option<Start>>, mpsc::Sender<Result<()>>),
+) -> Result<std::thread::JoinHandle<Result<Thread>>> {
+    let conns: Vec<usize> = (0..opts.connections).filter(|c| c % threads == t).collect();
+    // Task j rides connection j % M.
+    let tasks: Vec<usize> = (0..opts.concurrency)
+        .filter(|j| (j % opts.connections) % threads == t)
+        .map(|j| j % opts.connections)
+        .collect();
+    let (start_rx, up_tx) = channels;
+    let rate = opts.rate.map(|r| r / threads as f64);
+    let inflight_cap = tasks.len().max(1);
+    std::thread::Builder::new()
+        .name(format!("bench-{t}"))
+        .spawn(move || -> Result<Thread> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                let mut targets = Vec::new();
+                for &c in &conns {
+                    match connect.connect(c).await {
+                        Ok(target) => targets.push((c, Rc::new(target))),
+                        Err(e) => {
+                            let _ = up_tx.send(Err(e));
+                            return Ok(Thread::default());
+                        }
+                    }
+                }
+                let _ = up_tx.send(Ok(()));
+                let start = wait_start(start_rx).await;
+                let Some(start) = start else {
+                    return Ok(Thread::default());
+                };
+                let rec = Rc::new(RefCell::new(Recorder::default()));
+                let seed = (t as u64 + 1) << 32;
+                let load = Load {
+                    keys: &keys,
+                    shared: &shared,
+                    thread: t,
+                    start,
+                    rec: &rec,
+                    seed,
+                };
+                match rate {
+                    None => closed_loop(&targets, &tasks, load).await,
+                    Some(rate) => {
+                        let targets: Vec<Rc<C::Target>> =
+                            targets.iter().map(|(_, t)| t.clone()).collect();
+                        open_loop(targets, load, rate, inflight_cap).await
+                    }
+                }
+                let stats = merge_stats(targets.iter().filter_map(|(_, t)| t.stats()).collect());
+                let rec = Rc::try_unwrap(rec)
+                    .map_err(|_| anyhow!("a load task outlived the run"))?
+                    .into_inner();
+                Ok(Thread {
+                    recorder: rec,
+                    last_done: None,
+                    client_stats: stats,
+                }
+                .finish(start))
+            })
+        })
+        .context("cannot start a load thread")
+}
+
+/// Until the window ends (or, with a budget of requests, every thread):
+/// a progress line once a second on stderr, if asked for.
+fn watch_progress<T>(
+    shared: &Shared,
+    opts: &LoadOptions,
+    handles: &[std::thread::JoinHandle<T>],
+    (at, window_start, window_end): (Instant, Instant, Option<Instant>),
+) {
     let mut last = (at, 0u64);
     loop {
         let now = Instant::now();
@@ -242,27 +293,6 @@ pub fn run<C: Connect>(connect: C, keys: Keys, opts: &LoadOptions) -> Result<Mea
             last = (now, done);
         }
     }
-    shared.stop.store(true, Ordering::SeqCst);
-    let mut recorder = Recorder::default();
-    let mut last_done = at;
-    let mut client_stats: Vec<serde_json::Value> = Vec::new();
-    for h in handles {
-        let thread = h.join().map_err(|_| anyhow!("a load thread panicked"))??;
-        recorder.merge(thread.recorder);
-        if let Some(t) = thread.last_done {
-            last_done = last_done.max(t);
-        }
-        client_stats.extend(thread.client_stats);
-    }
-    let window = match window_end {
-        Some(end) => end - window_start,
-        None => last_done - at,
-    };
-    Ok(Measured {
-        recorder,
-        window,
-        client_stats: merge_stats(client_stats),
-    })
 }
 
 #[derive(Default)]

@@ -154,15 +154,7 @@ pub async fn serve(
         None => None,
     };
     warn_of_unknown_envoy_policies(&opts.config);
-    let mut client_opts = ClientOptions::from_config(&opts.config).timeout(opts.timeout);
-    client_opts.batching = opts.batching;
-    client_opts.name = "sluice-gateway".into();
-    client_opts.auth = opts.nats_auth.clone();
-    // The local fallback and the deny cache follow the live policies (SPEC §7).
-    client_opts.follow_policies = true;
-    let client = Client::connect_with(&opts.nats_url, client_opts)
-        .await
-        .context("the gateway cannot start")?;
+    let client = connect(&opts).await?;
     let ui = if opts.ui {
         Some(UiState {
             secrets: ui::Secrets::new(tls.is_some())?,
@@ -186,65 +178,16 @@ pub async fn serve(
         api_token: opts.api_token.clone(),
         ui,
     });
-    let addr = listener.local_addr()?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!(
-        "gateway listening on {scheme}://{addr}, NATS {}, fallback {}, dashboard {}, {}",
-        opts.nats_url,
-        opts.config.fallback,
-        if opts.ui {
-            format!("{scheme}://{addr}{}", ui::PREFIX)
-        } else {
-            "off".into()
-        },
-        match &opts.upstream {
-            Some(u) => format!(
-                "proxying other paths to {u} (key header {})",
-                opts.key_header
-            ),
-            None => "no upstream".to_string(),
-        }
-    );
+    log_listening(&opts, listener.local_addr()?, tls.is_some());
     // axum and tonic want a `Send` shutdown future; ours need not be, so it
     // stays in this task and is relayed through a channel.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let grpc = match grpc_listener {
-        Some(listener) => {
-            tracing::info!(
-                "envoy rate limit service listening on {} (gRPC{}), {}",
-                listener.local_addr()?,
-                if tls.is_some() { " over TLS" } else { "" },
-                match &opts.config.envoy {
-                    Some(e) => format!("{} [envoy] rules", e.rules().len()),
-                    None => "no [envoy] table: every descriptor under policy default".into(),
-                }
-            );
-            Some(tokio::spawn(envoy::serve(
-                app.clone(),
-                listener,
-                tls.as_ref().map(|t| t.grpc.clone()),
-                stop_rx.clone(),
-            )))
-        }
+        Some(listener) => Some(spawn_grpc(&app, listener, tls.as_ref(), stop_rx.clone())?),
         None => None,
     };
     let router = router(app, opts.api_token.clone());
-    let server: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
-        Some(tls) => Box::pin(https::serve(listener, tls.http, router, stop_rx)),
-        None => {
-            let mut http_stop = stop_rx;
-            Box::pin(
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<SocketAddr>(),
-                )
-                .with_graceful_shutdown(async move {
-                    let _ = http_stop.wait_for(|stop| *stop).await;
-                })
-                .into_future(),
-            )
-        }
-    };
+    let server = http_server(listener, tls, router, stop_rx);
     tokio::pin!(server, shutdown);
     let mut stopping = false;
     let served = loop {
@@ -275,6 +218,94 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(1), client.nats().flush()).await;
     tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// The gateway's NATS client: the config's fallback and batching, with
+/// the gateway's timeout and credentials.
+async fn connect(opts: &GatewayOptions) -> anyhow::Result<Client> {
+    let mut client_opts = ClientOptions::from_config(&opts.config).timeout(opts.timeout);
+    client_opts.batching = opts.batching;
+    client_opts.name = "sluice-gateway".into();
+    client_opts.auth = opts.nats_auth.clone();
+    // The local fallback and the deny cache follow the live policies (SPEC §7).
+    client_opts.follow_policies = true;
+    Client::connect_with(&opts.nats_url, client_opts)
+        .await
+        .context("the gateway cannot start")
+}
+
+/// Says where the gateway answers, and what it does with what it is not
+/// asked directly (the dashboard, the upstream).
+fn log_listening(opts: &GatewayOptions, addr: SocketAddr, tls: bool) {
+    let scheme = if tls { "https" } else { "http" };
+    tracing::info!(
+        "gateway listening on {scheme}://{addr}, NATS {}, fallback {}, dashboard {}, {}",
+        opts.nats_url,
+        opts.config.fallback,
+        if opts.ui {
+            format!("{scheme}://{addr}{}", ui::PREFIX)
+        } else {
+            "off".into()
+        },
+        match &opts.upstream {
+            Some(u) => format!(
+                "proxying other paths to {u} (key header {})",
+                opts.key_header
+            ),
+            None => "no upstream".to_string(),
+        }
+    );
+}
+
+/// Serves Envoy's rate limit service over gRPC on `listener`, on a task of
+/// its own, until `stop` turns true.
+fn spawn_grpc(
+    app: &Arc<App>,
+    listener: TcpListener,
+    tls: Option<&https::Tls>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
+    tracing::info!(
+        "envoy rate limit service listening on {} (gRPC{}), {}",
+        listener.local_addr()?,
+        if tls.is_some() { " over TLS" } else { "" },
+        match &app.envoy {
+            Some(e) => format!("{} [envoy] rules", e.rules().len()),
+            None => "no [envoy] table: every descriptor under policy default".into(),
+        }
+    );
+    Ok(tokio::spawn(envoy::serve(
+        app.clone(),
+        listener,
+        tls.map(|t| t.grpc.clone()),
+        stop,
+    )))
+}
+
+/// The HTTP server (HTTPS with `tls`) on `listener`, as a future that ends
+/// once `stop` turns true and the requests in flight are answered.
+fn http_server(
+    listener: TcpListener,
+    tls: Option<https::Tls>,
+    router: Router,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> {
+    match tls {
+        Some(tls) => Box::pin(https::serve(listener, tls.http, router, stop)),
+        None => {
+            let mut http_stop = stop;
+            Box::pin(
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move {
+                    let _ = http_stop.wait_for(|stop| *stop).await;
+                })
+                .into_future(),
+            )
+        }
+    }
 }
 
 /// The policies `[envoy]` rules name must exist when asked for; one that

@@ -28,6 +28,7 @@ use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
 use crate::tally::{Counted, Recording, Tally, Usage};
 use crate::usage::ledger::Ledger;
+use here::Here;
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::{Grant, Refund};
 use sluice_core::config::Config;
@@ -36,13 +37,13 @@ use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy, Spread};
-use sluice_core::region::global::remote_shares;
 use sluice_core::region::RegionName;
 use sluice_core::subject::{Inbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::inspect::{InspectReply, ResetReply};
 use sluice_core::wire::{self, Encoding, ErrorReply};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 /// A message as it arrived on one of a partition's subjects.
@@ -199,6 +200,10 @@ impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
 /// What [`Decider::apply`] decided: the decision, the policy that
 /// decided it, and the slice granted with it.
 pub(super) type Applied<'p> = (Decision, &'p str, Option<Grant>);
+
+/// What [`Decider::count`] leaves: the decision, the slice granted, and
+/// the budget as settled (a refund no slice explains gives nothing back).
+type CounterOutcome = (Decision, Option<Grant>, Budget);
 
 impl Decider {
     /// `recording`: whether to build the [`Record`]s of what was counted
@@ -425,40 +430,14 @@ impl Decider {
         op: Op,
         budget: Budget,
     ) -> Result<Applied<'p>, ErrorReply> {
-        let Turn {
-            policies,
-            owned,
-            now,
-            ..
-        } = *turn;
+        let policies = turn.policies;
         if let Some(base) = policies.get(policy_name) {
             refuse_unheld(base, op)?;
         }
         let base = ask::admit(|name| policies.get(name), policy_name, op)?;
-        let cost = match op {
-            Op::Allow(c) | Op::Record(c) => c,
-        };
-        let token = key.as_str();
-        // A per-key override replaces the policy's limits for this key;
-        // a blocked key is denied (a hit is still recorded, as served, and
-        // what was spent from a slice is still usage).
-        let policy = match (policies.override_of(base.name(), token), op) {
-            (None, _) | (Some(Override::Blocked), Op::Record(_)) => base,
-            (Some(Override::Limits(limits)), _) => ask::admit(|_| Some(limits), base.name(), op)?,
-            (Some(Override::Blocked), Op::Allow(_)) => {
-                let decision = blocked(base);
-                let counted = Counted {
-                    policy: base.name(),
-                    token,
-                    cost,
-                };
-                self.record_usage(turn, counted, Usage::Denied);
-                if let Budget::Refund(refund) = budget {
-                    let spent_only = Refund { units: 0, ..refund };
-                    self.gave_back(turn, base.name(), token, &spent_only);
-                }
-                return Ok((decision, base.name(), None));
-            }
+        let policy = match self.overridden(turn, base, key.as_str(), op, budget)? {
+            ControlFlow::Continue(policy) => policy,
+            ControlFlow::Break(blocked) => return Ok(blocked),
         };
         let mut global = base.scope().global().zip(self.region.as_ref());
         if let Some((g, here)) = global {
@@ -471,23 +450,11 @@ impl Decider {
                 }
             }
         }
-        // At the home of a global policy split into parts: its part
-        // (sluice_core::region::parts); the limit it reports, the whole.
-        let whole = policy;
-        let split = global.and_then(|(_, here)| policy.part_in(here));
-        let policy = split.unwrap_or(policy);
-        // At a global window's home: its limit, and the other regions'
-        // shares of it, counted when a key's window opens
-        // (sluice_core::region::global).
-        let home = global.zip(policy.limits().first());
-        let home_shares = home
-            .filter(|_| whole.spread() == Some(Spread::Shares))
-            .map(|((global, here), limit)| remote_shares(global, here, limit.max()))
-            .filter(|&shares| shares > 0);
         let link_grant = turn.link && matches!(budget, Budget::Slice(_));
         // An ask another region sent on to the home (what it holds could
         // not pay for it).
         let forwarded = turn.link && matches!((op, budget), (Op::Allow(_), Budget::None));
+        let here = Here::new(policy, global, (link_grant, forwarded));
         // Only another region's owner gives back units of a global key: a
         // client holds no slice of one, and a refund it made up (the shares
         // are booked at the window's start, which anyone can tell) would
@@ -499,22 +466,64 @@ impl Decider {
             }
             other => other,
         };
-        // What the home keeps for its own asks out of a grant to another
-        // region (sluice_core::region::global::home_keeps).
-        let home_keeps = |counter_key: &str, now: Nanos| match home {
-            Some(((global, here), limit)) => owned.counters.global().home_keeps(
-                counter_key,
-                match split {
-                    // The part is the home's share already.
-                    Some(_) => limit.max(),
-                    None => global.reserved(here, limit.max()),
-                },
-                limit,
-                now,
-            ),
-            None => 0,
-        };
-        let (decision, grant, budget) = ask::with_counter_key(policy.name(), token, |buf| {
+        let counted = self.count(turn, &here, key.as_str(), op, budget)?;
+        Ok(self.conclude(turn, &here, (base, key.as_str(), op), counted))
+    }
+
+    /// A per-key override replaces the policy's limits for this key
+    /// (`Continue` with the policy that decides); a blocked key is denied
+    /// (`Break` with its answer), but a hit is still recorded, as served,
+    /// and what was spent from a slice is still usage.
+    fn overridden<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        base: &'p Policy,
+        token: &str,
+        op: Op,
+        budget: Budget,
+    ) -> Result<ControlFlow<Applied<'p>, &'p Policy>, ErrorReply> {
+        match (turn.policies.override_of(base.name(), token), op) {
+            (None, _) | (Some(Override::Blocked), Op::Record(_)) => Ok(ControlFlow::Continue(base)),
+            (Some(Override::Limits(limits)), _) => Ok(ControlFlow::Continue(ask::admit(
+                |_| Some(limits),
+                base.name(),
+                op,
+            )?)),
+            (Some(Override::Blocked), Op::Allow(cost)) => {
+                let decision = blocked(base);
+                let counted = Counted {
+                    policy: base.name(),
+                    token,
+                    cost,
+                };
+                self.record_usage(turn, counted, Usage::Denied);
+                if let Budget::Refund(refund) = budget {
+                    let spent_only = Refund { units: 0, ..refund };
+                    self.gave_back(turn, base.name(), token, &spent_only);
+                }
+                Ok(ControlFlow::Break((decision, base.name(), None)))
+            }
+        }
+    }
+
+    /// Counts the ask on its key's counter: a refund settled against the
+    /// slices this owner gave out, then the ask, grant or refund applied
+    /// under the counter's lock ([`Here::on_counter`]), then what the home
+    /// of a global policy books beside the counter: the other regions'
+    /// shares of a window just opened, the slice granted, what it took
+    /// itself and whether to reclaim. Returns the decision, the grant and
+    /// the budget as settled.
+    fn count<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        here: &Here<'p, '_>,
+        token: &str,
+        op: Op,
+        budget: Budget,
+    ) -> Result<CounterOutcome, ErrorReply> {
+        let (owned, now) = (turn.owned, turn.now);
+        let (policy, cost) = (here.policy, op.cost());
+        ask::with_counter_key(policy.name(), token, |buf| {
             // A refund gives back at most what its own slice held, once; one
             // that no slice of this owner explains gives nothing back.
             let budget = match budget {
@@ -529,30 +538,9 @@ impl Decider {
                 other => other,
             };
             let (decision, grant, opened) = owned.counters.update(policy, buf, now, |state| {
-                let opened = home_shares.and_then(|s| policy.open_at_home(state, now, s));
-                let (decision, grant) = match budget {
-                    Budget::None if forwarded => {
-                        let keeps = home_keeps(buf, now);
-                        (
-                            global::forwarded_at_home(policy, state, now, cost, keeps),
-                            None,
-                        )
-                    }
-                    Budget::None => (op.apply(policy, state, now), None),
-                    // A link item's cost and slice are one grant of up to
-                    // their sum (crate::global).
-                    Budget::Slice(want) if link_grant => policy.grant_to_region(
-                        state,
-                        now,
-                        cost.saturating_add(want),
-                        home_keeps(buf, now),
-                    ),
-                    Budget::Slice(want) => policy.grant(state, now, cost, want),
-                    Budget::Refund(r) => (policy.refund(state, now, r.units, r.taken_at), None),
-                };
-                (decision, grant, opened)
+                here.on_counter(state, owned.counters, buf, now, op, budget)
             });
-            if let (Some(window_start), Some(shares)) = (opened, home_shares) {
+            if let (Some(window_start), Some(shares)) = (opened, here.home_shares) {
                 owned.counters.outstanding().granted_until(
                     buf,
                     window_start,
@@ -568,40 +556,53 @@ impl Decider {
                     .outstanding()
                     .granted(buf, g.taken_at, g.units);
             }
-            let shared = home_shares.is_some() || split.is_some();
-            if let (Some(((global, here), limit)), true, false) = (home, shared, turn.link) {
+            let shared = here.home_shares.is_some() || here.split.is_some();
+            if let (Some(((global, region), limit)), true, false) = (here.home, shared, turn.link) {
                 if op.consumed(&decision) {
                     owned.counters.global().home_took(buf, limit, now, cost);
                 }
                 // A bucket's parts are always out (a sliding policy's
                 // never move); a window's shares may be back already.
                 let window_start = limit.window_start(now);
-                let parts_give = split.is_some() && whole.spread() == Some(Spread::Parts);
+                let parts_give = here.split.is_some() && here.whole.spread() == Some(Spread::Parts);
                 if parts_give || owned.counters.outstanding().units(buf, window_start) > 0 {
                     let key = (policy.name(), token, buf);
-                    self.reclaim_if_short(turn, (global, here), limit, key, &decision);
+                    self.reclaim_if_short(turn, (global, region), limit, key, &decision);
                 }
             }
             Ok((decision, grant, budget))
-        })?;
+        })
+    }
+
+    /// What a counted ask leaves: the decision as the policy reports it (a
+    /// part's limit is the whole's), and in the tally what it changed, the
+    /// slice it granted or the refund it made, and its usage.
+    fn conclude<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        here: &Here<'p, '_>,
+        (base, token, op): (&'p Policy, &str, Op),
+        (decision, grant, budget): CounterOutcome,
+    ) -> Applied<'p> {
+        let (policy, whole, now, cost) = (here.policy, here.whole, turn.now, op.cost());
         // A part decides as enforced; the answer is in the policy's mode.
-        let decision = match split {
+        let decision = match here.split {
             Some(part) => whole.mode().answer(Decision {
                 limit: whole.whole_reported(part, decision.limit),
                 ..decision
             }),
             None => decision,
         };
-        if link_grant {
+        if here.link_grant {
             // A grant to another region decides no ask here.
             if let Some(g) = grant.filter(|g| g.units > 0) {
                 turn.tally.sliced(policy.name(), token, g.units, now);
             }
-            return Ok((decision, policy.name(), grant));
+            return (decision, policy.name(), grant);
         }
         if let Budget::Refund(refund) = budget {
             self.gave_back(turn, policy.name(), token, &refund);
-            return Ok((decision, policy.name(), None));
+            return (decision, policy.name(), None);
         }
         let usage = if op.consumed(&decision) {
             turn.tally.changed(policy.name(), token, cost, false, now);
@@ -623,7 +624,7 @@ impl Decider {
             cost,
         };
         self.record_usage(turn, counted, usage);
-        Ok((decision, policy.name(), grant))
+        (decision, policy.name(), grant)
     }
 
     /// A slice came back: its record (with records kept) and the usage
@@ -736,6 +737,7 @@ impl Decider {
 mod admin;
 mod batches;
 mod global;
+mod here;
 mod hold_ids;
 mod holding;
 mod tally;

@@ -22,7 +22,7 @@ use crate::kept::Carried;
 
 use crate::journal;
 use crate::lease::{self, Lease, LeaseError};
-use crate::owner::{Found, Owner, Settings, Snapshot, Write};
+use crate::owner::{Found, Owner, Snapshot, Write};
 
 use crate::snapshot::{self, Manifest};
 use crate::stats::WorkerStats;
@@ -32,7 +32,6 @@ use crate::store::Stores;
 use anyhow::{Context as _, Result};
 use async_nats::Subscriber;
 use futures::stream::SelectAll;
-use futures::{FutureExt, StreamExt};
 use sluice_core::subject::{link_partition_subjects, owner_subjects};
 use std::future::Future;
 use std::pin::Pin;
@@ -41,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio::time::{interval_at, Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 /// How many waiting requests one batch takes at most.
 const MAX_BATCH: usize = 256;
@@ -122,7 +121,7 @@ pub fn spawn(
 ) -> ShardHandle {
     let (stop_tx, stop_rx) = oneshot::channel();
     let stats = Arc::new(ShardStats::default());
-    let join = tokio::spawn(run(
+    let join = tokio::spawn(Shard::run(
         answering,
         owning,
         partition,
@@ -157,259 +156,6 @@ struct Shard {
 type Renewal = Pin<Box<dyn Future<Output = Result<Lease, LeaseError>> + Send>>;
 type SnapshotJob = JoinHandle<Result<(Manifest, u64)>>;
 type UsageJob = JoinHandle<Result<()>>;
-
-async fn run(
-    answering: Arc<Answering>,
-    owning: Arc<Owning>,
-    partition: u32,
-    lease: Lease,
-    mut stop: oneshot::Receiver<()>,
-    stats: Arc<ShardStats>,
-) -> Exit {
-    let settings = Settings {
-        partition,
-        worker_id: answering.worker_id.clone(),
-        snapshot_interval: owning.snapshot_interval,
-    };
-    let counters = owning.counters();
-    let owner = Owner::new(
-        settings,
-        lease.revision,
-        counters,
-        stats,
-        std::time::Instant::now(),
-    );
-    let mut shard = Shard {
-        answering,
-        owning,
-        lease: lease.clone(),
-        owner,
-        usage_replay: None,
-        lease_valid_until: Arc::new(Mutex::new(lease.valid_until)),
-    };
-    let started = Instant::now();
-    let mut attempts = 1;
-    let mut subs = loop {
-        let e = match shard.start().await {
-            Ok(subs) => break subs,
-            Err(e) => e,
-        };
-        match shard.try_again(&e, started, &mut stop).await {
-            Again::Yes => {
-                tracing::warn!(
-                    partition,
-                    attempts,
-                    "cannot take the partition over yet, trying again: {e:#}"
-                );
-                attempts += 1;
-            }
-            Again::LeaseLost => {
-                tracing::error!(
-                    partition,
-                    "cannot take the partition over, and the lease was taken: {e:#}"
-                );
-                shard.close_usage();
-                return Exit::Lost;
-            }
-            Again::No => {
-                tracing::error!(partition, attempts, "cannot take the partition over: {e:#}");
-                shard.close_usage();
-                let _ = lease::release(&shard.owning.stores.leases, &shard.lease).await;
-                return Exit::Failed;
-            }
-        }
-    };
-    // A takeover tried again renewed the lease meanwhile.
-    shard.note_lease();
-    // The outcomes of this partition's requests across the link.
-    let mut link_events = shard.answering.link.as_ref().map(|l| l.register(partition));
-    let shard_stats = shard.owner.stats().clone();
-    shard_stats.answering.store(true, Ordering::SeqCst);
-    // The worker's stats outlive the shard; a clone keeps `shard` free to borrow.
-    let stats = shard.owning.stats.clone();
-    let meters = &stats.meters;
-    meters.takeover_duration.observe(secs(started.elapsed()));
-    shard.answering.routes.open(
-        partition,
-        shard.owner.counters().clone(),
-        shard_stats.clone(),
-        shard.owner.usage().cloned(),
-    );
-    let usage_replay = shard.start_usage_replay();
-    tracing::debug!(
-        partition,
-        keys = shard_stats.keys.load(Ordering::Relaxed),
-        took_ms = started.elapsed().as_millis() as u64,
-        "answering"
-    );
-
-    let ttl = shard.owning.lease_ttl;
-    let mut renew_tick = interval_at(
-        Instant::now() + lease::renew_interval(ttl),
-        lease::renew_interval(ttl),
-    );
-    renew_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let snap_every = shard.owning.snapshot_interval;
-    // Partitions restored together would otherwise snapshot together, every
-    // time: spread their first ticks over one interval.
-    let first_snapshot =
-        snap_every.mul_f64(f64::from(partition + 1) / f64::from(shard.answering.partitions));
-    let mut snap_tick = interval_at(Instant::now() + first_snapshot, snap_every);
-    snap_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut hold_tick = interval_at(Instant::now() + HOLD_SWEEP, HOLD_SWEEP);
-    hold_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut renewal: Option<Renewal> = None;
-    let mut snapshot_job: Option<SnapshotJob> = None;
-    let mut usage_job: Option<UsageJob> = None;
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-
-    // One timer for the lease deadline, moved when a renewal moves it (not
-    // one registered anew on every turn of the loop).
-    let lease_deadline = tokio::time::sleep_until(Instant::from_std(shard.lease.valid_until));
-    tokio::pin!(lease_deadline);
-    let exit = loop {
-        let deadline = Instant::from_std(shard.lease.valid_until);
-        if lease_deadline.deadline() != deadline {
-            lease_deadline.as_mut().reset(deadline);
-        }
-        tokio::select! {
-            biased;
-            _ = &mut stop => break Exit::Released,
-            _ = &mut lease_deadline => {
-                tracing::warn!(partition, "lease could not be renewed in time; stopped answering");
-                meters.lease(LeaseEvent::Lost);
-                break Exit::Lost;
-            }
-            result = async { renewal.as_mut().expect("guarded").await }, if renewal.is_some() => {
-                renewal = None;
-                match result {
-                    Ok(lease) => {
-                        shard.renewed(lease);
-                        meters.lease(LeaseEvent::Renewed);
-                    }
-                    Err(LeaseError::Taken) => {
-                        tracing::error!(partition, "lease was taken by another worker; stopped answering");
-                        meters.lease(LeaseEvent::Lost);
-                        break Exit::Lost;
-                    }
-                    Err(LeaseError::Transient(e)) => {
-                        tracing::warn!(partition, "lease renewal failed, will retry: {e}");
-                        meters.lease(LeaseEvent::RenewFailed);
-                        // Not a whole interval later: the deadline may be
-                        // less than one away.
-                        renew_tick.reset_after(lease::renew_retry_pause(ttl));
-                    }
-                }
-            }
-            _ = renew_tick.tick(), if renewal.is_none() => {
-                let store = shard.owning.stores.leases.clone();
-                let holder = shard.owning.holder.clone();
-                let mut lease = shard.lease.clone();
-                renewal = Some(Box::pin(async move {
-                    lease::renew(&store, &mut lease, &holder, ttl).await.map(|_| lease)
-                }));
-            }
-            done = async { snapshot_job.as_mut().expect("guarded").await }, if snapshot_job.is_some() => {
-                snapshot_job = None;
-                if shard.write_ended(done).await.is_err() {
-                    break Exit::Lost;
-                }
-            }
-            done = async { usage_job.as_mut().expect("guarded").await }, if usage_job.is_some() => {
-                usage_job = None;
-                shard.owner.usage_flushed();
-                match done {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(partition, "storing usage failed, will retry: {e:#}"),
-                    Err(e) => tracing::error!(partition, "the usage flush task failed: {e}"),
-                }
-            }
-            Some(event) = async { link_events.as_mut().expect("guarded").recv().await }, if link_events.is_some() => {
-                let more = link_events.as_mut().expect("guarded");
-                shard.link_events(event, more);
-            }
-            _ = hold_tick.tick() => {
-                shard.end_holds().await;
-                shard.sweep_global();
-            }
-            _ = snap_tick.tick(), if snapshot_job.is_none() => {
-                let now = shard.answering.clock.now();
-                let due = shard.owner.tick(&shard.answering.outbox, std::time::Instant::now(), now);
-                snapshot_job = due.write.map(|write| shard.start_write(write));
-                if due.usage_flush {
-                    usage_job = shard.start_usage_flush();
-                }
-            }
-            first = subs.next() => {
-                let received = std::time::Instant::now();
-                let Some(first) = first else {
-                    tracing::error!(partition, "subscriptions closed; giving the partition up");
-                    break Exit::Lost;
-                };
-                batch.push(first);
-                while batch.len() < MAX_BATCH {
-                    match subs.next().now_or_never() {
-                        Some(Some(m)) => batch.push(m),
-                        _ => break,
-                    }
-                }
-                shard.process(&mut batch, received).await;
-            }
-        }
-    };
-    let stopped = std::time::Instant::now();
-
-    shard_stats.answering.store(false, Ordering::SeqCst);
-    shard.answering.routes.close(partition, &shard_stats);
-    for sub in subs.iter_mut() {
-        let _ = sub.unsubscribe().await;
-    }
-    if exit == Exit::Released {
-        // Answer what was already delivered to us before giving up.
-        while let Some(Some(m)) = subs.next().now_or_never() {
-            batch.push(m);
-            if batch.len() == MAX_BATCH {
-                shard.process(&mut batch, std::time::Instant::now()).await;
-            }
-        }
-        shard.process(&mut batch, std::time::Instant::now()).await;
-    }
-    // Every record of ours stored (so the final snapshot's journal position
-    // covers them) and every answer sent.
-    shard.answering.outbox.flush().await;
-    if let Some(job) = snapshot_job.take() {
-        match job.await {
-            Ok(Ok((manifest, rev))) => shard.written(manifest, rev),
-            _ => shard.owner.snapshot_failed(),
-        }
-    }
-    if let Some(job) = usage_job.take() {
-        let _ = job.await;
-        shard.owner.usage_flushed();
-    }
-    if exit == Exit::Released {
-        // A renewal in flight when the stop came may already have moved
-        // the lease's revision on the server: take its result, or the
-        // release below would expect the old revision, fail, and leave the
-        // partition unowned until the lease expired.
-        if let Some(renewing) = renewal.take() {
-            if let Ok(lease) = renewing.await {
-                shard.renewed(lease);
-                meters.lease(LeaseEvent::Renewed);
-            }
-        }
-        shard.hand_over().await;
-        let meters = &shard.owning.stats.meters;
-        meters.handover_duration.observe(secs(stopped.elapsed()));
-    }
-    // Unfinished, it leaves the usage to the next owner's replay: nothing
-    // was stored past the journal position this takeover started from.
-    if let Some(job) = usage_replay {
-        job.abort();
-    }
-    shard.close_usage();
-    exit
-}
 
 impl Shard {
     /// Restores the partition and subscribes to its subjects.
@@ -788,4 +534,5 @@ const HOLD_SWEEP: Duration = Duration::from_millis(250);
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
+mod task;
 mod turns;

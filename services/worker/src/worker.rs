@@ -14,6 +14,7 @@ use crate::alert_publisher::{Barrier, Publisher};
 use crate::answering::Answering;
 use crate::counters::KeyBound;
 use crate::decide::Decider;
+use crate::global::Link;
 use crate::lease::{self, LeaseError};
 use crate::outbox::Outbox;
 use crate::probe;
@@ -32,6 +33,7 @@ use futures::StreamExt;
 use sluice_core::assignment;
 use sluice_core::config::{Config, Durability};
 use sluice_core::format;
+use sluice_core::region::RegionName;
 use sluice_core::storage::{partition_key, worker_key, LeaseKey};
 use sluice_core::subject::{is_valid_worker_id, worker_batch_subject, Verb};
 use sluice_core::time::{Clock, SystemClock};
@@ -101,17 +103,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         worker_batch_subject("<worker-id>")
     );
     let config = Arc::new(opts.config);
-    let connect = opts
-        .auth
-        .connect_options()?
-        .name(format!("sluice-worker {worker_id}"))
-        .connection_timeout(Duration::from_secs(5))
-        // A server that stops without closing the connection (frozen,
-        // partitioned) is noticed only by unanswered pings: every 60 s by
-        // default, so a worker stayed on a frozen node for a minute or more
-        // (docs/RELIABILITY.md). With a ping a second it moves to another
-        // server after a few seconds.
-        .ping_interval(WORKER_PING_INTERVAL);
+    let nats = (&opts.auth, opts.nats_url.as_str());
+    let connect = connect_options(&opts.auth, format!("sluice-worker {worker_id}"))?;
     let client = opts.auth.connect(&opts.nats_url, connect).await?;
     probe::check_mapping(&client, config.partitions).await?;
     let stores = Stores::open(
@@ -125,36 +118,14 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     )
     .await?;
     let region = match &config.region {
-        Some(name) => Some(
-            crate::region::start(
-                name.clone(),
-                &worker_id,
-                &client,
-                &stores.js,
-                opts.clock.clone(),
-                |inbox| async {
-                    let link = opts
-                        .auth
-                        .connect_options()?
-                        .name(format!("sluice-worker {worker_id} link"))
-                        .custom_inbox_prefix(inbox)
-                        .connection_timeout(Duration::from_secs(5))
-                        .ping_interval(WORKER_PING_INTERVAL);
-                    Ok(opts.auth.connect(&opts.nats_url, link).await?)
-                },
-            )
-            .await?,
-        ),
+        Some(name) => {
+            Some(start_region(name, &worker_id, &client, &stores, &opts.clock, nats).await?)
+        }
         None => None,
     };
     store::open_alerts(&stores.js, config.alert_retention, opts.replicas).await?;
     let stats = Arc::new(WorkerStats::default());
-    let usage = if config.usage.enabled {
-        let store = UsageStore::open(stores.js.clone(), &config.usage.tiers, opts.replicas).await?;
-        Some(Arc::new(UsageBook::new(store, &config)))
-    } else {
-        None
-    };
+    let usage = open_usage(&config, &stores, opts.replicas).await?;
     let (outbox, outbox_tasks) = Outbox::start(
         client.clone(),
         &stores,
@@ -164,14 +135,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage.clone(),
     );
     let key_bound = KeyBound::new(config.max_keys);
-    let mut decider = Decider::new(config.clone(), stats.clone(), outbox.recording());
-    let (mut link, mut link_task) = (None, None);
-    if let Some(region) = &region {
-        let (started, task) =
-            crate::global_link::start(region.name.clone(), region.link.clone(), opts.clock.clone());
-        decider = decider.in_region(region.name.clone());
-        (link, link_task) = (Some(started), Some(task));
-    }
+    let decider = Decider::new(config.clone(), stats.clone(), outbox.recording());
+    let (decider, link, link_task) = in_region(decider, region.as_ref(), &opts.clock);
     let decider = Arc::new(decider);
     let policy_status = Arc::new(PolicyStatus::default());
     // A worker started while the meta leader moves (its node stopped) gets
@@ -196,17 +161,8 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage,
         link,
     });
-    // In journal mode an alert goes out once the journal holds the count
-    // that reached it (crate::alert_publisher).
-    let barrier: Option<Barrier> = answering.outbox.is_journal().then(|| {
-        let answering = answering.clone();
-        let barrier: Barrier = Arc::new(move || {
-            let answering = answering.clone();
-            Box::pin(async move { answering.outbox.flush().await })
-        });
-        barrier
-    });
-    let (alerts, alert_publisher) = Publisher::spawn(stores.js.clone(), barrier);
+    let (alerts, alert_publisher) =
+        Publisher::spawn(stores.js.clone(), journal_barrier(&answering));
     let owning = Arc::new(Owning {
         alerts,
         holder: lease::Holder::new(&worker_id),
@@ -229,47 +185,11 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         decider: answering.decider.clone(),
     });
     let service = service::start(&client, status.clone()).await?;
-    let metrics = match opts.metrics_listen {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-            tracing::info!(%addr, "serving /metrics");
-            Some(tokio::spawn(crate::metrics::serve(listener, status)))
-        }
-        None => None,
-    };
-    let strays = tokio::spawn({
-        let client = client.clone();
-        async move {
-            if let Err(e) = answer_unmapped(client).await {
-                tracing::warn!("cannot answer unmapped requests: {e:#}");
-            }
-        }
-    });
-    let worker_batches = tokio::spawn({
-        let answering = answering.clone();
-        async move {
-            if let Err(e) = crate::worker_batch::serve(answering).await {
-                tracing::warn!("cannot answer worker batches: {e:#}");
-            }
-        }
-    });
-    let top = answering.usage.is_some().then(|| {
-        let answering = answering.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::usage::top::serve_top(answering).await {
-                tracing::warn!("cannot answer top queries: {e:#}");
-            }
-        })
-    });
+    let metrics = serve_metrics(opts.metrics_listen, status).await?;
+    let servers = Servers::spawn(&client, &answering);
     tracing::info!(worker = %worker_id, partitions = config.partitions, "worker started");
     let result = controller.run(shutdown).await;
-    strays.abort();
-    if let Some(top) = top {
-        top.abort();
-    }
-    worker_batches.abort();
+    servers.abort();
     policy_watch.abort();
     // Every shard flushed the journal writer before it handed over.
     outbox_tasks.abort();
@@ -285,6 +205,160 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     drop(region);
     let _ = client.drain().await;
     result
+}
+
+/// The options of the worker's NATS connections, named `name`. A server
+/// that stops without closing the connection (frozen, partitioned) is
+/// noticed only by unanswered pings: every 60 s by default, so a worker
+/// stayed on a frozen node for a minute or more (docs/RELIABILITY.md). With
+/// a ping a second it moves to another server after a few seconds.
+fn connect_options(
+    auth: &sluice_client::NatsAuth,
+    name: String,
+) -> Result<async_nats::ConnectOptions> {
+    Ok(auth
+        .connect_options()?
+        .name(name)
+        .connection_timeout(Duration::from_secs(5))
+        .ping_interval(WORKER_PING_INTERVAL))
+}
+
+/// Joins this worker to its region `name` ([`crate::region::start`]),
+/// with a link connection of its own: the worker's credentials (`nats`),
+/// a link inbox prefix.
+async fn start_region(
+    name: &RegionName,
+    worker_id: &str,
+    client: &async_nats::Client,
+    stores: &Stores,
+    clock: &Arc<dyn Clock>,
+    (auth, nats_url): (&sluice_client::NatsAuth, &str),
+) -> Result<crate::region::Region> {
+    let link_name = format!("sluice-worker {worker_id} link");
+    crate::region::start(
+        name.clone(),
+        worker_id,
+        client,
+        &stores.js,
+        clock.clone(),
+        |inbox| async {
+            let link = connect_options(auth, link_name)?.custom_inbox_prefix(inbox);
+            Ok(auth.connect(nats_url, link).await?)
+        },
+    )
+    .await
+}
+
+/// The usage book, when usage is recorded (`[usage] enabled`).
+async fn open_usage(
+    config: &Config,
+    stores: &Stores,
+    replicas: usize,
+) -> Result<Option<Arc<UsageBook>>> {
+    if !config.usage.enabled {
+        return Ok(None);
+    }
+    let store = UsageStore::open(stores.js.clone(), &config.usage.tiers, replicas).await?;
+    Ok(Some(Arc::new(UsageBook::new(store, config))))
+}
+
+/// With a region: the decider of that region, and the link to the other
+/// regions that global limits use (the shards' handle, and its task).
+fn in_region(
+    decider: Decider,
+    region: Option<&crate::region::Region>,
+    clock: &Arc<dyn Clock>,
+) -> (Decider, Option<Link>, Option<tokio::task::JoinHandle<()>>) {
+    let Some(region) = region else {
+        return (decider, None, None);
+    };
+    let (link, task) =
+        crate::global_link::start(region.name.clone(), region.link.clone(), clock.clone());
+    (
+        decider.in_region(region.name.clone()),
+        Some(link),
+        Some(task),
+    )
+}
+
+/// In journal mode an alert goes out once the journal holds the count
+/// that reached it (crate::alert_publisher): the barrier it waits on.
+fn journal_barrier(answering: &Arc<Answering>) -> Option<Barrier> {
+    answering.outbox.is_journal().then(|| {
+        let answering = answering.clone();
+        let barrier: Barrier = Arc::new(move || {
+            let answering = answering.clone();
+            Box::pin(async move { answering.outbox.flush().await })
+        });
+        barrier
+    })
+}
+
+/// Serves Prometheus metrics on `listen`, if set, on a task of its own.
+async fn serve_metrics(
+    listen: Option<std::net::SocketAddr>,
+    status: Arc<StatusSources>,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = listen else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    tracing::info!(%addr, "serving /metrics");
+    Ok(Some(tokio::spawn(crate::metrics::serve(listener, status))))
+}
+
+/// The tasks that answer besides the shards: asks of partitions nobody
+/// maps, worker batches, and top queries (with usage). A failure is
+/// logged in its task; the worker goes on without it.
+struct Servers {
+    strays: tokio::task::JoinHandle<()>,
+    worker_batches: tokio::task::JoinHandle<()>,
+    top: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Servers {
+    fn spawn(client: &async_nats::Client, answering: &Arc<Answering>) -> Servers {
+        let strays = tokio::spawn({
+            let client = client.clone();
+            async move {
+                if let Err(e) = answer_unmapped(client).await {
+                    tracing::warn!("cannot answer unmapped requests: {e:#}");
+                }
+            }
+        });
+        let worker_batches = tokio::spawn({
+            let answering = answering.clone();
+            async move {
+                if let Err(e) = crate::worker_batch::serve(answering).await {
+                    tracing::warn!("cannot answer worker batches: {e:#}");
+                }
+            }
+        });
+        let top = answering.usage.is_some().then(|| {
+            let answering = answering.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::usage::top::serve_top(answering).await {
+                    tracing::warn!("cannot answer top queries: {e:#}");
+                }
+            })
+        });
+        Servers {
+            strays,
+            worker_batches,
+            top,
+        }
+    }
+
+    /// Stops them, the worker's partitions handed over.
+    fn abort(self) {
+        self.strays.abort();
+        if let Some(top) = self.top {
+            top.abort();
+        }
+        self.worker_batches.abort();
+    }
 }
 
 /// This worker's view of the lease bucket.

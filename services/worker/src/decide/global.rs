@@ -12,7 +12,7 @@ use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
-use sluice_core::policy::{Decision, KeyState, Policy, Spread};
+use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::report::Kept;
@@ -97,30 +97,6 @@ fn part_or_slices(
     (decision, want)
 }
 
-/// At the home, an ask another region sent on because what it holds could
-/// not pay for it: decided on the one count, leaving what the home keeps
-/// for its own asks (`keeps`, as out of a grant to that region), so that a
-/// busy region's asks do not starve a quiet home.
-pub(super) fn forwarded_at_home(
-    policy: &Policy,
-    state: &mut KeyState,
-    now: Nanos,
-    cost: u64,
-    keeps: u64,
-) -> Decision {
-    if keeps > 0 {
-        let mut probe = state.clone();
-        let room = Op::Allow(cost.saturating_add(keeps)).apply(policy, &mut probe, now);
-        if !room.allowed {
-            return Decision {
-                remaining: room.remaining.saturating_sub(keeps),
-                ..room
-            };
-        }
-    }
-    Op::Allow(cost).apply(policy, state, now)
-}
-
 /// What the key's own counter holds in the window at `now`: the units of
 /// this region's share spent or given back there, by this owner or the
 /// ones before it.
@@ -138,6 +114,66 @@ fn record_share(owned: Owned<'_>, policy: &Policy, counter_key: &str, now: Nanos
     owned.counters.update(policy, counter_key, now, |state| {
         policy.record(state, now, units)
     });
+}
+
+/// A global window's ask at a delegate, its policy spread in shares
+/// (`sluice_core::region::global`): decided from this region's `share`
+/// and the slices the home granted (the books), with what to ask the
+/// home for ahead; what it took from the share is recorded on the key's
+/// own counter, so that the next owner does not spend it again.
+fn decide_by_share(
+    turn: &mut Turn<'_, '_, '_>,
+    (policy, limit, share): (&Policy, &Limit, u64),
+    (token, counter_key): (&str, &str),
+    cost: u64,
+) -> Decided {
+    let (owned, now) = (turn.owned, turn.now);
+    let buf = counter_key;
+    // The key's counter is read only for a key new in this window,
+    // and not under the books' lock (a bucket's lock comes first).
+    let mut books = owned.counters.global();
+    let mut recorded = 0;
+    if !books.delegates().knows(buf, limit, now) {
+        drop(books);
+        recorded = recorded_share(owned, policy, buf, now);
+        books = owned.counters.global();
+    }
+    let delegates = books.delegates();
+    let decided = delegates.decide(buf, limit, share, now, cost, || recorded);
+    if decided.want.is_some() {
+        delegates.asked(buf, now);
+    }
+    drop(books);
+    if decided.from_share > 0 {
+        record_share(owned, policy, buf, now, decided.from_share);
+        turn.tally
+            .booked(policy.name(), token, decided.from_share, now);
+    }
+    decided
+}
+
+/// A hit of a global key denied at a delegate goes to the home, to be
+/// counted once there: a hit is never lost. Kept until its window ends (a
+/// bucket has no window it would count in wrongly: counted late, the debt
+/// is repaid late).
+fn hit_at_home(
+    turn: &mut Turn<'_, '_, '_>,
+    (global, policy, limit): (&Global, &Policy, &Limit),
+    token: &str,
+    cost: u64,
+) {
+    let (owned, now) = (turn.owned, turn.now);
+    let hit = Action::Hit {
+        home: global.home().clone(),
+        partition: owned.partition,
+        token: token.to_string(),
+        body: wire::encode_request(Some(policy.name()), Some(cost), Encoding::MsgPack),
+        until: match policy.algorithm().has_burst() {
+            false => limit.window_end(limit.window_start(now)),
+            true => now.saturating_add(BUCKET_HIT_KEPT),
+        },
+    };
+    turn.tally.act(When::Now, hit);
 }
 
 impl Decider {
@@ -364,7 +400,6 @@ impl Decider {
             (_, Budget::Refund(_)) => 0,
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
-        let bucket = policy.algorithm().has_burst();
         let spread = policy.spread();
         let at_home = spread == Some(Spread::AtHome);
         let share = cut_share(global, here, limit.max());
@@ -372,27 +407,7 @@ impl Decider {
             if spread != Some(Spread::Shares) {
                 return self.decide_by_part(turn, policy, here, (token, buf), cost);
             }
-            // The key's counter is read only for a key new in this window,
-            // and not under the books' lock (a bucket's lock comes first).
-            let mut books = owned.counters.global();
-            let mut recorded = 0;
-            if !books.delegates().knows(buf, limit, now) {
-                drop(books);
-                recorded = recorded_share(owned, policy, buf, now);
-                books = owned.counters.global();
-            }
-            let delegates = books.delegates();
-            let decided = delegates.decide(buf, limit, share, now, cost, || recorded);
-            if decided.want.is_some() {
-                delegates.asked(buf, now);
-            }
-            drop(books);
-            if decided.from_share > 0 {
-                record_share(owned, policy, buf, now, decided.from_share);
-                turn.tally
-                    .booked(policy.name(), token, decided.from_share, now);
-            }
-            decided
+            decide_by_share(turn, (policy, limit, share), (token, buf), cost)
         });
         if let Some(want) = decided.want {
             let grant = Action::Grant {
@@ -455,24 +470,7 @@ impl Decider {
         let usage = match op {
             Op::Record(_) => {
                 if !decision.allowed {
-                    // Counted once, at the home: a hit is never lost.
-                    let hit = Action::Hit {
-                        home: global.home().clone(),
-                        partition: owned.partition,
-                        token: token.to_string(),
-                        body: wire::encode_request(
-                            Some(policy.name()),
-                            Some(cost),
-                            Encoding::MsgPack,
-                        ),
-                        until: match bucket {
-                            false => limit.window_end(limit.window_start(now)),
-                            // A bucket has no window it would count in
-                            // wrongly: counted late, the debt is repaid late.
-                            true => now.saturating_add(BUCKET_HIT_KEPT),
-                        },
-                    };
-                    turn.tally.act(When::Now, hit);
+                    hit_at_home(turn, (global, policy, limit), token, cost);
                 }
                 Usage::Used
             }

@@ -151,11 +151,25 @@ impl Decider {
         for hold in &ended {
             self.hold_ended(turn, base.name(), token, hold);
         }
+        self.hold_answer(turn, (base, token, cost, id), outcome?)
+    }
+
+    /// What a hold verb that passed the counter answers, and what it
+    /// leaves in the tally: a hold kept or extended (with the time until it
+    /// ends), a denial's usage, a settle's refund and usage, or the error
+    /// for a hold this owner does not know.
+    fn hold_answer<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        (base, token, cost, id): (&'p Policy, &str, u64, Option<HoldId>),
+        outcome: Outcome,
+    ) -> Result<Held<'p>, ErrorReply> {
+        let now = turn.now;
         let unknown = || {
             let id = id.map(|h| h.to_string()).unwrap_or_default();
             ErrorReply::unknown_hold(&id, base.name())
         };
-        match outcome? {
+        match outcome {
             Outcome::Reserved(Reserved::Held { decision, hold }) => {
                 turn.tally.held(base.name(), token, &hold);
                 Ok((
