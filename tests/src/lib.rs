@@ -81,6 +81,7 @@ mod load;
 mod nats;
 mod process;
 mod regions;
+pub mod sources;
 mod stack;
 mod tls;
 

@@ -4,29 +4,7 @@
 //! added without saying what it holds. A file is named by its path under
 //! `src`, in backquotes (`decide/global.rs`).
 
-use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Every `.rs` file under `dir`, as a path relative to `base` with `/`.
-fn sources(base: &Path, dir: &Path, found: &mut Vec<String>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            sources(base, &path, found);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let relative = path.strip_prefix(base).expect("under the base");
-            let parts: Vec<_> = relative.iter().map(|p| p.to_string_lossy()).collect();
-            found.push(parts.join("/"));
-        }
-    }
-}
+use sluice_tests::sources::{rust_files, workspace_root};
 
 /// The text of the section `heading` of `page`, up to the next heading
 /// of the same level.
@@ -49,10 +27,17 @@ fn missing_from_map(map: &str, files: &[String]) -> Vec<String> {
 
 #[test]
 fn every_worker_source_file_is_on_the_architecture_map() {
-    let root = root();
+    let root = workspace_root();
     let src = root.join("services/worker/src");
-    let mut files = Vec::new();
-    sources(&src, &src, &mut files);
+    // Each as its path under `src`, with `/`.
+    let files: Vec<String> = rust_files(&src, &|_| false)
+        .iter()
+        .map(|file| {
+            let relative = file.strip_prefix(&src).expect("under src");
+            let parts: Vec<_> = relative.iter().map(|p| p.to_string_lossy()).collect();
+            parts.join("/")
+        })
+        .collect();
     assert!(files.len() > 40, "found only {files:?}");
     let page = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("the page");
     let map = section(&page, "## The worker's files");

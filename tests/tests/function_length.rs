@@ -15,36 +15,11 @@
 //! is not counted, and then braces are matched. That is enough for
 //! rustfmt-formatted code; the tests below show it on small samples.
 
-use std::path::{Path, PathBuf};
+use sluice_tests::sources::{rust_files, workspace_root};
 
 /// The most lines a function may take, its signature and closing brace
 /// included.
 const MAX_LINES: usize = 120;
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Every `.rs` file under `dir` that is not test code by its name: not a
-/// `tests.rs`, not under a `tests` directory.
-fn product_sources(dir: &Path, found: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let name = name.unwrap_or_default();
-        if path.is_dir() {
-            if name != "tests" {
-                product_sources(&path, found);
-            }
-        } else if name.ends_with(".rs") && name != "tests.rs" {
-            found.push(path);
-        }
-    }
-}
 
 /// `src` with every comment, string literal and character literal replaced
 /// by spaces, line breaks kept, so that the braces left are the code's and
@@ -273,10 +248,12 @@ fn no_function_of_the_product_is_over_the_limit() {
             dirs.push(src);
         }
     }
-    let mut files = Vec::new();
-    for dir in &dirs {
-        product_sources(dir, &mut files);
-    }
+    // Test code by its name: a `tests.rs`, or under a `tests` folder.
+    let files: Vec<_> = dirs
+        .iter()
+        .flat_map(|dir| rust_files(dir, &|name| name == "tests"))
+        .filter(|file| !file.ends_with("tests.rs"))
+        .collect();
     assert!(files.len() > 100, "found only {files:?}");
     let mut offenders = Vec::new();
     for file in &files {
