@@ -439,7 +439,21 @@ impl<'a> LinkInbound<'a> {
             _ => None,
         }
     }
+
+    /// The partition the subject is of.
+    pub fn partition(&self) -> u32 {
+        match self {
+            LinkInbound::Ask(ask) => ask.partition,
+            LinkInbound::Batch(p)
+            | LinkInbound::Reclaim(p)
+            | LinkInbound::Give(p)
+            | LinkInbound::Answered(p)
+            | LinkInbound::Tally(p)
+            | LinkInbound::Resend(p) => *p,
+        }
+    }
 }
+
 /// Within a region: every worker answers with its region's identity, so a
 /// worker starting up sees whether regional subjects leak over a link
 /// that carries more than [`LINK_ROOT`] (a hand-written link config).

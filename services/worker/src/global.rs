@@ -113,7 +113,6 @@ pub enum Need {
 /// the request, which applies them on its own task.
 #[derive(Clone, Debug)]
 pub struct Link {
-    pub region: RegionName,
     needs: mpsc::UnboundedSender<Need>,
     mailboxes: Arc<Mailboxes>,
 }
@@ -155,18 +154,10 @@ impl Mailboxes {
 }
 
 impl Link {
-    /// A link of `region` whose needs go to `needs` ([`crate::global_link`]),
-    /// which hands outcomes to `mailboxes`.
-    pub fn new(
-        region: RegionName,
-        needs: mpsc::UnboundedSender<Need>,
-        mailboxes: Arc<Mailboxes>,
-    ) -> Link {
-        Link {
-            region,
-            needs,
-            mailboxes,
-        }
+    /// A link whose needs go to `needs` ([`crate::global_link`]), which
+    /// hands outcomes to `mailboxes`.
+    pub fn new(needs: mpsc::UnboundedSender<Need>, mailboxes: Arc<Mailboxes>) -> Link {
+        Link { needs, mailboxes }
     }
 
     /// The inbox of `partition`'s new shard: the homes cut off now, then

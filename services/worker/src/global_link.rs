@@ -27,14 +27,13 @@ use tokio::sync::mpsc;
 
 /// Starts the link task on `client` (the link connection).
 pub fn start(
-    region: RegionName,
     client: async_nats::Client,
     clock: Arc<dyn Clock>,
 ) -> (Link, tokio::task::JoinHandle<()>) {
     let (needs, rx) = mpsc::unbounded_channel();
     let mailboxes = Arc::new(Mailboxes::default());
     let task = tokio::spawn(run(rx, client, clock, mailboxes.clone()));
-    (Link::new(region, needs, mailboxes), task)
+    (Link::new(needs, mailboxes), task)
 }
 
 async fn run(

@@ -272,8 +272,7 @@ fn in_region(
     let Some(region) = region else {
         return (decider, None, None);
     };
-    let (link, task) =
-        crate::global_link::start(region.name.clone(), region.link.clone(), clock.clone());
+    let (link, task) = crate::global_link::start(region.link.clone(), clock.clone());
     (
         decider.in_region(region.name.clone()),
         Some(link),

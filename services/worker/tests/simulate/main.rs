@@ -105,6 +105,37 @@ pub(crate) struct Report {
     pub windows: BTreeMap<(String, Nanos), Vec<Counts>>,
 }
 
+impl Report {
+    /// What each region asked and admitted of `key` in the window that
+    /// holds `at`.
+    fn window(&mut self, scenario: &Scenario, key: &str, at: Nanos) -> &mut Vec<Counts> {
+        let window = (key.to_string(), scenario.window_start(at));
+        self.windows
+            .entry(window)
+            .or_insert_with(|| vec![Counts::default(); scenario.regions.len()])
+    }
+
+    /// Region `region` admitted an ask of `key` decided at `decided_at`;
+    /// `Err` with the key's count over all regions when that passes its
+    /// bound by `now` (it holds what was admitted since, too).
+    fn admit(
+        &mut self,
+        scenario: &Scenario,
+        (key, region): (&str, usize),
+        decided_at: Nanos,
+        (start, now): (Nanos, Nanos),
+    ) -> Result<(), u64> {
+        self.seen.admitted += 1;
+        let counts = self.window(scenario, key, decided_at);
+        counts[region].admitted += 1;
+        let count = counts.iter().map(|c| c.admitted).sum();
+        match scenario.within(count, start, now) {
+            true => Ok(()),
+            false => Err(count),
+        }
+    }
+}
+
 /// What one region asked and admitted in a window.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counts {
@@ -153,33 +184,20 @@ pub(crate) fn simulate(
         let ask = plan(rng);
         now = now.saturating_add(ask.after);
         world.deliver(rng, now);
-        for settled in world.settled() {
-            let window = (
-                settled.key.clone(),
-                scenario.window_start(settled.decided_at),
-            );
-            let counts = report
-                .windows
-                .entry(window)
-                .or_insert_with(|| vec![Counts::default(); scenario.regions.len()]);
-            if settled.allowed {
-                counts[settled.at].admitted += 1;
-                report.seen.admitted += 1;
-                let count: u64 = counts.iter().map(|c| c.admitted).sum();
-                // By now: the count holds what was admitted since too.
-                if !scenario.within(count, start, now) {
-                    let elapsed = (settled.decided_at.0 - start.0) as f64 / 1e9;
-                    let what = format!(
-                        "key {} admitted {count} with an ask forwarded to the home and \
-                         decided there at {elapsed:.3} s, past its bound (max {} per {}, {})",
-                        settled.key, scenario.max, scenario.per, scenario.algorithm
-                    );
-                    return Err(Box::new(Broken {
-                        seed,
-                        what,
-                        trace: world.trace,
-                    }));
-                }
+        for settled in world.settled().into_iter().filter(|s| s.allowed) {
+            let who = (settled.key.as_str(), settled.at);
+            if let Err(count) = report.admit(scenario, who, settled.decided_at, (start, now)) {
+                let elapsed = (settled.decided_at.0 - start.0) as f64 / 1e9;
+                let what = format!(
+                    "key {} admitted {count} with an ask forwarded to the home and \
+                     decided there at {elapsed:.3} s, past its bound (max {} per {}, {})",
+                    settled.key, scenario.max, scenario.per, scenario.algorithm
+                );
+                return Err(Box::new(Broken {
+                    seed,
+                    what,
+                    trace: world.trace,
+                }));
             }
         }
         if now >= next_sweep {
@@ -201,19 +219,11 @@ pub(crate) fn simulate(
         }
         let answered = world.ask(rng, ask.at, &ask.key, now);
         report.seen.asks += 1;
-        let window = (ask.key.clone(), scenario.window_start(now));
-        let counts = report
-            .windows
-            .entry(window)
-            .or_insert_with(|| vec![Counts::default(); scenario.regions.len()]);
-        counts[ask.at].asked += 1;
-        let count: u64 = counts.iter().map(|c| c.admitted).sum();
+        report.window(scenario, &ask.key, now)[ask.at].asked += 1;
         match answered {
             Answered::Decided(d) if d.allowed => {
-                counts[ask.at].admitted += 1;
-                report.seen.admitted += 1;
-                let count = count + 1;
-                if !scenario.within(count, start, now) {
+                let who = (ask.key.as_str(), ask.at);
+                if let Err(count) = report.admit(scenario, who, now, (start, now)) {
                     let elapsed = (now.0 - start.0) as f64 / 1e9;
                     return Err(Box::new(Broken {
                         seed,
@@ -240,6 +250,11 @@ pub(crate) fn simulate(
                         trace: world.trace,
                     }));
                 }
+                let count: u64 = report
+                    .window(scenario, &ask.key, now)
+                    .iter()
+                    .map(|c| c.admitted)
+                    .sum();
                 report.seen.denied_with_room += u64::from(count < scenario.max);
             }
             _ => {}

@@ -16,7 +16,7 @@ use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::state::{Action, Event};
 use sluice_core::region::transport::{self, LinkHealth, Send};
 use sluice_core::region::RegionName;
-use sluice_core::subject::{link_answered, link_ask, Verb};
+use sluice_core::subject::{link_answered, link_ask, LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::link;
 use sluice_core::wire::{decode_reply, Reply as WireReply};
@@ -234,19 +234,6 @@ pub struct World {
     pub tracing: bool,
 }
 
-/// The partition of `subject`'s link or client subject.
-fn partition_of_subject(subject: &str) -> u32 {
-    let mut tokens = subject.split('.');
-    while let Some(token) = tokens.next() {
-        if token == "p" {
-            if let Some(n) = tokens.next().and_then(|n| n.parse().ok()) {
-                return n;
-            }
-        }
-    }
-    panic!("no partition in {subject}")
-}
-
 impl World {
     pub fn new(regions: Vec<Region>, net: Net<Wire>, partitions: u32) -> World {
         World {
@@ -334,8 +321,10 @@ impl World {
                     body,
                     request,
                 }) => {
-                    let partition = partition_of_subject(&subject);
                     let region = &mut self.regions[to];
+                    let partition = LinkInbound::parse(&subject, region.name.as_str())
+                        .unwrap_or_else(|| panic!("{subject} is no link subject of its region"))
+                        .partition();
                     let (reply, actions) =
                         region.decide(partition, &subject, &body, request.is_some(), now);
                     let reply = match reply {
