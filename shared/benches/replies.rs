@@ -56,6 +56,7 @@ fn requests(c: &mut Criterion) {
             key: KeyToken::parse(k).unwrap(),
             policy: "default".into(),
             cost: 1,
+            id: None,
             act: Default::default(),
         })
         .collect();

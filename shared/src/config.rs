@@ -187,6 +187,10 @@ pub struct Config {
     /// The most live counters one worker holds, at least 1; past it, the
     /// least valuable ones are forgotten (docs/CONFIG.md, `max_keys`).
     pub max_keys: u64,
+    /// The most ask ids one partition remembers (SPEC §16), at least 1;
+    /// past it, those whose asks stop counting soonest are forgotten
+    /// (docs/CONFIG.md, `max_ids`).
+    pub max_ids: u64,
     /// How long the stream `SLUICE_ALERTS` keeps an alert (SPEC §14).
     pub alert_retention: Duration,
     /// By name; always contains [`DEFAULT_POLICY`].
@@ -216,6 +220,7 @@ impl Default for Config {
             lease_ttl: DEFAULT_LEASE_TTL,
             journal_failure: JournalFailure::default(),
             max_keys: DEFAULT_MAX_KEYS,
+            max_ids: crate::ask_ids::DEFAULT_MAX_IDS as u64,
             alert_retention: alerts::DEFAULT_ALERT_RETENTION,
             policies,
             envoy: None,
@@ -315,15 +320,18 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
             .map_err(|e| FieldError::new("journal_failure", e))?;
     }
     if let Some(n) = table.max_keys {
-        config.max_keys = match u64::try_from(n) {
-            Ok(n) if n >= 1 => n,
-            _ => {
-                return Err(FieldError::new(
-                    "max_keys",
-                    format!("must be at least 1, found {n} (the live counters one worker may hold, e.g. 2_000_000)"),
-                ))
-            }
-        };
+        config.max_keys = at_least_one(
+            "max_keys",
+            n,
+            "the live counters one worker may hold, e.g. 2_000_000",
+        )?;
+    }
+    if let Some(n) = table.max_ids {
+        config.max_ids = at_least_one(
+            "max_ids",
+            n,
+            "the ask ids one partition remembers, e.g. 8_192",
+        )?;
     }
     if let Some(name) = table.region {
         config.region =
@@ -401,6 +409,18 @@ fn syntax_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
         reason.push_str(&format!(" (in `{source}`)"));
     }
     ConfigError::new(file, "", reason)
+}
+
+/// A bound of at least 1 (`max_keys`, `max_ids`); `what` says what it
+/// bounds, with an example, for the error.
+fn at_least_one(field: &'static str, n: i128, what: &str) -> Result<u64, FieldError> {
+    match u64::try_from(n) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(FieldError::new(
+            field,
+            format!("must be at least 1, found {n} ({what})"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,11 @@ use serde::{Deserialize, Serialize};
 pub const SNAPSHOT: u32 = 2;
 
 /// The newest journal message format this release reads, and the one it
-/// writes for the records of numbered turns (every record it makes):
+/// writes for a message with an ask's id (SPEC §16), which a release
+/// before ids would replay as a count of nothing and forget.
+pub const JOURNAL: u32 = 7;
+
+/// The format of a journal message of numbered turns without ids:
 /// format 6 messages group their records by the turn that made them, so
 /// that a takeover replays none that its snapshot holds. Format 3 messages
 /// hold records with fields past a count's five (resets, denials, slices,
@@ -36,7 +40,7 @@ pub const SNAPSHOT: u32 = 2;
 /// was written only by a message that held such a record, so that a
 /// worker of an earlier release read the others during a rolling upgrade
 /// and refused only what it would misread.
-pub const JOURNAL: u32 = 6;
+pub const JOURNAL_TURNS: u32 = 6;
 
 /// The format of a journal message with a record whose usage differs from
 /// its kind (global limits) and no turn numbers.
@@ -206,11 +210,11 @@ mod tests {
         assert_eq!(of_header(None), 1);
         assert_eq!(of_header(Some("2")), 2);
         assert_eq!(of_header(Some("v9")), u64::MAX);
-        assert!(check(JOURNAL, || "x".into(), of_header(Some("6"))).is_ok());
-        let newer = check(JOURNAL, || "x".into(), of_header(Some("7"))).unwrap_err();
+        assert!(check(JOURNAL, || "x".into(), of_header(Some("7"))).is_ok());
+        let newer = check(JOURNAL, || "x".into(), of_header(Some("8"))).unwrap_err();
         assert!(newer
             .to_string()
-            .contains("format v7, newer than this sluice reads (v6)"));
+            .contains("format v8, newer than this sluice reads (v7)"));
         // Each kind has its own newest: a lease value of 3 is refused.
         assert!(check(HOLDER, || "x".into(), 3).is_err());
     }

@@ -16,6 +16,8 @@
 //!   batches (split by what they hold under `wire/`).
 //! - [`ask`]: the rules an ask passes before it touches a counter, and what it
 //!   does to it; the same at a worker and in a client's local limiter.
+//! - [`ask_ids`]: idempotent asks (SPEC §16): the ids an owner remembers so
+//!   that a retried ask counts once.
 //! - [`policies`]: the policies in force: the file's overlaid by the
 //!   `sluice-policies` bucket (SPEC §7).
 //! - [`policy`]: [`policy::Policy`] (an algorithm plus limits that must all
@@ -62,6 +64,7 @@
 pub mod alerts;
 pub mod algorithm;
 pub mod ask;
+pub mod ask_ids;
 pub mod assignment;
 pub mod budget;
 pub mod calendar;

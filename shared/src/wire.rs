@@ -59,13 +59,18 @@ pub mod usage;
 
 pub use encoding::Encoding;
 pub use error::{ErrorCode, ErrorReply};
-pub use fields::{is_valid_policy_name, DEFAULT_COST, MAX_COST, MAX_POLICY_NAME};
+pub use fields::{
+    check_id, is_valid_policy_name, DEFAULT_COST, MAX_COST, MAX_ID_LEN, MAX_POLICY_NAME,
+};
 pub use headers::{
     decision_headers, error_headers, RateLimitHeaders, RATELIMIT_LIMIT, RATELIMIT_REMAINING,
-    RATELIMIT_RESET, RETRY_AFTER, SERVICE_ERROR, SERVICE_ERROR_CODE, SHADOW_DENIED, SLUICE_SHADOW,
-    SLUICE_UNSTORED, UNSTORED_YES,
+    RATELIMIT_RESET, REPEAT_YES, RETRY_AFTER, SERVICE_ERROR, SERVICE_ERROR_CODE, SHADOW_DENIED,
+    SLUICE_REPEAT, SLUICE_SHADOW, SLUICE_UNSTORED, UNSTORED_YES,
 };
 pub use reply::{
-    decode_reply, encode_decision, encode_error, DecisionReply, MalformedReply, Reply,
+    decode_reply, encode_decision, encode_error, encode_repeat, DecisionReply, MalformedReply,
+    Reply,
 };
-pub use request::{decode_request, encode_request, Request, RequestError, MAX_BODY};
+pub use request::{
+    decode_request, encode_request, encode_request_with_id, Request, RequestError, MAX_BODY,
+};

@@ -272,6 +272,7 @@ async fn a_refund_no_slice_explains_frees_nothing() {
         key: KeyToken::parse(key).unwrap(),
         policy: "hourly".into(),
         cost: 0,
+        id: None,
         act: Act::Ask(Budget::Refund(Refund {
             units: 10,
             spent: 0,

@@ -233,6 +233,7 @@ async fn a_worker_batch_item_of_a_partition_the_worker_does_not_own_gets_503_and
             key: KeyToken::parse(key).unwrap(),
             policy: "default".into(),
             cost,
+            id: None,
             act: Default::default(),
         }
     }
@@ -411,6 +412,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     retry_after_ms: 0,
                     policy: "default".into(),
                     shadow_denied: false,
+                    repeat: false,
                     grant: None,
                     hold: None,
                 })

@@ -155,13 +155,14 @@ async fn a_worker_takes_over_format_1_state_and_holds_its_limits_under_load() {
     let lease: Value = serde_json::from_slice(&lease).unwrap();
     assert_eq!(lease["v"], 2);
     assert_eq!(lease["worker"], stack.worker_ids()[0]);
-    // Its journal messages are the newest format: every record it makes
-    // carries the number of its turn (an earlier release refuses them
-    // rather than replay what a snapshot holds twice).
+    // Its journal messages are of numbered turns (format 6): every record
+    // it makes carries the number of its turn (an earlier release refuses
+    // them rather than replay what a snapshot holds twice); the load names
+    // no ask by an id, so none is format 7.
     let journal = js.get_stream("SLUICE_JOURNAL").await.unwrap();
     let last = journal.clone().info().await.unwrap().state.last_sequence;
     let mine = journal_subject(&stack.worker_ids()[0]);
-    let newest = sluice_core::format::JOURNAL.to_string();
+    let newest = sluice_core::format::JOURNAL_TURNS.to_string();
     let mut read = 0;
     for seq in 1..=last {
         let Ok(msg) = journal.get_raw_message(seq).await else {
@@ -308,6 +309,7 @@ fn write_the_format_1_fixture() {
         e: 0,
         x: 0,
         v: 0,
+        i: None,
         q: 0,
     };
     let records = vec![

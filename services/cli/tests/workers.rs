@@ -329,6 +329,42 @@ async fn counts_replayed_from_the_journal_survive_an_immediate_second_handover()
     }
 }
 
+/// SPEC §16: asks named by ids are answered, then their owner is killed
+/// with `kill -9` in journal mode before the callers retry. Each retry, at
+/// the new owner, is a repeat of the first answer, counted once; a new id
+/// on the same key counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_its_owner_is_killed_counts_once_in_journal_mode() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, &journal_crash_config(), 2).await;
+    let client = stack.clients(1).await.remove(0);
+    let body = |id: &str| format!(r#"{{"policy":"tenper","cost":3,"id":"{id}"}}"#);
+    let keys: Vec<String> = (0..32).map(|i| format!("idem{i}")).collect();
+    for key in &keys {
+        let d = ask(&client, key, body(key).as_bytes()).await.unwrap();
+        assert!(d.allowed && !d.repeat && d.remaining == 7, "{key}: {d:?}");
+    }
+    let owners = stack.owners().await;
+    let victim = stack.worker_ids().remove(0);
+    let orphaned = |key: &String| {
+        let p = sluice_core::partition::partition_of(key, stack.partitions);
+        owners.get(&p) == Some(&victim)
+    };
+    assert!(keys.iter().any(orphaned), "the victim owns some keys");
+    stack.kill_worker(&victim);
+    for key in &keys {
+        let retry = body(key);
+        let d = eventually(Duration::from_secs(15), TICK, || {
+            ask(&client, key, retry.as_bytes())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{key} never answered again: {e:#}"));
+        assert!(d.repeat && d.allowed && d.remaining == 7, "{key}: {d:?}");
+        let fresh = ask(&client, key, body("another").as_bytes()).await.unwrap();
+        assert!(!fresh.repeat && fresh.remaining == 4, "{key}: {fresh:?}");
+    }
+}
+
 /// Group commit: asks that arrive while a partition's journal append is in
 /// flight share the next append, so 400 concurrent counted asks are stored
 /// in fewer messages; and every answered count is stored before its answer,

@@ -295,6 +295,7 @@ mod tests {
             retry_after_ms: 0,
             policy: "p".into(),
             shadow_denied: false,
+            repeat: false,
             grant,
             hold: None,
         }

@@ -32,6 +32,9 @@ pub enum Error {
     /// ended, or never reserved there).
     #[error("{0}")]
     UnknownHold(String),
+    /// 409: the ask's id was first used by another ask (SPEC §16).
+    #[error("{0}")]
+    IdReused(String),
 }
 
 impl Error {
@@ -43,10 +46,11 @@ impl Error {
             Error::TooLarge(_) => ErrorCode::TooLarge,
             Error::Unavailable(_) => ErrorCode::Unavailable,
             Error::UnknownHold(_) => ErrorCode::UnknownHold,
+            Error::IdReused(_) => ErrorCode::IdReused,
         }
     }
 
-    /// 400, 404, 413 or 503 (also the gateway's HTTP status).
+    /// 400, 404, 409, 413 or 503 (also the gateway's HTTP status).
     pub fn status(&self) -> u16 {
         self.code().status()
     }
@@ -58,7 +62,8 @@ impl Error {
             | Error::UnknownPolicy(m)
             | Error::TooLarge(m)
             | Error::Unavailable(m)
-            | Error::UnknownHold(m) => m,
+            | Error::UnknownHold(m)
+            | Error::IdReused(m) => m,
         }
     }
 
@@ -76,6 +81,7 @@ impl From<ErrorReply> for Error {
             ErrorCode::TooLarge => Error::TooLarge(e.message),
             ErrorCode::Unavailable => Error::Unavailable(e.message),
             ErrorCode::UnknownHold => Error::UnknownHold(e.message),
+            ErrorCode::IdReused => Error::IdReused(e.message),
         }
     }
 }

@@ -468,6 +468,7 @@ impl Inner {
                 key: KeyToken::parse(&w.token).expect("encode_key makes canonical tokens"),
                 policy: Cow::Borrowed(w.policy.as_str()),
                 cost: w.cost,
+                id: None,
                 act: w.act,
             })
             .collect();

@@ -64,10 +64,12 @@ pub enum Outcome {
     UpstreamError,
     /// 404: a settle or extend of a hold the key has not.
     UnknownHold,
+    /// 409: an ask's id was first used by another ask (SPEC §16).
+    IdReused,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 8] = [
+    const ALL: [Outcome; 9] = [
         Outcome::Allowed,
         Outcome::Denied,
         Outcome::BadRequest,
@@ -76,6 +78,7 @@ impl Outcome {
         Outcome::Unavailable,
         Outcome::UpstreamError,
         Outcome::UnknownHold,
+        Outcome::IdReused,
     ];
 
     fn as_str(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Outcome {
             Outcome::BadRequest => "bad_request",
             Outcome::UnknownPolicy => "unknown_policy",
             Outcome::UnknownHold => "unknown_hold",
+            Outcome::IdReused => "id_reused",
             Outcome::TooLarge => "too_large",
             Outcome::Unavailable => "unavailable",
             Outcome::UpstreamError => "upstream_error",
@@ -132,7 +136,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     /// The handles of `requests` and `latency`, by route and outcome.
-    by_route: [([Counter; 8], Histogram); 4],
+    by_route: [([Counter; Outcome::ALL.len()], Histogram); 4],
 }
 
 impl Default for Metrics {

@@ -81,6 +81,7 @@ pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
             ErrorCode::TooLarge => Outcome::TooLarge,
             ErrorCode::Unavailable => Outcome::Unavailable,
             ErrorCode::UnknownHold => Outcome::UnknownHold,
+            ErrorCode::IdReused => Outcome::IdReused,
         },
     }
 }

@@ -59,6 +59,7 @@ use moka::Expiry;
 use serde::{Deserialize, Serialize};
 use sluice_core::alerts;
 use sluice_core::ask::Op;
+use sluice_core::ask_ids::RememberedIds;
 use sluice_core::outstanding::Outstanding;
 use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::region::state::GlobalState;
@@ -175,6 +176,8 @@ pub struct Counters {
     /// The state of its global keys (SPEC §12), not stored: see
     /// [`sluice_core::region::state`].
     global: Arc<Mutex<GlobalState>>,
+    /// The ids of admitted asks, so that a repeat counts once (SPEC §16).
+    ids: Arc<Mutex<RememberedIds>>,
     /// The threshold alerts fired from these counters in windows not over
     /// yet, and where new ones go (SPEC §14).
     alerts: AlertBook,
@@ -249,6 +252,7 @@ impl Counters {
             recent: (0..BUCKETS).map(|_| Mutex::new(None)).collect(),
             outstanding: Arc::default(),
             global: Arc::default(),
+            ids: Arc::default(),
             alerts: AlertBook::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
             turns: Arc::default(),
@@ -280,6 +284,18 @@ impl Counters {
                 .collect();
             (TurnCopy { turn, tables }, also(self))
         })
+    }
+
+    /// The same counters, remembering at most `most` ask ids (`max_ids`).
+    pub fn remembering(mut self, most: usize) -> Counters {
+        self.ids = Arc::new(Mutex::new(RememberedIds::new(most)));
+        self
+    }
+
+    /// The ids of the asks admitted here (SPEC §16). Taken alone, never
+    /// inside [`Counters::update`]'s closure.
+    pub fn ids(&self) -> MutexGuard<'_, RememberedIds> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The same counters, sending the alerts they fire to `sink`.
@@ -472,6 +488,10 @@ impl Counters {
     pub fn forget(&self, key: &str) -> bool {
         self.outstanding().forget(key);
         self.global().forget(key);
+        if let Some((policy, token)) = key.split_once('/') {
+            // A repeat after a reset counts again: what it repeated is gone.
+            self.ids().forget_key(token, policy);
+        }
         let hash = self.hash(key.as_bytes());
         let id = Counters::bucket_of_hash(hash);
         let recent = self.recent(id);

@@ -23,7 +23,7 @@
 //! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
-use crate::journal::record::{Record, USED_ONLY};
+use crate::journal::record::{NamedOf, Record, USED_ONLY};
 use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
 use crate::tally::{Counted, Recording, Tally, Usage};
@@ -72,6 +72,8 @@ pub enum Answer<'p> {
     Decision {
         decision: Decision,
         policy: &'p str,
+        /// The answer to a repeated id (SPEC §16): the first decision.
+        repeat: bool,
         encoding: Encoding,
     },
     Error {
@@ -347,14 +349,22 @@ impl Decider {
             forward.body = message.body.to_vec();
             return message.wants_reply.then_some(Answer::Forward(forward));
         }
-        turn.tally.outcome(verb, &result);
         let answer = match result {
-            Ok((decision, policy)) => Answer::Decision {
-                decision,
-                policy,
-                encoding,
-            },
-            Err(error) => Answer::Error { error, encoding },
+            Ok((decision, policy, repeat)) => {
+                if !repeat {
+                    turn.tally.outcome(verb, &Ok((decision, policy)));
+                }
+                Answer::Decision {
+                    decision,
+                    policy,
+                    repeat,
+                    encoding,
+                }
+            }
+            Err(error) => {
+                turn.tally.outcome(verb, &Err(error.clone()));
+                Answer::Error { error, encoding }
+            }
         };
         message.wants_reply.then_some(answer)
     }
@@ -379,22 +389,30 @@ impl Decider {
         Some(answer)
     }
 
-    /// Validates and applies one ask whose body is still encoded.
+    /// Validates and applies one ask whose body is still encoded, once
+    /// per id (SPEC §16). The flag: the answer is a repeat's.
     fn ask<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         verb: Verb,
         token: &str,
         body: &[u8],
-    ) -> Result<(Decision, &'p str), ErrorReply> {
+    ) -> Result<(Decision, &'p str, bool), ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = wire::decode_request(body).map_err(|e| e.reply)?;
         let op = Op::of(verb, request.cost)
             .ok_or_else(|| ErrorReply::bad_request(format!("{} does not count", verb.as_str())))?;
         let owned = turn.owned;
         self.locate(key, |p| (p == owned.partition).then_some(owned))?;
-        self.apply(turn, key, &request.policy, op, Budget::None)
-            .map(|(decision, policy, _)| (decision, policy))
+        let policy = &request.policy;
+        let apply = |turn: &mut Turn<'_, 'p, '_>| self.apply(turn, key, policy, op, Budget::None);
+        self.once(
+            turn,
+            (key, request.id.as_deref()),
+            (verb, policy, op),
+            apply,
+        )
+        .map(|((decision, policy, _), repeat)| (decision, policy, repeat))
     }
 
     /// The one partition check: the partition `key` belongs to, if this
@@ -678,6 +696,10 @@ impl Decider {
         let Some(base) = policies.get(&record.p) else {
             return false;
         };
+        if let Some(named) = &record.i {
+            remember_replayed(record, named, counters);
+            return true;
+        }
         self.replay_tally(policies, base, record, counters);
         // Under the limits the key was decided under: an override's, if
         // any; of a global bucket, this region's part.
@@ -734,12 +756,35 @@ impl Decider {
     }
 }
 
+/// An ask's id, remembered again from its record (SPEC §16).
+fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counters) {
+    let asked = sluice_core::ask_ids::Asked {
+        verb: if named.hit { Verb::Hit } else { Verb::Allow },
+        policy: record.p.clone(),
+        cost: record.c,
+    };
+    let decision = Decision {
+        allowed: true,
+        limit: named.limit,
+        remaining: named.remaining,
+        reset: Nanos(named.reset),
+        retry_after: Nanos::ZERO,
+        shadow_denied: false,
+    };
+    let until = Nanos(named.until);
+    let at = Nanos(record.t);
+    counters
+        .ids()
+        .remember((&record.k, &named.id), asked, decision, until, at);
+}
+
 mod admin;
 mod batches;
 mod global;
 mod here;
 mod hold_ids;
 mod holding;
+mod ids;
 mod tally;
 #[cfg(test)]
 mod tests;

@@ -326,6 +326,7 @@ mod tests {
             e: 0,
             x: 0,
             v: 0,
+            i: None,
             q: 0,
         };
         let reply = (

@@ -53,16 +53,19 @@ fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
 }
 
 /// The format of a journal message of `records`: [`format::JOURNAL`]
-/// when any was made in a numbered turn (every record this release
-/// makes: [`crate::counters::Turns`]), which earlier releases refuse
-/// instead of replaying what the snapshot holds twice. Otherwise (records
+/// when any remembers an ask's id (SPEC §16), else
+/// [`format::JOURNAL_TURNS`] when any was made in a numbered turn (every
+/// record this release makes: [`crate::counters::Turns`]), which earlier
+/// releases refuse instead of replaying what the snapshot holds twice. Otherwise (records
 /// of an earlier release, in tests) the oldest that holds them all:
 /// [`format::JOURNAL_COUNTS`] when every record is a count, else
 /// [`format::JOURNAL_SLICES`], [`format::JOURNAL_HOLDS`] or
 /// [`format::JOURNAL_USAGE`].
 pub fn format_of(records: &[Record]) -> u32 {
-    if records.iter().any(|r| r.q != 0) {
+    if records.iter().any(|r| r.i.is_some()) {
         format::JOURNAL
+    } else if records.iter().any(|r| r.q != 0) {
+        format::JOURNAL_TURNS
     } else if records.iter().all(Record::is_count) {
         format::JOURNAL_COUNTS
     } else if records.iter().any(|r| r.v != 0) {
@@ -79,7 +82,7 @@ pub fn format_of(records: &[Record]) -> u32 {
 /// (a turn's records are queued together, so a turn costs its number
 /// once, not once per record). Earlier formats: an array of records.
 pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
-    if format_of(records) < format::JOURNAL {
+    if format_of(records) < format::JOURNAL_TURNS {
         return Ok(rmp_serde::to_vec(records)?);
     }
     let groups: Vec<(u64, &[Record])> = records
@@ -95,7 +98,7 @@ pub fn decode(
     version: u64,
     payload: &[u8],
 ) -> Result<Vec<RecordRef<'_>>, rmp_serde::decode::Error> {
-    if version < u64::from(format::JOURNAL) {
+    if version < u64::from(format::JOURNAL_TURNS) {
         return rmp_serde::from_slice(payload);
     }
     let groups: Vec<(u64, Vec<RecordRef<'_>>)> = rmp_serde::from_slice(payload)?;
@@ -499,6 +502,7 @@ mod tests {
             e: 0,
             x: 0,
             v: 0,
+            i: None,
             q: 0,
         }
     }
@@ -614,8 +618,8 @@ mod tests {
             },
             in_turn("c", 12),
         ];
-        assert_eq!(format_of(&message), format::JOURNAL);
-        assert_eq!(format::JOURNAL, 6);
+        assert_eq!(format_of(&message), format::JOURNAL_TURNS);
+        assert_eq!(format::JOURNAL_TURNS, 6);
         let encoded = encode(&message).unwrap();
         assert!(rmp_serde::from_slice::<Vec<RecordRef<'_>>>(&encoded).is_err());
         let groups: Vec<(u64, Vec<RecordRef<'_>>)> = rmp_serde::from_slice(&encoded).unwrap();
@@ -652,6 +656,7 @@ mod tests {
                 e: 0,
                 x: 0,
                 v: 0,
+                i: None,
                 q: 0,
             },
             Record {
@@ -669,6 +674,7 @@ mod tests {
                 e: 0,
                 x: 0,
                 v: 0,
+                i: None,
                 q: 0,
             },
             // A denial, journaled for its usage.
@@ -687,6 +693,7 @@ mod tests {
                 e: 0,
                 x: 0,
                 v: 0,
+                i: None,
                 q: 0,
             },
         ];

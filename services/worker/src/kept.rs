@@ -3,8 +3,8 @@
 //!
 //! A counter's value travels in the snapshot's chunks and the journal's
 //! records. Some state belongs to the partition without being a counter
-//! value: the budget slices granted and not back yet, the live holds (and,
-//! next, region grants). Each such kind implements [`Kept`] in a file of its own
+//! value: the budget slices granted and not back yet, the live holds, the
+//! alerts fired, the ids of admitted asks. Each such kind implements [`Kept`] in a file of its own
 //! and is registered once, in the [`kept!`] list at the bottom of this file:
 //! that list makes the manifest's field for it ([`Carried`]), takes it at
 //! every snapshot, and hands it to the next owner at takeover.
@@ -17,6 +17,7 @@
 
 mod alerts;
 mod holds;
+mod ids;
 mod kind;
 mod slices;
 
@@ -72,6 +73,9 @@ kept! {
     /// owner fires none of them again and publishes those the stream may
     /// not hold (SPEC §14, `crate::alerting`).
     alerts: alerts::Alerts,
+    /// The ids of admitted asks that still count, so that the next owner
+    /// answers their repeats instead of counting them again (SPEC §16).
+    ids: ids::Ids,
 }
 
 #[cfg(test)]

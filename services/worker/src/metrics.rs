@@ -95,6 +95,16 @@ pub fn render(sources: &StatusSources) -> Result<String, fmt::Error> {
             "Local budgets: unspent units of refunds that no slice granted by this owner explained (granted before it took the partition over, or never): not given back.",
             &m.budget_unmatched_units,
         ),
+        (
+            "sluice_worker_ask_repeats",
+            "Asks that repeated the id of an ask already admitted (SPEC §16): answered with the first decision, nothing counted.",
+            &m.ask_repeats,
+        ),
+        (
+            "sluice_worker_ids_forgotten_early",
+            "Ask ids forgotten before their ask stopped counting, to keep a partition within max_ids: a repeat of one counts again.",
+            &m.ids_forgotten_early,
+        ),
     ] {
         registry.register(name, help, counter.clone());
     }

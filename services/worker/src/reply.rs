@@ -40,6 +40,7 @@ static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static(wire::RATELIMIT
 static RATELIMIT_RESET: HeaderName = HeaderName::from_static(wire::RATELIMIT_RESET);
 static RETRY_AFTER: HeaderName = HeaderName::from_static(wire::RETRY_AFTER);
 static SLUICE_SHADOW: HeaderName = HeaderName::from_static(wire::SLUICE_SHADOW);
+static SLUICE_REPEAT: HeaderName = HeaderName::from_static(wire::SLUICE_REPEAT);
 
 impl Reply {
     /// The reply to `answer`, from worker `worker_id`.
@@ -48,8 +49,22 @@ impl Reply {
             Answer::Decision {
                 decision,
                 policy,
+                repeat: false,
                 encoding,
             } => Reply::decision(decision, policy, *encoding),
+            Answer::Decision {
+                decision,
+                policy,
+                repeat: true,
+                encoding,
+            } => {
+                let mut reply = Reply::decision(decision, policy, *encoding);
+                reply.payload = wire::encode_repeat(decision, policy, *encoding).into();
+                reply
+                    .headers
+                    .insert(SLUICE_REPEAT.clone(), wire::REPEAT_YES);
+                reply
+            }
             Answer::Held {
                 decision,
                 policy,

@@ -99,6 +99,8 @@ pub struct Owning {
     pub lease_ttl: Duration,
     pub snapshot_interval: Duration,
     pub key_bound: Arc<KeyBound>,
+    /// The most ask ids a partition remembers (`max_ids`, SPEC §16).
+    pub max_ids: usize,
     pub stats: Arc<WorkerStats>,
     /// Where the partitions' threshold alerts go (SPEC §14).
     pub alerts: Sink,
@@ -106,9 +108,12 @@ pub struct Owning {
 
 impl Owning {
     /// Fresh counters for a partition: within the worker's key bound,
-    /// sending their alerts to its publisher.
+    /// remembering at most `max_ids` ask ids, sending their alerts to its
+    /// publisher.
     fn counters(&self) -> Counters {
-        Counters::within(self.key_bound.clone()).alerting(self.alerts.clone())
+        Counters::within(self.key_bound.clone())
+            .remembering(self.max_ids)
+            .alerting(self.alerts.clone())
     }
 }
 

@@ -184,6 +184,10 @@ pub struct Meters {
     /// Local budgets: unspent units of refunds that no slice of this owner
     /// explained, not given back.
     pub budget_unmatched_units: Counter,
+    /// Asks that repeated a remembered id (SPEC §16).
+    pub ask_repeats: Counter,
+    /// Ids forgotten before their time to keep `max_ids`.
+    pub ids_forgotten_early: Counter,
 }
 
 impl Default for Meters {
@@ -214,6 +218,8 @@ impl Default for Meters {
             budget_sliced_units: Counter::default(),
             budget_returned_units: Counter::default(),
             budget_unmatched_units: Counter::default(),
+            ask_repeats: Counter::default(),
+            ids_forgotten_early: Counter::default(),
         }
     }
 }

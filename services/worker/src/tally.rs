@@ -12,7 +12,7 @@
 //! the durability mode.
 
 use crate::counters::Turn;
-use crate::journal::record::{Record, NOT_USAGE, RELEASE, SLOT, USED_ONLY};
+use crate::journal::record::{NamedOf, Record, NOT_USAGE, RELEASE, SLOT, USED_ONLY};
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;
@@ -48,6 +48,19 @@ pub struct Counted<'a> {
     pub cost: u64,
 }
 
+/// An ask's id remembered (SPEC §16), for its record.
+#[derive(Clone, Copy, Debug)]
+pub struct Named<'a> {
+    pub policy: &'a str,
+    pub token: &'a str,
+    pub cost: u64,
+    pub id: &'a str,
+    /// `rl.hit`, not `rl.allow`.
+    pub hit: bool,
+    pub decision: &'a Decision,
+    pub until: Nanos,
+}
+
 /// What a decided ask adds to its key's usage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Usage {
@@ -75,6 +88,10 @@ pub struct Tally {
     returned_units: u64,
     /// Units of refunds no slice of this owner explained (not given back).
     unmatched_units: u64,
+    /// Asks answered as repeats of a remembered id.
+    repeats: u64,
+    /// Ids forgotten before their time to keep the bound.
+    forgotten_early: u64,
     records: Vec<Record>,
     /// What must cross the link between regions, by when it may leave
     /// ([`Tally::act`]).
@@ -109,6 +126,8 @@ impl Tally {
             sliced_units: 0,
             returned_units: 0,
             unmatched_units: 0,
+            repeats: 0,
+            forgotten_early: 0,
             records: Vec::new(),
             actions: Actions::default(),
             meters,
@@ -150,6 +169,27 @@ impl Tally {
         if self.recording == Recording::Records {
             let mut record = Record::new(self.partition, policy, token, cost, now);
             record.r = reset;
+            self.records.push(record);
+        }
+    }
+
+    /// An ask's id remembered (SPEC §16): with records kept, its record,
+    /// stored with the ask's count in the same turn so a new owner that
+    /// replays the count remembers the id too.
+    pub fn remembered(&mut self, named: Named<'_>, forgotten_early: u64, now: Nanos) {
+        self.forgotten_early += forgotten_early;
+        if self.recording == Recording::Records {
+            let mut record =
+                Record::new(self.partition, named.policy, named.token, named.cost, now);
+            record.v = NOT_USAGE;
+            record.i = Some(NamedOf {
+                id: named.id.to_string(),
+                hit: named.hit,
+                remaining: named.decision.remaining,
+                limit: named.decision.limit,
+                reset: named.decision.reset.as_u64(),
+                until: named.until.as_u64(),
+            });
             self.records.push(record);
         }
     }
@@ -253,6 +293,13 @@ impl Tally {
         let mut record = Record::new(self.partition, policy, token, cost, now);
         record.d = true;
         self.records.push(record);
+    }
+
+    /// An ask that repeated a remembered id (SPEC §16): answered,
+    /// nothing counted.
+    pub fn repeat(&mut self) {
+        self.decisions += 1;
+        self.repeats += 1;
     }
 
     /// One answered ask. A settle or an extend that was done decided
@@ -418,6 +465,8 @@ impl Tally {
             (&worker.meters.budget_sliced_units, self.sliced_units),
             (&worker.meters.budget_returned_units, self.returned_units),
             (&worker.meters.budget_unmatched_units, self.unmatched_units),
+            (&worker.meters.ask_repeats, self.repeats),
+            (&worker.meters.ids_forgotten_early, self.forgotten_early),
         ] {
             if n > 0 {
                 counter.inc_by(n);

@@ -170,6 +170,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         lease_ttl: config.lease_ttl,
         snapshot_interval: config.snapshot_interval,
         key_bound: key_bound.clone(),
+        max_ids: usize::try_from(config.max_ids).unwrap_or(usize::MAX),
         stats: stats.clone(),
     });
     let mut controller = Controller::new(answering.clone(), owning.clone(), opts.taking_over);

@@ -23,8 +23,8 @@
 use super::defaults::MAX_POLICY_NAME_LEN;
 use super::error::{field_error, key_path, FieldError};
 use super::values::{
-    algorithm_names, count, duration_text, expected, found_in_map, max_keys, mode, partitions,
-    some_algorithm, some_count, some_duration_text, some_string, visit_scalars, Found,
+    algorithm_names, count, duration_text, expected, found_in_map, max_ids, max_keys, mode,
+    partitions, some_algorithm, some_count, some_duration_text, some_string, visit_scalars, Found,
     TOML_DATETIME_KEY,
 };
 use crate::calendar::{Period, Zone, DEFAULT_ANCHOR_DAY, DEFAULT_WEEK_START, DEFAULT_ZONE};
@@ -58,6 +58,8 @@ pub(super) struct FileTable {
     pub(super) journal_failure: Option<String>,
     #[serde(default, deserialize_with = "max_keys")]
     pub(super) max_keys: Option<i128>,
+    #[serde(default, deserialize_with = "max_ids")]
+    pub(super) max_ids: Option<i128>,
     #[serde(default, deserialize_with = "some_string")]
     pub(super) region: Option<String>,
     #[serde(default, deserialize_with = "some_duration_text")]

@@ -133,12 +133,18 @@ pub(super) fn partitions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>
 }
 
 pub(super) fn max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
+    bound(d, "an integer of at least 1, e.g. max_keys = 2_000_000")
+}
+
+pub(super) fn max_ids<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
+    bound(d, "an integer of at least 1, e.g. max_ids = 8_192")
+}
+
+/// An integer bound; `wanted` is the error's "expected" with an example.
+fn bound<'de, D: Deserializer<'de>>(d: D, wanted: &str) -> Result<Option<i128>, D::Error> {
     match Found::deserialize(d)? {
         Found::Int(n) => Ok(Some(n)),
-        other => Err(expected(
-            "an integer of at least 1, e.g. max_keys = 2_000_000",
-            &other,
-        )),
+        other => Err(expected(wanted, &other)),
     }
 }
 

@@ -62,6 +62,7 @@ fn one_item(policy: &str, token: &str, cost: u64, budget: Budget) -> Option<Vec<
         key: KeyToken::parse(token).ok()?,
         policy: Cow::Borrowed(policy),
         cost,
+        id: None,
         act: Act::Ask(budget),
     };
     Some(batch::encode_items(&[item]))

@@ -26,15 +26,19 @@ pub enum ErrorCode {
     /// 404 `unknown_hold`: no live hold of that name under the key and
     /// policy (unknown, settled, or ended; SPEC §13).
     UnknownHold,
+    /// 409 `id_reused`: the ask's `id` was first used by another ask
+    /// (another verb, policy or cost; SPEC §16).
+    IdReused,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 5] = [
+    pub const ALL: [ErrorCode; 6] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownPolicy,
         ErrorCode::TooLarge,
         ErrorCode::Unavailable,
         ErrorCode::UnknownHold,
+        ErrorCode::IdReused,
     ];
 
     /// The numeric code, as in `Nats-Service-Error-Code` and HTTP statuses.
@@ -45,6 +49,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => 413,
             ErrorCode::Unavailable => 503,
             ErrorCode::UnknownHold => 404,
+            ErrorCode::IdReused => 409,
         }
     }
 
@@ -56,6 +61,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::UnknownHold => "unknown_hold",
+            ErrorCode::IdReused => "id_reused",
         }
     }
 

@@ -1,4 +1,4 @@
-//! The fields of a request map, `policy` and `cost`, whichever encoding
+//! The fields of a request map, `policy`, `cost` and `id`, whichever encoding
 //! they came in: shared by single requests ([`super::request`]) and batch
 //! items ([`super::batch`]), so both refuse the same mistakes with the same
 //! sentences.
@@ -25,6 +25,33 @@ pub const MAX_COST: u64 = 1_000_000_000;
 pub const DEFAULT_COST: u64 = 1;
 /// The longest policy name, in bytes.
 pub const MAX_POLICY_NAME: usize = 64;
+
+/// The longest ask id (SPEC §16), in bytes.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Checks an ask's id as a caller sent it: 1 to [`MAX_ID_LEN`] bytes of
+/// printable ASCII (space to `~`). The error is a sentence for a 400.
+///
+/// ```
+/// use sluice_core::wire::check_id;
+/// assert!(check_id("req-7 b~").is_ok());
+/// assert!(check_id("").unwrap_err().contains("1 to 128 bytes"));
+/// assert!(check_id("a\nb").unwrap_err().contains("0x0a"));
+/// ```
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(format!(
+            "\"id\" must be 1 to {MAX_ID_LEN} bytes, not {}; send a request id or a UUID",
+            id.len()
+        ));
+    }
+    if let Some(bad) = id.bytes().find(|b| !(b' '..=b'~').contains(b)) {
+        return Err(format!(
+            "\"id\" must be printable ASCII (space to '~'); it holds the byte 0x{bad:02x}"
+        ));
+    }
+    Ok(())
+}
 
 /// 1 to [`MAX_POLICY_NAME`] characters of `[A-Za-z0-9_-]`. Policies whose
 /// names fail this cannot be asked for.
@@ -59,13 +86,23 @@ impl<'a> From<msgpack::Value<'a>> for Scalar<'a> {
     }
 }
 
-/// `policy` and `cost` as read, before the checks that need both or none.
+/// `policy`, `cost` and `id` as read, before the checks that need both or none.
 #[derive(Default)]
 pub(crate) struct Fields<'a> {
     policy: Option<Cow<'a, str>>,
     cost: Option<u64>,
+    id: Option<Cow<'a, str>>,
     seen_policy: bool,
     seen_cost: bool,
+    seen_id: bool,
+}
+
+/// An ask's fields once checked, defaults applied.
+pub(crate) struct Finished<'a> {
+    pub(crate) policy: Cow<'a, str>,
+    pub(crate) cost: u64,
+    /// SPEC §16: the caller's name for the ask, checked ([`check_id`]).
+    pub(crate) id: Option<Cow<'a, str>>,
 }
 
 impl<'a> Fields<'a> {
@@ -113,6 +150,24 @@ impl<'a> Fields<'a> {
                     }
                 }
             }
+            "id" => {
+                if std::mem::replace(&mut self.seen_id, true) {
+                    return Err(duplicate("id"));
+                }
+                match value {
+                    Scalar::Str(s) => {
+                        check_id(&s)?;
+                        self.id = Some(s);
+                    }
+                    Scalar::Nil => {}
+                    other => {
+                        return Err(format!(
+                            "\"id\" must be a string naming the ask (a request id, a UUID), not {}",
+                            other.type_name()
+                        ))
+                    }
+                }
+            }
             _ => return Err(format!("unknown field {}; {known}", quoted(name))),
         }
         Ok(())
@@ -120,12 +175,12 @@ impl<'a> Fields<'a> {
 
     /// The fields as sent, before defaults and checks (for a batch item
     /// that is a hold's verb, whose rules are [`super::hold`]'s).
-    pub(crate) fn into_sent(self) -> (Option<Cow<'a, str>>, Option<u64>) {
-        (self.policy, self.cost)
+    pub(crate) fn into_sent(self) -> (Option<Cow<'a, str>>, Option<u64>, Option<Cow<'a, str>>) {
+        (self.policy, self.cost, self.id)
     }
 
     /// Defaults, a valid policy name, a sane cost.
-    pub(crate) fn finish(self) -> Result<(Cow<'a, str>, u64), String> {
+    pub(crate) fn finish(self) -> Result<Finished<'a>, String> {
         let policy = self.policy.unwrap_or(Cow::Borrowed(DEFAULT_POLICY));
         if !is_valid_policy_name(&policy) {
             return Err(format!(
@@ -139,7 +194,11 @@ impl<'a> Fields<'a> {
                 "cost {cost} is absurd; no request may cost more than {MAX_COST}"
             ));
         }
-        Ok((policy, cost))
+        Ok(Finished {
+            policy,
+            cost,
+            id: self.id,
+        })
     }
 }
 

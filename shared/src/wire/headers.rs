@@ -32,6 +32,11 @@ pub const SERVICE_ERROR: &str = "Nats-Service-Error";
 /// client must not send it again as if nothing had happened (a second
 /// reserve would keep a second hold).
 pub const SLUICE_UNSTORED: &str = "Sluice-Unstored";
+/// On the answer to a repeat (SPEC §16): the first answer's decision,
+/// nothing counted; the value is [`REPEAT_YES`].
+pub const SLUICE_REPEAT: &str = "Sluice-Repeat";
+/// The value of [`SLUICE_REPEAT`].
+pub const REPEAT_YES: &str = "true";
 /// The value of [`SLUICE_UNSTORED`].
 pub const UNSTORED_YES: &str = "1";
 

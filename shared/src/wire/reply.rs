@@ -39,6 +39,11 @@ pub struct DecisionReply {
     /// §14): `allowed` is true, nothing was consumed. Sent only when true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub shadow_denied: bool,
+    /// The answer to an ask that repeated the id of one already admitted
+    /// (SPEC §16): the first answer's decision, nothing counted. Sent
+    /// only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub repeat: bool,
     /// A slice of the key's budget, in the reply to a batch item that
     /// asked for one ([`crate::budget`]): the fields `slice` (units),
     /// `slice_lease_ns` and `slice_at` (when the owner took it, ns).
@@ -63,6 +68,7 @@ impl DecisionReply {
             retry_after_ms: decision.retry_after.as_millis_ceil(),
             policy: policy.into(),
             shadow_denied: decision.shadow_denied,
+            repeat: false,
             grant: None,
             hold: None,
         }
@@ -103,6 +109,16 @@ impl DecisionReply {
 /// no intermediate [`DecisionReply`]).
 pub fn encode_decision(decision: &Decision, policy: &str, encoding: Encoding) -> Vec<u8> {
     encode_reply_body(&DecisionOut::new(decision, policy), encoding)
+}
+
+/// [`encode_decision`] of the answer to a repeat (SPEC §16): the first
+/// answer's decision, with `"repeat": true`.
+pub fn encode_repeat(decision: &Decision, policy: &str, encoding: Encoding) -> Vec<u8> {
+    let out = DecisionOut {
+        repeat: true,
+        ..DecisionOut::new(decision, policy)
+    };
+    encode_reply_body(&out, encoding)
 }
 
 /// Encodes an error reply body; the same as [`ErrorReply::encode`].
@@ -176,6 +192,8 @@ pub(super) struct DecisionOut<'a> {
     policy: &'a str,
     #[serde(skip_serializing_if = "is_false")]
     shadow_denied: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    repeat: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     slice: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -198,6 +216,7 @@ impl<'a> DecisionOut<'a> {
             retry_after_ms: d.retry_after.as_millis_ceil(),
             policy,
             shadow_denied: d.shadow_denied,
+            repeat: false,
             slice: None,
             slice_lease_ns: None,
             slice_at: None,
@@ -224,6 +243,7 @@ impl<'a> DecisionOut<'a> {
             retry_after_ms: r.retry_after_ms,
             policy: &r.policy,
             shadow_denied: r.shadow_denied,
+            repeat: r.repeat,
             slice: r.grant.map(|g| g.units),
             slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
             slice_at: r.grant.map(|g| g.taken_at.as_u64()),
@@ -277,10 +297,12 @@ impl ReplyBody for DecisionOut<'_> {
         const GRANT: usize =
             (1 + "slice".len()) + (1 + "slice_lease_ns".len()) + (1 + "slice_at".len()) + 3 * 9;
         const SHADOW: usize = 1 + "shadow_denied".len() + 1;
+        const REPEAT: usize = 1 + "repeat".len() + 1;
         const HOLD: usize = (1 + "hold".len()) + MSGPACK_STR_HEADER + (1 + "expires_ms".len()) + 9;
         FIXED
             + self.policy.len()
             + if self.shadow_denied { SHADOW } else { 0 }
+            + if self.repeat { REPEAT } else { 0 }
             + if self.slice.is_some() { GRANT } else { 0 }
             + self.hold.map_or(0, |h| HOLD + h.len())
     }
@@ -290,6 +312,7 @@ impl ReplyBody for DecisionOut<'_> {
         let hold = self.hold.zip(self.expires_ms);
         let fields = 6
             + usize::from(self.shadow_denied)
+            + usize::from(self.repeat)
             + if grant.is_some() { 3 } else { 0 }
             + if hold.is_some() { 2 } else { 0 };
         w.map(fields as u32);
@@ -307,6 +330,10 @@ impl ReplyBody for DecisionOut<'_> {
         w.str(self.policy);
         if self.shadow_denied {
             w.str("shadow_denied");
+            w.bool(true);
+        }
+        if self.repeat {
+            w.str("repeat");
             w.bool(true);
         }
         if let Some(((units, lease), at)) = grant {
@@ -384,6 +411,7 @@ pub(crate) struct RawReply {
     error: Option<String>,
     message: Option<String>,
     shadow_denied: Option<bool>,
+    repeat: Option<bool>,
     slice: Option<u64>,
     slice_lease_ns: Option<u64>,
     slice_at: Option<u64>,
@@ -407,6 +435,7 @@ impl RawReply {
             retry_after_ms: field(self.retry_after_ms, "retry_after_ms")?,
             policy: field(self.policy, "policy")?,
             shadow_denied: self.shadow_denied.unwrap_or(false),
+            repeat: self.repeat.unwrap_or(false),
             grant: match (self.slice, self.slice_lease_ns, self.slice_at) {
                 (Some(units), Some(lease), Some(at)) => Some(Grant {
                     units,

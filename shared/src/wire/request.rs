@@ -31,6 +31,8 @@ pub struct Request<'a> {
     pub policy: Cow<'a, str>,
     /// At most [`MAX_COST`]; 0 means "look, don't consume".
     pub cost: u64,
+    /// The caller's name for the ask, so that a retry counts once (SPEC §16).
+    pub id: Option<Cow<'a, str>>,
     /// The encoding to reply in.
     pub encoding: Encoding,
 }
@@ -63,6 +65,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
         return Ok(Request {
             policy: Cow::Borrowed(DEFAULT_POLICY),
             cost: DEFAULT_COST,
+            id: None,
             encoding,
         });
     }
@@ -74,12 +77,13 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
         Encoding::Json => json_fields(body),
         Encoding::MsgPack => msgpack_fields(body),
     };
-    let (policy, cost) = fields
+    let finished = fields
         .and_then(Fields::finish)
         .map_err(|m| refuse(ErrorReply::bad_request(m)))?;
     Ok(Request {
-        policy,
-        cost,
+        policy: finished.policy,
+        cost: finished.cost,
+        id: finished.id,
         encoding,
     })
 }
@@ -88,7 +92,18 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
 /// so `encode_request(None, None, Encoding::MsgPack)` is the empty body.
 /// Nothing is validated here; a worker refuses what is invalid.
 pub fn encode_request(policy: Option<&str>, cost: Option<u64>, encoding: Encoding) -> Vec<u8> {
-    if policy.is_none() && cost.is_none() && encoding == Encoding::MsgPack {
+    encode_request_with_id(policy, cost, None, encoding)
+}
+
+/// [`encode_request`] of an ask named by `id` (SPEC §16), so that the
+/// owner counts it once however often it is sent.
+pub fn encode_request_with_id(
+    policy: Option<&str>,
+    cost: Option<u64>,
+    id: Option<&str>,
+    encoding: Encoding,
+) -> Vec<u8> {
+    if policy.is_none() && cost.is_none() && id.is_none() && encoding == Encoding::MsgPack {
         return Vec::new();
     }
     #[derive(Serialize)]
@@ -97,8 +112,10 @@ pub fn encode_request(policy: Option<&str>, cost: Option<u64>, encoding: Encodin
         policy: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cost: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
     }
-    encode_body(&RequestOut { policy, cost }, encoding)
+    encode_body(&RequestOut { policy, cost, id }, encoding)
 }
 
 /// Maps with named fields in MessagePack; compact JSON. For requests (client
@@ -128,7 +145,7 @@ pub(crate) fn encode_body<T: Serialize>(value: &T, encoding: Encoding) -> Vec<u8
 
 /// What a single request may contain, for "unknown field" messages.
 const REQUEST_FIELDS: &str =
-    "a request has only the optional fields \"policy\" (a string) and \"cost\" (an unsigned integer)";
+    "a request has only the optional fields \"policy\" (a string), \"cost\" (an unsigned integer) and \"id\" (a string)";
 
 const EXPECTED_BODY: &str = "send an empty body, a MessagePack map, or a JSON object (whose first byte is '{') with the optional fields \"policy\" and \"cost\"";
 

@@ -217,7 +217,7 @@ fn unknown_top_level_field_is_refused_with_a_suggestion() {
     assert_error(
         "partiton = 32",
         "partiton",
-        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, region, alert_retention, policies, envoy, usage)",
+        "unknown field; did you mean \"partitions\"? (expected one of partitions, durability, snapshot_interval, fallback, lease_ttl, journal_failure, max_keys, max_ids, region, alert_retention, policies, envoy, usage)",
     );
     assert_error(
         "colour = \"blue\"",

@@ -21,6 +21,7 @@ fn hold_item<'a>(key: &'a str, cost: u64, act: HoldAct) -> batch::Item<'a> {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed("llm"),
         cost,
+        id: None,
         act: Act::Hold(act),
     }
 }
@@ -219,6 +220,7 @@ fn the_largest_possible_batch_of_holds_fits_the_body_limit() {
             key: KeyToken::parse(&key).unwrap(),
             policy: Cow::Borrowed(&policy),
             cost: MAX_COST,
+            id: None,
             act: Act::Hold(HoldAct {
                 verb: Verb::Settle,
                 ttl_ms: None,
@@ -234,6 +236,7 @@ fn the_largest_possible_batch_of_holds_fits_the_body_limit() {
         .all(Result::is_ok));
     // And an ask item is still what it was.
     let ask = batch::Item {
+        id: None,
         act: Act::Ask(Budget::None),
         ..items[0].clone()
     };

@@ -16,6 +16,7 @@ fn item<'a>(key: &'a str, policy: &'a str, cost: u64) -> batch::Item<'a> {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
+        id: None,
         act: Default::default(),
     }
 }

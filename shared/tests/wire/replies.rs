@@ -8,8 +8,8 @@ use sluice_core::key::KeyToken;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
 use sluice_core::wire::{
-    self, batch, decision_headers, decode_reply, decode_request, encode_decision, error_headers,
-    DecisionReply, Encoding, ErrorCode, ErrorReply, Reply,
+    self, batch, decision_headers, decode_reply, decode_request, encode_decision, encode_repeat,
+    error_headers, DecisionReply, Encoding, ErrorCode, ErrorReply, Reply,
 };
 use std::collections::BTreeMap;
 
@@ -123,6 +123,7 @@ fn error_codes_have_their_numbers_and_words() {
         (ErrorCode::TooLarge, 413, "too_large"),
         (ErrorCode::Unavailable, 503, "unavailable"),
         (ErrorCode::UnknownHold, 404, "unknown_hold"),
+        (ErrorCode::IdReused, 409, "id_reused"),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (code, status, word) in table {
@@ -313,6 +314,12 @@ proptest::proptest! {
         proptest::prop_assert_eq!(encode_decision(&d, &policy, Encoding::MsgPack), rmp_named(&reply));
         proptest::prop_assert_eq!(reply.encode(Encoding::MsgPack), rmp_named(&reply));
         proptest::prop_assert_eq!(encode_decision(&d, &policy, Encoding::Json), serde_json::to_vec(&reply).unwrap());
+        // The answer to a repeat (SPEC §16) has one field more.
+        let repeat = DecisionReply { repeat: true, ..reply };
+        proptest::prop_assert_eq!(encode_repeat(&d, &policy, Encoding::MsgPack), rmp_named(&repeat));
+        proptest::prop_assert_eq!(encode_repeat(&d, &policy, Encoding::Json), serde_json::to_vec(&repeat).unwrap());
+        let back = decode_reply(&encode_repeat(&d, &policy, Encoding::MsgPack)).unwrap();
+        proptest::prop_assert_eq!(back, Reply::Decision(repeat));
     }
 
     #[test]

@@ -176,9 +176,28 @@ fn an_unknown_field_is_refused_naming_the_known_ones() {
     bad_request(br#"{"cots":5}"#, "unknown field \"cots\"");
     bad_request(
         &msgpack(&json!({"cots": 5})),
-        "\"policy\" (a string) and \"cost\"",
+        "\"policy\" (a string), \"cost\" (an unsigned integer) and \"id\"",
     );
     bad_request(&[0x81, 0x01, 0x01], "map keys must be strings");
+}
+
+/// SPEC §16: `id` is 1 to 128 bytes of printable ASCII; anything else is
+/// refused, and a valid one comes through.
+#[test]
+fn an_id_is_read_and_a_bad_one_refused() {
+    let r = decode_request(br#"{"id":"req 7","cost":2}"#).unwrap();
+    assert_eq!((r.id.as_deref(), r.cost), (Some("req 7"), 2));
+    let body = msgpack(&json!({"id": "u-1"}));
+    let r = decode_request(&body).unwrap();
+    assert_eq!(r.id.as_deref(), Some("u-1"));
+    bad_request(br#"{"id":""}"#, "1 to 128 bytes");
+    bad_request(
+        format!(r#"{{"id":"{}"}}"#, "x".repeat(129)).as_bytes(),
+        "1 to 128 bytes",
+    );
+    bad_request(br#"{"id":"caf\u00e9"}"#, "printable ASCII");
+    bad_request(br#"{"id":7}"#, "\"id\" must be a string");
+    bad_request(br#"{"id":"a","id":"b"}"#, "appears twice");
 }
 
 #[test]

@@ -142,6 +142,7 @@ mod tests {
                     key: KeyToken::parse(t).unwrap(),
                     policy: Cow::Borrowed("default"),
                     cost: 1,
+                    id: None,
                     act: Default::default(),
                 })
                 .collect();

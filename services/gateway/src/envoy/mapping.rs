@@ -396,6 +396,8 @@ pub(crate) fn status_of(e: &Error) -> Status {
         Error::Unavailable(m) => Status::unavailable(m.clone()),
         // Envoy asks nothing of holds; a settle never comes this way.
         Error::UnknownHold(m) => Status::not_found(m.clone()),
+        // Envoy's asks carry no id.
+        Error::IdReused(m) => Status::already_exists(m.clone()),
     }
 }
 

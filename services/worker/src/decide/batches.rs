@@ -99,26 +99,30 @@ impl Decider {
 
     /// A batch item that asks, as `rl.allow` would (with what it does for
     /// a local budget).
-    fn batch_ask(
+    fn batch_ask<'p>(
         &self,
-        turn: &mut Turn<'_, '_, '_>,
+        turn: &mut Turn<'_, 'p, '_>,
         item: &batch::Item<'_>,
         budget: Budget,
     ) -> Result<DecisionReply, ErrorReply> {
         let op = Op::Allow(item.cost);
-        let applied = self.apply(turn, item.key, &item.policy, op, budget);
-        let (result, grant) = match applied {
-            Ok((decision, policy, grant)) => (Ok((decision, policy)), grant),
-            Err(e) => (Err(e), None),
+        let apply =
+            |turn: &mut Turn<'_, 'p, '_>| self.apply(turn, item.key, &item.policy, op, budget);
+        let named = (item.key, item.id.as_deref());
+        let applied = self.once(turn, named, (Verb::Allow, &item.policy, op), apply);
+        let (result, grant, repeat) = match applied {
+            Ok(((decision, policy, grant), repeat)) => (Ok((decision, policy)), grant, repeat),
+            Err(e) => (Err(e), None, false),
         };
         if matches!(budget, Budget::Refund(_)) {
             // Giving back decides nothing.
             turn.tally.gave_back_only();
-        } else {
+        } else if !repeat {
             turn.tally.outcome(Verb::Allow, &result);
         }
         result.map(|(decision, policy)| DecisionReply {
             grant,
+            repeat,
             ..DecisionReply::new(&decision, policy)
         })
     }

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 mod batch_holds;
 mod batches;
 mod global;
+mod ids;
 mod replay;
 
 const PARTITIONS: u32 = 4;
@@ -473,6 +474,7 @@ fn reset_forgets_one_policy_or_all_and_is_journaled_and_replayed() {
         e: 0,
         x: 0,
         v: 0,
+        i: None,
         q: 0,
     };
     let reset = Record {
@@ -507,6 +509,7 @@ fn a_reset_record_reads_as_before_when_it_is_no_reset() {
         e: 0,
         x: 0,
         v: 0,
+        i: None,
         q: 0,
     };
     let bytes = rmp_serde::to_vec(&count).unwrap();

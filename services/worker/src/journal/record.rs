@@ -18,7 +18,7 @@ use sluice_core::time::Nanos;
 /// for a reset, `[.., t, false, true]` for a denial, `[.., false, false,
 /// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
 /// back, `[.., g, u, h, e, x]` for a hold, `[.., x, v]` for a record whose
-/// usage is not what its kind says), so records of counts read the same as
+/// usage is not what its kind says, `[.., v, i]` for an ask's id), so records of counts read the same as
 /// before resets, denials, budgets, holds and regions were recorded.
 ///
 /// A hold's records (SPEC §13) name it (`h`): its reserve is a slice's
@@ -76,12 +76,32 @@ pub struct RecordOf<S> {
     /// §12, where a key's count and its usage live in different regions).
     #[serde(default)]
     pub v: u8,
+    /// An ask's id remembered (SPEC §16): a record of its own, beside the
+    /// ask's count in the same turn, that changes no counter and is no
+    /// usage (`v` is [`NOT_USAGE`]); replay remembers the id again.
+    #[serde(default)]
+    pub i: Option<NamedOf<S>>,
     /// The turn that made it ([`crate::counters::Turns`]; 0: none, as in
     /// journals written before turns were numbered). Not one of the
     /// record's fields: a message stores the records of one turn together
     /// under its number ([`crate::journal::encode`]).
     #[serde(skip)]
     pub q: u64,
+}
+
+/// An ask's id as its record keeps it ([`RecordOf::i`]): what the ask
+/// was besides the record's policy and cost, and its first answer.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamedOf<S> {
+    pub id: S,
+    /// `rl.hit`, not `rl.allow`.
+    pub hit: bool,
+    /// The first answer's `remaining`, `limit` and `reset` (ns).
+    pub remaining: u64,
+    pub limit: u64,
+    pub reset: u64,
+    /// When the id is forgotten (ns since the epoch).
+    pub until: u64,
 }
 
 /// [`RecordOf::v`]: counted, but not usage: what another region's owner
@@ -124,6 +144,7 @@ impl Record {
             e: 0,
             x: 0,
             v: 0,
+            i: None,
             q: 0,
         }
     }
@@ -143,7 +164,9 @@ impl<S> RecordOf<S> {
 
     /// How many fields it is encoded as (see [`RecordOf`]).
     pub fn fields(&self) -> usize {
-        if self.v != 0 {
+        if self.i.is_some() {
+            15
+        } else if self.v != 0 {
             14
         } else if self.h.is_some() {
             13
@@ -192,6 +215,9 @@ impl<T: Serialize> Serialize for RecordOf<T> {
         if fields > 13 {
             st.serialize_field("v", &self.v)?;
         }
+        if fields > 14 {
+            st.serialize_field("i", &self.i)?;
+        }
         st.end()
     }
 }
@@ -213,6 +239,14 @@ impl RecordRef<'_> {
             e: self.e,
             x: self.x,
             v: self.v,
+            i: self.i.map(|n| NamedOf {
+                id: n.id.to_string(),
+                hit: n.hit,
+                remaining: n.remaining,
+                limit: n.limit,
+                reset: n.reset,
+                until: n.until,
+            }),
             q: self.q,
         }
     }

@@ -118,6 +118,7 @@ fn record(n: u32, key: &str, c: u64) -> Record {
         e: 0,
         x: 0,
         v: 0,
+        i: None,
         q: 0,
     }
 }

@@ -32,6 +32,7 @@ fn hold_item<'a>(key: &'a str, policy: &'a str, cost: u64, act: Act) -> batch::I
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
+        id: None,
         act,
     }
 }

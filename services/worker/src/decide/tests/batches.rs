@@ -26,6 +26,7 @@ fn hot_item(key: &str, cost: u64, budget: Budget) -> batch::Item<'_> {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed("default"),
         cost,
+        id: None,
         act: Act::Ask(budget),
     }
 }
@@ -46,6 +47,7 @@ fn a_budget_slice_is_counted_and_journaled_and_what_comes_back_is_given_back() {
         key: KeyToken::parse(&key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
+        id: None,
         act: Act::Ask(budget),
     };
     let (results, records) = batch_of(&f, &[item("default", 1, Budget::Slice(30))], T0);
@@ -230,6 +232,7 @@ fn budget_fields_that_do_not_go_together_are_refused_and_change_nothing() {
         key: KeyToken::parse(&key).unwrap(),
         policy: Cow::Borrowed("default"),
         cost,
+        id: None,
         act: Act::Ask(budget),
     };
     let refund = Budget::Refund(Refund {
@@ -257,6 +260,7 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         key: KeyToken::parse(key).unwrap(),
         policy: Cow::Borrowed(policy),
         cost,
+        id: None,
         act: Default::default(),
     };
     let mine: &'static str = Box::leak(mine.into_boxed_str());
@@ -359,12 +363,14 @@ fn a_worker_batch_decides_each_item_on_its_partition() {
             key: KeyToken::parse(a).unwrap(),
             policy: Cow::Borrowed("default"),
             cost: 2,
+            id: None,
             act: Default::default(),
         },
         batch::Item {
             key: KeyToken::parse(b).unwrap(),
             policy: Cow::Borrowed("default"),
             cost: 3,
+            id: None,
             act: Default::default(),
         },
     ]);

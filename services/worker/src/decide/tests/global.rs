@@ -66,6 +66,7 @@ fn in_a_batch_such_an_ask_is_answered_ask_alone() {
         key: sluice_core::key::KeyToken::parse(&key).unwrap(),
         policy: Cow::Borrowed("default"),
         cost: 1,
+        id: None,
         act: Act::Ask(Budget::None),
     };
     let (results, _) = batch_of(&f, &[item], T0);

@@ -1,0 +1,338 @@
+//! Idempotent asks (SPEC §16): the ids an owner remembers, so that an ask
+//! retried after its answer was lost counts once.
+//!
+//! A caller names an ask with an `id`; the owner of the key remembers the
+//! id of every ask it **admitted** (an allowed `allow`, any `hit`), with
+//! what the ask was (verb, policy, cost) and the decision it got, until the
+//! ask stops counting ([`Policy::remembered_until`]; at most
+//! [`MAX_REMEMBERED`]). An ask that repeats a remembered id counts nothing
+//! and gets the first decision again ([`Seen::Repeat`]); the same id with
+//! another verb, policy or cost is refused ([`Seen::Reused`]), since the
+//! caller means a different ask. A denial is not remembered: it consumed
+//! nothing, so its repeat is decided afresh.
+//!
+//! Memory is bounded per partition ([`RememberedIds::new`]'s `most`): past
+//! it, the id whose remembering ends soonest is forgotten first, and
+//! counted ([`RememberedIds::forgotten_early`]); its repeat would count
+//! again, which errs the way an id-less retry always did.
+//!
+//! Ids are per key token, not per counter: the policy is part of what the
+//! id names, so one id under two policies is a reuse, not two asks.
+//!
+//! Pure data and no clock: every call takes `now`. The worker keeps one per
+//! partition beside its counters, carries it through handovers (its
+//! `kept/` kind) and rebuilds the rest from the journal.
+
+use crate::limit::{Algorithm, Decision};
+use crate::policy::Policy;
+use crate::subject::Verb;
+use crate::time::Nanos;
+use crate::wire::{ErrorCode, ErrorReply};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// The longest an id is remembered, whatever the policy's windows.
+pub const MAX_REMEMBERED: Nanos = Nanos::from_secs(24 * 3600);
+
+/// The default bound of ids remembered per partition (`max_ids`).
+pub const DEFAULT_MAX_IDS: usize = 8_192;
+
+impl Policy {
+    /// Until when an ask counted under this policy at `now` still counts
+    /// (SPEC §16): the end of the window it was counted in (a sliding
+    /// window's: the window after, which still weighs it), or for a token
+    /// bucket and GCRA the time an empty bucket takes to fill; the latest
+    /// over the policy's limits, at most [`MAX_REMEMBERED`] ahead.
+    pub fn remembered_until(&self, now: Nanos) -> Nanos {
+        let most = now.saturating_add(MAX_REMEMBERED);
+        self.limits()
+            .iter()
+            .map(|limit| match self.algorithm() {
+                Algorithm::FixedWindow => limit.window_end(limit.window_start(now)),
+                Algorithm::SlidingLog => now.saturating_add(limit.per()),
+                Algorithm::SlidingWindow => limit
+                    .window_end(limit.window_start(now))
+                    .saturating_add(limit.per()),
+                Algorithm::TokenBucket | Algorithm::Gcra => {
+                    let fill = u128::from(limit.per().0) * u128::from(limit.burst())
+                        / u128::from(limit.max());
+                    now.saturating_add(Nanos(u64::try_from(fill).unwrap_or(u64::MAX)))
+                }
+            })
+            .max()
+            .unwrap_or(now)
+            .min(most)
+    }
+}
+
+/// What an ask with an id was: a repeat must be the same ask.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    #[serde(rename = "v", with = "verb_name")]
+    pub verb: Verb,
+    #[serde(rename = "p")]
+    pub policy: String,
+    #[serde(rename = "c")]
+    pub cost: u64,
+}
+
+/// What an ask's id turned out to be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seen {
+    /// Not remembered: decide it (and [`RememberedIds::remember`] it if
+    /// it is admitted).
+    First,
+    /// A repeat of an admitted ask: count nothing, answer this decision.
+    Repeat(Decision),
+    /// The id was first used for another ask: refuse it (409), count nothing.
+    Reused(ErrorReply),
+}
+
+/// One remembered id.
+#[derive(Clone, Debug)]
+struct Entry {
+    asked: Asked,
+    decision: Decision,
+    until: Nanos,
+    /// Its place in [`RememberedIds::by_end`].
+    seq: u64,
+}
+
+/// The ids one partition's owner remembers (see the module doc).
+#[derive(Debug)]
+pub struct RememberedIds {
+    /// By key token and id, joined ([`joined`]).
+    entries: HashMap<Arc<str>, Entry>,
+    /// The same, by when each stops being remembered: the first to forget.
+    by_end: BTreeMap<(Nanos, u64), Arc<str>>,
+    next_seq: u64,
+    most: usize,
+    forgotten_early: u64,
+}
+
+impl Default for RememberedIds {
+    fn default() -> RememberedIds {
+        RememberedIds::new(DEFAULT_MAX_IDS)
+    }
+}
+
+/// A remembered id as a snapshot carries it to the next owner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CarriedId {
+    #[serde(rename = "k")]
+    pub token: String,
+    #[serde(rename = "i")]
+    pub id: String,
+    #[serde(flatten)]
+    pub asked: Asked,
+    /// The first answer's `remaining`, `limit`, `reset` (ns) and whether
+    /// a shadow policy let it through.
+    #[serde(rename = "a")]
+    pub answer: (u64, u64, u64, bool),
+    /// When it is forgotten (ns since the epoch).
+    #[serde(rename = "u")]
+    pub until: u64,
+}
+
+impl RememberedIds {
+    /// Remembers at most `most` ids (at least 1).
+    pub fn new(most: usize) -> RememberedIds {
+        RememberedIds {
+            entries: HashMap::new(),
+            by_end: BTreeMap::new(),
+            next_seq: 0,
+            most: most.max(1),
+            forgotten_early: 0,
+        }
+    }
+
+    /// Whether `id` under `token` was seen for `asked` (see [`Seen`]).
+    pub fn seen(&self, token: &str, id: &str, asked: &Asked, now: Nanos) -> Seen {
+        let Some(entry) = self.entries.get(joined(token, id).as_str()) else {
+            return Seen::First;
+        };
+        if entry.until <= now {
+            return Seen::First;
+        }
+        if entry.asked != *asked {
+            let first = &entry.asked;
+            return Seen::Reused(ErrorReply::new(
+                ErrorCode::IdReused,
+                format!(
+                    "the id {id:?} of key {token} was first used by {} with policy {:?} and cost {}, not {} with policy {:?} and cost {}; an id names one ask: send a new id for a new ask",
+                    first.verb.client_prefix(),
+                    first.policy,
+                    first.cost,
+                    asked.verb.client_prefix(),
+                    asked.policy,
+                    asked.cost
+                ),
+            ));
+        }
+        Seen::Repeat(entry.decision)
+    }
+
+    /// Remembers an admitted ask until `until` (forgetting those whose
+    /// time is over, then, past the bound, those that end soonest).
+    pub fn remember(
+        &mut self,
+        (token, id): (&str, &str),
+        asked: Asked,
+        decision: Decision,
+        until: Nanos,
+        now: Nanos,
+    ) {
+        if until <= now {
+            return;
+        }
+        self.forget_ended(now);
+        let key = Arc::<str>::from(joined(token, id));
+        if let Some(old) = self.entries.remove(&key) {
+            self.by_end.remove(&(old.until, old.seq));
+        }
+        while self.entries.len() >= self.most {
+            let Some((_, oldest)) = self.by_end.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+            self.forgotten_early += 1;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.by_end.insert((until, seq), key.clone());
+        self.entries.insert(
+            key,
+            Entry {
+                asked,
+                decision,
+                until,
+                seq,
+            },
+        );
+    }
+
+    /// Forgets the ids whose time is over.
+    pub fn forget_ended(&mut self, now: Nanos) {
+        while let Some(entry) = self.by_end.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            self.entries.remove(&key);
+        }
+    }
+
+    /// Forgets the ids of `token`'s asks under `policy` (a reset of the
+    /// key: its counts are gone, so a repeat must count again).
+    pub fn forget_key(&mut self, token: &str, policy: &str) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let gone: Vec<_> = self
+            .entries
+            .iter()
+            .filter(|(k, e)| split(k).0 == token && e.asked.policy == policy)
+            .map(|(k, e)| (k.clone(), (e.until, e.seq)))
+            .collect();
+        for (key, end) in gone {
+            self.entries.remove(&key);
+            self.by_end.remove(&end);
+        }
+    }
+
+    /// How many ids are remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many ids were forgotten before their time, to keep the bound.
+    pub fn forgotten_early(&self) -> u64 {
+        self.forgotten_early
+    }
+
+    /// What a snapshot carries: every id still remembered at `now`.
+    pub fn carried(&self, now: Nanos) -> Vec<CarriedId> {
+        self.by_end
+            .range((now.saturating_add(Nanos(1)), 0)..)
+            .map(|(_, key)| {
+                let e = &self.entries[key];
+                let (token, id) = split(key);
+                CarriedId {
+                    token: token.to_string(),
+                    id: id.to_string(),
+                    asked: e.asked.clone(),
+                    answer: (
+                        e.decision.remaining,
+                        e.decision.limit,
+                        e.decision.reset.0,
+                        e.decision.shadow_denied,
+                    ),
+                    until: e.until.0,
+                }
+            })
+            .collect()
+    }
+
+    /// A new owner takes over what a snapshot carried.
+    pub fn take_over(&mut self, carried: &[CarriedId], now: Nanos) {
+        for c in carried {
+            let (remaining, limit, reset, shadow_denied) = c.answer;
+            let decision = Decision {
+                allowed: true,
+                limit,
+                remaining,
+                reset: Nanos(reset),
+                retry_after: Nanos::ZERO,
+                shadow_denied,
+            };
+            self.remember(
+                (&c.token, &c.id),
+                c.asked.clone(),
+                decision,
+                Nanos(c.until),
+                now,
+            );
+        }
+    }
+}
+
+/// A key token and an id as one map key: a newline is in neither (a
+/// token is a NATS subject token, an id printable ASCII).
+fn joined(token: &str, id: &str) -> String {
+    let mut key = String::with_capacity(token.len() + 1 + id.len());
+    key.push_str(token);
+    key.push('\n');
+    key.push_str(id);
+    key
+}
+
+/// A [`joined`] key's token and id.
+fn split(key: &str) -> (&str, &str) {
+    key.split_once('\n').unwrap_or((key, ""))
+}
+
+/// A verb by its name in carried ids.
+mod verb_name {
+    use crate::subject::Verb;
+    use serde::{de, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(verb: &Verb, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(verb.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Verb, D::Error> {
+        let name = String::deserialize(d)?;
+        Verb::ALL
+            .into_iter()
+            .find(|v| v.as_str() == name)
+            .ok_or_else(|| de::Error::custom(format!("unknown verb {name:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+use super::*;
+use crate::limit::Limit;
+use crate::policy::Policy;
+use std::time::Duration;
+
+fn asked(verb: Verb, policy: &str, cost: u64) -> Asked {
+    Asked {
+        verb,
+        policy: policy.to_string(),
+        cost,
+    }
+}
+
+fn allowed(remaining: u64) -> Decision {
+    Decision {
+        allowed: true,
+        limit: 10,
+        remaining,
+        reset: Nanos::from_secs(1),
+        retry_after: Nanos::ZERO,
+        shadow_denied: false,
+    }
+}
+
+#[test]
+fn a_repeat_gets_the_first_decision_and_a_reuse_is_refused() {
+    let mut ids = RememberedIds::default();
+    let now = Nanos::from_secs(100);
+    let first = asked(Verb::Allow, "login", 2);
+    assert_eq!(ids.seen("alice", "r1", &first, now), Seen::First);
+    ids.remember(
+        ("alice", "r1"),
+        first.clone(),
+        allowed(7),
+        Nanos::from_secs(160),
+        now,
+    );
+
+    assert_eq!(
+        ids.seen("alice", "r1", &first, now),
+        Seen::Repeat(allowed(7))
+    );
+    // The same id of another key is another ask.
+    assert_eq!(ids.seen("bob", "r1", &first, now), Seen::First);
+    for other in [
+        asked(Verb::Hit, "login", 2),
+        asked(Verb::Allow, "default", 2),
+        asked(Verb::Allow, "login", 3),
+    ] {
+        let Seen::Reused(e) = ids.seen("alice", "r1", &other, now) else {
+            panic!("{other:?} reuses the id");
+        };
+        assert_eq!((e.code, e.code.status()), (ErrorCode::IdReused, 409));
+        assert!(e.message.contains("send a new id"), "{e}");
+    }
+}
+
+#[test]
+fn an_id_is_forgotten_when_its_ask_stops_counting() {
+    let mut ids = RememberedIds::default();
+    let a = asked(Verb::Allow, "p", 1);
+    ids.remember(
+        ("k", "r1"),
+        a.clone(),
+        allowed(1),
+        Nanos::from_secs(60),
+        Nanos::from_secs(1),
+    );
+    assert!(matches!(
+        ids.seen("k", "r1", &a, Nanos::from_secs(59)),
+        Seen::Repeat(_)
+    ));
+    assert_eq!(ids.seen("k", "r1", &a, Nanos::from_secs(60)), Seen::First);
+    ids.forget_ended(Nanos::from_secs(60));
+    assert!(ids.is_empty());
+    assert_eq!(ids.forgotten_early(), 0);
+}
+
+#[test]
+fn past_the_bound_the_id_that_ends_soonest_goes_first_and_is_counted() {
+    let mut ids = RememberedIds::new(2);
+    let a = asked(Verb::Hit, "p", 1);
+    let now = Nanos::from_secs(1);
+    ids.remember(
+        ("k", "late"),
+        a.clone(),
+        allowed(1),
+        Nanos::from_secs(90),
+        now,
+    );
+    ids.remember(
+        ("k", "soon"),
+        a.clone(),
+        allowed(1),
+        Nanos::from_secs(30),
+        now,
+    );
+    ids.remember(
+        ("k", "new"),
+        a.clone(),
+        allowed(1),
+        Nanos::from_secs(60),
+        now,
+    );
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids.forgotten_early(), 1);
+    assert_eq!(ids.seen("k", "soon", &a, now), Seen::First);
+    assert!(matches!(ids.seen("k", "late", &a, now), Seen::Repeat(_)));
+    assert!(matches!(ids.seen("k", "new", &a, now), Seen::Repeat(_)));
+}
+
+#[test]
+fn a_reset_forgets_the_keys_ids_and_only_its() {
+    let mut ids = RememberedIds::default();
+    let a = asked(Verb::Allow, "p", 1);
+    let now = Nanos::from_secs(1);
+    ids.remember(("k", "r1"), a.clone(), allowed(1), Nanos::from_secs(9), now);
+    ids.remember(
+        ("k2", "r1"),
+        a.clone(),
+        allowed(1),
+        Nanos::from_secs(9),
+        now,
+    );
+    let b = asked(Verb::Allow, "q", 1);
+    ids.remember(("k", "r2"), b.clone(), allowed(1), Nanos::from_secs(9), now);
+    ids.forget_key("k", "p");
+    assert_eq!(ids.seen("k", "r1", &a, now), Seen::First);
+    assert!(matches!(ids.seen("k2", "r1", &a, now), Seen::Repeat(_)));
+    assert!(matches!(ids.seen("k", "r2", &b, now), Seen::Repeat(_)));
+    assert_eq!(ids.len(), 2);
+}
+
+#[test]
+fn ids_travel_to_the_next_owner_with_their_answer() {
+    let mut ids = RememberedIds::default();
+    let a = asked(Verb::Allow, "p", 3);
+    let now = Nanos::from_secs(10);
+    ids.remember(
+        ("k", "r1"),
+        a.clone(),
+        allowed(4),
+        Nanos::from_secs(70),
+        now,
+    );
+    ids.remember(
+        ("k", "gone"),
+        a.clone(),
+        allowed(4),
+        Nanos::from_secs(20),
+        now,
+    );
+    let later = Nanos::from_secs(30);
+    let carried = ids.carried(later);
+    assert_eq!(carried.len(), 1, "an id whose time is over is not carried");
+    let json = serde_json::to_string(&carried).unwrap();
+    let back: Vec<CarriedId> = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, carried);
+
+    let mut next = RememberedIds::default();
+    next.take_over(&back, later);
+    assert_eq!(next.seen("k", "r1", &a, later), Seen::Repeat(allowed(4)));
+}
+
+#[test]
+fn an_ask_is_remembered_while_it_counts_and_at_most_a_day() {
+    let limit = |max, secs| Limit::new(max, Duration::from_secs(secs), None).unwrap();
+    let now = Nanos::from_secs(1_000_030);
+    let policy = |algorithm, limits| Policy::new("p", algorithm, limits).unwrap();
+    // A minute window from 1_000_020: it ends at 1_000_080.
+    let fixed = policy(Algorithm::FixedWindow, vec![limit(10, 60)]);
+    assert_eq!(fixed.remembered_until(now), Nanos::from_secs(1_000_080));
+    let log = policy(Algorithm::SlidingLog, vec![limit(10, 60)]);
+    assert_eq!(log.remembered_until(now), Nanos::from_secs(1_000_090));
+    let counter = policy(Algorithm::SlidingWindow, vec![limit(10, 60)]);
+    assert_eq!(counter.remembered_until(now), Nanos::from_secs(1_000_140));
+    // 10 per minute with a burst of 20: an empty bucket fills in 2 minutes.
+    let bucket = policy(
+        Algorithm::TokenBucket,
+        vec![Limit::new(10, Duration::from_secs(60), Some(20)).unwrap()],
+    );
+    assert_eq!(bucket.remembered_until(now), Nanos::from_secs(1_000_150));
+    // The longest of several limits, cut at a day.
+    let both = policy(Algorithm::Gcra, vec![limit(10, 60), limit(500, 7 * 86_400)]);
+    assert_eq!(
+        both.remembered_until(now),
+        now.saturating_add(MAX_REMEMBERED)
+    );
+}
