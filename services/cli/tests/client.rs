@@ -174,3 +174,68 @@ async fn a_client_with_another_partition_count_is_refused_at_connect() {
         other => panic!("no mapping: {other:?}"),
     }
 }
+
+/// SPEC §16: an ask named by the caller's id counts once, however often it
+/// is sent, and answers the first decision marked `repeat`; the id reused
+/// for another ask is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_with_the_callers_id_counts_once_and_a_reused_id_is_refused() {
+    let _serial = serial().await;
+    let stack = stack(2).await;
+    let client = client(&stack, Fallback::Closed).await;
+    let first = client
+        .ask_with_id("ivy", "default", 2, "order-7")
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.allowed, first.remaining, first.repeat),
+        (true, 3, false)
+    );
+    let again = client
+        .ask_with_id("ivy", "default", 2, "order-7")
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.allowed, again.remaining, again.repeat),
+        (true, 3, true)
+    );
+    assert_eq!(client.peek("ivy", "default").await.unwrap().remaining, 3);
+    match client.ask_with_id("ivy", "default", 1, "order-7").await {
+        Err(Error::IdReused(m)) => assert!(m.contains("send a new id"), "{m}"),
+        other => panic!("another cost under the same id: {other:?}"),
+    }
+    match client.ask_with_id("ivy", "default", 1, "").await {
+        Err(Error::BadRequest(m)) => assert!(m.contains("1 to 128 bytes"), "{m}"),
+        other => panic!("an empty id: {other:?}"),
+    }
+}
+
+/// The client's own ids: in journal mode with the journal gone, a worker
+/// counts an ask in memory and answers 503 "not stored"; the client sends
+/// it again, and the owner answers the repeat without counting it. One
+/// ask, one count. Without ids, each try counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_retry_after_an_unstored_503_counts_once() {
+    let _serial = serial().await;
+    let toml = sluice_tests::TestConfig::new().journal().toml();
+    let stack = sluice_tests::Stack::start(common::SLUICE, &toml, 1).await;
+    let js = async_nats::jetstream::new(stack.clients(1).await.remove(0));
+    js.delete_stream(sluice_core::storage::JOURNAL_STREAM)
+        .await
+        .unwrap();
+    let url = stack.nats.url();
+    let connect = |ask_ids| {
+        let opts = options(Fallback::Closed).batching(false).ask_ids(ask_ids);
+        Client::connect_with(&url, opts)
+    };
+    let named = connect(true).await.unwrap();
+    let answer = named.allow("judy").await.unwrap();
+    assert!(answer.allowed && answer.repeat, "{answer:?}");
+    assert_eq!(named.peek("judy", "default").await.unwrap().remaining, 4);
+
+    let unnamed = connect(false).await.unwrap();
+    let answer = unnamed.allow("kim").await;
+    assert!(answer.is_err(), "every try was a 503: {answer:?}");
+    let left = unnamed.peek("kim", "default").await.unwrap().remaining;
+    assert!(left < 3, "without ids each try counted: {left} left");
+}

@@ -64,6 +64,9 @@ pub struct Answer {
     /// A shadow policy (SPEC §14) would have denied this ask: it is
     /// allowed, and nothing was consumed.
     pub shadow_denied: bool,
+    /// The answer to an ask that repeated the id of one already admitted
+    /// (SPEC §16): the first answer's decision, nothing counted again.
+    pub repeat: bool,
     pub source: Source,
 }
 
@@ -77,6 +80,7 @@ impl Answer {
             retry_after: Duration::from_millis(r.retry_after_ms),
             policy: r.policy,
             shadow_denied: r.shadow_denied,
+            repeat: r.repeat,
             source,
         }
     }
@@ -90,6 +94,7 @@ impl Answer {
             retry_after: d.retry_after.into(),
             policy: policy.to_string(),
             shadow_denied: d.shadow_denied,
+            repeat: false,
             source,
         }
     }

@@ -113,6 +113,8 @@ pub(crate) struct Waiter {
     pub(crate) token: String,
     pub(crate) policy: String,
     pub(crate) cost: u64,
+    /// The ask's id (SPEC §16), sent again with it when it is asked alone.
+    pub(crate) id: Option<String>,
     pub(crate) act: Act,
     pub(crate) partition: u32,
     pub(crate) tx: oneshot::Sender<Outcome>,
@@ -288,6 +290,7 @@ mod tests {
             token: "k".into(),
             policy: "p".into(),
             cost: 1,
+            id: None,
             act,
             partition: 0,
             tx: oneshot::channel().0,

@@ -8,7 +8,7 @@
 use crate::answer::Answer;
 use crate::budgets::{Budgets, Plan};
 use crate::error::{ConnectError, Error};
-use crate::inner::{request_body, Inner};
+use crate::inner::{request_body, Asking, Inner};
 use crate::options::ClientOptions;
 use crate::outcome::decode_single;
 use crate::probe;
@@ -103,15 +103,45 @@ impl Client {
 
     /// Asks for `cost` units of `policy` for `key` (any bytes; the client
     /// percent-encodes it). A cost of 0 looks without consuming
-    /// ([`Client::peek`]).
+    /// ([`Client::peek`]). With [`ClientOptions::ask_ids`] (the default)
+    /// the ask carries an id of the client's own, so that the owner counts
+    /// it once however often the client sends it (SPEC §16).
     pub async fn ask(
         &self,
         key: impl AsRef<[u8]>,
         policy: &str,
         cost: u64,
     ) -> Result<Answer, Error> {
+        let id = self.inner.ids.as_ref().map(|ids| ids.next());
+        self.ask_once(key.as_ref(), policy, cost, id.as_deref())
+            .await
+    }
+
+    /// [`Client::ask`] named by the caller's own `id` (1 to 128 bytes of
+    /// printable ASCII; SPEC §16): an ask the caller sends again with the
+    /// same id (a retry after a timeout) counts once, and its answer is
+    /// the first one's, marked [`Answer::repeat`]. The same id with another
+    /// policy or cost is refused ([`Error::IdReused`]).
+    pub async fn ask_with_id(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        id: &str,
+    ) -> Result<Answer, Error> {
+        sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
+        self.ask_once(key.as_ref(), policy, cost, Some(id)).await
+    }
+
+    async fn ask_once(
+        &self,
+        key: &[u8],
+        policy: &str,
+        cost: u64,
+        id: Option<&str>,
+    ) -> Result<Answer, Error> {
         let inner = &self.inner;
-        let token = prepare(key.as_ref(), policy, cost)?;
+        let token = prepare(key, policy, cost)?;
         inner.stats.asks.fetch_add(1, Ordering::Relaxed);
         if let Some(answer) = inner
             .deny
@@ -123,20 +153,25 @@ impl Client {
         }
         let deadline = Instant::now() + inner.opts.timeout;
         let partition = partition_of(&token, inner.opts.partitions);
+        let asking = Asking {
+            token: &token,
+            policy,
+            cost,
+            // A peek counts nothing: no id to remember.
+            id: id.filter(|_| cost > 0),
+        };
         if let Some(budgets) = &inner.budgets {
             return self
-                .ask_with_budget(budgets, &token, policy, cost, partition, deadline)
+                .ask_with_budget(budgets, asking, partition, deadline)
                 .await;
         }
         let outcome = if inner.batcher.is_some() {
             inner
-                .ask_batched(&token, policy, cost, Act::default(), partition, deadline)
+                .ask_batched(asking, Act::default(), partition, deadline)
                 .await
                 .0
         } else {
-            inner
-                .single(&token, policy, cost, partition, deadline)
-                .await
+            inner.single(asking, partition, deadline).await
         };
         inner.conclude(&token, policy, outcome, Op::Allow(cost))
     }
@@ -146,13 +181,17 @@ impl Client {
     async fn ask_with_budget(
         &self,
         budgets: &Budgets,
-        token: &str,
-        policy: &str,
-        cost: u64,
+        asking: Asking<'_>,
         partition: u32,
         deadline: Instant,
     ) -> Result<Answer, Error> {
         let inner = &self.inner;
+        let Asking {
+            token,
+            policy,
+            cost,
+            ..
+        } = asking;
         let mut ended = None;
         let plan = sluice_core::ask::with_counter_key(policy, token, |key| {
             budgets.plan(key, policy, cost, &mut ended)
@@ -169,7 +208,7 @@ impl Client {
         };
         let budget = want.map_or(Budget::None, Budget::Slice);
         let (outcome, as_sent) = inner
-            .ask_batched(token, policy, cost, Act::Ask(budget), partition, deadline)
+            .ask_batched(asking, Act::Ask(budget), partition, deadline)
             .await;
         if want.is_some() {
             let reply = match &outcome {
@@ -197,7 +236,8 @@ impl Client {
     /// while no worker owns the key's partition is lost).
     pub async fn hit(&self, key: impl AsRef<[u8]>, policy: &str, cost: u64) -> Result<(), Error> {
         let token = prepare(key.as_ref(), policy, cost)?;
-        let body = request_body(policy, cost);
+        // Published once and never again: nothing to name.
+        let body = request_body(policy, cost, None);
         self.inner
             .nats
             .publish(Verb::Hit.client_subject(&token), body)
@@ -222,10 +262,16 @@ impl Client {
         let deadline = Instant::now() + inner.opts.timeout;
         let partition = partition_of(&token, inner.opts.partitions);
         let subject = Verb::Hit.client_subject(&token);
+        // Sent again after an unstored 503: named, so it counts once.
+        let id = inner
+            .ids
+            .as_ref()
+            .filter(|_| cost > 0)
+            .map(|ids| ids.next());
         let outcome = inner
             .round_trip(
                 &subject,
-                &request_body(policy, cost),
+                &request_body(policy, cost, id.as_deref()),
                 Some(partition),
                 deadline,
                 decode_single,

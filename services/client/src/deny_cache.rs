@@ -103,6 +103,7 @@ impl DenyCache {
             reset: d.reset_at.saturating_duration_since(now),
             retry_after: d.until - now,
             policy: policy.to_string(),
+            repeat: false,
             source: Source::DenyCache,
         })
     }
@@ -165,6 +166,7 @@ mod tests {
             retry_after: Duration::from_millis(retry_ms),
             policy: "default".into(),
             shadow_denied: false,
+            repeat: false,
             source: Source::Worker,
         }
     }
@@ -178,6 +180,7 @@ mod tests {
             allowed: true,
             shadow_denied: true,
             retry_after: Duration::ZERO,
+            repeat: false,
             ..denial(500)
         };
         cache.insert("k", 1, &shadow);

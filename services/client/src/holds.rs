@@ -21,7 +21,7 @@
 use crate::answer::{Answer, Source};
 use crate::client::{prepare, Client};
 use crate::error::Error;
-use crate::inner::Inner;
+use crate::inner::{Asking, Inner};
 use crate::outcome::{Decoded, NoAnswer};
 use bytes::Bytes;
 use sluice_core::holds::HoldId;
@@ -196,7 +196,17 @@ impl Client {
         let deadline = Instant::now() + inner.opts.timeout;
         let outcome = if inner.batcher.is_some() {
             inner
-                .ask_batched(&token, policy, cost, Act::Hold(act), partition, deadline)
+                .ask_batched(
+                    Asking {
+                        token: &token,
+                        policy,
+                        cost,
+                        id: None,
+                    },
+                    Act::Hold(act),
+                    partition,
+                    deadline,
+                )
                 .await
                 .0
         } else {

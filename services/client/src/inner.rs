@@ -42,6 +42,8 @@ pub(crate) struct Inner {
     pub(crate) budgets: Option<Budgets>,
     pub(crate) local: LocalLimiter,
     pub(crate) batcher: Option<Batcher>,
+    /// Names the asks it may send more than once ([`ClientOptions::ask_ids`]).
+    pub(crate) ids: Option<AskIds>,
     /// Per partition: since when (ms after `epoch`, plus 1; 0 = it answers)
     /// it has answered only "no responders".
     silent_since: Box<[AtomicU64]>,
@@ -67,12 +69,46 @@ impl Drop for Inner {
     }
 }
 
+/// What one ask is: its key token, policy, cost and id (SPEC §16), the
+/// same however often the client sends it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asking<'a> {
+    pub(crate) token: &'a str,
+    pub(crate) policy: &'a str,
+    pub(crate) cost: u64,
+    pub(crate) id: Option<&'a str>,
+}
+
 /// The request body: empty for the defaults (the cheapest request), else a
 /// MessagePack map with what differs.
-pub(crate) fn request_body(policy: &str, cost: u64) -> Bytes {
+pub(crate) fn request_body(policy: &str, cost: u64, id: Option<&str>) -> Bytes {
     let policy = (policy != DEFAULT_POLICY).then_some(policy);
     let cost = (cost != wire::DEFAULT_COST).then_some(cost);
-    wire::encode_request(policy, cost, Encoding::MsgPack).into()
+    wire::encode_request_with_id(policy, cost, id, Encoding::MsgPack).into()
+}
+
+/// Names a client's asks (SPEC §16): a prefix drawn per client, then a
+/// number, so that no two clients' ids meet under one key.
+pub(crate) struct AskIds {
+    prefix: u64,
+    next: AtomicU64,
+}
+
+impl AskIds {
+    fn new() -> AskIds {
+        use std::hash::BuildHasher;
+        let seed = (std::process::id(), Instant::now());
+        AskIds {
+            prefix: std::collections::hash_map::RandomState::new().hash_one(format!("{seed:?}")),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// A new id: 16 hex digits of prefix, a dash, the number in hex.
+    pub(crate) fn next(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}-{n:x}", self.prefix)
+    }
 }
 
 impl Inner {
@@ -87,6 +123,7 @@ impl Inner {
             local: LocalLimiter::new(opts.policies.clone(), opts.clock.clone()),
             budgets: (opts.batching && opts.budgets).then(|| Budgets::new(opts.clock.clone())),
             batcher: opts.batching.then(|| Batcher::new(opts.partitions)),
+            ids: opts.ask_ids.then(AskIds::new),
             silent_since: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             stats: Counters::default(),
@@ -124,17 +161,19 @@ impl Inner {
         let partition = partition_of(&token, self.opts.partitions);
         let deadline = Instant::now() + self.opts.timeout;
         let act = Act::Ask(Budget::Refund(refund));
-        let (mut outcome, _) = self
-            .ask_batched(&token, &policy, 0, act, partition, deadline)
-            .await;
+        let refunding = Asking {
+            token: &token,
+            policy: &policy,
+            cost: 0,
+            id: None,
+        };
+        let (mut outcome, _) = self.ask_batched(refunding, act, partition, deadline).await;
         if let Err(NoAnswer::Unavailable(_)) = outcome {
             // The partition moved (a handover): the worker that answered
             // 503 is forgotten as its owner, so once more goes through the
             // partition's subject to whoever owns it now, which took over
             // the slices not back yet.
-            (outcome, _) = self
-                .ask_batched(&token, &policy, 0, act, partition, deadline)
-                .await;
+            (outcome, _) = self.ask_batched(refunding, act, partition, deadline).await;
         }
         match outcome {
             Ok(Reply::Decision(_)) => {
@@ -156,16 +195,14 @@ impl Inner {
     /// One ask on its own: `rl.allow.<key>`, through the server's mapping.
     pub(crate) async fn single(
         &self,
-        token: &str,
-        policy: &str,
-        cost: u64,
+        asking: Asking<'_>,
         partition: u32,
         deadline: Instant,
     ) -> Result<Reply, NoAnswer> {
-        let subject = Verb::Allow.client_subject(token);
+        let subject = Verb::Allow.client_subject(asking.token);
         self.round_trip(
             &subject,
-            &request_body(policy, cost),
+            &request_body(asking.policy, asking.cost, asking.id),
             Some(partition),
             deadline,
             decode_single,
@@ -343,19 +380,24 @@ impl Inner {
     /// flag says whether the reply answered the item as sent.
     pub(crate) async fn ask_batched(
         self: &Arc<Self>,
-        token: &str,
-        policy: &str,
-        cost: u64,
+        asking: Asking<'_>,
         act: Act,
         partition: u32,
         deadline: Instant,
     ) -> (Result<Reply, NoAnswer>, bool) {
         let batcher = self.batcher.as_ref().expect("batching is on");
         let (tx, rx) = oneshot::channel();
+        let Asking {
+            token,
+            policy,
+            cost,
+            id,
+        } = asking;
         let waiter = Waiter {
             token: token.to_string(),
             policy: policy.to_string(),
             cost,
+            id: id.map(str::to_string),
             act,
             partition,
             tx,
@@ -434,7 +476,8 @@ impl Inner {
             Act::Ask(Budget::Refund(_)) => Err(NoAnswer::Unavailable(
                 "a refund travels only in a batch, and the worker it went to no longer owns its partition".into(),
             )),
-            Act::Ask(_) => self.single(token, policy, cost, partition, deadline).await,
+            // Asked again with the same id: counted once if the batch was.
+            Act::Ask(_) => self.single(asking, partition, deadline).await,
             Act::Hold(hold) => {
                 self.single_hold(token, policy, cost, hold, partition, deadline)
                     .await
@@ -468,7 +511,7 @@ impl Inner {
                 key: KeyToken::parse(&w.token).expect("encode_key makes canonical tokens"),
                 policy: Cow::Borrowed(w.policy.as_str()),
                 cost: w.cost,
-                id: None,
+                id: w.id.as_deref().map(Cow::Borrowed),
                 act: w.act,
             })
             .collect();
@@ -636,11 +679,11 @@ mod tests {
 
     #[test]
     fn the_default_ask_has_an_empty_body() {
-        assert!(request_body("default", 1).is_empty());
-        let body = request_body("login", 3);
+        assert!(request_body("default", 1, None).is_empty());
+        let body = request_body("login", 3, None);
         let r = wire::decode_request(&body).unwrap();
         assert_eq!((&*r.policy, r.cost), ("login", 3));
-        let peek = request_body("default", 0);
+        let peek = request_body("default", 0, None);
         let r = wire::decode_request(&peek).unwrap();
         assert_eq!((&*r.policy, r.cost), ("default", 0));
     }

@@ -114,6 +114,7 @@ impl LocalLimiter {
                 reset: Default::default(),
                 retry_after: Default::default(),
                 policy: policy_name.to_string(),
+                repeat: false,
                 source,
             },
         }

@@ -73,6 +73,11 @@ pub struct ClientOptions {
     pub auth: NatsAuth,
     /// The clock of the `local` fallback limiter. Default the system clock.
     pub clock: Arc<dyn Clock>,
+    /// Name every ask the client may send more than once (an ask asked
+    /// again alone after its batch got a 503, one sent again after an
+    /// unstored 503) with an id of its own, so that the owner counts it
+    /// once (SPEC §16). Default true.
+    pub ask_ids: bool,
 }
 
 impl Default for ClientOptions {
@@ -97,6 +102,7 @@ impl Default for ClientOptions {
             name: "sluice-client".to_string(),
             auth: NatsAuth::default(),
             clock: Arc::new(SystemClock),
+            ask_ids: true,
         }
     }
 }
@@ -129,6 +135,12 @@ impl ClientOptions {
 
     pub fn budgets(mut self, on: bool) -> ClientOptions {
         self.budgets = on;
+        self
+    }
+
+    /// [`ClientOptions::ask_ids`].
+    pub fn ask_ids(mut self, on: bool) -> ClientOptions {
+        self.ask_ids = on;
         self
     }
 

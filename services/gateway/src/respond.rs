@@ -104,6 +104,7 @@ mod tests {
             retry_after: Duration::ZERO,
             policy: "p".into(),
             shadow_denied: true,
+            repeat: false,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -114,6 +115,7 @@ mod tests {
         assert!(headers.get("retry-after").is_none());
         let plain = decision(&Answer {
             shadow_denied: false,
+            repeat: false,
             ..answer
         });
         assert!(plain.headers().get("sluice-shadow").is_none());

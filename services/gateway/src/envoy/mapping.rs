@@ -451,6 +451,7 @@ mod tests {
             },
             policy: "default".into(),
             shadow_denied: false,
+            repeat: false,
             source: Source::Worker,
         }
     }
