@@ -13,6 +13,7 @@ import pytest
 from sluice_client import (
     BadRequest,
     Decision,
+    IdReused,
     SluiceClient,
     Source,
     Unavailable,
@@ -87,6 +88,47 @@ async def test_a_peek_consumes_nothing(client):
     assert (await client.allow(key, cost=5)).remaining == 10
     assert (await client.peek(key)).remaining == 10
     assert (await client.peek(key, "default")).remaining == 10
+
+
+async def test_an_ask_with_an_id_counts_once_and_a_reused_id_is_refused(client):
+    """SPEC §16: the same id again is a repeat, counted once; the same id
+    with another cost is refused; a bad id is refused before sending."""
+    key = fresh("idem")
+    first = await client.allow(key, cost=2, id="order-7")
+    assert (first.allowed, first.remaining, first.repeat) == (True, 13, False)
+    again = await client.allow(key, cost=2, id="order-7")
+    assert (again.allowed, again.remaining, again.repeat) == (True, 13, True)
+    assert (await client.peek(key)).remaining == 13
+    with pytest.raises(IdReused) as e:
+        await client.allow(key, cost=1, id="order-7")
+    assert "send a new id" in str(e.value)
+    for bad in ["", "x" * 129, "caf\u00e9", "a\nb"]:
+        with pytest.raises(BadRequest):
+            await client.allow(key, id=bad)
+    assert (await client.peek(key)).remaining == 13
+
+
+async def test_the_clients_own_ids_differ_per_ask_and_are_sent_again_unchanged(client):
+    """Each ask that counts carries a new id of the client's own (two asks
+    count twice); a peek carries none."""
+    key = fresh("own-ids")
+    bodies = []
+    real = client._round_trip
+
+    async def spy(subject, token, body, *args, **kwargs):
+        bodies.append(msgpack.unpackb(body) if body else {})
+        return await real(subject, token, body, *args, **kwargs)
+
+    client._round_trip = spy
+    try:
+        await client.allow(key)
+        await client.allow(key)
+        await client.peek(key)
+    finally:
+        client._round_trip = real
+    ids = [b.get("id") for b in bodies]
+    assert ids[0] and ids[1] and ids[0] != ids[1] and ids[2] is None, bodies
+    assert (await client.peek(key)).remaining == 13
 
 
 async def test_hits_count_without_asking(client):

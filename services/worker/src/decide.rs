@@ -406,13 +406,9 @@ impl Decider {
         self.locate(key, |p| (p == owned.partition).then_some(owned))?;
         let policy = &request.policy;
         let apply = |turn: &mut Turn<'_, 'p, '_>| self.apply(turn, key, policy, op, Budget::None);
-        self.once(
-            turn,
-            (key, request.id.as_deref()),
-            (verb, policy, op),
-            apply,
-        )
-        .map(|((decision, policy, _), repeat)| (decision, policy, repeat))
+        let asked = (verb, &policy[..], op, Budget::None);
+        self.once(turn, (key, request.id.as_deref()), asked, apply)
+            .map(|((decision, policy, _), repeat)| (decision, policy, repeat))
     }
 
     /// The one partition check: the partition `key` belongs to, if this

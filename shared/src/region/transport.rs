@@ -6,6 +6,7 @@
 //! network: the timeouts, the retries of a hit, and the coalescing of
 //! tallies.
 
+use crate::budget::Refund;
 use crate::key::KeyToken;
 use crate::region::state::{Action, Event};
 use crate::region::tally::Reported;
@@ -57,15 +58,32 @@ impl Outgoing {
 
 /// A batch of one item of `policy` and `token`; `None` for a token that
 /// is no key (the decision core made it from a key it took, so never).
-fn one_item(policy: &str, token: &str, cost: u64, budget: Budget) -> Option<Vec<u8>> {
+fn one_item(
+    policy: &str,
+    token: &str,
+    (cost, id): (u64, Option<&str>),
+    budget: Budget,
+) -> Option<Vec<u8>> {
     let item = Item {
         key: KeyToken::parse(token).ok()?,
         policy: Cow::Borrowed(policy),
         cost,
-        id: None,
+        id: id.map(Cow::Borrowed),
         act: Act::Ask(budget),
     };
     Some(batch::encode_items(&[item]))
+}
+
+/// The id of a refund over the link: the slice it is of (when it was
+/// taken) and what it gives back and reports spent. A slice is given
+/// back once, so no two refunds of a key share one.
+pub fn refund_id(refund: &Refund) -> String {
+    format!(
+        "refund-{}-{}-{}",
+        refund.taken_at.as_u64(),
+        refund.units,
+        refund.spent
+    )
 }
 
 /// The messages that carry `action`, one per region it goes to. A tally
@@ -83,7 +101,12 @@ pub fn messages_of(action: &Action) -> Vec<Outgoing> {
             // The batch protocol's slice rides on an ask of at least 1: at
             // the home, a link item's cost and slice are one grant of up to
             // their sum.
-            let body = one_item(policy, token, 1, Budget::Slice(want.saturating_sub(1)));
+            let body = one_item(
+                policy,
+                token,
+                (1, None),
+                Budget::Slice(want.saturating_sub(1)),
+            );
             let subject = link_batch(home.as_str(), *partition);
             body.map(|body| Outgoing::request(subject, body))
                 .into_iter()
@@ -96,7 +119,10 @@ pub fn messages_of(action: &Action) -> Vec<Outgoing> {
             token,
             refund,
         } => {
-            let body = one_item(policy, token, 0, Budget::Refund(*refund));
+            // Named by what it gives back, so that the home takes a
+            // refund the link carried twice once (SPEC §16).
+            let id = refund_id(refund);
+            let body = one_item(policy, token, (0, Some(&id)), Budget::Refund(*refund));
             let subject = link_batch(home.as_str(), *partition);
             body.map(|body| Outgoing::request(subject, body))
                 .into_iter()

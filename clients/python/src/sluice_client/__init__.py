@@ -25,7 +25,7 @@ on NATS.
 from .alerts import Alert
 from .client import Fallback, SluiceClient
 from .decision import Decision, Source
-from .errors import BadRequest, SluiceError, TooLarge, Unavailable, UnknownHold, UnknownPolicy
+from .errors import BadRequest, IdReused, SluiceError, TooLarge, Unavailable, UnknownHold, UnknownPolicy
 from .holds import Hold, HoldDenied, Held, HoldScope
 from .key import MAX_TOKEN_LEN, encode_key
 from .usage import Top, TopEntry, Usage, UsagePart, UsagePoint
@@ -42,6 +42,7 @@ __all__ = [
     "TooLarge",
     "Unavailable",
     "UnknownHold",
+    "IdReused",
     "Held",
     "Hold",
     "HoldScope",

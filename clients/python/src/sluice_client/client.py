@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
+import secrets
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Union
 
 import nats
@@ -37,6 +39,7 @@ from .wire import (
     UNSTORED_HEADER,
     MalformedReply,
     check_cost,
+    check_id,
     check_policy,
     decode_reply,
     request_body,
@@ -107,6 +110,11 @@ class SluiceClient:
       coarser or finer, never a wrong decision).
     - ``no_responders_retries`` (4), ``no_responders_backoff`` (0.002 s,
       doubled per retry), ``down_after`` (0.2 s).
+    - ``ask_ids`` (default true): every ask of cost 1 or more that the
+      client may send again (after a 503, also one that says the owner
+      counted it in memory but did not store it) carries an id of the
+      client's own, the same on every try, so that it counts once (SPEC
+      §16). ``allow(..., id=...)`` takes the caller's own id instead.
     """
 
     def __init__(
@@ -119,6 +127,7 @@ class SluiceClient:
         no_responders_retries: int = 4,
         no_responders_backoff: float = 0.002,
         down_after: float = 0.2,
+        ask_ids: bool = True,
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be positive, not {!r}".format(timeout))
@@ -132,6 +141,10 @@ class SluiceClient:
         self.no_responders_retries = no_responders_retries
         self.no_responders_backoff = no_responders_backoff
         self.down_after = down_after
+        self.ask_ids = ask_ids
+        # Ids of this client's own: a random prefix, then a number.
+        self._id_prefix = secrets.token_hex(8)
+        self._id_next = itertools.count()
         # partition -> loop time of the first "no responders" of a silent spell
         self._silent_since: Dict[int, float] = {}
 
@@ -186,14 +199,21 @@ class SluiceClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def allow(self, key: Key, policy: Optional[str] = None, cost: int = 1) -> Decision:
+    async def allow(
+        self, key: Key, policy: Optional[str] = None, cost: int = 1, *, id: Optional[str] = None
+    ) -> Decision:
         """Asks for ``cost`` units of ``policy`` (default ``default``) for
         ``key`` (str or bytes; the client percent-encodes it). A denial is a
         :class:`Decision` with ``allowed`` false; errors are raised
         (:class:`BadRequest`, :class:`UnknownPolicy`, :class:`TooLarge`,
-        :class:`Unavailable`)."""
+        :class:`Unavailable`, :class:`IdReused`).
+
+        ``id`` (SPEC §16) names the ask: sent again with the same id (a
+        retry of yours after a timeout), it counts once, and the answer is
+        the first one's with ``repeat`` true. Without it the client names
+        the ask itself (``ask_ids``), for its own retries."""
         token, policy = self._prepare(key, policy, cost)
-        return await self._decide(ALLOW_PREFIX + token, token, policy, cost)
+        return await self._decide(ALLOW_PREFIX + token, token, policy, cost, self._id_for(cost, id))
 
     async def peek(self, key: Key, policy: Optional[str] = None) -> Decision:
         """Whether one unit would be allowed now, consuming nothing (cost 0)."""
@@ -222,7 +242,7 @@ class SluiceClient:
         answer is what :meth:`peek` would say after the hit. When no worker
         answers, the fallback applies."""
         token, policy = self._prepare(key, policy, cost)
-        return await self._decide(HIT_PREFIX + token, token, policy, cost)
+        return await self._decide(HIT_PREFIX + token, token, policy, cost, self._id_for(cost, None))
 
     async def reserve(
         self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
@@ -348,9 +368,18 @@ class SluiceClient:
         check_cost(cost)
         return token, policy
 
-    async def _decide(self, subject: str, token: str, policy: str, cost: int) -> Decision:
+    def _id_for(self, cost: int, id: Optional[str]) -> Optional[str]:
+        """The caller's id, checked; else one of the client's own for an
+        ask that counts (a peek counts nothing: no id)."""
+        if id is not None:
+            return check_id(id)
+        if self.ask_ids and cost > 0:
+            return "{}-{:x}".format(self._id_prefix, next(self._id_next))
+        return None
+
+    async def _decide(self, subject: str, token: str, policy: str, cost: int, id: Optional[str] = None) -> Decision:
         try:
-            reply = await self._round_trip(subject, token, request_body(policy, cost))
+            reply = await self._round_trip(subject, token, request_body(policy, cost, id))
         except _NoAnswer as why:
             return self._fall_back(token, policy, why)
         if isinstance(reply, SluiceError):

@@ -49,6 +49,9 @@ class Decision:
     shadow_denied: bool = False
     """A shadow policy (SPEC §14) would have denied this ask: it is
     allowed, and nothing was consumed."""
+    repeat: bool = False
+    """The answer to an ask that repeated the id of one already admitted
+    (SPEC §16): the first answer's decision, nothing counted again."""
 
     @property
     def reset(self) -> float:

@@ -68,11 +68,20 @@ class UnknownHold(SluiceError):
     code = "unknown_hold"
 
 
+class IdReused(SluiceError):
+    """409: the ask's id was first used by another ask of the key (another
+    verb, policy or cost; SPEC §16); nothing was counted. Send a new id
+    for a new ask."""
+
+    status = 409
+    code = "id_reused"
+
+
 _BY_CODE: Dict[str, Type[SluiceError]] = {
-    cls.code: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable, UnknownHold)
+    cls.code: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable, UnknownHold, IdReused)
 }
 _BY_STATUS: Dict[int, Type[SluiceError]] = {
-    cls.status: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable)
+    cls.status: cls for cls in (BadRequest, UnknownPolicy, TooLarge, Unavailable, IdReused)
 }
 
 

@@ -9,7 +9,7 @@ grows only by adding fields.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import msgpack
 
@@ -55,14 +55,31 @@ def check_cost(cost: int) -> int:
     return cost
 
 
-def request_body(policy: str, cost: int) -> bytes:
+MAX_ID_LEN = 128
+"""The longest ask id, in bytes (SPEC §16)."""
+
+
+def check_id(id: str) -> str:
+    """An ask's id as the workers take it: 1 to 128 bytes of printable
+    ASCII (space to ``~``). Raises :class:`BadRequest` otherwise."""
+    if not isinstance(id, str) or not 1 <= len(id) <= MAX_ID_LEN or not all(" " <= c <= "~" for c in id):
+        raise BadRequest(
+            "an ask's id must be 1 to {} bytes of printable ASCII (space to '~'), not {!r}; "
+            "send a request id or a UUID".format(MAX_ID_LEN, id)
+        )
+    return id
+
+
+def request_body(policy: str, cost: int, id: Optional[str] = None) -> bytes:
     """Empty for the defaults (the cheapest request), else a MessagePack map
-    with what differs, ``policy`` first."""
-    fields = {}
+    with what differs, ``policy`` first, then ``cost`` and ``id``."""
+    fields: Dict[str, Any] = {}
     if policy != DEFAULT_POLICY:
         fields["policy"] = policy
     if cost != DEFAULT_COST:
         fields["cost"] = cost
+    if id is not None:
+        fields["id"] = id
     return msgpack.packb(fields) if fields else b""
 
 
@@ -123,6 +140,9 @@ def decode_reply(
     shadow_denied = body.get("shadow_denied", False)
     if not isinstance(shadow_denied, bool):
         raise MalformedReply("the reply's 'shadow_denied' is not a bool: {!r}".format(shadow_denied))
+    repeat = body.get("repeat", False)
+    if not isinstance(repeat, bool):
+        raise MalformedReply("the reply's 'repeat' is not a bool: {!r}".format(repeat))
     return Decision(
         allowed=allowed,
         limit=_uint(body, "limit"),
@@ -132,4 +152,5 @@ def decode_reply(
         policy=policy,
         source=Source.WORKER,
         shadow_denied=shadow_denied,
+        repeat=repeat,
     )

@@ -109,7 +109,8 @@ impl Decider {
         let apply =
             |turn: &mut Turn<'_, 'p, '_>| self.apply(turn, item.key, &item.policy, op, budget);
         let named = (item.key, item.id.as_deref());
-        let applied = self.once(turn, named, (Verb::Allow, &item.policy, op), apply);
+        let asked = (Verb::Allow, &item.policy[..], op, budget);
+        let applied = self.once(turn, named, asked, apply);
         let (result, grant, repeat) = match applied {
             Ok(((decision, policy, grant), repeat)) => (Ok((decision, policy)), grant, repeat),
             Err(e) => (Err(e), None, false),

@@ -153,13 +153,14 @@ fn decide_by_share(
 }
 
 /// A hit of a global key denied at a delegate goes to the home, to be
-/// counted once there: a hit is never lost. Kept until its window ends (a
-/// bucket has no window it would count in wrongly: counted late, the debt
-/// is repaid late).
+/// counted once there: a hit is never lost, and named by `id` (SPEC §16),
+/// so that a hit the link sends again (its answer was lost) counts once.
+/// Kept until its window ends (a bucket has no window it would count in
+/// wrongly: counted late, the debt is repaid late).
 fn hit_at_home(
     turn: &mut Turn<'_, '_, '_>,
     (global, policy, limit): (&Global, &Policy, &Limit),
-    token: &str,
+    (token, id): (&str, &str),
     cost: u64,
 ) {
     let (owned, now) = (turn.owned, turn.now);
@@ -167,7 +168,12 @@ fn hit_at_home(
         home: global.home().clone(),
         partition: owned.partition,
         token: token.to_string(),
-        body: wire::encode_request(Some(policy.name()), Some(cost), Encoding::MsgPack),
+        body: wire::encode_request_with_id(
+            Some(policy.name()),
+            Some(cost),
+            Some(id),
+            Encoding::MsgPack,
+        ),
         until: match policy.algorithm().has_burst() {
             false => limit.window_end(limit.window_start(now)),
             true => now.saturating_add(BUCKET_HIT_KEPT),
@@ -470,7 +476,8 @@ impl Decider {
         let usage = match op {
             Op::Record(_) => {
                 if !decision.allowed {
-                    hit_at_home(turn, (global, policy, limit), token, cost);
+                    let id = self.hold_ids.draw().to_string();
+                    hit_at_home(turn, (global, policy, limit), (token, &id), cost);
                 }
                 Usage::Used
             }

@@ -11,6 +11,7 @@ use sluice_core::ask::Op;
 use sluice_core::ask_ids::{Asked, Seen};
 use sluice_core::key::KeyToken;
 use sluice_core::subject::Verb;
+use sluice_core::wire::batch::Budget;
 use sluice_core::wire::ErrorReply;
 
 /// What an ask came to, and whether it was a repeat (its decision the
@@ -18,12 +19,14 @@ use sluice_core::wire::ErrorReply;
 pub(super) type Once<'p> = (Applied<'p>, bool);
 
 impl Decider {
-    /// Decides an ask of `verb` on `key` with `apply`, once per `id`.
+    /// Decides an ask of `verb` on `key` with `apply`, once per `id`. A
+    /// refund (`budget`) is remembered though it consumes nothing: units
+    /// given back twice would be spent twice.
     pub(super) fn once<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         (key, id): (KeyToken<'_>, Option<&str>),
-        (verb, policy_name, op): (Verb, &str, Op),
+        (verb, policy_name, op, budget): (Verb, &str, Op, Budget),
         apply: impl FnOnce(&mut Turn<'_, 'p, '_>) -> Result<Applied<'p>, ErrorReply>,
     ) -> Result<Once<'p>, ErrorReply> {
         // Without an id, or for a policy not configured (whose refusal is
@@ -49,7 +52,8 @@ impl Decider {
         let applied = apply(turn)?;
         // An ask sent on to its home region is remembered there (the id
         // travels in its body), not here, where nothing was counted.
-        if turn.forward.is_none() && op.consumed(&applied.0) {
+        let refund = matches!(budget, Budget::Refund(_));
+        if turn.forward.is_none() && (op.consumed(&applied.0) || refund) {
             let until = policy.remembered_until(now);
             let forgotten = {
                 let mut ids = counters.ids();

@@ -20,9 +20,8 @@
 //! SLUICE_SIM_SEED=<seed> cargo test -p sluice-worker --test simulate -- one_seed --nocapture
 //! ```
 //!
-//! Messages delivered twice are not survived yet (a refund is taken back
-//! twice at the home: docs/REGIONS-DESIGN.md, "Known gaps"), so the
-//! network duplicates only with `SLUICE_SIM_DUPLICATES=1`. In journal mode
+//! A message delivered twice is taken once: the refunds and hits that
+//! cross the link carry ids (SPEC §16). In journal mode
 //! a region's worker is killed and restarted from its journal now and
 //! then. Not simulated yet: crashes in snapshot mode, clock skew, sliding
 //! policies, holds, alerts and usage.
@@ -70,14 +69,9 @@ pub(crate) struct Broken {
 impl std::fmt::Display for Broken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "seed {}: {}", self.seed, self.what)?;
-        let duplicates = if duplicates() {
-            "SLUICE_SIM_DUPLICATES=1 "
-        } else {
-            ""
-        };
         writeln!(
             f,
-            "replay: {duplicates}SLUICE_SIM_SEED={} cargo test -p sluice-worker --test simulate -- one_seed --nocapture",
+            "replay: SLUICE_SIM_SEED={} cargo test -p sluice-worker --test simulate -- one_seed --nocapture",
             self.seed
         )?;
         writeln!(f, "the last of its trace:")?;
@@ -261,12 +255,6 @@ pub(crate) fn simulate(
         }
     }
     Ok(report)
-}
-
-/// Whether the network delivers some messages twice:
-/// `SLUICE_SIM_DUPLICATES=1` (not yet survived: see `Faults::draw`).
-pub(crate) fn duplicates() -> bool {
-    std::env::var("SLUICE_SIM_DUPLICATES").is_ok_and(|v| v == "1")
 }
 
 /// How many seeds the test runs: `SLUICE_SIM_SEEDS`, else 10,000.

@@ -22,14 +22,12 @@ pub struct Faults {
 }
 
 impl Faults {
-    /// A seed's faults; messages are delivered twice only when
-    /// `duplicates` (docs/REGIONS-DESIGN.md, "Known gaps": a refund
-    /// delivered twice is taken back twice).
-    pub fn draw(rng: &mut StdRng, duplicates: bool) -> Faults {
+    /// A seed's faults.
+    pub fn draw(rng: &mut StdRng) -> Faults {
         let duplicate_per_mille = *pick(rng, &[0, 0, 10, 100]);
         Faults {
             drop_per_mille: *pick(rng, &[0, 0, 10, 50, 200]),
-            duplicate_per_mille: if duplicates { duplicate_per_mille } else { 0 },
+            duplicate_per_mille,
             max_delay: Nanos(*pick(rng, &[2, 20, 60, 150]) * 1_000_000),
         }
     }

@@ -5,7 +5,7 @@
 //! hold").
 
 use crate::net::{pick, Faults};
-use crate::{duplicates, PARTITIONS, SEC};
+use crate::{PARTITIONS, SEC};
 use rand::rngs::StdRng;
 use rand::Rng;
 use sluice_core::time::Nanos;
@@ -78,7 +78,7 @@ impl Scenario {
             max: *pick(rng, &[5, 20, 100]),
             per: pick::<&str>(rng, &["1s", "2s"]),
             on_cut: pick::<&str>(rng, &["reserved", "reserved", "closed", "open"]),
-            faults: Faults::draw(rng, duplicates()),
+            faults: Faults::draw(rng),
             keys,
             journal: rng.gen_bool(0.5),
             cuts: Cuts::Random(200),

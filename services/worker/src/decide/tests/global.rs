@@ -3,7 +3,7 @@
 //! decided as `on_cut` says while it is cut off.
 
 use super::*;
-use sluice_core::region::state::Event;
+use sluice_core::region::state::{Action, Event};
 use sluice_core::region::RegionName;
 
 /// West, not the home, of a global window of 10 a minute decided from
@@ -77,4 +77,88 @@ fn in_a_batch_such_an_ask_is_answered_ask_alone() {
         }
         other => panic!("one 503 to ask alone: {other:?}"),
     }
+}
+
+/// The home, east, of the same window.
+fn east_home_of_the_window() -> Fixture {
+    let mut f = Fixture::journal(
+        r#"
+partitions = 4
+region = "east"
+[policies.default]
+algorithm = "fixed_window"
+limits = [ { max = 10, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+on_cut = "closed"
+"#,
+    );
+    f.decider = f.decider.in_region(RegionName::new("east").unwrap());
+    f
+}
+
+/// What a hit of `key` at the west leaves to cross the link: the hit
+/// sent to the home (west holds nothing to count it from).
+fn hit_sent_home(west: &Fixture, key: &str) -> Vec<u8> {
+    let subject = Verb::Hit.mapped_subject(west.partition, key);
+    let mut tally = west.decider.tally(west.owned());
+    let message = Message {
+        subject: &subject,
+        body: br#"{"cost":3}"#,
+        wants_reply: false,
+    };
+    west.decider
+        .message(&west.policies, message, west.owned(), T0, &mut tally);
+    let actions = tally.take_actions();
+    tally.finish(west.decider.stats(), &west.shard);
+    let hits: Vec<&Vec<u8>> = (actions.now.iter())
+        .filter_map(|a| match a {
+            Action::Hit { body, .. } => Some(body),
+            _ => None,
+        })
+        .collect();
+    match &hits[..] {
+        [body] => body.to_vec(),
+        other => panic!("one hit sent to the home (and a slice asked for): {actions:?} {other:?}"),
+    }
+}
+
+/// A hit the link sends twice (its answer was lost, so the link task
+/// sends it again) counts once at the home: it carries an id the west
+/// drew (SPEC §16). The same body without the id counts twice: the id is
+/// what closes the gap.
+#[test]
+fn a_hit_sent_to_the_home_twice_counts_once_there_by_its_id() {
+    let west = west_of_a_closed_window();
+    let key = key_in(west.partition, "h");
+    let body = hit_sent_home(&west, &key);
+    let sent = wire::decode_request(&body).unwrap();
+    assert!(sent.id.is_some(), "the hit is named: {sent:?}");
+
+    let east = east_home_of_the_window();
+    let subject = sluice_core::subject::link_ask("east", east.partition, Verb::Hit, &key);
+    let deliver = |body: &[u8]| {
+        let mut tally = east.decider.tally(east.owned());
+        let message = Message {
+            subject: &subject,
+            body,
+            wants_reply: true,
+        };
+        let answer = east
+            .decider
+            .message(&east.policies, message, east.owned(), T0, &mut tally);
+        tally.finish(east.decider.stats(), &east.shard);
+        answer
+    };
+    for _ in 0..2 {
+        deliver(&body);
+    }
+    assert_eq!(east.remaining(&key, T0), 7, "3 of 10, counted once");
+
+    let unnamed = wire::encode_request(Some("default"), Some(3), Encoding::MsgPack);
+    for _ in 0..2 {
+        deliver(&unnamed);
+    }
+    assert_eq!(east.remaining(&key, T0), 1, "without an id: twice 3 more");
 }
