@@ -14,6 +14,12 @@
 //! denial while the key had room (what this test caught before journal
 //! records carried their turn: docs/ARCHITECTURE.md, "The journal").
 //! Bounded: at most `MAX_RUN` of load, `ASKS_PER_LANE` asks a lane.
+//!
+//! Each allow and hit carries an id (SPEC §16), and a lane whose ask got
+//! no known outcome (a timeout, a 503) sends it again with the same id, up
+//! to `RETRIES` times, as a client does: the tries are one operation of
+//! the history, from the first send to the last answer, so a retry that
+//! counted again would show as a key full too soon.
 //! docs/RELIABILITY.md has the numbers of a run.
 
 mod common;
@@ -36,6 +42,9 @@ const ASKS_PER_LANE: usize = 40_000;
 const MAX_RUN: Duration = Duration::from_secs(50);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
 const LEASE_TTL: Duration = Duration::from_secs(2);
+/// How often a lane sends again an allow or hit whose outcome it does
+/// not know.
+const RETRIES: usize = 3;
 /// Denials every key must have seen after the last fault before the load
 /// stops: each key is full and stayed so.
 const DENIALS_WHEN_FULL: usize = 20;
@@ -76,14 +85,20 @@ const SETTLED_AT: u64 = 1;
 async fn ask(
     client: &async_nats::Client,
     key: &str,
-    op: Op,
+    (op, id): (Op, &str),
     hold_id: Option<&str>,
     lane: usize,
     t0: Instant,
 ) -> (Recorded, Option<String>) {
     let (verb, body) = match op {
-        Op::Hit { cost } => (Verb::Hit, format!(r#"{{"policy":"lin","cost":{cost}}}"#)),
-        Op::Allow { cost } => (Verb::Allow, format!(r#"{{"policy":"lin","cost":{cost}}}"#)),
+        Op::Hit { cost } => (
+            Verb::Hit,
+            format!(r#"{{"policy":"lin","cost":{cost},"id":"{id}"}}"#),
+        ),
+        Op::Allow { cost } => (
+            Verb::Allow,
+            format!(r#"{{"policy":"lin","cost":{cost},"id":"{id}"}}"#),
+        ),
         Op::Reserve { cost, .. } => (
             Verb::Reserve,
             format!(r#"{{"policy":"lin","cost":{cost},"ttl_ms":600000}}"#),
@@ -150,6 +165,44 @@ async fn ask(
     (recorded, held)
 }
 
+/// [`ask`], sent again with the same id while its outcome is unknown (at
+/// most [`RETRIES`] times, and not past the run's bound): one operation
+/// from the first send to the last answer. A reserve is sent once (holds
+/// take no id yet).
+async fn ask_until_known(
+    client: &async_nats::Client,
+    key: &str,
+    (op, id): (Op, &str),
+    lane: usize,
+    t0: Instant,
+) -> (Recorded, Option<String>) {
+    let (mut recorded, mut held) = ask(client, key, (op, id), None, lane, t0).await;
+    let call = recorded.call;
+    let mut unknown = false;
+    for _ in 0..RETRIES {
+        if !matches!(op, Op::Allow { .. } | Op::Hit { .. }) || t0.elapsed() > MAX_RUN {
+            break;
+        }
+        match recorded.outcome {
+            Outcome::Unknown => unknown = true,
+            // Never delivered after a try that may have counted: still
+            // unknown; never delivered at all: nothing to retry for.
+            Outcome::NotDelivered if unknown => {}
+            _ => break,
+        }
+        RETRIED.fetch_add(1, Ordering::Relaxed);
+        (recorded, held) = ask(client, key, (op, id), None, lane, t0).await;
+    }
+    if unknown && recorded.outcome == Outcome::NotDelivered {
+        recorded.outcome = Outcome::Unknown;
+    }
+    recorded.call = call;
+    (recorded, held)
+}
+
+/// Retries sent by [`ask_until_known`] in this process.
+static RETRIED: AtomicUsize = AtomicUsize::new(0);
+
 /// The recorded history, by key.
 type Histories = Arc<Mutex<Vec<Vec<Recorded>>>>;
 
@@ -180,7 +233,9 @@ fn start_load(
                     let key = (lane + n) % keys.len();
                     let hold = ((lane as u64) << 32) | n as u64;
                     let op = op_of(n + lane, hold);
-                    let (recorded, held) = ask(&client, &keys[key], op, None, lane, t0).await;
+                    let id = format!("l{lane}-{n}");
+                    let (recorded, held) =
+                        ask_until_known(&client, &keys[key], (op, &id), lane, t0).await;
                     if recorded.outcome != Outcome::NotDelivered {
                         answered.fetch_add(1, Ordering::Relaxed);
                     }
@@ -191,7 +246,7 @@ fn start_load(
                             cost: SETTLED_AT,
                         };
                         let (recorded, _) =
-                            ask(&client, &keys[key], settle, Some(&id), lane, t0).await;
+                            ask(&client, &keys[key], (settle, ""), Some(&id), lane, t0).await;
                         histories.lock().unwrap()[key].push(recorded);
                     }
                 }
@@ -366,10 +421,11 @@ async fn run(durability: &str) -> Report {
     }
     report.failures.sort();
     println!(
-        "{durability} mode: {} asks on {} keys checked ({} of unknown outcome), {} not linearizable, {} undecided, at most {} units admitted past a key's limit",
+        "{durability} mode: {} asks on {} keys checked ({} of unknown outcome, {} retries with the same id), {} not linearizable, {} undecided, at most {} units admitted past a key's limit",
         report.asks,
         report.keys,
         report.unknown,
+        RETRIED.load(Ordering::Relaxed),
         report.failures.len(),
         report.undecided.len(),
         report.over_admitted_max,
