@@ -52,7 +52,7 @@ fn filled(n: usize, now: Nanos) -> RememberedIds {
     let mut ids = RememberedIds::new(n.max(1));
     for i in 0..n {
         let until = Nanos(now.0 + 60_000_000_000 + i as u64);
-        ids.remember((&key(i), &id(i)), asked(), decision(), until, now);
+        ids.remember((&key(i), &id(i)), asked(), decision().into(), until, now);
     }
     ids
 }
@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             n += 1;
             let until = Nanos(now.0 + 60_000_000_000 + n as u64);
-            ids.remember((&key(n), &id(n)), asked(), decision(), until, now);
+            ids.remember((&key(n), &id(n)), asked(), decision().into(), until, now);
         })
     });
 }

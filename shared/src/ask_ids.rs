@@ -23,6 +23,7 @@
 //! partition beside its counters, carries it through handovers (its
 //! `kept/` kind) and rebuilds the rest from the journal.
 
+use crate::holds::HoldId;
 use crate::limit::{Algorithm, Decision};
 use crate::policy::Policy;
 use crate::subject::Verb;
@@ -77,14 +78,32 @@ pub struct Asked {
     pub cost: u64,
 }
 
+/// The first answer to an ask, as a repeat gets it again.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FirstAnswer {
+    pub decision: Decision,
+    /// A reserve's hold and when it ends (ns since the epoch), so that
+    /// the repeat names the same hold.
+    pub held: Option<(HoldId, Nanos)>,
+}
+
+impl From<Decision> for FirstAnswer {
+    fn from(decision: Decision) -> FirstAnswer {
+        FirstAnswer {
+            decision,
+            held: None,
+        }
+    }
+}
+
 /// What an ask's id turned out to be.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Seen {
     /// Not remembered: decide it (and [`RememberedIds::remember`] it if
     /// it is admitted).
     First,
-    /// A repeat of an admitted ask: count nothing, answer this decision.
-    Repeat(Decision),
+    /// A repeat of an admitted ask: count nothing, answer as the first.
+    Repeat(FirstAnswer),
     /// The id was first used for another ask: refuse it (409), count nothing.
     Reused(ErrorReply),
 }
@@ -93,7 +112,7 @@ pub enum Seen {
 #[derive(Clone, Debug)]
 struct Entry {
     asked: Asked,
-    decision: Decision,
+    first: FirstAnswer,
     until: Nanos,
     /// Its place in [`RememberedIds::by_end`].
     seq: u64,
@@ -130,6 +149,9 @@ pub struct CarriedId {
     /// a shadow policy let it through.
     #[serde(rename = "a")]
     pub answer: (u64, u64, u64, bool),
+    /// A reserve's hold and its end (ns since the epoch).
+    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<(HoldId, u64)>,
     /// When it is forgotten (ns since the epoch).
     #[serde(rename = "u")]
     pub until: u64,
@@ -170,7 +192,7 @@ impl RememberedIds {
                 ),
             ));
         }
-        Seen::Repeat(entry.decision)
+        Seen::Repeat(entry.first)
     }
 
     /// Remembers an admitted ask until `until` (forgetting those whose
@@ -179,7 +201,7 @@ impl RememberedIds {
         &mut self,
         (token, id): (&str, &str),
         asked: Asked,
-        decision: Decision,
+        first: FirstAnswer,
         until: Nanos,
         now: Nanos,
     ) {
@@ -205,7 +227,7 @@ impl RememberedIds {
             key,
             Entry {
                 asked,
-                decision,
+                first,
                 until,
                 seq,
             },
@@ -267,11 +289,12 @@ impl RememberedIds {
                     id: id.to_string(),
                     asked: e.asked.clone(),
                     answer: (
-                        e.decision.remaining,
-                        e.decision.limit,
-                        e.decision.reset.0,
-                        e.decision.shadow_denied,
+                        e.first.decision.remaining,
+                        e.first.decision.limit,
+                        e.first.decision.reset.0,
+                        e.first.decision.shadow_denied,
                     ),
+                    held: e.first.held.map(|(id, end)| (id, end.0)),
                     until: e.until.0,
                 }
             })
@@ -290,10 +313,14 @@ impl RememberedIds {
                 retry_after: Nanos::ZERO,
                 shadow_denied,
             };
+            let first = FirstAnswer {
+                decision,
+                held: c.held.map(|(id, end)| (id, Nanos(end))),
+            };
             self.remember(
                 (&c.token, &c.id),
                 c.asked.clone(),
-                decision,
+                first,
                 Nanos(c.until),
                 now,
             );

@@ -24,6 +24,8 @@ use crate::common::Common;
 use anyhow::Result;
 use sluice_bench::{parse_duration, LoadArgs};
 use spec::{BatchingSpec, ClientKind, LoadVerb, NatsSpec};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 use targets::{TargetKind, TargetParser};
 
@@ -61,6 +63,12 @@ pub struct BenchArgs {
     /// policy can be measured both ways.
     #[arg(long)]
     pub no_budgets: bool,
+    /// Every allow carries an id of its own (SPEC §16), as a client's asks
+    /// that it may retry do: the plain client writes one into each body,
+    /// the batching client names its asks (`ClientOptions::ask_ids`). Off
+    /// by default, so the plain path is measured as before.
+    #[arg(long)]
+    pub ids: bool,
     /// Run the echo responder (the ceiling's server side) until SIGTERM or
     /// SIGINT instead of generating load.
     #[arg(long)]
@@ -101,11 +109,18 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
     )?;
     spec.auth = common.nats_auth();
     spec.windows = accounted;
+    if args.ids {
+        if args.verb != LoadVerb::Allow {
+            anyhow::bail!("--ids names allows only (--verb allow)");
+        }
+        spec.ids = Some(Arc::new(AtomicU64::new(0)));
+    }
     if args.client == ClientKind::Batching {
         spec.batching = Some(BatchingSpec {
             partitions: config.partitions,
             deny_cache: args.deny_cache,
             budgets: !args.no_budgets,
+            ask_ids: args.ids,
         });
     }
     let ready_ms = if !args.wait_ready.is_zero() || load.requests == Some(0) {

@@ -370,7 +370,12 @@ async fn the_batching_client_never_sends_a_hold_verb_twice_and_alone_only_if_not
             retry_after: sluice_core::time::Nanos::ZERO,
             shadow_denied: false,
         };
-        encode_held(&d, "exact", Some((HoldId::new(42), ttl)), Encoding::Json)
+        encode_held(
+            &d,
+            "exact",
+            (Some((HoldId::new(42), ttl)), false),
+            Encoding::Json,
+        )
     };
 
     // An unstored batch: the reserve may be held, so it is not sent again.

@@ -53,7 +53,13 @@ impl Held {
             let id = HoldId::parse(&t.hold)?;
             Some((id, Nanos(t.expires_ms.saturating_mul(1_000_000))))
         });
-        encode_held(&self.answer.decision(), &self.answer.policy, held, encoding)
+        let repeat = self.answer.repeat;
+        encode_held(
+            &self.answer.decision(),
+            &self.answer.policy,
+            (held, repeat),
+            encoding,
+        )
     }
 }
 
@@ -91,6 +97,7 @@ impl Client {
             cost: Some(cost),
             ttl_ms: ttl_ms(ttl)?,
             hold: None,
+            id: None,
         };
         self.hold_verb(Verb::Reserve, key.as_ref(), &ask).await
     }
@@ -111,6 +118,7 @@ impl Client {
             cost: Some(cost),
             ttl_ms: None,
             hold: Some(hold),
+            id: None,
         };
         Ok(self
             .hold_verb(Verb::Settle, key.as_ref(), &ask)
@@ -132,6 +140,7 @@ impl Client {
             cost: None,
             ttl_ms: ttl_ms(ttl)?,
             hold: Some(hold),
+            id: None,
         };
         self.hold_verb(Verb::Extend, key.as_ref(), &ask).await
     }
@@ -249,6 +258,7 @@ impl Inner {
             cost: (act.verb != Verb::Extend).then_some(cost),
             ttl_ms: act.ttl_ms,
             hold: hold.as_deref(),
+            id: None,
         };
         let subject = act.verb.client_subject(token);
         let body = Bytes::from(encode_hold_request(&ask, Encoding::Json));

@@ -89,6 +89,8 @@ pub enum Answer<'p> {
         decision: Decision,
         policy: &'p str,
         held: Option<(HoldId, Nanos)>,
+        /// The answer to a repeated id (SPEC §16): the first one's.
+        repeat: bool,
         encoding: Encoding,
     },
     /// A key's state (`rl.inspect`).
@@ -300,16 +302,20 @@ impl Decider {
                 let encoding = Encoding::of_body(body);
                 let turn = &mut Turn::new(policies, owned, now, tally, false);
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
-                let counted = result
-                    .as_ref()
-                    .map(|(d, p, _)| (*d, *p))
-                    .map_err(Clone::clone);
-                tally.outcome(ask.verb, &counted);
+                let counted = match &result {
+                    Ok(((d, p, _), false)) => Some(Ok((*d, *p))),
+                    Ok((_, true)) => None,
+                    Err(e) => Some(Err(e.clone())),
+                };
+                if let Some(counted) = counted {
+                    tally.outcome(ask.verb, &counted);
+                }
                 let answer = match result {
-                    Ok((decision, policy, held)) => Answer::Held {
+                    Ok(((decision, policy, held), repeat)) => Answer::Held {
                         decision,
                         policy,
                         held,
+                        repeat,
                         encoding,
                     },
                     Err(error) => Answer::Error { error, encoding },
@@ -406,8 +412,9 @@ impl Decider {
         self.locate(key, |p| (p == owned.partition).then_some(owned))?;
         let policy = &request.policy;
         let apply = |turn: &mut Turn<'_, 'p, '_>| self.apply(turn, key, policy, op, Budget::None);
-        let asked = (verb, &policy[..], op, Budget::None);
-        self.once(turn, (key, request.id.as_deref()), asked, apply)
+        let asked = (verb, &policy[..], op.cost());
+        let admitted = |applied: &Applied<'p>| op.consumed(&applied.0);
+        self.once(turn, (key, request.id.as_deref()), asked, admitted, apply)
             .map(|((decision, policy, _), repeat)| (decision, policy, repeat))
     }
 
@@ -754,24 +761,30 @@ impl Decider {
 
 /// An ask's id, remembered again from its record (SPEC §16).
 fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counters) {
+    let Some(verb) = Verb::ALL.into_iter().find(|v| v.as_str() == named.verb) else {
+        return;
+    };
     let asked = sluice_core::ask_ids::Asked {
-        verb: if named.hit { Verb::Hit } else { Verb::Allow },
+        verb,
         policy: record.p.clone(),
         cost: record.c,
     };
-    let decision = Decision {
-        allowed: true,
-        limit: named.limit,
-        remaining: named.remaining,
-        reset: Nanos(named.reset),
-        retry_after: Nanos::ZERO,
-        shadow_denied: false,
+    let first = sluice_core::ask_ids::FirstAnswer {
+        decision: Decision {
+            allowed: true,
+            limit: named.limit,
+            remaining: named.remaining,
+            reset: Nanos(named.reset),
+            retry_after: Nanos::ZERO,
+            shadow_denied: false,
+        },
+        held: named.held.map(|(id, end)| (id, Nanos(end))),
     };
     let until = Nanos(named.until);
     let at = Nanos(record.t);
     counters
         .ids()
-        .remember((&record.k, &named.id), asked, decision, until, at);
+        .remember((&record.k, &named.id), asked, first, until, at);
 }
 
 mod admin;

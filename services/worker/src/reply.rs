@@ -69,10 +69,17 @@ impl Reply {
                 decision,
                 policy,
                 held,
+                repeat,
                 encoding,
             } => {
                 let mut reply = Reply::decision(decision, policy, *encoding);
-                reply.payload = wire::hold::encode_held(decision, policy, *held, *encoding).into();
+                reply.payload =
+                    wire::hold::encode_held(decision, policy, (*held, *repeat), *encoding).into();
+                if *repeat {
+                    reply
+                        .headers
+                        .insert(SLUICE_REPEAT.clone(), wire::REPEAT_YES);
+                }
                 reply
             }
             Answer::Error { error, encoding } => Reply::error(error, *encoding),

@@ -16,6 +16,7 @@ use crate::journal::record::{NamedOf, Record, NOT_USAGE, RELEASE, SLOT, USED_ONL
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;
+use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
 use sluice_core::holds::{End, Hold};
 use sluice_core::policy::Decision;
@@ -55,9 +56,8 @@ pub struct Named<'a> {
     pub token: &'a str,
     pub cost: u64,
     pub id: &'a str,
-    /// `rl.hit`, not `rl.allow`.
-    pub hit: bool,
-    pub decision: &'a Decision,
+    pub verb: Verb,
+    pub first: &'a FirstAnswer,
     pub until: Nanos,
 }
 
@@ -182,12 +182,14 @@ impl Tally {
             let mut record =
                 Record::new(self.partition, named.policy, named.token, named.cost, now);
             record.v = NOT_USAGE;
+            let decision = &named.first.decision;
             record.i = Some(NamedOf {
                 id: named.id.to_string(),
-                hit: named.hit,
-                remaining: named.decision.remaining,
-                limit: named.decision.limit,
-                reset: named.decision.reset.as_u64(),
+                verb: named.verb.as_str().to_string(),
+                held: named.first.held.map(|(id, end)| (id, end.as_u64())),
+                remaining: decision.remaining,
+                limit: decision.limit,
+                reset: decision.reset.as_u64(),
                 until: named.until.as_u64(),
             });
             self.records.push(record);

@@ -11,15 +11,15 @@ fn asked(verb: Verb, policy: &str, cost: u64) -> Asked {
     }
 }
 
-fn allowed(remaining: u64) -> Decision {
-    Decision {
+fn allowed(remaining: u64) -> FirstAnswer {
+    FirstAnswer::from(Decision {
         allowed: true,
         limit: 10,
         remaining,
         reset: Nanos::from_secs(1),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
-    }
+    })
 }
 
 #[test]

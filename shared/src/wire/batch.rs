@@ -376,12 +376,6 @@ fn validate<'a>(
         )));
     }
     let (policy, cost, id) = fields.into_sent();
-    if id.is_some() {
-        return Err(ErrorReply::bad_request(format!(
-            "a {} item takes no \"id\" yet: ids on holds' verbs are not supported by this release; send it without one",
-            verb.as_str()
-        )));
-    }
     let checked = hold::check(
         verb,
         HoldFields {
@@ -389,6 +383,7 @@ fn validate<'a>(
             cost,
             ttl_ms: holding.ttl_ms,
             hold: holding.hold,
+            id,
         },
     )
     .map_err(ErrorReply::bad_request)?;
@@ -396,7 +391,7 @@ fn validate<'a>(
         key,
         policy: checked.policy,
         cost: checked.cost,
-        id: None,
+        id: checked.id,
         act: Act::Hold(HoldAct {
             verb,
             ttl_ms: checked.ttl_ms,

@@ -17,7 +17,7 @@
 
 use super::encoding::Encoding;
 use super::error::ErrorReply;
-use super::fields::is_valid_policy_name;
+use super::fields::{check_id, is_valid_policy_name};
 pub use super::reply::HoldTicket;
 use super::reply::{decode_reply, encode_reply_body, DecisionOut, MalformedReply, Reply};
 use super::request::{encode_body, too_large, RequestError};
@@ -41,6 +41,8 @@ struct Body {
     ttl_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
 }
 
 /// A decoded hold body.
@@ -54,6 +56,9 @@ pub struct HoldRequest {
     pub ttl_ms: Option<u64>,
     /// Settle and extend: the hold.
     pub hold: Option<HoldId>,
+    /// The caller's name for the verb (SPEC §16): sent again, it is done
+    /// once and answered as the first time.
+    pub id: Option<String>,
     /// The encoding to reply in.
     pub encoding: Encoding,
 }
@@ -99,6 +104,7 @@ pub fn decode_hold_request(verb: Verb, body: &[u8]) -> Result<HoldRequest, Reque
         cost: fields.cost,
         ttl_ms: fields.ttl_ms,
         hold: fields.hold.as_deref(),
+        id: fields.id.map(Cow::Owned),
     };
     let checked = check(verb, fields).map_err(refuse)?;
     Ok(HoldRequest {
@@ -106,6 +112,7 @@ pub fn decode_hold_request(verb: Verb, body: &[u8]) -> Result<HoldRequest, Reque
         cost: checked.cost,
         ttl_ms: checked.ttl_ms,
         hold: checked.hold,
+        id: checked.id.map(Cow::into_owned),
         encoding,
     })
 }
@@ -118,6 +125,7 @@ pub(crate) struct HoldFields<'a> {
     pub(crate) cost: Option<u64>,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) hold: Option<&'a str>,
+    pub(crate) id: Option<Cow<'a, str>>,
 }
 
 /// A hold verb's fields once checked, defaults applied.
@@ -126,6 +134,7 @@ pub(crate) struct Checked<'a> {
     pub(crate) cost: u64,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) hold: Option<HoldId>,
+    pub(crate) id: Option<Cow<'a, str>>,
 }
 
 /// The one set of rules for a hold verb's fields, alone or batched: the
@@ -176,11 +185,15 @@ pub(crate) fn check<'a>(verb: Verb, fields: HoldFields<'a>) -> Result<Checked<'a
     if let Some(ms) = fields.ttl_ms {
         holds::ttl(Some(ms), Nanos::ZERO).map_err(|e| e.to_string())?;
     }
+    if let Some(id) = &fields.id {
+        check_id(id)?;
+    }
     Ok(Checked {
         policy,
         cost,
         ttl_ms: fields.ttl_ms,
         hold,
+        id: fields.id,
     })
 }
 
@@ -194,9 +207,9 @@ fn encoding_name(encoding: Encoding) -> &'static str {
 /// What each verb's body holds, for the sentences above.
 fn takes(verb: Verb) -> &'static str {
     match verb {
-        Verb::Reserve => "a reserve takes the optional fields \"policy\", \"cost\" (default 1) and \"ttl_ms\" (default the policy's hold_ttl)",
-        Verb::Settle => "a settle takes \"hold\" (the reserve's reply names it), \"cost\" (the real cost, 0 for work that failed) and the optional \"policy\"",
-        _ => "an extend takes \"hold\", the optional \"ttl_ms\" (from now; default the policy's hold_ttl) and the optional \"policy\"",
+        Verb::Reserve => "a reserve takes the optional fields \"policy\", \"cost\" (default 1), \"ttl_ms\" (default the policy's hold_ttl) and \"id\"",
+        Verb::Settle => "a settle takes \"hold\" (the reserve's reply names it), \"cost\" (the real cost, 0 for work that failed) and the optional \"policy\" and \"id\"",
+        _ => "an extend takes \"hold\", the optional \"ttl_ms\" (from now; default the policy's hold_ttl) and the optional \"policy\" and \"id\"",
     }
 }
 
@@ -207,6 +220,8 @@ pub struct HoldAsk<'a> {
     pub cost: Option<u64>,
     pub ttl_ms: Option<u64>,
     pub hold: Option<&'a str>,
+    /// The verb's id (SPEC §16).
+    pub id: Option<&'a str>,
 }
 
 /// Encodes a hold body (client side); nothing is checked here.
@@ -216,6 +231,7 @@ pub fn encode_hold_request(ask: &HoldAsk<'_>, encoding: Encoding) -> Vec<u8> {
         cost: ask.cost,
         ttl_ms: ask.ttl_ms,
         hold: ask.hold.map(str::to_string),
+        id: ask.id.map(str::to_string),
     };
     encode_body(&body, encoding)
 }
@@ -225,11 +241,13 @@ pub fn encode_hold_request(ask: &HoldAsk<'_>, encoding: Encoding) -> Vec<u8> {
 pub fn encode_held(
     decision: &Decision,
     policy: &str,
-    held: Option<(HoldId, Nanos)>,
+    (held, repeat): (Option<(HoldId, Nanos)>, bool),
     encoding: Encoding,
 ) -> Vec<u8> {
     let ticket = held.map(|(id, expires)| HoldTicket::new(id, expires));
-    let out = DecisionOut::new(decision, policy).with_hold(ticket.as_ref());
+    let out = DecisionOut::new(decision, policy)
+        .with_hold(ticket.as_ref())
+        .repeated(repeat);
     encode_reply_body(&out, encoding)
 }
 
@@ -258,6 +276,7 @@ mod tests {
             cost: Some(4000),
             ttl_ms: Some(30_000),
             hold: None,
+            id: None,
         };
         for encoding in [Encoding::Json, Encoding::MsgPack] {
             let body = encode_hold_request(&ask, encoding);
@@ -356,7 +375,7 @@ mod tests {
             let body = encode_held(
                 &decision,
                 "llm",
-                Some((id, Nanos(29_999_999_999))),
+                (Some((id, Nanos(29_999_999_999))), false),
                 encoding,
             );
             let (reply, ticket) = decode_held(&body).unwrap();
@@ -374,7 +393,7 @@ mod tests {
                     expires_ms: 29_999
                 })
             );
-            let denied = encode_held(&decision, "llm", None, encoding);
+            let denied = encode_held(&decision, "llm", (None, false), encoding);
             assert_eq!(decode_held(&denied).unwrap().1, None);
         }
     }

@@ -114,11 +114,7 @@ pub fn encode_decision(decision: &Decision, policy: &str, encoding: Encoding) ->
 /// [`encode_decision`] of the answer to a repeat (SPEC §16): the first
 /// answer's decision, with `"repeat": true`.
 pub fn encode_repeat(decision: &Decision, policy: &str, encoding: Encoding) -> Vec<u8> {
-    let out = DecisionOut {
-        repeat: true,
-        ..DecisionOut::new(decision, policy)
-    };
-    encode_reply_body(&out, encoding)
+    encode_reply_body(&DecisionOut::new(decision, policy).repeated(true), encoding)
 }
 
 /// Encodes an error reply body; the same as [`ErrorReply::encode`].
@@ -223,6 +219,11 @@ impl<'a> DecisionOut<'a> {
             hold: None,
             expires_ms: None,
         }
+    }
+
+    /// The same, marked the answer to a repeat (SPEC §16) when `repeat`.
+    pub(super) fn repeated(self, repeat: bool) -> DecisionOut<'a> {
+        DecisionOut { repeat, ..self }
     }
 
     /// The same, naming the hold a reserve kept or an extend moved.

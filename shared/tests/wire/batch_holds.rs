@@ -174,7 +174,7 @@ fn a_held_result_is_the_verbs_own_reply() {
     let single = encode_held(
         &allowed(),
         "llm",
-        Some((id, Nanos(29_999_999_999))),
+        (Some((id, Nanos(29_999_999_999))), false),
         Encoding::MsgPack,
     );
     let mut reply = DecisionReply::new(&allowed(), "llm");
@@ -202,7 +202,7 @@ fn a_held_result_is_the_verbs_own_reply() {
     let json = encode_held(
         &allowed(),
         "llm",
-        Some((id, Nanos(29_999_999_999))),
+        (Some((id, Nanos(29_999_999_999))), false),
         Encoding::Json,
     );
     assert_eq!(json, serde_json::to_vec(&expected).unwrap());

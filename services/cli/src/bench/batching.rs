@@ -35,6 +35,7 @@ pub async fn connect(
         .batching(true)
         .deny_cache(spec.deny_cache)
         .budgets(spec.budgets)
+        .ask_ids(spec.ask_ids)
         .partitions(spec.partitions)
         .auth(target.auth.clone());
     opts.name = format!("sluice-bench-{index}");

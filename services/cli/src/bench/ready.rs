@@ -55,6 +55,7 @@ pub async fn wait_ready(
             cost: Some(0),
             ttl_ms: None,
             hold: Some(NO_HOLD),
+            id: None,
         };
         (Verb::Settle, encode_hold_request(&ask, Encoding::MsgPack))
     } else {

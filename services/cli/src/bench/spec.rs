@@ -11,6 +11,7 @@ use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
 use sluice_core::wire::hold::{encode_hold_request, HoldAsk};
 use sluice_core::wire::{self, Encoding};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,8 @@ pub struct BatchingSpec {
     pub deny_cache: bool,
     /// Local budgets ([`ClientOptions::budgets`]); `--no-budgets` turns them off.
     pub budgets: bool,
+    /// Name every ask (`--ids`, [`ClientOptions::ask_ids`]).
+    pub ask_ids: bool,
 }
 
 /// Everything needed to open one connection's `NatsTarget` (`targets.rs`); cheap to
@@ -77,6 +80,9 @@ pub struct NatsSpec {
     /// Tell each decision's fixed window (its `reset`), for the admission
     /// accounting; the plain client then decodes every reply's body.
     pub windows: bool,
+    /// `--ids`: the plain client writes a new id into each ask's body,
+    /// numbered from this counter (shared by every connection).
+    pub ids: Option<Arc<AtomicU64>>,
 }
 
 impl NatsSpec {
@@ -117,6 +123,7 @@ impl NatsSpec {
                     cost: Some(cost),
                     ttl_ms: None,
                     hold: None,
+                    id: None,
                 };
                 let settles = if verb == LoadVerb::Hold {
                     subjects_of(Verb::Settle)?
@@ -141,6 +148,7 @@ impl NatsSpec {
             cost,
             batching: None,
             windows: false,
+            ids: None,
         })
     }
 }

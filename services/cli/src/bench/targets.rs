@@ -15,6 +15,7 @@ use clap::error::{ContextKind, ContextValue};
 use clap::ValueEnum;
 use sluice_bench::admission::Window;
 use sluice_bench::{Connect, Outcome, Reply, Target};
+use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::wire::hold::{decode_held, encode_hold_request, HoldAsk};
 use sluice_core::wire::{self, Encoding, RETRY_AFTER, SERVICE_ERROR_CODE};
 use std::ffi::OsStr;
@@ -138,10 +139,17 @@ pub struct PlainTarget {
 impl PlainTarget {
     async fn ask(&self, key: usize) -> Reply {
         let spec = &self.spec;
-        let msg = match self
-            .request(spec.subjects[key].clone(), spec.body.clone())
-            .await
-        {
+        let body = match &spec.ids {
+            None => spec.body.clone(),
+            Some(next) => {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let id = format!("bench-{n:x}");
+                let policy = (spec.policy != DEFAULT_POLICY).then_some(spec.policy.as_str());
+                let cost = (spec.cost != wire::DEFAULT_COST).then_some(spec.cost);
+                wire::encode_request_with_id(policy, cost, Some(&id), Encoding::MsgPack).into()
+            }
+        };
+        let msg = match self.request(spec.subjects[key].clone(), body).await {
             Ok(msg) => msg,
             Err(failed) => return failed,
         };
@@ -171,6 +179,7 @@ impl PlainTarget {
             cost: Some(spec.cost),
             ttl_ms: None,
             hold: Some(&hold),
+            id: None,
         };
         let body = Bytes::from(encode_hold_request(&ask, Encoding::MsgPack));
         match self.request(spec.settle_subjects[key].clone(), body).await {

@@ -3,7 +3,7 @@
 //! their items decided in order per partition, each as its own subject
 //! would decide it. Apart from `decide.rs`, which decides one ask.
 
-use super::{Answer, Decider, Owned, Turn};
+use super::{Answer, Applied, Decider, Owned, Turn};
 use crate::journal::record::Record;
 use sluice_core::ask::Op;
 use sluice_core::policies::Policies;
@@ -109,8 +109,12 @@ impl Decider {
         let apply =
             |turn: &mut Turn<'_, 'p, '_>| self.apply(turn, item.key, &item.policy, op, budget);
         let named = (item.key, item.id.as_deref());
-        let asked = (Verb::Allow, &item.policy[..], op, budget);
-        let applied = self.once(turn, named, asked, apply);
+        let asked = (Verb::Allow, &item.policy[..], item.cost);
+        // A refund is remembered though it counts nothing: units given
+        // back twice would be spent twice.
+        let refund = matches!(budget, Budget::Refund(_));
+        let admitted = |applied: &Applied<'p>| refund || op.consumed(&applied.0);
+        let applied = self.once(turn, named, asked, admitted, apply);
         let (result, grant, repeat) = match applied {
             Ok(((decision, policy, grant), repeat)) => (Ok((decision, policy)), grant, repeat),
             Err(e) => (Err(e), None, false),
@@ -137,14 +141,19 @@ impl Decider {
         item: &batch::Item<'_>,
         act: HoldAct,
     ) -> Result<DecisionReply, ErrorReply> {
-        let result = self.hold_act(turn, item.key, &item.policy, item.cost, act);
-        let counted = result
-            .as_ref()
-            .map(|(d, p, _)| (*d, *p))
-            .map_err(Clone::clone);
-        turn.tally.outcome(act.verb, &counted);
-        result.map(|(decision, policy, held)| DecisionReply {
+        let named = (item.key, item.id.as_deref());
+        let result = self.hold_once(turn, named, (&item.policy, item.cost), act);
+        let counted = match &result {
+            Ok(((d, p, _), false)) => Some(Ok((*d, *p))),
+            Ok((_, true)) => None,
+            Err(e) => Some(Err(e.clone())),
+        };
+        if let Some(counted) = counted {
+            turn.tally.outcome(act.verb, &counted);
+        }
+        result.map(|((decision, policy, held), repeat)| DecisionReply {
             hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),
+            repeat,
             ..DecisionReply::new(&decision, policy)
         })
     }

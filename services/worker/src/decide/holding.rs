@@ -12,6 +12,7 @@
 //! spent), so usage replays exactly; a replayed give-back gives nothing
 //! back again (as for slices: replay errs on the side of denying).
 
+use super::ids::Once;
 use super::{blocked, Decider, Owned, Turn};
 use crate::counters::Counters;
 use crate::journal::record::{Record, RELEASE, SLOT};
@@ -42,7 +43,7 @@ impl Decider {
         verb: Verb,
         token: &str,
         body: &[u8],
-    ) -> Result<Held<'p>, ErrorReply> {
+    ) -> Result<Once<Held<'p>>, ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = decode_hold_request(verb, body).map_err(|e| e.reply)?;
         let owned = turn.owned;
@@ -52,7 +53,25 @@ impl Decider {
             ttl_ms: request.ttl_ms,
             hold: request.hold,
         };
-        self.hold_act(turn, key, &request.policy, request.cost, act)
+        let named = (key, request.id.as_deref());
+        self.hold_once(turn, named, (&request.policy, request.cost), act)
+    }
+
+    /// [`Decider::hold_act`], once per id (SPEC §16): a reserve that kept
+    /// a hold, a settle or an extend that was done is remembered, so that
+    /// its repeat is answered as the first (the same hold; a settle's
+    /// answer, not a 404 for the hold it ended).
+    pub(super) fn hold_once<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        named: (KeyToken<'_>, Option<&str>),
+        (policy, cost): (&str, u64),
+        act: HoldAct,
+    ) -> Result<Once<Held<'p>>, ErrorReply> {
+        let key = named.0;
+        let admitted = |held: &Held<'p>| act.verb != Verb::Reserve || held.2.is_some();
+        let apply = |turn: &mut Turn<'_, 'p, '_>| self.hold_act(turn, key, policy, cost, act);
+        self.once(turn, named, (act.verb, policy, cost), admitted, apply)
     }
 
     /// Decides a hold verb whose fields are checked

@@ -1,77 +1,116 @@
 //! Idempotent asks (SPEC §16): an ask named by an `id` counts once. Apart
-//! from `decide.rs` because it wraps whatever decides the ask: the id is
-//! looked up first (a repeat answers the first decision and counts
-//! nothing; a reuse is refused), and an admitted ask's id is remembered
-//! with a record of its own in the same turn, so a journal that replays
-//! the count remembers the id too ([`sluice_core::ask_ids`]).
+//! from `decide.rs` because it wraps whatever decides the ask, an ask or
+//! a hold's verb: the id is looked up first (a repeat answers the first
+//! answer and counts nothing; a reuse is refused), and an admitted ask's
+//! id is remembered with a record of its own in the same turn, so a
+//! journal that replays the count remembers the id too
+//! ([`sluice_core::ask_ids`]).
 
+use super::holding::Held;
 use super::{Applied, Decider, Turn};
 use crate::tally::Named;
-use sluice_core::ask::Op;
-use sluice_core::ask_ids::{Asked, Seen};
+use sluice_core::ask_ids::{Asked, FirstAnswer, Seen};
 use sluice_core::key::KeyToken;
 use sluice_core::subject::Verb;
-use sluice_core::wire::batch::Budget;
+use sluice_core::time::Nanos;
 use sluice_core::wire::ErrorReply;
 
-/// What an ask came to, and whether it was a repeat (its decision the
-/// first answer's, nothing counted).
-pub(super) type Once<'p> = (Applied<'p>, bool);
+/// What an ask came to, and whether it was a repeat (its answer the
+/// first one's, nothing counted).
+pub(super) type Once<T> = (T, bool);
+
+/// What [`Decider::once`] needs of an answer: the first answer to
+/// remember, and the same answer again from it.
+pub(super) trait Answered<'p> {
+    fn first(&self, now: Nanos) -> FirstAnswer;
+    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Self;
+}
+
+impl<'p> Answered<'p> for Applied<'p> {
+    fn first(&self, _: Nanos) -> FirstAnswer {
+        FirstAnswer::from(self.0)
+    }
+
+    /// A repeat gets no slice again: the first ask's was granted once.
+    fn again(first: FirstAnswer, policy: &'p str, _: Nanos) -> Applied<'p> {
+        (first.decision, policy, None)
+    }
+}
+
+impl<'p> Answered<'p> for Held<'p> {
+    fn first(&self, now: Nanos) -> FirstAnswer {
+        FirstAnswer {
+            decision: self.0,
+            held: self.2.map(|(id, left)| (id, now.saturating_add(left))),
+        }
+    }
+
+    /// The same hold, with the time left until its end as the first
+    /// answer set it (an extend since is not seen: the hold's own end is
+    /// the owner's).
+    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Held<'p> {
+        let held = first
+            .held
+            .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
+        (first.decision, policy, held)
+    }
+}
 
 impl Decider {
-    /// Decides an ask of `verb` on `key` with `apply`, once per `id`. A
-    /// refund (`budget`) is remembered though it consumes nothing: units
-    /// given back twice would be spent twice.
-    pub(super) fn once<'p>(
+    /// Decides an ask of `verb` on `key` with `apply`, once per `id`;
+    /// `admitted` says whether its answer is one to remember (it counted,
+    /// or it did what a repeat must not do again).
+    pub(super) fn once<'p, T: Answered<'p>>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         (key, id): (KeyToken<'_>, Option<&str>),
-        (verb, policy_name, op, budget): (Verb, &str, Op, Budget),
-        apply: impl FnOnce(&mut Turn<'_, 'p, '_>) -> Result<Applied<'p>, ErrorReply>,
-    ) -> Result<Once<'p>, ErrorReply> {
+        (verb, policy_name, cost): (Verb, &str, u64),
+        admitted: impl FnOnce(&T) -> bool,
+        apply: impl FnOnce(&mut Turn<'_, 'p, '_>) -> Result<T, ErrorReply>,
+    ) -> Result<Once<T>, ErrorReply> {
         // Without an id, or for a policy not configured (whose refusal is
         // the decision's to give), nothing to remember.
         let (Some(id), Some(policy)) = (id, turn.policies.get(policy_name)) else {
-            return apply(turn).map(|applied| (applied, false));
+            return apply(turn).map(|answered| (answered, false));
         };
         let (token, now, counters) = (key.as_str(), turn.now, turn.owned.counters);
         let asked = Asked {
             verb,
             policy: policy.name().to_string(),
-            cost: op.cost(),
+            cost,
         };
         let seen = counters.ids().seen(token, id, &asked, now);
         match seen {
-            Seen::Repeat(decision) => {
+            Seen::Repeat(first) => {
                 turn.tally.repeat();
-                return Ok(((decision, policy.name(), None), true));
+                return Ok((T::again(first, policy.name(), now), true));
             }
             Seen::Reused(error) => return Err(error),
             Seen::First => {}
         }
-        let applied = apply(turn)?;
+        let answered = apply(turn)?;
         // An ask sent on to its home region is remembered there (the id
         // travels in its body), not here, where nothing was counted.
-        let refund = matches!(budget, Budget::Refund(_));
-        if turn.forward.is_none() && (op.consumed(&applied.0) || refund) {
+        if turn.forward.is_none() && admitted(&answered) {
+            let first = answered.first(now);
             let until = policy.remembered_until(now);
             let forgotten = {
                 let mut ids = counters.ids();
                 let before = ids.forgotten_early();
-                ids.remember((token, id), asked, applied.0, until, now);
+                ids.remember((token, id), asked, first, until, now);
                 ids.forgotten_early() - before
             };
             let named = Named {
                 policy: policy.name(),
                 token,
-                cost: op.cost(),
+                cost,
                 id,
-                hit: verb == Verb::Hit,
-                decision: &applied.0,
+                verb,
+                first: &first,
                 until,
             };
             turn.tally.remembered(named, forgotten, now);
         }
-        Ok((applied, false))
+        Ok((answered, false))
     }
 }

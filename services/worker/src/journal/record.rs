@@ -8,6 +8,7 @@
 //! stores and reads them.
 
 use serde::{Deserialize, Serialize};
+use sluice_core::holds::HoldId;
 use sluice_core::time::Nanos;
 
 /// One counted request: what journal mode stores before it answers
@@ -94,8 +95,10 @@ pub struct RecordOf<S> {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NamedOf<S> {
     pub id: S,
-    /// `rl.hit`, not `rl.allow`.
-    pub hit: bool,
+    /// The verb's name (`allow`, `hit`, `reserve`, `settle`, `extend`).
+    pub verb: S,
+    /// A reserve's hold, and its end (ns since the epoch).
+    pub held: Option<(HoldId, u64)>,
     /// The first answer's `remaining`, `limit` and `reset` (ns).
     pub remaining: u64,
     pub limit: u64,
@@ -241,7 +244,8 @@ impl RecordRef<'_> {
             v: self.v,
             i: self.i.map(|n| NamedOf {
                 id: n.id.to_string(),
-                hit: n.hit,
+                verb: n.verb.to_string(),
+                held: n.held,
                 remaining: n.remaining,
                 limit: n.limit,
                 reset: n.reset,

@@ -50,6 +50,7 @@ fn alone(f: &Fixture, item: &batch::Item<'_>, now: Nanos) -> (wire::Reply, Vec<R
         cost: (verb != Verb::Extend).then_some(item.cost),
         ttl_ms,
         hold: hold.as_deref(),
+        id: None,
     };
     let body = wire::hold::encode_hold_request(&ask, Encoding::MsgPack);
     let (answer, records) = f.send(verb, item.key.as_str(), &body, true, now);

@@ -190,3 +190,78 @@ fn a_batch_item_with_an_id_counts_once() {
     assert_eq!((a.remaining, b.remaining), (11, 11));
     assert_eq!(f.remaining(&key, T0), 11);
 }
+
+/// `llm`, a token bucket of 10,000 an hour that holds.
+fn holds_fixture() -> Fixture {
+    Fixture::journal(
+        r#"
+        partitions = 4
+        [policies.llm]
+        algorithm = "token_bucket"
+        limits = [ { max = 10000, per = "1h" } ]
+        "#,
+    )
+}
+
+/// A hold verb's reply on its own subject, decoded: the decision reply
+/// and its hold ticket.
+fn hold_verb(
+    f: &Fixture,
+    verb: Verb,
+    key: &str,
+    body: &str,
+    now: Nanos,
+) -> (DecisionReply, Vec<Record>) {
+    let (answer, records) = f.send(verb, key, body.as_bytes(), true, now);
+    let reply = crate::reply::Reply::of(&answer.expect("answered"), "w");
+    match wire::decode_reply(&reply.payload).unwrap() {
+        wire::Reply::Decision(d) => (d, records),
+        wire::Reply::Error(e) => panic!("{body}: {e}"),
+    }
+}
+
+/// SPEC §16 on holds: a reserve sent twice with its id keeps one hold and
+/// names it both times; a settle sent twice is answered twice (not a 404
+/// for the hold the first one ended), charging once; both survive a
+/// replay of the journal.
+#[test]
+fn a_reserve_and_a_settle_with_ids_are_done_once() {
+    let f = holds_fixture();
+    let key = key_in(1, "hold");
+    let reserve = r#"{"policy":"llm","cost":400,"id":"job-1"}"#;
+    let (first, mut records) = hold_verb(&f, Verb::Reserve, &key, reserve, T0);
+    let (again, none) = hold_verb(&f, Verb::Reserve, &key, reserve, T0);
+    assert!(none.is_empty());
+    assert!(!first.repeat && again.repeat);
+    let (ticket, again_ticket) = (first.hold.unwrap(), again.hold.unwrap());
+    assert_eq!(ticket.hold, again_ticket.hold, "the same hold");
+    assert_eq!(f.remaining(&key, T0), 15, "default untouched");
+    let peek = |f: &Fixture| {
+        let (d, _) = hold_verb(f, Verb::Reserve, &key, r#"{"policy":"llm","cost":0}"#, T0);
+        d.remaining
+    };
+    assert_eq!(peek(&f), 9_600, "400 held once");
+
+    let settle = format!(
+        r#"{{"policy":"llm","hold":"{}","cost":100,"id":"job-1-done"}}"#,
+        ticket.hold
+    );
+    let (settled, more) = hold_verb(&f, Verb::Settle, &key, &settle, T0);
+    records.extend(more);
+    let (resettled, _) = hold_verb(&f, Verb::Settle, &key, &settle, T0);
+    assert!(!settled.repeat && resettled.repeat, "{resettled:?}");
+    assert_eq!(peek(&f), 9_900, "charged 100 once");
+
+    // A new owner from the journal: both ids are remembered.
+    let next = holds_fixture();
+    for record in &records {
+        next.decider.replay(&next.policies, record, &next.counters);
+    }
+    assert_eq!(peek(&next), 9_900);
+    let (again, _) = hold_verb(&next, Verb::Reserve, &key, reserve, T0);
+    assert!(again.repeat);
+    assert_eq!(again.hold.unwrap().hold, ticket.hold);
+    let (again, _) = hold_verb(&next, Verb::Settle, &key, &settle, T0);
+    assert!(again.repeat);
+    assert_eq!(peek(&next), 9_900);
+}
