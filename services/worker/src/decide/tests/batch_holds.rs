@@ -10,7 +10,7 @@ use sluice_core::wire::hold::HoldTicket;
 
 /// Journal mode, usage off: `llm` (10,000 an hour) and `inflight` (two
 /// in flight).
-fn holds_fixture() -> Fixture {
+pub(super) fn holds_fixture() -> Fixture {
     Fixture::journal(
         r#"
         partitions = 4

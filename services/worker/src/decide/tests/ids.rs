@@ -3,6 +3,7 @@
 //! it counts, through a journal replay and a snapshot's carried state.
 
 use super::*;
+use super::batch_holds::holds_fixture;
 use crate::kept::Carried;
 
 /// The answer to `rl.<verb>.<key>` with `body`, and whether it was a repeat.
@@ -189,18 +190,6 @@ fn a_batch_item_with_an_id_counts_once() {
     assert!(!a.repeat && b.repeat);
     assert_eq!((a.remaining, b.remaining), (11, 11));
     assert_eq!(f.remaining(&key, T0), 11);
-}
-
-/// `llm`, a token bucket of 10,000 an hour that holds.
-fn holds_fixture() -> Fixture {
-    Fixture::journal(
-        r#"
-        partitions = 4
-        [policies.llm]
-        algorithm = "token_bucket"
-        limits = [ { max = 10000, per = "1h" } ]
-        "#,
-    )
 }
 
 /// A hold verb's reply on its own subject, decoded: the decision reply
