@@ -77,6 +77,7 @@ fn cover_into(
 pub struct QueryError(pub String);
 
 /// One span of a series reply and the step its points have.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
     pub from_ms: u64,
