@@ -98,7 +98,7 @@ pub(crate) async fn proxy(
             StatusCode::NOT_FOUND,
             "not_found",
             &format!(
-                "no such endpoint: {}; the gateway serves /v1/allow/{{key}}, /v1/usage/{{key}}, /v1/usage?top=N, /healthz and /metrics (and proxies other paths when started with --upstream)",
+                "no such endpoint: {}; the gateway serves the /v1 routes its description lists (GET /v1/openapi.json), /healthz and /metrics (and proxies other paths when started with --upstream)",
                 request.uri().path()
             ),
         );

@@ -62,12 +62,63 @@ pub(crate) fn error_reply(reply: &ErrorReply) -> Response {
     json_error(status, reply.code.word(), &reply.message)
 }
 
+/// The body of every error the gateway answers.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody<'a> {
+    /// What went wrong, one word: `bad_request`, `unknown_policy`,
+    /// `unknown_hold`, `too_large`, `unavailable` (SPEC §1), or the
+    /// gateway's own `not_found`, `unauthorized`, `forbidden`, `bad_gateway`.
+    #[schema(example = "bad_request")]
+    pub(crate) error: &'a str,
+    /// One sentence: what was wrong and what to send instead.
+    pub(crate) message: &'a str,
+}
+
 /// A JSON `{error, message}` body with any status (e.g. 404 `not_found`,
 /// 502 `bad_gateway`, which are not sluice error codes).
 pub(crate) fn json_error(status: StatusCode, word: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "error": word, "message": message }).to_string();
+    let body = ErrorBody {
+        error: word,
+        message,
+    };
+    let mut response = (status, serde_json::to_string(&body).expect("plain JSON")).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+    response
+}
+
+/// Any reply body as JSON, 200.
+pub(crate) fn json<T: serde::Serialize>(reply: &T) -> Response {
+    json_status(StatusCode::OK, reply)
+}
+
+/// Any reply body as JSON, with `status`.
+pub(crate) fn json_status<T: serde::Serialize>(status: StatusCode, reply: &T) -> Response {
+    let body = serde_json::to_vec(reply).expect("a reply encodes as JSON");
     let mut response = (status, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+    response
+}
+
+/// JSON already encoded, 200.
+pub(crate) fn json_text(text: &str) -> Response {
+    let mut response = text.to_string().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+    response
+}
+
+/// A reply, or the error instead, as JSON.
+pub(crate) fn json_or_error<T: serde::Serialize>(result: Result<T, Error>) -> Response {
+    match result {
+        Ok(reply) => json(&reply),
+        Err(e) => error(&e),
+    }
+}
+
+/// A hit's reply: always 200 (the units were counted whatever the
+/// limit), with the decision a peek gives after it and its headers.
+pub(crate) fn counted(answer: &Answer) -> Response {
+    let mut response = decision(answer);
+    *response.status_mut() = StatusCode::OK;
     response
 }
 
