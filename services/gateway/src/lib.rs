@@ -119,9 +119,7 @@ struct App {
 struct UiState {
     secrets: ui::Secrets,
     access: Arc<ui::AdminAccess>,
-    /// The config's partitions (the status page) and usage tiers (the
-    /// steps the usage page offers).
-    partitions: u32,
+    /// The config's usage tiers (the steps the usage page offers).
     usage: sluice_core::usage::UsageConfig,
 }
 
@@ -195,7 +193,6 @@ pub async fn serve(
         Some(UiState {
             secrets: ui::Secrets::new(tls.is_some())?,
             access: Arc::default(),
-            partitions: opts.config.partitions,
             usage: opts.config.usage.clone(),
         })
     } else {
