@@ -17,10 +17,11 @@
 //! (403 for the read token where it may not), and is answered before
 //! anything is asked or counted.
 
+use crate::respond::{json_error, ErrorWord};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use std::fmt;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -90,19 +91,19 @@ pub(crate) async fn require(State(gate): State<Gate>, request: Request, next: Ne
         return next.run(request).await;
     }
     if read {
-        return crate::respond::json_error(
+        return json_error(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorWord::Forbidden,
             "this token may only read (--api-read-token): usage, inspect, policies, alerts and status; \
              asking, counting, resetting and writing policies need the full token (--api-token)",
         );
     }
-    let body = serde_json::json!({
-        "error": "unauthorized",
-        "message": "this gateway needs an API token: send the header `Authorization: Bearer <token>` \
-                    with the token it was started with (--api-token / SLUICE_API_TOKEN)",
-    });
-    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    let mut response = json_error(
+        StatusCode::UNAUTHORIZED,
+        ErrorWord::Unauthorized,
+        "this gateway needs an API token: send the header `Authorization: Bearer <token>` \
+         with the token it was started with (--api-token / SLUICE_API_TOKEN)",
+    );
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"sluice\""),

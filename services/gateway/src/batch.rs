@@ -107,7 +107,7 @@ pub(crate) async fn batch(State(app): State<Arc<App>>, request: Request) -> Resp
         .map(|result| match result {
             Ok(answer) => BatchAnswer::Decision(answer.to_reply()),
             Err(e) => BatchAnswer::Error(ErrorBody {
-                error: e.code().word(),
+                error: e.code().into(),
                 message: e.message(),
             }),
         })

@@ -105,7 +105,7 @@ async fn hold(app: &App, verb: Verb, request: Request) -> Result<Held, Error> {
     }
 }
 
-/// The body of a reserve, decoded by [`decode_hold_request`].
+/// The body of a reserve (the fields of `rl.reserve`, docs/HOLDS.md).
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)] // described here, decoded by the workers' decoder
 pub(crate) struct ReserveBody {

@@ -13,7 +13,7 @@
 //!   needs NATS credentials that may write the bucket.
 
 use crate::allow::{percent_decode, read_body_up_to, KeyParam};
-use crate::respond::{self, ErrorBody};
+use crate::respond::{self, ErrorBody, ErrorWord};
 use crate::responses::WriteErrors;
 use crate::usage::params;
 use crate::App;
@@ -291,7 +291,7 @@ fn unknown(name: &str) -> Error {
 fn no_override() -> Response {
     respond::json_error(
         StatusCode::NOT_FOUND,
-        "not_found",
+        ErrorWord::NotFound,
         "the key has no override under this policy; PUT one to set it",
     )
 }
@@ -306,7 +306,7 @@ fn removed(result: Result<bool, Error>, policy: String, key: Option<String>) -> 
         Ok(false) if key.is_some() => no_override(),
         Ok(false) => respond::json_error(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorWord::NotFound,
             &format!(
                 "the policy bucket holds no policy {policy:?} (a config file's policy is changed in the file, or overlaid with PUT)"
             ),

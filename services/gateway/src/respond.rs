@@ -59,31 +59,57 @@ pub(crate) fn error(e: &Error) -> Response {
 
 pub(crate) fn error_reply(reply: &ErrorReply) -> Response {
     let status = StatusCode::from_u16(reply.code.status()).unwrap_or(StatusCode::BAD_REQUEST);
-    json_error(status, reply.code.word(), &reply.message)
+    json_error(status, reply.code.into(), &reply.message)
 }
 
 /// The body of every error the gateway answers.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub(crate) struct ErrorBody<'a> {
-    /// What went wrong, one word: `bad_request`, `unknown_policy`,
-    /// `unknown_hold`, `too_large`, `unavailable` (SPEC §1), or the
-    /// gateway's own `not_found`, `unauthorized`, `forbidden`, `bad_gateway`.
-    #[schema(example = "bad_request")]
-    pub(crate) error: &'a str,
+    pub(crate) error: ErrorWord,
     /// One sentence: what was wrong and what to send instead.
     pub(crate) message: &'a str,
 }
 
+/// What went wrong, one word: a SPEC §1 code (`ErrorCode`) or one of
+/// the gateway's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ErrorWord {
+    BadRequest,
+    UnknownPolicy,
+    UnknownHold,
+    TooLarge,
+    Unavailable,
+    /// No such path, policy entry or override.
+    NotFound,
+    /// No API token, or a wrong one.
+    Unauthorized,
+    /// The read token, on a route that needs the full one.
+    Forbidden,
+    /// Proxy mode: the upstream did not answer.
+    BadGateway,
+}
+
+impl From<ErrorCode> for ErrorWord {
+    fn from(code: ErrorCode) -> ErrorWord {
+        match code {
+            ErrorCode::BadRequest => ErrorWord::BadRequest,
+            ErrorCode::UnknownPolicy => ErrorWord::UnknownPolicy,
+            ErrorCode::UnknownHold => ErrorWord::UnknownHold,
+            ErrorCode::TooLarge => ErrorWord::TooLarge,
+            ErrorCode::Unavailable => ErrorWord::Unavailable,
+        }
+    }
+}
+
 /// A JSON `{error, message}` body with any status (e.g. 404 `not_found`,
 /// 502 `bad_gateway`, which are not sluice error codes).
-pub(crate) fn json_error(status: StatusCode, word: &str, message: &str) -> Response {
+pub(crate) fn json_error(status: StatusCode, word: ErrorWord, message: &str) -> Response {
     let body = ErrorBody {
         error: word,
         message,
     };
-    let mut response = (status, serde_json::to_string(&body).expect("plain JSON")).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, JSON);
-    response
+    json_status(status, &body)
 }
 
 /// Any reply body as JSON, 200.
@@ -139,6 +165,16 @@ pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The description lists the words as `ErrorWord` spells them: each
+    /// SPEC §1 code's must be the same word.
+    #[test]
+    fn every_error_code_is_its_word() {
+        for code in ErrorCode::ALL {
+            let word = serde_json::to_value(ErrorWord::from(code)).unwrap();
+            assert_eq!(word, code.word(), "{code:?}");
+        }
+    }
     use sluice_client::Source;
     use std::time::Duration;
 
