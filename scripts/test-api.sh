@@ -45,11 +45,18 @@ SLUICE="${SLUICE_BIN:-$target/debug/sluice}"
 
 work="$(mktemp -d)"
 pids=()
+# Each stops on SIGINT (the workers hand over first); one that has not
+# within 30 s is killed.
 cleanup() {
     for pid in "${pids[@]}"; do
         kill -INT "$pid" 2>/dev/null || true
     done
     for pid in "${pids[@]}"; do
+        for _ in $(seq 300); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     rm -rf "$work"
