@@ -27,6 +27,7 @@ use axum::response::Response;
 use axum::Router;
 use sluice_core::wire::DecisionReply;
 use std::sync::Arc;
+use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi, RefOr, ResponseBuilder};
@@ -112,6 +113,7 @@ pub(crate) fn routes(
     let (writes, mut write_api) = writes.split_for_parts();
     add_refusals(&mut read_api, false);
     add_refusals(&mut write_api, true);
+    add_decision_headers(&mut write_api);
     let (reads, writes) = match full {
         Some(full) => {
             let gate = |role| Gate {
@@ -160,29 +162,94 @@ pub(crate) async fn openapi_json_route(State(app): State<Arc<App>>) -> Response 
     crate::respond::json_text(&app.openapi)
 }
 
-/// 401 on every operation (a token missing or wrong), and 403 on those
-/// that need the full token (the read token given).
-fn add_refusals(api: &mut OpenApi, full: bool) {
-    for item in api.paths.paths.values_mut() {
-        let operations = [
+/// The headers `respond::put_decision_headers` puts on every decision
+/// (an ask's, a hit's, a hold's), on each response whose body is one;
+/// those only some carry (`Retry-After`, `Sluice-Shadow`) are in the
+/// responses' own attributes (`responses.rs`).
+fn add_decision_headers(api: &mut OpenApi) {
+    let headers = [
+        ("RateLimit-Limit", "the deciding limit's max", true),
+        ("RateLimit-Remaining", "what remains of it", true),
+        (
+            "RateLimit-Reset",
+            "seconds until it is whole again, rounded up",
+            true,
+        ),
+        (
+            "Sluice-Source",
+            "who decided: worker, deny_cache, budget, fallback_open, fallback_local",
+            false,
+        ),
+    ];
+    for operation in operations(api) {
+        for response in operation.responses.responses.values_mut() {
+            let RefOr::T(response) = response else {
+                continue;
+            };
+            let decision = response
+                .content
+                .get("application/json")
+                .and_then(|c| match c {
+                    RefOr::T(c) => c.schema.as_ref(),
+                    RefOr::Ref(_) => None,
+                })
+                .is_some_and(|schema| match schema {
+                    RefOr::Ref(r) => {
+                        r.ref_location.ends_with("/DecisionReply")
+                            || r.ref_location.ends_with("/HeldReply")
+                    }
+                    RefOr::T(_) => false,
+                });
+            if !decision {
+                continue;
+            }
+            for (name, description, number) in headers {
+                let schema = match number {
+                    true => <u64 as utoipa::PartialSchema>::schema(),
+                    false => <String as utoipa::PartialSchema>::schema(),
+                };
+                let header = HeaderBuilder::new()
+                    .schema(Some(schema))
+                    .description(Some(description))
+                    .build();
+                response
+                    .headers
+                    .entry(name.to_string())
+                    .or_insert(RefOr::T(header));
+            }
+        }
+    }
+}
+
+/// Every operation of `api`.
+fn operations(api: &mut OpenApi) -> impl Iterator<Item = &mut Operation> {
+    api.paths.paths.values_mut().flat_map(|item| {
+        [
             &mut item.get,
             &mut item.put,
             &mut item.post,
             &mut item.delete,
-        ];
-        for operation in operations.into_iter().flatten() {
+        ]
+        .into_iter()
+        .flatten()
+    })
+}
+
+/// 401 on every operation (a token missing or wrong), and 403 on those
+/// that need the full token (the read token given).
+fn add_refusals(api: &mut OpenApi, full: bool) {
+    for operation in operations(api) {
+        refuse(
+            operation,
+            "401",
+            "unauthorized: no token, or a wrong one (with --api-token)",
+        );
+        if full {
             refuse(
                 operation,
-                "401",
-                "unauthorized: no token, or a wrong one (with --api-token)",
+                "403",
+                "forbidden: the read token (--api-read-token), which may only read",
             );
-            if full {
-                refuse(
-                    operation,
-                    "403",
-                    "forbidden: the read token (--api-read-token), which may only read",
-                );
-            }
         }
     }
 }

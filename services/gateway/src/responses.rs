@@ -1,7 +1,9 @@
 //! The responses several `/v1` routes share, as types that describe them
-//! in the OpenAPI description (`api.rs`): a decision's 200 and 429 with
-//! their headers, a hold's, and the sets of errors of each kind of route.
-//! Each says which function of the gateway writes it.
+//! in the OpenAPI description (`api.rs`): a decision's 200 and 429, a
+//! hold's, and the sets of errors of each kind of route. Each says which
+//! function of the gateway writes it. The headers every decision carries
+//! (`RateLimit-*`, `Sluice-Source`) are added by `api.rs` to each response
+//! whose body is one; only those some carry are here.
 
 use crate::respond::ErrorBody;
 use sluice_core::wire::DecisionReply;
@@ -11,19 +13,11 @@ use sluice_core::wire::DecisionReply;
 #[allow(dead_code)] // describes `respond::decision`
 pub(crate) enum Decided {
     #[response(status = 200, description = "allowed", headers(
-        ("RateLimit-Limit" = u64, description = "the deciding limit's max"),
-        ("RateLimit-Remaining" = u64, description = "what remains of it"),
-        ("RateLimit-Reset" = u64, description = "seconds until it is whole again, rounded up"),
-        ("Sluice-Source" = String, description = "who decided: worker, deny_cache, budget, fallback_open, fallback_local"),
         ("Sluice-Shadow" = String, description = "`denied` when a shadow policy would have denied (SPEC §14)"),
     ))]
     Allowed(DecisionReply),
     #[response(status = 429, description = "denied: nothing consumed", headers(
-        ("RateLimit-Limit" = u64, description = "the deciding limit's max"),
-        ("RateLimit-Remaining" = u64, description = "what remains of it"),
-        ("RateLimit-Reset" = u64, description = "seconds until it is whole again, rounded up"),
         ("Retry-After" = u64, description = "seconds until the ask may pass, rounded up"),
-        ("Sluice-Source" = String, description = "who decided"),
     ))]
     Denied(DecisionReply),
 }
@@ -33,11 +27,7 @@ pub(crate) enum Decided {
 #[allow(dead_code)] // describes `respond::counted`
 pub(crate) enum Counted {
     #[response(status = 200, description = "counted; the decision a peek gives after it", headers(
-        ("RateLimit-Limit" = u64, description = "the deciding limit's max"),
-        ("RateLimit-Remaining" = u64, description = "what remains of it"),
-        ("RateLimit-Reset" = u64, description = "seconds until it is whole again, rounded up"),
         ("Retry-After" = u64, description = "when one more unit would be denied: seconds until it would pass"),
-        ("Sluice-Source" = String, description = "who answered"),
     ))]
     Counted(DecisionReply),
 }
@@ -58,16 +48,10 @@ pub(crate) struct HeldReply {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // describes `hold::reply`
 pub(crate) enum HeldReplies {
-    #[response(status = 200, description = "held", headers(
-        ("RateLimit-Limit" = u64, description = "the deciding limit's max"),
-        ("RateLimit-Remaining" = u64, description = "what remains of it"),
-        ("RateLimit-Reset" = u64, description = "seconds until it is whole again, rounded up"),
-        ("Sluice-Source" = String, description = "who decided"),
-    ))]
+    #[response(status = 200, description = "held")]
     Held(HeldReply),
     #[response(status = 429, description = "denied: nothing held", headers(
         ("Retry-After" = u64, description = "seconds until the reserve may pass, rounded up"),
-        ("Sluice-Source" = String, description = "who decided"),
     ))]
     Denied(HeldReply),
 }
@@ -77,9 +61,7 @@ pub(crate) enum HeldReplies {
 #[allow(dead_code)] // describes `hold::reply`
 pub(crate) enum Done {
     #[response(status = 200, description = "done; the decision a peek gives after it (and the hold an extend moved)", headers(
-        ("RateLimit-Limit" = u64, description = "the deciding limit's max"),
-        ("RateLimit-Remaining" = u64, description = "what remains of it"),
-        ("RateLimit-Reset" = u64, description = "seconds until it is whole again, rounded up"),
+        ("Retry-After" = u64, description = "when one more unit would be denied: seconds until it would pass"),
     ))]
     Done(HeldReply),
 }

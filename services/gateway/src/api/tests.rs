@@ -75,3 +75,44 @@ fn every_v1_route_is_added_with_its_description() {
         }
     }
 }
+
+/// Every decision's reply carries the RateLimit headers and who decided
+/// (`respond::put_decision_headers`); a denial also `Retry-After`.
+#[test]
+fn decisions_are_described_with_their_headers() {
+    let api = super::openapi();
+    let response = |path: &str, status: &str| {
+        let item = &api.paths.paths[path];
+        let op = item.get.as_ref().or(item.post.as_ref()).unwrap();
+        match &op.responses.responses[status] {
+            utoipa::openapi::RefOr::T(r) => r.headers.keys().cloned().collect::<Vec<_>>(),
+            utoipa::openapi::RefOr::Ref(_) => panic!("{path} {status}: a reference"),
+        }
+    };
+    for (path, status) in [
+        ("/v1/allow/{key}", "200"),
+        ("/v1/allow/{key}", "429"),
+        ("/v1/hit/{key}", "200"),
+        ("/v1/reserve/{key}", "200"),
+        ("/v1/settle/{key}", "200"),
+    ] {
+        let headers = response(path, status);
+        for name in [
+            "RateLimit-Limit",
+            "RateLimit-Remaining",
+            "RateLimit-Reset",
+            "Sluice-Source",
+        ] {
+            assert!(
+                headers.iter().any(|h| h == name),
+                "{path} {status}: {headers:?}"
+            );
+        }
+    }
+    assert!(response("/v1/allow/{key}", "429")
+        .iter()
+        .any(|h| h == "Retry-After"));
+    assert!(!response("/v1/batch", "200")
+        .iter()
+        .any(|h| h.starts_with("RateLimit")));
+}
