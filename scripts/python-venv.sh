@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Puts the Python client (clients/python), editable, with its test extras
-# (nats-py, msgpack, pytest, pytest-asyncio) and its `rls` extras (grpcio,
-# grpcio-tools: Envoy's rate limit service from Python) into .tools/venv, and
-# prints that venv's python on stdout.
+# (nats-py, msgpack, pytest, pytest-asyncio), its `rls` extras (grpcio,
+# grpcio-tools: Envoy's rate limit service from Python) and its `api` extras
+# (openapi-spec-validator, schemathesis: the gateway's OpenAPI description,
+# scripts/test-api.sh) into .tools/venv, and prints that venv's python on
+# stdout.
 #
 #   PY="$(scripts/python-venv.sh)"
 #
@@ -22,9 +24,9 @@ PY="$ROOT/.tools/venv/bin/python"
 stamp="$ROOT/.tools/venv/.sluice-client-python"
 want="$(cd "$PKG" && pwd) $(sha256sum "$PKG/pyproject.toml" | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
-    ! "$PY" -c 'import sluice_client, nats, msgpack, pytest, pytest_asyncio, grpc, grpc_tools' 2>/dev/null; then
-    echo "==> pip install -e $PKG[test,rls] into .tools/venv" >&2
-    "$PY" -m pip install --disable-pip-version-check --no-input -q -e "$PKG[test,rls]" >&2
+    ! "$PY" -c 'import sluice_client, nats, msgpack, pytest, pytest_asyncio, grpc, grpc_tools, schemathesis, openapi_spec_validator' 2>/dev/null; then
+    echo "==> pip install -e $PKG[test,rls,api] into .tools/venv" >&2
+    "$PY" -m pip install --disable-pip-version-check --no-input -q -e "$PKG[test,rls,api]" >&2
     echo "$want" >"$stamp"
 fi
 echo "$PY"

@@ -7,8 +7,9 @@
 # into .tools/venv), then runs `cargo test --workspace` with SLUICE_NATS_SERVER
 # pointing at that nats-server, then the Python client's tests
 # (scripts/test-python.sh) and the documentation's examples against
-# `sluice dev` (scripts/test-docs.sh), then the dashboard in a headless
-# chromium (scripts/test-ui.sh). Extra arguments go to `cargo test`; with a
+# `sluice dev` (scripts/test-docs.sh), then the gateway's HTTP API against
+# its OpenAPI description (scripts/test-api.sh: schemathesis), then the
+# dashboard in a headless chromium (scripts/test-ui.sh). Extra arguments go to `cargo test`; with a
 # package (-p) or a test filter, only that runs (no Python tests, no docs), e.g.
 #
 #   scripts/test.sh --test harness            # one integration test file
@@ -45,6 +46,8 @@ if [ "$everything" = 1 ]; then
     scripts/test-python.sh
     echo "==> the documentation's examples (scripts/test-docs.sh)"
     scripts/test-docs.sh
+    echo "==> the HTTP API against its OpenAPI description (scripts/test-api.sh)"
+    scripts/test-api.sh
     echo "==> the dashboard in a headless browser (scripts/test-ui.sh)"
     scripts/test-ui.sh
 fi

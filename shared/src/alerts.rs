@@ -132,6 +132,7 @@ fn crossings(
 
 /// The message of one alert, published on `rl.alert.<policy>.<key>` and
 /// kept in the stream `SLUICE_ALERTS` (SPEC §14).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alert {
     /// The key token (SPEC §1), as `rl.inspect` shows it.

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The limiter algorithm of a policy (SPEC §4 names).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
@@ -109,6 +110,7 @@ pub enum PolicyError {
 }
 
 /// Whether a policy's denials are answered (SPEC §14).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {

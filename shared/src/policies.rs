@@ -40,6 +40,7 @@ pub struct Policies {
 
 /// The value of `override.<policy>.<key>`: limits that replace the policy's
 /// for one key (SPEC §7). A limit with `max = 0` blocks the key.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverrideTable {

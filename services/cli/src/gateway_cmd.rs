@@ -29,6 +29,9 @@ pub struct GatewayArgs {
     /// Require `Authorization: Bearer TOKEN` on /v1/* (401 otherwise) and on the dashboard (a login page asks for it); /healthz and /metrics stay open.
     #[arg(long, env = "SLUICE_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// A second token that may only read /v1/* (usage, inspect, policies, alerts, status; 403 elsewhere); needs --api-token.
+    #[arg(long, env = "SLUICE_API_READ_TOKEN", hide_env_values = true)]
+    pub api_read_token: Option<String>,
     /// Serve HTTPS (and TLS on --grpc-listen) with this PEM certificate chain; needs --tls-key.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
@@ -63,6 +66,15 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
         anyhow::bail!("--api-token (SLUICE_API_TOKEN) is empty; give a token or leave it unset");
     }
     opts.api_token = args.api_token.clone().map(sluice_gateway::ApiToken::new);
+    if args.api_read_token.as_deref() == Some("") {
+        anyhow::bail!(
+            "--api-read-token (SLUICE_API_READ_TOKEN) is empty; give a token or leave it unset"
+        );
+    }
+    opts.read_token = args
+        .api_read_token
+        .clone()
+        .map(sluice_gateway::ApiToken::new);
     opts.tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(sluice_gateway::TlsFiles {
             cert: cert.clone(),

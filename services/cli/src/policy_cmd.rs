@@ -1,18 +1,20 @@
 //! `sluice policy list|get|set|rm|apply` (SPEC §7): the live policies in
 //! the `sluice-policies` bucket. Every value is checked as a config file's
-//! policy is, with the same messages, before anything is written; workers
-//! put a change in force within a second ([`sluice_worker::policy_watch`]).
+//! policy is, with the same messages, before anything is written
+//! ([`sluice_client::policy_store`], which the gateway writes with too);
+//! workers put a change in force within a second
+//! ([`sluice_worker::policy_watch`]).
 
 use crate::common::Common;
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
+use sluice_client::policy_store;
 use sluice_core::config::{Config, LimitTable, PolicyTable};
-use sluice_core::key::try_encode_key;
-use sluice_core::policies::{self, OverrideTable, Policies};
+use sluice_core::policies::{OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
 use sluice_core::region::RegionName;
-use sluice_core::storage::{override_key, policy_key, PolicyKey, POLICY_BUCKET};
+use sluice_core::storage::{PolicyKey, POLICY_BUCKET};
 use sluice_worker::fleet;
 use sluice_worker::service::PolicyInForce;
 use std::path::PathBuf;
@@ -186,12 +188,9 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 put(&bucket(common).await?, policy, &table, region.as_ref()).await
             }
             PolicyCommand::Rm { policy } => {
-                policies::removable(policy).map_err(|e| anyhow!(e))?;
-                let bucket = bucket(common).await?;
-                bucket
-                    .delete(policy_key(policy))
+                policy_store::remove_policy(&bucket(common).await?, policy)
                     .await
-                    .with_context(|| format!("cannot remove {policy:?} from {POLICY_BUCKET}"))?;
+                    .map_err(|e| anyhow!(e))?;
                 println!("policy {policy} removed from {POLICY_BUCKET}");
                 Ok(())
             }
@@ -203,30 +202,29 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 let table = OverrideTable {
                     limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
                 };
-                let value = serde_json::to_string(&table)?;
-                policies::parse_override(policy, value.as_bytes()).map_err(|e| anyhow!(e))?;
                 let in_force = in_force(common).await?;
                 let base = in_force
                     .get(policy)
                     .ok_or_else(|| anyhow!("no policy named {policy:?} is in force"))?;
-                policies::resolve(base, &table).map_err(|e| anyhow!(e))?;
-                let key = override_key(policy, &token(key)?);
-                let revision = bucket(common)
-                    .await?
-                    .put(&key, value.clone().into())
+                let bucket = bucket(common).await?;
+                let revision = policy_store::put_override(&bucket, base, key.as_bytes(), &table)
                     .await
-                    .with_context(|| format!("cannot write {key:?} to {POLICY_BUCKET}"))?;
-                println!("override {key} set (revision {revision}): {value}");
+                    .map_err(|e| anyhow!(e))?;
+                let entry = policy_store::override_entry(policy, key.as_bytes())?;
+                println!(
+                    "override {entry} set (revision {revision}): {}",
+                    serde_json::to_string(&table)?
+                );
                 Ok(())
             }
             PolicyCommand::Unoverride { policy, key } => {
-                let key = override_key(policy, &token(key)?);
-                bucket(common)
-                    .await?
-                    .delete(&key)
+                policy_store::remove_override(&bucket(common).await?, policy, key.as_bytes())
                     .await
-                    .with_context(|| format!("cannot remove {key:?} from {POLICY_BUCKET}"))?;
-                println!("override {key} removed");
+                    .map_err(|e| anyhow!(e))?;
+                println!(
+                    "override {} removed",
+                    policy_store::override_entry(policy, key.as_bytes())?
+                );
                 Ok(())
             }
             PolicyCommand::Apply { file } => {
@@ -245,11 +243,6 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
             }
         }
     })
-}
-
-/// A key as its subject token (SPEC §1).
-fn token(key: &str) -> Result<String> {
-    try_encode_key(key.as_bytes()).map_err(|e| anyhow!("key {key:?}: {e}"))
 }
 
 /// `MAX/PER` or `MAX/PER:BURST`.
@@ -279,24 +272,16 @@ async fn put(
     table: &PolicyTable,
     region: Option<&RegionName>,
 ) -> Result<()> {
-    let value = json(table)?;
-    policies::parse(name, value.as_bytes(), region).map_err(|e| anyhow!(e))?;
-    let revision = bucket
-        .put(policy_key(name), value.clone().into())
+    let revision = policy_store::put_policy(bucket, name, table, region)
         .await
-        .with_context(|| format!("cannot write {name:?} to {POLICY_BUCKET}"))?;
-    println!("policy {name} set (revision {revision}): {value}");
+        .map_err(|e| anyhow!(e))?;
+    println!("policy {name} set (revision {revision}): {}", json(table)?);
     Ok(())
 }
 
 async fn bucket(common: &Common) -> Result<kv::Store> {
     let client = common.connect("sluice policy").await?;
-    jetstream::new(client)
-        .get_key_value(POLICY_BUCKET)
-        .await
-        .map_err(|e| {
-            anyhow!("no {POLICY_BUCKET} bucket ({e}): start a worker first, it creates the buckets")
-        })
+    policy_store::bucket(&client).await.map_err(|e| anyhow!(e))
 }
 
 /// How long `policy list` and `policy get` wait for every worker to have

@@ -4,8 +4,12 @@
 //! fallbacks with no worker, health and metrics, and a policy change under
 //! load. The gateway runs in the test process (`sluice_gateway::serve` on a
 //! 127.0.0.1:0 listener, `common::gateway`). Proxy mode is in
-//! `gateway_proxy.rs`, the API token and TLS in `gateway_security.rs`.
+//! `gateway_proxy.rs`, the API token and TLS in `gateway_security.rs`; the
+//! rest of the surface (hits, batches, inspect, reset, policies, alerts,
+//! status, the read token) in `gateway/api.rs`, part of this binary.
 
+#[path = "gateway/api.rs"]
+mod api;
 mod common;
 
 use axum::http::StatusCode;

@@ -121,6 +121,9 @@ impl Answer {
 
     /// The SPEC §1 reply body (durations in ms, rounded up).
     pub fn to_reply(&self) -> DecisionReply {
-        DecisionReply::new(&self.decision(), self.policy.clone())
+        DecisionReply {
+            repeat: self.repeat,
+            ..DecisionReply::new(&self.decision(), self.policy.clone())
+        }
     }
 }

@@ -256,6 +256,21 @@ impl Client {
         policy: &str,
         cost: u64,
     ) -> Result<Answer, Error> {
+        self.hit_named(key, policy, cost, None).await
+    }
+
+    /// [`Client::hit_and_peek`] named by the caller's own `id` (SPEC §16)
+    /// when given: sent again with it, the hit counts once.
+    pub async fn hit_named(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        id: Option<&str>,
+    ) -> Result<Answer, Error> {
+        if let Some(id) = id {
+            sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
+        }
         let inner = &self.inner;
         let token = prepare(key.as_ref(), policy, cost)?;
         inner.stats.hits.fetch_add(1, Ordering::Relaxed);
@@ -263,11 +278,8 @@ impl Client {
         let partition = partition_of(&token, inner.opts.partitions);
         let subject = Verb::Hit.client_subject(&token);
         // Sent again after an unstored 503: named, so it counts once.
-        let id = inner
-            .ids
-            .as_ref()
-            .filter(|_| cost > 0)
-            .map(|ids| ids.next());
+        let own = inner.ids.as_ref().filter(|_| cost > 0 && id.is_none());
+        let id = own.map(|ids| ids.next()).or(id.map(str::to_string));
         let outcome = inner
             .round_trip(
                 &subject,

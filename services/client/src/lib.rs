@@ -32,6 +32,8 @@
 //! - [`Client::reserve`], [`Client::settle`], [`Client::extend`] and
 //!   [`Client::hold`]'s [`HoldGuard`] (`holds.rs`): holds (SPEC §13),
 //!   one round trip each to the key's owner, no fallback.
+//! - [`policy_store`]: live policies and per-key overrides written to
+//!   their bucket (SPEC §7), checked first, for the CLI and the gateway.
 //! - [`alerts`]: threshold alerts (SPEC §14) read from their stream,
 //!   and followed ([`Client::alerts`]).
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
@@ -70,6 +72,7 @@ mod nats_auth;
 mod options;
 mod outcome;
 pub mod policy_follow;
+pub mod policy_store;
 mod probe;
 pub mod queries;
 mod stats;

@@ -1,4 +1,5 @@
-//! `GET` / `POST /v1/allow/{key}?policy=P&cost=N` (SPEC §6).
+//! `GET` / `POST /v1/allow/{key}?policy=P&cost=N` (SPEC §6), and
+//! `POST /v1/hit/{key}` (SPEC §2), which takes the same fields.
 //!
 //! - The key is the path segment, percent-decoded to bytes here (not by
 //!   axum, which would refuse keys that are not UTF-8); the client
@@ -7,25 +8,61 @@
 //!   request format (a JSON object or a MessagePack map, at most 4 KiB),
 //!   not both. Unknown query parameters are refused, like unknown body
 //!   fields: a typo such as `?cots=5` must not silently mean cost 1.
+//! - The `Idempotency-Key` header names the ask (SPEC §16; or `id` in a
+//!   body): sent again with the same key, it counts once and is answered
+//!   as the first time, with `Sluice-Repeat: true`.
 
 use crate::metrics::Route;
 use crate::respond;
+use crate::responses::{AskErrors, Counted, Decided};
 use crate::App;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
-use sluice_client::{Answer, Error};
+use sluice_client::Error;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::wire::{self, ErrorReply, DEFAULT_COST, MAX_BODY};
 use std::sync::Arc;
 use std::time::Instant;
 
 pub(crate) const PREFIX: &str = "/v1/allow/";
+const HIT_PREFIX: &str = "/v1/hit/";
 
-pub(crate) async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
+/// Asks for `cost` units of `key` under `policy` (from the query): 200
+/// with the decision when allowed, 429 (with `Retry-After`) when denied.
+#[utoipa::path(
+    get,
+    path = "/v1/allow/{key}",
+    operation_id = "allow",
+    tag = "asking",
+    params(KeyParam, AskQuery, IdempotencyKey),
+    responses(Decided, AskErrors)
+)]
+pub(crate) async fn allow_get(state: State<Arc<App>>, request: Request) -> Response {
+    allow(state, request).await
+}
+
+/// The same ask, its fields in the query or, instead, in a body.
+#[utoipa::path(post, path = "/v1/allow/{key}", operation_id = "allow_post", tag = "asking",
+    params(KeyParam, AskQuery, IdempotencyKey),
+    request_body(content = Option<AskBody>, description = "policy and cost as a JSON body instead of the query (or a MessagePack map); at most 4 KiB"),
+    responses(Decided, AskErrors),
+)]
+pub(crate) async fn allow_post(state: State<Arc<App>>, request: Request) -> Response {
+    allow(state, request).await
+}
+
+async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
     let started = Instant::now();
-    let result = decide(&app, request).await;
+    let result = async {
+        let (key, policy, cost, id) = ask_of(request, PREFIX).await?;
+        match id {
+            Some(id) => app.client.ask_with_id(&key, &policy, cost, &id).await,
+            None => app.client.ask(&key, &policy, cost).await,
+        }
+    }
+    .await;
     app.metrics.observe(
         Route::Allow,
         respond::outcome_of(&result),
@@ -37,7 +74,35 @@ pub(crate) async fn allow(State(app): State<Arc<App>>, request: Request) -> Resp
     }
 }
 
-/// `/v1/allow/` with no key.
+/// Counts `cost` units of `key` under `policy` whatever the limit (a
+/// request that happened anyway, SPEC §2): always 200, with what a peek
+/// says after the hit (`allowed`: would one more unit pass now).
+#[utoipa::path(post, path = "/v1/hit/{key}", operation_id = "hit", tag = "asking",
+    params(KeyParam, AskQuery, IdempotencyKey),
+    request_body(content = Option<AskBody>, description = "policy and cost as a JSON body instead of the query; at most 4 KiB"),
+    responses(Counted, AskErrors),
+)]
+pub(crate) async fn hit(State(app): State<Arc<App>>, request: Request) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let (key, policy, cost, id) = ask_of(request, HIT_PREFIX).await?;
+        app.client
+            .hit_named(&key, &policy, cost, id.as_deref())
+            .await
+    }
+    .await;
+    let outcome = match &result {
+        Ok(_) => crate::metrics::Outcome::Allowed,
+        Err(_) => respond::outcome_of(&result),
+    };
+    app.metrics.observe(Route::Hit, outcome, started.elapsed());
+    match result {
+        Ok(answer) => respond::counted(&answer),
+        Err(e) => respond::error(&e),
+    }
+}
+
+/// `/v1/allow/` (or `/v1/hit/`, ...) with no key.
 pub(crate) async fn empty_key(State(app): State<Arc<App>>) -> Response {
     no_key(&app, Route::Allow)
 }
@@ -53,27 +118,112 @@ pub(crate) fn no_key(app: &App, route: Route) -> Response {
     respond::error(&e)
 }
 
-async fn decide(app: &App, request: Request) -> Result<Answer, Error> {
+/// What an ask names: its key, policy, cost and id.
+type Ask = (Vec<u8>, String, u64, Option<String>);
+
+/// The key (the path's segment after `prefix`), policy and cost of an
+/// ask, from the query or the body, and its id, from `Idempotency-Key`
+/// or the body.
+async fn ask_of(request: Request, prefix: &str) -> Result<Ask, Error> {
     let (parts, body) = request.into_parts();
-    let segment = parts.uri.path().strip_prefix(PREFIX).unwrap_or_default();
-    let key = percent_decode(segment.as_bytes());
+    let key = key_after(parts.uri.path(), prefix);
     let query = Query::parse(parts.uri.query())?;
+    let header_id = idempotency_key(&parts.headers)?;
     let body = read_body(&parts.headers, body).await?;
-    let (policy, cost) = if body.is_empty() {
-        (
+    if body.is_empty() {
+        return Ok((
+            key,
             query.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string()),
             query.cost.unwrap_or(DEFAULT_COST),
-        )
-    } else {
-        if query.policy.is_some() || query.cost.is_some() {
-            return Err(Error::BadRequest(
-                "give policy and cost either in the query or in the body, not both".into(),
-            ));
-        }
-        let r = wire::decode_request(&body).map_err(|e| Error::from(e.reply))?;
-        (r.policy.into_owned(), r.cost)
+            header_id,
+        ));
+    }
+    if query.policy.is_some() || query.cost.is_some() {
+        return Err(Error::BadRequest(
+            "give policy and cost either in the query or in the body, not both".into(),
+        ));
+    }
+    let r = wire::decode_request(&body).map_err(|e| Error::from(e.reply))?;
+    let id =
+        match (header_id, r.id) {
+            (Some(header), Some(body)) if header != *body => return Err(Error::BadRequest(
+                "the Idempotency-Key header and the body's \"id\" differ; send the ask's id once"
+                    .into(),
+            )),
+            (header, body) => header.or(body.map(|id| id.into_owned())),
+        };
+    Ok((key, r.policy.into_owned(), r.cost, id))
+}
+
+/// The `Idempotency-Key` header (SPEC §16), checked as an ask's id.
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Error> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
     };
-    app.client.ask(&key, &policy, cost).await
+    let id = value.to_str().map_err(|_| {
+        Error::BadRequest("the Idempotency-Key header must be printable ASCII".into())
+    })?;
+    wire::check_id(id).map_err(|m| Error::BadRequest(format!("Idempotency-Key: {m}")))?;
+    Ok(Some(id.to_string()))
+}
+
+/// The header that names an ask (SPEC §16).
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The `Idempotency-Key` header, as the description lists it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // read by `idempotency_key`
+pub(crate) struct IdempotencyKey {
+    /// The caller's name for the ask, 1 to 128 bytes of printable ASCII
+    /// (SPEC §16): sent again, the ask counts once and is answered as the
+    /// first time, with `Sluice-Repeat: true`.
+    #[param(rename = "Idempotency-Key", min_length = 1, max_length = 128)]
+    idempotency_key: Option<String>,
+}
+
+/// The raw key of a path `<prefix><key>`: its segment percent-decoded to
+/// bytes here (not by axum, which would refuse keys that are not UTF-8).
+pub(crate) fn key_after(path: &str, prefix: &str) -> Vec<u8> {
+    percent_decode(path.strip_prefix(prefix).unwrap_or_default().as_bytes())
+}
+
+/// `{key}` in a path: any bytes, one segment, percent-encoded (a `/` as
+/// `%2F`); encoded for NATS by the client (PROTOCOL.md §1).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // read from the raw path (`key_after`), described here
+pub(crate) struct KeyParam {
+    /// The key: any bytes, at most 255 once percent-encoded for NATS.
+    key: String,
+}
+
+/// The query of an ask: `policy` and `cost`, or neither (then from the body).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // parsed by `Query::parse`, which refuses anything else
+pub(crate) struct AskQuery {
+    /// The policy (default `default`).
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
+    /// The units to consume, 0 to 1000000000 (default 1; 0 peeks).
+    #[param(minimum = 0, maximum = 1_000_000_000)]
+    cost: Option<u64>,
+}
+
+/// An ask's fields as a body, the NATS request format (PROTOCOL.md §2).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // decoded by `wire::decode_request`, described here
+pub(crate) struct AskBody {
+    /// The policy (default `default`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
+    /// The units to consume (default 1; 0 peeks).
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
+    cost: Option<u64>,
+    /// The ask's id (SPEC §16), as the `Idempotency-Key` header gives it.
+    #[schema(min_length = 1, max_length = 128)]
+    id: Option<String>,
 }
 
 /// The query parameters of an allow.
@@ -91,7 +241,9 @@ impl Query {
             match &*name {
                 "policy" => {
                     if q.policy.replace(value.into_owned()).is_some() {
-                        return bad("the query parameter \"policy\" appears twice; give it once".into());
+                        return bad(
+                            "the query parameter \"policy\" appears twice; give it once".into()
+                        );
                     }
                 }
                 "cost" => {
@@ -101,13 +253,15 @@ impl Query {
                         ));
                     };
                     if q.cost.replace(cost).is_some() {
-                        return bad("the query parameter \"cost\" appears twice; give it once".into());
+                        return bad(
+                            "the query parameter \"cost\" appears twice; give it once".into()
+                        );
                     }
                 }
                 other => {
                     return bad(format!(
-                        "unknown query parameter {other:?}; /v1/allow/{{key}} takes only \"policy\" and \"cost\""
-                    ))
+                    "unknown query parameter {other:?}; an ask takes only \"policy\" and \"cost\""
+                ))
                 }
             }
         }
@@ -118,23 +272,33 @@ impl Query {
 /// The body, refused with 413 past [`MAX_BODY`] (before reading it when the
 /// Content-Length says so).
 pub(crate) async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Error> {
+    read_body_up_to(headers, body, MAX_BODY).await
+}
+
+/// The body, refused with 413 past `limit` bytes (before reading it when
+/// the Content-Length says so).
+pub(crate) async fn read_body_up_to(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<bytes::Bytes, Error> {
     let too_large = |len: Option<u64>| {
         let size = len.map_or_else(
-            || "more than 4096 bytes".to_string(),
+            || format!("more than {limit} bytes"),
             |n| format!("{n} bytes"),
         );
         Error::TooLarge(format!(
-            "the request body is {size}; the limit is {MAX_BODY} bytes (a request carries at most a policy name and a cost)"
+            "the request body is {size}; the limit here is {limit} bytes"
         ))
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large(declared));
     }
-    axum::body::to_bytes(body, MAX_BODY)
+    axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| too_large(None))
 }

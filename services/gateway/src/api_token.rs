@@ -5,15 +5,23 @@
 //! stay open (a load balancer and Prometheus need them), and so does proxy
 //! mode, whose callers are the upstream's own users.
 //!
+//! With `--api-read-token` too, a second token may read and nothing else:
+//! usage, top keys, inspect, policies, alerts and status. The routes that
+//! ask, count, reset or write need the full token; the read token on them
+//! is 403 `forbidden` ([`Role`]), so a dashboard or a monitoring job can
+//! be given a token that cannot change a counter or a policy.
+//!
 //! The comparison runs in constant time for tokens of the right length
 //! (`subtle`), so timing does not tell an attacker how much of a guess was
-//! right. A refusal is 401 with a JSON error and `WWW-Authenticate: Bearer`,
-//! and is answered before anything is asked or counted.
+//! right. A refusal is 401 with a JSON error and `WWW-Authenticate: Bearer`
+//! (403 for the read token where it may not), and is answered before
+//! anything is asked or counted.
 
+use crate::respond::{json_error, ErrorWord};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use std::fmt;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -51,22 +59,51 @@ impl fmt::Debug for ApiToken {
     }
 }
 
+/// What a route of `/v1/*` needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// It only reads (usage, inspect, policies, alerts, status): the full
+    /// token or the read token.
+    Read,
+    /// It asks, counts, resets or writes: the full token only.
+    Full,
+}
+
+/// The tokens `/v1/*` checks, and what the routes behind one layer need.
+#[derive(Clone, Debug)]
+pub(crate) struct Gate {
+    pub(crate) full: ApiToken,
+    pub(crate) read: Option<ApiToken>,
+    pub(crate) role: Role,
+}
+
 /// The middleware on `/v1/*`.
-pub(crate) async fn require(
-    State(token): State<ApiToken>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let authorization = request.headers().get(header::AUTHORIZATION);
-    if token.admits(authorization.map(HeaderValue::as_bytes)) {
+pub(crate) async fn require(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    if gate.full.admits(authorization) {
         return next.run(request).await;
     }
-    let body = serde_json::json!({
-        "error": "unauthorized",
-        "message": "this gateway needs an API token: send the header `Authorization: Bearer <token>` \
-                    with the token it was started with (--api-token / SLUICE_API_TOKEN)",
-    });
-    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    let read = gate.read.as_ref().is_some_and(|t| t.admits(authorization));
+    if read && gate.role == Role::Read {
+        return next.run(request).await;
+    }
+    if read {
+        return json_error(
+            StatusCode::FORBIDDEN,
+            ErrorWord::Forbidden,
+            "this token may only read (--api-read-token): usage, inspect, policies, alerts and status; \
+             asking, counting, resetting and writing policies need the full token (--api-token)",
+        );
+    }
+    let mut response = json_error(
+        StatusCode::UNAUTHORIZED,
+        ErrorWord::Unauthorized,
+        "this gateway needs an API token: send the header `Authorization: Bearer <token>` \
+         with the token it was started with (--api-token / SLUICE_API_TOKEN)",
+    );
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"sluice\""),

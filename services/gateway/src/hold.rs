@@ -11,9 +11,10 @@
 //! `allowed` says whether one more unit would be now). No fallback: with
 //! no worker answering, 503.
 
-use crate::allow::{percent_decode, read_body};
+use crate::allow::{percent_decode, read_body, KeyParam};
 use crate::metrics::{Outcome, Route};
 use crate::respond;
+use crate::responses::{Done, HeldReplies, HoldErrors};
 use crate::App;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -25,17 +26,34 @@ use sluice_core::wire::Encoding;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `POST /v1/reserve/{key}`.
+/// Reserves `cost` units now, to settle later with the real cost (SPEC
+/// §13): 200 with the hold when allowed, 429 holding nothing when denied.
+#[utoipa::path(post, path = "/v1/reserve/{key}", operation_id = "reserve", tag = "holds",
+    params(KeyParam),
+    request_body(content = ReserveBody, description = "JSON, at most 4 KiB"),
+    responses(HeldReplies, HoldErrors),
+)]
 pub(crate) async fn reserve(State(app): State<Arc<App>>, request: Request) -> Response {
     serve(&app, Verb::Reserve, request).await
 }
 
-/// `POST /v1/settle/{key}`.
+/// Settles a hold with the real cost (0 for work that failed): 200 with
+/// what a peek gives after it.
+#[utoipa::path(post, path = "/v1/settle/{key}", operation_id = "settle", tag = "holds",
+    params(KeyParam),
+    request_body(content = SettleBody, description = "JSON, at most 4 KiB"),
+    responses(Done, HoldErrors),
+)]
 pub(crate) async fn settle(State(app): State<Arc<App>>, request: Request) -> Response {
     serve(&app, Verb::Settle, request).await
 }
 
-/// `POST /v1/extend/{key}`.
+/// Moves a hold's end to `ttl_ms` from now: 200 with the hold.
+#[utoipa::path(post, path = "/v1/extend/{key}", operation_id = "extend", tag = "holds",
+    params(KeyParam),
+    request_body(content = ExtendBody, description = "JSON, at most 4 KiB"),
+    responses(Done, HoldErrors),
+)]
 pub(crate) async fn extend(State(app): State<Arc<App>>, request: Request) -> Response {
     serve(&app, Verb::Extend, request).await
 }
@@ -85,6 +103,49 @@ async fn hold(app: &App, verb: Verb, request: Request) -> Result<Held, Error> {
         }
         _ => client.extend(&key, &r.policy, &hold, ttl).await,
     }
+}
+
+/// The body of a reserve (the fields of `rl.reserve`, docs/HOLDS.md).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // described here, decoded by the workers' decoder
+pub(crate) struct ReserveBody {
+    /// The policy (default `default`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
+    /// The units to hold (default 1).
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
+    cost: Option<u64>,
+    /// How long the hold lives, 1 ms to 1 h (default the policy's `hold_ttl`).
+    #[schema(minimum = 1, maximum = 3_600_000)]
+    ttl_ms: Option<u64>,
+}
+
+/// The body of a settle.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // described here, decoded by the workers' decoder
+pub(crate) struct SettleBody {
+    /// The policy (default `default`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
+    /// The hold, as the reserve named it.
+    hold: String,
+    /// The real cost (0 for work that failed).
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
+    cost: Option<u64>,
+}
+
+/// The body of an extend.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // described here, decoded by the workers' decoder
+pub(crate) struct ExtendBody {
+    /// The policy (default `default`).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
+    /// The hold, as the reserve named it.
+    hold: String,
+    /// Its new end, from now: 1 ms to 1 h.
+    #[schema(minimum = 1, maximum = 3_600_000)]
+    ttl_ms: Option<u64>,
 }
 
 /// The decision as JSON (with the hold, if any) and its headers.

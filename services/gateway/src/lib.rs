@@ -12,14 +12,24 @@
 //!
 //! - `https.rs`: `--tls-cert` / `--tls-key`, HTTPS on the HTTP listener
 //!   and TLS on the gRPC one.
-//! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`.
-//! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`.
+//! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`, and
+//!   `--api-read-token`, one that may only read.
+//! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`, `POST /v1/hit/{key}`.
 //! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (SPEC §13).
+//! - `api.rs`: the `/v1` routes, the role each needs, and their OpenAPI
+//!   description (`/v1/openapi.json`, `docs/openapi.json`).
 //! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (SPEC §9).
+//! - `inspect.rs`: `GET /v1/inspect/{key}`, `POST /v1/reset/{key}` (SPEC §8).
+//! - `policies.rs`: `/v1/policies[/{name}[/overrides[/{key}]]]` (SPEC §7).
+//! - `alerts.rs`: `GET /v1/alerts` and its event stream (SPEC §14).
+//! - `batch.rs`: `POST /v1/batch`, several asks answered in order.
+//! - `status.rs`: `GET /v1/status`, the fleet.
 //! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
 //!   other path.
 //! - `envoy/`: `--grpc-listen ADDR`, Envoy's rate limit service over gRPC
 //!   (SPEC §11), deciding through the same client as `/v1/allow`.
+//! - `responses.rs`: the responses several routes share, as the
+//!   description names them.
 //! - `respond.rs`: decision and error responses, one set of headers
 //!   ([`sluice_core::wire::decision_headers`]) for NATS and HTTP.
 //! - `ui/`: the dashboard at `/ui` (SPEC §15; `--no-ui` turns it off):
@@ -40,18 +50,26 @@
 //! # }
 //! ```
 
+mod alerts;
 mod allow;
+mod api;
 mod api_token;
+mod batch;
 mod envoy;
 mod hold;
 mod https;
+mod inspect;
 mod metrics;
 mod options;
+mod policies;
 mod proxy;
 mod respond;
+mod responses;
+mod status;
 mod ui;
 mod usage;
 
+pub use api::{openapi, openapi_json};
 pub use api_token::ApiToken;
 pub use https::{TlsFiles, HANDSHAKE_TIMEOUT};
 pub use options::{GatewayOptions, DEFAULT_KEY_HEADER, DEFAULT_LISTEN};
@@ -63,7 +81,7 @@ use anyhow::{bail, Context};
 use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get};
 use axum::Router;
 use sluice_client::{Client, ClientOptions};
 use std::future::{Future, IntoFuture};
@@ -86,15 +104,22 @@ struct App {
     api_token: Option<ApiToken>,
     /// The dashboard's state; `None` with `--no-ui`.
     ui: Option<UiState>,
+    /// The config's partitions (`/v1/status`, the dashboard's status page).
+    partitions: u32,
+    /// The config's region: a policy written over HTTP is checked in it.
+    region: Option<sluice_core::region::RegionName>,
+    /// `/v1/openapi.json`, encoded once.
+    openapi: String,
+    /// Turns true when the gateway stops: endless responses (the alerts'
+    /// event stream) end then, so that the shutdown does not wait for them.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What the dashboard keeps beside the client.
 struct UiState {
     secrets: ui::Secrets,
     access: Arc<ui::AdminAccess>,
-    /// The config's partitions (the status page) and usage tiers (the
-    /// steps the usage page offers).
-    partitions: u32,
+    /// The config's usage tiers (the steps the usage page offers).
     usage: sluice_core::usage::UsageConfig,
 }
 
@@ -145,6 +170,15 @@ pub async fn serve(
             opts.proxy_policy
         );
     }
+    match (&opts.api_token, &opts.read_token) {
+        (None, Some(_)) => bail!(
+            "a read token (--api-read-token) needs the full token (--api-token) too: without it every route is open"
+        ),
+        (Some(full), Some(read)) if full == read => bail!(
+            "the read token (--api-read-token) is the full token (--api-token); give it another value"
+        ),
+        _ => {}
+    }
     let grpc_listener = match opts.grpc_listen {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -159,7 +193,6 @@ pub async fn serve(
         Some(UiState {
             secrets: ui::Secrets::new(tls.is_some())?,
             access: Arc::default(),
-            partitions: opts.config.partitions,
             usage: opts.config.usage.clone(),
         })
     } else {
@@ -168,6 +201,9 @@ pub async fn serve(
     let probe = ui
         .as_ref()
         .map(|ui| tokio::spawn(ui.access.clone().follow(client.nats().clone())));
+    // axum and tonic want a `Send` shutdown future; ours need not be, so it
+    // stays in this task and is relayed through a channel.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         client: client.clone(),
         metrics: metrics::Metrics::default(),
@@ -177,16 +213,17 @@ pub async fn serve(
         envoy: opts.config.envoy.clone(),
         api_token: opts.api_token.clone(),
         ui,
+        partitions: opts.config.partitions,
+        region: opts.config.region.clone(),
+        openapi: api::openapi_json(),
+        stop: stop_rx.clone(),
     });
     log_listening(&opts, listener.local_addr()?, tls.is_some());
-    // axum and tonic want a `Send` shutdown future; ours need not be, so it
-    // stays in this task and is relayed through a channel.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let grpc = match grpc_listener {
         Some(listener) => Some(spawn_grpc(&app, listener, tls.as_ref(), stop_rx.clone())?),
         None => None,
     };
-    let router = router(app, opts.api_token.clone());
+    let router = router(app, opts.api_token.clone(), opts.read_token.clone());
     let server = http_server(listener, tls, router, stop_rx);
     tokio::pin!(server, shutdown);
     let mut stopping = false;
@@ -325,25 +362,10 @@ fn warn_of_unknown_envoy_policies(config: &sluice_core::config::Config) {
     }
 }
 
-fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
-    let mut v1 = Router::new()
-        .route("/v1/allow/{key}", get(allow::allow).post(allow::allow))
-        .route(allow::PREFIX, any(allow::empty_key))
-        .route("/v1/reserve/{key}", post(hold::reserve))
-        .route("/v1/settle/{key}", post(hold::settle))
-        .route("/v1/extend/{key}", post(hold::extend))
-        .route("/v1/reserve/", any(hold::empty_key))
-        .route("/v1/settle/", any(hold::empty_key))
-        .route("/v1/extend/", any(hold::empty_key))
-        .route("/v1/usage/{key}", get(usage::series))
-        .route("/v1/usage", get(usage::top));
-    if let Some(token) = token {
-        v1 = v1.route_layer(axum::middleware::from_fn_with_state(
-            token,
-            api_token::require,
-        ));
-    }
-    let mut router = Router::new().merge(v1);
+fn router(app: Arc<App>, full: Option<ApiToken>, read: Option<ApiToken>) -> Router {
+    let (v1, _) = api::routes(full, read);
+    // A path that names no key is a 400 that says so, not a 404.
+    let mut router = no_key_routes(v1);
     if app.ui.is_some() {
         router = router.merge(ui::router(app.clone()));
     }
@@ -352,6 +374,20 @@ fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(proxy::proxy)
         .with_state(app)
+}
+
+/// `/v1/allow/`, `/v1/hit/`, ... with no key: 400 (the paths with a key
+/// are `api::routes`).
+fn no_key_routes(v1: Router<Arc<App>>) -> Router<Arc<App>> {
+    v1.route("/v1/allow/", any(allow::empty_key))
+        .route("/v1/hit/", any(allow::empty_key))
+        .route("/v1/inspect/", any(allow::empty_key))
+        .route("/v1/reset/", any(allow::empty_key))
+        .route("/v1/reserve/", any(hold::empty_key))
+        .route("/v1/settle/", any(hold::empty_key))
+        .route("/v1/extend/", any(hold::empty_key))
+        .route("/v1/policies/", any(policies::no_name))
+        .route("/v1/policies/{name}/overrides/", any(allow::empty_key))
 }
 
 /// 200 while the NATS connection is up; 503 while it is down (asks are then

@@ -26,6 +26,10 @@ use std::time::Duration;
 pub enum Route {
     /// `/v1/allow/{key}`
     Allow,
+    /// `/v1/hit/{key}`
+    Hit,
+    /// Each ask of `/v1/batch`.
+    Batch,
     /// Proxy mode: any other path.
     Proxy,
     /// `/v1/reserve|settle|extend/{key}` (holds).
@@ -36,11 +40,20 @@ pub enum Route {
 }
 
 impl Route {
-    const ALL: [Route; 4] = [Route::Allow, Route::Proxy, Route::Hold, Route::Envoy];
+    const ALL: [Route; 6] = [
+        Route::Allow,
+        Route::Hit,
+        Route::Batch,
+        Route::Proxy,
+        Route::Hold,
+        Route::Envoy,
+    ];
 
     fn as_str(self) -> &'static str {
         match self {
             Route::Allow => "allow",
+            Route::Hit => "hit",
+            Route::Batch => "batch",
             Route::Proxy => "proxy",
             Route::Hold => "hold",
             Route::Envoy => "envoy",
@@ -136,7 +149,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     /// The handles of `requests` and `latency`, by route and outcome.
-    by_route: [([Counter; Outcome::ALL.len()], Histogram); 4],
+    by_route: [([Counter; Outcome::ALL.len()], Histogram); 6],
 }
 
 impl Default for Metrics {

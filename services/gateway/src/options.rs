@@ -49,6 +49,10 @@ pub struct GatewayOptions {
     /// <token>` (SPEC §10); `/healthz`, `/metrics` and proxy mode stay
     /// open. Default none.
     pub api_token: Option<ApiToken>,
+    /// With `api_token`: a second token that may only read (usage, top
+    /// keys, inspect, policies, alerts, status), 403 elsewhere. Default
+    /// none.
+    pub read_token: Option<ApiToken>,
     /// When set, the HTTP listener serves HTTPS (all of it: `/v1/*`,
     /// `/healthz`, `/metrics`, proxy mode) and the gRPC listener TLS, with
     /// this certificate and key (SPEC §10). Default none: plain HTTP.
@@ -73,6 +77,7 @@ impl GatewayOptions {
             timeout: Duration::from_millis(100),
             batching: true,
             api_token: None,
+            read_token: None,
             tls: None,
             ui: true,
         }

@@ -26,7 +26,7 @@
 //!   protocol upgrades (WebSocket) and no TLS.
 
 use crate::metrics::{Outcome, Route};
-use crate::respond;
+use crate::respond::{self, ErrorWord};
 use crate::App;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
@@ -96,9 +96,9 @@ pub(crate) async fn proxy(
     let Some(upstream) = &app.upstream else {
         return respond::json_error(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorWord::NotFound,
             &format!(
-                "no such endpoint: {}; the gateway serves /v1/allow/{{key}}, /v1/usage/{{key}}, /v1/usage?top=N, /healthz and /metrics (and proxies other paths when started with --upstream)",
+                "no such endpoint: {}; the gateway serves the /v1 routes its description lists (GET /v1/openapi.json), /healthz and /metrics (and proxies other paths when started with --upstream)",
                 request.uri().path()
             ),
         );
@@ -139,7 +139,9 @@ pub(crate) async fn proxy(
             }
         }
         // The upstream did nothing: dropping the slot releases it.
-        Err(message) => respond::json_error(StatusCode::BAD_GATEWAY, "bad_gateway", &message),
+        Err(message) => {
+            respond::json_error(StatusCode::BAD_GATEWAY, ErrorWord::BadGateway, &message)
+        }
     }
 }
 

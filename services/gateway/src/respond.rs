@@ -49,6 +49,12 @@ pub(crate) fn decision(answer: &Answer) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, JSON);
     put_decision_headers(headers, answer);
+    if answer.repeat {
+        headers.insert(
+            HeaderName::from_static("sluice-repeat"),
+            HeaderValue::from_static(sluice_core::wire::REPEAT_YES),
+        );
+    }
     response
 }
 
@@ -59,15 +65,95 @@ pub(crate) fn error(e: &Error) -> Response {
 
 pub(crate) fn error_reply(reply: &ErrorReply) -> Response {
     let status = StatusCode::from_u16(reply.code.status()).unwrap_or(StatusCode::BAD_REQUEST);
-    json_error(status, reply.code.word(), &reply.message)
+    json_error(status, reply.code.into(), &reply.message)
+}
+
+/// The body of every error the gateway answers.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody<'a> {
+    pub(crate) error: ErrorWord,
+    /// One sentence: what was wrong and what to send instead.
+    pub(crate) message: &'a str,
+}
+
+/// What went wrong, one word: a SPEC §1 code (`ErrorCode`) or one of
+/// the gateway's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ErrorWord {
+    BadRequest,
+    UnknownPolicy,
+    UnknownHold,
+    TooLarge,
+    Unavailable,
+    /// The ask's `Idempotency-Key` was first used by another ask (SPEC §16).
+    IdReused,
+    /// No such path, policy entry or override.
+    NotFound,
+    /// No API token, or a wrong one.
+    Unauthorized,
+    /// The read token, on a route that needs the full one.
+    Forbidden,
+    /// Proxy mode: the upstream did not answer.
+    BadGateway,
+}
+
+impl From<ErrorCode> for ErrorWord {
+    fn from(code: ErrorCode) -> ErrorWord {
+        match code {
+            ErrorCode::BadRequest => ErrorWord::BadRequest,
+            ErrorCode::UnknownPolicy => ErrorWord::UnknownPolicy,
+            ErrorCode::UnknownHold => ErrorWord::UnknownHold,
+            ErrorCode::TooLarge => ErrorWord::TooLarge,
+            ErrorCode::Unavailable => ErrorWord::Unavailable,
+            ErrorCode::IdReused => ErrorWord::IdReused,
+        }
+    }
 }
 
 /// A JSON `{error, message}` body with any status (e.g. 404 `not_found`,
 /// 502 `bad_gateway`, which are not sluice error codes).
-pub(crate) fn json_error(status: StatusCode, word: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "error": word, "message": message }).to_string();
+pub(crate) fn json_error(status: StatusCode, word: ErrorWord, message: &str) -> Response {
+    let body = ErrorBody {
+        error: word,
+        message,
+    };
+    json_status(status, &body)
+}
+
+/// Any reply body as JSON, 200.
+pub(crate) fn json<T: serde::Serialize>(reply: &T) -> Response {
+    json_status(StatusCode::OK, reply)
+}
+
+/// Any reply body as JSON, with `status`.
+pub(crate) fn json_status<T: serde::Serialize>(status: StatusCode, reply: &T) -> Response {
+    let body = serde_json::to_vec(reply).expect("a reply encodes as JSON");
     let mut response = (status, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+    response
+}
+
+/// JSON already encoded, 200.
+pub(crate) fn json_text(text: &str) -> Response {
+    let mut response = text.to_string().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, JSON);
+    response
+}
+
+/// A reply, or the error instead, as JSON.
+pub(crate) fn json_or_error<T: serde::Serialize>(result: Result<T, Error>) -> Response {
+    match result {
+        Ok(reply) => json(&reply),
+        Err(e) => error(&e),
+    }
+}
+
+/// A hit's reply: always 200 (the units were counted whatever the
+/// limit), with the decision a peek gives after it and its headers.
+pub(crate) fn counted(answer: &Answer) -> Response {
+    let mut response = decision(answer);
+    *response.status_mut() = StatusCode::OK;
     response
 }
 
@@ -89,6 +175,16 @@ pub(crate) fn outcome_of(result: &Result<Answer, Error>) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The description lists the words as `ErrorWord` spells them: each
+    /// SPEC §1 code's must be the same word.
+    #[test]
+    fn every_error_code_is_its_word() {
+        for code in ErrorCode::ALL {
+            let word = serde_json::to_value(ErrorWord::from(code)).unwrap();
+            assert_eq!(word, code.word(), "{code:?}");
+        }
+    }
     use sluice_client::Source;
     use std::time::Duration;
 

@@ -7,21 +7,32 @@
 //! `from_ms` / `to_ms`. Unknown or repeated query parameters are refused,
 //! as on `/v1/allow`.
 
-use crate::allow::percent_decode;
+use crate::allow::{percent_decode, KeyParam};
 use crate::respond;
+use crate::responses::QueryErrors;
 use crate::App;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::Uri;
+use axum::response::Response;
 use sluice_client::Error;
 use sluice_core::usage::By;
-use sluice_core::wire::usage::{TopQuery, UsageQuery};
+use sluice_core::wire::usage::{TopQuery, TopReply, UsageQuery, UsageReply};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) const PREFIX: &str = "/v1/usage/";
 
-/// `GET /v1/usage/{key}`.
+/// One key's usage history, step by step (SPEC §9, `rl.usage.<key>`).
+#[utoipa::path(
+    get,
+    path = "/v1/usage/{key}", operation_id = "usage",
+    tag = "usage",
+    params(KeyParam, SeriesQuery),
+    responses(
+        (status = 200, description = "the key's used and denied units by step", body = UsageReply),
+        QueryErrors,
+    )
+)]
 pub(crate) async fn series(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let key = percent_decode(
         uri.path()
@@ -40,10 +51,21 @@ pub(crate) async fn series(State(app): State<Arc<App>>, uri: Uri) -> Response {
         app.client.usage(&key, &query).await
     }
     .await;
-    json(result)
+    respond::json_or_error(result)
 }
 
-/// `GET /v1/usage?top=N` (without `top`: which queries exist).
+/// The keys that used (or were denied) the most in a range (SPEC §9,
+/// `rl.top`); without `top`, a 400 that says which queries exist.
+#[utoipa::path(
+    get,
+    path = "/v1/usage", operation_id = "top",
+    tag = "usage",
+    params(TopParams),
+    responses(
+        (status = 200, description = "the top keys, largest first", body = TopReply),
+        QueryErrors,
+    )
+)]
 pub(crate) async fn top(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let result = async {
         let mut q = params(uri.query(), &["top", "by", "from", "to", "policy"])?;
@@ -71,11 +93,49 @@ pub(crate) async fn top(State(app): State<Arc<App>>, uri: Uri) -> Response {
         app.client.top(&query).await
     }
     .await;
-    json(result)
+    respond::json_or_error(result)
+}
+
+/// The query of `/v1/usage/{key}`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `params`, which refuses anything else
+struct SeriesQuery {
+    /// From (ms since the epoch; default an hour before `to`).
+    from: Option<u64>,
+    /// To (ms since the epoch; default now).
+    to: Option<u64>,
+    /// `1m`, `5m`, `1h` or `1d` (default: the finest that draws the range).
+    step: Option<String>,
+    /// Only this policy (default every policy).
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
+}
+
+/// The query of `/v1/usage?top=N`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `params`, which refuses anything else
+struct TopParams {
+    /// How many keys, 1 to 1000 (required).
+    #[param(minimum = 1, maximum = 1000)]
+    top: Option<u64>,
+    /// `used` (the default) or `denied`.
+    by: Option<String>,
+    /// From (ms since the epoch; default an hour before `to`).
+    from: Option<u64>,
+    /// To (ms since the epoch; default now).
+    to: Option<u64>,
+    /// Only this policy.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    policy: Option<String>,
 }
 
 /// The query parameters, each of `known` at most once.
-fn params(query: Option<&str>, known: &[&str]) -> Result<BTreeMap<String, String>, Error> {
+pub(crate) fn params(
+    query: Option<&str>,
+    known: &[&str],
+) -> Result<BTreeMap<String, String>, Error> {
     let mut out = BTreeMap::new();
     for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         if !known.contains(&&*name) {
@@ -93,7 +153,7 @@ fn params(query: Option<&str>, known: &[&str]) -> Result<BTreeMap<String, String
     Ok(out)
 }
 
-fn number(q: &mut BTreeMap<String, String>, name: &str) -> Result<Option<u64>, Error> {
+pub(crate) fn number(q: &mut BTreeMap<String, String>, name: &str) -> Result<Option<u64>, Error> {
     q.remove(name)
         .map(|v| {
             v.parse::<u64>().map_err(|_| {
@@ -103,19 +163,4 @@ fn number(q: &mut BTreeMap<String, String>, name: &str) -> Result<Option<u64>, E
             })
         })
         .transpose()
-}
-
-fn json<T: serde::Serialize>(result: Result<T, Error>) -> Response {
-    match result {
-        Ok(reply) => {
-            let body = serde_json::to_vec(&reply).expect("a usage reply encodes");
-            let mut response = (StatusCode::OK, body).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(e) => respond::error(&e),
-    }
 }

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The fleet as NATS sees it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Serialize, Debug)]
 pub struct Status {
     pub partitions: Vec<PartitionRow>,
@@ -35,6 +36,7 @@ pub struct Status {
 }
 
 /// A region as this region's workers see it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct RegionRow {
     pub region: String,
@@ -82,6 +84,7 @@ pub fn regions(workers: &[WorkerStatus]) -> Vec<RegionRow> {
 }
 
 /// One partition: its owner, its snapshot, the decisions its owner made.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Serialize, Debug)]
 pub struct PartitionRow {
     pub partition: u32,

@@ -42,6 +42,7 @@ const HELLO_WAIT: Duration = Duration::from_millis(400);
 const LOOK_EVERY: Duration = Duration::from_secs(2);
 
 /// Another region, as this worker last saw it over the link.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkStatus {
     pub region: String,

@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What a worker reports about itself.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
 pub struct WorkerStatus {
     pub worker: String,
@@ -65,6 +66,7 @@ pub struct WorkerStatus {
 }
 
 /// A policy in force on a worker, and where it comes from.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
 pub struct PolicyInForce {
     pub name: String,
@@ -74,6 +76,7 @@ pub struct PolicyInForce {
 }
 
 /// Where a policy in force comes from.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Serialize, serde::Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicySource {
@@ -108,6 +111,7 @@ pub fn in_force(policies: &Policies) -> Vec<PolicyInForce> {
         .collect()
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq)]
 pub struct PartitionStatus {
     pub partition: u32,

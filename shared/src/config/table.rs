@@ -78,6 +78,7 @@ pub(super) struct FileTable {
 /// One `[policies.X]` table, as written: in the config file, or as JSON in
 /// the KV bucket of SPEC §7 (`{"algorithm":"sliding_log","limits":
 /// [{"max":10,"per":"1m"}]}`). [`PolicyTable::to_policy`] checks it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyTable {
@@ -190,6 +191,7 @@ fn is_enforce(m: &Mode) -> bool {
 
 /// One limit: `max` units per `per` (a duration as written, e.g. `"1m"`);
 /// for token bucket and GCRA, a bucket of `burst` units (default `max`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitTable {

@@ -46,6 +46,7 @@ impl Counts {
 }
 
 /// Which count a top query ranks by.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum By {

@@ -77,6 +77,7 @@ fn cover_into(
 pub struct QueryError(pub String);
 
 /// One span of a series reply and the step its points have.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
     pub from_ms: u64,
@@ -198,6 +199,12 @@ pub fn resolve_top(
             "n must be from 1 to {MAX_TOP}, found {n}"
         )));
     }
+    // Nothing older than the coarsest tier keeps, nor later than now, is
+    // stored: a range past either ends is cut to what can hold counts, so
+    // that a range of years does not read thousands of empty buckets.
+    let kept_from = now_ms.saturating_sub(config.tiers.last().map_or(0, Tier::keep_ms));
+    let to_ms = to_ms.min(now_ms);
+    let from_ms = from_ms.max(kept_from).min(to_ms);
     let holding = &config.tiers[config.finest_holding(from_ms, now_ms)];
     let finest = &config.tiers[0];
     Ok(TopPlan {
@@ -208,8 +215,20 @@ pub fn resolve_top(
     })
 }
 
-/// The default range (the last hour) and the one check every range passes.
+/// The latest instant a range may name: the end of the year 9999 (UTC).
+/// Past it no calendar goes (a stored record is read from a time), and
+/// rounding a range up to whole steps could overflow.
+pub const MAX_TIME_MS: u64 = 253_402_300_799_999;
+
+/// The default range (the last hour) and the checks every range passes.
 fn range(now_ms: u64, from_ms: Option<u64>, to_ms: Option<u64>) -> Result<(u64, u64), QueryError> {
+    for (name, ms) in [("from_ms", from_ms), ("to_ms", to_ms)] {
+        if let Some(ms) = ms.filter(|&ms| ms > MAX_TIME_MS) {
+            return Err(QueryError(format!(
+                "{name} ({ms}) is past the year 9999; give milliseconds since the epoch, at most {MAX_TIME_MS}"
+            )));
+        }
+    }
     let to_ms = to_ms.unwrap_or(now_ms);
     let from_ms = from_ms.unwrap_or(to_ms.saturating_sub(3_600_000));
     if from_ms > to_ms {
@@ -223,6 +242,49 @@ fn range(now_ms: u64, from_ms: Option<u64>, to_ms: Option<u64>) -> Result<(u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A range past any calendar was a 503 ("starts out of the
+    /// calendar") from the store, and one near `u64::MAX` overflowed
+    /// while rounded up to whole steps: both are the asker's mistake.
+    #[test]
+    fn a_range_past_the_year_9999_is_refused_with_a_sentence() {
+        let config = UsageConfig::default();
+        for (from, to) in [
+            (None, Some(MAX_TIME_MS + 1)),
+            (None, Some(u64::MAX)),
+            (Some(u64::MAX - 1), Some(u64::MAX)),
+            (Some(MAX_TIME_MS + 1), None),
+        ] {
+            let e = resolve_series(&config, 0, from, to, None).unwrap_err();
+            assert!(e.0.contains("past the year 9999"), "{e}");
+            let e = resolve_top(&config, 0, from, to, Some(10), By::Used).unwrap_err();
+            assert!(e.0.contains("past the year 9999"), "{e}");
+        }
+        assert!(resolve_series(
+            &config,
+            0,
+            Some(MAX_TIME_MS - 3_600_000),
+            Some(MAX_TIME_MS),
+            None
+        )
+        .is_ok());
+    }
+
+    /// Found by schemathesis: a top over decades (`from=7`) read every
+    /// day's empty bucket since 1970 in every partition, past the scatter's
+    /// 5 s (a 503). Nothing older than the coarsest tier keeps is stored,
+    /// nor anything after now: the range is cut to that.
+    #[test]
+    fn a_top_range_is_cut_to_what_the_tiers_keep() {
+        let config = UsageConfig::default();
+        let now = 60 * 365 * D;
+        let kept = config.tiers.last().unwrap().keep_ms();
+        let plan = resolve_top(&config, now, Some(7), Some(MAX_TIME_MS), None, By::Used).unwrap();
+        assert!(plan.from_ms >= now - kept - D, "{}", plan.from_ms);
+        assert!(plan.to_ms <= now + M, "{}", plan.to_ms);
+        let plan = resolve_top(&config, now, Some(now - H), None, None, By::Used).unwrap();
+        assert_eq!((plan.from_ms, plan.to_ms), (now - H, now));
+    }
 
     const M: u64 = 60_000;
     const H: u64 = 60 * M;

@@ -79,6 +79,7 @@ pub fn encode_scope(policy: Option<&str>, encoding: Encoding) -> Vec<u8> {
 }
 
 /// One limit in an inspect reply.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimitReport {
     pub max: u64,
@@ -102,6 +103,7 @@ impl From<&LimitState> for LimitReport {
 }
 
 /// A key's state under one policy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyReport {
     pub policy: String,
@@ -122,6 +124,7 @@ pub struct PolicyReport {
 }
 
 /// One region's state of a global policy's key.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionReport {
     pub region: String,
@@ -133,6 +136,7 @@ pub struct RegionReport {
 }
 
 /// A key's live holds under one policy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldsReport {
     /// How many are live.
@@ -146,6 +150,7 @@ pub struct HoldsReport {
 }
 
 /// An override in force for the key.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OverrideReport {
     /// `max = 0`: every ask is denied.
@@ -154,6 +159,7 @@ pub struct OverrideReport {
 
 /// The reply to `rl.inspect.<key>`: the policies with state for the key
 /// (the one asked for, if any), each limit as it stands now.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InspectReply {
     /// The key token, as sent.
@@ -163,6 +169,7 @@ pub struct InspectReply {
 
 /// The reply to `rl.reset.<key>`: the policies whose counters for the key
 /// were forgotten (none when it had none).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResetReply {
     /// The key token, as sent.

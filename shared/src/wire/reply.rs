@@ -27,6 +27,7 @@ use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
 /// A decision reply body (SPEC §1 field names and meanings).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionReply {
     pub allowed: bool,
@@ -477,6 +478,7 @@ pub(crate) fn error_reply(
 
 /// A kept hold, as a reply names it (the fields `hold` and `expires_ms`
 /// of a [`DecisionReply`](super::DecisionReply)).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldTicket {
     /// The hold's name, for settle and extend.

@@ -99,6 +99,7 @@ fn check_policy(policy: Option<&str>, encoding: Encoding) -> Result<(), RequestE
 }
 
 /// One point of a series: a bucket's start and its counts.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Point {
     pub t_ms: u64,
@@ -107,6 +108,7 @@ pub struct Point {
 }
 
 /// The reply to `rl.usage.<key>`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageReply {
     /// The key token, as sent.
@@ -147,6 +149,7 @@ impl UsageReply {
 ///
 /// A reply of a worker from before `key_token` carries the token in `key`:
 /// such an entry decodes to the same value as a current one.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "TopEntryFields")]
 pub struct TopEntry {
@@ -217,6 +220,7 @@ impl From<TopEntryFields> for TopEntry {
 /// The reply to `rl.top`: the keys with the largest totals in
 /// `[from_ms, to_ms)` (the range asked for, aligned to the finest step that
 /// holds its start), largest first.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopReply {
     pub by: By,

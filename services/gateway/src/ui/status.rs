@@ -19,7 +19,7 @@ const WORKER_WAIT: Duration = Duration::from_millis(150);
 
 pub(crate) async fn page(State(app): State<Arc<App>>) -> Response {
     let status =
-        sluice_worker::fleet::collect(app.client.nats(), app.ui().partitions, WORKER_WAIT).await;
+        sluice_worker::fleet::collect(app.client.nats(), app.partitions, WORKER_WAIT).await;
     let body = match status {
         Err(e) => html! { p.error { "cannot read the status: " (format!("{e:#}")) } },
         Ok(s) => html! {

@@ -2,8 +2,8 @@
 //! refused when the id names another ask, and is remembered only while
 //! it counts, through a journal replay and a snapshot's carried state.
 
-use super::*;
 use super::batch_holds::holds_fixture;
+use super::*;
 use crate::kept::Carried;
 
 /// The answer to `rl.<verb>.<key>` with `body`, and whether it was a repeat.
