@@ -43,6 +43,8 @@
 //!   formatted, for the config and usage history's tiers.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
 //! - [`storage`]: names of the JetStream buckets, keys and streams.
+//! - [`replication`]: how many JetStream replicas keep them, matched to
+//!   the NATS cluster unless `--replicas` says.
 //! - [`format`]: the format versions of snapshots, journal messages and
 //!   lease values, so a worker refuses state newer than it reads.
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
@@ -79,6 +81,7 @@ pub mod partition;
 pub mod policies;
 pub mod policy;
 pub mod region;
+pub mod replication;
 pub mod storage;
 pub mod subject;
 pub mod time;

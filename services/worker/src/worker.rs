@@ -61,8 +61,9 @@ pub struct WorkerOptions {
     pub config: Config,
     /// Unique per process; generated when `None`.
     pub worker_id: Option<String>,
-    /// JetStream replicas for the buckets and the journal (3 in a cluster).
-    pub replicas: usize,
+    /// JetStream replicas for the buckets and streams; `None` matches the
+    /// NATS cluster ([`store::replicas`]).
+    pub replicas: Option<usize>,
     pub clock: Arc<dyn Clock>,
     /// Serve Prometheus metrics on this address.
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -80,7 +81,7 @@ impl WorkerOptions {
             auth: sluice_client::NatsAuth::default(),
             config,
             worker_id: None,
-            replicas: 1,
+            replicas: None,
             clock: Arc::new(SystemClock),
             metrics_listen: None,
             taking_over: None,
@@ -107,11 +108,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let connect = connect_options(&opts.auth, format!("sluice-worker {worker_id}"))?;
     let client = opts.auth.connect(&opts.nats_url, connect).await?;
     probe::check_mapping(&client, config.partitions).await?;
+    let replicas = store::replicas(&client, opts.replicas);
     let stores = Stores::open(
         client.clone(),
         &StoreOptions {
             lease_ttl: config.lease_ttl,
-            replicas: opts.replicas,
+            replicas,
             journal: config.durability == Durability::Journal,
             journal_max_age: Duration::from_secs(24 * 3600),
         },
@@ -123,9 +125,9 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         }
         None => None,
     };
-    store::open_alerts(&stores.js, config.alert_retention, opts.replicas).await?;
+    store::open_alerts(&stores.js, config.alert_retention, replicas).await?;
     let stats = Arc::new(WorkerStats::default());
-    let usage = open_usage(&config, &stores, opts.replicas).await?;
+    let usage = open_usage(&config, &stores, replicas).await?;
     let (outbox, outbox_tasks) = Outbox::start(
         client.clone(),
         &stores,
