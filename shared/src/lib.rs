@@ -49,6 +49,7 @@
 //!   lease values, so a worker refuses state newer than it reads.
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`metrics`]: `/metrics` pages through the Prometheus client library.
+//! - [`readiness`]: whether a worker or a gateway is ready (`/readyz`).
 //!
 //! ```
 //! use sluice_core::policy::Policy;
@@ -80,6 +81,7 @@ pub mod packed;
 pub mod partition;
 pub mod policies;
 pub mod policy;
+pub mod readiness;
 pub mod region;
 pub mod replication;
 pub mod storage;

@@ -93,30 +93,57 @@ async fn owned_by(stack: &Stack, worker: &str) -> usize {
         .count()
 }
 
+/// A stack of two workers, the second ([`SCRAPED`]) serving `/metrics`,
+/// `/livez` and `/readyz`, and a gateway served from this process.
+struct Served {
+    stack: Stack,
+    /// `http://ADDR` of the scraped worker's `--metrics-listen`.
+    worker: String,
+    /// `http://ADDR` of the gateway.
+    gateway: String,
+    http: reqwest::Client,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    async fn start(config: &TestConfig) -> Served {
+        let mut stack = Stack::start(SLUICE, &config.toml(), 1).await;
+        let listen = format!("127.0.0.1:{}", free_ports(1).unwrap()[0]);
+        stack
+            .start_workers_with(1, &["--metrics-listen", &listen])
+            .await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = format!("http://{}", listener.local_addr().unwrap());
+        let mut opts = GatewayOptions::new(stack.nats.url(), config.config());
+        opts.timeout = Duration::from_secs(2);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(sluice_gateway::serve(listener, opts, async move {
+            let _ = stopped.await;
+        }));
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        Served {
+            stack,
+            worker: format!("http://{listen}"),
+            gateway,
+            http,
+            stop,
+            task,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_and_gateway_metrics_parse_and_count_what_happened() {
     let _serial = serial().await;
     let config = TestConfig::new().journal();
-    let mut stack = Stack::start(SLUICE, &config.toml(), 1).await;
-    let port = free_ports(1).unwrap()[0];
-    let listen = format!("127.0.0.1:{port}");
-    stack
-        .start_workers_with(1, &["--metrics-listen", &listen])
-        .await;
-    let worker_url = format!("http://{listen}/metrics");
-
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway_url = format!("http://{}", listener.local_addr().unwrap());
-    let mut opts = GatewayOptions::new(stack.nats.url(), config.config());
-    opts.timeout = Duration::from_secs(2);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let gateway = tokio::spawn(sluice_gateway::serve(listener, opts, async move {
-        let _ = stopped.await;
-    }));
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let served = Served::start(&config).await;
+    let (mut stack, http) = (served.stack, served.http);
+    let worker_url = format!("{}/metrics", served.worker);
+    let gateway_url = served.gateway;
 
     // Keys the scraped worker owns; what the stack's settling asked is in
     // the counts already, so the test compares before and after.
@@ -256,6 +283,74 @@ async fn worker_and_gateway_metrics_parse_and_count_what_happened() {
     .await;
     assert!(handed_over.is_ok(), "{handed_over:?}");
 
-    let _ = stop.send(());
-    gateway.await.unwrap().unwrap();
+    let _ = served.stop.send(());
+    served.task.await.unwrap().unwrap();
+}
+
+/// `GET` of `url`: its status and JSON body.
+async fn probe(http: &reqwest::Client, url: &str) -> (u16, serde_json::Value) {
+    let resp = http.get(url).send().await.expect("the probe answers");
+    let status = resp.status().as_u16();
+    let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
+    assert_eq!(content_type, "application/json", "{url}");
+    let text = resp.text().await.expect("a body");
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: {e}: {text}"));
+    (status, body)
+}
+
+/// Waits until `url` answers `status` with a body whose `status` is
+/// `said` (and whose `why`, if `why` is given, contains it).
+async fn probe_until(http: &reqwest::Client, url: &str, status: u16, said: &str, why: &str) {
+    let waited = eventually(Duration::from_secs(20), TICK, || async {
+        let (got, body) = probe(http, url).await;
+        anyhow::ensure!(
+            got == status
+                && body["status"] == said
+                && body["why"].as_str().unwrap_or_default().contains(why),
+            "{url}: {got} {body}"
+        );
+        Ok(())
+    })
+    .await;
+    assert!(waited.is_ok(), "{waited:?}");
+}
+
+/// `/livez` and `/readyz` (docs/OPERATIONS.md, "Readiness"): a worker
+/// (on its metrics listener) and a gateway are ready while connected to
+/// NATS, the worker with its heartbeat stored and the gateway with a
+/// worker answering; not ready, saying why, while NATS is down (live all
+/// along), and ready again once it is back; a gateway without workers is
+/// not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_and_gateway_say_when_they_are_live_and_ready() {
+    let _serial = serial().await;
+    let config = TestConfig::new();
+    let served = Served::start(&config).await;
+    let (mut stack, http) = (served.stack, served.http);
+    let (worker, gateway) = (served.worker, served.gateway);
+    for base in [&worker, &gateway] {
+        assert_eq!(
+            probe(&http, &format!("{base}/livez")).await,
+            (200, serde_json::json!({"status": "live"}))
+        );
+        probe_until(&http, &format!("{base}/readyz"), 200, "ready", "").await;
+    }
+
+    stack.nats.stop().expect("nats-server stops");
+    let down = "not connected to NATS";
+    for base in [&worker, &gateway] {
+        probe_until(&http, &format!("{base}/readyz"), 503, "not ready", down).await;
+        assert_eq!(probe(&http, &format!("{base}/livez")).await.0, 200);
+    }
+    stack.nats.restart().expect("nats-server starts again");
+    for base in [&worker, &gateway] {
+        probe_until(&http, &format!("{base}/readyz"), 200, "ready", "").await;
+    }
+
+    stack.kill_worker("t0");
+    stack.kill_worker(SCRAPED);
+    let none = "no worker answered: no responders";
+    probe_until(&http, &format!("{gateway}/readyz"), 503, "not ready", none).await;
+    let _ = served.stop.send(());
+    served.task.await.unwrap().unwrap();
 }

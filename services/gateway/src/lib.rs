@@ -29,6 +29,8 @@
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
 //!   fallback, so it is healthy as long as it can reach NATS.
+//! - `readiness.rs`: `/livez` and `/readyz` (connected, and a worker
+//!   answers), for orchestrators' probes.
 //!
 //! ```no_run
 //! use sluice_gateway::{run, GatewayOptions};
@@ -48,6 +50,7 @@ mod https;
 mod metrics;
 mod options;
 mod proxy;
+mod readiness;
 mod respond;
 mod ui;
 mod usage;
@@ -348,6 +351,7 @@ fn router(app: Arc<App>, token: Option<ApiToken>) -> Router {
         router = router.merge(ui::router(app.clone()));
     }
     router
+        .merge(readiness::routes())
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(proxy::proxy)

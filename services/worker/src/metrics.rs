@@ -1,5 +1,6 @@
 //! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP,
-//! through the Prometheus client library ([`sluice_core::metrics`]).
+//! through the Prometheus client library ([`sluice_core::metrics`]), and
+//! on the same listener `/livez` and `/readyz` ([`serve`]).
 //! docs/METRICS.md lists them all, with what to alert on.
 //!
 //! Two sources, one page: what only the page shows is measured where it
@@ -18,8 +19,12 @@ use axum::{routing::get, Router};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use sluice_core::metrics::{self as page, ConstGauge, Registry};
+use sluice_core::readiness;
 use std::fmt;
 use std::sync::Arc;
+
+/// The content type of `/livez` and `/readyz`.
+const JSON: [(header::HeaderName, &str); 1] = [(header::CONTENT_TYPE, "application/json")];
 
 /// The `/metrics` page of a worker.
 pub fn render(sources: &StatusSources) -> Result<String, fmt::Error> {
@@ -184,25 +189,44 @@ impl Collector for StatusValues {
     }
 }
 
-/// Serves `/metrics` on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, sources: Arc<StatusSources>) {
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let sources = sources.clone();
-            async move {
-                match render(&sources) {
-                    Ok(text) => {
-                        ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
-                    }
-                    Err(e) => {
-                        tracing::error!("cannot render /metrics: {e}");
-                        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+/// Serves `/metrics`, `/livez` and `/readyz` ([`sluice_core::readiness`])
+/// on `listener` until the task is dropped; `client` is the worker's NATS
+/// connection, whose state `/readyz` reads.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    sources: Arc<StatusSources>,
+    client: async_nats::Client,
+) {
+    let ready = {
+        let sources = sources.clone();
+        move || {
+            let connected = client.connection_state() == async_nats::connection::State::Connected;
+            let verdict = readiness::worker(&sources.stats.readiness.state(connected));
+            let status = StatusCode::from_u16(verdict.http_status())
+                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            async move { (status, JSON, verdict.body()).into_response() }
+        }
+    };
+    let app = Router::new()
+        .route("/livez", get(|| async { (JSON, readiness::LIVE_BODY) }))
+        .route("/readyz", get(ready))
+        .route(
+            "/metrics",
+            get(move || {
+                let sources = sources.clone();
+                async move {
+                    match render(&sources) {
+                        Ok(text) => {
+                            ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
+                        }
+                        Err(e) => {
+                            tracing::error!("cannot render /metrics: {e}");
+                            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                        }
                     }
                 }
-            }
-        }),
-    );
+            }),
+        );
     if let Err(e) = axum::serve(listener, app).await {
         tracing::warn!("metrics server stopped: {e}");
     }

@@ -34,6 +34,8 @@ pub struct WorkerStats {
     pub journal_errors: AtomicU64,
     /// What `/metrics` shows besides the counts above.
     pub meters: Meters,
+    /// What `/readyz` reads, marked by the controller.
+    pub readiness: crate::readiness::Readiness,
 }
 
 impl WorkerStats {

@@ -187,7 +187,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         decider: answering.decider.clone(),
     });
     let service = service::start(&client, status.clone()).await?;
-    let metrics = serve_metrics(opts.metrics_listen, status).await?;
+    let metrics = serve_metrics(opts.metrics_listen, status, &client).await?;
     let servers = Servers::spawn(&client, &answering);
     tracing::info!(worker = %worker_id, partitions = config.partitions, "worker started");
     let result = controller.run(shutdown).await;
@@ -299,6 +299,7 @@ fn journal_barrier(answering: &Arc<Answering>) -> Option<Barrier> {
 async fn serve_metrics(
     listen: Option<std::net::SocketAddr>,
     status: Arc<StatusSources>,
+    client: &async_nats::Client,
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
     let Some(addr) = listen else {
         return Ok(None);
@@ -306,8 +307,11 @@ async fn serve_metrics(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-    tracing::info!(%addr, "serving /metrics");
-    Ok(Some(tokio::spawn(crate::metrics::serve(listener, status))))
+    tracing::info!(%addr, "serving /metrics, /livez and /readyz");
+    let client = client.clone();
+    Ok(Some(tokio::spawn(crate::metrics::serve(
+        listener, status, client,
+    ))))
 }
 
 /// The tasks that answer besides the shards: asks of partitions nobody
@@ -464,6 +468,8 @@ impl Controller {
                 .context("cannot register in the lease bucket")
         })
         .await?;
+        let stats = self.owning.stats.clone();
+        stats.readiness.joined(ttl);
         let mut watch = Some(
             store::while_not_ready("the lease bucket", || async {
                 leases
@@ -517,11 +523,10 @@ impl Controller {
                         watch = None;
                     }
                 },
-                _ = heartbeat.tick() => {
-                    if let Err(e) = leases.put(&heartbeat_key, self.owning.holder.value()).await {
-                        tracing::warn!("heartbeat failed: {e}");
-                    }
-                }
+                _ = heartbeat.tick() => match leases.put(&heartbeat_key, self.owning.holder.value()).await {
+                    Ok(_) => stats.readiness.heartbeat_stored(),
+                    Err(e) => tracing::warn!("heartbeat failed: {e}"),
+                },
                 _ = &mut settle, if !self.view.current => {
                     self.view.current = true;
                     self.reconcile().await;
@@ -632,6 +637,7 @@ impl Controller {
     }
 
     async fn reconcile(&mut self) {
+        self.owning.stats.readiness.view_current();
         let answering = self.answering.clone();
         let me = answering.worker_id.as_str();
         let partitions = answering.partitions;
@@ -735,6 +741,7 @@ impl Controller {
 
     /// Hands every partition over and waits (bounded) for the shards to finish.
     async fn shutdown(&mut self) {
+        self.owning.stats.readiness.stopping();
         for handle in self.shards.values_mut() {
             handle.stop();
         }
