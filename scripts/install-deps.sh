@@ -17,7 +17,10 @@
 #   through $SLUICE_NATS_SERVER;
 # - the rustfmt and clippy components of the active Rust toolchain;
 # - chromium and chromium-driver (Debian's, with apt-get) and selenium (from
-#   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui).
+#   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui);
+# - promtool, from Debian's prometheus package (apt-get; the package's
+#   server is not started), for the alert rules' tests
+#   (scripts/test-rules.sh).
 #
 # Idempotent: a second run changes nothing and takes about a second.
 # Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
@@ -148,6 +151,20 @@ if ! "$VENV/bin/python" -c "import selenium, sys; sys.exit(selenium.__version__ 
         "selenium==$SELENIUM_VERSION" >&2
 fi
 say "$(chromium --version 2>/dev/null | head -1), $(chromedriver_path), selenium $SELENIUM_VERSION"
+
+# --- promtool for the Prometheus rules' tests (scripts/test-rules.sh) ----------
+# Debian's prometheus package ships it; its server is not started (no
+# systemd here, and policy-rc.d or its absence keeps it stopped).
+if ! command -v promtool >/dev/null 2>&1; then
+    command -v apt-get >/dev/null 2>&1 ||
+        die "promtool is missing and apt-get is not available; install Prometheus's promtool"
+    say "installing prometheus (for promtool) with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq prometheus >/dev/null
+fi
+command -v promtool >/dev/null 2>&1 || die "promtool is still missing after apt-get install prometheus"
+say "$(promtool --version 2>&1 | head -1)"
 
 # --- More dependencies go here -----------------------------------------------
 # Keep each one idempotent, installed into .tools/ where possible, and printed.

@@ -8,7 +8,8 @@
 # pointing at that nats-server, then the Python client's tests
 # (scripts/test-python.sh) and the documentation's examples against
 # `sluice dev` (scripts/test-docs.sh), then the dashboard in a headless
-# chromium (scripts/test-ui.sh). Extra arguments go to `cargo test`; with a
+# chromium (scripts/test-ui.sh), then the Prometheus rules with promtool
+# (scripts/test-rules.sh). Extra arguments go to `cargo test`; with a
 # package (-p) or a test filter, only that runs (no Python tests, no docs), e.g.
 #
 #   scripts/test.sh --test harness            # one integration test file
@@ -47,4 +48,6 @@ if [ "$everything" = 1 ]; then
     scripts/test-docs.sh
     echo "==> the dashboard in a headless browser (scripts/test-ui.sh)"
     scripts/test-ui.sh
+    echo "==> the Prometheus rules (scripts/test-rules.sh)"
+    scripts/test-rules.sh
 fi

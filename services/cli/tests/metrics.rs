@@ -8,6 +8,7 @@ use prometheus_parse::{Sample, Scrape, Value};
 use sluice_core::partition::partition_of;
 use sluice_gateway::GatewayOptions;
 use sluice_tests::{eventually, free_ports, serial, Stack, TestConfig, TICK};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -17,8 +18,13 @@ const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 /// The worker started with `--metrics-listen`.
 const SCRAPED: &str = "t1";
 
-/// A page, parsed.
-struct Page(Vec<Sample>);
+/// A page, parsed: its samples, and the names a query may use of every
+/// metric it declares (with `# TYPE`), samples or not: a counter's
+/// `_total`, a histogram's `_bucket`, `_sum` and `_count`, a gauge's own.
+struct Page {
+    samples: Vec<Sample>,
+    declared: BTreeSet<String>,
+}
 
 impl Page {
     async fn scrape(http: &reqwest::Client, url: &str) -> Page {
@@ -30,12 +36,28 @@ impl Page {
         let text = resp.text().await.unwrap();
         let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
             .unwrap_or_else(|e| panic!("{url} does not parse ({e}):\n{text}"));
-        Page(scrape.samples)
+        let declared = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .flat_map(|(name, kind)| match kind {
+                "counter" if name.ends_with("_total") => vec![name.to_string()],
+                "counter" => vec![format!("{name}_total")],
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .map(|s| format!("{name}{s}"))
+                    .to_vec(),
+                _ => vec![name.to_string()],
+            })
+            .collect();
+        Page {
+            samples: scrape.samples,
+            declared,
+        }
     }
 
     /// The sample of `name` whose labels include `labels`.
     fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Option<&Sample> {
-        self.0
+        self.samples
             .iter()
             .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
     }
@@ -199,6 +221,17 @@ async fn worker_and_gateway_metrics_parse_and_count_what_happened() {
     let appends = "sluice_worker_journal_append_duration_seconds";
     assert!(after.observations(appends, &[]) > before.observations(appends, &[]));
     assert_eq!(after.value("sluice_worker_journal_errors_total", &[]), 0.0);
+    assert_eq!(
+        after.value("sluice_worker_configured_partitions", &[]),
+        f64::from(stack.partitions)
+    );
+    for nothing_failed in [
+        "sluice_worker_usage_flush_failures_total",
+        "sluice_worker_alert_publish_failures_total",
+        "sluice_worker_format_refusals_total",
+    ] {
+        assert_eq!(after.value(nothing_failed, &[]), 0.0, "{nothing_failed}");
+    }
     assert!(after.value("sluice_worker_keys", &[]) >= 2.0);
 
     // Partitions held: the page, `sluice status` and the lease bucket agree.
@@ -283,8 +316,51 @@ async fn worker_and_gateway_metrics_parse_and_count_what_happened() {
     .await;
     assert!(handed_over.is_ok(), "{handed_over:?}");
 
+    every_metric_queried_is_exported(&[&after, &gw]);
     let _ = served.stop.send(());
     served.task.await.unwrap().unwrap();
+}
+
+/// The metric names (`sluice_...`) in `text`: the rules' and the
+/// dashboard's queries (recording rules are `sluice:...`, not metrics).
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (at, _) in text.match_indices("sluice_") {
+        let before = text[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        names.insert(name);
+    }
+    names
+}
+
+/// Every metric deploy/prometheus/sluice-rules.yml and
+/// deploy/grafana/sluice.json name is one the live `pages` (a worker's
+/// and a gateway's) declare, so no alert or panel waits on a metric that
+/// does not exist.
+fn every_metric_queried_is_exported(pages: &[&Page]) {
+    let root = sluice_tests::workspace_root();
+    for file in [
+        "deploy/prometheus/sluice-rules.yml",
+        "deploy/grafana/sluice.json",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let names = metric_names(&text);
+        assert!(names.len() > 15, "{file} names {names:?}");
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !pages.iter().any(|p| p.declared.contains(*n)))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{file} queries metrics no page exports: {missing:?}"
+        );
+    }
 }
 
 /// `GET` of `url`: its status and JSON body.

@@ -163,8 +163,11 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage,
         link,
     });
-    let (alerts, alert_publisher) =
-        Publisher::spawn(stores.js.clone(), journal_barrier(&answering));
+    let (alerts, alert_publisher) = Publisher::spawn(
+        stores.js.clone(),
+        journal_barrier(&answering),
+        stats.clone(),
+    );
     let owning = Arc::new(Owning {
         alerts,
         holder: lease::Holder::new(&worker_id),
@@ -177,6 +180,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let mut controller = Controller::new(answering.clone(), owning.clone(), opts.taking_over);
     let status = Arc::new(StatusSources {
         worker_id: worker_id.clone(),
+        partitions: config.partitions,
         stats,
         policy_status,
         key_bound,
