@@ -291,6 +291,27 @@ async fn worker_and_gateway_metrics_parse_and_count_what_happened() {
     );
     assert_eq!(gw.value("sluice_gateway_nats_connected", &[]), 1.0);
 
+    // A hold kept by the scraped worker shows once its partition's next
+    // snapshot holds it.
+    assert_eq!(after.value("sluice_worker_holds", &[]), 0.0);
+    let carol = fresh_key(mine, stack.partitions, "carol");
+    let reserved = http
+        .post(format!("{gateway_url}/v1/reserve/{carol}"))
+        .body(r#"{"policy":"tenper","cost":1,"ttl_ms":600000}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reserved.status(), 200, "{:?}", reserved.text().await);
+    let holds = eventually(Duration::from_secs(10), TICK, || async {
+        let live = Page::scrape(&http, &worker_url)
+            .await
+            .value("sluice_worker_holds", &[]);
+        anyhow::ensure!(live == 1.0, "{live} holds");
+        Ok(())
+    })
+    .await;
+    assert!(holds.is_ok(), "{holds:?}");
+
     // A third worker: the scraped one hands some partitions over.
     // (It may have handed one over already while the stack settled.)
     let handed = after.observations("sluice_worker_handover_duration_seconds", &[]);

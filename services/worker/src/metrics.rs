@@ -168,6 +168,12 @@ impl Collector for StatusValues {
         )?;
         page::gauge(
             &mut e,
+            "sluice_worker_holds",
+            "Live holds in all owned partitions, as of each partition's last snapshot.",
+            level(s.partitions.iter().map(|p| p.holds).sum()),
+        )?;
+        page::gauge(
+            &mut e,
             "sluice_worker_partitions",
             "Partitions this worker owns.",
             level(s.partitions.len() as u64),

@@ -124,6 +124,9 @@ pub struct PartitionStatus {
     pub decisions: u64,
     pub keys: u64,
     pub last_snapshot_ms: u64,
+    /// Live holds, at the last snapshot; 0 from earlier releases.
+    #[serde(default)]
+    pub holds: u64,
 }
 
 /// What a worker's status is read from: for `sluice status` and the
@@ -155,6 +158,7 @@ pub fn status(sources: &StatusSources) -> WorkerStatus {
             decisions: st.decisions.load(Ordering::Relaxed),
             keys: st.keys.load(Ordering::Relaxed),
             last_snapshot_ms: st.last_snapshot_ms.load(Ordering::Relaxed),
+            holds: st.holds.load(Ordering::Relaxed),
         })
         .collect();
     WorkerStatus {

@@ -234,6 +234,8 @@ impl Shard {
         stats
             .keys
             .store(self.owner.counters().len(), Ordering::Relaxed);
+        let holds = self.owner.manifest().carried.holds.len() as u64;
+        stats.holds.store(holds, Ordering::Relaxed);
 
         let client = &self.answering.client;
         let mut subs = SelectAll::new();

@@ -259,6 +259,8 @@ pub struct ShardStats {
     pub changes: AtomicU64,
     pub last_snapshot_ms: AtomicU64,
     pub keys: AtomicU64,
+    /// Live holds, at the last snapshot (or takeover).
+    pub holds: AtomicU64,
     pub answering: AtomicBool,
 }
 
