@@ -18,9 +18,9 @@
 # - the rustfmt and clippy components of the active Rust toolchain;
 # - chromium and chromium-driver (Debian's, with apt-get) and selenium (from
 #   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui);
-# - promtool, from Debian's prometheus package (apt-get; the package's
-#   server is not started), for the alert rules' tests
-#   (scripts/test-rules.sh).
+# - promtool, from Debian's prometheus package (`apt-get download`, unpacked
+#   into .tools/prometheus/: nothing installed system-wide, no server
+#   started), for the alert rules' tests (scripts/test-rules.sh).
 #
 # Idempotent: a second run changes nothing and takes about a second.
 # Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
@@ -153,18 +153,27 @@ fi
 say "$(chromium --version 2>/dev/null | head -1), $(chromedriver_path), selenium $SELENIUM_VERSION"
 
 # --- promtool for the Prometheus rules' tests (scripts/test-rules.sh) ----------
-# Debian's prometheus package ships it; its server is not started (no
-# systemd here, and policy-rc.d or its absence keeps it stopped).
-if ! command -v promtool >/dev/null 2>&1; then
+# Debian's prometheus package ships it (a static binary). The package is
+# only downloaded and unpacked: installing it would start a Prometheus
+# server on machines with systemd.
+PROMTOOL="$TOOLS/prometheus/usr/bin/promtool"
+if ! "$PROMTOOL" --version >/dev/null 2>&1; then
     command -v apt-get >/dev/null 2>&1 ||
-        die "promtool is missing and apt-get is not available; install Prometheus's promtool"
-    say "installing prometheus (for promtool) with apt-get"
-    export DEBIAN_FRONTEND=noninteractive
-    as_root apt-get update -qq
-    as_root apt-get install -y -qq prometheus >/dev/null
+        die "promtool is missing and apt-get is not available; put Prometheus's promtool at $PROMTOOL"
+    say "fetching Debian's prometheus package for promtool"
+    tmp="$(mktemp -d)"
+    chmod 755 "$tmp" # apt's download sandbox user must be able to write here
+    if ! (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1); then
+        as_root apt-get update -qq
+        (cd "$tmp" && apt-get download -q prometheus >/dev/null) ||
+            { rm -rf "$tmp"; die "apt-get download prometheus failed"; }
+    fi
+    rm -rf "$TOOLS/prometheus"
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$TOOLS/prometheus"
+    rm -rf "$tmp"
 fi
-command -v promtool >/dev/null 2>&1 || die "promtool is still missing after apt-get install prometheus"
-say "$(promtool --version 2>&1 | head -1)"
+"$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL does not run"
+say "$("$PROMTOOL" --version 2>&1 | head -1) at $PROMTOOL"
 
 # --- More dependencies go here -----------------------------------------------
 # Keep each one idempotent, installed into .tools/ where possible, and printed.

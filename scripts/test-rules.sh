@@ -5,7 +5,8 @@
 # when, what the recording rules compute). promtool comes from Debian's
 # `prometheus` package (scripts/install-deps.sh installs it). That every
 # metric the rules name is one a live worker or gateway exports is checked
-# by services/cli/tests/metrics.rs.
+# by services/cli/tests/metrics.rs. promtool is .tools/prometheus's, else
+# the one on the PATH.
 #
 #   scripts/test-rules.sh
 set -euo pipefail
@@ -13,8 +14,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT/deploy/prometheus"
 
-command -v promtool >/dev/null 2>&1 ||
+PROMTOOL="$ROOT/.tools/prometheus/usr/bin/promtool"
+[ -x "$PROMTOOL" ] || PROMTOOL="$(command -v promtool || true)"
+[ -n "$PROMTOOL" ] ||
     { echo "test-rules: promtool not found; run scripts/install-deps.sh (Debian's prometheus package)" >&2; exit 1; }
-promtool --version 2>&1 | head -1
-promtool check rules sluice-rules.yml
-promtool test rules sluice-rules.test.yml
+"$PROMTOOL" --version 2>&1 | head -1
+"$PROMTOOL" check rules sluice-rules.yml
+"$PROMTOOL" test rules sluice-rules.test.yml
