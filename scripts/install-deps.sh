@@ -20,7 +20,9 @@
 #   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui);
 # - promtool, from Debian's prometheus package (`apt-get download`, unpacked
 #   into .tools/prometheus/: nothing installed system-wide, no server
-#   started), for the alert rules' tests (scripts/test-rules.sh).
+#   started), for the alert rules' tests (scripts/test-rules.sh);
+# - kubernetes-validate (from PyPI, into .tools/venv) for the Kubernetes
+#   manifests' validation (scripts/test-kubernetes.sh).
 #
 # Idempotent: a second run changes nothing and takes about a second.
 # Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
@@ -174,6 +176,17 @@ if ! "$PROMTOOL" --version >/dev/null 2>&1; then
 fi
 "$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL does not run"
 say "$("$PROMTOOL" --version 2>&1 | head -1) at $PROMTOOL"
+
+# --- kubernetes-validate for the manifests (scripts/test-kubernetes.sh) -------
+# It carries the schemas of each Kubernetes version: no cluster, no network
+# when it runs.
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" 2>/dev/null; then
+    say "installing kubernetes-validate==$KUBERNETES_VALIDATE_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >&2
+fi
+say "kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
 
 # --- More dependencies go here -----------------------------------------------
 # Keep each one idempotent, installed into .tools/ where possible, and printed.
