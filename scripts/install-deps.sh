@@ -17,7 +17,12 @@
 #   through $SLUICE_NATS_SERVER;
 # - the rustfmt and clippy components of the active Rust toolchain;
 # - chromium and chromium-driver (Debian's, with apt-get) and selenium (from
-#   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui).
+#   PyPI, into .tools/venv) for the dashboard's browser tests (tests/ui);
+# - promtool, from Debian's prometheus package (`apt-get download`, unpacked
+#   into .tools/prometheus/: nothing installed system-wide, no server
+#   started), for the alert rules' tests (scripts/test-rules.sh);
+# - kubernetes-validate (from PyPI, into .tools/venv) for the Kubernetes
+#   manifests' validation (scripts/test-kubernetes.sh).
 #
 # Idempotent: a second run changes nothing and takes about a second.
 # Needs python3 (with venv; on Debian, python3-venv is installed with apt-get
@@ -148,6 +153,40 @@ if ! "$VENV/bin/python" -c "import selenium, sys; sys.exit(selenium.__version__ 
         "selenium==$SELENIUM_VERSION" >&2
 fi
 say "$(chromium --version 2>/dev/null | head -1), $(chromedriver_path), selenium $SELENIUM_VERSION"
+
+# --- promtool for the Prometheus rules' tests (scripts/test-rules.sh) ----------
+# Debian's prometheus package ships it (a static binary). The package is
+# only downloaded and unpacked: installing it would start a Prometheus
+# server on machines with systemd.
+PROMTOOL="$TOOLS/prometheus/usr/bin/promtool"
+if ! "$PROMTOOL" --version >/dev/null 2>&1; then
+    command -v apt-get >/dev/null 2>&1 ||
+        die "promtool is missing and apt-get is not available; put Prometheus's promtool at $PROMTOOL"
+    say "fetching Debian's prometheus package for promtool"
+    tmp="$(mktemp -d)"
+    chmod 755 "$tmp" # apt's download sandbox user must be able to write here
+    if ! (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1); then
+        as_root apt-get update -qq
+        (cd "$tmp" && apt-get download -q prometheus >/dev/null) ||
+            { rm -rf "$tmp"; die "apt-get download prometheus failed"; }
+    fi
+    rm -rf "$TOOLS/prometheus"
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$TOOLS/prometheus"
+    rm -rf "$tmp"
+fi
+"$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL does not run"
+say "$("$PROMTOOL" --version 2>&1 | head -1) at $PROMTOOL"
+
+# --- kubernetes-validate for the manifests (scripts/test-kubernetes.sh) -------
+# It carries the schemas of each Kubernetes version: no cluster, no network
+# when it runs.
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" 2>/dev/null; then
+    say "installing kubernetes-validate==$KUBERNETES_VALIDATE_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >&2
+fi
+say "kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
 
 # --- More dependencies go here -----------------------------------------------
 # Keep each one idempotent, installed into .tools/ where possible, and printed.

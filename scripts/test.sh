@@ -9,7 +9,9 @@
 # (scripts/test-python.sh) and the documentation's examples against
 # `sluice dev` (scripts/test-docs.sh), then the gateway's HTTP API against
 # its OpenAPI description (scripts/test-api.sh: schemathesis), then the
-# dashboard in a headless chromium (scripts/test-ui.sh). Extra arguments go to `cargo test`; with a
+# dashboard in a headless chromium (scripts/test-ui.sh), then the
+# Prometheus rules with promtool (scripts/test-rules.sh) and the Kubernetes
+# manifests (scripts/test-kubernetes.sh). Extra arguments go to `cargo test`; with a
 # package (-p) or a test filter, only that runs (no Python tests, no docs), e.g.
 #
 #   scripts/test.sh --test harness            # one integration test file
@@ -50,4 +52,8 @@ if [ "$everything" = 1 ]; then
     scripts/test-api.sh
     echo "==> the dashboard in a headless browser (scripts/test-ui.sh)"
     scripts/test-ui.sh
+    echo "==> the Prometheus rules (scripts/test-rules.sh)"
+    scripts/test-rules.sh
+    echo "==> the Kubernetes manifests (scripts/test-kubernetes.sh)"
+    scripts/test-kubernetes.sh
 fi

@@ -48,7 +48,7 @@ pub use defaults::{
     MAX_LEASE_TTL, MAX_PARTITIONS, MAX_POLICY_NAME_LEN, MIN_LEASE_TTL, MIN_SNAPSHOT_INTERVAL,
 };
 pub use envoy::{EntryMatch, EnvoyConfig, EnvoyRule, EnvoyTarget, KeyTemplate, ValueMatch};
-use error::key_path;
+pub(crate) use error::key_path;
 pub use error::{ConfigError, FieldError};
 pub use scope::check_region;
 use std::collections::BTreeMap;

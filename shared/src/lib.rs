@@ -45,10 +45,13 @@
 //!   formatted, for the config and usage history's tiers.
 //! - [`nats_config`]: the nats-server config with the partition mapping.
 //! - [`storage`]: names of the JetStream buckets, keys and streams.
+//! - [`replication`]: how many JetStream replicas keep them, matched to
+//!   the NATS cluster unless `--replicas` says.
 //! - [`format`]: the format versions of snapshots, journal messages and
 //!   lease values, so a worker refuses state newer than it reads.
 //! - [`assignment`]: which live worker owns which partition (balanced rendezvous).
 //! - [`metrics`]: `/metrics` pages through the Prometheus client library.
+//! - [`readiness`]: whether a worker or a gateway is ready (`/readyz`).
 //!
 //! ```
 //! use sluice_core::policy::Policy;
@@ -81,7 +84,9 @@ pub mod packed;
 pub mod partition;
 pub mod policies;
 pub mod policy;
+pub mod readiness;
 pub mod region;
+pub mod replication;
 pub mod storage;
 pub mod subject;
 pub mod time;

@@ -13,6 +13,8 @@
 //! previous version stays in force and the reason names the field, as in a
 //! config file.
 
+pub mod export;
+
 use crate::config::{check_region, Config, LimitTable, PolicyTable};
 use crate::policy::{Policy, DEFAULT_POLICY};
 use crate::region::RegionName;

@@ -1,5 +1,5 @@
 //! The flags every command takes ([`Common`]): the NATS server, its
-//! credentials and the config file. Apart from the command line
+//! credentials, the config file and the form of log lines. Apart from the command line
 //! (`cli.rs`), which names every command, so that each command can take
 //! them without depending on the others.
 
@@ -24,6 +24,15 @@ pub struct Common {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub auth: NatsAuthArgs,
+    /// How log lines are written to stderr: text, or json (one object per line).
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::logging::LogFormat::Text
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// NATS credentials and TLS (SPEC §10), for every command. At most one

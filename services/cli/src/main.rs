@@ -1,8 +1,8 @@
 //! `sluice`: one binary for every role (SPEC §5).
 //!
-//! This file only parses the command line, sets up logging and the runtime,
-//! loads the config, and hands over to the library that does the work. Each
-//! command's code lives in its own module.
+//! This file only parses the command line, sets up logging (`logging.rs`)
+//! and the runtime, loads the config, and hands over to the library that
+//! does the work. Each command's code lives in its own module.
 
 mod alerts_cmd;
 mod bench_cmd;
@@ -13,6 +13,7 @@ mod dev_cmd;
 mod gateway_cmd;
 mod hold_cmd;
 mod key_cmd;
+mod logging;
 mod nats_config_cmd;
 mod policy_cmd;
 mod signals;
@@ -33,13 +34,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn")),
-        )
-        .init();
+    logging::init(cli.common.log_format);
     match cli.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

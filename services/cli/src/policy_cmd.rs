@@ -1,4 +1,4 @@
-//! `sluice policy list|get|set|rm|apply` (SPEC §7): the live policies in
+//! `sluice policy list|get|set|rm|apply|export` (SPEC §7): the live policies in
 //! the `sluice-policies` bucket. Every value is checked as a config file's
 //! policy is, with the same messages, before anything is written
 //! ([`sluice_client::policy_store`], which the gateway writes with too);
@@ -11,13 +11,14 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use sluice_client::policy_store;
 use sluice_core::config::{Config, LimitTable, PolicyTable};
-use sluice_core::policies::{OverrideTable, Policies};
+use sluice_core::key::decode_key;
+use sluice_core::policies::{self, export, OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
 use sluice_core::region::RegionName;
 use sluice_core::storage::{PolicyKey, POLICY_BUCKET};
 use sluice_worker::fleet;
 use sluice_worker::service::PolicyInForce;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -54,8 +55,13 @@ pub enum PolicyCommand {
     /// Remove a policy from the bucket (the config file's, if any, is back
     /// in force; `default` cannot be removed).
     Rm { policy: String },
-    /// Set every `[policies.X]` of a TOML config file in the bucket.
+    /// Set every `[policies.X]` of a TOML config file in the bucket, and
+    /// every override of its `[overrides.<policy>]` tables (what `export`
+    /// prints).
     Apply { file: PathBuf },
+    /// Print the bucket's live policies and overrides as TOML that `apply`
+    /// takes back (a backup, or a copy for another deployment).
+    Export,
     /// Replace one key's limits under a policy (`--limit 0/1m` blocks it).
     Override {
         policy: String,
@@ -203,19 +209,8 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                     limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
                 };
                 let in_force = in_force(common).await?;
-                let base = in_force
-                    .get(policy)
-                    .ok_or_else(|| anyhow!("no policy named {policy:?} is in force"))?;
                 let bucket = bucket(common).await?;
-                let revision = policy_store::put_override(&bucket, base, key.as_bytes(), &table)
-                    .await
-                    .map_err(|e| anyhow!(e))?;
-                let entry = policy_store::override_entry(policy, key.as_bytes())?;
-                println!(
-                    "override {entry} set (revision {revision}): {}",
-                    serde_json::to_string(&table)?
-                );
-                Ok(())
+                put_override(&bucket, &in_force, policy, key.as_bytes(), &table).await
             }
             PolicyCommand::Unoverride { policy, key } => {
                 policy_store::remove_override(&bucket(common).await?, policy, key.as_bytes())
@@ -227,22 +222,97 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
                 );
                 Ok(())
             }
-            PolicyCommand::Apply { file } => {
-                let config = Config::load(file)?;
-                let bucket = bucket(common).await?;
-                for p in config.policies.values() {
-                    put(
-                        &bucket,
-                        p.name(),
-                        &PolicyTable::of(p),
-                        config.region.as_ref(),
-                    )
-                    .await?;
-                }
+            PolicyCommand::Apply { file } => apply(common, file).await,
+            PolicyCommand::Export => {
+                let region = common.load_config()?.region;
+                print!("{}", export(&bucket(common).await?, region.as_ref()).await?);
                 Ok(())
             }
         }
     })
+}
+
+/// `sluice policy apply FILE`: the file's `[policies.X]` tables, checked as
+/// a config file's, then its overrides (docs/CONFIG.md, "Export and
+/// apply").
+async fn apply(common: &Common, file: &Path) -> Result<()> {
+    let name = file.display().to_string();
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the policy file {name}"))?;
+    let to_apply = export::read(&text).map_err(|e| anyhow!("{name}: {e}"))?;
+    let config = Config::from_toml(&to_apply.config_text, &name)?;
+    let bucket = bucket(common).await?;
+    for policy in &to_apply.policies {
+        let p = config
+            .policy(policy)
+            .ok_or_else(|| anyhow!("{name}: no policy {policy:?} after checking the file"))?;
+        put(&bucket, policy, &PolicyTable::of(p), config.region.as_ref()).await?;
+    }
+    if to_apply.overrides.is_empty() {
+        return Ok(());
+    }
+    let in_force = in_force(common).await?;
+    for (policy, token, table) in &to_apply.overrides {
+        let key = decode_key(token).map_err(|e| anyhow!("{name}: key {token:?}: {e}"))?;
+        put_override(&bucket, &in_force, policy, &key, table).await?;
+    }
+    Ok(())
+}
+
+/// The bucket's live policies and overrides as the TOML `apply` takes
+/// back ([`export::Export`]); each policy is checked against `region` as
+/// a worker would, and one refused is left out with a warning.
+async fn export(bucket: &kv::Store, region: Option<&RegionName>) -> Result<String> {
+    let mut out = export::Export {
+        region: region.map(|r| r.to_string()),
+        ..Default::default()
+    };
+    for (key, value) in entries(bucket).await? {
+        match PolicyKey::parse(&key) {
+            Some(PolicyKey::Policy(name)) => match policies::parse(&name, &value, region) {
+                Ok(p) => {
+                    out.policies.insert(name, PolicyTable::of(&p));
+                }
+                Err(e) => eprintln!("refused, not exported: {e}"),
+            },
+            Some(PolicyKey::Override { policy, key_token }) => {
+                match policies::parse_override(&policy, &value) {
+                    Ok(table) => {
+                        out.overrides
+                            .entry(policy)
+                            .or_default()
+                            .insert(key_token, table);
+                    }
+                    Err(e) => eprintln!("refused, not exported: {e}"),
+                }
+            }
+            None => eprintln!("not exported: {key:?} is no policy or override key"),
+        }
+    }
+    out.render().map_err(|e| anyhow!(e))
+}
+
+/// Checks `table` as an override of `policy` in force (`in_force`), then
+/// writes it for `key` ([`policy_store::put_override`]).
+async fn put_override(
+    bucket: &kv::Store,
+    in_force: &Policies,
+    policy: &str,
+    key: &[u8],
+    table: &OverrideTable,
+) -> Result<()> {
+    let base = in_force
+        .get(policy)
+        .ok_or_else(|| anyhow!("no policy named {policy:?} is in force"))?;
+    let revision = policy_store::put_override(bucket, base, key, table)
+        .await
+        .map_err(|e| anyhow!(e))?;
+    let entry = policy_store::override_entry(policy, key)?;
+    println!(
+        "override {entry} set (revision {revision}): {}",
+        serde_json::to_string(table)?
+    );
+    Ok(())
 }
 
 /// `MAX/PER` or `MAX/PER:BURST`.
@@ -342,24 +412,32 @@ async fn on_workers(common: &Common) -> Result<Vec<PolicyInForce>> {
 /// The config file's policies overlaid by the bucket's valid ones.
 async fn in_force(common: &Common) -> Result<Policies> {
     let mut policies = Policies::from_config(&common.load_config()?);
-    let bucket = bucket(common).await?;
-    let mut keys = bucket
-        .keys()
-        .await
-        .context("cannot list the policy bucket")?;
-    while let Some(key) = keys.next().await {
-        let key = key?;
+    for (key, value) in entries(&bucket(common).await?).await? {
         if !matches!(PolicyKey::parse(&key), Some(PolicyKey::Policy(_))) {
             continue;
         }
-        if let Some(value) = bucket.get(&key).await? {
-            if let Err(e) = policies.apply(&key, Some(&value)) {
-                eprintln!("refused (not in force): {e}");
-            }
+        if let Err(e) = policies.apply(&key, Some(&value)) {
+            eprintln!("refused (not in force): {e}");
         }
     }
     if policies.iter().next().is_none() {
         bail!("no policy in force");
     }
     Ok(policies)
+}
+
+/// Every key of the policy bucket that holds a value, with it.
+async fn entries(bucket: &kv::Store) -> Result<Vec<(String, bytes::Bytes)>> {
+    let mut keys = bucket
+        .keys()
+        .await
+        .context("cannot list the policy bucket")?;
+    let mut found = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key?;
+        if let Some(value) = bucket.get(&key).await? {
+            found.push((key, value));
+        }
+    }
+    Ok(found)
 }

@@ -25,7 +25,13 @@ pub fn run(common: &Common, args: &StatusArgs) -> Result<()> {
         .build()?;
     let status = rt.block_on(async {
         let client = common.connect("sluice status").await?;
-        fleet::collect(&client, config.partitions, args.wait).await
+        let mut status = fleet::collect(&client, config.partitions, args.wait).await?;
+        let steps: Vec<String> = match config.usage.enabled {
+            true => config.usage.tiers.iter().map(|t| t.name()).collect(),
+            false => Vec::new(),
+        };
+        status.replication = Some(fleet::replication(&client, &steps).await);
+        anyhow::Ok(status)
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
@@ -61,6 +67,7 @@ fn table(s: &Status) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&replication_warnings(s));
     let _ = writeln!(out, "WORKERS ({})", s.workers.len());
     let _ = writeln!(
         out,
@@ -126,6 +133,29 @@ fn table(s: &Status) -> String {
                 .map(|k| k.to_string())
                 .unwrap_or_else(|| "-".into()),
         );
+    }
+    out
+}
+
+/// A line for each bucket or stream kept with fewer replicas than the NATS
+/// cluster could give: one node lost loses it.
+fn replication_warnings(s: &Status) -> String {
+    let Some(r) = &s.replication else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for kept in r.below_cluster() {
+        out.push_str(&format!(
+            "WARNING: {stream} is kept with {have} replica(s) but the NATS cluster could give {could}: \
+             losing one NATS node loses it; raise it with `nats stream edit {stream} --replicas {could}` \
+             (docs/OPERATIONS.md, \"Durability and replicas\")\n",
+            stream = kept.stream,
+            have = kept.replicas,
+            could = r.cluster_could_give
+        ));
+    }
+    if !out.is_empty() {
+        out.push('\n');
     }
     out
 }

@@ -9,10 +9,15 @@ pub struct WorkerArgs {
     /// Serve Prometheus metrics on this address (off unless given).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// JetStream replicas for the lease and snapshot buckets and the journal
-    /// (1 on a single server, 3 in a 3-node cluster).
-    #[arg(long, default_value_t = 1, env = "SLUICE_REPLICAS")]
-    pub replicas: usize,
+    /// JetStream replicas for the buckets and streams (leases, snapshots,
+    /// policies, journal, alerts, usage). Default: 3 when the NATS cluster
+    /// has 3 or more servers, 1 on a single server.
+    #[arg(
+        long,
+        env = "SLUICE_REPLICAS",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=5)
+    )]
+    pub replicas: Option<usize>,
     /// This worker's id (unique per process; generated when not given).
     #[arg(long)]
     pub worker_id: Option<String>,

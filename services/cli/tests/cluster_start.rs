@@ -120,3 +120,104 @@ async fn a_worker_started_while_its_cluster_has_no_quorum_waits_and_then_answers
     assert!(worker.is_running(), "{}", worker.log_tail(20));
     worker.terminate().expect("the worker stops");
 }
+
+/// How long a worker may take to make its buckets and answer on a cluster.
+const STARTS: Duration = Duration::from_secs(60);
+
+/// Replication matches the cluster (docs/OPERATIONS.md, "Durability and
+/// replicas"): a worker given `--replicas 1` on a 3-node cluster keeps
+/// everything on one node, and `sluice status` warns of each bucket and
+/// stream; a worker given nothing, on the same cluster with the state
+/// gone, keeps every bucket and stream (journal and usage included) at R3,
+/// says so at start, and `sluice status` warns of nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_replicas_keeps_its_state_at_r3_on_a_three_node_cluster() {
+    let _serial = serial().await;
+    let config = TestConfig::new().journal();
+    let partitions = config.config().partitions;
+    let nats =
+        NatsCluster::start(3, |_| server_config(partitions)).expect("three NATS nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sluice.toml");
+    std::fs::write(&path, config.toml()).unwrap();
+    let urls = nats.urls().join(",");
+    let client = nats.connect().await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let status = || {
+        let out = std::process::Command::new(SLUICE)
+            .args(["status", "--nats", &urls, "--config"])
+            .arg(&path)
+            .output()
+            .expect("sluice status runs");
+        assert!(out.status.success(), "{}", sluice_tests::output_text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let start = |id: &str, replicas: Option<&str>| {
+        let mut cmd = worker_command(SLUICE.as_ref(), &urls, &path, Some(id));
+        cmd.env("SLUICE_LOG", "info").env_remove("SLUICE_REPLICAS");
+        if let Some(n) = replicas {
+            cmd.args(["--replicas", n]);
+        }
+        ChildGuard::spawn_logged(id, cmd, &dir.path().join(format!("{id}.log"))).unwrap()
+    };
+    let answers = |worker: &ChildGuard| {
+        let log = worker.log_tail(30);
+        let client = &client;
+        async move {
+            eventually(STARTS, Duration::from_millis(100), || {
+                ask(client, "replicas", br#"{"policy":"default","cost":0}"#)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}\n{log}"));
+        }
+    };
+
+    let mut one = start("one", Some("1"));
+    answers(&one).await;
+    let replicas = kept_replicas(&js).await;
+    assert!(replicas.iter().all(|(_, r)| *r == 1), "{replicas:?}");
+    let warned = status();
+    for (stream, _) in &replicas {
+        assert!(
+            warned.contains(&format!(
+                "WARNING: {stream} is kept with 1 replica(s) but the NATS cluster could give 3"
+            )),
+            "no warning of {stream}:\n{warned}"
+        );
+    }
+    one.terminate().expect("the first worker stops");
+    for (stream, _) in &replicas {
+        js.delete_stream(stream)
+            .await
+            .expect("the stream is deleted");
+    }
+
+    let mut three = start("three", None);
+    answers(&three).await;
+    let replicas = kept_replicas(&js).await;
+    assert_eq!(replicas.len(), 9, "every bucket and stream: {replicas:?}");
+    assert!(replicas.iter().all(|(_, r)| *r == 3), "{replicas:?}");
+    let log = three.log_tail(200);
+    assert!(
+        log.contains("state kept with 3 replicas: the NATS cluster has 3 servers"),
+        "the worker says why at start:\n{log}"
+    );
+    let quiet = status();
+    assert!(!quiet.contains("WARNING"), "{quiet}");
+    assert!(quiet.contains("WORKERS (1)"), "{quiet}");
+    three.terminate().expect("the second worker stops");
+}
+
+/// sluice's streams that exist, with their replicas: the three buckets',
+/// the journal, alerts and the usage tiers.
+async fn kept_replicas(js: &async_nats::jetstream::Context) -> Vec<(String, usize)> {
+    let tiers = sluice_core::config::Config::default().usage.tiers;
+    let steps: Vec<String> = tiers.iter().map(|t| t.name()).collect();
+    let mut kept = Vec::new();
+    for name in sluice_core::replication::sluice_streams(&steps) {
+        if let Ok(stream) = js.get_stream(&name).await {
+            kept.push((name, stream.cached_info().config.num_replicas));
+        }
+    }
+    kept
+}

@@ -303,3 +303,36 @@ fn a_report_into_a_closed_pipe_ends_without_a_panic() {
         out.status
     );
 }
+
+/// `--log-format json`: every line a worker logs is one JSON object with
+/// the fields its text line has (the message, the worker, its partitions),
+/// beside the time, the level and the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_logs_json_lines_with_the_fields_of_its_text_lines() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, CONFIG, 1).await;
+    stack.start_workers_with(1, &["--log-format", "json"]).await;
+    let text = stack.worker_log("t0");
+    let started = text
+        .lines()
+        .find(|l| l.contains("worker started"))
+        .unwrap_or_else(|| panic!("the text log says it started:\n{text}"));
+    for field in ["worker", "partitions"] {
+        assert!(started.contains(field), "{started}");
+    }
+    let json = stack.worker_log("t1");
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect();
+    assert!(events.len() > 2, "{json}");
+    let started = events
+        .iter()
+        .find(|e| e["message"] == "worker started")
+        .unwrap_or_else(|| panic!("the JSON log says it started:\n{json}"));
+    assert_eq!(started["worker"], "t1");
+    assert_eq!(started["partitions"], 8);
+    assert_eq!(started["level"], "INFO");
+    assert_eq!(started["target"], "sluice_worker::worker");
+    assert!(started["timestamp"].is_string(), "{started}");
+}

@@ -274,3 +274,109 @@ async fn policy_list_shows_what_the_workers_hold_in_force_and_where_it_comes_fro
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no policy named \"nope\""));
 }
+
+/// The bucket's keys that hold a value, with it.
+async fn bucket_values(stack: &Stack) -> std::collections::BTreeMap<String, String> {
+    use futures::StreamExt;
+    let client = stack.clients(1).await.remove(0);
+    let bucket = async_nats::jetstream::new(client)
+        .get_key_value(POLICY_BUCKET)
+        .await
+        .unwrap();
+    let mut values = std::collections::BTreeMap::new();
+    let mut keys = bucket.keys().await.unwrap();
+    while let Some(key) = keys.next().await {
+        let key = key.unwrap();
+        if let Some(v) = bucket.get(&key).await.unwrap() {
+            values.insert(key, String::from_utf8_lossy(&v).into_owned());
+        }
+    }
+    values
+}
+
+/// `sluice policy export` prints the bucket's live policies and overrides
+/// as TOML that `sluice policy apply` takes back unchanged: emptied, then
+/// given the file, the bucket holds the same keys, the workers the same
+/// policies, and a second export is the same text (docs/CONFIG.md, "Export
+/// and apply").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_export_prints_what_policy_apply_takes_back_unchanged() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &TestConfig::new().toml(), 1).await;
+    for args in [
+        &[
+            "login",
+            "--algorithm",
+            "sliding_log",
+            "--limit",
+            "10/1m",
+            "--limit",
+            "500/1h",
+        ][..],
+        &[
+            "monthly",
+            "--algorithm",
+            "fixed_window",
+            "--limit",
+            "100000/month",
+            "--tz",
+            "Europe/Paris",
+            "--alert",
+            "80",
+            "--alert",
+            "100",
+        ],
+        &[
+            "hot",
+            "--algorithm",
+            "token_bucket",
+            "--limit",
+            "100/1s:200",
+            "--local-budget",
+        ],
+        &[
+            "quiet",
+            "--algorithm",
+            "gcra",
+            "--limit",
+            "5/1s",
+            "--mode",
+            "shadow",
+        ],
+    ] {
+        stack.run(&[&["policy", "set"][..], args].concat());
+    }
+    stack.run(&[
+        "policy", "override", "login", "bob@x.io", "--limit", "100/1m",
+    ]);
+    stack.run(&["policy", "override", "login", "mallory", "--limit", "0/1m"]);
+    let exported = stack.run(&["policy", "export"]);
+    for part in [
+        "[policies.login]",
+        "[policies.monthly]",
+        "tz = \"Europe/Paris\"",
+        "[overrides.login",
+        "bob%40x%2Eio",
+    ] {
+        assert!(exported.contains(part), "{part} is exported:\n{exported}");
+    }
+    let listed = stack.run(&["policy", "list"]);
+    let keys: Vec<String> = bucket_values(&stack).await.into_keys().collect();
+    assert_eq!(keys.len(), 6, "{keys:?}");
+
+    for policy in ["login", "monthly", "hot", "quiet"] {
+        stack.run(&["policy", "rm", policy]);
+    }
+    for key in ["bob@x.io", "mallory"] {
+        stack.run(&["policy", "unoverride", "login", key]);
+    }
+    assert!(bucket_values(&stack).await.is_empty());
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &exported).unwrap();
+    stack.run(&["policy", "apply", file.path().to_str().unwrap()]);
+
+    let again: Vec<String> = bucket_values(&stack).await.into_keys().collect();
+    assert_eq!(again, keys, "the bucket holds the same keys again");
+    assert_eq!(stack.run(&["policy", "export"]), exported);
+    assert_eq!(stack.run(&["policy", "list"]), listed);
+}

@@ -39,6 +39,8 @@
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
 //!   fallback, so it is healthy as long as it can reach NATS.
+//! - `readiness.rs`: `/livez` and `/readyz` (connected, and a worker
+//!   answers), for orchestrators' probes.
 //!
 //! ```no_run
 //! use sluice_gateway::{run, GatewayOptions};
@@ -63,6 +65,7 @@ mod metrics;
 mod options;
 mod policies;
 mod proxy;
+mod readiness;
 mod respond;
 mod responses;
 mod status;
@@ -370,6 +373,7 @@ fn router(app: Arc<App>, full: Option<ApiToken>, read: Option<ApiToken>) -> Rout
         router = router.merge(ui::router(app.clone()));
     }
     router
+        .merge(readiness::routes())
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(proxy::proxy)

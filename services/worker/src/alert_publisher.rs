@@ -7,9 +7,11 @@
 //! before, so an alert never announces a count a crash could still lose.
 
 use crate::alerting::{Note, Sink};
+use crate::stats::WorkerStats;
 use async_nats::jetstream::{self, message::PublishMessage};
 use futures::future::BoxFuture;
 use sluice_core::subject::alert_subject;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -30,10 +32,15 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 pub struct Publisher;
 
 impl Publisher {
-    /// Starts the task; `barrier` in journal mode.
-    pub fn spawn(js: jetstream::Context, barrier: Option<Barrier>) -> (Sink, JoinHandle<()>) {
+    /// Starts the task; `barrier` in journal mode; alerts not
+    /// acknowledged are counted in `stats`.
+    pub fn spawn(
+        js: jetstream::Context,
+        barrier: Option<Barrier>,
+        stats: Arc<WorkerStats>,
+    ) -> (Sink, JoinHandle<()>) {
         let (sink, rx) = Sink::new();
-        (sink, tokio::spawn(publish_all(js, rx, barrier)))
+        (sink, tokio::spawn(publish_all(js, rx, barrier, stats)))
     }
 }
 
@@ -41,6 +48,7 @@ async fn publish_all(
     js: jetstream::Context,
     mut rx: mpsc::UnboundedReceiver<Note>,
     barrier: Option<Barrier>,
+    stats: Arc<WorkerStats>,
 ) {
     while let Some(first) = rx.recv().await {
         let mut notes = vec![first];
@@ -59,6 +67,10 @@ async fn publish_all(
             if notes.is_empty() {
                 break;
             }
+            let failed = notes.len() as u64;
+            stats
+                .alert_publish_failures
+                .fetch_add(failed, Ordering::Relaxed);
             tracing::warn!(
                 unstored = notes.len(),
                 "threshold alerts not acknowledged by the stream; publishing them again in {wait:?}"

@@ -17,6 +17,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
+use sluice_core::replication::{sluice_streams, ClusterView, Kept};
 use sluice_core::storage::{partition_key, LeaseKey, LEASE_BUCKET, SNAPSHOT_BUCKET};
 use sluice_core::subject::{status_ping, status_stats};
 use std::collections::BTreeMap;
@@ -33,6 +34,65 @@ pub struct Status {
     /// link (SPEC §12); empty without regions.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub regions: Vec<RegionRow>,
+    /// The replicas sluice's buckets and streams are kept with, against
+    /// what the NATS cluster could give ([`replication`]; `sluice status`
+    /// reads it, the dashboard does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<Replication>,
+}
+
+/// sluice's buckets and streams and their replicas, against what the NATS
+/// cluster could give ([`sluice_core::replication`]).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Serialize, Debug)]
+pub struct Replication {
+    /// 3 in a cluster of 3 or more servers, else 1.
+    pub cluster_could_give: usize,
+    /// Each bucket's or stream's replicas; those that do not exist (yet)
+    /// or that these credentials may not read are left out.
+    pub kept: Vec<Kept>,
+}
+
+impl Replication {
+    /// What is kept with fewer replicas than the cluster could give.
+    pub fn below_cluster(&self) -> Vec<&Kept> {
+        self.kept
+            .iter()
+            .filter(|k| k.replicas < self.cluster_could_give)
+            .collect()
+    }
+}
+
+/// The replicas of sluice's buckets and streams (usage in `usage_steps`),
+/// and what the cluster `client` is connected to could give. Each stream is
+/// read with its own `STREAM.INFO` (what an admin may read; listing streams
+/// is not), all at once, each given up after a second.
+pub async fn replication(client: &async_nats::Client, usage_steps: &[String]) -> Replication {
+    let info = client.server_info();
+    let view = ClusterView::from_info(info.cluster.as_deref(), &info.connect_urls);
+    let js = jetstream::new(client.clone());
+    let reads = sluice_streams(usage_steps).into_iter().map(|name| {
+        let js = js.clone();
+        async move {
+            let stream = tokio::time::timeout(Duration::from_secs(1), js.get_stream(&name))
+                .await
+                .ok()?
+                .ok()?;
+            let replicas = stream.cached_info().config.num_replicas;
+            Some(Kept {
+                stream: name,
+                replicas,
+            })
+        }
+    });
+    Replication {
+        cluster_could_give: view.could_give(),
+        kept: futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .collect(),
+    }
 }
 
 /// A region as this region's workers see it.
@@ -154,6 +214,7 @@ pub async fn collect(
         regions: regions(&workers),
         workers,
         unowned,
+        replication: None,
     })
 }
 

@@ -46,7 +46,8 @@
 //! - [`region`]: with regions (SPEC §12), the checks that the worker
 //!   runs in its region, its answers to region hellos, and which other
 //!   regions the link reaches.
-//! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`).
+//! - [`metrics`]: the Prometheus `/metrics` page (`--metrics-listen`),
+//!   with `/livez` and `/readyz`; [`readiness`]: what `/readyz` reads.
 //! - [`fleet`]: the fleet as NATS sees it (`sluice status`, the gateway's
 //!   dashboard): owners, snapshot ages, every worker's status.
 //! - [`blocking`]: CPU-heavy jobs off the answering thread.
@@ -72,6 +73,7 @@ pub mod outbox;
 pub mod owner;
 pub mod policy_watch;
 pub mod probe;
+pub mod readiness;
 pub mod region;
 pub mod reply;
 pub mod routes;

@@ -1,5 +1,6 @@
 //! `sluice worker --metrics-listen ADDR`: Prometheus metrics over HTTP,
-//! through the Prometheus client library ([`sluice_core::metrics`]).
+//! through the Prometheus client library ([`sluice_core::metrics`]), and
+//! on the same listener `/livez` and `/readyz` ([`serve`]).
 //! docs/METRICS.md lists them all, with what to alert on.
 //!
 //! Two sources, one page: what only the page shows is measured where it
@@ -18,8 +19,12 @@ use axum::{routing::get, Router};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use sluice_core::metrics::{self as page, ConstGauge, Registry};
+use sluice_core::readiness;
 use std::fmt;
 use std::sync::Arc;
+
+/// The content type of `/livez` and `/readyz`.
+const JSON: [(header::HeaderName, &str); 1] = [(header::CONTENT_TYPE, "application/json")];
 
 /// The `/metrics` page of a worker.
 pub fn render(sources: &StatusSources) -> Result<String, fmt::Error> {
@@ -108,6 +113,11 @@ pub fn render(sources: &StatusSources) -> Result<String, fmt::Error> {
     ] {
         registry.register(name, help, counter.clone());
     }
+    registry.register(
+        "sluice_worker_configured_partitions",
+        "The config's partition count: every partition, owned here or not.",
+        ConstGauge::new(i64::from(sources.partitions)),
+    );
     registry.register_collector(Box::new(StatusValues(service::status(sources))));
     page::render(&registry)
 }
@@ -168,6 +178,12 @@ impl Collector for StatusValues {
         )?;
         page::gauge(
             &mut e,
+            "sluice_worker_holds",
+            "Live holds in all owned partitions, as of each partition's last snapshot.",
+            level(s.partitions.iter().map(|p| p.holds).sum()),
+        )?;
+        page::gauge(
+            &mut e,
             "sluice_worker_partitions",
             "Partitions this worker owns.",
             level(s.partitions.len() as u64),
@@ -190,30 +206,140 @@ impl Collector for StatusValues {
                     ConstGauge::new(level(p.last_snapshot_ms)),
                 )
             }),
-        )
+        )?;
+        failures_and_links(s, &mut e)
     }
 }
 
-/// Serves `/metrics` on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, sources: Arc<StatusSources>) {
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let sources = sources.clone();
-            async move {
-                match render(&sources) {
-                    Ok(text) => {
-                        ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
-                    }
-                    Err(e) => {
-                        tracing::error!("cannot render /metrics: {e}");
-                        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+/// What went wrong off the decision path (usage flushes, alerts, formats)
+/// and the link to each other region, with whether a home of a global
+/// policy in force here is cut off.
+fn failures_and_links(s: &WorkerStatus, e: &mut DescriptorEncoder) -> fmt::Result {
+    for (name, help, value) in [
+        (
+            "sluice_worker_usage_flush_failures",
+            "Usage flushes that could not store what a partition counted (tried again at the next tick; a failed final one is missing from usage).",
+            s.usage_flush_failures,
+        ),
+        (
+            "sluice_worker_alert_publish_failures",
+            "Threshold alerts the alerts stream did not acknowledge (published again until it does).",
+            s.alert_publish_failures,
+        ),
+        (
+            "sluice_worker_format_refusals",
+            "Takeovers refused because a snapshot or journal message is of a newer format than this worker reads (upgrade it).",
+            s.format_refusals,
+        ),
+    ] {
+        page::counter(e, name, help, value)?;
+    }
+    page::family(
+        e,
+        "sluice_worker_link_up",
+        "1 while another region's workers answer over the link, per region this worker has seen (regions only).",
+        s.links
+            .iter()
+            .map(|l| ([("region", l.region.clone())], ConstGauge::new(i64::from(l.up)))),
+    )?;
+    page::family(
+        e,
+        "sluice_worker_home_cut_off",
+        "1 while the link to a region that is the home of a global policy in force here is down (on_cut decides meanwhile).",
+        homes_cut_off(s)
+            .into_iter()
+            .map(|(region, cut)| ([("region", region)], ConstGauge::new(i64::from(cut)))),
+    )
+}
+
+/// Each region seen over the link that is the home of a global policy in
+/// force on the worker of `s`, and whether its link is down.
+fn homes_cut_off(s: &WorkerStatus) -> Vec<(String, bool)> {
+    let homes: std::collections::BTreeSet<&str> = s
+        .policies
+        .iter()
+        .filter(|p| p.policy.scope.as_deref() == Some("global"))
+        .filter_map(|p| p.policy.home.as_deref())
+        .collect();
+    s.links
+        .iter()
+        .filter(|l| homes.contains(l.region.as_str()))
+        .map(|l| (l.region.clone(), !l.up))
+        .collect()
+}
+
+/// Serves `/metrics`, `/livez` and `/readyz` ([`sluice_core::readiness`])
+/// on `listener` until the task is dropped; `client` is the worker's NATS
+/// connection, whose state `/readyz` reads.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    sources: Arc<StatusSources>,
+    client: async_nats::Client,
+) {
+    let ready = {
+        let sources = sources.clone();
+        move || {
+            let connected = client.connection_state() == async_nats::connection::State::Connected;
+            let verdict = readiness::worker(&sources.stats.readiness.state(connected));
+            let status = StatusCode::from_u16(verdict.http_status())
+                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            async move { (status, JSON, verdict.body()).into_response() }
+        }
+    };
+    let app = Router::new()
+        .route("/livez", get(|| async { (JSON, readiness::LIVE_BODY) }))
+        .route("/readyz", get(ready))
+        .route(
+            "/metrics",
+            get(move || {
+                let sources = sources.clone();
+                async move {
+                    match render(&sources) {
+                        Ok(text) => {
+                            ([(header::CONTENT_TYPE, page::CONTENT_TYPE)], text).into_response()
+                        }
+                        Err(e) => {
+                            tracing::error!("cannot render /metrics: {e}");
+                            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                        }
                     }
                 }
-            }
-        }),
-    );
+            }),
+        );
     if let Err(e) = axum::serve(listener, app).await {
         tracing::warn!("metrics server stopped: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_home_is_cut_off_while_its_link_is_down_and_other_regions_are_not_homes() {
+        let s: WorkerStatus = serde_json::from_value(serde_json::json!({
+            "worker": "w", "allowed": 0, "denied": 0, "hits": 0, "errors": 0,
+            "journal_errors": 0, "partitions": [], "region": "west",
+            "links": [
+                {"region": "east", "up": false, "last_seen_ms": 1},
+                {"region": "north", "up": false, "last_seen_ms": 1},
+                {"region": "south", "up": true, "last_seen_ms": 1}
+            ],
+            "policies": [
+                {"name": "g", "from": "bucket", "policy": {"algorithm": "fixed_window",
+                 "limits": [{"max": 10, "per": "1m"}], "scope": "global", "home": "east",
+                 "regions": ["east", "west", "south"]}},
+                {"name": "s", "from": "bucket", "policy": {"algorithm": "fixed_window",
+                 "limits": [{"max": 10, "per": "1m"}], "scope": "global", "home": "south",
+                 "regions": ["south", "west"]}},
+                {"name": "r", "from": "config", "policy": {"algorithm": "gcra",
+                 "limits": [{"max": 10, "per": "1s"}]}}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            homes_cut_off(&s),
+            [("east".to_string(), true), ("south".to_string(), false)]
+        );
     }
 }

@@ -450,6 +450,10 @@ impl Owner {
         self.stats
             .keys
             .store(manifest.entries, std::sync::atomic::Ordering::Relaxed);
+        let holds = manifest.carried.holds.len() as u64;
+        self.stats
+            .holds
+            .store(holds, std::sync::atomic::Ordering::Relaxed);
         self.manifest = manifest;
         self.manifest_rev = rev;
         written

@@ -34,6 +34,15 @@ pub struct WorkerStatus {
     pub hits: u64,
     pub errors: u64,
     pub journal_errors: u64,
+    /// Usage flushes that failed, alerts not acknowledged, takeovers
+    /// refused for a newer format (docs/METRICS.md); 0 from workers of
+    /// earlier releases.
+    #[serde(default)]
+    pub usage_flush_failures: u64,
+    #[serde(default)]
+    pub alert_publish_failures: u64,
+    #[serde(default)]
+    pub format_refusals: u64,
     /// The policy bucket's revision the worker has applied.
     #[serde(default)]
     pub policy_revision: u64,
@@ -119,12 +128,17 @@ pub struct PartitionStatus {
     pub decisions: u64,
     pub keys: u64,
     pub last_snapshot_ms: u64,
+    /// Live holds, at the last snapshot; 0 from earlier releases.
+    #[serde(default)]
+    pub holds: u64,
 }
 
 /// What a worker's status is read from: for `sluice status` and the
 /// `/metrics` page alike.
 pub struct StatusSources {
     pub worker_id: String,
+    /// The config's partition count (all of them, owned here or not).
+    pub partitions: u32,
     pub stats: Arc<WorkerStats>,
     pub policy_status: Arc<PolicyStatus>,
     pub key_bound: Arc<KeyBound>,
@@ -148,6 +162,7 @@ pub fn status(sources: &StatusSources) -> WorkerStatus {
             decisions: st.decisions.load(Ordering::Relaxed),
             keys: st.keys.load(Ordering::Relaxed),
             last_snapshot_ms: st.last_snapshot_ms.load(Ordering::Relaxed),
+            holds: st.holds.load(Ordering::Relaxed),
         })
         .collect();
     WorkerStatus {
@@ -157,6 +172,9 @@ pub fn status(sources: &StatusSources) -> WorkerStatus {
         hits: s.hits.load(Ordering::Relaxed),
         errors: s.errors.load(Ordering::Relaxed),
         journal_errors: s.journal_errors.load(Ordering::Relaxed),
+        usage_flush_failures: s.usage_flush_failures.load(Ordering::Relaxed),
+        alert_publish_failures: s.alert_publish_failures.load(Ordering::Relaxed),
+        format_refusals: s.format_refusals.load(Ordering::Relaxed),
         policy_revision: sources.policy_status.revision.load(Ordering::Relaxed),
         policy_refusals: sources.policy_status.refusals.load(Ordering::Relaxed),
         refused_policies: sources

@@ -239,6 +239,8 @@ impl Shard {
         stats
             .keys
             .store(self.owner.counters().len(), Ordering::Relaxed);
+        let holds = self.owner.manifest().carried.holds.len() as u64;
+        stats.holds.store(holds, Ordering::Relaxed);
 
         let client = &self.answering.client;
         let mut subs = SelectAll::new();
@@ -286,9 +288,14 @@ impl Shard {
         started: Instant,
         stop: &mut oneshot::Receiver<()>,
     ) -> Again {
-        if error
+        let newer = error
             .downcast_ref::<sluice_core::format::NewerFormat>()
-            .is_some()
+            .is_some();
+        if newer {
+            let refusals = &self.owning.stats.format_refusals;
+            refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        if newer
             || started.elapsed() >= TAKEOVER_RETRIES_FOR
             || !matches!(stop.try_recv(), Err(oneshot::error::TryRecvError::Empty))
         {
@@ -496,6 +503,8 @@ impl Shard {
                 .flush(partition, ledger, now_ms, false, || lease.is_valid())
                 .await
             {
+                let failures = &self.owning.stats.usage_flush_failures;
+                failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(partition, "final usage flush failed; what was counted since the last one is missing from usage: {e:#}");
             }
         }

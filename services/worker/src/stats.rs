@@ -32,8 +32,19 @@ pub struct WorkerStats {
     pub errors: AtomicU64,
     pub hits: AtomicU64,
     pub journal_errors: AtomicU64,
+    /// Usage flushes that could not store what a partition counted (tried
+    /// again at the next tick; a failed final one loses it from usage).
+    pub usage_flush_failures: AtomicU64,
+    /// Threshold alerts the alerts stream did not acknowledge (published
+    /// again until it does).
+    pub alert_publish_failures: AtomicU64,
+    /// Takeovers refused because a snapshot or journal message is of a
+    /// newer format than this worker reads.
+    pub format_refusals: AtomicU64,
     /// What `/metrics` shows besides the counts above.
     pub meters: Meters,
+    /// What `/readyz` reads, marked by the controller.
+    pub readiness: crate::readiness::Readiness,
 }
 
 impl WorkerStats {
@@ -254,6 +265,8 @@ pub struct ShardStats {
     pub changes: AtomicU64,
     pub last_snapshot_ms: AtomicU64,
     pub keys: AtomicU64,
+    /// Live holds, at the last snapshot (or takeover).
+    pub holds: AtomicU64,
     pub answering: AtomicBool,
 }
 

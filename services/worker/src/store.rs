@@ -40,6 +40,7 @@
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv, stream, Context};
 use bytes::Bytes;
+use sluice_core::replication::{self, ClusterView};
 use sluice_core::storage::{
     bucket_stream, ALERT_DUPLICATE_WINDOW, ALERT_STREAM, JOURNAL_STREAM, JOURNAL_SUBJECTS,
     LEASE_BUCKET, POLICY_BUCKET, POLICY_HISTORY, SNAPSHOT_BUCKET,
@@ -57,6 +58,17 @@ pub struct StoreOptions {
     /// How long journal records are kept at most. Records are also purged
     /// once a snapshot covers them; this is only the backstop.
     pub journal_max_age: Duration,
+}
+
+/// The replicas this worker keeps its state with: `given` (`--replicas`),
+/// or what the NATS cluster it is connected to can give
+/// ([`sluice_core::replication`]); said in the log either way.
+pub fn replicas(client: &async_nats::Client, given: Option<usize>) -> usize {
+    let info = client.server_info();
+    let view = ClusterView::from_info(info.cluster.as_deref(), &info.connect_urls);
+    let choice = replication::choose(given, &view);
+    tracing::info!("state kept with {choice}");
+    choice.replicas
 }
 
 /// Handles to the buckets and the stream.

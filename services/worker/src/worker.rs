@@ -61,8 +61,9 @@ pub struct WorkerOptions {
     pub config: Config,
     /// Unique per process; generated when `None`.
     pub worker_id: Option<String>,
-    /// JetStream replicas for the buckets and the journal (3 in a cluster).
-    pub replicas: usize,
+    /// JetStream replicas for the buckets and streams; `None` matches the
+    /// NATS cluster ([`store::replicas`]).
+    pub replicas: Option<usize>,
     pub clock: Arc<dyn Clock>,
     /// Serve Prometheus metrics on this address.
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -80,7 +81,7 @@ impl WorkerOptions {
             auth: sluice_client::NatsAuth::default(),
             config,
             worker_id: None,
-            replicas: 1,
+            replicas: None,
             clock: Arc::new(SystemClock),
             metrics_listen: None,
             taking_over: None,
@@ -107,11 +108,12 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let connect = connect_options(&opts.auth, format!("sluice-worker {worker_id}"))?;
     let client = opts.auth.connect(&opts.nats_url, connect).await?;
     probe::check_mapping(&client, config.partitions).await?;
+    let replicas = store::replicas(&client, opts.replicas);
     let stores = Stores::open(
         client.clone(),
         &StoreOptions {
             lease_ttl: config.lease_ttl,
-            replicas: opts.replicas,
+            replicas,
             journal: config.durability == Durability::Journal,
             journal_max_age: Duration::from_secs(24 * 3600),
         },
@@ -123,9 +125,9 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         }
         None => None,
     };
-    store::open_alerts(&stores.js, config.alert_retention, opts.replicas).await?;
+    store::open_alerts(&stores.js, config.alert_retention, replicas).await?;
     let stats = Arc::new(WorkerStats::default());
-    let usage = open_usage(&config, &stores, opts.replicas).await?;
+    let usage = open_usage(&config, &stores, replicas).await?;
     let (outbox, outbox_tasks) = Outbox::start(
         client.clone(),
         &stores,
@@ -161,8 +163,11 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         usage,
         link,
     });
-    let (alerts, alert_publisher) =
-        Publisher::spawn(stores.js.clone(), journal_barrier(&answering));
+    let (alerts, alert_publisher) = Publisher::spawn(
+        stores.js.clone(),
+        journal_barrier(&answering),
+        stats.clone(),
+    );
     let owning = Arc::new(Owning {
         alerts,
         holder: lease::Holder::new(&worker_id),
@@ -176,6 +181,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     let mut controller = Controller::new(answering.clone(), owning.clone(), opts.taking_over);
     let status = Arc::new(StatusSources {
         worker_id: worker_id.clone(),
+        partitions: config.partitions,
         stats,
         policy_status,
         key_bound,
@@ -186,7 +192,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         decider: answering.decider.clone(),
     });
     let service = service::start(&client, status.clone()).await?;
-    let metrics = serve_metrics(opts.metrics_listen, status).await?;
+    let metrics = serve_metrics(opts.metrics_listen, status, &client).await?;
     let servers = Servers::spawn(&client, &answering);
     tracing::info!(worker = %worker_id, partitions = config.partitions, "worker started");
     let result = controller.run(shutdown).await;
@@ -298,6 +304,7 @@ fn journal_barrier(answering: &Arc<Answering>) -> Option<Barrier> {
 async fn serve_metrics(
     listen: Option<std::net::SocketAddr>,
     status: Arc<StatusSources>,
+    client: &async_nats::Client,
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
     let Some(addr) = listen else {
         return Ok(None);
@@ -305,8 +312,11 @@ async fn serve_metrics(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-    tracing::info!(%addr, "serving /metrics");
-    Ok(Some(tokio::spawn(crate::metrics::serve(listener, status))))
+    tracing::info!(%addr, "serving /metrics, /livez and /readyz");
+    let client = client.clone();
+    Ok(Some(tokio::spawn(crate::metrics::serve(
+        listener, status, client,
+    ))))
 }
 
 /// The tasks that answer besides the shards: asks of partitions nobody
@@ -463,6 +473,8 @@ impl Controller {
                 .context("cannot register in the lease bucket")
         })
         .await?;
+        let stats = self.owning.stats.clone();
+        stats.readiness.joined(ttl);
         let mut watch = Some(
             store::while_not_ready("the lease bucket", || async {
                 leases
@@ -516,11 +528,10 @@ impl Controller {
                         watch = None;
                     }
                 },
-                _ = heartbeat.tick() => {
-                    if let Err(e) = leases.put(&heartbeat_key, self.owning.holder.value()).await {
-                        tracing::warn!("heartbeat failed: {e}");
-                    }
-                }
+                _ = heartbeat.tick() => match leases.put(&heartbeat_key, self.owning.holder.value()).await {
+                    Ok(_) => stats.readiness.heartbeat_stored(),
+                    Err(e) => tracing::warn!("heartbeat failed: {e}"),
+                },
                 _ = &mut settle, if !self.view.current => {
                     self.view.current = true;
                     self.reconcile().await;
@@ -631,6 +642,7 @@ impl Controller {
     }
 
     async fn reconcile(&mut self) {
+        self.owning.stats.readiness.view_current();
         let answering = self.answering.clone();
         let me = answering.worker_id.as_str();
         let partitions = answering.partitions;
@@ -734,6 +746,7 @@ impl Controller {
 
     /// Hands every partition over and waits (bounded) for the shards to finish.
     async fn shutdown(&mut self) {
+        self.owning.stats.readiness.stopping();
         for handle in self.shards.values_mut() {
             handle.stop();
         }

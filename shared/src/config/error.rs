@@ -92,7 +92,7 @@ impl FieldError {
 }
 
 /// A key as it would be written in a TOML dotted path: bare when it can be.
-pub(super) fn key_path(key: &str) -> String {
+pub(crate) fn key_path(key: &str) -> String {
     let bare = !key.is_empty()
         && key
             .bytes()

@@ -12,13 +12,14 @@
 //! spent), so usage replays exactly; a replayed give-back gives nothing
 //! back again (as for slices: replay errs on the side of denying).
 
-use super::ids::Once;
+use super::ids::{Answered, Once};
 use super::{blocked, Decider, Owned, Turn};
 use crate::counters::Counters;
 use crate::journal::record::{Record, RELEASE, SLOT};
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask;
 use sluice_core::ask::Op;
+use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
 use sluice_core::holds::{self, End, Hold, HoldId, Reservation, Reserved, Settle};
 use sluice_core::key::KeyToken;
@@ -33,6 +34,26 @@ use sluice_core::wire::ErrorReply;
 /// What a hold verb answers: the decision, and the hold it kept or
 /// extended with the time until it ends.
 pub type Held<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
+
+/// A hold verb's answer to an id (SPEC §16, [`super::ids`]).
+impl<'p> Answered<'p> for Held<'p> {
+    fn first(&self, now: Nanos) -> FirstAnswer {
+        FirstAnswer {
+            decision: self.0,
+            held: self.2.map(|(id, left)| (id, now.saturating_add(left))),
+        }
+    }
+
+    /// The same hold, with the time left until its end as the first
+    /// answer set it (an extend since is not seen: the hold's own end is
+    /// the owner's).
+    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Held<'p> {
+        let held = first
+            .held
+            .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
+        (first.decision, policy, held)
+    }
+}
 
 impl Decider {
     /// Decides one hold verb (`verb` is one of [`Verb::HOLDS`]) that came

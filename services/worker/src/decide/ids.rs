@@ -6,7 +6,6 @@
 //! journal that replays the count remembers the id too
 //! ([`sluice_core::ask_ids`]).
 
-use super::holding::Held;
 use super::{Applied, Decider, Turn};
 use crate::tally::Named;
 use sluice_core::ask_ids::{Asked, FirstAnswer, Seen};
@@ -34,25 +33,6 @@ impl<'p> Answered<'p> for Applied<'p> {
     /// A repeat gets no slice again: the first ask's was granted once.
     fn again(first: FirstAnswer, policy: &'p str, _: Nanos) -> Applied<'p> {
         (first.decision, policy, None)
-    }
-}
-
-impl<'p> Answered<'p> for Held<'p> {
-    fn first(&self, now: Nanos) -> FirstAnswer {
-        FirstAnswer {
-            decision: self.0,
-            held: self.2.map(|(id, left)| (id, now.saturating_add(left))),
-        }
-    }
-
-    /// The same hold, with the time left until its end as the first
-    /// answer set it (an extend since is not seen: the hold's own end is
-    /// the owner's).
-    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Held<'p> {
-        let held = first
-            .held
-            .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
-        (first.decision, policy, held)
     }
 }
 

@@ -255,10 +255,17 @@ impl Shard {
                 done = async { in_flight.usage.as_mut().expect("guarded").await }, if in_flight.usage.is_some() => {
                     in_flight.usage = None;
                     self.owner.usage_flushed();
+                    let failures = &self.owning.stats.usage_flush_failures;
                     match done {
                         Ok(Ok(())) => {}
-                        Ok(Err(e)) => tracing::warn!(partition, "storing usage failed, will retry: {e:#}"),
-                        Err(e) => tracing::error!(partition, "the usage flush task failed: {e}"),
+                        Ok(Err(e)) => {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(partition, "storing usage failed, will retry: {e:#}");
+                        }
+                        Err(e) => {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!(partition, "the usage flush task failed: {e}");
+                        }
                     }
                 }
                 Some(event) = async { link_events.as_mut().expect("guarded").recv().await }, if link_events.is_some() => {
