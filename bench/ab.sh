@@ -17,6 +17,9 @@
 # OLD_TOML / NEW_TOML: lines added to that build's sluice.toml (to A/B a
 # setting with one binary given twice, e.g. NEW_TOML=$'[usage]\nenabled = false');
 # OLD_KEYS / NEW_KEYS: that build's key count (default KEYS).
+# OLD_ARGS / NEW_ARGS: flags added to that side's `sluice bench` (to A/B a
+# load with one binary given twice, e.g. NEW_ARGS=--ids: every ask named by
+# an id, SPEC §16).
 # HOT=1: the hot-key workload instead (docs/BENCHMARKS.md, "Hot keys:
 # local budgets"): 10 of the keys get half the asks, under a fixed window of
 # 2000 per second with `local_budget = true`, and the deny cache on (POLICY
@@ -79,12 +82,14 @@ cell() {
     if [ "$WORKERS" -gt 1 ]; then SLUICE="$NEW" until_ok "$WORKERS balanced workers" balanced "$WORKERS"; fi
     local keys_var="${label^^}_KEYS"
     local keys="${!keys_var:-$KEYS}"
+    local args_var="${label^^}_ARGS" side_args=()
+    read -r -a side_args <<< "${!args_var:-}"
     local rate length=(-d "${SECS}s" --warmup 1s)
     [ "$CPU" = 1 ] && length=(-n "$REQUESTS")
     local w0 n0 w1 n1 took TIMEFORMAT='%U %S'
     w0=$(cpu_ticks "${workers[@]}"); n0=$(cpu_ticks "$NATS_PID")
     { took=$({ time "$NEW" bench --nats "$URL" --config "$WORK/$label.toml" --client "$client" \
-        --policy "$POLICY" -c 64 -m 2 -k "$keys" "${length[@]}" "${LOAD_ARGS[@]}" --json -q > "$WORK/report.json" \
+        --policy "$POLICY" -c 64 -m 2 -k "$keys" "${length[@]}" "${LOAD_ARGS[@]}" "${side_args[@]}" --json -q > "$WORK/report.json" \
         2>> "$WORK/bench.log"; } 2>&1); }
     w1=$(cpu_ticks "${workers[@]}"); n1=$(cpu_ticks "$NATS_PID")
     rate=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["throughput"]))' "$WORK/report.json")

@@ -8,10 +8,13 @@
 //! ([`choose`]): 3 replicas when the NATS servers' cluster has 3 or more
 //! servers, 1 on a single server. What it sees of the cluster is the
 //! connection's INFO ([`ClusterView`]): whether the server is clustered,
-//! and the client URLs the cluster advertises (one per server). A cluster
-//! set up with `no_advertise` advertises none; JetStream clusters have 3
-//! or more servers (the NATS project advises 3 or 5), so it counts as
-//! one of 3. A cluster whose other servers have not joined yet shows fewer:
+//! and the client URLs the cluster advertises (one per server). A server
+//! that names a cluster but advertises no URL is either a single server
+//! with a cluster block (a region's server, SPEC §12) or a cluster set up
+//! with `no_advertise` (the NATS Helm chart's default): the INFO cannot
+//! tell them apart, and 3 replicas on a single server would stop the
+//! worker, so it keeps 1 and says to give `--replicas 3` on a cluster (the
+//! Kubernetes manifests do). A cluster whose other servers have not joined yet shows fewer:
 //! the worker says what it saw, and `sluice status` warns later
 //! ([`below_cluster`]), when the cluster could give more than the state
 //! is kept with.
@@ -53,7 +56,6 @@ impl ClusterView {
     pub fn could_give(&self) -> usize {
         match (self.clustered, self.advertised) {
             (false, _) => 1,
-            (true, 0) => CLUSTER_REPLICAS,
             (true, n) if n >= CLUSTER_REPLICAS => CLUSTER_REPLICAS,
             (true, _) => 1,
         }
@@ -117,9 +119,9 @@ impl fmt::Display for Choice {
             ),
             Why::Unadvertised => write!(
                 f,
-                "{r} replicas: the NATS cluster does not advertise its servers \
-                 (no_advertise), so it is taken to have {CLUSTER_REPLICAS} or more \
-                 (give --replicas 1 on a smaller one)"
+                "{r} replica: the NATS server names a cluster but advertises no servers \
+                 (a single server with a cluster block, or a cluster with no_advertise); \
+                 on a cluster of {CLUSTER_REPLICAS} or more give --replicas {CLUSTER_REPLICAS}"
             ),
         }
     }
@@ -203,10 +205,10 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_that_advertises_nothing_is_taken_for_three() {
+    fn a_cluster_that_advertises_nothing_keeps_one_and_says_how_to_get_three() {
         let choice = choose(None, &view(Some("c"), &[] as &[&str]));
-        assert_eq!((choice.replicas, choice.why), (3, Why::Unadvertised));
-        assert!(choice.to_string().contains("--replicas 1"), "{choice}");
+        assert_eq!((choice.replicas, choice.why), (1, Why::Unadvertised));
+        assert!(choice.to_string().contains("--replicas 3"), "{choice}");
     }
 
     #[test]
