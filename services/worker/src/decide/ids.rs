@@ -50,7 +50,9 @@ impl Decider {
     ) -> Result<Once<T>, ErrorReply> {
         // Without an id, or for a policy not configured (whose refusal is
         // the decision's to give), nothing to remember.
-        let (Some(id), Some(policy)) = (id, turn.policies.get(policy_name)) else {
+        // (The id first: an ask without one pays for no policy lookup.)
+        let Some((id, policy)) = id.and_then(|id| Some((id, turn.policies.get(policy_name)?)))
+        else {
             return apply(turn).map(|answered| (answered, false));
         };
         let (token, now, counters) = (key.as_str(), turn.now, turn.owned.counters);
