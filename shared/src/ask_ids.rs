@@ -87,6 +87,28 @@ pub struct FirstAnswer {
     pub held: Option<(HoldId, Nanos)>,
 }
 
+impl FirstAnswer {
+    /// A first answer as a snapshot or a journal record stores it: the
+    /// admitted decision's `remaining`, `limit`, `reset` (ns) and shadow
+    /// flag, and a reserve's hold with its end (ns since the epoch).
+    pub fn stored(
+        (remaining, limit, reset, shadow_denied): (u64, u64, u64, bool),
+        held: Option<(HoldId, u64)>,
+    ) -> FirstAnswer {
+        FirstAnswer {
+            decision: Decision {
+                allowed: true,
+                limit,
+                remaining,
+                reset: Nanos(reset),
+                retry_after: Nanos::ZERO,
+                shadow_denied,
+            },
+            held: held.map(|(id, end)| (id, Nanos(end))),
+        }
+    }
+}
+
 impl From<Decision> for FirstAnswer {
     fn from(decision: Decision) -> FirstAnswer {
         FirstAnswer {
@@ -304,19 +326,7 @@ impl RememberedIds {
     /// A new owner takes over what a snapshot carried.
     pub fn take_over(&mut self, carried: &[CarriedId], now: Nanos) {
         for c in carried {
-            let (remaining, limit, reset, shadow_denied) = c.answer;
-            let decision = Decision {
-                allowed: true,
-                limit,
-                remaining,
-                reset: Nanos(reset),
-                retry_after: Nanos::ZERO,
-                shadow_denied,
-            };
-            let first = FirstAnswer {
-                decision,
-                held: c.held.map(|(id, end)| (id, Nanos(end))),
-            };
+            let first = FirstAnswer::stored(c.answer, c.held);
             self.remember(
                 (&c.token, &c.id),
                 c.asked.clone(),
@@ -354,10 +364,7 @@ mod verb_name {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Verb, D::Error> {
         let name = String::deserialize(d)?;
-        Verb::ALL
-            .into_iter()
-            .find(|v| v.as_str() == name)
-            .ok_or_else(|| de::Error::custom(format!("unknown verb {name:?}")))
+        Verb::parse(&name).ok_or_else(|| de::Error::custom(format!("unknown verb {name:?}")))
     }
 }
 

@@ -95,7 +95,8 @@ impl Verb {
         }
     }
 
-    fn parse(token: &str) -> Option<Verb> {
+    /// The verb named `token` ([`Verb::as_str`]), if any.
+    pub fn parse(token: &str) -> Option<Verb> {
         Verb::ALL.into_iter().find(|v| v.as_str() == token)
     }
 

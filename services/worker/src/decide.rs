@@ -205,6 +205,10 @@ impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
 /// decided it, and the slice granted with it.
 pub(super) type Applied<'p> = (Decision, &'p str, Option<Grant>);
 
+/// What an ask named by an id (SPEC §16) came to, and whether it was a
+/// repeat (its answer the first one's, nothing counted; [`ids`]).
+pub(super) type Once<T> = (T, bool);
+
 /// What [`Decider::count`] leaves: the decision, the slice granted, and
 /// the budget as settled (a refund no slice explains gives nothing back).
 type CounterOutcome = (Decision, Option<Grant>, Budget);
@@ -302,14 +306,7 @@ impl Decider {
                 let encoding = Encoding::of_body(body);
                 let turn = &mut Turn::new(policies, owned, now, tally, false);
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
-                let counted = match &result {
-                    Ok(((d, p, _), false)) => Some(Ok((*d, *p))),
-                    Ok((_, true)) => None,
-                    Err(e) => Some(Err(e.clone())),
-                };
-                if let Some(counted) = counted {
-                    tally.outcome(ask.verb, &counted);
-                }
+                tally.outcome_once(ask.verb, &result);
                 let answer = match result {
                     Ok(((decision, policy, held), repeat)) => Answer::Held {
                         decision,
@@ -355,22 +352,15 @@ impl Decider {
             forward.body = message.body.to_vec();
             return message.wants_reply.then_some(Answer::Forward(forward));
         }
+        turn.tally.outcome_once(verb, &result);
         let answer = match result {
-            Ok((decision, policy, repeat)) => {
-                if !repeat {
-                    turn.tally.outcome(verb, &Ok((decision, policy)));
-                }
-                Answer::Decision {
-                    decision,
-                    policy,
-                    repeat,
-                    encoding,
-                }
-            }
-            Err(error) => {
-                turn.tally.outcome(verb, &Err(error.clone()));
-                Answer::Error { error, encoding }
-            }
+            Ok(((decision, policy, _), repeat)) => Answer::Decision {
+                decision,
+                policy,
+                repeat,
+                encoding,
+            },
+            Err(error) => Answer::Error { error, encoding },
         };
         message.wants_reply.then_some(answer)
     }
@@ -396,14 +386,14 @@ impl Decider {
     }
 
     /// Validates and applies one ask whose body is still encoded, once
-    /// per id (SPEC §16). The flag: the answer is a repeat's.
+    /// per id (SPEC §16).
     fn ask<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         verb: Verb,
         token: &str,
         body: &[u8],
-    ) -> Result<(Decision, &'p str, bool), ErrorReply> {
+    ) -> Result<Once<Applied<'p>>, ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = wire::decode_request(body).map_err(|e| e.reply)?;
         let op = Op::of(verb, request.cost)
@@ -415,7 +405,6 @@ impl Decider {
         let asked = (verb, &policy[..], op.cost());
         let admitted = |applied: &Applied<'p>| op.consumed(&applied.0);
         self.once(turn, (key, request.id.as_deref()), asked, admitted, apply)
-            .map(|((decision, policy, _), repeat)| (decision, policy, repeat))
     }
 
     /// The one partition check: the partition `key` belongs to, if this
@@ -761,7 +750,7 @@ impl Decider {
 
 /// An ask's id, remembered again from its record (SPEC §16).
 fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counters) {
-    let Some(verb) = Verb::ALL.into_iter().find(|v| v.as_str() == named.verb) else {
+    let Some(verb) = Verb::parse(&named.verb) else {
         return;
     };
     let asked = sluice_core::ask_ids::Asked {
@@ -769,17 +758,8 @@ fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counte
         policy: record.p.clone(),
         cost: record.c,
     };
-    let first = sluice_core::ask_ids::FirstAnswer {
-        decision: Decision {
-            allowed: true,
-            limit: named.limit,
-            remaining: named.remaining,
-            reset: Nanos(named.reset),
-            retry_after: Nanos::ZERO,
-            shadow_denied: false,
-        },
-        held: named.held.map(|(id, end)| (id, Nanos(end))),
-    };
+    let answer = (named.remaining, named.limit, named.reset, false);
+    let first = sluice_core::ask_ids::FirstAnswer::stored(answer, named.held);
     let until = Nanos(named.until);
     let at = Nanos(record.t);
     counters

@@ -334,6 +334,21 @@ impl Tally {
         self.count_policy(policy, outcome);
     }
 
+    /// [`Tally::outcome`] of an ask decided once per id (SPEC §16): the
+    /// answer with its repeat flag, or the error. A repeat was counted as
+    /// one already ([`Tally::repeat`]).
+    pub fn outcome_once<T>(
+        &mut self,
+        verb: Verb,
+        result: &Result<((Decision, &str, T), bool), ErrorReply>,
+    ) {
+        match result {
+            Ok((_, true)) => {}
+            Ok(((decision, policy, _), false)) => self.outcome(verb, &Ok((*decision, policy))),
+            Err(error) => self.outcome(verb, &Err(error.clone())),
+        }
+    }
+
     /// An inspect or a reset was answered (`ok`) or refused.
     pub fn admin(&mut self, ok: bool) {
         self.decisions += 1;

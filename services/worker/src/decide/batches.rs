@@ -115,17 +115,13 @@ impl Decider {
         let refund = matches!(budget, Budget::Refund(_));
         let admitted = |applied: &Applied<'p>| refund || op.consumed(&applied.0);
         let applied = self.once(turn, named, asked, admitted, apply);
-        let (result, grant, repeat) = match applied {
-            Ok(((decision, policy, grant), repeat)) => (Ok((decision, policy)), grant, repeat),
-            Err(e) => (Err(e), None, false),
-        };
-        if matches!(budget, Budget::Refund(_)) {
+        if refund {
             // Giving back decides nothing.
             turn.tally.gave_back_only();
-        } else if !repeat {
-            turn.tally.outcome(Verb::Allow, &result);
+        } else {
+            turn.tally.outcome_once(Verb::Allow, &applied);
         }
-        result.map(|(decision, policy)| DecisionReply {
+        applied.map(|((decision, policy, grant), repeat)| DecisionReply {
             grant,
             repeat,
             ..DecisionReply::new(&decision, policy)
@@ -143,14 +139,7 @@ impl Decider {
     ) -> Result<DecisionReply, ErrorReply> {
         let named = (item.key, item.id.as_deref());
         let result = self.hold_once(turn, named, (&item.policy, item.cost), act);
-        let counted = match &result {
-            Ok(((d, p, _), false)) => Some(Ok((*d, *p))),
-            Ok((_, true)) => None,
-            Err(e) => Some(Err(e.clone())),
-        };
-        if let Some(counted) = counted {
-            turn.tally.outcome(act.verb, &counted);
-        }
+        turn.tally.outcome_once(act.verb, &result);
         result.map(|((decision, policy, held), repeat)| DecisionReply {
             hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),
             repeat,

@@ -12,8 +12,8 @@
 //! spent), so usage replays exactly; a replayed give-back gives nothing
 //! back again (as for slices: replay errs on the side of denying).
 
-use super::ids::{Answered, Once};
-use super::{blocked, Decider, Owned, Turn};
+use super::ids::Answered;
+use super::{blocked, Decider, Once, Owned, Turn};
 use crate::counters::Counters;
 use crate::journal::record::{Record, RELEASE, SLOT};
 use crate::tally::{Counted, Tally, Usage};

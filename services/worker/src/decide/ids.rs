@@ -6,17 +6,13 @@
 //! journal that replays the count remembers the id too
 //! ([`sluice_core::ask_ids`]).
 
-use super::{Applied, Decider, Turn};
+use super::{Applied, Decider, Once, Turn};
 use crate::tally::Named;
 use sluice_core::ask_ids::{Asked, FirstAnswer, Seen};
 use sluice_core::key::KeyToken;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_core::wire::ErrorReply;
-
-/// What an ask came to, and whether it was a repeat (its answer the
-/// first one's, nothing counted).
-pub(super) type Once<T> = (T, bool);
 
 /// What [`Decider::once`] needs of an answer: the first answer to
 /// remember, and the same answer again from it.

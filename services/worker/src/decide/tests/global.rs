@@ -10,20 +10,25 @@ use sluice_core::region::RegionName;
 /// slices alone (`on_cut = "closed"`): it holds nothing until a slice
 /// comes.
 fn west_of_a_closed_window() -> Fixture {
-    let mut f = Fixture::journal(
+    closed_window_in("west")
+}
+
+/// The window's owner in `region` (east is the home).
+fn closed_window_in(region: &str) -> Fixture {
+    let mut f = Fixture::journal(&format!(
         r#"
 partitions = 4
-region = "west"
+region = "{region}"
 [policies.default]
 algorithm = "fixed_window"
-limits = [ { max = 10, per = "1m" } ]
+limits = [ {{ max = 10, per = "1m" }} ]
 scope = "global"
 home = "east"
 regions = ["east", "west"]
 on_cut = "closed"
-"#,
-    );
-    f.decider = f.decider.in_region(RegionName::new("west").unwrap());
+"#
+    ));
+    f.decider = f.decider.in_region(RegionName::new(region).unwrap());
     f
 }
 
@@ -79,25 +84,6 @@ fn in_a_batch_such_an_ask_is_answered_ask_alone() {
     }
 }
 
-/// The home, east, of the same window.
-fn east_home_of_the_window() -> Fixture {
-    let mut f = Fixture::journal(
-        r#"
-partitions = 4
-region = "east"
-[policies.default]
-algorithm = "fixed_window"
-limits = [ { max = 10, per = "1m" } ]
-scope = "global"
-home = "east"
-regions = ["east", "west"]
-on_cut = "closed"
-"#,
-    );
-    f.decider = f.decider.in_region(RegionName::new("east").unwrap());
-    f
-}
-
 /// What a hit of `key` at the west leaves to cross the link: the hit
 /// sent to the home (west holds nothing to count it from).
 fn hit_sent_home(west: &Fixture, key: &str) -> Vec<u8> {
@@ -136,7 +122,7 @@ fn a_hit_sent_to_the_home_twice_counts_once_there_by_its_id() {
     let sent = wire::decode_request(&body).unwrap();
     assert!(sent.id.is_some(), "the hit is named: {sent:?}");
 
-    let east = east_home_of_the_window();
+    let east = closed_window_in("east");
     let subject = sluice_core::subject::link_ask("east", east.partition, Verb::Hit, &key);
     let deliver = |body: &[u8]| {
         let mut tally = east.decider.tally(east.owned());
