@@ -13,10 +13,10 @@ use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use std::hint::black_box;
 
-fn asked() -> Asked {
+fn asked() -> Asked<&'static str> {
     Asked {
         verb: Verb::Allow,
-        policy: "default".to_string(),
+        policy: "default",
         cost: 1,
     }
 }

@@ -19,6 +19,12 @@
 //! Ids are per key token, not per counter: the policy is part of what the
 //! id names, so one id under two policies is a reuse, not two asks.
 //!
+//! Cheap where every named ask pays: the lookup allocates nothing (ids are
+//! found by a keyed 64-bit hash of token and id, then checked against the
+//! stored name), an admitted ask allocates its name once, and policy names
+//! are shared between entries. The order of forgetting is kept apart, by
+//! hash, in a B-tree ordered by end.
+//!
 //! Pure data and no clock: every call takes `now`. The worker keeps one per
 //! partition beside its counters, carries it through handovers (its
 //! `kept/` kind) and rebuilds the rest from the journal.
@@ -30,7 +36,9 @@ use crate::subject::Verb;
 use crate::time::Nanos;
 use crate::wire::{ErrorCode, ErrorReply};
 use serde::{Deserialize, Serialize};
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// The longest an id is remembered, whatever the policy's windows.
@@ -67,15 +75,27 @@ impl Policy {
     }
 }
 
-/// What an ask with an id was: a repeat must be the same ask.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Asked {
+/// What an ask with an id was: a repeat must be the same ask. `P` is how
+/// the policy's name is held: borrowed to look up, owned to carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked<P = String> {
     #[serde(rename = "v", with = "verb_name")]
     pub verb: Verb,
     #[serde(rename = "p")]
-    pub policy: String,
+    pub policy: P,
     #[serde(rename = "c")]
     pub cost: u64,
+}
+
+impl<P: AsRef<str>> Asked<P> {
+    /// The same ask, its policy borrowed.
+    pub fn borrowed(&self) -> Asked<&str> {
+        Asked {
+            verb: self.verb,
+            policy: self.policy.as_ref(),
+            cost: self.cost,
+        }
+    }
 }
 
 /// The first answer to an ask, as a repeat gets it again.
@@ -133,23 +153,65 @@ pub enum Seen {
 /// One remembered id.
 #[derive(Clone, Debug)]
 struct Entry {
-    asked: Asked,
+    /// The key token and the id, joined ([`joined`]).
+    name: Box<str>,
+    asked: Asked<Arc<str>>,
     first: FirstAnswer,
     until: Nanos,
     /// Its place in [`RememberedIds::by_end`].
     seq: u64,
 }
 
+impl Entry {
+    /// Whether this is the entry of `id` under `token` (and not of another
+    /// pair whose hash is the same).
+    fn is(&self, token: &str, id: &str) -> bool {
+        let name = self.name.as_bytes();
+        name.len() == token.len() + 1 + id.len()
+            && name.starts_with(token.as_bytes())
+            && name[token.len()] == b'\n'
+            && name.ends_with(id.as_bytes())
+    }
+}
+
 /// The ids one partition's owner remembers (see the module doc).
 #[derive(Debug)]
 pub struct RememberedIds {
-    /// By key token and id, joined ([`joined`]).
-    entries: HashMap<Arc<str>, Entry>,
-    /// The same, by when each stops being remembered: the first to forget.
-    by_end: BTreeMap<(Nanos, u64), Arc<str>>,
+    /// By the hash of key token and id ([`RememberedIds::hash`]).
+    entries: HashMap<u64, Entry, BuildHasherDefault<Prehashed>>,
+    /// The same hashes, by when each stops being remembered: the first to
+    /// forget.
+    by_end: BTreeMap<(Nanos, u64), u64>,
+    /// Keyed per partition, so that no caller can choose ids that collide.
+    hasher: RandomState,
+    /// The policy names entries share.
+    policies: Vec<Arc<str>>,
     next_seq: u64,
     most: usize,
     forgotten_early: u64,
+}
+
+/// The most policy names shared; past it each entry holds its own.
+const MOST_SHARED_POLICIES: usize = 256;
+
+/// A map's hasher for keys that are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 impl Default for RememberedIds {
@@ -183,23 +245,30 @@ impl RememberedIds {
     /// Remembers at most `most` ids (at least 1).
     pub fn new(most: usize) -> RememberedIds {
         RememberedIds {
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             by_end: BTreeMap::new(),
+            hasher: RandomState::new(),
+            policies: Vec::new(),
             next_seq: 0,
             most: most.max(1),
             forgotten_early: 0,
         }
     }
 
+    /// Where `id` under `token` is found.
+    fn hash(&self, token: &str, id: &str) -> u64 {
+        self.hasher.hash_one((token, id))
+    }
+
     /// Whether `id` under `token` was seen for `asked` (see [`Seen`]).
-    pub fn seen(&self, token: &str, id: &str, asked: &Asked, now: Nanos) -> Seen {
-        let Some(entry) = self.entries.get(joined(token, id).as_str()) else {
+    pub fn seen(&self, token: &str, id: &str, asked: &Asked<&str>, now: Nanos) -> Seen {
+        let Some(entry) = self.entries.get(&self.hash(token, id)) else {
             return Seen::First;
         };
-        if entry.until <= now {
+        if entry.until <= now || !entry.is(token, id) {
             return Seen::First;
         }
-        if entry.asked != *asked {
+        if entry.asked.borrowed() != *asked {
             let first = &entry.asked;
             return Seen::Reused(ErrorReply::new(
                 ErrorCode::IdReused,
@@ -222,7 +291,7 @@ impl RememberedIds {
     pub fn remember(
         &mut self,
         (token, id): (&str, &str),
-        asked: Asked,
+        asked: Asked<&str>,
         first: FirstAnswer,
         until: Nanos,
         now: Nanos,
@@ -231,8 +300,10 @@ impl RememberedIds {
             return;
         }
         self.forget_ended(now);
-        let key = Arc::<str>::from(joined(token, id));
-        if let Some(old) = self.entries.remove(&key) {
+        let hash = self.hash(token, id);
+        // The same id again, or (once in 2^64) another one of its hash,
+        // which is then forgotten for this one.
+        if let Some(old) = self.entries.remove(&hash) {
             self.by_end.remove(&(old.until, old.seq));
         }
         while self.entries.len() >= self.most {
@@ -244,16 +315,32 @@ impl RememberedIds {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.by_end.insert((until, seq), key.clone());
-        self.entries.insert(
-            key,
-            Entry {
-                asked,
-                first,
-                until,
-                seq,
-            },
-        );
+        self.by_end.insert((until, seq), hash);
+        let asked = Asked {
+            verb: asked.verb,
+            policy: self.shared_policy(asked.policy),
+            cost: asked.cost,
+        };
+        let entry = Entry {
+            name: joined(token, id).into_boxed_str(),
+            asked,
+            first,
+            until,
+            seq,
+        };
+        self.entries.insert(hash, entry);
+    }
+
+    /// `name` as the entries share it.
+    fn shared_policy(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.policies.iter().find(|p| ***p == *name) {
+            return shared.clone();
+        }
+        let shared = Arc::<str>::from(name);
+        if self.policies.len() < MOST_SHARED_POLICIES {
+            self.policies.push(shared.clone());
+        }
+        shared
     }
 
     /// Forgets the ids whose time is over.
@@ -262,8 +349,8 @@ impl RememberedIds {
             if entry.key().0 > now {
                 break;
             }
-            let key = entry.remove();
-            self.entries.remove(&key);
+            let hash = entry.remove();
+            self.entries.remove(&hash);
         }
     }
 
@@ -276,11 +363,11 @@ impl RememberedIds {
         let gone: Vec<_> = self
             .entries
             .iter()
-            .filter(|(k, e)| split(k).0 == token && e.asked.policy == policy)
-            .map(|(k, e)| (k.clone(), (e.until, e.seq)))
+            .filter(|(_, e)| split(&e.name).0 == token && *e.asked.policy == *policy)
+            .map(|(hash, e)| (*hash, (e.until, e.seq)))
             .collect();
-        for (key, end) in gone {
-            self.entries.remove(&key);
+        for (hash, end) in gone {
+            self.entries.remove(&hash);
             self.by_end.remove(&end);
         }
     }
@@ -303,13 +390,17 @@ impl RememberedIds {
     pub fn carried(&self, now: Nanos) -> Vec<CarriedId> {
         self.by_end
             .range((now.saturating_add(Nanos(1)), 0)..)
-            .map(|(_, key)| {
-                let e = &self.entries[key];
-                let (token, id) = split(key);
+            .map(|(_, hash)| {
+                let e = &self.entries[hash];
+                let (token, id) = split(&e.name);
                 CarriedId {
                     token: token.to_string(),
                     id: id.to_string(),
-                    asked: e.asked.clone(),
+                    asked: Asked {
+                        verb: e.asked.verb,
+                        policy: e.asked.policy.to_string(),
+                        cost: e.asked.cost,
+                    },
                     answer: (
                         e.first.decision.remaining,
                         e.first.decision.limit,
@@ -329,7 +420,7 @@ impl RememberedIds {
             let first = FirstAnswer::stored(c.answer, c.held);
             self.remember(
                 (&c.token, &c.id),
-                c.asked.clone(),
+                c.asked.borrowed(),
                 first,
                 Nanos(c.until),
                 now,

@@ -755,7 +755,7 @@ fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counte
     };
     let asked = sluice_core::ask_ids::Asked {
         verb,
-        policy: record.p.clone(),
+        policy: record.p.as_str(),
         cost: record.c,
     };
     let answer = (named.remaining, named.limit, named.reset, false);

@@ -3,12 +3,8 @@ use crate::limit::Limit;
 use crate::policy::Policy;
 use std::time::Duration;
 
-fn asked(verb: Verb, policy: &str, cost: u64) -> Asked {
-    Asked {
-        verb,
-        policy: policy.to_string(),
-        cost,
-    }
+fn asked(verb: Verb, policy: &str, cost: u64) -> Asked<&str> {
+    Asked { verb, policy, cost }
 }
 
 fn allowed(remaining: u64) -> FirstAnswer {
@@ -30,7 +26,7 @@ fn a_repeat_gets_the_first_decision_and_a_reuse_is_refused() {
     assert_eq!(ids.seen("alice", "r1", &first, now), Seen::First);
     ids.remember(
         ("alice", "r1"),
-        first.clone(),
+        first,
         allowed(7),
         Nanos::from_secs(160),
         now,
@@ -61,7 +57,7 @@ fn an_id_is_forgotten_when_its_ask_stops_counting() {
     let a = asked(Verb::Allow, "p", 1);
     ids.remember(
         ("k", "r1"),
-        a.clone(),
+        a,
         allowed(1),
         Nanos::from_secs(60),
         Nanos::from_secs(1),
@@ -81,27 +77,9 @@ fn past_the_bound_the_id_that_ends_soonest_goes_first_and_is_counted() {
     let mut ids = RememberedIds::new(2);
     let a = asked(Verb::Hit, "p", 1);
     let now = Nanos::from_secs(1);
-    ids.remember(
-        ("k", "late"),
-        a.clone(),
-        allowed(1),
-        Nanos::from_secs(90),
-        now,
-    );
-    ids.remember(
-        ("k", "soon"),
-        a.clone(),
-        allowed(1),
-        Nanos::from_secs(30),
-        now,
-    );
-    ids.remember(
-        ("k", "new"),
-        a.clone(),
-        allowed(1),
-        Nanos::from_secs(60),
-        now,
-    );
+    ids.remember(("k", "late"), a, allowed(1), Nanos::from_secs(90), now);
+    ids.remember(("k", "soon"), a, allowed(1), Nanos::from_secs(30), now);
+    ids.remember(("k", "new"), a, allowed(1), Nanos::from_secs(60), now);
     assert_eq!(ids.len(), 2);
     assert_eq!(ids.forgotten_early(), 1);
     assert_eq!(ids.seen("k", "soon", &a, now), Seen::First);
@@ -114,16 +92,10 @@ fn a_reset_forgets_the_keys_ids_and_only_its() {
     let mut ids = RememberedIds::default();
     let a = asked(Verb::Allow, "p", 1);
     let now = Nanos::from_secs(1);
-    ids.remember(("k", "r1"), a.clone(), allowed(1), Nanos::from_secs(9), now);
-    ids.remember(
-        ("k2", "r1"),
-        a.clone(),
-        allowed(1),
-        Nanos::from_secs(9),
-        now,
-    );
+    ids.remember(("k", "r1"), a, allowed(1), Nanos::from_secs(9), now);
+    ids.remember(("k2", "r1"), a, allowed(1), Nanos::from_secs(9), now);
     let b = asked(Verb::Allow, "q", 1);
-    ids.remember(("k", "r2"), b.clone(), allowed(1), Nanos::from_secs(9), now);
+    ids.remember(("k", "r2"), b, allowed(1), Nanos::from_secs(9), now);
     ids.forget_key("k", "p");
     assert_eq!(ids.seen("k", "r1", &a, now), Seen::First);
     assert!(matches!(ids.seen("k2", "r1", &a, now), Seen::Repeat(_)));
@@ -136,20 +108,8 @@ fn ids_travel_to_the_next_owner_with_their_answer() {
     let mut ids = RememberedIds::default();
     let a = asked(Verb::Allow, "p", 3);
     let now = Nanos::from_secs(10);
-    ids.remember(
-        ("k", "r1"),
-        a.clone(),
-        allowed(4),
-        Nanos::from_secs(70),
-        now,
-    );
-    ids.remember(
-        ("k", "gone"),
-        a.clone(),
-        allowed(4),
-        Nanos::from_secs(20),
-        now,
-    );
+    ids.remember(("k", "r1"), a, allowed(4), Nanos::from_secs(70), now);
+    ids.remember(("k", "gone"), a, allowed(4), Nanos::from_secs(20), now);
     let later = Nanos::from_secs(30);
     let carried = ids.carried(later);
     assert_eq!(carried.len(), 1, "an id whose time is over is not carried");
@@ -186,4 +146,31 @@ fn an_ask_is_remembered_while_it_counts_and_at_most_a_day() {
         both.remembered_until(now),
         now.saturating_add(MAX_REMEMBERED)
     );
+}
+
+/// Two pairs of one hash are told apart by the name an entry keeps: a
+/// lookup never answers one id's repeat with another's first answer.
+#[test]
+fn an_entry_answers_only_for_its_own_token_and_id() {
+    let entry = Entry {
+        name: joined("ab", "c").into_boxed_str(),
+        asked: Asked {
+            verb: Verb::Allow,
+            policy: Arc::from("p"),
+            cost: 1,
+        },
+        first: allowed(1),
+        until: Nanos::from_secs(9),
+        seq: 0,
+    };
+    assert!(entry.is("ab", "c"));
+    for (token, id) in [
+        ("a", "bc"),
+        ("abc", ""),
+        ("ab", "cd"),
+        ("b", "c"),
+        ("ab", ""),
+    ] {
+        assert!(!entry.is(token, id), "{token:?} {id:?}");
+    }
 }

@@ -54,7 +54,7 @@ impl Decider {
         let (token, now, counters) = (key.as_str(), turn.now, turn.owned.counters);
         let asked = Asked {
             verb,
-            policy: policy.name().to_string(),
+            policy: policy.name(),
             cost,
         };
         let seen = counters.ids().seen(token, id, &asked, now);
