@@ -69,9 +69,32 @@ async def test_with_no_worker_a_hold_is_unavailable_whatever_the_fallback(bare_n
         await c.close()
 
 
-async def test_a_hold_verb_the_owner_did_but_could_not_store_is_not_sent_again(bare_nats):
+async def test_a_hold_verb_sent_again_with_its_id_is_done_once(client):
+    """SPEC §16: a reserve sent again with its id keeps one hold and gets
+    the first answer (the same hold); a settle sent again with its id is
+    answered as the first time instead of ``UnknownHold``."""
+    key = fresh("user")
+    first = await client.reserve(key, "llm", 4000, ttl_ms=600_000, id="reserve-1")
+    again = await client.reserve(key, "llm", 4000, ttl_ms=600_000, id="reserve-1")
+    assert (first.decision.repeat, again.decision.repeat) == (False, True)
+    assert again.hold == first.hold and again.decision.remaining == first.decision.remaining == 6000
+    assert (await client.peek(key, "llm")).remaining == 6000, "one hold of 4000"
+    settled = await client.settle(key, "llm", hold=first.hold, cost=1000, id="settle-1")
+    repeated = await client.settle(key, "llm", hold=first.hold, cost=1000, id="settle-1")
+    assert (settled.repeat, repeated.repeat) == (False, True) and settled.remaining == 9000
+    assert (await client.peek(key, "llm")).remaining == 9000, "settled once"
+    with pytest.raises(UnknownHold):
+        await client.settle(key, "llm", hold=first.hold, cost=1000, id="settle-2")
+    with pytest.raises(BadRequest):
+        await client.reserve(key, "llm", 1, id="not ascii é")
+
+
+@pytest.mark.parametrize("ask_ids", [True, False])
+async def test_an_unstored_hold_verb_is_sent_again_only_when_named(bare_nats, ask_ids):
     """A 503 with ``Sluice-Unstored`` (journal mode: done in memory, not
-    stored) ends a reserve at once, where a plain 503 is retried: a second
+    stored). Named (``ask_ids``, the default), the reserve is sent again:
+    the owner answers the retry as the first, so it keeps one hold.
+    Unnamed, it ends at once, where a plain 503 is retried: a second
     reserve would keep a second hold. The owner is played by a subscriber."""
     import msgpack
     import nats
@@ -80,7 +103,7 @@ async def test_a_hold_verb_the_owner_did_but_could_not_store_is_not_sent_again(b
     sent = []
 
     async def refuse(msg):
-        sent.append(msg.subject)
+        sent.append((msg.subject, msgpack.unpackb(msg.data).get("id")))
         headers = {"Nats-Service-Error-Code": "503"}
         if ".reserve.once-" in msg.subject:
             headers["Sluice-Unstored"] = "1"
@@ -90,11 +113,15 @@ async def test_a_hold_verb_the_owner_did_but_could_not_store_is_not_sent_again(b
     try:
         await worker.subscribe("rl.p.*.reserve.*", cb=refuse)
         await worker.flush()
-        c = await SluiceClient.connect(bare_nats, timeout=2.0, partitions=PARTITIONS)
+        c = await SluiceClient.connect(bare_nats, timeout=2.0, partitions=PARTITIONS, ask_ids=ask_ids)
         try:
             with pytest.raises(Unavailable, match="did not store"):
                 await c.reserve(fresh("once"), "llm", 10)
-            assert len(sent) == 1, sent
+            if ask_ids:
+                ids = {id for _, id in sent}
+                assert len(sent) > 1 and len(ids) == 1 and None not in ids, sent
+            else:
+                assert len(sent) == 1 and sent[0][1] is None, sent
             sent.clear()
             with pytest.raises(Unavailable) as again:
                 await c.reserve(fresh("again"), "llm", 10)

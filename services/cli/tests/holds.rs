@@ -5,7 +5,9 @@
 //! a worker joins; in journal mode holds survive `kill -9` of their owner,
 //! none lost, none doubled, each settle counted once; an unknown hold is
 //! 404 and changes nothing; `rl.allow` on a concurrency policy is refused. The Rust
-//! client's `reserve`/`settle`/`extend` and its guard, and the gateway's
+//! client's `reserve`/`settle`/`extend` and its guard (and, in journal
+//! mode with the journal gone, its named reserve sent again after an
+//! unstored 503 keeping one hold), and the gateway's
 //! `POST /v1/reserve|settle|extend/{key}`, and `sluice reserve|settle|extend`,
 //! over the same.
 
@@ -265,6 +267,45 @@ async fn client_of(stack: &Stack) -> Client {
     Client::connect_with(&stack.nats.url(), opts).await.unwrap()
 }
 
+/// In journal mode with the journal gone, an owner does a reserve in
+/// memory and answers 503 "not stored". The client names its reserve
+/// (SPEC §16), sends it again under the same id, and the owner answers
+/// the repeat: one hold. Unnamed, it is not sent again: the caller gets
+/// the 503, and still one hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_reserve_sent_again_after_an_unstored_503_keeps_one_hold() {
+    let _serial = serial().await;
+    let toml = format!("durability = \"journal\"\n{CONFIG}");
+    let stack = Stack::start(SLUICE, &toml, 1).await;
+    let js = async_nats::jetstream::new(stack.clients(1).await.remove(0));
+    js.delete_stream(sluice_core::storage::JOURNAL_STREAM)
+        .await
+        .unwrap();
+    let config = Config::from_toml(&toml, "holds.toml").unwrap();
+    let url = stack.nats.url();
+    let connect = |ask_ids| {
+        let opts = ClientOptions::from_config(&config)
+            .batching(false)
+            .ask_ids(ask_ids)
+            .timeout(Duration::from_secs(2));
+        Client::connect_with(&url, opts)
+    };
+    let named = connect(true).await.unwrap();
+    let held = named.reserve("user-7", "llm", 4000, None).await.unwrap();
+    assert!(held.answer.repeat && held.ticket.is_some(), "{held:?}");
+    let left = named.peek("user-7", "llm").await.unwrap().remaining;
+    assert_eq!(left, 6000, "one hold of 4000");
+
+    let unnamed = connect(false).await.unwrap();
+    let once = unnamed.reserve("user-8", "llm", 4000, None).await;
+    assert!(
+        matches!(&once, Err(Error::Unavailable(m)) if m.contains("store")),
+        "{once:?}"
+    );
+    let left = unnamed.peek("user-8", "llm").await.unwrap().remaining;
+    assert_eq!(left, 6000, "sent once: one hold");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_client_reserves_settles_extends_and_its_guard_releases() {
     let _serial = serial().await;
@@ -390,6 +431,34 @@ async fn the_gateway_reserves_settles_and_extends_over_http_with_the_api_token()
     assert_eq!(
         (status.as_u16(), &body["error"]),
         (404, &"unknown_hold".into())
+    );
+
+    // SPEC §16: a reserve sent again with its Idempotency-Key is the same
+    // hold, marked; a settle sent again with its body id is answered, not
+    // 404; the key reused by another verb is 409.
+    let named = || post("reserve", "user-8", reserve.into()).header("Idempotency-Key", "r-1");
+    let (_, headers, first) = call(named()).await;
+    assert!(header(&headers, "sluice-repeat").is_none(), "{first}");
+    let (status, headers, again) = call(named()).await;
+    assert_eq!(status.as_u16(), 200, "{again}");
+    assert_eq!(header(&headers, "sluice-repeat"), Some("true"));
+    assert_eq!(
+        (&again["hold"], &again["remaining"]),
+        (&first["hold"], &serde_json::json!(6000))
+    );
+    let hold = first["hold"].as_str().unwrap();
+    let settle = format!(r#"{{"policy":"llm","hold":"{hold}","cost":0,"id":"s-1"}}"#);
+    let (_, _, body) = call(post("settle", "user-8", settle.clone())).await;
+    assert_eq!(body["remaining"], 10_000, "{body}");
+    let (status, headers, body) = call(post("settle", "user-8", settle)).await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(header(&headers, "sluice-repeat"), Some("true"));
+    let extend = format!(r#"{{"policy":"llm","hold":"{hold}"}}"#);
+    let reused = post("extend", "user-8", extend).header("Idempotency-Key", "r-1");
+    let (status, _, body) = call(reused).await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]),
+        (409, &"id_reused".into())
     );
 
     // Three slots, then 429 with Retry-After and no hold.

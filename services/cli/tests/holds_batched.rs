@@ -3,10 +3,12 @@
 //! verbs answer alone, errors item by item (unknown hold, bad cost or
 //! ttl, unknown policy), on a partition's and a worker's batch subject;
 //! concurrency limits hold with many batching clients at once. Then the
-//! batching client against a stand-in worker: a hold verb is never sent
-//! twice when it may have been done (an unstored batch), and is asked
-//! alone on its own subject when nothing was (a 503 in its slot, a batch
-//! refused whole by a worker of an earlier release).
+//! batching client against a stand-in worker: a hold verb without an id is
+//! never sent twice when it may have been done (an unstored batch), one
+//! with an id is sent again with it (SPEC §16: the owner answers the
+//! repeat), and either is asked alone on its own subject when nothing was
+//! done (a 503 in its slot, a batch refused whole by a worker of an
+//! earlier release).
 
 mod common;
 
@@ -232,6 +234,16 @@ async fn batching_client(url: &str, timeout: Duration) -> Client {
     Client::connect_with(url, opts).await.unwrap()
 }
 
+/// A batching client that names nothing (`ask_ids` off).
+async fn unnaming_client(url: &str, timeout: Duration) -> Client {
+    let config = Config::from_toml(CONFIG, "holds.toml").unwrap();
+    let opts = ClientOptions::from_config(&config)
+        .batching(true)
+        .ask_ids(false)
+        .timeout(timeout);
+    Client::connect_with(url, opts).await.unwrap()
+}
+
 /// Ten batching clients take and give back the three slots of one key as
 /// fast as they can: never more than three are held at once (a slot is
 /// counted here from its reserve's reply to just before its settle, so
@@ -311,6 +323,8 @@ async fn concurrency_limits_hold_with_many_batching_clients() {
 struct Got {
     msg: async_nats::Message,
     items: Vec<Act>,
+    /// Each item's id.
+    ids: Vec<Option<String>>,
 }
 
 /// The next batch or hold verb (probes and anything else skipped).
@@ -323,13 +337,16 @@ async fn next(sub: &mut async_nats::Subscriber) -> Got {
         match Inbound::parse(msg.subject.as_str()) {
             Some(Inbound::PartitionBatch(_)) => {
                 let items = batch::decode_items(&msg.payload).unwrap();
-                let items = items.into_iter().map(|i| i.unwrap().act).collect();
-                return Got { msg, items };
+                let items: Vec<_> = items.into_iter().map(Result::unwrap).collect();
+                let ids = items.iter().map(|i| i.id.clone().map(Into::into)).collect();
+                let items = items.into_iter().map(|i| i.act).collect();
+                return Got { msg, items, ids };
             }
             Some(Inbound::Ask(ask)) if Verb::HOLDS.contains(&ask.verb) => {
                 return Got {
                     msg,
                     items: Vec::new(),
+                    ids: Vec::new(),
                 };
             }
             _ => {}
@@ -353,46 +370,63 @@ fn error(e: &ErrorReply) -> Vec<u8> {
     e.encode(Encoding::MsgPack)
 }
 
+/// A reserve's reply keeping hold 42 until `ttl`, or its repeat.
+fn held_42(ttl: sluice_core::time::Nanos, repeat: bool, encoding: Encoding) -> Vec<u8> {
+    let d = sluice_core::policy::Decision {
+        allowed: true,
+        limit: 10_000,
+        remaining: 9_000,
+        reset: sluice_core::time::Nanos::from_secs(1),
+        retry_after: sluice_core::time::Nanos::ZERO,
+        shadow_denied: false,
+    };
+    encode_held(
+        &d,
+        "exact",
+        (Some((HoldId::new(42), ttl)), repeat),
+        encoding,
+    )
+}
+
+/// `client` reserves on `k1`; the stand-in answers its batch with an
+/// unstored 503. The reserve's task, and what the stand-in got.
+async fn reserve_unstored(
+    client: &Client,
+    worker: &async_nats::Client,
+    sub: &mut async_nats::Subscriber,
+) -> (
+    tokio::task::JoinHandle<Result<sluice_client::Held, Error>>,
+    Got,
+) {
+    let task = tokio::spawn({
+        let client = client.clone();
+        async move { client.reserve("k1", "exact", 1000, None).await }
+    });
+    let got = next(sub).await;
+    assert!(matches!(got.items[..], [Act::Hold(h)] if h.verb == Verb::Reserve));
+    let unstored = ErrorReply::unavailable("the journal did not store it");
+    answer(
+        worker,
+        &got,
+        &[(SLUICE_UNSTORED, UNSTORED_YES)],
+        error(&unstored),
+    )
+    .await;
+    (task, got)
+}
+
 #[tokio::test]
 async fn the_batching_client_never_sends_a_hold_verb_twice_and_alone_only_if_nothing_was_done() {
     let server = NatsServer::start_with_partitions(PARTITIONS).unwrap();
     let worker = server.connect().await.unwrap();
     let mut sub = worker.subscribe("rl.p.>").await.unwrap();
     worker.flush().await.unwrap();
-    let client = batching_client(&server.url(), Duration::from_secs(30)).await;
+    let client = unnaming_client(&server.url(), Duration::from_secs(30)).await;
     let id = HoldId::new(42).to_string();
-    let held = |ttl| {
-        let d = sluice_core::policy::Decision {
-            allowed: true,
-            limit: 10_000,
-            remaining: 9_000,
-            reset: sluice_core::time::Nanos::from_secs(1),
-            retry_after: sluice_core::time::Nanos::ZERO,
-            shadow_denied: false,
-        };
-        encode_held(
-            &d,
-            "exact",
-            (Some((HoldId::new(42), ttl)), false),
-            Encoding::Json,
-        )
-    };
+    let held = |ttl| held_42(ttl, false, Encoding::Json);
 
     // An unstored batch: the reserve may be held, so it is not sent again.
-    let task = tokio::spawn({
-        let client = client.clone();
-        async move { client.reserve("k1", "exact", 1000, None).await }
-    });
-    let got = next(&mut sub).await;
-    assert!(matches!(got.items[..], [Act::Hold(h)] if h.verb == Verb::Reserve));
-    let unstored = ErrorReply::unavailable("the journal did not store it");
-    answer(
-        &worker,
-        &got,
-        &[(SLUICE_UNSTORED, UNSTORED_YES)],
-        error(&unstored),
-    )
-    .await;
+    let (task, _) = reserve_unstored(&client, &worker, &mut sub).await;
     let result = task.await.unwrap();
     assert!(
         matches!(&result, Err(Error::Unavailable(m)) if m.contains("journal")),
@@ -457,4 +491,35 @@ async fn the_batching_client_never_sends_a_hold_verb_twice_and_alone_only_if_not
     answer(&worker, &got, &[], error(&unknown)).await;
     let result = task.await.unwrap();
     assert!(matches!(result, Err(Error::UnknownHold(_))), "{result:?}");
+}
+
+/// With ids (the default), an unstored batch is sent again: each hold
+/// verb under the id it had, so the owner answers the repeat instead of
+/// keeping a second hold.
+#[tokio::test]
+async fn the_batching_client_sends_a_named_hold_verb_again_under_its_id() {
+    let server = NatsServer::start_with_partitions(PARTITIONS).unwrap();
+    let worker = server.connect().await.unwrap();
+    let mut sub = worker.subscribe("rl.p.>").await.unwrap();
+    worker.flush().await.unwrap();
+    let client = batching_client(&server.url(), Duration::from_secs(30)).await;
+    let (task, got) = reserve_unstored(&client, &worker, &mut sub).await;
+    let first_id = got.ids[0].clone().expect("the client names its reserve");
+    let again = next(&mut sub).await;
+    assert!(matches!(again.items[..], [Act::Hold(h)] if h.verb == Verb::Reserve));
+    assert_eq!(
+        again.ids[0].as_deref(),
+        Some(first_id.as_str()),
+        "the same id"
+    );
+    let repeat = held_42(
+        sluice_core::time::Nanos::from_secs(60),
+        true,
+        Encoding::MsgPack,
+    );
+    let reply = decode_reply(&repeat).unwrap();
+    answer(&worker, &again, &[], batch::encode_results(&[reply])).await;
+    let held = task.await.unwrap().unwrap();
+    assert!(held.answer.repeat, "{held:?}");
+    assert_eq!(held.ticket.unwrap().hold, HoldId::new(42).to_string());
 }

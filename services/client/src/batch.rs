@@ -213,6 +213,9 @@ pub(crate) fn decode_batch(
         .and_then(|h| h.get(batch::WORKER_HEADER))
         .map(|v| Arc::<str>::from(v.as_str()));
     let is_hold = |w: &Waiter| matches!(w.act, Act::Hold(_));
+    // A hold verb without an id cannot be sent twice: a second reserve
+    // would keep a second hold. With one, the owner answers a repeat.
+    let unnamed_hold = |w: &Waiter| is_hold(w) && w.id.is_none();
     let holds = waiters.iter().any(is_hold);
     match batch::decode_results(&msg.payload, n) {
         Ok(results) => Decoded::Done((
@@ -226,18 +229,18 @@ pub(crate) fn decode_batch(
                 .collect(),
         )),
         // The owner did the batch in memory but its journal did not store
-        // it: its hold verbs are answered so (a second reserve would keep
-        // a second hold), its asks are asked again alone.
+        // it: its unnamed hold verbs are answered so, its asks and named
+        // hold verbs are asked again alone.
         Err(ReplyError::Rejected(e))
             if e.code == ErrorCode::Unavailable
-                && holds
+                && waiters.iter().any(unnamed_hold)
                 && headers.is_some_and(|h| h.get(SLUICE_UNSTORED).is_some()) =>
         {
             Decoded::Done((
                 worker,
                 waiters
                     .iter()
-                    .map(|w| match is_hold(w) {
+                    .map(|w| match unnamed_hold(w) {
                         true => Outcome::Done(Ok(Reply::Error(e.clone()))),
                         false => Outcome::AskAlone,
                     })
@@ -328,11 +331,12 @@ mod tests {
             .collect()
     }
 
-    /// An unstored batch: its hold verbs were done in memory, so they are
-    /// answered with the 503 (never sent again); its asks are asked again
-    /// alone. Without a hold verb the batch is tried again, as before.
+    /// An unstored batch: its unnamed hold verbs were done in memory, so
+    /// they are answered with the 503 (never sent again); its asks and
+    /// named hold verbs are asked again alone. Without an unnamed hold
+    /// verb the batch is tried again, as before.
     #[test]
-    fn an_unstored_batch_answers_its_hold_verbs_and_sends_its_asks_again() {
+    fn an_unstored_batch_answers_its_unnamed_hold_verbs_and_sends_the_rest_again() {
         let unstored = refused(&ErrorReply::unavailable("not stored"), true);
         let mixed = [waiter(Act::default()), waiter(settle())];
         match decode_batch(&unstored, &mixed) {
@@ -342,7 +346,20 @@ mod tests {
             }
             _ => panic!("a batch with a hold verb is answered, not retried"),
         }
-        let asks = [waiter(Act::Ask(Budget::None))];
+        let named = Waiter {
+            id: Some("settle-1".into()),
+            ..waiter(settle())
+        };
+        let three = [waiter(Act::default()), named, waiter(settle())];
+        let Decoded::Done((_, outcomes)) = decode_batch(&unstored, &three) else {
+            panic!("a batch with an unnamed hold verb is answered, not retried")
+        };
+        assert_eq!(kinds(&outcomes), ["alone", "alone", "503"]);
+        let named = Waiter {
+            id: Some("settle-1".into()),
+            ..waiter(settle())
+        };
+        let asks = [waiter(Act::Ask(Budget::None)), named];
         assert!(matches!(decode_batch(&unstored, &asks), Decoded::Retry(_)));
         // A 503 that did nothing (no owner) is tried again either way.
         let moved = refused(&ErrorReply::unavailable("restoring"), false);

@@ -11,11 +11,14 @@
 //! "No responders" and a 503 (the partition is changing owners: alone, or
 //! in the item's slot) are retried as an ask's are, a batch item alone on
 //! its verb's subject; both mean that nothing was done, so a retry never
-//! holds or settles twice. What may mean something was done is not
-//! retried: the 503 with `Sluice-Unstored` (the owner did it in memory but
-//! its journal did not store it; a second reserve would keep a second
-//! hold), a batch reply that cannot be read, a batch that ended without a
-//! reply. A batch carrying a hold verb is sent by a task of its own, so
+//! holds or settles twice. The 503 with `Sluice-Unstored` (the owner did
+//! the verb in memory but its journal did not store it) is retried only
+//! when the verb is named by an id (SPEC §16; every verb is, with
+//! [`crate::ClientOptions::ask_ids`], the default): the owner answers the
+//! retry with the first answer, or, if it died before storing, the next
+//! owner does the verb once. Unnamed, a second reserve would keep a second
+//! hold, so that 503 is the caller's. Never retried: a batch reply that
+//! cannot be read, a batch that ended without a reply. A batch carrying a hold verb is sent by a task of its own, so
 //! that a caller giving up does not take its neighbours' replies with it.
 
 use crate::answer::{Answer, Source};
@@ -92,12 +95,28 @@ impl Client {
         cost: u64,
         ttl: Option<Duration>,
     ) -> Result<Held, Error> {
+        self.reserve_named(key, policy, cost, ttl, None).await
+    }
+
+    /// [`Client::reserve`] named by the caller's own `id` when given (1 to
+    /// 128 bytes of printable ASCII; SPEC §16): sent again with the same
+    /// id (a retry after a timeout), it keeps one hold, and its answer is
+    /// the first one's (the same hold), marked [`Answer::repeat`]. Without
+    /// one, the client names it itself ([`crate::ClientOptions::ask_ids`]).
+    pub async fn reserve_named(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        ttl: Option<Duration>,
+        id: Option<&str>,
+    ) -> Result<Held, Error> {
         let ask = HoldAsk {
             policy: Some(policy),
             cost: Some(cost),
             ttl_ms: ttl_ms(ttl)?,
             hold: None,
-            id: None,
+            id,
         };
         self.hold_verb(Verb::Reserve, key.as_ref(), &ask).await
     }
@@ -113,12 +132,26 @@ impl Client {
         hold: &str,
         cost: u64,
     ) -> Result<Answer, Error> {
+        self.settle_named(key, policy, hold, cost, None).await
+    }
+
+    /// [`Client::settle`] named by the caller's own `id` when given (SPEC
+    /// §16): a settle sent again with it is answered as the first was,
+    /// marked [`Answer::repeat`], instead of [`Error::UnknownHold`].
+    pub async fn settle_named(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        hold: &str,
+        cost: u64,
+        id: Option<&str>,
+    ) -> Result<Answer, Error> {
         let ask = HoldAsk {
             policy: Some(policy),
             cost: Some(cost),
             ttl_ms: None,
             hold: Some(hold),
-            id: None,
+            id,
         };
         Ok(self
             .hold_verb(Verb::Settle, key.as_ref(), &ask)
@@ -135,12 +168,25 @@ impl Client {
         hold: &str,
         ttl: Option<Duration>,
     ) -> Result<Held, Error> {
+        self.extend_named(key, policy, hold, ttl, None).await
+    }
+
+    /// [`Client::extend`] named by the caller's own `id` when given (SPEC
+    /// §16): sent again with it, it is answered as the first was.
+    pub async fn extend_named(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        hold: &str,
+        ttl: Option<Duration>,
+        id: Option<&str>,
+    ) -> Result<Held, Error> {
         let ask = HoldAsk {
             policy: Some(policy),
             cost: None,
             ttl_ms: ttl_ms(ttl)?,
             hold: Some(hold),
-            id: None,
+            id,
         };
         self.hold_verb(Verb::Extend, key.as_ref(), &ask).await
     }
@@ -185,10 +231,19 @@ impl Client {
     }
 
     /// One hold verb to the key's owner: in its worker's next batch with
-    /// batching on, else alone on the verb's subject.
+    /// batching on, else alone on the verb's subject; named by the
+    /// caller's id, else by one of the client's own (if it draws them).
     async fn hold_verb(&self, verb: Verb, key: &[u8], ask: &HoldAsk<'_>) -> Result<Held, Error> {
         let policy = ask.policy.unwrap_or_default();
         let token = prepare(key, policy, ask.cost.unwrap_or(0))?;
+        if let Some(id) = ask.id {
+            sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
+        }
+        let own = match ask.id {
+            Some(_) => None,
+            None => self.inner.ids.as_ref().map(|ids| ids.next()),
+        };
+        let id = ask.id.or(own.as_deref());
         let hold = ask
             .hold
             .map(sluice_core::holds::id)
@@ -203,25 +258,19 @@ impl Client {
         let inner = &self.inner;
         let partition = partition_of(&token, inner.opts.partitions);
         let deadline = Instant::now() + inner.opts.timeout;
+        let asking = Asking {
+            token: &token,
+            policy,
+            cost,
+            id,
+        };
         let outcome = if inner.batcher.is_some() {
             inner
-                .ask_batched(
-                    Asking {
-                        token: &token,
-                        policy,
-                        cost,
-                        id: None,
-                    },
-                    Act::Hold(act),
-                    partition,
-                    deadline,
-                )
+                .ask_batched(asking, Act::Hold(act), partition, deadline)
                 .await
                 .0
         } else {
-            inner
-                .single_hold(&token, policy, cost, act, partition, deadline)
-                .await
+            inner.single_hold(asking, act, partition, deadline).await
         };
         match outcome {
             Ok(Reply::Decision(mut d)) => {
@@ -242,40 +291,42 @@ impl Client {
 
 impl Inner {
     /// One hold verb alone, one round trip to the key's owner on the
-    /// verb's subject: `policy`, and `cost` unless it is an extend.
+    /// verb's subject: `policy`, `cost` unless it is an extend, and the id.
     pub(crate) async fn single_hold(
         &self,
-        token: &str,
-        policy: &str,
-        cost: u64,
+        asking: Asking<'_>,
         act: HoldAct,
         partition: u32,
         deadline: Instant,
     ) -> Result<Reply, NoAnswer> {
         let hold = act.hold.map(|id| id.to_string());
         let ask = HoldAsk {
-            policy: Some(policy),
-            cost: (act.verb != Verb::Extend).then_some(cost),
+            policy: Some(asking.policy),
+            cost: (act.verb != Verb::Extend).then_some(asking.cost),
             ttl_ms: act.ttl_ms,
             hold: hold.as_deref(),
-            id: None,
+            id: asking.id,
         };
-        let subject = act.verb.client_subject(token);
+        let subject = act.verb.client_subject(asking.token);
         let body = Bytes::from(encode_hold_request(&ask, Encoding::Json));
-        self.round_trip(&subject, &body, Some(partition), deadline, decode)
-            .await
+        let named = asking.id.is_some();
+        self.round_trip(&subject, &body, Some(partition), deadline, |msg| {
+            decode(msg, named)
+        })
+        .await
     }
 }
 
 /// A hold verb's reply; a 503 is worth another try, as an ask's, unless
-/// the owner says it did the verb without storing it (`Sluice-Unstored`).
-fn decode(msg: &async_nats::Message) -> Decoded<Reply> {
+/// the owner says it did the verb without storing it (`Sluice-Unstored`)
+/// and the verb has no id (`named`) to make the retry its repeat.
+fn decode(msg: &async_nats::Message, named: bool) -> Decoded<Reply> {
     let unstored = msg
         .headers
         .as_ref()
         .is_some_and(|h| h.get(SLUICE_UNSTORED).is_some());
     match decode_reply(&msg.payload) {
-        Ok(Reply::Error(e)) if e.code == ErrorCode::Unavailable && !unstored => {
+        Ok(Reply::Error(e)) if e.code == ErrorCode::Unavailable && (named || !unstored) => {
             Decoded::Retry(NoAnswer::Unavailable(e.message))
         }
         Ok(reply) => Decoded::Done(reply),
@@ -411,14 +462,21 @@ mod tests {
     }
 
     /// A 503 of a partition changing owners is tried again; one whose verb
-    /// the owner did without storing it is not (a second reserve would
-    /// keep a second hold): the caller gets it.
+    /// the owner did without storing it is tried again only if the verb is
+    /// named (the retry is its repeat); unnamed, a second reserve would
+    /// keep a second hold: the caller gets it.
     #[test]
-    fn an_unstored_503_is_not_retried() {
-        assert!(matches!(decode(&reply_503(false)), Decoded::Retry(_)));
-        match decode(&reply_503(true)) {
+    fn an_unstored_503_is_retried_only_when_the_verb_is_named() {
+        for named in [false, true] {
+            assert!(matches!(
+                decode(&reply_503(false), named),
+                Decoded::Retry(_)
+            ));
+        }
+        assert!(matches!(decode(&reply_503(true), true), Decoded::Retry(_)));
+        match decode(&reply_503(true), false) {
             Decoded::Done(Reply::Error(e)) => assert_eq!(e.code, ErrorCode::Unavailable),
-            _ => panic!("an unstored 503 is answered, not retried"),
+            _ => panic!("an unnamed unstored 503 is answered, not retried"),
         }
     }
 }

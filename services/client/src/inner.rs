@@ -456,9 +456,10 @@ impl Inner {
             Ok(Ok(Outcome::Done(outcome))) => return (outcome, true),
             Ok(Ok(Outcome::AskAlone)) => {}
             // The batch went without a reply (the runtime is stopping): an
-            // ask is asked again alone, but a hold's verb may have been
+            // ask is asked again alone, and so is a named hold verb (the
+            // owner answers a repeat), but an unnamed one may have been
             // done, so it is not sent again.
-            Ok(Err(_)) if matches!(act, Act::Hold(_)) => {
+            Ok(Err(_)) if matches!(act, Act::Hold(_)) && id.is_none() => {
                 return (
                     Err(NoAnswer::Other(
                         "the batch carrying this hold's verb ended without a reply, so whether the owner did it is unknown (a hold it kept ends at its ttl)".into(),
@@ -478,10 +479,7 @@ impl Inner {
             )),
             // Asked again with the same id: counted once if the batch was.
             Act::Ask(_) => self.single(asking, partition, deadline).await,
-            Act::Hold(hold) => {
-                self.single_hold(token, policy, cost, hold, partition, deadline)
-                    .await
-            }
+            Act::Hold(hold) => self.single_hold(asking, hold, partition, deadline).await,
         };
         (outcome, false)
     }

@@ -144,15 +144,23 @@ async fn ask_of(request: Request, prefix: &str) -> Result<Ask, Error> {
         ));
     }
     let r = wire::decode_request(&body).map_err(|e| Error::from(e.reply))?;
-    let id =
-        match (header_id, r.id) {
-            (Some(header), Some(body)) if header != *body => return Err(Error::BadRequest(
-                "the Idempotency-Key header and the body's \"id\" differ; send the ask's id once"
-                    .into(),
-            )),
-            (header, body) => header.or(body.map(|id| id.into_owned())),
-        };
+    let id = one_id(header_id, r.id.map(|id| id.into_owned()))?;
     Ok((key, r.policy.into_owned(), r.cost, id))
+}
+
+/// An ask's id, from `Idempotency-Key` or the body's `id`: either, or
+/// both if they agree.
+pub(crate) fn one_id(
+    header: Option<String>,
+    body: Option<String>,
+) -> Result<Option<String>, Error> {
+    match (header, body) {
+        (Some(header), Some(body)) if header != body => Err(Error::BadRequest(
+            "the Idempotency-Key header and the body's \"id\" differ; send the ask's id once"
+                .into(),
+        )),
+        (header, body) => Ok(header.or(body)),
+    }
 }
 
 /// The `Idempotency-Key` header (SPEC §16), checked as an ask's id.

@@ -11,7 +11,7 @@
 //! `allowed` says whether one more unit would be now). No fallback: with
 //! no worker answering, 503.
 
-use crate::allow::{percent_decode, read_body, KeyParam};
+use crate::allow::{idempotency_key, one_id, percent_decode, read_body, IdempotencyKey, KeyParam};
 use crate::metrics::{Outcome, Route};
 use crate::respond;
 use crate::responses::{Done, HeldReplies, HoldErrors};
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 /// Reserves `cost` units now, to settle later with the real cost (SPEC
 /// §13): 200 with the hold when allowed, 429 holding nothing when denied.
 #[utoipa::path(post, path = "/v1/reserve/{key}", operation_id = "reserve", tag = "holds",
-    params(KeyParam),
+    params(KeyParam, IdempotencyKey),
     request_body(content = ReserveBody, description = "JSON, at most 4 KiB"),
     responses(HeldReplies, HoldErrors),
 )]
@@ -40,7 +40,7 @@ pub(crate) async fn reserve(State(app): State<Arc<App>>, request: Request) -> Re
 /// Settles a hold with the real cost (0 for work that failed): 200 with
 /// what a peek gives after it.
 #[utoipa::path(post, path = "/v1/settle/{key}", operation_id = "settle", tag = "holds",
-    params(KeyParam),
+    params(KeyParam, IdempotencyKey),
     request_body(content = SettleBody, description = "JSON, at most 4 KiB"),
     responses(Done, HoldErrors),
 )]
@@ -50,7 +50,7 @@ pub(crate) async fn settle(State(app): State<Arc<App>>, request: Request) -> Res
 
 /// Moves a hold's end to `ttl_ms` from now: 200 with the hold.
 #[utoipa::path(post, path = "/v1/extend/{key}", operation_id = "extend", tag = "holds",
-    params(KeyParam),
+    params(KeyParam, IdempotencyKey),
     request_body(content = ExtendBody, description = "JSON, at most 4 KiB"),
     responses(Done, HoldErrors),
 )]
@@ -87,21 +87,26 @@ async fn hold(app: &App, verb: Verb, request: Request) -> Result<Held, Error> {
             "{path} takes its fields in a JSON body, not in the query (docs/HOLDS.md)"
         )));
     }
+    let header_id = idempotency_key(&parts.headers)?;
     let body = read_body(&parts.headers, body).await?;
     let r = decode_hold_request(verb, &body).map_err(|e| Error::from(e.reply))?;
+    let id = one_id(header_id, r.id)?;
+    let id = id.as_deref();
     let ttl = r.ttl_ms.map(Duration::from_millis);
     let hold = r.hold.map(|id| id.to_string()).unwrap_or_default();
     let client = &app.client;
     match verb {
-        Verb::Reserve => client.reserve(&key, &r.policy, r.cost, ttl).await,
+        Verb::Reserve => client.reserve_named(&key, &r.policy, r.cost, ttl, id).await,
         Verb::Settle => {
-            let answer = client.settle(&key, &r.policy, &hold, r.cost).await?;
+            let answer = client
+                .settle_named(&key, &r.policy, &hold, r.cost, id)
+                .await?;
             Ok(Held {
                 answer,
                 ticket: None,
             })
         }
-        _ => client.extend(&key, &r.policy, &hold, ttl).await,
+        _ => client.extend_named(&key, &r.policy, &hold, ttl, id).await,
     }
 }
 
@@ -118,6 +123,9 @@ pub(crate) struct ReserveBody {
     /// How long the hold lives, 1 ms to 1 h (default the policy's `hold_ttl`).
     #[schema(minimum = 1, maximum = 3_600_000)]
     ttl_ms: Option<u64>,
+    /// The verb's id, as `Idempotency-Key` gives it (SPEC §16).
+    #[schema(min_length = 1, max_length = 128)]
+    id: Option<String>,
 }
 
 /// The body of a settle.
@@ -132,6 +140,9 @@ pub(crate) struct SettleBody {
     /// The real cost (0 for work that failed).
     #[schema(minimum = 0, maximum = 1_000_000_000)]
     cost: Option<u64>,
+    /// The verb's id, as `Idempotency-Key` gives it (SPEC §16).
+    #[schema(min_length = 1, max_length = 128)]
+    id: Option<String>,
 }
 
 /// The body of an extend.
@@ -146,6 +157,9 @@ pub(crate) struct ExtendBody {
     /// Its new end, from now: 1 ms to 1 h.
     #[schema(minimum = 1, maximum = 3_600_000)]
     ttl_ms: Option<u64>,
+    /// The verb's id, as `Idempotency-Key` gives it (SPEC §16).
+    #[schema(min_length = 1, max_length = 128)]
+    id: Option<String>,
 }
 
 /// The decision as JSON (with the hold, if any) and its headers.

@@ -13,7 +13,9 @@ pub const SOURCE_HEADER: &str = "Sluice-Source";
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// Puts the RateLimit headers of `answer` (and, when denied, Retry-After;
-/// on a shadow denial, `Sluice-Shadow: denied`) and the source header into `headers`, replacing any of the same name.
+/// on a shadow denial, `Sluice-Shadow: denied`; on a repeat,
+/// `Sluice-Repeat: true`) and the source header into `headers`, replacing
+/// any of the same name.
 pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
     for (name, value) in answer.headers() {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -24,6 +26,12 @@ pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
         HeaderName::from_static("sluice-source"),
         HeaderValue::from_static(answer.source.as_str()),
     );
+    if answer.repeat {
+        headers.insert(
+            HeaderName::from_static("sluice-repeat"),
+            HeaderValue::from_static(sluice_core::wire::REPEAT_YES),
+        );
+    }
 }
 
 /// `HeaderName::from_static` wants lower case.
@@ -49,12 +57,6 @@ pub(crate) fn decision(answer: &Answer) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, JSON);
     put_decision_headers(headers, answer);
-    if answer.repeat {
-        headers.insert(
-            HeaderName::from_static("sluice-repeat"),
-            HeaderValue::from_static(sluice_core::wire::REPEAT_YES),
-        );
-    }
     response
 }
 

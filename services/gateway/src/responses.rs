@@ -50,7 +50,9 @@ pub(crate) struct HeldReply {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // describes `hold::reply`
 pub(crate) enum HeldReplies {
-    #[response(status = 200, description = "held")]
+    #[response(status = 200, description = "held", headers(
+        ("Sluice-Repeat" = String, description = "`true` on the answer to a reserve that repeated the Idempotency-Key of one already held: the first answer and the same hold (SPEC §16)"),
+    ))]
     Held(HeldReply),
     #[response(status = 429, description = "denied: nothing held", headers(
         ("Retry-After" = u64, description = "seconds until the reserve may pass, rounded up"),
@@ -64,6 +66,7 @@ pub(crate) enum HeldReplies {
 pub(crate) enum Done {
     #[response(status = 200, description = "done; the decision a peek gives after it (and the hold an extend moved)", headers(
         ("Retry-After" = u64, description = "when one more unit would be denied: seconds until it would pass"),
+        ("Sluice-Repeat" = String, description = "`true` on the answer to a verb that repeated the Idempotency-Key of one already done: the first answer, nothing done again (SPEC §16)"),
     ))]
     Done(HeldReply),
 }
@@ -107,6 +110,11 @@ pub(crate) enum HoldErrors {
         description = "`unknown_policy`, or `unknown_hold`: a hold unknown, settled, ended, or of another key or policy"
     )]
     NotFound(ErrorBody<'static>),
+    #[response(
+        status = 409,
+        description = "`id_reused`: the Idempotency-Key was first used by another verb of the key (SPEC §16)"
+    )]
+    IdReused(ErrorBody<'static>),
     #[response(status = 413, description = "`too_large`: a body over 4 KiB")]
     TooLarge(ErrorBody<'static>),
     #[response(

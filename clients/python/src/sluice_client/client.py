@@ -110,11 +110,12 @@ class SluiceClient:
       coarser or finer, never a wrong decision).
     - ``no_responders_retries`` (4), ``no_responders_backoff`` (0.002 s,
       doubled per retry), ``down_after`` (0.2 s).
-    - ``ask_ids`` (default true): every ask of cost 1 or more that the
-      client may send again (after a 503, also one that says the owner
-      counted it in memory but did not store it) carries an id of the
-      client's own, the same on every try, so that it counts once (SPEC
-      §16). ``allow(..., id=...)`` takes the caller's own id instead.
+    - ``ask_ids`` (default true): every ask of cost 1 or more, and every
+      reserve, settle and extend, that the client may send again (after a
+      503, also one that says the owner did it in memory but did not store
+      it) carries an id of the client's own, the same on every try, so
+      that it counts once (SPEC §16). ``id=`` takes the caller's own id
+      instead.
     """
 
     def __init__(
@@ -159,6 +160,7 @@ class SluiceClient:
         no_responders_retries: int = 4,
         no_responders_backoff: float = 0.002,
         down_after: float = 0.2,
+        ask_ids: bool = True,
         name: str = "sluice-client",
         **nats_options: Any,
     ) -> "SluiceClient":
@@ -175,6 +177,7 @@ class SluiceClient:
                 no_responders_retries=no_responders_retries,
                 no_responders_backoff=no_responders_backoff,
                 down_after=down_after,
+                ask_ids=ask_ids,
             )
         except BaseException:
             await nc.close()
@@ -245,35 +248,58 @@ class SluiceClient:
         return await self._decide(HIT_PREFIX + token, token, policy, cost, self._id_for(cost, None))
 
     async def reserve(
-        self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
+        self,
+        key: Key,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        *,
+        ttl_ms: Optional[int] = None,
+        id: Optional[str] = None,
     ) -> Held:
         """``rl.reserve.<key>`` (SPEC §13): decides like :meth:`allow`
         with ``cost`` and, when allowed, holds it for ``ttl_ms`` (default
         the policy's ``hold_ttl``) until :meth:`settle`. A denied reserve
         holds nothing (``held.hold`` is ``None``). No fallback: a hold
         lives at its key's owner, so with no worker it raises
-        :class:`Unavailable`."""
-        token, policy = self._prepare(key, policy, cost)
-        body = hold_body(policy, cost=cost, ttl_ms=check_ttl(ttl_ms))
-        return await self._hold_verb("rl.reserve." + token, token, body)
+        :class:`Unavailable`.
 
-    async def settle(self, key: Key, policy: Optional[str] = None, *, hold: str, cost: int) -> Decision:
+        ``id`` (SPEC §16) names the verb, as for :meth:`allow`: sent again
+        with it, the reserve keeps one hold and is answered as the first
+        time (the same hold, ``repeat`` true). Each hold verb takes one."""
+        token, policy = self._prepare(key, policy, cost)
+        id = self._verb_id(id)
+        body = hold_body(policy, cost=cost, ttl_ms=check_ttl(ttl_ms), id=id)
+        return await self._hold_verb("rl.reserve." + token, token, body, id)
+
+    async def settle(
+        self, key: Key, policy: Optional[str] = None, *, hold: str, cost: int, id: Optional[str] = None
+    ) -> Decision:
         """``rl.settle.<key>``: ends the hold and charges ``cost`` (the real
         cost, 0 for work that failed) in its place; the answer is what
         :meth:`peek` says after it. An unknown, settled or ended hold raises
-        :class:`UnknownHold` and changes nothing."""
+        :class:`UnknownHold` and changes nothing, unless the settle repeats
+        the ``id`` of the one that ended it: that is answered as the first
+        time."""
         token, policy = self._prepare(key, policy, cost)
-        body = hold_body(policy, hold=check_hold(hold), cost=cost)
-        return (await self._hold_verb("rl.settle." + token, token, body)).decision
+        id = self._verb_id(id)
+        body = hold_body(policy, hold=check_hold(hold), cost=cost, id=id)
+        return (await self._hold_verb("rl.settle." + token, token, body, id)).decision
 
     async def extend(
-        self, key: Key, policy: Optional[str] = None, *, hold: str, ttl_ms: Optional[int] = None
+        self,
+        key: Key,
+        policy: Optional[str] = None,
+        *,
+        hold: str,
+        ttl_ms: Optional[int] = None,
+        id: Optional[str] = None,
     ) -> Held:
         """``rl.extend.<key>``: keeps a live hold ``ttl_ms`` more from now
         (default the policy's ``hold_ttl``); ``expires_ms`` is its new end."""
         token, policy = self._prepare(key, policy, 0)
-        body = hold_body(policy, hold=check_hold(hold), ttl_ms=check_ttl(ttl_ms))
-        return await self._hold_verb("rl.extend." + token, token, body)
+        id = self._verb_id(id)
+        body = hold_body(policy, hold=check_hold(hold), ttl_ms=check_ttl(ttl_ms), id=id)
+        return await self._hold_verb("rl.extend." + token, token, body, id)
 
     def hold(
         self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
@@ -289,9 +315,12 @@ class SluiceClient:
         all) releases the hold: settles it with cost 0."""
         return HoldScope(self, key, policy, cost, ttl_ms)
 
-    async def _hold_verb(self, subject: str, token: str, body: bytes) -> Held:
+    async def _hold_verb(self, subject: str, token: str, body: bytes, id: Optional[str]) -> Held:
+        # Unnamed, a verb the owner did in memory must not be sent again (a
+        # second reserve would keep a second hold); named, the retry is
+        # its repeat.
         try:
-            reply = await self._round_trip(subject, token, body, decode_held, once_done=True)
+            reply = await self._round_trip(subject, token, body, decode_held, once_done=id is None)
         except _NoAnswer as why:
             raise Unavailable(
                 "no sluice worker answered on {} ({}); a hold lives at its key's owner, "
@@ -377,6 +406,12 @@ class SluiceClient:
             return "{}-{:x}".format(self._id_prefix, next(self._id_next))
         return None
 
+    def _verb_id(self, id: Optional[str]) -> Optional[str]:
+        """A hold verb's id: the caller's, checked, else one of the
+        client's own (``ask_ids``), whatever its cost: a settle of 0 still
+        ends a hold."""
+        return self._id_for(1, id)
+
     async def _decide(self, subject: str, token: str, policy: str, cost: int, id: Optional[str] = None) -> Decision:
         try:
             reply = await self._round_trip(subject, token, request_body(policy, cost, id))
@@ -396,9 +431,9 @@ class SluiceClient:
     ) -> Any:
         """One request with its retries; ``decode`` makes the reply (a
         decision, a :class:`Held`) or its typed error, returned. With
-        ``once_done`` (the hold verbs), a 503 that says the owner did it
-        in memory (``Sluice-Unstored``) is returned, not sent again: a
-        second reserve would keep a second hold."""
+        ``once_done`` (the hold verbs without an id), a 503 that says the
+        owner did it in memory (``Sluice-Unstored``) is returned, not sent
+        again: a second reserve would keep a second hold."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         partition = partition_of(token, self.partitions)
