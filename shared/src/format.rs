@@ -23,8 +23,15 @@
 use serde::{Deserialize, Serialize};
 
 /// The newest snapshot manifest format this release reads, and the one it
-/// writes.
-pub const SNAPSHOT: u32 = 2;
+/// writes for a snapshot whose carried state is too large for the manifest
+/// (many remembered ids or holds), which then travels in the chunks after
+/// the counters: a release before it would misread those chunks.
+pub const SNAPSHOT: u32 = 3;
+
+/// The format of a snapshot manifest that carries its kept state itself:
+/// what this release writes while that state is small, so that workers of
+/// the release before read it during a rolling upgrade.
+pub const SNAPSHOT_CARRIED_INLINE: u32 = 2;
 
 /// The newest journal message format this release reads, and the one it
 /// writes for a message with an ask's id (SPEC §16), which a release

@@ -1,6 +1,8 @@
 //! Snapshots against a real nats-server: a partition far larger than the
-//! 1 MiB max payload round-trips through chunks, generations replace each
-//! other without leftovers, and a stale writer is fenced off.
+//! 1 MiB max payload round-trips through chunks, and so does the state kept
+//! beside its counters when it outgrows the manifest (a partition
+//! remembering `max_ids` long ids); generations replace each other without
+//! leftovers, and a stale writer is fenced off.
 
 use sluice_core::ask::{counter_key, Op};
 use sluice_core::config::Config;
@@ -27,6 +29,16 @@ async fn stores(nats: &NatsServer) -> Stores {
     )
     .await
     .unwrap()
+}
+
+/// A nats-server with its default max_payload of 1 MiB (sluice's config
+/// raises it), and the stores on it.
+async fn at_the_default_max_payload() -> (NatsServer, Stores) {
+    let mut server = NatsServerConfig::new(16);
+    server.max_payload = 1024 * 1024;
+    let nats = NatsServer::start(&server.render()).unwrap();
+    let stores = stores(&nats).await;
+    (nats, stores)
 }
 
 /// The counters copied between two turns, as a snapshot encodes them.
@@ -59,11 +71,7 @@ fn hourly() -> Config {
 
 #[tokio::test]
 async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload() {
-    // nats-server's default max_payload (sluice's config raises it).
-    let mut server = NatsServerConfig::new(16);
-    server.max_payload = 1024 * 1024;
-    let nats = NatsServer::start(&server.render()).unwrap();
-    let stores = stores(&nats).await;
+    let (_nats, stores) = at_the_default_max_payload().await;
     let config = hourly();
     let policy = config.default_policy();
     let now = Nanos::from_secs(1_800_000_000);
@@ -92,7 +100,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
     );
     assert_eq!(read.entries, 120_000);
 
-    let restored = snapshot::read_entries(&stores.snapshots, 3, &read)
+    let (restored, _) = snapshot::read_entries(&stores.snapshots, 3, &read)
         .await
         .unwrap();
     let fresh = Counters::new();
@@ -105,6 +113,96 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
     counter_key(&mut key, policy.name(), "user-119999");
     let d = fresh.apply(policy, &key, now, Op::Allow(0));
     assert_eq!(d.remaining, policy.limits()[0].max() - 1);
+}
+
+/// A partition remembering as many ids as it may, each long (SPEC §16):
+/// as JSON in the manifest they would pass the 1 MiB max payload, and no
+/// snapshot of the partition could be written. They travel in the chunks
+/// after the counters (format 3), and a new owner reads them all back;
+/// the manifest as stored stays small, and a small carried state stays in
+/// the manifest (format 2, which the release before reads).
+#[tokio::test]
+async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
+    use sluice_core::ask_ids::{Asked, FirstAnswer, DEFAULT_MAX_IDS};
+    use sluice_core::subject::Verb;
+    use sluice_worker::kept::Carried;
+
+    let (_nats, stores) = at_the_default_max_payload().await;
+    let config = hourly();
+    let policy = config.default_policy();
+    let now = Nanos::from_secs(1_800_000_000);
+    let counters = filled(policy, 100, now).remembering(DEFAULT_MAX_IDS);
+    let first = FirstAnswer::from(sluice_core::policy::Decision {
+        allowed: true,
+        limit: 10,
+        remaining: 9,
+        reset: Nanos::from_secs(1),
+        retry_after: Nanos::ZERO,
+        shadow_denied: false,
+    });
+    let asked = Asked {
+        verb: Verb::Allow,
+        policy: policy.name(),
+        cost: 1,
+    };
+    let until = Nanos(now.0 + 3_600_000_000_000);
+    for i in 0..DEFAULT_MAX_IDS {
+        let token = format!("tenant-{i:08}%2Fuser-with-a-name-of-some-length");
+        let id = format!("{i:08x}-5f0e-4c1a-9d3b-{i:012x}-retry-of-order");
+        counters
+            .ids()
+            .remember((&token, &id), asked, first, until, now);
+    }
+    let (copy, carried) = counters
+        .copy_between_turns(|c| Carried::read(c, now))
+        .unwrap();
+    assert_eq!(carried.ids.len(), DEFAULT_MAX_IDS);
+    assert!(
+        serde_json::to_vec(&carried).unwrap().len() > 1024 * 1024,
+        "too large for the manifest"
+    );
+    let manifest = Manifest {
+        gen: "1x1".into(),
+        lease_rev: 7,
+        carried: carried.clone(),
+        ..Default::default()
+    };
+    let encoded = snapshot::encode(&copy).unwrap();
+    snapshot::write(&stores, 3, encoded, manifest, 0, None)
+        .await
+        .unwrap();
+    let stored = stores.snapshots.get("p.3").await.unwrap().unwrap();
+    assert!(stored.len() < 4096, "{} bytes", stored.len());
+    let (read, _) = snapshot::read_manifest(&stores.snapshots, 3).await.unwrap();
+    let read = read.expect("a manifest was written");
+    assert_eq!(read.v, 3);
+    assert!(read.carried_bytes > 0 && read.carried.ids.is_empty());
+    let (entries, back) = snapshot::read_entries(&stores.snapshots, 3, &read)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 100);
+    assert_eq!(back, Some(carried));
+
+    // Small: in the manifest, in the format the release before reads.
+    let small = filled(policy, 10, now);
+    let (copy, carried) = small.copy_between_turns(|c| Carried::read(c, now)).unwrap();
+    let manifest = Manifest {
+        gen: "1x2".into(),
+        lease_rev: 7,
+        carried,
+        ..Default::default()
+    };
+    let encoded = snapshot::encode(&copy).unwrap();
+    snapshot::write(&stores, 4, encoded, manifest, 0, None)
+        .await
+        .unwrap();
+    let (read, _) = snapshot::read_manifest(&stores.snapshots, 4).await.unwrap();
+    let read = read.unwrap();
+    assert_eq!((read.v, read.carried_bytes), (2, 0));
+    let (entries, back) = snapshot::read_entries(&stores.snapshots, 4, &read)
+        .await
+        .unwrap();
+    assert_eq!((entries.len(), back), (10, None));
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! sluice 0.2.0 (commit abc1234)
-//! formats: snapshot 2, journal 7, holder 2, usage 2
+//! formats: snapshot 3, journal 7, holder 2, usage 2
 //! ```
 //!
 //! Why more than the release: a build between releases is told apart by

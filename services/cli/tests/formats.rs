@@ -231,9 +231,11 @@ async fn a_snapshot_of_a_newer_format_is_refused_and_its_partition_left_to_other
         .await
         .unwrap();
 
-    let refused =
-        "the snapshot manifest of partition 3 is in format v99, newer than this sluice reads (v2)";
-    a_new_worker_refuses_the_partition(&mut stack, &client, refused).await;
+    let refused = format!(
+        "the snapshot manifest of partition 3 is in format v99, newer than this sluice reads (v{})",
+        sluice_core::format::SNAPSHOT
+    );
+    a_new_worker_refuses_the_partition(&mut stack, &client, &refused).await;
 }
 
 /// Starts a worker and waits until every other partition answers and its

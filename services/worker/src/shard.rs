@@ -170,14 +170,14 @@ impl Shard {
         let now = self.answering.clock.now();
         let phase = std::time::Instant::now();
         let (manifest, rev) = snapshot::read_manifest(kv, partition).await?;
-        let found = Found { manifest, rev };
+        let mut found = Found { manifest, rev };
         let t_manifest = phase.elapsed();
         self.owner.check_found(&found)?;
         let restore = async {
             let Some(m) = &found.manifest else {
-                return Ok(());
+                return Ok(None);
             };
-            let entries = snapshot::read_entries(kv, partition, m).await?;
+            let (entries, carried) = snapshot::read_entries(kv, partition, m).await?;
             // Inserting is most of a restore's CPU: off the answering thread,
             // and on the other core while another partition restores. (Not
             // `blocking::run`: a takeover restores partitions back to back,
@@ -191,7 +191,7 @@ impl Shard {
             })
             .await
             .context("restoring the counters panicked")?;
-            anyhow::Ok(())
+            anyhow::Ok(carried)
         };
         // The journal's tail is read while the snapshot is restored: the
         // first partition of a takeover reads it for all, so its requests
@@ -202,7 +202,10 @@ impl Shard {
             .outbox
             .journal_since(partition, found.manifest.as_ref().unwrap_or(&none));
         let (since, restored) = tokio::join!(journal, restore);
-        restored?;
+        // State carried in the chunks (format 3) joins its manifest.
+        if let (Some(carried), Some(m)) = (restored?, found.manifest.as_mut()) {
+            m.carried = carried;
+        }
         let since = since?;
         let t_restored = phase.elapsed();
         let decider = &self.answering.decider;

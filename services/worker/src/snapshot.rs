@@ -8,6 +8,12 @@
 //! generation is purged from the stream. A crash mid-write leaves the old
 //! manifest pointing at intact chunks.
 //!
+//! The state kept beside the counters ([`Carried`]: holds, slices, alerts,
+//! remembered ids) travels in the manifest while it is small, and past
+//! [`CARRIED_IN_MANIFEST_MOST`] in the chunks after the counters
+//! ([`Manifest::carried_bytes`]): one value in KV cannot pass the max
+//! payload, and a partition may remember thousands of ids.
+//!
 //! Fencing: the manifest records the lease revision of the writer. A writer
 //! whose lease revision is older than the manifest's refuses to write (it
 //! lost the partition), and a new owner re-writes the manifest with its own
@@ -61,11 +67,21 @@ pub struct Manifest {
     /// Wall-clock ms when it was taken.
     pub taken_at_ms: u64,
     pub worker: String,
+    /// When not 0 (format 3), the last `carried_bytes` bytes of the chunks
+    /// are [`Manifest::carried`] in MessagePack, and the manifest as
+    /// stored leaves it out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub carried_bytes: u64,
     /// What the owner keeps beside the counters' values (budget slices
-    /// not back yet, ...: [`crate::kept`]), each under a field of its own.
+    /// not back yet, ...: [`crate::kept`]), each under a field of its own:
+    /// in the manifest, or in the chunks (`carried_bytes`).
     #[serde(flatten)]
     pub carried: Carried,
 }
+
+/// The most bytes of carried state (as JSON) a manifest holds itself;
+/// more goes in the chunks.
+pub const CARRIED_IN_MANIFEST_MOST: usize = 128 * 1024;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -109,9 +125,13 @@ pub async fn read_manifest(kv: &kv::Store, partition: u32) -> Result<(Option<Man
 
 /// Reads the chunks a manifest names (from the stream's leader, each
 /// within [`store::TAKEOVER_REQUEST_TIMEOUT`]) and decodes the entries.
-pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Result<Vec<Entry>> {
+pub async fn read_entries(
+    kv: &kv::Store,
+    partition: u32,
+    m: &Manifest,
+) -> Result<(Vec<Entry>, Option<Carried>)> {
     if m.chunks == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let mut bytes = Vec::with_capacity(m.bytes as usize);
     for i in 0..m.chunks {
@@ -129,8 +149,26 @@ pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Resul
             m.bytes
         );
     }
-    match rmp_serde::from_slice(&bytes) {
-        Ok(entries) => Ok(entries),
+    let (entries, carried) = bytes.split_at(bytes.len().saturating_sub(m.carried_bytes as usize));
+    let carried = match carried.is_empty() {
+        true => None,
+        false => match rmp_serde::from_slice(carried) {
+            Ok(carried) => Some(carried),
+            Err(e) => {
+                tracing::error!(
+                    partition,
+                    "the state carried in snapshot generation {} cannot be decoded ({e}); the partition starts without its holds, slices, alerts and ids",
+                    m.gen
+                );
+                Some(Carried::default())
+            }
+        },
+    };
+    if entries.is_empty() {
+        return Ok((Vec::new(), carried));
+    }
+    match rmp_serde::from_slice(entries) {
+        Ok(entries) => Ok((entries, carried)),
         Err(e) => {
             // Retrying cannot fix it, and refusing would leave the partition
             // unanswered for good: start from nothing, loudly.
@@ -139,7 +177,7 @@ pub async fn read_entries(kv: &kv::Store, partition: u32, m: &Manifest) -> Resul
                 "snapshot generation {} cannot be decoded ({e}); starting the partition with no counters",
                 m.gen
             );
-            Ok(Vec::new())
+            Ok((Vec::new(), carried))
         }
     }
 }
@@ -151,11 +189,7 @@ pub async fn write_manifest(
     m: &Manifest,
     expected: u64,
 ) -> Result<u64> {
-    let m = Manifest {
-        v: u64::from(format::SNAPSHOT),
-        ..m.clone()
-    };
-    let value = Bytes::from(serde_json::to_vec(&m)?);
+    let value = Bytes::from(manifest_json(m)?);
     let key = manifest_key(partition);
     let rev = if expected == 0 {
         store::create(kv, &key, value)
@@ -167,6 +201,35 @@ pub async fn write_manifest(
             .map_err(|e| anyhow!("{e}"))?
     };
     Ok(rev)
+}
+
+/// The manifest as stored: in the format it needs, without the carried
+/// state that travels in the chunks.
+fn manifest_json(m: &Manifest) -> Result<Vec<u8>> {
+    let in_chunks = m.carried_bytes > 0;
+    let v = match in_chunks {
+        true => format::SNAPSHOT,
+        false => format::SNAPSHOT_CARRIED_INLINE,
+    };
+    let m = Manifest {
+        v: u64::from(v),
+        gen: m.gen.clone(),
+        chunks: m.chunks,
+        bytes: m.bytes,
+        entries: m.entries,
+        lease_rev: m.lease_rev,
+        journal_seq: m.journal_seq,
+        turn: m.turn,
+        journal_writers: m.journal_writers.clone(),
+        taken_at_ms: m.taken_at_ms,
+        worker: m.worker.clone(),
+        carried_bytes: m.carried_bytes,
+        carried: match in_chunks {
+            true => Carried::default(),
+            false => m.carried.clone(),
+        },
+    };
+    Ok(serde_json::to_vec(&m)?)
 }
 
 /// A partition's counters, encoded and cut into chunks, ready to be written.
@@ -270,6 +333,19 @@ pub async fn write(
     expected_rev: u64,
     previous_gen: Option<&str>,
 ) -> Result<(Manifest, u64)> {
+    let mut encoded = encoded;
+    manifest.carried_bytes = 0;
+    if serde_json::to_vec(&manifest.carried)?.len() > CARRIED_IN_MANIFEST_MOST {
+        let carried = rmp_serde::to_vec_named(&manifest.carried)
+            .context("cannot encode the state carried beside the counters")?;
+        manifest.carried_bytes = carried.len() as u64;
+        encoded.bytes += carried.len() as u64;
+        let carried = Bytes::from(carried);
+        for start in (0..carried.len()).step_by(CHUNK_BYTES) {
+            let end = (start + CHUNK_BYTES).min(carried.len());
+            encoded.chunks.push(carried.slice(start..end));
+        }
+    }
     let mut acks = Vec::with_capacity(encoded.chunks.len());
     for (i, chunk) in encoded.chunks.iter().enumerate() {
         let subject = kv_subject(
