@@ -127,7 +127,13 @@ def decode_reply(
 ) -> Union[Decision, SluiceError]:
     """A worker's reply: a :class:`Decision`, or the typed error it
     carries (returned, not raised). Raises :class:`MalformedReply`."""
-    body = reply_map(data)
+    return decode_reply_map(reply_map(data), headers)
+
+
+def decode_reply_map(
+    body: Mapping[str, Any], headers: Optional[Mapping[str, str]] = None
+) -> Union[Decision, SluiceError]:
+    """:func:`decode_reply` of a map already decoded (a batch's result)."""
     error = error_of(body, headers)
     if error is not None:
         return error
