@@ -8,6 +8,7 @@ grows only by adding fields.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -95,11 +96,19 @@ def _uint(body: Mapping[str, Any], field: str) -> int:
 
 
 def reply_map(data: bytes) -> Mapping[str, Any]:
-    """A reply's MessagePack map; raises :class:`MalformedReply`."""
-    try:
-        body = msgpack.unpackb(data, raw=False)
-    except Exception as e:  # msgpack raises several types
-        raise MalformedReply("the reply is not MessagePack: {}".format(e)) from None
+    """A reply's map: a JSON object when it starts with ``{`` (the reply to
+    a JSON request, docs/PROTOCOL.md §2), else MessagePack; raises
+    :class:`MalformedReply`."""
+    if data[:1] == b"{":
+        try:
+            body = json.loads(data)
+        except ValueError as e:
+            raise MalformedReply("the reply is not JSON: {}".format(e)) from None
+    else:
+        try:
+            body = msgpack.unpackb(data, raw=False)
+        except Exception as e:  # msgpack raises several types
+            raise MalformedReply("the reply is not MessagePack: {}".format(e)) from None
     if not isinstance(body, dict):
         raise MalformedReply("the reply is not a map: {!r}".format(body))
     return body
