@@ -112,6 +112,9 @@ def test_policies_are_read_from_tables_and_refused_with_a_reason(tmp_path):
     ]:
         with pytest.raises(ValueError, match=reason):
             LocalLimiter({"p": table}, FakeClock())
+    for policies, reason in [(["default"], "must map"), ({"a.b": LOGIN}, "not valid"), ({"p": 5}, "a table")]:
+        with pytest.raises(ValueError, match=reason):
+            LocalLimiter(policies, FakeClock())  # type: ignore[arg-type]
     config = tmp_path / "sluice.toml"
     config.write_text(
         'partitions = 8\n\n[policies.login]\nalgorithm = "gcra"\nlimits = [ { max = 10, per = "1m" } ]\n\n'

@@ -29,6 +29,7 @@ from .errors import BadRequest, UnknownPolicy
 NS = 1_000_000_000
 _UNITS = {"ms": 1_000_000, "s": NS, "m": 60 * NS, "h": 3600 * NS, "d": 86400 * NS}
 _DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)\Z")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _CALENDAR = ("day", "week", "month")
 ALGORITHMS = ("fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra")
 SLIDING_LOG_MAX = 100_000
@@ -115,8 +116,20 @@ BUILTIN_DEFAULT: Mapping[str, Any] = {"algorithm": "sliding_window", "limits": [
 def load_policies(tables: Optional[Policies]) -> Dict[str, Policy]:
     """Policies from their tables (holds-only ones left out); the built-in
     ``default`` when ``tables`` has none, as the workers do."""
+    if tables is not None and not isinstance(tables, Mapping):
+        raise ValueError(
+            "policies must map policy names to tables such as "
+            '{"algorithm": "sliding_log", "limits": [{"max": 10, "per": "1m"}]}, not ' + type(tables).__name__
+        )
     policies: Dict[str, Policy] = {}
     for name, table in (tables or {}).items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(
+                "the policy name {!r} is not valid; policy names are 1 to 64 characters "
+                "of A-Z, a-z, 0-9, '_' and '-'".format(name)
+            )
+        if not isinstance(table, Mapping):
+            raise ValueError("policy {!r}: a table (a mapping) of its fields, not {!r}".format(name, table))
         if "algorithm" not in table and "limits" not in table and "concurrency" in table:
             continue
         policies[name] = Policy.from_table(name, table)
