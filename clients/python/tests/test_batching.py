@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
 import nats
 import pytest
 
@@ -102,3 +103,34 @@ def test_batch_bodies_and_replies_are_read_strictly():
         decode_batch(b"\x81\xa7results\x90", None, 2)
     refused = decode_batch(b"\x82\xa5error\xabunavailable\xa7message\xa3now", None, 1)
     assert isinstance(refused, Unavailable)
+
+
+async def test_a_caller_that_gives_up_mid_batch_leaves_its_neighbours_answered(client):
+    """The caller sending a batch is cancelled while it is in flight: the
+    others in it ask again alone (with their ids: counted once) and every
+    turn is handed back."""
+    key = fresh("cancelled")
+    request = client.nats.request
+    in_flight = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_batches(subject, body, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if subject.endswith(".batch") and len(msgpack.unpackb(body)["items"]) > 1:
+            in_flight.set()
+            await release.wait()
+        return await request(subject, body, *args, **kwargs)
+
+    client.nats.request = slow_batches  # type: ignore[method-assign]
+    try:
+        tasks = [asyncio.ensure_future(client.allow(key)) for _ in range(5)]
+        await asyncio.wait_for(in_flight.wait(), TIMEOUT)
+        tasks[1].cancel()  # it took the second turn and sends the batch of 2..5
+        release.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        client.nats.request = request  # type: ignore[method-assign]
+    assert isinstance(results[1], asyncio.CancelledError)
+    answered = [r for i, r in enumerate(results) if i != 1]
+    assert all(r.source is Source.WORKER and r.allowed for r in answered), answered
+    assert (await client.peek(key)).remaining == 15 - 4, "each counted once"
+    assert client._batcher._lanes == {}, "every turn handed back"
