@@ -11,6 +11,8 @@
 //! - [`subject`]: every NATS subject, built and parsed; the [`subject::Verb`]s;
 //!   the mapping probe's pure part.
 //! - [`partition`]: the key → partition hash nats-server computes.
+//! - [`conformance`]: the vectors other clients check themselves against
+//!   (`docs/conformance/`), generated from the modules they cover.
 //! - [`key`]: percent-encoding of keys into one NATS subject token.
 //! - [`wire`]: request bodies, decision and error replies, RateLimit headers,
 //!   batches (split by what they hold under `wire/`).
@@ -72,6 +74,7 @@ pub mod assignment;
 pub mod budget;
 pub mod calendar;
 pub mod config;
+pub mod conformance;
 pub mod duration;
 pub mod format;
 pub mod holds;

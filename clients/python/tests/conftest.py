@@ -6,6 +6,11 @@
   answers a peek.
 - ``bare_nats`` (one per session): the same nats-server config and no
   worker, so every ask gets "no responders".
+- ``subjects``: an independent subscriber counting the messages on every
+  subject an ask travels on (``rl.p.*.allow.*``, ``rl.p.*.batch``,
+  ``rl.w.*.batch``).
+- ``start_stack(prefix, config, partitions)``: the same for another
+  config (the conformance vectors' asks, test_conformance.py).
 
 Binaries: ``SLUICE_BIN`` (else ``target/debug/sluice`` of the repository)
 and ``SLUICE_NATS_SERVER`` (else ``.tools/venv/bin/nats-server``).
@@ -195,11 +200,11 @@ def a_key_per_partition(partitions: int) -> List[str]:
     return [k for k in keys if k is not None]
 
 
-async def _every_partition_answers(url: str, worker: Process) -> None:
+async def _every_partition_answers(url: str, worker: Process, partitions: int) -> None:
     nc = await nats.connect(url)
     try:
-        client = SluiceClient(nc, timeout=2.0, partitions=PARTITIONS)
-        pending = a_key_per_partition(PARTITIONS)
+        client = SluiceClient(nc, timeout=2.0, partitions=partitions, batching=False, deny_cache=False)
+        pending = a_key_per_partition(partitions)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while pending:
             if worker.popen.poll() is not None:
@@ -230,12 +235,12 @@ class Stack:
 
 
 @contextlib.contextmanager
-def _nats_server(prefix: str) -> Iterator[Tuple[NatsServer, Path, Path]]:
-    """A nats-server for ``CONFIG`` in a fresh temp dir: (server, dir, config file)."""
+def _nats_server(prefix: str, text: str = CONFIG) -> Iterator[Tuple[NatsServer, Path, Path]]:
+    """A nats-server for the config ``text`` in a fresh temp dir: (server, dir, config file)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         dir = Path(tmp)
         config = dir / "sluice.toml"
-        config.write_text(CONFIG)
+        config.write_text(text)
         server = start_nats(dir, config)
         try:
             yield server, dir, config
@@ -243,19 +248,27 @@ def _nats_server(prefix: str) -> Iterator[Tuple[NatsServer, Path, Path]]:
             server.process.stop()
 
 
-@pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
-    with _nats_server("sluice-py-") as (server, dir, config):
+@contextlib.contextmanager
+def start_stack(prefix: str, text: str, partitions: int) -> Iterator[Stack]:
+    """nats-server and one worker for the config ``text``; ready once every
+    partition answers."""
+    with _nats_server(prefix, text) as (server, dir, config):
         worker = _spawn(
             "worker",
             [sluice_bin(), "worker", "--nats", server.url, "--config", str(config)],
             dir / "worker.log",
         )
         try:
-            asyncio.run(_every_partition_answers(server.url, worker))
+            asyncio.run(_every_partition_answers(server.url, worker, partitions))
             yield Stack(server.url, dir)
         finally:
             worker.stop()
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with start_stack("sluice-py-", CONFIG, PARTITIONS) as s:
+        yield s
 
 
 @pytest.fixture(scope="session")
@@ -263,3 +276,47 @@ def bare_nats() -> Iterator[str]:
     """The URL of a nats-server with the mapping and no worker."""
     with _nats_server("sluice-py-bare-") as (server, _, _):
         yield server.url
+
+
+class Subjects:
+    """Counts the messages on every subject an ask can travel on, as an
+    independent subscriber sees them."""
+
+    MARKER = "rl.w.count-marker.batch"
+
+    def __init__(self, nc) -> None:  # type: ignore[no-untyped-def]
+        self.nc = nc
+        self.seen: List[str] = []
+        self.marked = asyncio.Event()
+
+    async def start(self) -> None:
+        async def seen(msg) -> None:  # type: ignore[no-untyped-def]
+            if msg.subject == self.MARKER:
+                self.marked.set()
+            else:
+                self.seen.append(msg.subject)
+
+        for subject in ["rl.p.*.allow.*", "rl.p.*.batch", "rl.w.*.batch"]:
+            await self.nc.subscribe(subject, cb=seen)
+        await self.nc.flush()
+
+    async def after(self, client: SluiceClient) -> List[str]:
+        """What arrived before a marker the client publishes now: its
+        messages arrive in the order it sent them."""
+        self.marked.clear()
+        await client.nats.publish(self.MARKER, b"")
+        await client.nats.flush()
+        await asyncio.wait_for(self.marked.wait(), TIMEOUT)
+        seen, self.seen = self.seen, []
+        return seen
+
+
+@pytest.fixture
+async def subjects(stack) -> AsyncIterator[Subjects]:
+    nc = await nats.connect(stack.url)
+    s = Subjects(nc)
+    await s.start()
+    try:
+        yield s
+    finally:
+        await nc.close()

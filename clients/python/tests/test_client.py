@@ -115,9 +115,10 @@ async def test_the_clients_own_ids_differ_per_ask_and_are_sent_again_unchanged(c
     bodies = []
     real = client._round_trip
 
-    async def spy(subject, token, body, *args, **kwargs):
-        bodies.append(msgpack.unpackb(body) if body else {})
-        return await real(subject, token, body, *args, **kwargs)
+    async def spy(subject, partition, body, *args, **kwargs):
+        fields = msgpack.unpackb(body) if body else {}
+        bodies.extend(fields["items"] if "items" in fields else [fields])  # a batch or alone
+        return await real(subject, partition, body, *args, **kwargs)
 
     client._round_trip = spy
     try:
@@ -165,21 +166,21 @@ async def test_concurrent_asks_on_one_key_let_exactly_the_limit_through(client):
 async def test_usage_shows_what_was_used_and_denied_and_top_ranks_keys(client):
     key, other = fresh("usage"), fresh("usage-other")
     for _ in range(17):
-        await client.allow(key)  # 15 allowed, 2 denied
+        await client.allow(key)  # 15 allowed, 2 denied: the second by the deny cache
     await client.hit(key, cost=3)
     await client.allow(other)
     await client.nats.flush()
 
     async def counted():
         u = await client.usage(key)
-        return (u.used, u.denied) == (18, 2)
+        return (u.used, u.denied) == (18, 1)  # the cache's denial reached no worker
 
     await eventually("usage shows the asks and the hit", counted)
     u = await client.usage(key, step="1m")
     assert u.step_ms == 60_000 and u.policy == "default" and u.parts[-1].step_ms == 60_000
     assert u.points[-1].t_ms <= u.complete_to_ms
     top = await client.top(n=1000, by="denied")
-    assert [(e.key, e.denied) for e in top.keys if e.key in (key, other)] == [(key, 2)]
+    assert [(e.key, e.denied) for e in top.keys if e.key in (key, other)] == [(key, 1)]
     used = await client.top(n=1000)
     mine = {e.key: e.used for e in used.keys}
     assert mine[key] == 18 and mine[other] == 1
@@ -238,9 +239,13 @@ async def test_bad_keys_policies_and_costs_are_refused_before_sending(client):
 
 # --- no worker: the fallback ----------------------------------------------
 
+# Each ask alone on rl.allow.<key>, as these tests count them there
+# (batches: test_batching.py).
+ALONE = {"partitions": PARTITIONS, "batching": False}
+
 
 async def test_with_no_worker_closed_raises_unavailable_well_before_the_timeout(bare_nats):
-    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, fallback="closed") as client:
+    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, fallback="closed", **ALONE) as client:
         started = time.monotonic()
         with pytest.raises(Unavailable, match="no responders") as e:
             await client.allow("bob@x.io")
@@ -251,7 +256,7 @@ async def test_with_no_worker_closed_raises_unavailable_well_before_the_timeout(
 
 
 async def test_with_no_worker_open_allows_with_the_fallback_source(bare_nats):
-    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, fallback="open") as client:
+    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, fallback="open", **ALONE) as client:
         started = time.monotonic()
         d = await client.allow("bob@x.io", policy="login", cost=3)
         assert time.monotonic() - started < 1.0
@@ -276,12 +281,12 @@ def count_requests(client: SluiceClient) -> list:
 
 
 async def test_no_responders_is_retried_four_times_and_a_down_partition_once(bare_nats):
-    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT) as client:
+    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, **ALONE) as client:
         sent = count_requests(client)
         with pytest.raises(Unavailable):
             await client.allow("handover")
         assert sent == ["rl.allow.handover"] * 5  # 1 + retries after 2, 4, 8, 16 ms
-    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, down_after=0.0) as client:
+    async with await SluiceClient.connect(bare_nats, timeout=TIMEOUT, down_after=0.0, **ALONE) as client:
         sent = count_requests(client)
         for _ in range(3):
             with pytest.raises(Unavailable):
@@ -301,7 +306,7 @@ async def test_a_worker_that_does_not_answer_in_time_gets_the_fallback_at_the_ti
         await silent.flush()
         for fallback in ["closed", "open"]:
             arrived.clear()
-            async with await SluiceClient.connect(bare_nats, timeout=0.3, fallback=fallback) as client:
+            async with await SluiceClient.connect(bare_nats, timeout=0.3, fallback=fallback, **ALONE) as client:
                 started = time.monotonic()
                 if fallback == "closed":
                     with pytest.raises(Unavailable, match="timed out"):
@@ -317,7 +322,7 @@ async def test_a_worker_that_does_not_answer_in_time_gets_the_fallback_at_the_ti
 
 
 async def test_a_closed_connection_falls_back_without_sending(stack):
-    client = await SluiceClient.connect(stack.url, timeout=TIMEOUT, fallback="closed")
+    client = await SluiceClient.connect(stack.url, timeout=TIMEOUT, fallback="closed", partitions=PARTITIONS)
     await client.close()
     with pytest.raises(Unavailable, match="not connected"):
         await client.allow("alice")
@@ -328,7 +333,8 @@ async def test_a_closed_connection_falls_back_without_sending(stack):
 async def test_a_client_around_an_existing_connection_leaves_it_open(stack):
     nc = await nats.connect(stack.url)
     try:
-        client = SluiceClient(nc, timeout=TIMEOUT, fallback="open")
+        client = SluiceClient(nc, timeout=TIMEOUT, fallback="open", partitions=PARTITIONS)
+        await client.check_partitions()
         assert (await client.allow(fresh("own"))).source is Source.WORKER
         await client.close()
         assert nc.is_connected
@@ -337,7 +343,7 @@ async def test_a_client_around_an_existing_connection_leaves_it_open(stack):
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match="local"):
-        SluiceClient(None, fallback="local")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="\"local\""):
+        SluiceClient(None, fallback="sideways")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         SluiceClient(None, timeout=0)  # type: ignore[arg-type]

@@ -63,6 +63,8 @@ mod answer;
 mod batch;
 mod budgets;
 mod client;
+#[cfg(test)]
+mod conformance_tests;
 mod deny_cache;
 mod error;
 mod holds;

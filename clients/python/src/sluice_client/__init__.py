@@ -2,7 +2,10 @@
 on NATS.
 
 - :class:`SluiceClient` (``client.py``): ``allow``, ``peek``, ``hit``,
-  ``hit_and_peek``; retries and the ``open``/``closed`` fallback; ``usage``
+  ``hit_and_peek``; the deny cache (``deny_cache.py``), batching of
+  concurrent asks (``batch.py``, its partition check ``probe.py``),
+  retries and the ``open``/``closed``/``local`` fallback (``local.py``, its
+  algorithms ``algorithms.py``); ``usage``
   and ``top`` (SPEC §9); ``reserve``, ``settle``, ``extend`` and
   ``async with client.hold(...)`` (SPEC §13).
 - :class:`Alert` (``alerts.py``): threshold alerts (SPEC §14), read
@@ -12,7 +15,8 @@ on NATS.
 - :class:`Decision`, :class:`Source` (``decision.py``): the typed answer and
   the headers an HTTP server should return.
 - :class:`SluiceError` and its kinds (``errors.py``).
-- :func:`encode_key` (``key.py``) and the bodies (``wire.py``).
+- :func:`encode_key` (``key.py``), the partition hash (``partition.py``)
+  and the bodies (``wire.py``).
 
 ::
 
@@ -23,17 +27,20 @@ on NATS.
 """
 
 from .alerts import Alert
-from .client import Fallback, SluiceClient
+from .client import Fallback, SluiceClient, Stats
 from .decision import Decision, Source
 from .errors import BadRequest, IdReused, SluiceError, TooLarge, Unavailable, UnknownHold, UnknownPolicy
 from .holds import Hold, HoldDenied, Held, HoldScope
 from .key import MAX_TOKEN_LEN, encode_key
+from .local import policies_from_config
 from .usage import Top, TopEntry, Usage, UsagePart, UsagePoint
 
 __all__ = [
     "SluiceClient",
     "Alert",
     "Fallback",
+    "Stats",
+    "policies_from_config",
     "Decision",
     "Source",
     "SluiceError",

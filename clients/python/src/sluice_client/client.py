@@ -1,7 +1,10 @@
-""":class:`SluiceClient`: asks, retries, fallback.
+""":class:`SluiceClient`: asks, the deny cache, batching, retries, fallback.
 
-One ask is one NATS request on ``rl.allow.<key>`` (the server's subject
-mapping takes it to the key's partition and its owning worker). What the
+An ask first looks in the deny cache (``deny_cache.py``): a key and policy
+a worker denied with a retry time are answered locally until then. Else it
+goes to the key's owner: with batching (``batch.py``) in its worker's next
+batch, else alone as one NATS request on ``rl.allow.<key>`` (the server's
+subject mapping takes it to the key's partition and its owner). What the
 client does when that gets no decision follows the Rust client
 (docs/CLIENT.md, "When no worker answers"):
 
@@ -13,7 +16,8 @@ client does when that gets no decision follows the Rust client
 - no reply within ``timeout``, or no connection: the fallback at once.
 
 Then the fallback decides: ``open`` allows (:attr:`Source.FALLBACK_OPEN`),
-``closed`` raises :class:`Unavailable`.
+``closed`` raises :class:`Unavailable`, ``local`` decides with the client's
+own limiter over its ``policies`` (``local.py``, :attr:`Source.FALLBACK_LOCAL`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import asyncio
 import enum
 import itertools
 import secrets
+import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Union
 
 import nats
@@ -29,10 +35,15 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from .alerts import Alert, read_alerts
+from .batch import ASK_ALONE, Batcher, Waiter
 from .decision import Decision, Source
+from .deny_cache import DenyCache
 from .errors import SluiceError, Unavailable
 from .holds import Held, HoldScope, check_hold, check_ttl, decode_held, hold_body
 from .key import Key, encode_key
+from .local import LocalLimiter, Policies
+from .partition import fnv1a32, partition_of
+from .probe import check_partitions
 from .usage import Top, Usage, decode_top, decode_usage, query_body
 from .wire import (
     DEFAULT_POLICY,
@@ -52,13 +63,11 @@ QUERY_TIMEOUT = 10.0
 
 
 class Fallback(str, enum.Enum):
-    """What to answer when no worker answers (SPEC §4 ``fallback``).
-
-    The Rust client's third choice, ``local`` (an in-process limiter), is
-    not offered here."""
+    """What to answer when no worker answers (SPEC §4 ``fallback``)."""
 
     OPEN = "open"
     CLOSED = "closed"
+    LOCAL = "local"
 
     def __str__(self) -> str:
         return self.value
@@ -69,26 +78,46 @@ def _fallback(value: Union[str, Fallback]) -> Fallback:
         return Fallback(value)
     except ValueError:
         raise ValueError(
-            "fallback must be \"open\" or \"closed\", not {!r} (the Python client has no "
-            "\"local\" limiter)".format(value)
+            "fallback must be \"open\", \"closed\" or \"local\", not {!r}".format(value)
         ) from None
 
 
-def fnv1a32(data: bytes) -> int:
-    """FNV-1a, 32 bits: nats-server's partition hash (docs/PROTOCOL.md §6)."""
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
+@dataclass(frozen=True)
+class Stats:
+    """Counters of a client (:meth:`SluiceClient.stats`)."""
 
-
-def partition_of(token: str, partitions: int) -> int:
-    """The partition nats-server maps a key token to."""
-    return fnv1a32(token.encode("ascii")) % partitions if partitions else 0
+    deny_cache: int
+    """Asks the deny cache answered, with no network."""
+    batches: int
+    """Batch requests sent."""
+    batched_asks: int
+    """Asks those carried (``batched_asks / batches`` asks per request)."""
 
 
 class _NoAnswer(Exception):
-    """Why no worker decided (the reason the fallback names)."""
+    """Why no worker decided (the reason the fallback names); ``kind`` is
+    ``no_responders``, ``timeout``, ``malformed``, ``unavailable`` or
+    ``other``."""
+
+    def __init__(self, why: str, kind: str = "other") -> None:
+        super().__init__(why)
+        self.kind = kind
+
+
+_OPTIONS = (
+    "timeout",
+    "fallback",
+    "policies",
+    "partitions",
+    "batching",
+    "deny_cache",
+    "deny_cache_capacity",
+    "no_responders_retries",
+    "no_responders_backoff",
+    "down_after",
+    "ask_ids",
+    "clock",
+)
 
 
 class SluiceClient:
@@ -100,14 +129,26 @@ class SluiceClient:
         client = await SluiceClient.connect("nats://127.0.0.1:4222", fallback="open")
         client = SluiceClient(nc, timeout=0.1)
 
-    Options (keyword-only, the Rust client's defaults):
+    Options (keyword-only; the Rust client's names and defaults,
+    docs/CLIENT.md "Options"):
 
     - ``timeout`` (seconds, default 0.1): the most one ask takes, retries
-      included; then the fallback decides.
-    - ``fallback`` (``"closed"`` default, or ``"open"``).
-    - ``partitions`` (default 64): the workers' partition count; used only to
-      tell which partitions are down (a wrong value makes that grouping
-      coarser or finer, never a wrong decision).
+      and batch waiting included; then the fallback decides.
+    - ``fallback`` (``"closed"`` default, ``"open"`` or ``"local"``).
+    - ``policies``: what the ``local`` fallback decides with and ``open``
+      takes its numbers from: a mapping of policy names to tables as the
+      config file writes them (``{"algorithm": "sliding_log", "limits":
+      [{"max": 5, "per": "10s"}]}``), or :meth:`LocalLimiter.from_config`'s
+      reading of the workers' ``sluice.toml``. Default: the built-in
+      ``default`` policy only.
+    - ``partitions`` (default 64): the workers' partition count. Batches
+      go straight to a partition's owner, so it must match (a wrong one
+      costs round trips, never a wrong decision: the worker answers a
+      stray 503 and the client asks it alone).
+    - ``batching`` (default true): asks made concurrently for one worker
+      travel as one request (``batch.py``).
+    - ``deny_cache`` (default true), ``deny_cache_capacity`` (100 000):
+      answer a key and policy a worker denied locally until its retry time.
     - ``no_responders_retries`` (4), ``no_responders_backoff`` (0.002 s,
       doubled per retry), ``down_after`` (0.2 s).
     - ``ask_ids`` (default true): every ask of cost 1 or more, and every
@@ -116,6 +157,8 @@ class SluiceClient:
       it) carries an id of the client's own, the same on every try, so
       that it counts once (SPEC §16). ``id=`` takes the caller's own id
       instead.
+    - ``clock`` (default :func:`time.time`): seconds since the epoch, for
+      the ``local`` fallback's limiter.
     """
 
     def __init__(
@@ -124,11 +167,16 @@ class SluiceClient:
         *,
         timeout: float = 0.1,
         fallback: Union[str, Fallback] = Fallback.CLOSED,
+        policies: Optional[Policies] = None,
         partitions: int = 64,
+        batching: bool = True,
+        deny_cache: bool = True,
+        deny_cache_capacity: int = 100_000,
         no_responders_retries: int = 4,
         no_responders_backoff: float = 0.002,
         down_after: float = 0.2,
         ask_ids: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be positive, not {!r}".format(timeout))
@@ -143,6 +191,11 @@ class SluiceClient:
         self.no_responders_backoff = no_responders_backoff
         self.down_after = down_after
         self.ask_ids = ask_ids
+        self.local = LocalLimiter(policies, clock)
+        """The ``local`` fallback's limiter (and ``open``'s numbers)."""
+        self._deny = DenyCache(deny_cache_capacity, time.monotonic) if deny_cache else None
+        self._batcher = Batcher(partitions, self._batch_round_trip, _NoAnswer) if batching else None
+        self._deny_answers = 0
         # Ids of this client's own: a random prefix, then a number.
         self._id_prefix = secrets.token_hex(8)
         self._id_next = itertools.count()
@@ -154,36 +207,40 @@ class SluiceClient:
         cls,
         servers: Union[str, List[str]] = "nats://127.0.0.1:4222",
         *,
-        timeout: float = 0.1,
-        fallback: Union[str, Fallback] = Fallback.CLOSED,
-        partitions: int = 64,
-        no_responders_retries: int = 4,
-        no_responders_backoff: float = 0.002,
-        down_after: float = 0.2,
-        ask_ids: bool = True,
         name: str = "sluice-client",
-        **nats_options: Any,
+        check_partitions: bool = True,
+        **options: Any,
     ) -> "SluiceClient":
-        """Connects to NATS (``nats_options`` go to :func:`nats.connect`,
-        e.g. ``user_credentials=``, ``tls=``) and returns a client that owns
-        the connection: :meth:`close` closes it."""
-        nc = await nats.connect(servers, name=name, **nats_options)
+        """Connects to NATS and returns a client that owns the connection:
+        :meth:`close` closes it. The client's options are those of the
+        class; every other keyword goes to :func:`nats.connect` (e.g.
+        ``user_credentials=``, ``tls=``). With batching (and
+        ``check_partitions``, the default), it first checks that
+        ``partitions`` is the server's (:meth:`check_partitions`)."""
+        mine = {k: options.pop(k) for k in _OPTIONS if k in options}
+        nc = await nats.connect(servers, name=name, **options)
         try:
-            client = cls(
-                nc,
-                timeout=timeout,
-                fallback=fallback,
-                partitions=partitions,
-                no_responders_retries=no_responders_retries,
-                no_responders_backoff=no_responders_backoff,
-                down_after=down_after,
-                ask_ids=ask_ids,
-            )
+            client = cls(nc, **mine)
+            if client._batcher is not None and check_partitions:
+                await client.check_partitions()
         except BaseException:
             await nc.close()
             raise
         client._owns_connection = True
         return client
+
+    async def check_partitions(self) -> None:
+        """Checks that the server maps keys to the partitions the client
+        computes with ``partitions`` (batches depend on it); raises
+        :class:`ValueError` saying what to set. :meth:`connect` does this;
+        call it yourself for a client made around your own connection."""
+        await check_partitions(self._nc, self.partitions)
+
+    def stats(self) -> Stats:
+        """What the client saved: asks answered by the deny cache, batch
+        requests and the asks they carried."""
+        b = self._batcher
+        return Stats(self._deny_answers, b.batches if b else 0, b.batched_asks if b else 0)
 
     @property
     def nats(self) -> NATS:
@@ -216,7 +273,25 @@ class SluiceClient:
         the first one's with ``repeat`` true. Without it the client names
         the ask itself (``ask_ids``), for its own retries."""
         token, policy = self._prepare(key, policy, cost)
-        return await self._decide(ALLOW_PREFIX + token, token, policy, cost, self._id_for(cost, id))
+        id = self._id_for(cost, id)
+        if self._deny is not None:
+            cached = self._deny.get(policy, token, cost)
+            if cached is not None:
+                self._deny_answers += 1
+                return cached
+        if self._batcher is None:
+            return await self._decide(ALLOW_PREFIX + token, token, policy, cost, id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        partition = partition_of(token, self.partitions)
+        waiter = Waiter(token, policy, cost, id, partition, loop.create_future())
+        outcome = await self._batcher.ask(waiter, deadline)
+        if outcome is ASK_ALONE:
+            # Asked again with the same id: counted once if the batch was.
+            return await self._decide(ALLOW_PREFIX + token, token, policy, cost, id, deadline)
+        if isinstance(outcome, _NoAnswer):
+            return self._fall_back(token, policy, cost, outcome, record=False)
+        return self._conclude(token, cost, outcome)
 
     async def peek(self, key: Key, policy: Optional[str] = None) -> Decision:
         """Whether one unit would be allowed now, consuming nothing (cost 0)."""
@@ -245,7 +320,7 @@ class SluiceClient:
         answer is what :meth:`peek` would say after the hit. When no worker
         answers, the fallback applies."""
         token, policy = self._prepare(key, policy, cost)
-        return await self._decide(HIT_PREFIX + token, token, policy, cost, self._id_for(cost, None))
+        return await self._decide(HIT_PREFIX + token, token, policy, cost, self._id_for(cost, None), record=True)
 
     async def reserve(
         self,
@@ -320,7 +395,9 @@ class SluiceClient:
         # second reserve would keep a second hold); named, the retry is
         # its repeat.
         try:
-            reply = await self._round_trip(subject, token, body, decode_held, once_done=id is None)
+            reply = await self._round_trip(
+                subject, partition_of(token, self.partitions), body, decode_held, once_done=id is None
+            )
         except _NoAnswer as why:
             raise Unavailable(
                 "no sluice worker answered on {} ({}); a hold lives at its key's owner, "
@@ -412,86 +489,108 @@ class SluiceClient:
         ends a hold."""
         return self._id_for(1, id)
 
-    async def _decide(self, subject: str, token: str, policy: str, cost: int, id: Optional[str] = None) -> Decision:
+    async def _decide(
+        self,
+        subject: str,
+        token: str,
+        policy: str,
+        cost: int,
+        id: Optional[str] = None,
+        deadline: Optional[float] = None,
+        record: bool = False,
+    ) -> Decision:
+        """One ask alone on ``subject``, concluded; ``record``: a hit's."""
+        partition = partition_of(token, self.partitions)
         try:
-            reply = await self._round_trip(subject, token, request_body(policy, cost, id))
+            reply = await self._round_trip(subject, partition, request_body(policy, cost, id), deadline=deadline)
         except _NoAnswer as why:
-            return self._fall_back(token, policy, why)
+            return self._fall_back(token, policy, cost, why, record)
+        # A hit's answer is a peek's: its denial is cached as one of cost 0.
+        return self._conclude(token, 0 if record else cost, reply)
+
+    def _conclude(self, token: str, cost: int, reply: Union[Decision, SluiceError]) -> Decision:
         if isinstance(reply, SluiceError):
             raise reply
+        if self._deny is not None:
+            self._deny.insert(token, cost, reply)
         return reply
+
+    async def _batch_round_trip(
+        self, subject: str, body: bytes, partition: Optional[int], decode: Callable[..., Any]
+    ) -> Any:
+        return await self._round_trip(subject, partition, body, decode)
 
     async def _round_trip(
         self,
         subject: str,
-        token: str,
+        partition: Optional[int],
         body: bytes,
         decode: Callable[..., Any] = decode_reply,
         once_done: bool = False,
+        deadline: Optional[float] = None,
     ) -> Any:
-        """One request with its retries; ``decode`` makes the reply (a
-        decision, a :class:`Held`) or its typed error, returned. With
-        ``once_done`` (the hold verbs without an id), a 503 that says the
-        owner did it in memory (``Sluice-Unstored``) is returned, not sent
-        again: a second reserve would keep a second hold."""
+        """One request with its retries, until ``deadline`` (default: the
+        timeout from now); ``decode`` makes the reply (a decision, a
+        :class:`Held`, a batch's results) or its typed error, returned.
+        ``partition`` is the partition whose owner ``subject`` reaches;
+        ``None`` for a worker's own subject, where "no responders" means
+        that worker is gone, so a retry cannot help. With ``once_done``
+        (the hold verbs without an id), a 503 that says the owner did it in memory
+        (``Sluice-Unstored``) is returned, not sent again: a second reserve
+        would keep a second hold."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        partition = partition_of(token, self.partitions)
+        if deadline is None:
+            deadline = loop.time() + self.timeout
         attempt = 0
         while True:
             if not self._nc.is_connected:
-                raise _NoAnswer("not connected to NATS")
+                raise _NoAnswer("not connected to NATS", "disconnected")
             left = deadline - loop.time()
             if left <= 0:
-                raise _NoAnswer("timed out after {:g} s".format(self.timeout))
+                raise _NoAnswer("timed out after {:g} s".format(self.timeout), "timeout")
             try:
                 msg = await self._nc.request(subject, body, timeout=left)
             except nats.errors.NoRespondersError:
+                if partition is None:
+                    raise _NoAnswer("no responders on {}".format(subject), "no_responders") from None
                 self._silent_since.setdefault(partition, loop.time())
-                why = "no responders: no worker owns the partition"
+                why = _NoAnswer("no responders: no worker owns the partition", "no_responders")
             except nats.errors.TimeoutError:
-                raise _NoAnswer("timed out after {:g} s".format(self.timeout)) from None
+                raise _NoAnswer("timed out after {:g} s".format(self.timeout), "timeout") from None
             except nats.errors.Error as e:
                 raise _NoAnswer("NATS error: {}".format(e)) from None
             else:
-                self._silent_since.pop(partition, None)
+                if partition is not None:
+                    self._silent_since.pop(partition, None)
                 try:
                     reply = decode(msg.data, msg.headers)
                 except MalformedReply as e:
-                    raise _NoAnswer("a malformed reply: {}".format(e)) from None
+                    raise _NoAnswer("a malformed reply: {}".format(e), "malformed") from None
                 if not isinstance(reply, Unavailable):
                     return reply
                 if once_done and (msg.headers or {}).get(UNSTORED_HEADER):
                     return reply
-                why = "the worker is unavailable: {}".format(reply.message)
+                why = _NoAnswer("the worker is unavailable: {}".format(reply.message), "unavailable")
             # A partition silent for longer than a handover takes is down:
             # fall back after this one try instead of retrying.
-            since = self._silent_since.get(partition)
+            since = self._silent_since.get(partition) if partition is not None else None
             down = since is not None and loop.time() - since >= self.down_after
             if attempt >= self.no_responders_retries or down:
-                raise _NoAnswer(why)
+                raise why
             retry_at = loop.time() + self.no_responders_backoff * (1 << min(attempt, 16))
             if retry_at >= deadline:
-                raise _NoAnswer(why)
+                raise why
             attempt += 1
             await asyncio.sleep(retry_at - loop.time())
 
-    def _fall_back(self, token: str, policy: str, why: _NoAnswer) -> Decision:
+    def _fall_back(self, token: str, policy: str, cost: int, why: _NoAnswer, record: bool) -> Decision:
         if self.fallback is Fallback.OPEN:
-            # The client does not know the policy's numbers: zeros, as the
-            # Rust client answers for a policy it does not know.
-            return Decision(
-                allowed=True,
-                limit=0,
-                remaining=0,
-                reset_ms=0,
-                retry_after_ms=0,
-                policy=policy,
-                source=Source.FALLBACK_OPEN,
-            )
+            return self.local.open(policy, cost)
+        if self.fallback is Fallback.LOCAL:
+            return self.local.decide(token, policy, cost, record)
         raise Unavailable(
             "no sluice worker answered for key {} ({}), and the fallback is \"closed\"".format(token, why)
         )
 
 
-__all__ = ["SluiceClient", "Fallback", "DEFAULT_POLICY", "fnv1a32", "partition_of"]
+__all__ = ["SluiceClient", "Fallback", "Stats", "DEFAULT_POLICY", "fnv1a32", "partition_of"]

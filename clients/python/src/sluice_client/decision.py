@@ -13,8 +13,14 @@ class Source(str, enum.Enum):
 
     WORKER = "worker"
     """The key's owning worker."""
+    DENY_CACHE = "deny_cache"
+    """The client's deny cache: a worker denied this key and policy, and
+    its retry time has not passed (answered without the network)."""
     FALLBACK_OPEN = "fallback_open"
     """No worker answered and the fallback is ``open``: allowed, unchecked."""
+    FALLBACK_LOCAL = "fallback_local"
+    """No worker answered and the fallback is ``local``: decided by the
+    client's own limiter, which sees only this process's asks."""
 
     def __str__(self) -> str:
         return self.value

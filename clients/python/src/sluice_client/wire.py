@@ -8,6 +8,7 @@ grows only by adding fields.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -95,11 +96,19 @@ def _uint(body: Mapping[str, Any], field: str) -> int:
 
 
 def reply_map(data: bytes) -> Mapping[str, Any]:
-    """A reply's MessagePack map; raises :class:`MalformedReply`."""
-    try:
-        body = msgpack.unpackb(data, raw=False)
-    except Exception as e:  # msgpack raises several types
-        raise MalformedReply("the reply is not MessagePack: {}".format(e)) from None
+    """A reply's map: a JSON object when it starts with ``{`` (the reply to
+    a JSON request, docs/PROTOCOL.md §2), else MessagePack; raises
+    :class:`MalformedReply`."""
+    if data[:1] == b"{":
+        try:
+            body = json.loads(data)
+        except ValueError as e:
+            raise MalformedReply("the reply is not JSON: {}".format(e)) from None
+    else:
+        try:
+            body = msgpack.unpackb(data, raw=False)
+        except Exception as e:  # msgpack raises several types
+            raise MalformedReply("the reply is not MessagePack: {}".format(e)) from None
     if not isinstance(body, dict):
         raise MalformedReply("the reply is not a map: {!r}".format(body))
     return body
@@ -127,7 +136,13 @@ def decode_reply(
 ) -> Union[Decision, SluiceError]:
     """A worker's reply: a :class:`Decision`, or the typed error it
     carries (returned, not raised). Raises :class:`MalformedReply`."""
-    body = reply_map(data)
+    return decode_reply_map(reply_map(data), headers)
+
+
+def decode_reply_map(
+    body: Mapping[str, Any], headers: Optional[Mapping[str, str]] = None
+) -> Union[Decision, SluiceError]:
+    """:func:`decode_reply` of a map already decoded (a batch's result)."""
     error = error_of(body, headers)
     if error is not None:
         return error
