@@ -105,3 +105,24 @@ impl Common {
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     sluice_core::config::parse_duration(s).map_err(|e| e.to_string())
 }
+
+/// `--otlp-endpoint`: the collector a server exports its traces to, over
+/// OTLP/HTTP (docs/OPERATIONS.md, "Traces"). Off unless given.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TraceArgs {
+    /// Export OpenTelemetry traces over OTLP/HTTP to this collector, e.g.
+    /// http://127.0.0.1:4318 (off unless given).
+    #[arg(long, env = "SLUICE_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<sluice_gateway::Url>,
+}
+
+impl TraceArgs {
+    /// The exporter of `service`'s spans, when `--otlp-endpoint` is given.
+    /// Call [`sluice_traces::Traces::shutdown`] once the server stopped.
+    pub fn start(&self, service: &'static str) -> Result<Option<sluice_traces::Traces>> {
+        self.otlp_endpoint
+            .as_ref()
+            .map(|endpoint| sluice_traces::Traces::start(endpoint, service))
+            .transpose()
+    }
+}

@@ -40,6 +40,8 @@ pub struct DevArgs {
     /// How many workers to run.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    #[command(flatten)]
+    pub traces: crate::common::TraceArgs,
 }
 
 /// `config/sluice.toml`: what `sluice dev` runs with when given no config.
@@ -67,7 +69,19 @@ pub fn run(common: &Common, args: &DevArgs) -> Result<()> {
     let log = dir.path().join("nats-server.log");
     let nats = NatsChild::start(&binary, &conf, &log, args.nats_port)?;
     let url = format!("nats://127.0.0.1:{}", args.nats_port);
-    let result = serve(&url, config, args, &nats, dir.path());
+    // The workers' and the gateway's spans, each under its own service name.
+    let traces = (
+        args.traces.start("sluice-worker")?,
+        args.traces.start("sluice-gateway")?,
+    );
+    let tracers = (
+        traces.0.as_ref().map(|t| t.tracer().clone()),
+        traces.1.as_ref().map(|t| t.tracer().clone()),
+    );
+    let result = serve(&url, config, args, tracers, &nats, dir.path());
+    for traces in [traces.0, traces.1].into_iter().flatten() {
+        traces.shutdown();
+    }
     // Whatever happened above, nothing may outlive us.
     let stopped = nats.stop();
     drop(dir);
@@ -75,7 +89,20 @@ pub fn run(common: &Common, args: &DevArgs) -> Result<()> {
     result.and(stopped)
 }
 
-fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path) -> Result<()> {
+/// The tracers of the workers and of the gateway (`--otlp-endpoint`).
+type Tracers = (
+    Option<sluice_traces::SdkTracer>,
+    Option<sluice_traces::SdkTracer>,
+);
+
+fn serve(
+    url: &str,
+    config: Config,
+    args: &DevArgs,
+    tracers: Tracers,
+    nats: &NatsChild,
+    dir: &Path,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -89,11 +116,13 @@ fn serve(url: &str, config: Config, args: &DevArgs, nats: &NatsChild, dir: &Path
         for i in 0..args.workers {
             let mut opts = sluice_worker::WorkerOptions::new(url, config.clone());
             opts.worker_id = Some(format!("dev{i}"));
+            opts.tracer = tracers.0.clone();
             let stop = stopped(stop_rx.clone());
             tasks.spawn(async move { sluice_worker::run(opts, stop).await });
         }
         let mut gateway = sluice_gateway::GatewayOptions::new(url, config.clone());
         gateway.listen = args.listen;
+        gateway.tracer = tracers.1.clone();
         let stop = stopped(stop_rx.clone());
         tasks.spawn(async move { sluice_gateway::run(gateway, stop).await });
 

@@ -32,6 +32,9 @@ pub struct GatewayArgs {
     /// A second token that may only read /v1/* (usage, inspect, policies, alerts, status; 403 elsewhere); needs --api-token.
     #[arg(long, env = "SLUICE_API_READ_TOKEN", hide_env_values = true)]
     pub api_read_token: Option<String>,
+    /// Named API tokens from a TOML file, one [[token]] table each (name, role "full" or "read", token); beside --api-token and --api-read-token, read again on SIGHUP.
+    #[arg(long, env = "SLUICE_API_TOKENS", value_name = "FILE")]
+    pub api_tokens: Option<PathBuf>,
     /// Serve HTTPS (and TLS on --grpc-listen) with this PEM certificate chain; needs --tls-key.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
@@ -46,6 +49,8 @@ pub struct GatewayArgs {
     /// (a global sliding policy, docs/REGIONS.md).
     #[arg(long, default_value = "100ms", value_parser = crate::common::parse_duration)]
     pub timeout: std::time::Duration,
+    #[command(flatten)]
+    pub traces: crate::common::TraceArgs,
 }
 
 pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
@@ -75,6 +80,7 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
         .api_read_token
         .clone()
         .map(sluice_gateway::ApiToken::new);
+    opts.token_file = args.api_tokens.clone();
     opts.tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(sluice_gateway::TlsFiles {
             cert: cert.clone(),
@@ -88,9 +94,22 @@ pub fn run(common: &Common, args: &GatewayArgs) -> Result<()> {
             anyhow::bail!("--tls-key needs --tls-cert (the certificate it belongs to)")
         }
     };
+    let reload = std::sync::Arc::new(tokio::sync::Notify::new());
+    opts.reload = Some(reload.clone());
+    let traces = args.traces.start("sluice-gateway")?;
+    opts.tracer = traces.as_ref().map(|t| t.tracer().clone());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(sluice_gateway::run(opts, crate::signals::terminate()))
+    let ran = rt.block_on(async {
+        let hangups = crate::signals::on_hangup(move || reload.notify_one());
+        let ran = sluice_gateway::run(opts, crate::signals::terminate()).await;
+        hangups.abort();
+        ran
+    });
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    ran
 }

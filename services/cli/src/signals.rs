@@ -1,5 +1,6 @@
 //! The shutdown signal every long-running command waits for: SIGTERM or
-//! SIGINT; and SIGPIPE for the commands that print a report.
+//! SIGINT; SIGHUP, on which the gateway reloads; and SIGPIPE for the
+//! commands that print a report.
 
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -11,6 +12,20 @@ pub async fn terminate() {
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
         _ = int.recv() => tracing::info!("SIGINT: stopping"),
     }
+}
+
+/// Calls `then` on every SIGHUP (the gateway reloads its tokens and
+/// certificate) from a task of its own, until aborted. The handler is in
+/// place when this returns, so a SIGHUP from then on cannot end the
+/// process (its default action). Call it inside the runtime.
+pub fn on_hangup(then: impl Fn() + Send + 'static) -> tokio::task::JoinHandle<()> {
+    let mut hup = signal(SignalKind::hangup()).expect("can install a SIGHUP handler");
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading");
+            then();
+        }
+    })
 }
 
 /// Lets SIGPIPE end the process, as it ends `cat` or `grep`: Rust ignores

@@ -21,6 +21,8 @@ pub struct WorkerArgs {
     /// This worker's id (unique per process; generated when not given).
     #[arg(long)]
     pub worker_id: Option<String>,
+    #[command(flatten)]
+    pub traces: crate::common::TraceArgs,
 }
 
 pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
@@ -35,10 +37,16 @@ pub fn run(common: &Common, args: &WorkerArgs) -> Result<()> {
     // current-thread runtime answers ~1.5x faster than the multi-thread one
     // (docs/BENCHMARKS-HISTORY.md, "Hot keys with local budgets", tried a
     // two-thread runtime). Run more workers to use more cores.
+    let traces = args.traces.start("sluice-worker")?;
+    opts.tracer = traces.as_ref().map(|t| t.tracer().clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(sluice_worker::run(opts, crate::signals::terminate()))
+    let ran = rt.block_on(sluice_worker::run(opts, crate::signals::terminate()));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    ran
 }
 
 /// Turns transparent huge pages off for this process while it takes

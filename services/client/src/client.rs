@@ -165,7 +165,8 @@ impl Client {
                 .ask_with_budget(budgets, asking, partition, deadline)
                 .await;
         }
-        let outcome = if inner.batcher.is_some() {
+        // A traced ask goes alone: a batch carries the asks of many traces.
+        let outcome = if inner.batcher.is_some() && !crate::trace::is_traced() {
             inner
                 .ask_batched(asking, Act::default(), partition, deadline)
                 .await
@@ -207,9 +208,15 @@ impl Client {
             Plan::Ask { want, sent } => (want, sent),
         };
         let budget = want.map_or(Budget::None, Budget::Slice);
-        let (outcome, as_sent) = inner
-            .ask_batched(asking, Act::Ask(budget), partition, deadline)
-            .await;
+        // Traced, it goes alone unless it asks for a slice (only a batch
+        // carries that, crate::trace).
+        let (outcome, as_sent) = if want.is_none() && crate::trace::is_traced() {
+            (inner.single(asking, partition, deadline).await, true)
+        } else {
+            inner
+                .ask_batched(asking, Act::Ask(budget), partition, deadline)
+                .await
+        };
         if want.is_some() {
             let reply = match &outcome {
                 Ok(Reply::Decision(d)) if as_sent => Some(d),

@@ -233,9 +233,12 @@ impl Inner {
                 return Err(NoAnswer::TimedOut);
             }
             self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-            let request = async_nats::Request::new()
+            let mut request = async_nats::Request::new()
                 .payload(body.clone())
                 .timeout(Some(left));
+            if let Some(headers) = crate::trace::current() {
+                request = request.headers(headers);
+            }
             let why = match self.nats.send_request(subject.to_string(), request).await {
                 Ok(msg) => {
                     if let Some(p) = partition {
@@ -522,19 +525,23 @@ impl Inner {
             .fetch_add(n as u64, Ordering::Relaxed);
         let deadline = Instant::now() + self.opts.timeout;
         let decode = |msg: &async_nats::Message| decode_batch(msg, &waiters);
-        let result = match destination {
-            Destination::Worker(id) => {
-                self.stats.worker_batches.fetch_add(1, Ordering::Relaxed);
-                let subject = worker_batch_subject(id);
-                self.round_trip(&subject, &body, None, deadline, decode)
-                    .await
+        // A batch carries the asks of many callers: none's trace.
+        let result = crate::trace::untraced(async {
+            match destination {
+                Destination::Worker(id) => {
+                    self.stats.worker_batches.fetch_add(1, Ordering::Relaxed);
+                    let subject = worker_batch_subject(id);
+                    self.round_trip(&subject, &body, None, deadline, decode)
+                        .await
+                }
+                Destination::Partition(p) => {
+                    let subject = batch_subject(*p);
+                    self.round_trip(&subject, &body, Some(*p), deadline, decode)
+                        .await
+                }
             }
-            Destination::Partition(p) => {
-                let subject = batch_subject(*p);
-                self.round_trip(&subject, &body, Some(*p), deadline, decode)
-                    .await
-            }
-        };
+        })
+        .await;
         let batcher = self.batcher.as_ref().expect("batching is on");
         match result {
             Ok((worker, results)) => {

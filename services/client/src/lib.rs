@@ -36,6 +36,8 @@
 //!   their bucket (SPEC §7), checked first, for the CLI and the gateway.
 //! - [`alerts`]: threshold alerts (SPEC §14) read from their stream,
 //!   and followed ([`Client::alerts`]).
+//! - [`trace`]: the W3C trace context a caller hands its asks, carried
+//!   in their NATS headers (traced asks go alone, not batched).
 //! - [`Error`] (`error.rs`): 400 / 404 / 413 / 503, with the worker's sentence.
 //!
 //! ```no_run
@@ -78,6 +80,7 @@ pub mod policy_store;
 mod probe;
 pub mod queries;
 mod stats;
+pub mod trace;
 
 pub use answer::{Answer, Source};
 pub use client::Client;

@@ -57,10 +57,13 @@ async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
     let started = Instant::now();
     let result = async {
         let (key, policy, cost, id) = ask_of(request, PREFIX).await?;
-        match id {
-            Some(id) => app.client.ask_with_id(&key, &policy, cost, &id).await,
-            None => app.client.ask(&key, &policy, cost).await,
-        }
+        let asking = async {
+            match id {
+                Some(id) => app.client.ask_with_id(&key, &policy, cost, &id).await,
+                None => app.client.ask(&key, &policy, cost).await,
+            }
+        };
+        crate::traces::ask(&app, &key, &policy, cost, asking).await
     }
     .await;
     app.metrics.observe(

@@ -18,9 +18,10 @@
 //! 401 and 403 are added to every operation by [`routes`], by the role the
 //! route needs ([`Role`]).
 
-use crate::api_token::{self, ApiToken, Gate, Role};
+use crate::api_token::Role;
 use crate::respond::ErrorBody;
 use crate::responses::HeldReply;
+use crate::tokens::{self, Gate, Tokens};
 use crate::App;
 use axum::extract::State;
 use axum::response::Response;
@@ -81,10 +82,7 @@ impl Modify for Bearer {
 
 /// The `/v1` routes, each behind the token its role needs (none without
 /// `--api-token`), and their description.
-pub(crate) fn routes(
-    full: Option<ApiToken>,
-    read: Option<ApiToken>,
-) -> (Router<Arc<App>>, OpenApi) {
+pub(crate) fn routes(tokens: Option<Arc<Tokens>>) -> (Router<Arc<App>>, OpenApi) {
     let reads = OpenApiRouter::new()
         .routes(routes!(crate::usage::series))
         .routes(routes!(crate::usage::top))
@@ -114,14 +112,13 @@ pub(crate) fn routes(
     add_refusals(&mut read_api, false);
     add_refusals(&mut write_api, true);
     add_decision_headers(&mut write_api);
-    let (reads, writes) = match full {
-        Some(full) => {
+    let (reads, writes) = match tokens {
+        Some(tokens) => {
             let gate = |role| Gate {
-                full: full.clone(),
-                read: read.clone(),
+                tokens: tokens.clone(),
                 role,
             };
-            let layer = |role| axum::middleware::from_fn_with_state(gate(role), api_token::require);
+            let layer = |role| axum::middleware::from_fn_with_state(gate(role), tokens::require);
             (
                 reads.route_layer(layer(Role::Read)),
                 writes.route_layer(layer(Role::Full)),
@@ -141,7 +138,7 @@ pub(crate) fn routes(
 
 /// The description of the `/v1` API, as `/v1/openapi.json` serves it.
 pub fn openapi() -> OpenApi {
-    routes(None, None).1
+    routes(None).1
 }
 
 /// [`openapi`] as pretty JSON, as `docs/openapi.json` holds it.

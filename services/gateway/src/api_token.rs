@@ -9,7 +9,9 @@
 //! usage, top keys, inspect, policies, alerts and status. The routes that
 //! ask, count, reset or write need the full token; the read token on them
 //! is 403 `forbidden` ([`Role`]), so a dashboard or a monitoring job can
-//! be given a token that cannot change a counter or a policy.
+//! be given a token that cannot change a counter or a policy. Named
+//! tokens of either role come from `--api-tokens FILE` (`tokens.rs`),
+//! reloaded on SIGHUP.
 //!
 //! The comparison runs in constant time for tokens of the right length
 //! (`subtle`), so timing does not tell an attacker how much of a guess was
@@ -17,11 +19,6 @@
 //! (403 for the read token where it may not), and is answered before
 //! anything is asked or counted.
 
-use crate::respond::{json_error, ErrorWord};
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::Response;
 use std::fmt;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -67,48 +64,6 @@ pub(crate) enum Role {
     Read,
     /// It asks, counts, resets or writes: the full token only.
     Full,
-}
-
-/// The tokens `/v1/*` checks, and what the routes behind one layer need.
-#[derive(Clone, Debug)]
-pub(crate) struct Gate {
-    pub(crate) full: ApiToken,
-    pub(crate) read: Option<ApiToken>,
-    pub(crate) role: Role,
-}
-
-/// The middleware on `/v1/*`.
-pub(crate) async fn require(State(gate): State<Gate>, request: Request, next: Next) -> Response {
-    let authorization = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(HeaderValue::as_bytes);
-    if gate.full.admits(authorization) {
-        return next.run(request).await;
-    }
-    let read = gate.read.as_ref().is_some_and(|t| t.admits(authorization));
-    if read && gate.role == Role::Read {
-        return next.run(request).await;
-    }
-    if read {
-        return json_error(
-            StatusCode::FORBIDDEN,
-            ErrorWord::Forbidden,
-            "this token may only read (--api-read-token): usage, inspect, policies, alerts and status; \
-             asking, counting, resetting and writing policies need the full token (--api-token)",
-        );
-    }
-    let mut response = json_error(
-        StatusCode::UNAUTHORIZED,
-        ErrorWord::Unauthorized,
-        "this gateway needs an API token: send the header `Authorization: Bearer <token>` \
-         with the token it was started with (--api-token / SLUICE_API_TOKEN)",
-    );
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"sluice\""),
-    );
-    response
 }
 
 #[cfg(test)]

@@ -14,8 +14,12 @@
 //!
 //! - The files are read and checked when the gateway starts, before it
 //!   connects to NATS ([`TlsFiles::load`]); each failure is one line naming
-//!   the file and its flag. They are not reloaded: restart the gateway to
-//!   use renewed files.
+//!   the file and its flag. On SIGHUP they are read again
+//!   ([`Certs::reload`]): new handshakes present the new certificate,
+//!   connections already open keep theirs, and files that cannot be read or
+//!   do not go together are refused with the reason, the old certificate
+//!   kept. The gRPC listener (tonic's own TLS) keeps the certificate it
+//!   started with until a restart.
 //! - Each handshake runs in its connection's own task, bounded by
 //!   [`HANDSHAKE_TIMEOUT`], so a client that connects and says nothing
 //!   holds only that task, never the accept loop. A failed handshake
@@ -34,10 +38,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -56,17 +62,47 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// What [`TlsFiles::load`] read and checked: the HTTPS config, and the
-/// same PEM for the gRPC server (tonic builds its own rustls config).
+/// What [`TlsFiles::load`] read and checked: the HTTPS config, whose
+/// certificate [`Certs`] can replace, and the same PEM for the gRPC server
+/// (tonic builds its own rustls config).
 pub(crate) struct Tls {
     pub(crate) http: Arc<ServerConfig>,
     pub(crate) grpc: tonic::transport::ServerTlsConfig,
+    pub(crate) certs: Arc<Certs>,
 }
 
 impl TlsFiles {
     /// Reads both files and checks that they make a certificate and its
     /// key; every error names the file and its flag.
     pub(crate) fn load(&self) -> anyhow::Result<Tls> {
+        let (key, cert_pem, key_pem) = self.read_key()?;
+        let certs = Arc::new(Certs {
+            files: self.clone(),
+            now: RwLock::new(Arc::new(key)),
+        });
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut http = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("rustls has no TLS protocol version")?
+            .with_no_client_auth()
+            .with_cert_resolver(certs.clone());
+        http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // tonic's own rustls config takes the process's default provider;
+        // make it *ring*, like ours (an error only means one is set).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let grpc = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem))
+            .timeout(HANDSHAKE_TIMEOUT);
+        Ok(Tls {
+            http: Arc::new(http),
+            grpc,
+            certs,
+        })
+    }
+
+    /// The certificate chain and its signing key, checked to go together,
+    /// and the PEM they were read from.
+    fn read_key(&self) -> anyhow::Result<(CertifiedKey, Vec<u8>, Vec<u8>)> {
         let cert_pem = read(&self.cert, "certificate", "--tls-cert")?;
         let key_pem = read(&self.key, "key", "--tls-key")?;
         let certs = CertificateDer::pem_slice_iter(&cert_pem)
@@ -95,31 +131,46 @@ impl TlsFiles {
                 self.key.display()
             ),
         })?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut http = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .context("rustls has no TLS protocol version")?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(|e| {
-                anyhow!(
-                    "the TLS certificate {} (--tls-cert) and key {} (--tls-key) do not go \
-                     together: {e}; give the key of that certificate",
-                    self.cert.display(),
-                    self.key.display()
-                )
-            })?;
-        http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        // tonic's own rustls config takes the process's default provider;
-        // make it *ring*, like ours (an error only means one is set).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let grpc = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem))
-            .timeout(HANDSHAKE_TIMEOUT);
-        Ok(Tls {
-            http: Arc::new(http),
-            grpc,
-        })
+        let mismatch = |e: rustls::Error| {
+            anyhow!(
+                "the TLS certificate {} (--tls-cert) and key {} (--tls-key) do not go \
+                 together: {e}; give the key of that certificate",
+                self.cert.display(),
+                self.key.display()
+            )
+        };
+        let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(mismatch)?;
+        let certified = CertifiedKey::new(certs, signing);
+        certified.keys_match().map_err(mismatch)?;
+        Ok((certified, cert_pem, key_pem))
+    }
+}
+
+/// The certificate the HTTPS listener presents, replaced whole by
+/// [`Certs::reload`]: each handshake takes the one in force, and
+/// connections already open keep theirs.
+#[derive(Debug)]
+pub(crate) struct Certs {
+    files: TlsFiles,
+    now: RwLock<Arc<CertifiedKey>>,
+}
+
+impl Certs {
+    /// Reads the files again; on any error the certificate in force stays.
+    pub(crate) fn reload(&self) -> anyhow::Result<()> {
+        let (key, _, _) = self.files.read_key()?;
+        *self.now.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
+        Ok(())
+    }
+
+    pub(crate) fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+}
+
+impl ResolvesServerCert for Certs {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.now.read().unwrap_or_else(|e| e.into_inner()).clone())
     }
 }
 

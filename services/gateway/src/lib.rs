@@ -13,7 +13,10 @@
 //! - `https.rs`: `--tls-cert` / `--tls-key`, HTTPS on the HTTP listener
 //!   and TLS on the gRPC one.
 //! - `api_token.rs`: `--api-token`, a bearer token for `/v1/*`, and
-//!   `--api-read-token`, one that may only read.
+//!   `--api-read-token`, one that may only read; `tokens.rs`: named
+//!   tokens of either role from `--api-tokens FILE`, reloaded on SIGHUP.
+//! - `traces.rs`: `--otlp-endpoint`, a span per request and per ask,
+//!   the ask's carried to the worker in its NATS headers.
 //! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`, `POST /v1/hit/{key}`.
 //! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (SPEC §13).
 //! - `api.rs`: the `/v1` routes, the role each needs, and their OpenAPI
@@ -35,6 +38,8 @@
 //! - `ui/`: the dashboard at `/ui` (SPEC §15; `--no-ui` turns it off):
 //!   HTML pages and SVG charts rendered here, no script; its own tour is
 //!   in `ui/mod.rs`.
+//! - `reload.rs`: on SIGHUP, the token file and the TLS certificate read
+//!   again, open connections untouched.
 //! - `metrics.rs`: `/metrics`.
 //! - `/healthz`: 200 while the NATS connection is up, 503 otherwise. It does
 //!   not ask any worker: with no worker, the gateway still answers by its
@@ -66,9 +71,12 @@ mod options;
 mod policies;
 mod proxy;
 mod readiness;
+mod reload;
 mod respond;
 mod responses;
 mod status;
+mod tokens;
+mod traces;
 mod ui;
 mod usage;
 
@@ -77,6 +85,7 @@ pub use api_token::ApiToken;
 pub use https::{TlsFiles, HANDSHAKE_TIMEOUT};
 pub use options::{GatewayOptions, DEFAULT_KEY_HEADER, DEFAULT_LISTEN};
 pub use respond::SOURCE_HEADER;
+pub use tokens::Tokens;
 /// The type of [`GatewayOptions::upstream`].
 pub use url::Url;
 
@@ -103,8 +112,10 @@ struct App {
     proxy_policy: String,
     /// `[envoy]`, for the Envoy rate limit service.
     envoy: Option<sluice_core::config::EnvoyConfig>,
-    /// `--api-token`: what `/v1/*`, the Envoy service and the dashboard require.
-    api_token: Option<ApiToken>,
+    /// The API tokens (`--api-token`, `--api-read-token`, `--api-tokens`):
+    /// what `/v1/*`, the Envoy service and the dashboard require; `None`:
+    /// open.
+    tokens: Option<Arc<Tokens>>,
     /// The dashboard's state; `None` with `--no-ui`.
     ui: Option<UiState>,
     /// The config's partitions (`/v1/status`, the dashboard's status page).
@@ -113,6 +124,9 @@ struct App {
     region: Option<sluice_core::region::RegionName>,
     /// `/v1/openapi.json`, encoded once.
     openapi: String,
+    /// With `--otlp-endpoint`: the tracer of the requests and their asks
+    /// (`traces.rs`).
+    tracer: Option<sluice_traces::SdkTracer>,
     /// Turns true when the gateway stops: endless responses (the alerts'
     /// event stream) end then, so that the shutdown does not wait for them.
     stop: tokio::sync::watch::Receiver<bool>,
@@ -173,15 +187,12 @@ pub async fn serve(
             opts.proxy_policy
         );
     }
-    match (&opts.api_token, &opts.read_token) {
-        (None, Some(_)) => bail!(
-            "a read token (--api-read-token) needs the full token (--api-token) too: without it every route is open"
-        ),
-        (Some(full), Some(read)) if full == read => bail!(
-            "the read token (--api-read-token) is the full token (--api-token); give it another value"
-        ),
-        _ => {}
-    }
+    let tokens = Tokens::load(
+        opts.api_token.clone(),
+        opts.read_token.clone(),
+        opts.token_file.as_deref(),
+    )?
+    .map(Arc::new);
     let grpc_listener = match opts.grpc_listen {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -214,11 +225,12 @@ pub async fn serve(
         key_header,
         proxy_policy: opts.proxy_policy.clone(),
         envoy: opts.config.envoy.clone(),
-        api_token: opts.api_token.clone(),
+        tokens: tokens.clone(),
         ui,
         partitions: opts.config.partitions,
         region: opts.config.region.clone(),
         openapi: api::openapi_json(),
+        tracer: opts.tracer.clone(),
         stop: stop_rx.clone(),
     });
     log_listening(&opts, listener.local_addr()?, tls.is_some());
@@ -226,7 +238,11 @@ pub async fn serve(
         Some(listener) => Some(spawn_grpc(&app, listener, tls.as_ref(), stop_rx.clone())?),
         None => None,
     };
-    let router = router(app, opts.api_token.clone(), opts.read_token.clone());
+    let reloading = opts.reload.clone().map(|notify| {
+        let certs = tls.as_ref().map(|t| t.certs.clone());
+        tokio::spawn(reload::on_notice(notify, tokens.clone(), certs))
+    });
+    let router = router(app, tokens);
     let server = http_server(listener, tls, router, stop_rx);
     tokio::pin!(server, shutdown);
     let mut stopping = false;
@@ -244,6 +260,9 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     if let Some(probe) = probe {
         probe.abort();
+    }
+    if let Some(reloading) = reloading {
+        reloading.abort();
     }
     if let Some(grpc) = grpc {
         grpc.await
@@ -365,19 +384,28 @@ fn warn_of_unknown_envoy_policies(config: &sluice_core::config::Config) {
     }
 }
 
-fn router(app: Arc<App>, full: Option<ApiToken>, read: Option<ApiToken>) -> Router {
-    let (v1, _) = api::routes(full, read);
+fn router(app: Arc<App>, tokens: Option<Arc<Tokens>>) -> Router {
+    let (v1, _) = api::routes(tokens);
     // A path that names no key is a 400 that says so, not a 404.
     let mut router = no_key_routes(v1);
     if app.ui.is_some() {
         router = router.merge(ui::router(app.clone()));
     }
-    router
+    let router = router
         .merge(readiness::routes())
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .fallback(proxy::proxy)
-        .with_state(app)
+        .fallback(proxy::proxy);
+    // Only with a tracer: without one, no request pays for the layer.
+    let router = if app.tracer.is_some() {
+        router.layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            traces::request,
+        ))
+    } else {
+        router
+    };
+    router.with_state(app)
 }
 
 /// `/v1/allow/`, `/v1/hit/`, ... with no key: 400 (the paths with a key

@@ -6,7 +6,10 @@ use sluice_client::NatsAuth;
 use sluice_core::config::Config;
 use sluice_core::policy::DEFAULT_POLICY;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 use url::Url;
 
 /// The default listen address (SPEC §5).
@@ -53,6 +56,10 @@ pub struct GatewayOptions {
     /// keys, inspect, policies, alerts, status), 403 elsewhere. Default
     /// none.
     pub read_token: Option<ApiToken>,
+    /// Named tokens, each full or read only, from a TOML file
+    /// (`--api-tokens`, `tokens.rs`); read again on [`GatewayOptions::reload`].
+    /// Default none.
+    pub token_file: Option<PathBuf>,
     /// When set, the HTTP listener serves HTTPS (all of it: `/v1/*`,
     /// `/healthz`, `/metrics`, proxy mode) and the gRPC listener TLS, with
     /// this certificate and key (SPEC §10). Default none: plain HTTP.
@@ -61,6 +68,13 @@ pub struct GatewayOptions {
     /// gateway --no-ui` turns it off. With `api_token`, its pages need the
     /// token too (a login page asks for it once).
     pub ui: bool,
+    /// Trace every request (but probes and scrapes) and its asks with this
+    /// tracer (`--otlp-endpoint`, `sluice_traces`). Default none.
+    pub tracer: Option<sluice_traces::SdkTracer>,
+    /// Each notification reads the token file and the TLS certificate and
+    /// key again (`sluice gateway` notifies it on SIGHUP); what cannot be
+    /// read or is not valid is logged and the old one kept. Default none.
+    pub reload: Option<Arc<Notify>>,
 }
 
 impl GatewayOptions {
@@ -80,6 +94,9 @@ impl GatewayOptions {
             read_token: None,
             tls: None,
             ui: true,
+            tracer: None,
+            token_file: None,
+            reload: None,
         }
     }
 }

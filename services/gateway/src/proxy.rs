@@ -164,7 +164,8 @@ async fn admit(
             Err(e) => Err(Err(e)),
         };
     }
-    match app.client.ask(key, policy, 1).await {
+    let asking = app.client.ask(key, policy, 1);
+    match crate::traces::ask(app, key, policy, 1, asking).await {
         Ok(allowed) if allowed.allowed => Ok((allowed, None)),
         other => Err(other),
     }

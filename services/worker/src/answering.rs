@@ -33,6 +33,9 @@ pub struct Answering {
     /// The link between regions (global limits, SPEC §12), when this
     /// worker has a region: it carries the decisions' actions.
     pub link: Option<Link>,
+    /// With `--otlp-endpoint`: the tracer of asks that carry a
+    /// `traceparent` ([`crate::traced`]).
+    pub tracer: Option<sluice_traces::SdkTracer>,
 }
 
 impl Answering {

@@ -34,6 +34,8 @@
 //!   book of fired alerts; [`alert_publisher`]: the task that publishes
 //!   them off the decision path.
 //! - [`reply`]: the one way out: headers, payload, publish.
+//! - [`traced`]: with `--otlp-endpoint`, the spans of asks that carry a
+//!   W3C `traceparent`, riding on their replies.
 //! - [`outbox`]: where answers go; the only place that knows the durability
 //!   mode.
 //! - [`group_commit`]: the worker's journal writer; answers wait for it.
@@ -84,6 +86,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod tally;
+pub mod traced;
 pub mod usage;
 pub mod worker;
 pub mod worker_batch;

@@ -142,10 +142,17 @@ impl Outbox {
     pub async fn answer(
         &self,
         records: Vec<Record>,
-        replies: Vec<Outgoing>,
+        mut replies: Vec<Outgoing>,
         received: Instant,
         then: Option<Deferred>,
     ) {
+        if self.journal.is_some() && !records.is_empty() {
+            for (_, reply) in &mut replies {
+                if let Some(traced) = &mut reply.traced {
+                    traced.waiting_for_journal();
+                }
+            }
+        }
         match (&self.journal, then) {
             (Some(j), None) => j.writer.send(records, replies, received, None).await,
             (Some(j), Some(then)) => {

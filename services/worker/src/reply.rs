@@ -9,6 +9,7 @@
 //! `String` per number: a reply is built for every request.
 
 use crate::decide::Answer;
+use crate::traced::Traced;
 use async_nats::{HeaderMap, HeaderName, Subject};
 use bytes::Bytes;
 use sluice_core::policy::Decision;
@@ -22,6 +23,8 @@ pub struct Reply {
     pub payload: Bytes,
     /// What it answers, to put a 503 in its place ([`Reply::unstored`]).
     form: Form,
+    /// A traced ask's spans, ended when the reply is published.
+    pub traced: Option<Box<Traced>>,
 }
 
 /// A single ask's reply in the ask's encoding, or a batch's.
@@ -105,6 +108,7 @@ impl Reply {
                         headers: HeaderMap::new(),
                         payload: batch::encode_results(results).into(),
                         form: Form::Batch,
+                        traced: None,
                     },
                     Err(error) => Reply::error(error, Encoding::MsgPack),
                 };
@@ -121,6 +125,7 @@ impl Reply {
             headers: HeaderMap::new(),
             payload: body.into(),
             form: Form::Single(encoding),
+            traced: None,
         }
     }
 
@@ -142,6 +147,7 @@ impl Reply {
             headers,
             payload: wire::encode_decision(decision, policy, encoding).into(),
             form: Form::Single(encoding),
+            traced: None,
         }
     }
 
@@ -155,13 +161,18 @@ impl Reply {
             headers,
             payload: wire::encode_error(error, encoding).into(),
             form: Form::Single(encoding),
+            traced: None,
         }
     }
 
     /// The 503 sent instead of this reply when the journal did not store
     /// what its ask counted (`journal_failure = "unavailable"`); a batch's
     /// keeps naming the worker.
-    pub fn unstored(self) -> Reply {
+    pub fn unstored(mut self) -> Reply {
+        let mut traced = self.traced.take();
+        if let Some(traced) = &mut traced {
+            traced.unstored();
+        }
         let error = ErrorReply::unavailable(
             "the journal did not store what this request counted (JetStream did not acknowledge \
              the append), so it is not answered as decided; what it did stays done in this owner's \
@@ -183,6 +194,7 @@ impl Reply {
         reply
             .headers
             .insert(wire::SLUICE_UNSTORED, wire::UNSTORED_YES);
+        reply.traced = traced;
         reply
     }
 }
@@ -210,5 +222,7 @@ pub async fn publish(client: &async_nats::Client, replies: Vec<Outgoing>) {
         {
             tracing::warn!("cannot send a reply: {e}");
         }
+        // A traced ask's spans end here, its reply sent.
+        drop(reply.traced);
     }
 }

@@ -72,6 +72,9 @@ pub struct WorkerOptions {
     /// binary turns transparent huge pages off meanwhile (see
     /// `sluice worker`), which a library should not decide for its process.
     pub taking_over: Option<fn(bool)>,
+    /// Trace the asks that carry a W3C `traceparent` with this tracer
+    /// (`--otlp-endpoint`); `None` traces nothing.
+    pub tracer: Option<sluice_traces::SdkTracer>,
 }
 
 impl WorkerOptions {
@@ -85,6 +88,7 @@ impl WorkerOptions {
             clock: Arc::new(SystemClock),
             metrics_listen: None,
             taking_over: None,
+            tracer: None,
         }
     }
 }
@@ -162,6 +166,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
         outbox,
         usage,
         link,
+        tracer: opts.tracer.clone(),
     });
     let (alerts, alert_publisher) = Publisher::spawn(
         stores.js.clone(),

@@ -74,9 +74,13 @@ impl RateLimitService for Service {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        if let Some(token) = &self.app.api_token {
+        if let Some(tokens) = &self.app.tokens {
             let authorization = request.metadata().get("authorization");
-            if !token.admits(authorization.map(|v| v.as_bytes())) {
+            let found = tokens
+                .now()
+                .find(authorization.map(|v| v.as_bytes()))
+                .map(|n| n.role);
+            if found != Some(crate::api_token::Role::Full) {
                 return Err(Status::unauthenticated(
                     "this gateway needs an API token: send the metadata `authorization: Bearer <token>` \
                      (Envoy: grpc_service.initial_metadata) with the token it was started with \

@@ -87,14 +87,20 @@ fn secrets(app: &App) -> &Secrets {
 
 /// The middleware on every page but the login page.
 pub(crate) async fn require(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    let Some(token) = &app.api_token else {
+    let Some(tokens) = &app.tokens else {
         return next.run(request).await;
     };
     let bearer = request
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    if secrets(&app).signed_in(request.headers()) || token.admits(bearer) {
+    let full = || {
+        tokens
+            .now()
+            .find(bearer)
+            .is_some_and(|named| named.role == crate::api_token::Role::Full)
+    };
+    if secrets(&app).signed_in(request.headers()) || full() {
         return next.run(request).await;
     }
     if request.method() == Method::GET {
@@ -122,7 +128,7 @@ pub(crate) async fn login_page(
     axum::extract::Query(q): axum::extract::Query<NextQuery>,
 ) -> Response {
     let next = local_target(q.next.as_deref());
-    if app.api_token.is_none() {
+    if app.tokens.is_none() {
         return Redirect::to(next).into_response();
     }
     login_form(StatusCode::OK, "", next)
@@ -170,10 +176,10 @@ pub(crate) async fn login(
         return refused.into_response();
     }
     let next = local_target(form.next.as_deref());
-    let Some(token) = &app.api_token else {
+    let Some(tokens) = &app.tokens else {
         return Redirect::to(next).into_response();
     };
-    if !token.is(form.token.trim().as_bytes()) {
+    if !tokens.now().is_full(form.token.trim().as_bytes()) {
         return login_form(StatusCode::UNAUTHORIZED, "That is not the token.", next);
     }
     let s = secrets(&app);

@@ -64,7 +64,7 @@ pub(crate) fn error_note(what: &str, e: &sluice_client::Error) -> Markup {
 /// A whole page: the menu (with `current` marked), the title and `body`.
 /// `app` says whether to offer a log-out (only with `--api-token`).
 pub(crate) fn frame(app: &App, current: &str, title: &str, body: Markup) -> Markup {
-    let logged_in = app.api_token.is_some();
+    let logged_in = app.tokens.is_some();
     html! {
         (DOCTYPE)
         html lang="en" {

@@ -5,6 +5,7 @@
 use super::Shard;
 use crate::decide::{Answer, Message, Owned};
 use crate::reply::Reply;
+use crate::traced::Traced;
 use sluice_core::region::state::Event;
 use sluice_core::subject::{Inbound, Verb};
 
@@ -92,6 +93,7 @@ impl Shard {
                 tokio::spawn(crate::usage::query::answer_usage(answering.clone(), msg));
                 continue;
             }
+            let mut traced = Traced::start(answering.tracer.as_ref(), &msg, &answering.worker_id);
             let answer = answering.decider.message(
                 &policies,
                 Message {
@@ -103,6 +105,9 @@ impl Shard {
                 now,
                 &mut tally,
             );
+            if let (Some(traced), Some(answer)) = (&mut traced, &answer) {
+                traced.decided(answer, &policies);
+            }
             match (answer, msg.reply, &answering.link) {
                 // Answered by the home, through the link task.
                 (Some(Answer::Forward(forward)), Some(to), Some(link)) => {
@@ -112,7 +117,9 @@ impl Shard {
                     link.gather(gather, to.to_string());
                 }
                 (Some(answer), Some(to), _) => {
-                    replies.push((to, Reply::of(&answer, &answering.worker_id)));
+                    let mut reply = Reply::of(&answer, &answering.worker_id);
+                    reply.traced = traced.map(Box::new);
+                    replies.push((to, reply));
                 }
                 _ => {}
             }
