@@ -12,6 +12,7 @@ use sluice_core::storage::chunk_key;
 use sluice_core::time::Nanos;
 use sluice_tests::NatsServer;
 use sluice_worker::counters::{Counters, TurnCopy};
+use sluice_worker::kept::Carried;
 use sluice_worker::snapshot::{self, Encoded, Manifest, CHUNK_BYTES};
 use sluice_worker::store::{StoreOptions, Stores};
 use std::time::Duration;
@@ -76,7 +77,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
     let policy = config.default_policy();
     let now = Nanos::from_secs(1_800_000_000);
     let counters = filled(policy, 120_000, now);
-    let encoded = snapshot::encode(&copied(&counters)).unwrap();
+    let encoded = snapshot::encode(&copied(&counters), &Carried::default()).unwrap();
     assert_eq!(encoded.entries, 120_000);
 
     let manifest = Manifest {
@@ -125,7 +126,6 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
 async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
     use sluice_core::ask_ids::{Asked, FirstAnswer, DEFAULT_MAX_IDS};
     use sluice_core::subject::Verb;
-    use sluice_worker::kept::Carried;
 
     let (_nats, stores) = at_the_default_max_payload().await;
     let config = hourly();
@@ -167,7 +167,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         carried: carried.clone(),
         ..Default::default()
     };
-    let encoded = snapshot::encode(&copy).unwrap();
+    let encoded = snapshot::encode(&copy, &carried).unwrap();
     snapshot::write(&stores, 3, encoded, manifest, 0, None)
         .await
         .unwrap();
@@ -185,20 +185,29 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
 
     // Small: in the manifest, in the format the release before reads.
     let small = filled(policy, 10, now);
+    for i in 0..10 {
+        let id = format!("order-{i}");
+        small
+            .ids()
+            .remember(("user-1", &id), asked, first, until, now);
+    }
     let (copy, carried) = small.copy_between_turns(|c| Carried::read(c, now)).unwrap();
+    let encoded = snapshot::encode(&copy, &carried).unwrap();
     let manifest = Manifest {
         gen: "1x2".into(),
         lease_rev: 7,
         carried,
         ..Default::default()
     };
-    let encoded = snapshot::encode(&copy).unwrap();
     snapshot::write(&stores, 4, encoded, manifest, 0, None)
         .await
         .unwrap();
     let (read, _) = snapshot::read_manifest(&stores.snapshots, 4).await.unwrap();
     let read = read.unwrap();
-    assert_eq!((read.v, read.carried_bytes), (2, 0));
+    assert_eq!(
+        (read.v, read.carried_bytes, read.carried.ids.len()),
+        (2, 0, 10)
+    );
     let (entries, back) = snapshot::read_entries(&stores.snapshots, 4, &read)
         .await
         .unwrap();
@@ -212,7 +221,8 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     let config = hourly();
     let now = Nanos::from_secs(1_800_000_000);
     let policy = config.default_policy();
-    let encoded = snapshot::encode(&copied(&filled(policy, 50_000, now))).unwrap();
+    let encoded =
+        snapshot::encode(&copied(&filled(policy, 50_000, now)), &Carried::default()).unwrap();
     let first = Manifest {
         gen: "1x1".into(),
         lease_rev: 1,
@@ -229,7 +239,7 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     snapshot::write(
         &stores,
         5,
-        snapshot::encode(&copied(&filled(policy, 10, now))).unwrap(),
+        snapshot::encode(&copied(&filled(policy, 10, now)), &Carried::default()).unwrap(),
         second,
         rev1,
         Some("1x1"),

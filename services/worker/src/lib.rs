@@ -80,6 +80,7 @@ pub mod region;
 pub mod reply;
 pub mod routes;
 pub mod scatter;
+pub mod servers;
 pub mod service;
 pub mod shard;
 pub mod snapshot;

@@ -421,7 +421,10 @@ impl Shard {
             let (copy, carried) = copy?;
             let copy = Arc::new(copy);
             let to_encode = copy.clone();
-            let encoding = crate::blocking::run(move || snapshot::encode(&to_encode));
+            let encoding = crate::blocking::run(move || {
+                let encoded = snapshot::encode(&to_encode, &carried);
+                (encoded, carried)
+            });
             let mut stored_through = None;
             if let (Some((ledger, rollups)), Some(book)) = (flush, &answering.usage) {
                 let now_ms = answering.clock.now().as_u64() / 1_000_000;
@@ -430,7 +433,8 @@ impl Shard {
                     .context("cannot store the usage this snapshot would claim")?;
                 stored_through = Some(ledger.stored_through());
             }
-            let encoded = encoding.await.context("the snapshot encoder panicked")??;
+            let (encoded, carried) = encoding.await.context("the snapshot encoder panicked")?;
+            let encoded = encoded?;
             let expected = snapshot.expected_rev;
             let previous_gen = snapshot.previous_gen.clone();
             let manifest = snapshot.complete(&copy, carried, stored_through);

@@ -79,9 +79,9 @@ pub struct Manifest {
     pub carried: Carried,
 }
 
-/// The most bytes of carried state (as JSON) a manifest holds itself;
-/// more goes in the chunks.
-pub const CARRIED_IN_MANIFEST_MOST: usize = 128 * 1024;
+/// The most bytes of carried state (in MessagePack; about twice as much
+/// as JSON) a manifest holds itself; more goes in the chunks.
+pub const CARRIED_IN_MANIFEST_MOST: usize = 64 * 1024;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -238,6 +238,9 @@ pub struct Encoded {
     chunks: Vec<Bytes>,
     pub bytes: u64,
     pub entries: u64,
+    /// The bytes of carried state after the counters' (0: none, it stays
+    /// in the manifest).
+    pub carried_bytes: u64,
 }
 
 impl Encoded {
@@ -265,9 +268,34 @@ const ARRAY32: u8 = 0xdd;
 /// `Vec<Entry>`, except that the array header always has the 32-bit form,
 /// so the count can be filled in once it is known.
 ///
+/// The state kept beside the counters (`carried`, read in the same copy)
+/// follows them in the chunks when it is too large for the manifest
+/// ([`CARRIED_IN_MANIFEST_MOST`]).
+///
 /// Synchronous and CPU-bound: run it with [`crate::blocking::run`], off the thread
 /// that answers requests.
-pub fn encode(counters: &TurnCopy) -> Result<Encoded> {
+pub fn encode(counters: &TurnCopy, carried: &Carried) -> Result<Encoded> {
+    let mut encoded = encode_counters(counters)?;
+    if *carried == Carried::default() {
+        return Ok(encoded);
+    }
+    let packed = rmp_serde::to_vec_named(carried)
+        .context("cannot encode the state carried beside the counters")?;
+    if packed.len() <= CARRIED_IN_MANIFEST_MOST {
+        return Ok(encoded);
+    }
+    encoded.carried_bytes = packed.len() as u64;
+    encoded.bytes += packed.len() as u64;
+    let packed = Bytes::from(packed);
+    for start in (0..packed.len()).step_by(CHUNK_BYTES) {
+        let end = (start + CHUNK_BYTES).min(packed.len());
+        encoded.chunks.push(packed.slice(start..end));
+    }
+    Ok(encoded)
+}
+
+/// The counters alone, as [`encode`] writes them.
+fn encode_counters(counters: &TurnCopy) -> Result<Encoded> {
     let mut buf = BytesMut::with_capacity(CHUNK_BYTES);
     buf.put_u8(ARRAY32);
     buf.put_u32(0);
@@ -318,6 +346,7 @@ pub fn encode(counters: &TurnCopy) -> Result<Encoded> {
         chunks,
         bytes,
         entries,
+        carried_bytes: 0,
     })
 }
 
@@ -333,19 +362,7 @@ pub async fn write(
     expected_rev: u64,
     previous_gen: Option<&str>,
 ) -> Result<(Manifest, u64)> {
-    let mut encoded = encoded;
-    manifest.carried_bytes = 0;
-    if serde_json::to_vec(&manifest.carried)?.len() > CARRIED_IN_MANIFEST_MOST {
-        let carried = rmp_serde::to_vec_named(&manifest.carried)
-            .context("cannot encode the state carried beside the counters")?;
-        manifest.carried_bytes = carried.len() as u64;
-        encoded.bytes += carried.len() as u64;
-        let carried = Bytes::from(carried);
-        for start in (0..carried.len()).step_by(CHUNK_BYTES) {
-            let end = (start + CHUNK_BYTES).min(carried.len());
-            encoded.chunks.push(carried.slice(start..end));
-        }
-    }
+    manifest.carried_bytes = encoded.carried_bytes;
     let mut acks = Vec::with_capacity(encoded.chunks.len());
     for (i, chunk) in encoded.chunks.iter().enumerate() {
         let subject = kv_subject(
@@ -423,7 +440,7 @@ mod tests {
 
     #[test]
     fn no_counters_make_no_chunks() {
-        let encoded = encode(&copied(&Counters::new())).unwrap();
+        let encoded = encode(&copied(&Counters::new()), &Carried::default()).unwrap();
         assert_eq!(
             (encoded.chunks.len(), encoded.bytes, encoded.entries),
             (0, 0, 0)
@@ -434,7 +451,7 @@ mod tests {
     fn the_encoding_is_a_vec_of_entries_split_into_full_chunks() {
         // Enough keys for several chunks.
         let counters = counters_with(30_000);
-        let encoded = encode(&copied(&counters)).unwrap();
+        let encoded = encode(&copied(&counters), &Carried::default()).unwrap();
         assert_eq!(encoded.entries, 30_000);
         assert!(encoded.chunks.len() >= 2, "{} chunks", encoded.chunks.len());
         let (last, full) = encoded.chunks.split_last().unwrap();
@@ -455,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_small_partition_is_one_chunk() {
-        let encoded = encode(&copied(&counters_with(3))).unwrap();
+        let encoded = encode(&copied(&counters_with(3)), &Carried::default()).unwrap();
         assert_eq!((encoded.chunks.len(), encoded.entries), (1, 3));
         assert_eq!(decoded(&encoded).len(), 3);
     }

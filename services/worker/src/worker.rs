@@ -18,7 +18,6 @@ use crate::global::Link;
 use crate::lease::{self, LeaseError};
 use crate::outbox::Outbox;
 use crate::probe;
-use crate::reply::{self, Reply};
 use crate::routes::Routes;
 use crate::service;
 use crate::service::StatusSources;
@@ -35,9 +34,8 @@ use sluice_core::config::{Config, Durability};
 use sluice_core::format;
 use sluice_core::region::RegionName;
 use sluice_core::storage::{partition_key, worker_key, LeaseKey};
-use sluice_core::subject::{is_valid_worker_id, worker_batch_subject, Verb};
+use sluice_core::subject::{is_valid_worker_id, worker_batch_subject};
 use sluice_core::time::{Clock, SystemClock};
-use sluice_core::wire::{Encoding, ErrorReply};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -198,7 +196,7 @@ pub async fn run(opts: WorkerOptions, shutdown: impl Future<Output = ()>) -> Res
     });
     let service = service::start(&client, status.clone()).await?;
     let metrics = serve_metrics(opts.metrics_listen, status, &client).await?;
-    let servers = Servers::spawn(&client, &answering);
+    let servers = crate::servers::Servers::spawn(&client, &answering);
     tracing::info!(worker = %worker_id, partitions = config.partitions, "worker started");
     let result = controller.run(shutdown).await;
     servers.abort();
@@ -322,58 +320,6 @@ async fn serve_metrics(
     Ok(Some(tokio::spawn(crate::metrics::serve(
         listener, status, client,
     ))))
-}
-
-/// The tasks that answer besides the shards: asks of partitions nobody
-/// maps, worker batches, and top queries (with usage). A failure is
-/// logged in its task; the worker goes on without it.
-struct Servers {
-    strays: tokio::task::JoinHandle<()>,
-    worker_batches: tokio::task::JoinHandle<()>,
-    top: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Servers {
-    fn spawn(client: &async_nats::Client, answering: &Arc<Answering>) -> Servers {
-        let strays = tokio::spawn({
-            let client = client.clone();
-            async move {
-                if let Err(e) = answer_unmapped(client).await {
-                    tracing::warn!("cannot answer unmapped requests: {e:#}");
-                }
-            }
-        });
-        let worker_batches = tokio::spawn({
-            let answering = answering.clone();
-            async move {
-                if let Err(e) = crate::worker_batch::serve(answering).await {
-                    tracing::warn!("cannot answer worker batches: {e:#}");
-                }
-            }
-        });
-        let top = answering.usage.is_some().then(|| {
-            let answering = answering.clone();
-            tokio::spawn(async move {
-                if let Err(e) = crate::usage::top::serve_top(answering).await {
-                    tracing::warn!("cannot answer top queries: {e:#}");
-                }
-            })
-        });
-        Servers {
-            strays,
-            worker_batches,
-            top,
-        }
-    }
-
-    /// Stops them, the worker's partitions handed over.
-    fn abort(self) {
-        self.strays.abort();
-        if let Some(top) = self.top {
-            top.abort();
-        }
-        self.worker_batches.abort();
-    }
 }
 
 /// This worker's view of the lease bucket.
@@ -772,32 +718,4 @@ impl Controller {
         futures::future::join_all(waits).await;
         tracing::info!("all partitions handed over");
     }
-}
-
-/// Answers requests the partition mapping could not map: a key of several
-/// tokens (`rl.allow.a.b`) or the literal `>`. Mapped requests never reach
-/// `rl.allow.>` subscribers (the server rewrites them before routing), so this
-/// only sees the malformed ones. One worker of the queue group answers each.
-async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
-    let mut subs = Vec::new();
-    for verb in Verb::ANSWERED {
-        subs.push(
-            client
-                .queue_subscribe(verb.unmapped_wildcard(), "sluice-unmapped".into())
-                .await?,
-        );
-    }
-    let mut subs = futures::stream::select_all(subs);
-    while let Some(msg) = subs.next().await {
-        let Some(to) = msg.reply else { continue };
-        let error = ErrorReply::bad_request(format!(
-            "{} is not a valid key subject: a key must be exactly one subject token; \
-             percent-encode '.', '*' and '>' (e.g. %2E) and send {}",
-            msg.subject,
-            Verb::Allow.client_subject("<key>")
-        ));
-        let reply = Reply::error(&error, Encoding::of_body(&msg.payload));
-        reply::publish(&client, vec![(to, reply)]).await;
-    }
-    Ok(())
 }
