@@ -186,6 +186,9 @@ pub struct RememberedIds {
     hasher: RandomState,
     /// The policy names entries share.
     policies: Vec<Arc<str>>,
+    /// No id ends before this (the first end in `by_end`, or later), so
+    /// most asks pass [`RememberedIds::forget_ended`] without the tree.
+    first_end: Nanos,
     next_seq: u64,
     most: usize,
     forgotten_early: u64,
@@ -249,6 +252,7 @@ impl RememberedIds {
             by_end: BTreeMap::new(),
             hasher: RandomState::new(),
             policies: Vec::new(),
+            first_end: Nanos(u64::MAX),
             next_seq: 0,
             most: most.max(1),
             forgotten_early: 0,
@@ -316,6 +320,7 @@ impl RememberedIds {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.by_end.insert((until, seq), hash);
+        self.first_end = self.first_end.min(until);
         let asked = Asked {
             verb: asked.verb,
             policy: self.shared_policy(asked.policy),
@@ -345,13 +350,18 @@ impl RememberedIds {
 
     /// Forgets the ids whose time is over.
     pub fn forget_ended(&mut self, now: Nanos) {
+        if self.first_end > now {
+            return;
+        }
         while let Some(entry) = self.by_end.first_entry() {
             if entry.key().0 > now {
-                break;
+                self.first_end = entry.key().0;
+                return;
             }
             let hash = entry.remove();
             self.entries.remove(&hash);
         }
+        self.first_end = Nanos(u64::MAX);
     }
 
     /// Forgets the ids of `token`'s asks under `policy` (a reset of the
