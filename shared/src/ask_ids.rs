@@ -22,8 +22,11 @@
 //! Cheap where every named ask pays: the lookup allocates nothing (ids are
 //! found by a keyed 64-bit hash of token and id, then checked against the
 //! stored name), an admitted ask allocates its name once, and policy names
-//! are shared between entries. The order of forgetting is kept apart, by
-//! hash, in a B-tree ordered by end.
+//! are shared between entries. The order of forgetting is a min-heap of
+//! (end, hash) beside the map: an id remembered after the others of its
+//! window ends no sooner than they do, so most pushes are O(1); an entry
+//! replaced or forgotten by a reset leaves its heap item behind, skipped
+//! when it comes up (its sequence number no longer matches).
 //!
 //! Pure data and no clock: every call takes `now`. The worker keeps one per
 //! partition beside its counters, carries it through handovers (its
@@ -36,8 +39,9 @@ use crate::subject::Verb;
 use crate::time::Nanos;
 use crate::wire::{ErrorCode, ErrorReply};
 use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -158,7 +162,8 @@ struct Entry {
     asked: Asked<Arc<str>>,
     first: FirstAnswer,
     until: Nanos,
-    /// Its place in [`RememberedIds::by_end`].
+    /// Its item in [`RememberedIds::by_end`] (an item of another
+    /// sequence number is stale).
     seq: u64,
 }
 
@@ -180,15 +185,12 @@ pub struct RememberedIds {
     /// By the hash of key token and id ([`RememberedIds::hash`]).
     entries: HashMap<u64, Entry, BuildHasherDefault<Prehashed>>,
     /// The same hashes, by when each stops being remembered: the first to
-    /// forget.
-    by_end: BTreeMap<(Nanos, u64), u64>,
+    /// forget on top; with stale items (see the module doc).
+    by_end: BinaryHeap<Reverse<(Nanos, u64, u64)>>,
     /// Keyed per partition, so that no caller can choose ids that collide.
     hasher: RandomState,
     /// The policy names entries share.
     policies: Vec<Arc<str>>,
-    /// No id ends before this (the first end in `by_end`, or later), so
-    /// most asks pass [`RememberedIds::forget_ended`] without the tree.
-    first_end: Nanos,
     next_seq: u64,
     most: usize,
     forgotten_early: u64,
@@ -249,10 +251,9 @@ impl RememberedIds {
     pub fn new(most: usize) -> RememberedIds {
         RememberedIds {
             entries: HashMap::default(),
-            by_end: BTreeMap::new(),
+            by_end: BinaryHeap::new(),
             hasher: RandomState::new(),
             policies: Vec::new(),
-            first_end: Nanos(u64::MAX),
             next_seq: 0,
             most: most.max(1),
             forgotten_early: 0,
@@ -307,20 +308,22 @@ impl RememberedIds {
         let hash = self.hash(token, id);
         // The same id again, or (once in 2^64) another one of its hash,
         // which is then forgotten for this one.
-        if let Some(old) = self.entries.remove(&hash) {
-            self.by_end.remove(&(old.until, old.seq));
-        }
+        self.entries.remove(&hash);
         while self.entries.len() >= self.most {
-            let Some((_, oldest)) = self.by_end.pop_first() else {
+            let Some(Reverse((_, seq, oldest))) = self.by_end.pop() else {
                 break;
             };
-            self.entries.remove(&oldest);
-            self.forgotten_early += 1;
+            if self.is_live(oldest, seq) {
+                self.entries.remove(&oldest);
+                self.forgotten_early += 1;
+            }
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.by_end.insert((until, seq), hash);
-        self.first_end = self.first_end.min(until);
+        self.by_end.push(Reverse((until, seq, hash)));
+        if self.by_end.len() > 2 * self.most + 1024 {
+            self.drop_stale();
+        }
         let asked = Asked {
             verb: asked.verb,
             policy: self.shared_policy(asked.policy),
@@ -350,18 +353,31 @@ impl RememberedIds {
 
     /// Forgets the ids whose time is over.
     pub fn forget_ended(&mut self, now: Nanos) {
-        if self.first_end > now {
-            return;
-        }
-        while let Some(entry) = self.by_end.first_entry() {
-            if entry.key().0 > now {
-                self.first_end = entry.key().0;
+        while let Some(&Reverse((until, seq, hash))) = self.by_end.peek() {
+            if until > now {
                 return;
             }
-            let hash = entry.remove();
-            self.entries.remove(&hash);
+            self.by_end.pop();
+            if self.is_live(hash, seq) {
+                self.entries.remove(&hash);
+            }
         }
-        self.first_end = Nanos(u64::MAX);
+    }
+
+    /// Whether a heap item is its entry's (not left by one replaced or
+    /// forgotten).
+    fn is_live(&self, hash: u64, seq: u64) -> bool {
+        self.entries.get(&hash).is_some_and(|e| e.seq == seq)
+    }
+
+    /// Rebuilds the heap from the live entries: stale items left by
+    /// replaced ids and resets no longer outnumber them.
+    fn drop_stale(&mut self) {
+        self.by_end = self
+            .entries
+            .iter()
+            .map(|(hash, e)| Reverse((e.until, e.seq, *hash)))
+            .collect();
     }
 
     /// Forgets the ids of `token`'s asks under `policy` (a reset of the
@@ -370,16 +386,9 @@ impl RememberedIds {
         if self.entries.is_empty() {
             return;
         }
-        let gone: Vec<_> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| split(&e.name).0 == token && *e.asked.policy == *policy)
-            .map(|(hash, e)| (*hash, (e.until, e.seq)))
-            .collect();
-        for (hash, end) in gone {
-            self.entries.remove(&hash);
-            self.by_end.remove(&end);
-        }
+        // Their heap items go stale.
+        self.entries
+            .retain(|_, e| !(split(&e.name).0 == token && *e.asked.policy == *policy));
     }
 
     /// How many ids are remembered.
@@ -396,12 +405,13 @@ impl RememberedIds {
         self.forgotten_early
     }
 
-    /// What a snapshot carries: every id still remembered at `now`.
+    /// What a snapshot carries: every id still remembered at `now`, the
+    /// first to forget first.
     pub fn carried(&self, now: Nanos) -> Vec<CarriedId> {
-        self.by_end
-            .range((now.saturating_add(Nanos(1)), 0)..)
-            .map(|(_, hash)| {
-                let e = &self.entries[hash];
+        let mut live: Vec<&Entry> = self.entries.values().filter(|e| e.until > now).collect();
+        live.sort_unstable_by_key(|e| (e.until, e.seq));
+        live.into_iter()
+            .map(|e| {
                 let (token, id) = split(&e.name);
                 CarriedId {
                     token: token.to_string(),

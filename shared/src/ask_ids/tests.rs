@@ -174,3 +174,31 @@ fn an_entry_answers_only_for_its_own_token_and_id() {
         assert!(!entry.is(token, id), "{token:?} {id:?}");
     }
 }
+
+/// An id replaced, or forgotten by a reset and remembered again, leaves
+/// its old place in the order of ends behind: that place is skipped when
+/// its time comes, and forgets nothing. Stale places do not pile up.
+#[test]
+fn an_id_remembered_again_is_not_forgotten_at_its_old_end() {
+    let mut ids = RememberedIds::new(2);
+    let a = asked(Verb::Allow, "p", 1);
+    let t = Nanos::from_secs;
+    ids.remember(("k", "r1"), a, allowed(1), t(100), t(1));
+    ids.remember(("k", "r1"), a, allowed(1), t(200), t(2));
+    ids.remember(("j", "r2"), a, allowed(1), t(100), t(3));
+    ids.forget_key("j", "p");
+    ids.remember(("j", "r2"), a, allowed(1), t(300), t(4));
+    ids.forget_ended(t(150));
+    assert!(matches!(ids.seen("k", "r1", &a, t(150)), Seen::Repeat(_)));
+    assert!(matches!(ids.seen("j", "r2", &a, t(150)), Seen::Repeat(_)));
+    assert_eq!((ids.len(), ids.forgotten_early()), (2, 0));
+    // The bound still forgets the soonest live id, not a stale place.
+    ids.remember(("k", "r3"), a, allowed(1), t(400), t(150));
+    assert_eq!(ids.seen("k", "r1", &a, t(150)), Seen::First);
+    assert!(matches!(ids.seen("j", "r2", &a, t(150)), Seen::Repeat(_)));
+    assert_eq!(ids.forgotten_early(), 1);
+    for n in 0..10_000u64 {
+        ids.remember(("k", "r3"), a, allowed(1), t(400 + n), t(150));
+    }
+    assert!(ids.by_end.len() <= 2 * 2 + 1024, "{}", ids.by_end.len());
+}
