@@ -6,9 +6,9 @@
 
 mod common;
 
+use common::gateway::gateway_process;
 use common::SLUICE;
-use sluice_tests::{eventually, free_ports, serial, ChildGuard, Signal, Stack, TestConfig};
-use std::process::Command;
+use sluice_tests::{eventually, serial, ChildGuard, Signal, Stack, TestConfig};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -59,21 +59,8 @@ async fn sighup_puts_the_new_token_file_in_force_and_keeps_open_connections() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tokens.toml");
     std::fs::write(&file, tokens("old-full")).unwrap();
-    let listen = format!("127.0.0.1:{}", free_ports(1).unwrap()[0]);
-    let mut cmd = Command::new(SLUICE);
-    cmd.args([
-        "gateway",
-        "--nats",
-        &stack.nats.url(),
-        "--listen",
-        &listen,
-        "--no-ui",
-    ])
-    .arg("--config")
-    .arg(stack.config_path())
-    .arg("--api-tokens")
-    .arg(&file)
-    .env("SLUICE_LOG", "info");
+    let (mut cmd, listen) = gateway_process(&stack);
+    cmd.arg("--api-tokens").arg(&file).env("SLUICE_LOG", "info");
     let log = dir.path().join("gateway.log");
     let mut gateway = ChildGuard::spawn_logged("gateway", cmd, &log).unwrap();
     let url = format!("http://{listen}/v1/policies");

@@ -11,13 +11,13 @@ mod common;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
+use common::gateway::gateway_process;
 use common::SLUICE;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
-use sluice_tests::{ask, eventually, free_ports, serial, ChildGuard, Stack, TestConfig};
+use sluice_tests::{ask, eventually, serial, ChildGuard, Stack, TestConfig};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,21 +111,8 @@ async fn a_request_through_the_gateway_is_one_trace_down_to_the_workers_decision
     // no other test sees it); the gateway from its flag.
     std::env::set_var("SLUICE_OTLP_ENDPOINT", &otlp);
     let mut stack = Stack::start(SLUICE, &TestConfig::new().journal().toml(), 1).await;
-    let port = free_ports(1).unwrap()[0];
-    let listen = format!("127.0.0.1:{port}");
-    let mut gateway = Command::new(SLUICE);
-    gateway
-        .args([
-            "gateway",
-            "--nats",
-            &stack.nats.url(),
-            "--listen",
-            &listen,
-            "--no-ui",
-        ])
-        .arg("--config")
-        .arg(stack.config_path())
-        .args(["--otlp-endpoint", &otlp]);
+    let (mut gateway, listen) = gateway_process(&stack);
+    gateway.args(["--otlp-endpoint", &otlp]);
     let mut gateway = ChildGuard::spawn("gateway", gateway).expect("sluice gateway starts");
     let http = reqwest::Client::new();
     let base = format!("http://{listen}");

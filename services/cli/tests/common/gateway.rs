@@ -1,6 +1,7 @@
 //! The HTTP gateway served from the test process, and the `reqwest` calls
 //! made to it: what `gateway.rs`, `gateway_proxy.rs` and
-//! `gateway_security.rs` share.
+//! `gateway_security.rs` share; and the gateway as a process of its own,
+//! for the tests that signal or trace it (`gateway_reload.rs`, `traces.rs`).
 
 use super::SLUICE;
 use axum::http::StatusCode;
@@ -12,6 +13,26 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+/// `sluice gateway` as its own process on `stack`, without its dashboard,
+/// listening on a free loopback port; the command (to add flags to) and
+/// the address.
+pub fn gateway_process(stack: &Stack) -> (std::process::Command, String) {
+    let port = sluice_tests::free_ports(1).expect("a free port")[0];
+    let listen = format!("127.0.0.1:{port}");
+    let mut cmd = std::process::Command::new(SLUICE);
+    cmd.args([
+        "gateway",
+        "--nats",
+        &stack.nats.url(),
+        "--listen",
+        &listen,
+        "--no-ui",
+    ])
+    .arg("--config")
+    .arg(stack.config_path());
+    (cmd, listen)
+}
 
 /// A stack of two workers with the [`TestConfig`].
 pub async fn stack() -> Stack {
