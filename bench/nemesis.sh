@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The long nemesis run (docs/RELIABILITY.md): every algorithm in both durabilities on a
 # 3-node NATS cluster with 3 workers under steady load, eight faults each
-# (services/cli/tests/nemesis.rs), then docs/RELIABILITY.md's table rendered
+# (services/cli/tests/cli/nemesis.rs), then docs/RELIABILITY.md's table rendered
 # from the results (bench/nemesis_report.py).
 #
 #   bench/nemesis.sh                 # ~10 minutes; rewrites the table in docs/RELIABILITY.md
@@ -19,7 +19,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 out="$(mktemp -d)/nemesis.json"
 SLUICE_NEMESIS=long SLUICE_NEMESIS_OUT="$out" timeout -k 30 1800 \
-    scripts/test.sh -p sluice-cli --test nemesis -- --nocapture
+    scripts/test.sh -p sluice-cli --test cli -- nemesis:: --nocapture
 if [ "${1:-}" = "--no-docs" ]; then
     cat "$out"
 else

@@ -1,4 +1,4 @@
-"""Renders the nemesis results (services/cli/tests/nemesis.rs, written by
+"""Renders the nemesis results (services/cli/tests/cli/nemesis.rs, written by
 bench/nemesis.sh) into docs/RELIABILITY.md, between its markers."""
 import datetime as dt
 import json

@@ -9,8 +9,9 @@
 #    ("skipped"), or 1 with SLUICE_REQUIRE_DOCKER=1.
 # 2. scripts/build-images.sh: sluice:local and sluice-nats:local, from local
 #    binaries, no registry. With the dev profile by default
-#    (SLUICE_IMAGE_PROFILE=release to test the release build): .ci/run has
-#    just built the dev binary for the tests, so this costs little compile.
+#    (SLUICE_IMAGE_PROFILE=release to test the release build); with
+#    SLUICE_BIN set (.ci/run sets it to the binary its tests ran), that
+#    binary, with no compile at all.
 # 3. scripts/nats-configs.sh --check: deploy/nats/*.conf are exactly what
 #    `sluice nats-config` prints.
 # 4. scripts/e2e-compose.sh, bounded by a 10-minute timeout (it tears the
@@ -47,7 +48,7 @@ t=$SECONDS
 took "building the images" "$t"
 
 step "check deploy/nats/*.conf against sluice nats-config"
-SLUICE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$dir/sluice" "$ROOT/scripts/nats-configs.sh" --check
+SLUICE_BIN="${SLUICE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/$dir/sluice}" "$ROOT/scripts/nats-configs.sh" --check
 
 # e2e <script> <seconds> <what>: runs one end-to-end script under a
 # timeout (it tears its stack down itself, also when the timeout hits);

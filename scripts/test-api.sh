@@ -7,7 +7,7 @@
 # 1. scripts/install-deps.sh (nats-server) and scripts/python-venv.sh
 #    (openapi-spec-validator and schemathesis, the client's `api` extras);
 # 2. openapi-spec-validator validates docs/openapi.json (OpenAPI 3.1);
-# 3. cargo build -p sluice-cli, then `sluice dev` (nats-server, 2 workers)
+# 3. cargo build -p sluice-cli (unless SLUICE_BIN names the binary), then `sluice dev` (nats-server, 2 workers)
 #    on free loopback ports and beside it a `sluice gateway` with its config,
 #    an --api-token and an --api-read-token; the gateway must serve the
 #    committed description at /v1/openapi.json;
@@ -18,7 +18,7 @@
 #    SLUICE_API_EXAMPLES examples per operation (default 30) and
 #    SLUICE_API_SECONDS for the whole run (default 60). The alerts' event
 #    stream (`stream_alerts`) is left out: it never ends, so schemathesis
-#    would wait on it; services/cli/tests/gateway/api.rs reads it.
+#    would wait on it; services/cli/tests/cli/gateway/api.rs reads it.
 # 5. the checks can fail: a copy of the description in which a decision
 #    must carry a field no reply has is run against GET /v1/allow/{key};
 #    schemathesis must report that the reply breaks it.
@@ -38,8 +38,10 @@ BIN="$(dirname "$PY")"
 echo "==> openapi-spec-validator docs/openapi.json"
 "$PY" -m openapi_spec_validator docs/openapi.json
 
-echo "==> cargo build -p sluice-cli"
-cargo build -p sluice-cli
+if [ -z "${SLUICE_BIN:-}" ]; then
+    echo "==> cargo build -p sluice-cli"
+    cargo build -p sluice-cli
+fi
 target="${CARGO_TARGET_DIR:-$ROOT/target}"
 SLUICE="${SLUICE_BIN:-$target/debug/sluice}"
 

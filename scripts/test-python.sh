@@ -16,7 +16,8 @@
 #    gateway's Envoy rate limit service tests (grpcio, grpcio-tools:
 #    tests/rls) in that venv, installed only when clients/python/pyproject.toml
 #    changed since the last install;
-# 3. cargo build -p sluice-cli (into $CARGO_TARGET_DIR when set);
+# 3. cargo build -p sluice-cli (into $CARGO_TARGET_DIR when set), unless
+#    SLUICE_BIN names the binary (scripts/test.sh passes the one it built);
 # 4. pytest clients/python/tests with SLUICE_BIN and SLUICE_NATS_SERVER set.
 #
 # Fails on any failure, and when pytest collects no test (its exit code 5).
@@ -37,8 +38,10 @@ nats_server="$(scripts/install-deps.sh)"
 export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
 PY="$(scripts/python-venv.sh)"
 
-echo "==> cargo build -p sluice-cli"
-cargo build -p sluice-cli
+if [ -z "${SLUICE_BIN:-}" ]; then
+    echo "==> cargo build -p sluice-cli"
+    cargo build -p sluice-cli
+fi
 target="${CARGO_TARGET_DIR:-$ROOT/target}"
 export SLUICE_BIN="${SLUICE_BIN:-$target/debug/sluice}"
 echo "    SLUICE_BIN=$SLUICE_BIN"

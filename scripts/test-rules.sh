@@ -5,7 +5,7 @@
 # when, what the recording rules compute). promtool comes from Debian's
 # `prometheus` package (scripts/install-deps.sh installs it). That every
 # metric the rules name is one a live worker or gateway exports is checked
-# by services/cli/tests/metrics.rs. promtool is .tools/prometheus's, else
+# by services/cli/tests/cli/metrics.rs. promtool is .tools/prometheus's, else
 # the one on the PATH.
 #
 #   scripts/test-rules.sh

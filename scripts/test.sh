@@ -18,7 +18,7 @@
 #   scripts/test.sh -p sluice-tests           # one package (drops --workspace)
 #   scripts/test.sh -- --nocapture restart    # filter + show output
 #
-# An explicit SLUICE_NATS_SERVER in the environment is kept.
+# An explicit SLUICE_NATS_SERVER or SLUICE_BIN in the environment is kept.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,6 +44,10 @@ done
 echo "==> cargo test ${scope[*]} $*"
 cargo test "${scope[@]}" "$@"
 if [ "$everything" = 1 ]; then
+    # The sluice binary `cargo test` just built for the CLI's tests: the
+    # scripts below use it instead of building sluice-cli again (alone, its
+    # features resolve differently, so that would be a second build).
+    export SLUICE_BIN="${SLUICE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice}"
     echo "==> the Python client (scripts/test-python.sh)"
     scripts/test-python.sh
     echo "==> the documentation's examples (scripts/test-docs.sh)"

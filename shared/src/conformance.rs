@@ -12,7 +12,7 @@
 //! what this module generates, so the files cannot drift from the code
 //! either. (The replies a real worker gives, `asks.json`, need a worker
 //! and are recorded by the `sluice` binary's tests,
-//! `services/cli/tests/conformance.rs`, with [`ExpectedReply::observe`].)
+//! `services/cli/tests/cli/conformance.rs`, with [`ExpectedReply::observe`].)
 //! `docs/conformance/README.md` says how a client uses them.
 //!
 //! The checks ([`check_keys`], [`check_partitions`], [`check_requests`])

@@ -159,7 +159,8 @@ pub fn secured_nats_config(partitions: u32) -> String {
 impl Stack {
     /// Starts nats-server and `workers` workers of the binary `sluice` with
     /// `config_toml`, and waits until they have settled (see
-    /// [`start_workers`](Self::start_workers)).
+    /// [`start_workers`](Self::start_workers)); with none, the caller
+    /// starts its own (e.g. [`start_workers_with`](Self::start_workers_with)).
     pub async fn start(sluice: impl Into<PathBuf>, config_toml: &str, workers: usize) -> Stack {
         Stack::start_with_nats(sluice, config_toml, workers, |_| {}).await
     }
@@ -244,7 +245,10 @@ impl Stack {
             started: 0,
             worker_env,
         };
-        stack.start_workers(workers).await;
+        // None: the caller starts its own ([`Stack::start_workers_with`]).
+        if workers > 0 {
+            stack.start_workers(workers).await;
+        }
         stack
     }
 

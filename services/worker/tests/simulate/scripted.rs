@@ -190,7 +190,7 @@ fn lost_messages_and_killed_workers_keep_the_bound_and_fill_most_windows() {
 
 /// The home the quiet one: the busy region's asks, sent on to the home
 /// once its share or part is spent, leave what the home keeps for its
-/// own (services/cli/tests/regions_bucket.rs checks it over NATS).
+/// own (services/cli/tests/cli/regions_bucket.rs checks it over NATS).
 #[test]
 fn with_demand_ten_to_one_a_quiet_home_gets_all_it_asks() {
     let quiet_home = |step: usize| usize::from(!step.is_multiple_of(30));

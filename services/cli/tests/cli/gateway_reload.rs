@@ -4,7 +4,7 @@
 //! reload, the removed one gets 401, the old connection still answers,
 //! and a file that is not valid leaves the tokens in force.
 
-mod common;
+use crate::common;
 
 use common::gateway::gateway_process;
 use common::SLUICE;

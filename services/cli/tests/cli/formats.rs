@@ -262,7 +262,7 @@ async fn a_new_worker_refuses_the_partition(
 }
 
 /// Writes `tests/fixtures/format-1/` (run by hand:
-/// `cargo test -p sluice-cli --test formats -- --ignored`). Format 1 is
+/// `cargo test -p sluice-cli --test cli -- formats:: --ignored`). Format 1 is
 /// what releases before versioned state wrote; its encodings are those of
 /// today's types minus the version markers, which is why this generator can
 /// still produce it. The committed files are what it wrote at the commit

@@ -19,7 +19,7 @@
 //! - `on_cut = "open"`: while cut, each region decides as a regional limit
 //!   (up to `max` each), and the window holds again once healed.
 
-mod common;
+use crate::common;
 
 use sluice_core::subject::Verb;
 use sluice_core::usage::Counts;

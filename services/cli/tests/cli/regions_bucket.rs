@@ -10,7 +10,7 @@
 //! was taken out of some region's part first; units only move between
 //! parts). Linked, they admit close to it; cut, each within its part.
 
-mod common;
+use crate::common;
 
 use sluice_core::partition::partition_of;
 use sluice_tests::{serial, LinkMode, TestConfig, TwoRegions};

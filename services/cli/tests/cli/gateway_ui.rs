@@ -7,7 +7,7 @@
 //! the top list's order, escaping, the token gate, the CSP) is checked by
 //! a real headless browser: tests/ui/test_dashboard.py.
 
-mod common;
+use crate::common;
 
 use common::gateway::{config, http, Gateway};
 use common::SLUICE;

@@ -10,7 +10,7 @@
 //! body) and keeps them until the test opens a gate; the gateway and the
 //! workers are real, over a real NATS server.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::extract::State;

@@ -1,7 +1,7 @@
 //! `sluice dev`: starts everything with the example policies, answers over
 //! HTTP, and on SIGINT leaves no process and no temporary directory behind.
 
-use sluice_tests::{eventually, nats_server_binary, ChildGuard, Signal};
+use sluice_tests::{eventually, nats_server_binary, serial, ChildGuard, Signal};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -35,6 +35,7 @@ fn banner_value(log: &str, label: &str) -> Option<String> {
 
 #[tokio::test]
 async fn sluice_dev_answers_and_sigint_leaves_nothing_behind() {
+    let _serial = serial().await;
     let (nats_port, http_port) = (free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));

@@ -4,7 +4,7 @@
 //! so nothing crosses in the clear and a region whose certificate another
 //! CA signed is refused.
 
-mod common;
+use crate::common;
 
 use anyhow::bail;
 use sluice_core::nats_config::{CertAndKey, LinkTls, Role};

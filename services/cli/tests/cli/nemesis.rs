@@ -34,7 +34,7 @@
 //! Two experiments on NATS itself under a frozen node, which the suite's
 //! timeouts rest on, are in `nats_freeze_experiments.rs`.
 
-mod common;
+use crate::common;
 
 use common::nats::{server_config, signal};
 use common::SLUICE;

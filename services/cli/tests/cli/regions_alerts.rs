@@ -5,7 +5,7 @@
 //! from the window's start), exactly once, in the home region's stream;
 //! and through a `kill -9` of either region's owner in journal mode.
 
-mod common;
+use crate::common;
 
 use futures::StreamExt;
 use sluice_client::alerts::{alerts, Start};

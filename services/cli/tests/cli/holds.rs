@@ -11,7 +11,7 @@
 //! `POST /v1/reserve|settle|extend/{key}`, and `sluice reserve|settle|extend`,
 //! over the same.
 
-mod common;
+use crate::common;
 
 use anyhow::{anyhow, bail};
 use sluice_client::{Client, ClientOptions, Error, Reserved};

@@ -5,7 +5,7 @@
 //! meta leader, no stream leaders, every request unanswered (a worker
 //! started while the meta leader moved gave up on its policies).
 
-mod common;
+use crate::common;
 
 use common::nats::server_config;
 use common::SLUICE;

@@ -5,7 +5,7 @@
 //! batching) is in `client_round_trips.rs`; owner changes and the
 //! fallbacks in `client_failover.rs`.
 
-mod common;
+use crate::common;
 
 use common::client::{client, options, stack};
 use sluice_client::{Client, ConnectError, Error, Fallback, Source};

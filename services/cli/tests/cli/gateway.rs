@@ -10,7 +10,7 @@
 
 #[path = "gateway/api.rs"]
 mod api;
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::gateway::{call, config, header, http, stack, Gateway};

@@ -5,7 +5,7 @@
 //! The gateway runs in the test process (`common::gateway`) but for the
 //! last test, which runs `sluice gateway`.
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::gateway::{call, config, header, http, stack, Gateway};

@@ -4,7 +4,7 @@
 //! with every worker stopped, each fallback (`open`, `closed`, `local`)
 //! answers well before the timeout.
 
-mod common;
+use crate::common;
 
 use common::client::{ask_all, client, options, stack};
 use common::SLUICE;

@@ -321,6 +321,7 @@ async fn admin_commands_work_as_admin_and_are_refused_with_one_line_otherwise() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_gateways_and_commands_connect_over_mutual_tls_and_a_wrong_ca_is_one_line() {
+    let _serial = serial().await;
     let ca = TestCa::new().unwrap();
     let other = TestCa::new().unwrap();
     let config = format!(

@@ -4,9 +4,9 @@
 //! the takeover path's JetStream timeouts and the nemesis suite's frozen
 //! NATS node (`nemesis.rs`, docs/RELIABILITY.md). Each prints what it saw:
 //!
-//! `scripts/test.sh -p sluice-cli --test nats_freeze_experiments -- --ignored --nocapture`
+//! `scripts/test.sh -p sluice-cli --test cli -- nats_freeze_experiments:: --ignored --nocapture`
 
-mod common;
+use crate::common;
 
 use common::nats::{server_config, signal};
 use sluice_tests::{eventually, NatsCluster, Signal};
@@ -22,7 +22,7 @@ const PARTITIONS: u32 = 16;
 /// one line per trial, from the freeze until a publish through another
 /// node is acknowledged (the stream has a working leader again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an experiment (~2 min): scripts/test.sh -p sluice-cli --test nats_freeze_experiments -- --ignored --nocapture frozen_stream_leader"]
+#[ignore = "an experiment (~2 min): scripts/test.sh -p sluice-cli --test cli -- nats_freeze_experiments::frozen_stream_leader --ignored --nocapture"]
 async fn how_long_nats_takes_to_replace_a_frozen_stream_leader() {
     use async_nats::jetstream::{self, stream};
     const TRIALS: usize = 8;
@@ -127,7 +127,7 @@ async fn how_long_nats_takes_to_replace_a_frozen_stream_leader() {
 /// 0.25 s: `+` answered within 0.6 s, `.` not. An experiment, not a check
 /// (docs/RELIABILITY.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "an experiment (~2 min): scripts/test.sh -p sluice-cli --test nats_freeze_experiments -- --ignored --nocapture kv_requests_while"]
+#[ignore = "an experiment (~2 min): scripts/test.sh -p sluice-cli --test cli -- nats_freeze_experiments::kv_requests_while --ignored --nocapture"]
 async fn kv_requests_while_a_nats_node_is_frozen() {
     use async_nats::jetstream::{self, kv};
     const WITHIN: Duration = Duration::from_millis(600);

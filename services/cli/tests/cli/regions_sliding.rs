@@ -11,7 +11,7 @@
 //! algorithm, the two regions together may admit at most 100 (and,
 //! linked, with enough demand, exactly 100).
 
-mod common;
+use crate::common;
 
 use sluice_core::subject::Verb;
 use sluice_core::usage::Counts;

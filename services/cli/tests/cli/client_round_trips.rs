@@ -11,7 +11,7 @@
 //! connection's messages in order, and workers ignore an allow without a
 //! reply subject).
 
-mod common;
+use crate::common;
 
 use common::client::{ask_all, client, options, stack};
 use futures::StreamExt;

@@ -10,7 +10,7 @@
 //! done (a 503 in its slot, a batch refused whole by a worker of an
 //! earlier release).
 
-mod common;
+use crate::common;
 
 use futures::StreamExt;
 use serde_json::{json, Value as Json};

@@ -6,7 +6,7 @@
 //! the spans are read: a stop sends what is still batched, so the test
 //! waits for the processes, not for the exporters' timer.
 
-mod common;
+use crate::common;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -107,10 +107,10 @@ fn parent(n: u8) -> (String, String, String) {
 async fn a_request_through_the_gateway_is_one_trace_down_to_the_workers_decision() {
     let _serial = serial().await;
     let (otlp, spans) = receiver().await;
-    // The worker takes it from the environment (this file's only test, so
-    // no other test sees it); the gateway from its flag.
-    std::env::set_var("SLUICE_OTLP_ENDPOINT", &otlp);
-    let mut stack = Stack::start(SLUICE, &TestConfig::new().journal().toml(), 1).await;
+    let mut stack = Stack::start(SLUICE, &TestConfig::new().journal().toml(), 0).await;
+    stack
+        .start_workers_with(1, &["--otlp-endpoint", &otlp])
+        .await;
     let (mut gateway, listen) = gateway_process(&stack);
     gateway.args(["--otlp-endpoint", &otlp]);
     let mut gateway = ChildGuard::spawn("gateway", gateway).expect("sluice gateway starts");

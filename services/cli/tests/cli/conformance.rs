@@ -7,7 +7,7 @@
 //! After a deliberate change: `SLUICE_WRITE_CONFORMANCE=1 cargo test -p
 //! sluice-cli --test conformance` rewrites it; commit it.
 
-mod common;
+use crate::common;
 
 use common::SLUICE;
 use sluice_client::{Client, ClientOptions};
@@ -128,6 +128,6 @@ async fn the_committed_asks_are_what_a_worker_answers_and_the_rust_client_reads(
     assert!(
         committed == text,
         "docs/conformance/asks.json is not what a worker answers; run \
-         `SLUICE_WRITE_CONFORMANCE=1 cargo test -p sluice-cli --test conformance` and commit it"
+         `SLUICE_WRITE_CONFORMANCE=1 cargo test -p sluice-cli --test cli -- conformance::` and commit it"
     );
 }

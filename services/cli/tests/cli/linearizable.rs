@@ -22,7 +22,7 @@
 //! counted again would show as a key full too soon.
 //! docs/RELIABILITY.md has the numbers of a run.
 
-mod common;
+use crate::common;
 
 use common::SLUICE;
 use sluice_core::partition::partition_of;
@@ -455,7 +455,7 @@ async fn journal_mode_is_linearizable_through_kill_9_and_a_frozen_owner() {
 /// Snapshot mode is not linearizable by design: a `kill -9` forgets what
 /// was counted since the partition's last snapshot. Measured, not
 /// asserted (docs/RELIABILITY.md has the numbers):
-/// `cargo test -p sluice-cli --test linearizable -- --ignored --nocapture`.
+/// `cargo test -p sluice-cli --test cli -- linearizable:: --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run by hand, its numbers are in docs/RELIABILITY.md"]
 async fn snapshot_mode_forgets_at_most_what_its_last_snapshot_missed() {

@@ -5,7 +5,7 @@
 //! received as JSON; the gateway (`common::gateway`) and the workers are
 //! real.
 
-mod common;
+use crate::common;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};

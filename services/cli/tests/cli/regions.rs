@@ -7,7 +7,7 @@
 //! cut-off region takes its partitions, a worker refuses to start in a
 //! misconfigured region. The link's security is in `regions_security.rs`.
 
-mod common;
+use crate::common;
 
 use anyhow::bail;
 use futures::StreamExt;
