@@ -23,7 +23,7 @@
 //! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
-use crate::journal::record::{NamedOf, Record, USED_ONLY};
+use crate::journal::record::{Kind, NamedOf, Record};
 use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
 use crate::tally::{Counted, Recording, Tally, Usage};
@@ -615,7 +615,7 @@ impl Decider {
             return (decision, policy.name(), None);
         }
         let usage = if op.consumed(&decision) {
-            turn.tally.changed(policy.name(), token, cost, false, now);
+            turn.tally.changed(policy.name(), token, cost, now);
             if let Some(g) = grant.filter(|g| g.units > 0) {
                 turn.tally.sliced(policy.name(), token, g.units, now);
             }
@@ -685,86 +685,101 @@ impl Decider {
     /// forgets the counter again. `false` for a record of a policy no
     /// longer configured (it is skipped).
     pub fn replay(&self, policies: &Policies, record: &Record, counters: &Counters) -> bool {
-        let Some(base) = policies.get(&record.p) else {
+        let Some(base) = policies.get(record.policy()) else {
             return false;
         };
-        if let Some(named) = &record.i {
-            remember_replayed(record, named, counters);
+        let typed = record.typed();
+        if let Kind::IdRemembered { cost, named } = typed.kind {
+            remember_replayed(record, cost, named, counters);
             return true;
         }
-        self.replay_tally(policies, base, record, counters);
+        self.replay_tally(policies, base, record, typed, counters);
         // Under the limits the key was decided under: an override's, if
         // any; of a global bucket, this region's part.
         let policy = policies
-            .in_force(base, &record.k)
+            .in_force(base, record.key())
             .counted_under(self.region());
-        if record.d || record.v == USED_ONLY {
+        if let Kind::Denied { .. } | Kind::UsedOnly { .. } = typed.kind {
+            // Usage only: no counter changed.
             return false;
         }
-        if record.h.is_some() {
-            return self.replay_hold(policy, record, counters);
-        }
-        ask::with_counter_key(&record.p, &record.k, |buf| {
-            if record.r {
-                counters.forget(buf);
-            } else if record.g == 0 {
-                counters.apply(policy, buf, Nanos(record.t), Op::Record(record.c));
-                if record.s {
-                    let until = policy.grant_kept_until(Nanos(record.t));
-                    counters
-                        .outstanding()
-                        .replayed_grant(buf, Nanos(record.t), record.c, until);
-                }
-            } else if record.q != 0 {
-                // A slice given back in a turn the snapshot does not hold
-                // (the takeover replays no other): given back again, as it
-                // was, if its slice is known here (carried, or replayed).
-                let back = Refund {
-                    units: record.c,
-                    spent: record.u,
-                    taken_at: Nanos(record.g),
-                };
-                let t = Nanos(record.t);
-                let known = counters.outstanding().refund(buf, &back, t);
-                if matches!(known, Ok(Returned::Known)) && back.units > 0 {
-                    counters.update(policy, buf, t, |state| {
-                        policy.refund(state, t, back.units, back.taken_at)
-                    });
-                }
-            } else {
-                // A slice given back (`g`) in a journal written before
-                // turns were numbered is not given back again: the record
-                // may be in the restored snapshot too, so its units stay
-                // counted until their window ends or the bucket refills
-                // them. Its slice holds that much less.
-                counters.outstanding().replayed_refund(
-                    buf,
-                    Nanos(record.g),
-                    record.c.saturating_add(record.u),
-                );
+        let t = record.at();
+        ask::with_counter_key(record.policy(), record.key(), |buf| match typed.kind {
+            Kind::Denied { .. } | Kind::UsedOnly { .. } | Kind::IdRemembered { .. } => false,
+            Kind::HoldReserved { .. } | Kind::HoldExtended { .. } | Kind::HoldEnded { .. } => {
+                Decider::replay_hold(policy, typed.kind, buf, t, counters)
             }
-        });
-        true
+            Kind::Reset => {
+                counters.forget(buf);
+                true
+            }
+            Kind::Counted { units } => {
+                counters.apply(policy, buf, t, Op::Record(units));
+                true
+            }
+            Kind::Sliced { units } => {
+                counters.apply(policy, buf, t, Op::Record(units));
+                let until = policy.grant_kept_until(t);
+                counters.outstanding().replayed_grant(buf, t, units, until);
+                true
+            }
+            Kind::Refunded(back) => {
+                replay_refund(policy, back, record.turn(), buf, t, counters);
+                true
+            }
+        })
+    }
+}
+
+/// A slice's refund replayed at `t` on the counter `buf` names.
+fn replay_refund(
+    policy: &Policy,
+    back: Refund,
+    turn: u64,
+    buf: &str,
+    t: Nanos,
+    counters: &Counters,
+) {
+    if turn != 0 {
+        // A slice given back in a turn the snapshot does not hold (the
+        // takeover replays no other): given back again, as it was, if its
+        // slice is known here (carried, or replayed).
+        let known = counters.outstanding().refund(buf, &back, t);
+        if matches!(known, Ok(Returned::Known)) && back.units > 0 {
+            counters.update(policy, buf, t, |state| {
+                policy.refund(state, t, back.units, back.taken_at)
+            });
+        }
+    } else {
+        // A slice given back in a journal written before turns were
+        // numbered is not given back again: the record may be in the
+        // restored snapshot too, so its units stay counted until their
+        // window ends or the bucket refills them. Its slice holds that
+        // much less.
+        counters.outstanding().replayed_refund(
+            buf,
+            back.taken_at,
+            back.units.saturating_add(back.spent),
+        );
     }
 }
 
 /// An ask's id, remembered again from its record (SPEC §16).
-fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counters) {
+fn remember_replayed(record: &Record, cost: u64, named: &NamedOf<String>, counters: &Counters) {
     let Some(verb) = Verb::parse(&named.verb) else {
         return;
     };
     let asked = sluice_core::ask_ids::Asked {
         verb,
-        policy: record.p.as_str(),
-        cost: record.c,
+        policy: record.policy(),
+        cost,
     };
     let answer = (named.remaining, named.limit, named.reset, false);
     let first = sluice_core::ask_ids::FirstAnswer::stored(answer, named.held);
     let until = Nanos(named.until);
-    let at = Nanos(record.t);
     counters
         .ids()
-        .remember((&record.k, &named.id), asked, first, until, at);
+        .remember((record.key(), &named.id), asked, first, until, record.at());
 }
 
 mod admin;

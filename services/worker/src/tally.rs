@@ -12,13 +12,13 @@
 //! the durability mode.
 
 use crate::counters::Turn;
-use crate::journal::record::{NamedOf, Record, NOT_USAGE, RELEASE, SLOT, USED_ONLY};
+use crate::journal::record::{NamedOf, Record};
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;
 use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
-use sluice_core::holds::{End, Hold};
+use sluice_core::holds::Hold;
 use sluice_core::policy::Decision;
 use sluice_core::region::state::{Action, Actions, When};
 use sluice_core::subject::Verb;
@@ -162,13 +162,21 @@ impl Tally {
         }
     }
 
-    /// A counter changed (by `cost`, or forgotten by a reset): with
-    /// records kept, remember the record to store.
-    pub fn changed(&mut self, policy: &str, token: &str, cost: u64, reset: bool, now: Nanos) {
+    /// A counter changed by `cost`: with records kept, remember the
+    /// record to store.
+    pub fn changed(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, cost, now);
-            record.r = reset;
+            let record = Record::counted(self.partition, policy, token, cost, now);
+            self.records.push(record);
+        }
+    }
+
+    /// A counter was forgotten (`rl.reset`): with records kept, its record.
+    pub fn reset(&mut self, policy: &str, token: &str, now: Nanos) {
+        self.changes += 1;
+        if self.recording == Recording::Records {
+            let record = Record::reset(self.partition, policy, token, now);
             self.records.push(record);
         }
     }
@@ -179,11 +187,8 @@ impl Tally {
     pub fn remembered(&mut self, named: Named<'_>, forgotten_early: u64, now: Nanos) {
         self.forgotten_early += forgotten_early;
         if self.recording == Recording::Records {
-            let mut record =
-                Record::new(self.partition, named.policy, named.token, named.cost, now);
-            record.v = NOT_USAGE;
             let decision = &named.first.decision;
-            record.i = Some(NamedOf {
+            let kept = NamedOf {
                 id: named.id.to_string(),
                 verb: named.verb.as_str().to_string(),
                 held: named.first.held.map(|(id, end)| (id, end.as_u64())),
@@ -191,7 +196,9 @@ impl Tally {
                 limit: decision.limit,
                 reset: decision.reset.as_u64(),
                 until: named.until.as_u64(),
-            });
+            };
+            let of = (named.policy, named.token);
+            let record = Record::id_remembered(self.partition, of, named.cost, kept, now);
             self.records.push(record);
         }
     }
@@ -202,8 +209,7 @@ impl Tally {
     pub fn booked(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, units, now);
-            record.v = NOT_USAGE;
+            let record = Record::booked(self.partition, policy, token, units, now);
             self.records.push(record);
         }
     }
@@ -218,7 +224,7 @@ impl Tally {
     /// link, and that region records their usage.
     pub fn not_usage_since(&mut self, from: usize) {
         for record in self.records.iter_mut().skip(from) {
-            record.v = NOT_USAGE;
+            record.set_not_usage();
         }
     }
 
@@ -228,8 +234,7 @@ impl Tally {
         self.slices += 1;
         self.sliced_units += units;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, units, now);
-            record.s = true;
+            let record = Record::sliced(self.partition, policy, token, units, now);
             self.records.push(record);
         }
     }
@@ -239,9 +244,7 @@ impl Tally {
     pub fn held(&mut self, policy: &str, token: &str, hold: &Hold) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = hold_record(self.partition, policy, token, hold, hold.taken_at);
-            record.c = hold.units;
-            record.s = true;
+            let record = Record::hold_reserved(self.partition, policy, token, hold);
             self.records.push(record);
         }
     }
@@ -259,10 +262,8 @@ impl Tally {
         self.changes += 1;
         self.returned_units += back.units;
         if self.recording == Recording::Records {
-            let mut record = hold_record(self.partition, policy, token, hold, now);
-            record.c = back.units;
-            record.g = hold.taken_at.as_u64().max(1);
-            record.u = back.spent;
+            let of = (policy, token);
+            let record = Record::hold_ended(self.partition, of, hold, back, now);
             self.records.push(record);
         }
     }
@@ -271,7 +272,7 @@ impl Tally {
     pub fn hold_extended(&mut self, policy: &str, token: &str, hold: &Hold, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let record = hold_record(self.partition, policy, token, hold, now);
+            let record = Record::hold_extended(self.partition, policy, token, hold, now);
             self.records.push(record);
         }
     }
@@ -282,9 +283,7 @@ impl Tally {
         self.changes += 1;
         self.returned_units += refund.units;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, refund.units, now);
-            record.g = refund.taken_at.as_u64().max(1);
-            record.u = refund.spent;
+            let record = Record::refunded(self.partition, policy, token, refund, now);
             self.records.push(record);
         }
     }
@@ -292,8 +291,7 @@ impl Tally {
     /// Records kept, usage recorded: a denied ask's record, stored for
     /// its usage only.
     fn denied(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
-        let mut record = Record::new(self.partition, policy, token, cost, now);
-        record.d = true;
+        let record = Record::denied(self.partition, policy, token, cost, now);
         self.records.push(record);
     }
 
@@ -432,8 +430,7 @@ impl Tally {
         match self.recording {
             Recording::Records if usage == Usage::Denied => self.denied(policy, token, cost, now),
             Recording::Records if apart => {
-                let mut record = Record::new(self.partition, policy, token, cost, now);
-                record.v = USED_ONLY;
+                let record = Record::used_only(self.partition, policy, token, cost, now);
                 self.records.push(record);
             }
             Recording::Records => {}
@@ -494,7 +491,7 @@ impl Tally {
         let mut records = self.records;
         if let Some(turn) = self.turn {
             for record in &mut records {
-                record.q = turn.number();
+                record.set_turn(turn.number());
             }
         }
         records
@@ -548,16 +545,6 @@ impl PolicyMeters {
     pub fn index_of(&self, policy: &str) -> Option<usize> {
         self.index.get(policy).copied()
     }
-}
-
-/// A record of `hold` at `now`, its counts left for the caller.
-fn hold_record(partition: u32, policy: &str, token: &str, hold: &Hold, now: Nanos) -> Record {
-    let mut record = Record::new(partition, policy, token, 0, now);
-    record.h = Some(hold.id.to_string());
-    record.e = hold.ends_at.as_u64();
-    record.x =
-        if hold.end == End::Release { RELEASE } else { 0 } | if hold.slot { SLOT } else { 0 };
-    record
 }
 
 #[cfg(test)]
@@ -663,9 +650,9 @@ mod tests {
         // The home: its own ask of 1, then a hit forwarded over the link
         // and a slice given back with 2 of it spent.
         let mut home = Tally::new(0, Recording::Records, meters);
-        home.changed("plan", "k", 1, false, Nanos(5));
+        home.changed("plan", "k", 1, Nanos(5));
         let from = home.records_made();
-        home.changed("plan", "k", 1, false, Nanos(6));
+        home.changed("plan", "k", 1, Nanos(6));
         let back = Refund {
             units: 3,
             spent: 2,

@@ -39,7 +39,7 @@ pub mod top;
 pub mod top_cache;
 
 use crate::journal;
-use crate::journal::record::Record;
+use crate::journal::record::{Kind, Record};
 use crate::usage::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
@@ -162,10 +162,15 @@ impl UsageBook {
                 let Some(counts) = counts_of(record) else {
                     continue;
                 };
-                match ledgers.get(&record.n) {
-                    Some(ledger) => ledger.add(&record.p, &record.k, record.t / 1_000_000, counts),
+                match ledgers.get(&record.partition()) {
+                    Some(ledger) => ledger.add(
+                        record.policy(),
+                        record.key(),
+                        record.at().as_u64() / 1_000_000,
+                        counts,
+                    ),
                     None => tracing::debug!(
-                        partition = record.n,
+                        partition = record.partition(),
                         "usage of a record whose partition is no longer answered here is left out"
                     ),
                 }
@@ -421,7 +426,7 @@ impl UsageBook {
         let step = &self.config.tiers[0];
         let mut minutes = BTreeSet::new();
         since.replay(partition, |_, record| {
-            minutes.insert(step.bucket_of(record.t / 1_000_000));
+            minutes.insert(step.bucket_of(record.at().as_u64() / 1_000_000));
             false
         });
         let reads = minutes.iter().map(|&m| self.store.get(partition, (0, m)));
@@ -445,9 +450,14 @@ impl UsageBook {
         let added = since.replay(partition, |seq, record| {
             let mut added = false;
             if let Some(counts) = counts_of(record) {
-                let minute = step.bucket_of(record.t / 1_000_000);
+                let minute = step.bucket_of(record.at().as_u64() / 1_000_000);
                 if seq > stored.get(&minute).copied().unwrap_or(0) {
-                    ledger.add(&record.p, &record.k, record.t / 1_000_000, counts);
+                    ledger.add(
+                        record.policy(),
+                        record.key(),
+                        record.at().as_u64() / 1_000_000,
+                        counts,
+                    );
                     added = true;
                 }
             }
@@ -492,39 +502,28 @@ where
 }
 
 /// What a journal record adds to usage: units used, or (a denial) denied;
-/// nothing for a reset or a slice, a slice's spent units when it comes back.
+/// nothing for a reset, a slice, a hold's reserve or extend, or a record
+/// that is not usage; a slice's or a hold's spent units when it comes back.
 pub fn counts_of(record: &Record) -> Option<Counts> {
-    match record.v {
-        crate::journal::record::NOT_USAGE => return None,
-        crate::journal::record::USED_ONLY => {
-            return Some(Counts {
-                used: record.c,
-                denied: 0,
-            })
-        }
-        _ => {}
-    }
-    if record.r || record.s {
-        // A slice's units are usage once they come back spent.
+    let typed = record.typed();
+    if !typed.is_usage {
         return None;
     }
-    if record.g != 0 {
-        return Some(Counts {
-            used: record.u,
-            denied: 0,
-        });
-    }
-    Some(if record.d {
-        Counts {
+    let used = |used| Some(Counts { used, denied: 0 });
+    match typed.kind {
+        Kind::Counted { units } | Kind::UsedOnly { units } => used(units),
+        Kind::Denied { units } => Some(Counts {
             used: 0,
-            denied: record.c,
-        }
-    } else {
-        Counts {
-            used: record.c,
-            denied: 0,
-        }
-    })
+            denied: units,
+        }),
+        // A slice's units are usage once they come back spent.
+        Kind::Refunded(back) | Kind::HoldEnded { back, .. } => used(back.spent),
+        Kind::Reset
+        | Kind::Sliced { .. }
+        | Kind::HoldReserved { .. }
+        | Kind::HoldExtended { .. }
+        | Kind::IdRemembered { .. } => None,
+    }
 }
 
 #[cfg(test)]

@@ -15,13 +15,13 @@
 use super::ids::Answered;
 use super::{blocked, Decider, Once, Owned, Turn};
 use crate::counters::Counters;
-use crate::journal::record::{Record, RELEASE, SLOT};
+use crate::journal::record::Kind;
 use crate::tally::{Counted, Tally, Usage};
 use sluice_core::ask;
 use sluice_core::ask::Op;
 use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
-use sluice_core::holds::{self, End, Hold, HoldId, Reservation, Reserved, Settle};
+use sluice_core::holds::{self, Hold, HoldId, Reservation, Reserved, Settle};
 use sluice_core::key::KeyToken;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
@@ -263,7 +263,7 @@ impl Decider {
         self.record_usage(turn, used, Usage::Used);
         if cost > hold.units {
             let excess = cost - hold.units;
-            turn.tally.changed(policy, token, excess, false, turn.now);
+            turn.tally.changed(policy, token, excess, turn.now);
             let used = Counted {
                 policy,
                 token,
@@ -315,57 +315,64 @@ impl Decider {
 }
 
 impl Decider {
-    /// Replays a hold's record at takeover (journal mode). The table says
-    /// what the restored snapshot already holds: a carried hold's reserve
-    /// is in the counters (a snapshot carries only holds kept from before
-    /// its counters were encoded to after), its settle not yet. So a
-    /// reserve is counted and kept unless the hold is there already, and a
-    /// settle or end gives back only if the hold was there: each once.
+    /// Replays a hold's record (`kind`, made at `t`) at takeover (journal
+    /// mode) on the counter `buf` names. The table says what the restored
+    /// snapshot already holds: a carried hold's reserve is in the counters (a
+    /// snapshot carries only holds kept from before its counters were encoded
+    /// to after), its settle not yet. So a reserve is counted and kept unless
+    /// the hold is there already, and a settle or end gives back only if the
+    /// hold was there: each once. `false` for a record of no hold, or of a
+    /// hold id that does not parse (it is skipped).
     pub(super) fn replay_hold(
-        &self,
         policy: &Policy,
-        record: &Record,
+        kind: Kind<'_, String>,
+        buf: &str,
+        t: Nanos,
         counters: &Counters,
     ) -> bool {
-        let Some(id) = record.h.as_deref().and_then(HoldId::parse) else {
-            return false;
-        };
-        ask::with_counter_key(&record.p, &record.k, |buf| {
-            let t = Nanos(record.t);
-            if record.s {
-                if counters.outstanding().has_hold(buf, id) {
-                    return;
-                }
-                counters.apply(policy, buf, t, Op::Record(record.c));
-                counters.outstanding().replayed_hold(
-                    buf,
-                    Hold {
+        match kind {
+            Kind::HoldReserved {
+                hold,
+                units,
+                ends_at,
+                end,
+                slot,
+            } => {
+                let Some(id) = HoldId::parse(hold) else {
+                    return false;
+                };
+                if !counters.outstanding().has_hold(buf, id) {
+                    counters.apply(policy, buf, t, Op::Record(units));
+                    let hold = Hold {
                         id,
                         taken_at: t,
-                        units: record.c,
-                        ends_at: Nanos(record.e),
-                        end: if record.x & RELEASE != 0 {
-                            End::Release
-                        } else {
-                            End::Charge
-                        },
-                        slot: record.x & SLOT != 0,
-                    },
-                );
-            } else if record.g != 0 {
+                        units,
+                        ends_at,
+                        end,
+                        slot,
+                    };
+                    counters.outstanding().replayed_hold(buf, hold);
+                }
+            }
+            Kind::HoldEnded { hold, back } => {
+                let Some(id) = HoldId::parse(hold) else {
+                    return false;
+                };
                 let was_here = counters.outstanding().replayed_end(buf, id);
-                if was_here && record.c > 0 {
-                    let taken_at = Nanos(record.g);
+                if was_here && back.units > 0 {
                     counters.update(policy, buf, t, |state| {
-                        policy.refund(state, t, record.c, taken_at)
+                        policy.refund(state, t, back.units, back.taken_at)
                     });
                 }
-            } else {
-                counters
-                    .outstanding()
-                    .replayed_extend(buf, id, Nanos(record.e));
             }
-        });
+            Kind::HoldExtended { hold, ends_at } => {
+                let Some(id) = HoldId::parse(hold) else {
+                    return false;
+                };
+                counters.outstanding().replayed_extend(buf, id, ends_at);
+            }
+            _ => return false,
+        }
         true
     }
 }
