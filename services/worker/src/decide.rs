@@ -16,8 +16,8 @@
 //! whether it came alone or in a batch, so the batching client asks it again
 //! through the server's mapping.
 //!
-//! What decisions did is gathered in a [`Tally`] per partition and batch and
-//! published to the stats once; in journal mode the tally also holds the
+//! What decisions did is gathered in a [`TurnLog`] per partition and batch and
+//! published to the stats once; in journal mode the turn's log also holds the
 //! [`Record`]s the caller must store before it answers. Decisions by policy
 //! (`/metrics`) are counted the same way, on counters found through
 //! [`PolicyMeters`] without a lock or an allocation per decision.
@@ -26,7 +26,7 @@ use crate::counters::Counters;
 use crate::journal::record::{Kind, NamedOf, Record};
 use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
-use crate::tally::{Counted, Recording, Tally, Usage};
+use crate::turn_log::{Counted, Recording, TurnLog, Usage};
 use crate::usage::ledger::Ledger;
 use here::Here;
 use sluice_core::ask::{self, Op};
@@ -168,12 +168,12 @@ pub struct Decider {
 }
 
 /// What the decisions of one batch on one partition share: the policies
-/// they decide with, the partition's state, the time, and the tally.
+/// they decide with, the partition's state, the time, and the turn's log.
 struct Turn<'t, 'p, 'c> {
     policies: &'p Policies,
     owned: Owned<'c>,
     now: Nanos,
-    tally: &'t mut Tally,
+    log: &'t mut TurnLog,
     /// It came from another region's owner over the link.
     link: bool,
     /// An ask to send to its home region instead of answering it here
@@ -187,14 +187,14 @@ impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
         policies: &'p Policies,
         owned: Owned<'c>,
         now: Nanos,
-        tally: &'t mut Tally,
+        log: &'t mut TurnLog,
         link: bool,
     ) -> Turn<'t, 'p, 'c> {
         Turn {
             policies,
             owned,
             now,
-            tally,
+            log,
             link,
             forward: None,
         }
@@ -258,11 +258,11 @@ impl Decider {
         &self.stats
     }
 
-    /// A tally for a batch of decisions on `owned`'s partition, decided
+    /// A turn's log for a batch of decisions on `owned`'s partition, decided
     /// with policies taken before it ([`Decider::policies`]), in a turn of
     /// its own: finish it before any `.await` ([`crate::counters::Turns`]).
-    pub fn tally(&self, owned: Owned<'_>) -> Tally {
-        Tally::new(owned.partition, self.recording, self.live.meters())
+    pub fn turn_log(&self, owned: Owned<'_>) -> TurnLog {
+        TurnLog::new(owned.partition, self.recording, self.live.meters())
             .in_turn(owned.counters.begin_turn())
     }
 
@@ -278,7 +278,7 @@ impl Decider {
         message: Message<'_>,
         owned: Owned<'_>,
         now: Nanos,
-        tally: &mut Tally,
+        log: &mut TurnLog,
     ) -> Option<Answer<'p>> {
         let Message {
             subject,
@@ -286,7 +286,7 @@ impl Decider {
             wants_reply,
         } = message;
         if let Some(inbound) = self.link_inbound(subject) {
-            return self.link_message(policies, inbound, message, owned, now, tally);
+            return self.link_message(policies, inbound, message, owned, now, log);
         }
         match Inbound::parse(subject)? {
             Inbound::Ask(ask) if matches!(ask.verb, Verb::Inspect | Verb::Reset) => {
@@ -295,18 +295,18 @@ impl Decider {
                 if ask.verb == Verb::Inspect && !wants_reply {
                     return None;
                 }
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 let result = self.admin(turn, ask.verb, ask.key_token, body);
-                tally.admin(result.is_ok());
+                log.admin(result.is_ok());
                 let answer =
                     result.unwrap_or_else(|(error, encoding)| Answer::Error { error, encoding });
                 wants_reply.then_some(answer)
             }
             Inbound::Ask(ask) if Verb::HOLDS.contains(&ask.verb) => {
                 let encoding = Encoding::of_body(body);
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
-                tally.outcome_once(ask.verb, &result);
+                log.outcome_once(ask.verb, &result);
                 let answer = match result {
                     Ok(((decision, policy, held), repeat)) => Answer::Held {
                         decision,
@@ -328,11 +328,11 @@ impl Decider {
                 {
                     return None;
                 }
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 self.answer_ask(turn, verb, ask.key_token, message)
             }
             Inbound::PartitionBatch(partition) => {
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 self.answer_batch(turn, partition, message)
             }
         }
@@ -352,7 +352,7 @@ impl Decider {
             forward.body = message.body.to_vec();
             return message.wants_reply.then_some(Answer::Forward(forward));
         }
-        turn.tally.outcome_once(verb, &result);
+        turn.log.outcome_once(verb, &result);
         let answer = match result {
             Ok(((decision, policy, _), repeat)) => Answer::Decision {
                 decision,
@@ -380,8 +380,8 @@ impl Decider {
         let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
         let (answer, mut records, mut actions) =
             self.batch_from(turn.policies, message.body, turn.now, &answered, turn.link);
-        turn.tally.append(&mut records);
-        turn.tally.append_actions(&mut actions);
+        turn.log.append(&mut records);
+        turn.log.append_actions(&mut actions);
         Some(answer)
     }
 
@@ -471,7 +471,7 @@ impl Decider {
         // free the other regions' shares while they spend them.
         let budget = match budget {
             Budget::Refund(r) if global.is_some() && !turn.link => {
-                turn.tally.unmatched(r.units);
+                turn.log.unmatched(r.units);
                 Budget::Refund(Refund { units: 0, ..r })
             }
             other => other,
@@ -540,7 +540,7 @@ impl Decider {
                 Budget::Refund(r) => match owned.counters.outstanding().refund(buf, &r, now) {
                     Ok(Returned::Known) => Budget::Refund(r),
                     Ok(Returned::Unknown) => {
-                        turn.tally.unmatched(r.units);
+                        turn.log.unmatched(r.units);
                         Budget::Refund(Refund { units: 0, ..r })
                     }
                     Err(overclaim) => return Err(ErrorReply::bad_request(overclaim.to_string())),
@@ -557,8 +557,7 @@ impl Decider {
                     shares,
                     policy.grant_kept_until(window_start),
                 );
-                turn.tally
-                    .sliced(policy.name(), token, shares, window_start);
+                turn.log.sliced(policy.name(), token, shares, window_start);
             }
             if let Some(g) = grant.filter(|g| g.units > 0) {
                 owned
@@ -585,7 +584,7 @@ impl Decider {
     }
 
     /// What a counted ask leaves: the decision as the policy reports it (a
-    /// part's limit is the whole's), and in the tally what it changed, the
+    /// part's limit is the whole's), and in the turn's log what it changed, the
     /// slice it granted or the refund it made, and its usage.
     fn conclude<'p>(
         &self,
@@ -606,7 +605,7 @@ impl Decider {
         if here.link_grant {
             // A grant to another region decides no ask here.
             if let Some(g) = grant.filter(|g| g.units > 0) {
-                turn.tally.sliced(policy.name(), token, g.units, now);
+                turn.log.sliced(policy.name(), token, g.units, now);
             }
             return (decision, policy.name(), grant);
         }
@@ -615,9 +614,9 @@ impl Decider {
             return (decision, policy.name(), None);
         }
         let usage = if op.consumed(&decision) {
-            turn.tally.changed(policy.name(), token, cost, now);
+            turn.log.changed(policy.name(), token, cost, now);
             if let Some(g) = grant.filter(|g| g.units > 0) {
-                turn.tally.sliced(policy.name(), token, g.units, now);
+                turn.log.sliced(policy.name(), token, g.units, now);
             }
             Usage::Used
         } else if decision.within_limits() {
@@ -641,7 +640,7 @@ impl Decider {
     /// of what was spent from it.
     fn gave_back(&self, turn: &mut Turn<'_, '_, '_>, policy: &str, token: &str, refund: &Refund) {
         if refund.units > 0 || refund.spent > 0 {
-            turn.tally.refunded(policy, token, refund, turn.now);
+            turn.log.refunded(policy, token, refund, turn.now);
         }
         let counted = Counted {
             policy,
@@ -652,18 +651,18 @@ impl Decider {
     }
 
     /// Records the usage of one decided ask, when usage is recorded
-    /// ([`Tally::usage`]). Not what another region's owner sends over the
+    /// ([`TurnLog::usage`]). Not what another region's owner sends over the
     /// link (SPEC §12): the region where an ask was made records its
     /// usage, so a hit forwarded to the home, or a slice's spent units
     /// coming back, would be counted twice.
     fn record_usage(&self, turn: &mut Turn<'_, '_, '_>, counted: Counted<'_>, usage: Usage) {
         if self.usage && !turn.link {
-            turn.tally.usage(turn.owned.usage, counted, usage, turn.now);
+            turn.log.usage(turn.owned.usage, counted, usage, turn.now);
         }
     }
 
     /// [`Decider::record_usage`] of a delegate's ask, whose count is no
-    /// record of its own ([`Tally::usage_apart`]). With `tallied` (a
+    /// record of its own ([`TurnLog::usage_apart`]). With `tallied` (a
     /// policy with alerts across regions) its record is made whether or
     /// not usage is recorded: in journal mode it rebuilds the region's
     /// tally of what it spent ([`Decider::replay_tally`]).
@@ -676,7 +675,7 @@ impl Decider {
     ) {
         if (self.usage || tallied) && !turn.link {
             let ledger = turn.owned.usage.filter(|_| self.usage);
-            turn.tally.usage_apart(ledger, counted, usage, turn.now);
+            turn.log.usage_apart(ledger, counted, usage, turn.now);
         }
     }
 

@@ -16,7 +16,7 @@ use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
-use crate::tally::Recording;
+use crate::turn_log::Recording;
 use crate::usage::UsageBook;
 use anyhow::Result;
 use async_nats::jetstream::stream;

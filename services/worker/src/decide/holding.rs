@@ -3,7 +3,7 @@
 //!
 //! The rules are `sluice_core::holds`'; here they meet the key's counters,
 //! the partition's table of what was granted (`Counters::outstanding`), the
-//! tally (records in journal mode, usage) and the policy in force. Usage
+//! turn's log (records in journal mode, usage) and the policy in force. Usage
 //! follows the contract: a reserve is not usage yet, a denied one is
 //! `denied`; a settle's real cost is `used` in the minute it settles, and
 //! an expired hold that is charged is `used` when it ends. In the journal a
@@ -16,7 +16,7 @@ use super::ids::Answered;
 use super::{blocked, Decider, Once, Owned, Turn};
 use crate::counters::Counters;
 use crate::journal::record::Kind;
-use crate::tally::{Counted, Tally, Usage};
+use crate::turn_log::{Counted, TurnLog, Usage};
 use sluice_core::ask;
 use sluice_core::ask::Op;
 use sluice_core::ask_ids::FirstAnswer;
@@ -195,7 +195,7 @@ impl Decider {
     }
 
     /// What a hold verb that passed the counter answers, and what it
-    /// leaves in the tally: a hold kept or extended (with the time until it
+    /// leaves in the turn's log: a hold kept or extended (with the time until it
     /// ends), a denial's usage, a settle's refund and usage, or the error
     /// for a hold this owner does not know.
     fn hold_answer<'p>(
@@ -211,7 +211,7 @@ impl Decider {
         };
         match outcome {
             Outcome::Reserved(Reserved::Held { decision, hold }) => {
-                turn.tally.held(base.name(), token, &hold);
+                turn.log.held(base.name(), token, &hold);
                 Ok((
                     decision,
                     base.name(),
@@ -227,7 +227,7 @@ impl Decider {
                 Ok((decision, base.name(), None))
             }
             Outcome::Extended(decision, Some(hold)) => {
-                turn.tally.hold_extended(base.name(), token, &hold, now);
+                turn.log.hold_extended(base.name(), token, &hold, now);
                 Ok((
                     decision,
                     base.name(),
@@ -254,7 +254,7 @@ impl Decider {
             spent: within,
             taken_at: hold.taken_at,
         };
-        turn.tally.hold_ended(policy, token, hold, &back, turn.now);
+        turn.log.hold_ended(policy, token, hold, &back, turn.now);
         let used = Counted {
             policy,
             token,
@@ -263,7 +263,7 @@ impl Decider {
         self.record_usage(turn, used, Usage::Used);
         if cost > hold.units {
             let excess = cost - hold.units;
-            turn.tally.changed(policy, token, excess, turn.now);
+            turn.log.changed(policy, token, excess, turn.now);
             let used = Counted {
                 policy,
                 token,
@@ -282,7 +282,7 @@ impl Decider {
             spent: if charged { hold.units } else { 0 },
             taken_at: hold.taken_at,
         };
-        turn.tally.hold_ended(policy, token, hold, &back, turn.now);
+        turn.log.hold_ended(policy, token, hold, &back, turn.now);
         let used = Counted {
             policy,
             token,
@@ -295,8 +295,8 @@ impl Decider {
     /// time (the shard's sweep): released ones go back into their keys'
     /// state, charged ones become usage. Holds under a policy no longer in
     /// force end charged.
-    pub fn end_holds(&self, policies: &Policies, owned: Owned<'_>, now: Nanos, tally: &mut Tally) {
-        let turn = &mut Turn::new(policies, owned, now, tally, false);
+    pub fn end_holds(&self, policies: &Policies, owned: Owned<'_>, now: Nanos, log: &mut TurnLog) {
+        let turn = &mut Turn::new(policies, owned, now, log, false);
         let ended = owned.counters.outstanding().ended(now);
         for (counter, hold) in ended {
             let Some((name, token)) = counter.split_once('/') else {

@@ -65,7 +65,7 @@ impl Decider {
                 (policy.name(), token),
                 windows,
             );
-            turn.tally.act(When::Now, report);
+            turn.log.act(When::Now, report);
         });
     }
 

@@ -1,8 +1,11 @@
-//! What the decisions of a batch did, gathered before it is published:
-//! the stats and the decisions by policy (`/metrics`), the records to
-//! store before answering, and the usage.
+//! A turn's log: what the decisions of one turn (a batch of them, a
+//! sweep of ended holds, the link's messages) did, gathered before it is
+//! published: the stats and the decisions by policy (`/metrics`), the
+//! records to store before answering, the usage, and the actions to carry
+//! over the link. Not a tally: that word is the regions' (what a region
+//! spent of a global key, [`sluice_core::region::tally`]).
 //!
-//! A batch's counts are added to the shared stats once ([`Tally::finish`]),
+//! A batch's counts are added to the shared stats once ([`TurnLog::finish`]),
 //! one atomic add per counter and batch rather than per decision, and its
 //! decisions by policy are counted on handles found through
 //! [`PolicyMeters`] without a lock or an allocation per decision.
@@ -70,10 +73,10 @@ pub enum Usage {
     Neither,
 }
 
-/// What the decisions of one batch on one partition did, published to the
-/// stats at once by [`Tally::finish`] (one atomic add per counter and
+/// What the decisions of one turn on one partition did, published to the
+/// stats at once by [`TurnLog::finish`] (one atomic add per counter and
 /// batch, not per decision).
-pub struct Tally {
+pub struct TurnLog {
     partition: u32,
     recording: Recording,
     decisions: u64,
@@ -94,7 +97,7 @@ pub struct Tally {
     forgotten_early: u64,
     records: Vec<Record>,
     /// What must cross the link between regions, by when it may leave
-    /// ([`Tally::act`]).
+    /// ([`TurnLog::act`]).
     actions: Actions,
     meters: Arc<PolicyMeters>,
     /// Allowed, denied and hit counts by policy (its place in `meters`), of
@@ -107,13 +110,13 @@ pub struct Tally {
     turn: Option<Turn>,
 }
 
-/// Policies whose counts a [`Tally`] gathers before publishing them (a
+/// Policies whose counts a [`TurnLog`] gathers before publishing them (a
 /// batch rarely decides for more).
 const POLICY_SLOTS: usize = 4;
 
-impl Tally {
-    pub fn new(partition: u32, recording: Recording, meters: Arc<PolicyMeters>) -> Tally {
-        Tally {
+impl TurnLog {
+    pub fn new(partition: u32, recording: Recording, meters: Arc<PolicyMeters>) -> TurnLog {
+        TurnLog {
             partition,
             recording,
             decisions: 0,
@@ -137,8 +140,8 @@ impl Tally {
         }
     }
 
-    /// The same tally, for decisions made in `turn`.
-    pub fn in_turn(mut self, turn: Turn) -> Tally {
+    /// The same log, for decisions made in `turn`.
+    pub fn in_turn(mut self, turn: Turn) -> TurnLog {
         self.turn = Some(turn);
         self
     }
@@ -205,7 +208,7 @@ impl Tally {
 
     /// A delegate's books of its share of a global window (SPEC §12):
     /// `units` spent or given back, counted in the key's own counter, not
-    /// usage (each ask's usage is recorded apart, [`Tally::usage_apart`]).
+    /// usage (each ask's usage is recorded apart, [`TurnLog::usage_apart`]).
     pub fn booked(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
@@ -219,7 +222,7 @@ impl Tally {
         self.records.len()
     }
 
-    /// The records made since `from` ([`Tally::records_made`]) count, but
+    /// The records made since `from` ([`TurnLog::records_made`]) count, but
     /// are not usage: they were sent by another region's owner over the
     /// link, and that region records their usage.
     pub fn not_usage_since(&mut self, from: usize) {
@@ -332,9 +335,9 @@ impl Tally {
         self.count_policy(policy, outcome);
     }
 
-    /// [`Tally::outcome`] of an ask decided once per id (SPEC §16): the
+    /// [`TurnLog::outcome`] of an ask decided once per id (SPEC §16): the
     /// answer with its repeat flag, or the error. A repeat was counted as
-    /// one already ([`Tally::repeat`]).
+    /// one already ([`TurnLog::repeat`]).
     pub fn outcome_once<T>(
         &mut self,
         verb: Verb,
@@ -367,7 +370,7 @@ impl Tally {
     }
 
     /// Records decided elsewhere in the same batch (a partition batch's
-    /// items), to be stored with this tally's.
+    /// items), to be stored with this log's.
     pub fn append(&mut self, records: &mut Vec<Record>) {
         self.records.append(records);
     }
@@ -387,7 +390,7 @@ impl Tally {
         self.usage_of(ledger, counted, usage, now, false);
     }
 
-    /// [`Tally::usage`] of an ask whose count is no record of its own (a
+    /// [`TurnLog::usage`] of an ask whose count is no record of its own (a
     /// delegate's, decided from budget its home counted, SPEC §12):
     /// with records, a use becomes a usage-only record too.
     pub fn usage_apart(
@@ -506,7 +509,7 @@ fn add(counter: &AtomicU64, n: u64) {
 
 /// The allowed, denied and hit counters of `sluice_worker_decisions_total`
 /// for each policy, found by name without a lock: the decision core looks
-/// a policy up here once per decision, and a [`Tally`] adds to the
+/// a policy up here once per decision, and a [`TurnLog`] adds to the
 /// counters once per batch. Replaced whole when the policies change, and
 /// only ever grows: a policy taken out of force keeps its series (a counter
 /// never goes back), so whatever version of the policies a batch decides
@@ -551,22 +554,22 @@ impl PolicyMeters {
 mod tests {
     use super::*;
 
-    /// A batch deciding for more policies than a tally gathers counts the
+    /// A batch deciding for more policies than a turn's log gathers counts the
     /// rest at once: every decision is counted either way, and a name
     /// without meters is not counted per policy.
     #[test]
-    fn a_tally_counts_every_policy_past_its_slots() {
+    fn a_turn_log_counts_every_policy_past_its_slots() {
         let stats = WorkerStats::default();
         let names = ["a", "b", "c", "d", "e", "f"];
         let meters = Arc::new(PolicyMeters::default().with(&stats, names.into_iter()));
-        let mut tally = Tally::new(0, Recording::Nothing, meters);
+        let mut log = TurnLog::new(0, Recording::Nothing, meters);
         for (i, name) in names.iter().enumerate() {
             for _ in 0..=i {
-                tally.count_policy(name, 1);
+                log.count_policy(name, 1);
             }
         }
-        tally.count_policy("unknown", 1);
-        tally.finish(&stats, &ShardStats::default());
+        log.count_policy("unknown", 1);
+        log.finish(&stats, &ShardStats::default());
         for (i, name) in names.iter().enumerate() {
             assert_eq!(stats.decisions_of(Outcome::Denied, name), i as u64 + 1);
         }
@@ -589,7 +592,7 @@ mod tests {
     fn only_reserves_and_errors_of_the_hold_verbs_count_as_decisions() {
         let stats = WorkerStats::default();
         let meters = Arc::new(PolicyMeters::default().with(&stats, ["slots"].into_iter()));
-        let mut tally = Tally::new(0, Recording::Nothing, meters);
+        let mut log = TurnLog::new(0, Recording::Nothing, meters);
         let decision = |allowed| Decision {
             allowed,
             limit: 1,
@@ -599,14 +602,14 @@ mod tests {
             shadow_denied: false,
         };
         let (open, full) = (decision(true), decision(false));
-        tally.outcome(Verb::Reserve, &Ok((open, "slots")));
-        tally.outcome(Verb::Reserve, &Ok((full, "slots")));
-        tally.outcome(Verb::Settle, &Ok((full, "slots")));
-        tally.outcome(Verb::Extend, &Ok((open, "slots")));
+        log.outcome(Verb::Reserve, &Ok((open, "slots")));
+        log.outcome(Verb::Reserve, &Ok((full, "slots")));
+        log.outcome(Verb::Settle, &Ok((full, "slots")));
+        log.outcome(Verb::Extend, &Ok((open, "slots")));
         let unknown = ErrorReply::unknown_hold("00000000000000000000000000000000", "slots");
-        tally.outcome(Verb::Settle, &Err(unknown));
+        log.outcome(Verb::Settle, &Err(unknown));
         let shard = ShardStats::default();
-        tally.finish(&stats, &shard);
+        log.finish(&stats, &shard);
         assert_eq!(stats.decisions_of(Outcome::Allowed, "slots"), 1);
         assert_eq!(stats.decisions_of(Outcome::Denied, "slots"), 1);
         assert_eq!(stats.errors.load(Ordering::Relaxed), 1);
@@ -635,7 +638,7 @@ mod tests {
         let stats = (WorkerStats::default(), ShardStats::default());
         // The delegate: 3 units from its share, an ask of 2 from a slice,
         // 1 denied, 4 units of its share given back.
-        let mut delegate = Tally::new(0, Recording::Records, meters.clone());
+        let mut delegate = TurnLog::new(0, Recording::Records, meters.clone());
         delegate.booked("plan", "k", 3, Nanos(1));
         delegate.usage_apart(None, counted(3), Usage::Used, Nanos(1));
         delegate.usage_apart(None, counted(2), Usage::Used, Nanos(2));
@@ -649,7 +652,7 @@ mod tests {
         );
         // The home: its own ask of 1, then a hit forwarded over the link
         // and a slice given back with 2 of it spent.
-        let mut home = Tally::new(0, Recording::Records, meters);
+        let mut home = TurnLog::new(0, Recording::Records, meters);
         home.changed("plan", "k", 1, Nanos(5));
         let from = home.records_made();
         home.changed("plan", "k", 1, Nanos(6));
