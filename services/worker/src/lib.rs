@@ -31,7 +31,7 @@
 //! - [`turn_log`]: what a turn of decisions did: stats, meters, records, usage.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
 //! - [`alerting`]: threshold alerts (SPEC §14): each partition's
-//!   book of fired alerts; [`alert_publisher`]: the task that publishes
+//!   fired alerts; [`alert_publisher`]: the task that publishes
 //!   them off the decision path.
 //! - [`reply`]: the one way out: headers, payload, publish.
 //! - [`traced`]: with `--otlp-endpoint`, the spans of asks that carry a

@@ -379,7 +379,7 @@ impl TurnLog {
     /// used or denied (a peek, cost 0, is neither). Without records into
     /// the partition's `ledger` now; with records a count is already one
     /// and a denial becomes one, and both reach the ledger once stored
-    /// ([`crate::usage::UsageBook::journaled`]).
+    /// ([`crate::usage::UsageHistory::journaled`]).
     pub fn usage(
         &mut self,
         ledger: Option<&Ledger>,

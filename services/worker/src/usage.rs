@@ -1,7 +1,7 @@
 //! Usage history at the owner (SPEC §9): every counted request adds to
 //! its key's minute in memory ([`crate::usage::ledger`]), each shard stores the minutes
 //! it changed on its snapshot tick and rolls ended buckets up into the
-//! coarser tiers ([`UsageBook::flush`]), and queries read the stored
+//! coarser tiers ([`UsageHistory::flush`]), and queries read the stored
 //! records plus what is still only in memory ([`query`], [`top`]; top
 //! keeps the buckets it ranked, [`top_cache`]).
 //!
@@ -9,12 +9,12 @@
 //! snapshot mode it enters when decided: a `kill -9` loses what was counted
 //! since the last flush, at most one snapshot interval, like the counters.
 //! In journal mode it enters once the journal holds it
-//! ([`UsageBook::journaled`], from the journal writer), denials included
+//! ([`UsageHistory::journaled`], from the journal writer), denials included
 //! (they are journaled for this). Every stored minute says up to which
 //! journal sequence it holds the partition's records (`w`), and a snapshot
 //! claims no journal position past what the stored minutes hold
 //! ([`Ledger::stored_through`]), so a new owner replays exactly the
-//! records that are not in the store yet ([`UsageBook::replay`]).
+//! records that are not in the store yet ([`UsageHistory::replay`]).
 //!
 //! That replay is not on the takeover's critical path: the partition
 //! answers once its counters are restored, and the shard replays the usage
@@ -59,7 +59,7 @@ use top_cache::{TopCache, Version};
 pub const REPLAY_WAIT: Duration = Duration::from_secs(2);
 
 /// A worker's usage: the store and the ledgers of the partitions it answers.
-pub struct UsageBook {
+pub struct UsageHistory {
     pub store: UsageStore,
     pub config: UsageConfig,
     ledgers: RwLock<HashMap<u32, Arc<Ledger>>>,
@@ -80,10 +80,10 @@ pub struct UsageBook {
     pub top_cache: Arc<TopCache>,
 }
 
-impl UsageBook {
-    pub fn new(store: UsageStore, config: &Config) -> UsageBook {
+impl UsageHistory {
+    pub fn new(store: UsageStore, config: &Config) -> UsageHistory {
         let grace_ms = 2 * config.snapshot_interval.as_millis() as u64 + 1_000;
-        UsageBook {
+        UsageHistory {
             store,
             config: config.usage.clone(),
             ledgers: RwLock::default(),
@@ -100,7 +100,7 @@ impl UsageBook {
     /// The ledger of a partition taken over at `now_ms`, whose restored
     /// state covers the journal up to `stored_through`; it owes the recent
     /// rollups, and (with `replays`) the usage of the journal's records
-    /// past that ([`UsageBook::replay`]). Registered for the journal writer
+    /// past that ([`UsageHistory::replay`]). Registered for the journal writer
     /// and the top query.
     pub fn open_ledger(
         &self,
@@ -378,7 +378,7 @@ impl UsageBook {
         });
     }
 
-    /// [`UsageBook::replay`], tried again every `pause` while `owner()`
+    /// [`UsageHistory::replay`], tried again every `pause` while `owner()`
     /// says the lease is held (a stream without a leader answers again
     /// within seconds); given up once it is not.
     pub async fn replay_while_owner(
