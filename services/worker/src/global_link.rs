@@ -412,7 +412,7 @@ async fn complete(
             }
         });
         let regions = futures::future::join_all(asks).await;
-        let global = combine(policy.kept, &policy.whole, policy.home.as_str(), &regions);
+        let global = combine(policy.count, &policy.whole, policy.home.as_str(), &regions);
         if let Some(report) = inspect
             .policies
             .iter_mut()

@@ -15,7 +15,7 @@ use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
-use sluice_core::region::report::Kept;
+use sluice_core::region::report::GlobalCount;
 use sluice_core::region::state::{Action, When};
 use sluice_core::region::{Global, OnCut, RegionName};
 use sluice_core::subject::{LinkInbound, Verb};
@@ -717,7 +717,7 @@ impl Decider {
             .collect();
         Some(GatherPolicy {
             policy: policy.name().to_string(),
-            kept: Kept::of(policy, global.home()),
+            count: GlobalCount::of(policy, global.home()),
             home: global.home().clone(),
             whole,
             regions,
