@@ -33,10 +33,10 @@ use sluice_core::wire::ErrorReply;
 
 /// What a hold verb answers: the decision, and the hold it kept or
 /// extended with the time until it ends.
-pub type Held<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
+pub type HoldAnswer<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
 
 /// A hold verb's answer to an id (SPEC §16, [`super::ids`]).
-impl<'p> Answered<'p> for Held<'p> {
+impl<'p> Answered<'p> for HoldAnswer<'p> {
     fn first(&self, now: Nanos) -> FirstAnswer {
         FirstAnswer {
             decision: self.0,
@@ -47,7 +47,7 @@ impl<'p> Answered<'p> for Held<'p> {
     /// The same hold, with the time left until its end as the first
     /// answer set it (an extend since is not seen: the hold's own end is
     /// the owner's).
-    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Held<'p> {
+    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> HoldAnswer<'p> {
         let held = first
             .held
             .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
@@ -64,7 +64,7 @@ impl Decider {
         verb: Verb,
         token: &str,
         body: &[u8],
-    ) -> Result<Once<Held<'p>>, ErrorReply> {
+    ) -> Result<Once<HoldAnswer<'p>>, ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = decode_hold_request(verb, body).map_err(|e| e.reply)?;
         let owned = turn.owned;
@@ -88,9 +88,9 @@ impl Decider {
         named: (KeyToken<'_>, Option<&str>),
         (policy, cost): (&str, u64),
         act: HoldAct,
-    ) -> Result<Once<Held<'p>>, ErrorReply> {
+    ) -> Result<Once<HoldAnswer<'p>>, ErrorReply> {
         let key = named.0;
-        let admitted = |held: &Held<'p>| act.verb != Verb::Reserve || held.2.is_some();
+        let admitted = |held: &HoldAnswer<'p>| act.verb != Verb::Reserve || held.2.is_some();
         let apply = |turn: &mut Turn<'_, 'p, '_>| self.hold_act(turn, key, policy, cost, act);
         self.once(turn, named, (act.verb, policy, cost), admitted, apply)
     }
@@ -106,7 +106,7 @@ impl Decider {
         policy: &str,
         cost: u64,
         act: HoldAct,
-    ) -> Result<Held<'p>, ErrorReply> {
+    ) -> Result<HoldAnswer<'p>, ErrorReply> {
         let HoldAct {
             verb,
             ttl_ms,
@@ -203,7 +203,7 @@ impl Decider {
         turn: &mut Turn<'_, 'p, '_>,
         (base, token, cost, id): (&'p Policy, &str, u64, Option<HoldId>),
         outcome: Outcome,
-    ) -> Result<Held<'p>, ErrorReply> {
+    ) -> Result<HoldAnswer<'p>, ErrorReply> {
         let now = turn.now;
         let unknown = || {
             let id = id.map(|h| h.to_string()).unwrap_or_default();
