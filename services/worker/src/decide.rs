@@ -416,10 +416,10 @@ impl Decider {
         answered: impl Fn(u32) -> Option<Owned<'c>>,
     ) -> Result<Owned<'c>, ErrorReply> {
         let partitions = self.config.partitions;
-        let home = key.partition(partitions);
-        answered(home).ok_or_else(|| {
+        let partition = key.partition(partitions);
+        answered(partition).ok_or_else(|| {
             ErrorReply::unavailable(format!(
-                "key {key} belongs to partition {home} of {partitions}, which this worker does not \
+                "key {key} belongs to partition {partition} of {partitions}, which this worker does not \
                  answer for right now (another worker owns it, it is still being restored, or the \
                  sender uses another partition count); ask it on {}",
                 Verb::Allow.client_subject(key.as_str())

@@ -89,7 +89,7 @@ const TALLY_EVERY: Duration = Duration::from_millis(250);
 /// the next spending of those keys reports them again.
 const MOST_PENDING_TALLIES: usize = 65_536;
 
-/// The tallies one home partition is sent at once, by the key they are of.
+/// The tallies one partition at a home is sent at once, by the key they are of.
 struct TallyGroup {
     to: (RegionName, u32),
     from: RegionName,

@@ -6,8 +6,8 @@
 //! [`crate::global_link`]); the home adds what is new to the tally whose
 //! thresholds fire. All of them are ordinary counters of the partition,
 //! so snapshots and handovers carry them; in journal mode the records of
-//! the asks rebuild them ([`Decider::replay_tally`]), and a new owner of
-//! a home partition asks the other regions to report again.
+//! the asks rebuild them ([`Decider::replay_tally`]), and a partition's
+//! new owner at the home asks the other regions to report again.
 
 use super::{Decider, Owned, Turn};
 use crate::counters::Counters;

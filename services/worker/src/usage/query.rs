@@ -163,12 +163,12 @@ async fn series(
     if answering.decider.policies().get(&policy).is_none() {
         return Err(ErrorReply::unknown_policy(&policy));
     }
-    let home = key.partition(answering.partitions);
-    let ledger = match history.ledger(home) {
-        Some(ledger) if home == subject.partition => ledger,
+    let partition = key.partition(answering.partitions);
+    let ledger = match history.ledger(partition) {
+        Some(ledger) if partition == subject.partition => ledger,
         _ => {
             return Err(ErrorReply::unavailable(format!(
-                "key {key} belongs to partition {home}, which this worker does not answer for right now; ask it on rl.usage.{key}"
+                "key {key} belongs to partition {partition}, which this worker does not answer for right now; ask it on rl.usage.{key}"
             )))
         }
     };
@@ -196,7 +196,7 @@ async fn series(
         let (policy, token) = (policy.clone(), token.clone());
         move |p: &str, k: &str| p == policy && k == token
     };
-    let loaded = Loaded::read(history, home, &ledger, &needed, &wanted)
+    let loaded = Loaded::read(history, partition, &ledger, &needed, &wanted)
         .await
         .map_err(|e| ErrorReply::unavailable(format!("cannot read usage right now: {e:#}")))?;
     let unreadable = |e: RecordError| ErrorReply::unavailable(format!("cannot read usage: {e}"));
