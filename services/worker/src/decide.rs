@@ -509,7 +509,7 @@ impl Decider {
                 self.record_usage(turn, counted, Usage::Denied);
                 if let Budget::Refund(refund) = budget {
                     let spent_only = Refund { units: 0, ..refund };
-                    self.gave_back(turn, base.name(), token, &spent_only);
+                    self.refunded(turn, base.name(), token, &spent_only);
                 }
                 Ok(ControlFlow::Break((decision, base.name(), None)))
             }
@@ -610,7 +610,7 @@ impl Decider {
             return (decision, policy.name(), grant);
         }
         if let Budget::Refund(refund) = budget {
-            self.gave_back(turn, policy.name(), token, &refund);
+            self.refunded(turn, policy.name(), token, &refund);
             return (decision, policy.name(), None);
         }
         let usage = if op.consumed(&decision) {
@@ -638,7 +638,7 @@ impl Decider {
 
     /// A slice came back: its record (with records kept) and the usage
     /// of what was spent from it.
-    fn gave_back(&self, turn: &mut Turn<'_, '_, '_>, policy: &str, token: &str, refund: &Refund) {
+    fn refunded(&self, turn: &mut Turn<'_, '_, '_>, policy: &str, token: &str, refund: &Refund) {
         if refund.units > 0 || refund.spent > 0 {
             turn.log.refunded(policy, token, refund, turn.now);
         }

@@ -359,7 +359,7 @@ impl TurnLog {
     }
 
     /// A batch item only gave a slice back: it decided nothing.
-    pub fn gave_back_only(&mut self) {
+    pub fn refunded_only(&mut self) {
         self.decisions += 1;
     }
 

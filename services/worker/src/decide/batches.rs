@@ -117,7 +117,7 @@ impl Decider {
         let applied = self.once(turn, named, asked, admitted, apply);
         if refund {
             // Giving back decides nothing.
-            turn.log.gave_back_only();
+            turn.log.refunded_only();
         } else {
             turn.log.outcome_once(Verb::Allow, &applied);
         }

@@ -228,7 +228,7 @@ impl Decider {
                 self.answer_ask(turn, ask.verb, ask.key_token, message)
             }
             LinkInbound::Answered(_) => None,
-            LinkInbound::Give(partition) => {
+            LinkInbound::Gift(partition) => {
                 if partition == owned.partition {
                     match link::decode::<Gift>(message.body) {
                         Ok(gift) => self.take_gift(policies, &gift, owned, now),
@@ -265,7 +265,7 @@ impl Decider {
             LinkInbound::Reclaim(partition) => {
                 if partition == owned.partition {
                     match link::decode::<Reclaim>(message.body) {
-                        Ok(reclaim) => self.give_share_back(policies, &reclaim, owned, now, log),
+                        Ok(reclaim) => self.refund_share(policies, &reclaim, owned, now, log),
                         Err(e) => tracing::debug!("a reclaim refused: {}", e.message),
                     }
                 }
@@ -315,7 +315,7 @@ impl Decider {
 
     /// The home asks for a key's share of a window back: what this
     /// delegate will not need goes back as a refund.
-    fn give_share_back(
+    fn refund_share(
         &self,
         policies: &Policies,
         reclaim: &Reclaim,
@@ -338,7 +338,7 @@ impl Decider {
         match policy.spread() {
             Some(Spread::Parts) => {
                 let policy = policies.in_force(policy, &reclaim.key);
-                return self.give_spare(policy, reclaim, here, owned, now, log);
+                return self.gift_spare(policy, reclaim, here, owned, now, log);
             }
             // Nothing moves between a sliding policy's parts.
             Some(Spread::AtHome) | None => return,
@@ -432,7 +432,7 @@ impl Decider {
         let answered = policy.mode().answer(decision);
         if let Budget::Refund(refund) = budget {
             turn.log.unmatched(refund.units);
-            self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
+            self.refunded(turn, base.name(), token, &Refund { units: 0, ..refund });
             return Ok(Some((answered, policy.name(), None)));
         }
         let cut = owned.counters.global().is_cut(global.home());
@@ -539,7 +539,7 @@ impl Decider {
     /// The home of a global bucket asks for units back: what this region's
     /// part holds beyond what its demand needs is taken out of it and sent
     /// as a gift, once that is stored.
-    fn give_spare(
+    fn gift_spare(
         &self,
         policy: &Policy,
         reclaim: &Reclaim,
@@ -575,7 +575,7 @@ impl Decider {
             spare
         });
         if spare > 0 {
-            let give = Action::Give {
+            let gift_action = Action::Gift {
                 home: global.home().clone(),
                 partition: owned.partition,
                 gift: Gift {
@@ -585,7 +585,7 @@ impl Decider {
                     taken_at: now.as_u64(),
                 },
             };
-            log.act(When::Stored, give);
+            log.act(When::Stored, gift_action);
         }
     }
 
