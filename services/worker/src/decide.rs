@@ -573,8 +573,9 @@ impl Decider {
                 // A bucket's parts are always out (a sliding policy's
                 // never move); a window's shares may be back already.
                 let window_start = limit.window_start(now);
-                let parts_give = here.split.is_some() && here.whole.spread() == Some(Spread::Parts);
-                if parts_give || owned.counters.outstanding().units(buf, window_start) > 0 {
+                let parts_gift =
+                    here.split.is_some() && here.whole.spread() == Some(Spread::SplitParts);
+                if parts_gift || owned.counters.outstanding().units(buf, window_start) > 0 {
                     let key = (policy.name(), token, buf);
                     self.reclaim_if_short(turn, (global, region), limit, key, &decision);
                 }

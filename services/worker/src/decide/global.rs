@@ -336,13 +336,13 @@ impl Decider {
             return;
         }
         match policy.spread() {
-            Some(Spread::Parts) => {
+            Some(Spread::SplitParts) => {
                 let policy = policies.in_force(policy, &reclaim.key);
                 return self.gift_spare(policy, reclaim, here, owned, now, log);
             }
             // Nothing moves between a sliding policy's parts.
-            Some(Spread::AtHome) | None => return,
-            Some(Spread::Shares) => {}
+            Some(Spread::PartsThenForward) | None => return,
+            Some(Spread::HomeCounts) => {}
         }
         let share = cut_share(global, here, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
@@ -407,10 +407,10 @@ impl Decider {
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
         let spread = policy.spread();
-        let at_home = spread == Some(Spread::AtHome);
+        let forwards_past_part = spread == Some(Spread::PartsThenForward);
         let share = cut_share(global, here, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
-            if spread != Some(Spread::Shares) {
+            if spread != Some(Spread::HomeCounts) {
                 return self.decide_by_part(turn, policy, here, (token, buf), cost);
             }
             decide_by_share(turn, (policy, limit, share), (token, buf), cost)
@@ -444,7 +444,7 @@ impl Decider {
         // sends one a second (to tell when it is back) and denies the
         // rest here; any other decides here as its `on_cut` says (its
         // requests for slices tell when the link is back).
-        let to_home = at_home || !cut;
+        let to_home = forwards_past_part || !cut;
         if to_home
             && !decision.allowed
             && matches!(op, Op::Allow(_))
@@ -521,7 +521,7 @@ impl Decider {
         if by_part.is_some_and(|d| d.allowed) && cost > 0 {
             turn.log.booked(policy.name(), token, cost, now);
         }
-        let (mut decision, want) = if policy.spread() == Some(Spread::AtHome) {
+        let (mut decision, want) = if policy.spread() == Some(Spread::PartsThenForward) {
             // A sliding policy: its part is all a region decides; the
             // rest is decided at the home.
             (by_part.unwrap_or_else(|| not_here(whole)), None)
