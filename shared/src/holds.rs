@@ -45,8 +45,8 @@ pub const MAX_COST: u64 = 1_000_000_000;
 /// state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Settlement {
-    /// Less was used than held: this much goes back.
-    GiveBack(u64),
+    /// Less was used than held: this much goes back (a refund).
+    Refund(u64),
     /// More was used than held: this much more is counted, like a hit
     /// (recorded even past the limit: the work is done).
     Charge(u64),
@@ -57,7 +57,7 @@ pub enum Settlement {
 impl Settlement {
     pub fn of(held: u64, cost: u64) -> Settlement {
         match cost.cmp(&held) {
-            std::cmp::Ordering::Less => Settlement::GiveBack(held - cost),
+            std::cmp::Ordering::Less => Settlement::Refund(held - cost),
             std::cmp::Ordering::Greater => Settlement::Charge(cost - held),
             std::cmp::Ordering::Equal => Settlement::Even,
         }
@@ -195,7 +195,7 @@ pub fn settle(
     } = *s;
     let hold = table.settle(key, id, now)?;
     let decision = (!policy.limits().is_empty()).then(|| match Settlement::of(hold.units, cost) {
-        Settlement::GiveBack(n) => policy.refund(state, now, n, hold.taken_at),
+        Settlement::Refund(n) => policy.refund(state, now, n, hold.taken_at),
         Settlement::Charge(n) => policy.record(state, now, n),
         Settlement::Even => policy.decide(state, now, 0),
     });
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_settle_gives_back_charges_or_changes_nothing() {
-        assert_eq!(Settlement::of(100, 30), Settlement::GiveBack(70));
+        assert_eq!(Settlement::of(100, 30), Settlement::Refund(70));
         assert_eq!(Settlement::of(100, 130), Settlement::Charge(30));
         assert_eq!(Settlement::of(100, 100), Settlement::Even);
         assert_eq!(Settlement::of(0, 0), Settlement::Even);

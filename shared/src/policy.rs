@@ -19,20 +19,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How a global policy's units are spread across its regions
-/// ([`Policy::spread`]).
+/// ([`Policy::spread`]; docs/GLOSSARY.md, "share" and "part").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spread {
-    /// A fixed window of one limit: the home counts each other region's
-    /// share when a window opens, and grants slices beyond it
-    /// ([`crate::region::global`]).
-    Shares,
-    /// Parts in every region, units moving between them by slices and
-    /// gifts ([`crate::region::parts`]); a bucket or GCRA without parts
-    /// (`on_cut` other than `"reserved"`) by slices alone.
-    Parts,
-    /// Parts, and what a region's part cannot pay decided at the home,
-    /// ask by ask (a sliding log or window).
-    AtHome,
+    /// A fixed window of one limit: the home counts the window, each
+    /// other region's share in it when it opens, and grants slices beyond
+    /// them ([`crate::region::global`]).
+    HomeCounts,
+    /// Every region counts its own part, units moving between them by
+    /// slices and gifts ([`crate::region::parts`]); a bucket or GCRA
+    /// without parts (`on_cut` other than `"reserved"`) by slices alone.
+    SplitParts,
+    /// Every region counts its own part, and what a part cannot pay is
+    /// forwarded to the home and decided there, ask by ask (a sliding log
+    /// or window).
+    PartsThenForward,
 }
 
 /// Who a slice of a key's budget goes to ([`Policy::grant`],
@@ -258,9 +259,9 @@ impl Policy {
     pub fn spread(&self) -> Option<Spread> {
         self.scope.global()?;
         Some(match self.algorithm {
-            Algorithm::SlidingLog | Algorithm::SlidingWindow => Spread::AtHome,
-            Algorithm::FixedWindow if self.parts.is_none() => Spread::Shares,
-            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra => Spread::Parts,
+            Algorithm::SlidingLog | Algorithm::SlidingWindow => Spread::PartsThenForward,
+            Algorithm::FixedWindow if self.parts.is_none() => Spread::HomeCounts,
+            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra => Spread::SplitParts,
         })
     }
 

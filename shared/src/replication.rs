@@ -128,9 +128,11 @@ impl fmt::Display for Choice {
 }
 
 /// A bucket or stream of sluice's, and the replicas it is kept with.
+// Its OpenAPI schema keeps the name it was published under (`Kept`).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Kept))]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Kept {
+pub struct StreamReplicas {
     /// The stream's name (a KV bucket's is `KV_<bucket>`).
     pub stream: String,
     pub replicas: usize,
@@ -138,7 +140,10 @@ pub struct Kept {
 
 /// Those of `kept` with fewer replicas than the cluster seen as `view`
 /// could give: what `sluice status` warns of.
-pub fn below_cluster<'a>(kept: &'a [Kept], view: &ClusterView) -> Vec<&'a Kept> {
+pub fn below_cluster<'a>(
+    kept: &'a [StreamReplicas],
+    view: &ClusterView,
+) -> Vec<&'a StreamReplicas> {
     let could = view.could_give();
     kept.iter().filter(|k| k.replicas < could).collect()
 }
@@ -221,11 +226,11 @@ mod tests {
     #[test]
     fn status_warns_of_state_kept_below_what_the_cluster_could_give() {
         let kept = vec![
-            Kept {
+            StreamReplicas {
                 stream: "KV_sluice-leases".into(),
                 replicas: 1,
             },
-            Kept {
+            StreamReplicas {
                 stream: "SLUICE_JOURNAL".into(),
                 replicas: 3,
             },

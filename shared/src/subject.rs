@@ -400,7 +400,8 @@ pub enum LinkInbound<'a> {
     /// reset.
     Ask(PartitionSubject<'a>),
     Reclaim(u32),
-    Give(u32),
+    /// A gift (the subject's verb is `give`).
+    Gift(u32),
     Answered(u32),
     Tally(u32),
     Resend(u32),
@@ -423,7 +424,7 @@ impl<'a> LinkInbound<'a> {
         match (tokens.next()?, tokens.next()) {
             (BATCH, None) => Some(LinkInbound::Batch(partition)),
             (RECLAIM, None) => Some(LinkInbound::Reclaim(partition)),
-            (GIVE, None) => Some(LinkInbound::Give(partition)),
+            (GIVE, None) => Some(LinkInbound::Gift(partition)),
             (ANSWERED, None) => Some(LinkInbound::Answered(partition)),
             (TALLY, None) => Some(LinkInbound::Tally(partition)),
             (RESEND, None) => Some(LinkInbound::Resend(partition)),
@@ -447,7 +448,7 @@ impl<'a> LinkInbound<'a> {
             LinkInbound::Ask(ask) => ask.partition,
             LinkInbound::Batch(p)
             | LinkInbound::Reclaim(p)
-            | LinkInbound::Give(p)
+            | LinkInbound::Gift(p)
             | LinkInbound::Answered(p)
             | LinkInbound::Tally(p)
             | LinkInbound::Resend(p) => *p,

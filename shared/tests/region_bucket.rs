@@ -239,7 +239,7 @@ impl Model {
             Event::Sweep { region, lost } => {
                 for (_, refund) in self.delegates[region].sweep(now) {
                     if !lost {
-                        self.give_back(refund);
+                        self.take_refund(refund);
                     }
                 }
             }
@@ -270,7 +270,7 @@ impl Model {
         }
     }
 
-    fn give_back(&mut self, refund: Refund) {
+    fn take_refund(&mut self, refund: Refund) {
         if let Ok(Returned::Known) = self.books.refund(KEY, &refund, self.now) {
             self.home_part.refund(
                 &mut self.home_state,

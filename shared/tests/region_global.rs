@@ -136,7 +136,7 @@ impl Model {
         *self.admitted.entry(self.window()).or_default() += cost;
     }
 
-    fn give_back(&mut self, refund: Refund) {
+    fn take_refund(&mut self, refund: Refund) {
         if let Ok(Returned::Known) = self.books.refund(KEY, &refund, self.now) {
             self.policy
                 .refund(&mut self.state, self.now, refund.units, refund.taken_at);
@@ -203,7 +203,7 @@ impl Model {
             Event::Sweep { region, lost } => {
                 for (_, refund) in self.delegates[region].sweep(self.now) {
                     if !lost {
-                        self.give_back(refund);
+                        self.take_refund(refund);
                     }
                 }
             }
@@ -217,7 +217,7 @@ impl Model {
                 if let Some(refund) = refund {
                     *self.recorded[region].entry(w).or_default() += refund.units;
                     if !lost {
-                        self.give_back(refund);
+                        self.take_refund(refund);
                     }
                 }
             }

@@ -120,7 +120,7 @@ impl Cell {
 /// cells of the same (key, window) are added up only when the admission is
 /// computed.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub struct AnswerCounts {
     /// By key number: the latest window it was answered in (empty: none yet).
     current: Vec<Cell>,
     /// (key, cell) for earlier windows, in no particular order, possibly
@@ -129,7 +129,7 @@ pub struct Tally {
     unplaced: u64,
 }
 
-impl Tally {
+impl AnswerCounts {
     /// Counts one decision (`allowed` or denied) of `key`. `window` is what
     /// the answer said, `sent_ns` / `received_ns` when it was asked and
     /// answered (ns since the Unix epoch).
@@ -175,7 +175,7 @@ impl Tally {
         }
     }
 
-    pub fn merge(&mut self, other: Tally) {
+    pub fn merge(&mut self, other: AnswerCounts) {
         self.unplaced += other.unplaced;
         self.closed.extend(other.closed);
         let cells = other.current.into_iter().enumerate();
@@ -318,8 +318,8 @@ mod tests {
             max: 3,
             per_ns: SEC,
         };
-        let mut a = Tally::default();
-        let mut b = Tally::default();
+        let mut a = AnswerCounts::default();
+        let mut b = AnswerCounts::default();
         let w = |k: u64| Some(Window::Index(T / SEC + k));
         // Key 0, window 0: 4 allowed across two threads (1 over), 1 denied.
         for _ in 0..2 {
@@ -370,14 +370,14 @@ mod tests {
             per_ns: SEC,
         };
         let w = |k: u64| Some(Window::Index(k));
-        let mut a = Tally::default();
+        let mut a = AnswerCounts::default();
         // Key 3: window 5, then 6, then a late answer for 5, then 6 again.
         a.count(&limit, 3, true, w(5), 0, 0);
         a.count(&limit, 3, true, w(6), 0, 0);
         a.count(&limit, 3, true, w(5), 0, 0);
         a.count(&limit, 3, false, w(6), 0, 0);
         // Another thread saw key 3 in window 5 too (now 3 allowed: 1 over).
-        let mut b = Tally::default();
+        let mut b = AnswerCounts::default();
         b.count(&limit, 3, true, w(5), 0, 0);
         a.merge(b);
         let got = a.admission(&limit, 1);
@@ -393,7 +393,7 @@ mod tests {
             max: 1,
             per_ns: SEC,
         };
-        let mut t = Tally::default();
+        let mut t = AnswerCounts::default();
         // Two allowed answers in the same window, one in the next.
         let at = |ms: u64| (T + ms * MS, T + ms * MS + 500_000);
         let (s, r) = at(100);

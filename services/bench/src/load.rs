@@ -380,7 +380,7 @@ fn note(
             let allowed = outcome == Outcome::Allowed;
             let received = wall_ns();
             rec.borrow_mut()
-                .tally
+                .answers
                 .count(limit, key, allowed, window, sent.wall_ns, received);
         }
     } else {

@@ -1,7 +1,7 @@
 //! What a run measured: outcomes counted per kind, latencies in an HDR
 //! histogram, and the report printed at the end (text or one JSON object).
 
-use crate::admission::{Admission, Tally};
+use crate::admission::{Admission, AnswerCounts};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub struct Recorder {
     pub samples: Vec<String>,
     /// Decisions per key and fixed window (every decision, not only the
     /// measured window's; empty unless admission is accounted).
-    pub tally: Tally,
+    pub answers: AnswerCounts,
 }
 
 /// Latencies are recorded in microseconds, 1 µs to 100 s, 3 significant digits.
@@ -64,7 +64,7 @@ impl Default for Recorder {
             error_replies: BTreeMap::new(),
             other: 0,
             samples: Vec::new(),
-            tally: Tally::default(),
+            answers: AnswerCounts::default(),
         }
     }
 }
@@ -101,7 +101,7 @@ impl Recorder {
             *self.error_replies.entry(code).or_default() += n;
         }
         self.other += other.other;
-        self.tally.merge(other.tally);
+        self.answers.merge(other.answers);
         for s in other.samples {
             if self.samples.len() < 5 {
                 self.samples.push(s);

@@ -214,7 +214,7 @@ impl Plan {
             r.client_stats = measured.client_stats;
             r.admission = self
                 .admission
-                .map(|limit| measured.recorder.tally.admission(&limit, a.cost));
+                .map(|limit| measured.recorder.answers.admission(&limit, a.cost));
             r
         };
         report.ready_ms = ready_ms;

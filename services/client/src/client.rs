@@ -198,7 +198,7 @@ impl Client {
             budgets.plan(key, policy, cost, &mut ended)
         });
         if let Some(refund) = ended {
-            inner.give_back(token, policy, refund);
+            inner.spawn_refund(token, policy, refund);
         }
         let (want, sent) = match plan {
             Plan::Local(answer) => {

@@ -149,7 +149,7 @@ impl Inner {
     /// without waiting for the answer. A refund that is lost (no owner
     /// right now) only leaves its units counted until the window ends or
     /// the bucket refills them.
-    pub(crate) fn give_back(self: &Arc<Self>, token: &str, policy: &str, refund: Refund) {
+    pub(crate) fn spawn_refund(self: &Arc<Self>, token: &str, policy: &str, refund: Refund) {
         tokio::spawn(
             self.clone()
                 .refund(token.to_string(), policy.to_string(), refund),
@@ -643,7 +643,7 @@ async fn sweep_slices(inner: std::sync::Weak<Inner>) {
             .expect("the sweeper runs with budgets");
         for (key, refund) in budgets.sweep() {
             if let Some((policy, token)) = key.split_once('/') {
-                inner.give_back(token, policy, refund);
+                inner.spawn_refund(token, policy, refund);
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The worker's one threshold-alert publisher (SPEC §14): takes the
-//! alerts every partition's book noted ([`crate::alerting`]) and publishes
+//! alerts every partition noted ([`crate::alerting`]) and publishes
 //! each to the stream `SLUICE_ALERTS` with its `Nats-Msg-Id`
 //! ([`sluice_core::alerts::Alert::msg_id`]), off the decision path, until
-//! the stream acknowledges it; then marks it stored in its book. In
+//! the stream acknowledges it; then marks it stored among its partition's alerts. In
 //! journal mode it first waits until the journal stored what was decided
 //! before, so an alert never announces a count a crash could still lose.
 
@@ -28,7 +28,7 @@ const BATCH: usize = 256;
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-/// The worker's alert publisher: one task, fed by every partition's book.
+/// The worker's alert publisher: one task, fed by every partition's alerts.
 pub struct Publisher;
 
 impl Publisher {
@@ -82,7 +82,7 @@ async fn publish_all(
 }
 
 /// Publishes `notes` and waits for their acks; returns those not
-/// acknowledged. An alert whose partition's book is gone (handed over) is
+/// acknowledged. An alert whose partition's alerts are gone (handed over) is
 /// published all the same: the next owner's copy carries the same id.
 async fn publish_once(js: &jetstream::Context, notes: Vec<Note>) -> Vec<Note> {
     let mut acks = Vec::with_capacity(notes.len());

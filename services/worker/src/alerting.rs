@@ -2,7 +2,7 @@
 //!
 //! A decision that makes a key's count reach a threshold
 //! ([`sluice_core::alerts::watch`], run by [`crate::counters::Counters`])
-//! only notes it: the partition's [`AlertBook`] keeps it (so that the
+//! only notes it: the partition's [`PartitionAlerts`] keeps it (so that the
 //! threshold fires once per window, and so that snapshots and handovers
 //! carry it, `kept/alerts.rs`) and hands it over a channel to the
 //! worker's one publisher task ([`crate::alert_publisher`]). Nothing on
@@ -11,7 +11,7 @@
 //! The publisher publishes each alert to JetStream with its
 //! `Nats-Msg-Id` ([`sluice_core::alerts::Alert::msg_id`]), tries again
 //! until the stream acknowledges it, and then marks it stored in its
-//! book. In journal mode it first waits until the journal stored what
+//! partition's alerts. In journal mode it first waits until the journal stored what
 //! was decided before the alert was noted, so an alert never announces a
 //! count a crash could still lose. Whoever publishes an alert again (a
 //! retry whose first ack was lost, a new owner taking over an alert not
@@ -25,18 +25,19 @@ use sluice_core::time::Nanos;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::mpsc;
 
-/// One alert on its way to the stream, and the book to mark it stored in.
+/// One alert on its way to the stream, and its partition's fired alerts,
+/// to mark it stored in.
 pub struct Note {
     pub alert: FiredAlert,
-    book: Weak<Mutex<Fired>>,
+    fired: Weak<Mutex<Fired>>,
 }
 
 impl Note {
-    /// The stream acknowledged it: marked stored in its book (if its
+    /// The stream acknowledged it: marked stored among its partition's alerts (if its
     /// partition is still owned here).
     pub fn stored(&self) {
-        if let Some(book) = self.book.upgrade() {
-            let mut fired = book.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fired) = self.fired.upgrade() {
+            let mut fired = fired.lock().unwrap_or_else(|e| e.into_inner());
             fired.stored(&self.alert.msg_id());
         }
     }
@@ -57,14 +58,14 @@ impl Sink {
 /// A partition's fired alerts, and the sink new ones go to (none in unit
 /// tests: they are only kept).
 #[derive(Clone, Default)]
-pub struct AlertBook {
+pub struct PartitionAlerts {
     fired: Arc<Mutex<Fired>>,
     sink: Option<Sink>,
 }
 
-impl AlertBook {
-    /// The same book, sending new alerts to `sink`.
-    pub fn sending_to(mut self, sink: Sink) -> AlertBook {
+impl PartitionAlerts {
+    /// The same alerts, sending new ones to `sink`.
+    pub fn sending_to(mut self, sink: Sink) -> PartitionAlerts {
         self.sink = Some(sink);
         self
     }
@@ -103,10 +104,10 @@ impl AlertBook {
     fn send(&self, alert: FiredAlert) {
         if let Some(Sink(tx)) = &self.sink {
             // Fails only once the publisher is gone (the worker stops): the
-            // alert stays in the book, and a snapshot carries it on.
+            // alert stays among the fired ones, and a snapshot carries it on.
             let _ = tx.send(Note {
                 alert,
-                book: Arc::downgrade(&self.fired),
+                fired: Arc::downgrade(&self.fired),
             });
         }
     }

@@ -11,7 +11,7 @@ use crate::decide::Decider;
 use crate::global::{Deferred, Link};
 use crate::outbox::Outbox;
 use crate::routes::Routes;
-use crate::usage::UsageBook;
+use crate::usage::UsageHistory;
 use sluice_core::region::state::Actions;
 use sluice_core::time::Clock;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub struct Answering {
     /// Where answers go (through the journal in journal mode).
     pub outbox: Outbox,
     /// Usage history (SPEC §9); `None` when `[usage] enabled = false`.
-    pub usage: Option<Arc<UsageBook>>,
+    pub usage: Option<Arc<UsageHistory>>,
     /// The link between regions (global limits, SPEC §12), when this
     /// worker has a region: it carries the decisions' actions.
     pub link: Option<Link>,

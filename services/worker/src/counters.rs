@@ -53,7 +53,7 @@
 //! first key asked once it finds, else the best sampled or the first key
 //! found (docs/CONFIG.md, `max_keys`).
 
-use crate::alerting::{AlertBook, Sink};
+use crate::alerting::{PartitionAlerts, Sink};
 use moka::sync::Cache;
 use moka::Expiry;
 use serde::{Deserialize, Serialize};
@@ -180,7 +180,7 @@ pub struct Counters {
     ids: Arc<Mutex<RememberedIds>>,
     /// The threshold alerts fired from these counters in windows not over
     /// yet, and where new ones go (SPEC §14).
-    alerts: AlertBook,
+    alerts: PartitionAlerts,
     /// [`MIN_IDLE_TTL`] in ns (tests lower it to watch buckets expire).
     min_idle_ttl_ns: u64,
     bound: Arc<KeyBound>,
@@ -253,7 +253,7 @@ impl Counters {
             outstanding: Arc::default(),
             global: Arc::default(),
             ids: Arc::default(),
-            alerts: AlertBook::default(),
+            alerts: PartitionAlerts::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
             turns: Arc::default(),
         }
@@ -305,7 +305,7 @@ impl Counters {
     }
 
     /// The threshold alerts fired from these counters.
-    pub fn alerts(&self) -> &AlertBook {
+    pub fn alerts(&self) -> &PartitionAlerts {
         &self.alerts
     }
 

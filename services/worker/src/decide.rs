@@ -16,17 +16,17 @@
 //! whether it came alone or in a batch, so the batching client asks it again
 //! through the server's mapping.
 //!
-//! What decisions did is gathered in a [`Tally`] per partition and batch and
-//! published to the stats once; in journal mode the tally also holds the
+//! What decisions did is gathered in a [`TurnLog`] per partition and batch and
+//! published to the stats once; in journal mode the turn's log also holds the
 //! [`Record`]s the caller must store before it answers. Decisions by policy
 //! (`/metrics`) are counted the same way, on counters found through
 //! [`PolicyMeters`] without a lock or an allocation per decision.
 
 use crate::counters::Counters;
-use crate::journal::record::{NamedOf, Record, USED_ONLY};
+use crate::journal::record::{Kind, NamedOf, Record};
 use crate::live_policies::LivePolicies;
 use crate::stats::{ShardStats, WorkerStats};
-use crate::tally::{Counted, Recording, Tally, Usage};
+use crate::turn_log::{Counted, Recording, TurnLog, Usage};
 use crate::usage::ledger::Ledger;
 use here::Here;
 use sluice_core::ask::{self, Op};
@@ -168,12 +168,12 @@ pub struct Decider {
 }
 
 /// What the decisions of one batch on one partition share: the policies
-/// they decide with, the partition's state, the time, and the tally.
+/// they decide with, the partition's state, the time, and the turn's log.
 struct Turn<'t, 'p, 'c> {
     policies: &'p Policies,
     owned: Owned<'c>,
     now: Nanos,
-    tally: &'t mut Tally,
+    log: &'t mut TurnLog,
     /// It came from another region's owner over the link.
     link: bool,
     /// An ask to send to its home region instead of answering it here
@@ -187,14 +187,14 @@ impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
         policies: &'p Policies,
         owned: Owned<'c>,
         now: Nanos,
-        tally: &'t mut Tally,
+        log: &'t mut TurnLog,
         link: bool,
     ) -> Turn<'t, 'p, 'c> {
         Turn {
             policies,
             owned,
             now,
-            tally,
+            log,
             link,
             forward: None,
         }
@@ -258,11 +258,11 @@ impl Decider {
         &self.stats
     }
 
-    /// A tally for a batch of decisions on `owned`'s partition, decided
+    /// A turn's log for a batch of decisions on `owned`'s partition, decided
     /// with policies taken before it ([`Decider::policies`]), in a turn of
     /// its own: finish it before any `.await` ([`crate::counters::Turns`]).
-    pub fn tally(&self, owned: Owned<'_>) -> Tally {
-        Tally::new(owned.partition, self.recording, self.live.meters())
+    pub fn turn_log(&self, owned: Owned<'_>) -> TurnLog {
+        TurnLog::new(owned.partition, self.recording, self.live.meters())
             .in_turn(owned.counters.begin_turn())
     }
 
@@ -278,7 +278,7 @@ impl Decider {
         message: Message<'_>,
         owned: Owned<'_>,
         now: Nanos,
-        tally: &mut Tally,
+        log: &mut TurnLog,
     ) -> Option<Answer<'p>> {
         let Message {
             subject,
@@ -286,7 +286,7 @@ impl Decider {
             wants_reply,
         } = message;
         if let Some(inbound) = self.link_inbound(subject) {
-            return self.link_message(policies, inbound, message, owned, now, tally);
+            return self.link_message(policies, inbound, message, owned, now, log);
         }
         match Inbound::parse(subject)? {
             Inbound::Ask(ask) if matches!(ask.verb, Verb::Inspect | Verb::Reset) => {
@@ -295,18 +295,18 @@ impl Decider {
                 if ask.verb == Verb::Inspect && !wants_reply {
                     return None;
                 }
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 let result = self.admin(turn, ask.verb, ask.key_token, body);
-                tally.admin(result.is_ok());
+                log.admin(result.is_ok());
                 let answer =
                     result.unwrap_or_else(|(error, encoding)| Answer::Error { error, encoding });
                 wants_reply.then_some(answer)
             }
             Inbound::Ask(ask) if Verb::HOLDS.contains(&ask.verb) => {
                 let encoding = Encoding::of_body(body);
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
-                tally.outcome_once(ask.verb, &result);
+                log.outcome_once(ask.verb, &result);
                 let answer = match result {
                     Ok(((decision, policy, held), repeat)) => Answer::Held {
                         decision,
@@ -328,11 +328,11 @@ impl Decider {
                 {
                     return None;
                 }
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 self.answer_ask(turn, verb, ask.key_token, message)
             }
             Inbound::PartitionBatch(partition) => {
-                let turn = &mut Turn::new(policies, owned, now, tally, false);
+                let turn = &mut Turn::new(policies, owned, now, log, false);
                 self.answer_batch(turn, partition, message)
             }
         }
@@ -352,7 +352,7 @@ impl Decider {
             forward.body = message.body.to_vec();
             return message.wants_reply.then_some(Answer::Forward(forward));
         }
-        turn.tally.outcome_once(verb, &result);
+        turn.log.outcome_once(verb, &result);
         let answer = match result {
             Ok(((decision, policy, _), repeat)) => Answer::Decision {
                 decision,
@@ -380,8 +380,8 @@ impl Decider {
         let answered = |p: u32| (p == partition && p == owned.partition).then_some(owned);
         let (answer, mut records, mut actions) =
             self.batch_from(turn.policies, message.body, turn.now, &answered, turn.link);
-        turn.tally.append(&mut records);
-        turn.tally.append_actions(&mut actions);
+        turn.log.append(&mut records);
+        turn.log.append_actions(&mut actions);
         Some(answer)
     }
 
@@ -416,10 +416,10 @@ impl Decider {
         answered: impl Fn(u32) -> Option<Owned<'c>>,
     ) -> Result<Owned<'c>, ErrorReply> {
         let partitions = self.config.partitions;
-        let home = key.partition(partitions);
-        answered(home).ok_or_else(|| {
+        let partition = key.partition(partitions);
+        answered(partition).ok_or_else(|| {
             ErrorReply::unavailable(format!(
-                "key {key} belongs to partition {home} of {partitions}, which this worker does not \
+                "key {key} belongs to partition {partition} of {partitions}, which this worker does not \
                  answer for right now (another worker owns it, it is still being restored, or the \
                  sender uses another partition count); ask it on {}",
                 Verb::Allow.client_subject(key.as_str())
@@ -471,7 +471,7 @@ impl Decider {
         // free the other regions' shares while they spend them.
         let budget = match budget {
             Budget::Refund(r) if global.is_some() && !turn.link => {
-                turn.tally.unmatched(r.units);
+                turn.log.unmatched(r.units);
                 Budget::Refund(Refund { units: 0, ..r })
             }
             other => other,
@@ -509,7 +509,7 @@ impl Decider {
                 self.record_usage(turn, counted, Usage::Denied);
                 if let Budget::Refund(refund) = budget {
                     let spent_only = Refund { units: 0, ..refund };
-                    self.gave_back(turn, base.name(), token, &spent_only);
+                    self.refunded(turn, base.name(), token, &spent_only);
                 }
                 Ok(ControlFlow::Break((decision, base.name(), None)))
             }
@@ -540,7 +540,7 @@ impl Decider {
                 Budget::Refund(r) => match owned.counters.outstanding().refund(buf, &r, now) {
                     Ok(Returned::Known) => Budget::Refund(r),
                     Ok(Returned::Unknown) => {
-                        turn.tally.unmatched(r.units);
+                        turn.log.unmatched(r.units);
                         Budget::Refund(Refund { units: 0, ..r })
                     }
                     Err(overclaim) => return Err(ErrorReply::bad_request(overclaim.to_string())),
@@ -557,8 +557,7 @@ impl Decider {
                     shares,
                     policy.grant_kept_until(window_start),
                 );
-                turn.tally
-                    .sliced(policy.name(), token, shares, window_start);
+                turn.log.sliced(policy.name(), token, shares, window_start);
             }
             if let Some(g) = grant.filter(|g| g.units > 0) {
                 owned
@@ -574,8 +573,9 @@ impl Decider {
                 // A bucket's parts are always out (a sliding policy's
                 // never move); a window's shares may be back already.
                 let window_start = limit.window_start(now);
-                let parts_give = here.split.is_some() && here.whole.spread() == Some(Spread::Parts);
-                if parts_give || owned.counters.outstanding().units(buf, window_start) > 0 {
+                let parts_gift =
+                    here.split.is_some() && here.whole.spread() == Some(Spread::SplitParts);
+                if parts_gift || owned.counters.outstanding().units(buf, window_start) > 0 {
                     let key = (policy.name(), token, buf);
                     self.reclaim_if_short(turn, (global, region), limit, key, &decision);
                 }
@@ -585,7 +585,7 @@ impl Decider {
     }
 
     /// What a counted ask leaves: the decision as the policy reports it (a
-    /// part's limit is the whole's), and in the tally what it changed, the
+    /// part's limit is the whole's), and in the turn's log what it changed, the
     /// slice it granted or the refund it made, and its usage.
     fn conclude<'p>(
         &self,
@@ -606,18 +606,18 @@ impl Decider {
         if here.link_grant {
             // A grant to another region decides no ask here.
             if let Some(g) = grant.filter(|g| g.units > 0) {
-                turn.tally.sliced(policy.name(), token, g.units, now);
+                turn.log.sliced(policy.name(), token, g.units, now);
             }
             return (decision, policy.name(), grant);
         }
         if let Budget::Refund(refund) = budget {
-            self.gave_back(turn, policy.name(), token, &refund);
+            self.refunded(turn, policy.name(), token, &refund);
             return (decision, policy.name(), None);
         }
         let usage = if op.consumed(&decision) {
-            turn.tally.changed(policy.name(), token, cost, false, now);
+            turn.log.changed(policy.name(), token, cost, now);
             if let Some(g) = grant.filter(|g| g.units > 0) {
-                turn.tally.sliced(policy.name(), token, g.units, now);
+                turn.log.sliced(policy.name(), token, g.units, now);
             }
             Usage::Used
         } else if decision.within_limits() {
@@ -639,9 +639,9 @@ impl Decider {
 
     /// A slice came back: its record (with records kept) and the usage
     /// of what was spent from it.
-    fn gave_back(&self, turn: &mut Turn<'_, '_, '_>, policy: &str, token: &str, refund: &Refund) {
+    fn refunded(&self, turn: &mut Turn<'_, '_, '_>, policy: &str, token: &str, refund: &Refund) {
         if refund.units > 0 || refund.spent > 0 {
-            turn.tally.refunded(policy, token, refund, turn.now);
+            turn.log.refunded(policy, token, refund, turn.now);
         }
         let counted = Counted {
             policy,
@@ -652,18 +652,18 @@ impl Decider {
     }
 
     /// Records the usage of one decided ask, when usage is recorded
-    /// ([`Tally::usage`]). Not what another region's owner sends over the
+    /// ([`TurnLog::usage`]). Not what another region's owner sends over the
     /// link (SPEC §12): the region where an ask was made records its
     /// usage, so a hit forwarded to the home, or a slice's spent units
     /// coming back, would be counted twice.
     fn record_usage(&self, turn: &mut Turn<'_, '_, '_>, counted: Counted<'_>, usage: Usage) {
         if self.usage && !turn.link {
-            turn.tally.usage(turn.owned.usage, counted, usage, turn.now);
+            turn.log.usage(turn.owned.usage, counted, usage, turn.now);
         }
     }
 
     /// [`Decider::record_usage`] of a delegate's ask, whose count is no
-    /// record of its own ([`Tally::usage_apart`]). With `tallied` (a
+    /// record of its own ([`TurnLog::usage_apart`]). With `tallied` (a
     /// policy with alerts across regions) its record is made whether or
     /// not usage is recorded: in journal mode it rebuilds the region's
     /// tally of what it spent ([`Decider::replay_tally`]).
@@ -676,7 +676,7 @@ impl Decider {
     ) {
         if (self.usage || tallied) && !turn.link {
             let ledger = turn.owned.usage.filter(|_| self.usage);
-            turn.tally.usage_apart(ledger, counted, usage, turn.now);
+            turn.log.usage_apart(ledger, counted, usage, turn.now);
         }
     }
 
@@ -685,86 +685,101 @@ impl Decider {
     /// forgets the counter again. `false` for a record of a policy no
     /// longer configured (it is skipped).
     pub fn replay(&self, policies: &Policies, record: &Record, counters: &Counters) -> bool {
-        let Some(base) = policies.get(&record.p) else {
+        let Some(base) = policies.get(record.policy()) else {
             return false;
         };
-        if let Some(named) = &record.i {
-            remember_replayed(record, named, counters);
+        let typed = record.typed();
+        if let Kind::IdRemembered { cost, named } = typed.kind {
+            remember_replayed(record, cost, named, counters);
             return true;
         }
-        self.replay_tally(policies, base, record, counters);
+        self.replay_tally(policies, base, record, typed, counters);
         // Under the limits the key was decided under: an override's, if
         // any; of a global bucket, this region's part.
         let policy = policies
-            .in_force(base, &record.k)
+            .in_force(base, record.key())
             .counted_under(self.region());
-        if record.d || record.v == USED_ONLY {
+        if let Kind::Denied { .. } | Kind::UsedOnly { .. } = typed.kind {
+            // Usage only: no counter changed.
             return false;
         }
-        if record.h.is_some() {
-            return self.replay_hold(policy, record, counters);
-        }
-        ask::with_counter_key(&record.p, &record.k, |buf| {
-            if record.r {
-                counters.forget(buf);
-            } else if record.g == 0 {
-                counters.apply(policy, buf, Nanos(record.t), Op::Record(record.c));
-                if record.s {
-                    let until = policy.grant_kept_until(Nanos(record.t));
-                    counters
-                        .outstanding()
-                        .replayed_grant(buf, Nanos(record.t), record.c, until);
-                }
-            } else if record.q != 0 {
-                // A slice given back in a turn the snapshot does not hold
-                // (the takeover replays no other): given back again, as it
-                // was, if its slice is known here (carried, or replayed).
-                let back = Refund {
-                    units: record.c,
-                    spent: record.u,
-                    taken_at: Nanos(record.g),
-                };
-                let t = Nanos(record.t);
-                let known = counters.outstanding().refund(buf, &back, t);
-                if matches!(known, Ok(Returned::Known)) && back.units > 0 {
-                    counters.update(policy, buf, t, |state| {
-                        policy.refund(state, t, back.units, back.taken_at)
-                    });
-                }
-            } else {
-                // A slice given back (`g`) in a journal written before
-                // turns were numbered is not given back again: the record
-                // may be in the restored snapshot too, so its units stay
-                // counted until their window ends or the bucket refills
-                // them. Its slice holds that much less.
-                counters.outstanding().replayed_refund(
-                    buf,
-                    Nanos(record.g),
-                    record.c.saturating_add(record.u),
-                );
+        let t = record.at();
+        ask::with_counter_key(record.policy(), record.key(), |buf| match typed.kind {
+            Kind::Denied { .. } | Kind::UsedOnly { .. } | Kind::IdRemembered { .. } => false,
+            Kind::HoldReserved { .. } | Kind::HoldExtended { .. } | Kind::HoldEnded { .. } => {
+                Decider::replay_hold(policy, typed.kind, buf, t, counters)
             }
-        });
-        true
+            Kind::Reset => {
+                counters.forget(buf);
+                true
+            }
+            Kind::Counted { units } => {
+                counters.apply(policy, buf, t, Op::Record(units));
+                true
+            }
+            Kind::Sliced { units } => {
+                counters.apply(policy, buf, t, Op::Record(units));
+                let until = policy.grant_kept_until(t);
+                counters.outstanding().replayed_grant(buf, t, units, until);
+                true
+            }
+            Kind::Refunded(back) => {
+                replay_refund(policy, back, record.turn(), buf, t, counters);
+                true
+            }
+        })
+    }
+}
+
+/// A slice's refund replayed at `t` on the counter `buf` names.
+fn replay_refund(
+    policy: &Policy,
+    back: Refund,
+    turn: u64,
+    buf: &str,
+    t: Nanos,
+    counters: &Counters,
+) {
+    if turn != 0 {
+        // A slice given back in a turn the snapshot does not hold (the
+        // takeover replays no other): given back again, as it was, if its
+        // slice is known here (carried, or replayed).
+        let known = counters.outstanding().refund(buf, &back, t);
+        if matches!(known, Ok(Returned::Known)) && back.units > 0 {
+            counters.update(policy, buf, t, |state| {
+                policy.refund(state, t, back.units, back.taken_at)
+            });
+        }
+    } else {
+        // A slice given back in a journal written before turns were
+        // numbered is not given back again: the record may be in the
+        // restored snapshot too, so its units stay counted until their
+        // window ends or the bucket refills them. Its slice holds that
+        // much less.
+        counters.outstanding().replayed_refund(
+            buf,
+            back.taken_at,
+            back.units.saturating_add(back.spent),
+        );
     }
 }
 
 /// An ask's id, remembered again from its record (SPEC §16).
-fn remember_replayed(record: &Record, named: &NamedOf<String>, counters: &Counters) {
+fn remember_replayed(record: &Record, cost: u64, named: &NamedOf<String>, counters: &Counters) {
     let Some(verb) = Verb::parse(&named.verb) else {
         return;
     };
     let asked = sluice_core::ask_ids::Asked {
         verb,
-        policy: record.p.as_str(),
-        cost: record.c,
+        policy: record.policy(),
+        cost,
     };
     let answer = (named.remaining, named.limit, named.reset, false);
     let first = sluice_core::ask_ids::FirstAnswer::stored(answer, named.held);
     let until = Nanos(named.until);
-    let at = Nanos(record.t);
     counters
         .ids()
-        .remember((&record.k, &named.id), asked, first, until, at);
+        .remember((record.key(), &named.id), asked, first, until, record.at());
 }
 
 mod admin;

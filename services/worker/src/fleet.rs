@@ -17,7 +17,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
-use sluice_core::replication::{sluice_streams, ClusterView, Kept};
+use sluice_core::replication::{sluice_streams, ClusterView, StreamReplicas};
 use sluice_core::storage::{partition_key, LeaseKey, LEASE_BUCKET, SNAPSHOT_BUCKET};
 use sluice_core::subject::{status_ping, status_stats};
 use std::collections::BTreeMap;
@@ -50,12 +50,12 @@ pub struct Replication {
     pub cluster_could_give: usize,
     /// Each bucket's or stream's replicas; those that do not exist (yet)
     /// or that these credentials may not read are left out.
-    pub kept: Vec<Kept>,
+    pub kept: Vec<StreamReplicas>,
 }
 
 impl Replication {
     /// What is kept with fewer replicas than the cluster could give.
-    pub fn below_cluster(&self) -> Vec<&Kept> {
+    pub fn below_cluster(&self) -> Vec<&StreamReplicas> {
         self.kept
             .iter()
             .filter(|k| k.replicas < self.cluster_could_give)
@@ -79,7 +79,7 @@ pub async fn replication(client: &async_nats::Client, usage_steps: &[String]) ->
                 .ok()?
                 .ok()?;
             let replicas = stream.cached_info().config.num_replicas;
-            Some(Kept {
+            Some(StreamReplicas {
                 stream: name,
                 replicas,
             })

@@ -77,7 +77,7 @@ pub struct Gather {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GatherPolicy {
     pub policy: String,
-    pub kept: sluice_core::region::report::Kept,
+    pub count: sluice_core::region::report::GlobalCount,
     pub home: RegionName,
     /// The whole limits' `max` and `per` (used and remaining unset).
     pub whole: Vec<sluice_core::wire::inspect::LimitReport>,

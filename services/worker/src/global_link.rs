@@ -89,7 +89,7 @@ const TALLY_EVERY: Duration = Duration::from_millis(250);
 /// the next spending of those keys reports them again.
 const MOST_PENDING_TALLIES: usize = 65_536;
 
-/// The tallies one home partition is sent at once, by the key they are of.
+/// The tallies one partition at a home is sent at once, by the key they are of.
 struct TallyGroup {
     to: (RegionName, u32),
     from: RegionName,
@@ -412,7 +412,7 @@ async fn complete(
             }
         });
         let regions = futures::future::join_all(asks).await;
-        let global = combine(policy.kept, &policy.whole, policy.home.as_str(), &regions);
+        let global = combine(policy.count, &policy.whole, policy.home.as_str(), &regions);
         if let Some(report) = inspect
             .policies
             .iter_mut()

@@ -62,19 +62,10 @@ fn format_headers(records: &[Record]) -> async_nats::HeaderMap {
 /// [`format::JOURNAL_SLICES`], [`format::JOURNAL_HOLDS`] or
 /// [`format::JOURNAL_USAGE`].
 pub fn format_of(records: &[Record]) -> u32 {
-    if records.iter().any(|r| r.i.is_some()) {
-        format::JOURNAL
-    } else if records.iter().any(|r| r.q != 0) {
-        format::JOURNAL_TURNS
-    } else if records.iter().all(Record::is_count) {
-        format::JOURNAL_COUNTS
-    } else if records.iter().any(|r| r.v != 0) {
-        format::JOURNAL_USAGE
-    } else if records.iter().any(Record::is_hold) {
-        format::JOURNAL_HOLDS
-    } else {
-        format::JOURNAL_SLICES
-    }
+    records
+        .iter()
+        .map(Record::format)
+        .fold(format::JOURNAL_COUNTS, u32::max)
 }
 
 /// A journal message's payload. Format 6 ([`format::JOURNAL`]): an array
@@ -86,8 +77,8 @@ pub fn encode(records: &[Record]) -> Result<Vec<u8>> {
         return Ok(rmp_serde::to_vec(records)?);
     }
     let groups: Vec<(u64, &[Record])> = records
-        .chunk_by(|a, b| a.q == b.q)
-        .map(|group| (group[0].q, group))
+        .chunk_by(|a, b| a.turn() == b.turn())
+        .map(|group| (group[0].turn(), group))
         .collect();
     Ok(rmp_serde::to_vec(&groups)?)
 }
@@ -106,19 +97,18 @@ pub fn decode(
         .into_iter()
         .flat_map(|(turn, records)| {
             records.into_iter().map(move |mut r| {
-                r.q = turn;
+                r.set_turn(turn);
                 r
             })
         })
         .collect())
 }
 
-/// A record's encoded size, at most: its fields of at most 9 bytes, a
-/// 5-byte string header for each of its strings, and the strings; plus,
-/// should it start a group of its own, the group's array headers and turn.
+/// A record's encoded size, at most ([`Record::encoded_len_bound`]),
+/// plus, should it start a group of its own, the group's array headers
+/// and turn.
 fn encoded_len_bound(r: &Record) -> usize {
-    let hold = r.h.as_ref().map_or(0, |h| 5 + h.len());
-    1 + r.fields() * 9 + 2 * 5 + r.p.len() + r.k.len() + hold + 15
+    r.encoded_len_bound() + 15
 }
 
 /// Appends `records` to `subject` as messages of at most [`MAX_APPEND`]
@@ -342,18 +332,21 @@ async fn read(
             }
         };
         tail.records_read += records.len();
-        tail.denials_read += records.iter().filter(|r| r.d).count();
+        tail.denials_read += records
+            .iter()
+            .filter(|r| matches!(r.typed().kind, record::Kind::Denied { .. }))
+            .count();
         let starts = tails.starts();
         for r in records {
-            if let Some((replay_after, _)) = starts.get(&r.n) {
+            if let Some((replay_after, _)) = starts.get(&r.partition()) {
                 if seq <= *replay_after {
-                    let dropped = tail.dropped_upto.entry(r.n).or_default();
+                    let dropped = tail.dropped_upto.entry(r.partition()).or_default();
                     *dropped = (*dropped).max(*replay_after);
                     continue;
                 }
             }
             tail.by_partition
-                .entry(r.n)
+                .entry(r.partition())
                 .or_default()
                 .push((seq, r.to_owned()));
         }

@@ -126,8 +126,8 @@ mod tests {
         assert_eq!(next.alerts().fired().len(), 2);
     }
 
-    /// A manifest written before kept state had a home names its slices
-    /// `slices` at the top level; it must read the same, and a manifest
+    /// A manifest written before kept state had a place of its own
+    /// (`kept/`) names its slices `slices` at the top level; it must read the same, and a manifest
     /// with nothing kept must not name the field (earlier releases ignore
     /// what they do not know, but read less).
     #[test]

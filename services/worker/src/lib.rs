@@ -28,10 +28,10 @@
 //! - [`decide`]: the decision core: an ask in, a reply value and what it
 //!   counted out; no NATS, unit-tested with a manual clock.
 //! - [`live_policies`]: the policies in force, replaced whole.
-//! - [`tally`]: what a batch of decisions did: stats, meters, records, usage.
+//! - [`turn_log`]: what a turn of decisions did: stats, meters, records, usage.
 //! - [`counters`]: one partition's counters, in key buckets held by moka.
 //! - [`alerting`]: threshold alerts (SPEC §14): each partition's
-//!   book of fired alerts; [`alert_publisher`]: the task that publishes
+//!   fired alerts; [`alert_publisher`]: the task that publishes
 //!   them off the decision path.
 //! - [`reply`]: the one way out: headers, payload, publish.
 //! - [`traced`]: with `--otlp-endpoint`, the spans of asks that carry a
@@ -86,8 +86,8 @@ pub mod shard;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
-pub mod tally;
 pub mod traced;
+pub mod turn_log;
 pub mod usage;
 pub mod worker;
 pub mod worker_batch;

@@ -5,10 +5,10 @@
 //! A batch takes the policies once ([`LivePolicies::policies`]) and decides
 //! with that version, so a change never lands in the middle of a batch. The
 //! meters are replaced before the policies: a batch that takes the new
-//! policies then finds their names in the meters its tally takes.
+//! policies then finds their names in the meters its turn's log takes.
 
 use crate::stats::WorkerStats;
-use crate::tally::PolicyMeters;
+use crate::turn_log::PolicyMeters;
 use sluice_core::config::Config;
 use sluice_core::policies::Policies;
 use sluice_core::policy::Policy;

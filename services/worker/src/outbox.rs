@@ -16,8 +16,8 @@ use crate::reply::{self, Outgoing};
 use crate::snapshot::Manifest;
 use crate::stats::{secs, WorkerStats};
 use crate::store::Stores;
-use crate::tally::Recording;
-use crate::usage::UsageBook;
+use crate::turn_log::Recording;
+use crate::usage::UsageHistory;
 use anyhow::Result;
 use async_nats::jetstream::stream;
 use sluice_core::config::{Config, JournalFailure};
@@ -67,7 +67,7 @@ impl Outbox {
         worker_id: &str,
         stats: Arc<WorkerStats>,
         config: &Config,
-        usage: Option<Arc<UsageBook>>,
+        usage: Option<Arc<UsageHistory>>,
     ) -> (Outbox, OutboxTasks) {
         let on_failure = config.journal_failure;
         let purge_every = config.snapshot_interval.max(Duration::from_secs(1));

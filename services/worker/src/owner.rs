@@ -265,8 +265,8 @@ impl Owner {
         let copied = manifest.turn;
         let mut last_turn = copied;
         let applied = journal.replay(self.settings.partition, &mut manifest, since, &mut |r| {
-            last_turn = last_turn.max(r.q);
-            (r.q == 0 || r.q > copied) && apply(r, counters)
+            last_turn = last_turn.max(r.turn());
+            (r.turn() == 0 || r.turn() > copied) && apply(r, counters)
         });
         // Our turns are numbered after every earlier owner's.
         counters.turns().resume_after(last_turn);

@@ -212,14 +212,14 @@ impl Shard {
         let policies = decider.policies();
         let now_ms = now.as_u64() / 1_000_000;
         let outbox = &self.answering.outbox;
-        let book = self.answering.usage.as_ref();
+        let history = self.answering.usage.as_ref();
         let (manifest, usage_replay_owed) = self.owner.take_over(
             found,
             &since,
             outbox,
             |stored_through| {
-                book.map(|book| {
-                    book.open_ledger(partition, now_ms, stored_through, outbox.is_journal())
+                history.map(|history| {
+                    history.open_ledger(partition, now_ms, stored_through, outbox.is_journal())
                 })
             },
             |record, counters| decider.replay(&policies, record, counters),
@@ -333,28 +333,29 @@ impl Shard {
     /// (on its own task).
     fn start_usage_flush(&self) -> Option<UsageJob> {
         let ledger = self.owner.usage()?.clone();
-        let book = self.answering.usage.clone()?;
+        let history = self.answering.usage.clone()?;
         let clock = self.answering.clock.clone();
         let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
             let now_ms = clock.now().as_u64() / 1_000_000;
-            book.flush(partition, &ledger, now_ms, true, owner).await
+            history.flush(partition, &ledger, now_ms, true, owner).await
         }))
     }
 
     /// Journal mode with usage, once the partition answers: adds the usage
     /// of what the takeover replayed on its own task, tried again while the
-    /// lease is held ([`crate::usage::UsageBook::replay_while_owner`]). Until it is
+    /// lease is held ([`crate::usage::UsageHistory::replay_while_owner`]). Until it is
     /// in, flushes and usage queries of the partition wait for it.
     fn start_usage_replay(&mut self) -> Option<JoinHandle<()>> {
         let since = self.usage_replay.take()?;
         let ledger = self.owner.usage()?.clone();
-        let book = self.answering.usage.clone()?;
+        let history = self.answering.usage.clone()?;
         let partition = self.owner.partition();
         let owner = self.lease_held();
         Some(tokio::spawn(async move {
-            book.replay_while_owner(partition, &ledger, &since, owner, TAKEOVER_RETRY_PAUSE)
+            history
+                .replay_while_owner(partition, &ledger, &since, owner, TAKEOVER_RETRY_PAUSE)
                 .await
         }))
     }
@@ -376,8 +377,8 @@ impl Shard {
 
     /// Unregisters the usage ledger (once nothing more is counted in it).
     fn close_usage(&self) {
-        if let (Some(book), Some(ledger)) = (&self.answering.usage, self.owner.usage()) {
-            book.close_ledger(self.owner.partition(), ledger);
+        if let (Some(history), Some(ledger)) = (&self.answering.usage, self.owner.usage()) {
+            history.close_ledger(self.owner.partition(), ledger);
         }
     }
 
@@ -426,9 +427,10 @@ impl Shard {
                 (encoded, carried)
             });
             let mut stored_through = None;
-            if let (Some((ledger, rollups)), Some(book)) = (flush, &answering.usage) {
+            if let (Some((ledger, rollups)), Some(history)) = (flush, &answering.usage) {
                 let now_ms = answering.clock.now().as_u64() / 1_000_000;
-                book.flush(partition, &ledger, now_ms, rollups, owner)
+                history
+                    .flush(partition, &ledger, now_ms, rollups, owner)
                     .await
                     .context("cannot store the usage this snapshot would claim")?;
                 stored_through = Some(ledger.stored_through());
@@ -503,10 +505,10 @@ impl Shard {
     /// Final snapshot, then release the lease, so the next owner starts at once.
     async fn hand_over(&mut self) {
         let partition = self.owner.partition();
-        if let (Some(book), Some(ledger)) = (&self.answering.usage, self.owner.usage()) {
+        if let (Some(history), Some(ledger)) = (&self.answering.usage, self.owner.usage()) {
             let now_ms = self.answering.clock.now().as_u64() / 1_000_000;
             let lease = &self.lease;
-            if let Err(e) = book
+            if let Err(e) = history
                 .flush(partition, ledger, now_ms, false, || lease.is_valid())
                 .await
             {

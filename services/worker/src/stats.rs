@@ -2,7 +2,7 @@
 //! and `/metrics`.
 //!
 //! Plain atomics, written by the decision core ([`crate::decide`]) once per
-//! batch (a [`crate::tally::Tally`] gathers a batch's counts first) and read
+//! batch (a [`crate::turn_log::Tally`] gathers a batch's counts first) and read
 //! by the status endpoint and the metrics page. They sit apart from the
 //! tasks that write them so that the decision core needs none of the
 //! worker's NATS state.
@@ -163,7 +163,7 @@ fn duration_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Meters {
     /// Decisions by outcome and policy. Allowed, denied and hit are counted
-    /// through [`crate::tally::PolicyMeters`]' handles, errors through
+    /// through [`crate::turn_log::PolicyMeters`]' handles, errors through
     /// [`Meters::errors`].
     pub decisions: Family<DecisionLabels, Counter>,
     /// `decisions{outcome="error",policy=""}`.

@@ -1,7 +1,7 @@
 //! Usage history at the owner (SPEC §9): every counted request adds to
 //! its key's minute in memory ([`crate::usage::ledger`]), each shard stores the minutes
 //! it changed on its snapshot tick and rolls ended buckets up into the
-//! coarser tiers ([`UsageBook::flush`]), and queries read the stored
+//! coarser tiers ([`UsageHistory::flush`]), and queries read the stored
 //! records plus what is still only in memory ([`query`], [`top`]; top
 //! keeps the buckets it ranked, [`top_cache`]).
 //!
@@ -9,12 +9,12 @@
 //! snapshot mode it enters when decided: a `kill -9` loses what was counted
 //! since the last flush, at most one snapshot interval, like the counters.
 //! In journal mode it enters once the journal holds it
-//! ([`UsageBook::journaled`], from the journal writer), denials included
+//! ([`UsageHistory::journaled`], from the journal writer), denials included
 //! (they are journaled for this). Every stored minute says up to which
 //! journal sequence it holds the partition's records (`w`), and a snapshot
 //! claims no journal position past what the stored minutes hold
 //! ([`Ledger::stored_through`]), so a new owner replays exactly the
-//! records that are not in the store yet ([`UsageBook::replay`]).
+//! records that are not in the store yet ([`UsageHistory::replay`]).
 //!
 //! That replay is not on the takeover's critical path: the partition
 //! answers once its counters are restored, and the shard replays the usage
@@ -39,7 +39,7 @@ pub mod top;
 pub mod top_cache;
 
 use crate::journal;
-use crate::journal::record::Record;
+use crate::journal::record::{Kind, Record};
 use crate::usage::ledger::{Ledger, Take, WriteMarks};
 use anyhow::{Context as _, Result};
 use sluice_core::config::Config;
@@ -59,7 +59,7 @@ use top_cache::{TopCache, Version};
 pub const REPLAY_WAIT: Duration = Duration::from_secs(2);
 
 /// A worker's usage: the store and the ledgers of the partitions it answers.
-pub struct UsageBook {
+pub struct UsageHistory {
     pub store: UsageStore,
     pub config: UsageConfig,
     ledgers: RwLock<HashMap<u32, Arc<Ledger>>>,
@@ -80,10 +80,10 @@ pub struct UsageBook {
     pub top_cache: Arc<TopCache>,
 }
 
-impl UsageBook {
-    pub fn new(store: UsageStore, config: &Config) -> UsageBook {
+impl UsageHistory {
+    pub fn new(store: UsageStore, config: &Config) -> UsageHistory {
         let grace_ms = 2 * config.snapshot_interval.as_millis() as u64 + 1_000;
-        UsageBook {
+        UsageHistory {
             store,
             config: config.usage.clone(),
             ledgers: RwLock::default(),
@@ -100,7 +100,7 @@ impl UsageBook {
     /// The ledger of a partition taken over at `now_ms`, whose restored
     /// state covers the journal up to `stored_through`; it owes the recent
     /// rollups, and (with `replays`) the usage of the journal's records
-    /// past that ([`UsageBook::replay`]). Registered for the journal writer
+    /// past that ([`UsageHistory::replay`]). Registered for the journal writer
     /// and the top query.
     pub fn open_ledger(
         &self,
@@ -162,10 +162,15 @@ impl UsageBook {
                 let Some(counts) = counts_of(record) else {
                     continue;
                 };
-                match ledgers.get(&record.n) {
-                    Some(ledger) => ledger.add(&record.p, &record.k, record.t / 1_000_000, counts),
+                match ledgers.get(&record.partition()) {
+                    Some(ledger) => ledger.add(
+                        record.policy(),
+                        record.key(),
+                        record.at().as_u64() / 1_000_000,
+                        counts,
+                    ),
                     None => tracing::debug!(
-                        partition = record.n,
+                        partition = record.partition(),
                         "usage of a record whose partition is no longer answered here is left out"
                     ),
                 }
@@ -373,7 +378,7 @@ impl UsageBook {
         });
     }
 
-    /// [`UsageBook::replay`], tried again every `pause` while `owner()`
+    /// [`UsageHistory::replay`], tried again every `pause` while `owner()`
     /// says the lease is held (a stream without a leader answers again
     /// within seconds); given up once it is not.
     pub async fn replay_while_owner(
@@ -421,7 +426,7 @@ impl UsageBook {
         let step = &self.config.tiers[0];
         let mut minutes = BTreeSet::new();
         since.replay(partition, |_, record| {
-            minutes.insert(step.bucket_of(record.t / 1_000_000));
+            minutes.insert(step.bucket_of(record.at().as_u64() / 1_000_000));
             false
         });
         let reads = minutes.iter().map(|&m| self.store.get(partition, (0, m)));
@@ -445,9 +450,14 @@ impl UsageBook {
         let added = since.replay(partition, |seq, record| {
             let mut added = false;
             if let Some(counts) = counts_of(record) {
-                let minute = step.bucket_of(record.t / 1_000_000);
+                let minute = step.bucket_of(record.at().as_u64() / 1_000_000);
                 if seq > stored.get(&minute).copied().unwrap_or(0) {
-                    ledger.add(&record.p, &record.k, record.t / 1_000_000, counts);
+                    ledger.add(
+                        record.policy(),
+                        record.key(),
+                        record.at().as_u64() / 1_000_000,
+                        counts,
+                    );
                     added = true;
                 }
             }
@@ -492,39 +502,28 @@ where
 }
 
 /// What a journal record adds to usage: units used, or (a denial) denied;
-/// nothing for a reset or a slice, a slice's spent units when it comes back.
+/// nothing for a reset, a slice, a hold's reserve or extend, or a record
+/// that is not usage; a slice's or a hold's spent units when it comes back.
 pub fn counts_of(record: &Record) -> Option<Counts> {
-    match record.v {
-        crate::journal::record::NOT_USAGE => return None,
-        crate::journal::record::USED_ONLY => {
-            return Some(Counts {
-                used: record.c,
-                denied: 0,
-            })
-        }
-        _ => {}
-    }
-    if record.r || record.s {
-        // A slice's units are usage once they come back spent.
+    let typed = record.typed();
+    if !typed.is_usage {
         return None;
     }
-    if record.g != 0 {
-        return Some(Counts {
-            used: record.u,
-            denied: 0,
-        });
-    }
-    Some(if record.d {
-        Counts {
+    let used = |used| Some(Counts { used, denied: 0 });
+    match typed.kind {
+        Kind::Counted { units } | Kind::UsedOnly { units } => used(units),
+        Kind::Denied { units } => Some(Counts {
             used: 0,
-            denied: record.c,
-        }
-    } else {
-        Counts {
-            used: record.c,
-            denied: 0,
-        }
-    })
+            denied: units,
+        }),
+        // A slice's units are usage once they come back spent.
+        Kind::Refunded(back) | Kind::HoldEnded { back, .. } => used(back.spent),
+        Kind::Reset
+        | Kind::Sliced { .. }
+        | Kind::HoldReserved { .. }
+        | Kind::HoldExtended { .. }
+        | Kind::IdRemembered { .. } => None,
+    }
 }
 
 #[cfg(test)]

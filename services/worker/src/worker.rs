@@ -25,7 +25,7 @@ use crate::shard::Owning;
 use crate::shard::{self, Exit, ShardHandle, HANDOVER_TIMEOUT};
 use crate::stats::{PolicyStatus, ShardsView, WorkerStats};
 use crate::store::{self, StoreOptions, Stores};
-use crate::usage::{store::UsageStore, UsageBook};
+use crate::usage::{store::UsageStore, UsageHistory};
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::kv;
 use futures::StreamExt;
@@ -259,17 +259,17 @@ async fn start_region(
     .await
 }
 
-/// The usage book, when usage is recorded (`[usage] enabled`).
+/// The usage history, when usage is recorded (`[usage] enabled`).
 async fn open_usage(
     config: &Config,
     stores: &Stores,
     replicas: usize,
-) -> Result<Option<Arc<UsageBook>>> {
+) -> Result<Option<Arc<UsageHistory>>> {
     if !config.usage.enabled {
         return Ok(None);
     }
     let store = UsageStore::open(stores.js.clone(), &config.usage.tiers, replicas).await?;
-    Ok(Some(Arc::new(UsageBook::new(store, config))))
+    Ok(Some(Arc::new(UsageHistory::new(store, config))))
 }
 
 /// With a region: the decider of that region, and the link to the other

@@ -430,7 +430,7 @@ fn the_decision_core_needs_no_nats() {
             next.extend(graph.get(&module).into_iter().flatten().cloned());
         }
     }
-    assert!(reached.contains("tally") && reached.contains("counters"));
+    assert!(reached.contains("turn_log") && reached.contains("counters"));
     for module in &reached {
         let code = code_of(&std::fs::read_to_string(&modules[module]).unwrap());
         assert!(

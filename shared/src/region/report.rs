@@ -22,16 +22,16 @@ use crate::wire::inspect::{LimitReport, RegionReport};
 
 /// Where a global policy's count is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kept {
+pub enum GlobalCount {
     AtHome,
     InParts,
 }
 
-impl Kept {
-    pub fn of(policy: &Policy, home: &RegionName) -> Kept {
+impl GlobalCount {
+    pub fn of(policy: &Policy, home: &RegionName) -> GlobalCount {
         match policy.part_in(home) {
-            Some(_) => Kept::InParts,
-            None => Kept::AtHome,
+            Some(_) => GlobalCount::InParts,
+            None => GlobalCount::AtHome,
         }
     }
 }
@@ -40,20 +40,20 @@ impl Kept {
 /// `max` and `per`) whose home is `home`, from each region's report; a
 /// policy's parts have its limits in its order, each summed on its own.
 pub fn combine(
-    kept: Kept,
+    count: GlobalCount,
     whole: &[LimitReport],
     home: &str,
     regions: &[RegionReport],
 ) -> Vec<LimitReport> {
     let reached: Vec<&RegionReport> = regions.iter().filter(|r| r.reached).collect();
-    match kept {
-        Kept::AtHome => reached
+    match count {
+        GlobalCount::AtHome => reached
             .iter()
             .filter(|r| r.region == home)
             .flat_map(|r| r.limits.iter().cloned())
             .collect(),
-        Kept::InParts if reached.is_empty() => Vec::new(),
-        Kept::InParts => whole
+        GlobalCount::InParts if reached.is_empty() => Vec::new(),
+        GlobalCount::InParts => whole
             .iter()
             .enumerate()
             .map(|(i, whole)| {
@@ -106,14 +106,14 @@ mod tests {
         ];
         assert_eq!(
             combine(
-                Kept::InParts,
+                GlobalCount::InParts,
                 std::slice::from_ref(&whole),
                 "east",
                 &regions
             ),
             [limit(100, 40, 40, 900)]
         );
-        assert!(combine(Kept::InParts, &[whole], "east", &regions[2..]).is_empty());
+        assert!(combine(GlobalCount::InParts, &[whole], "east", &regions[2..]).is_empty());
     }
 
     #[test]
@@ -124,10 +124,15 @@ mod tests {
             region("west", true, vec![limit(100, 20, 80, 500)]),
         ];
         assert_eq!(
-            combine(Kept::AtHome, std::slice::from_ref(&whole), "east", &regions),
+            combine(
+                GlobalCount::AtHome,
+                std::slice::from_ref(&whole),
+                "east",
+                &regions
+            ),
             [limit(100, 70, 30, 500)]
         );
         let cut = [region("east", false, vec![]), regions[1].clone()];
-        assert!(combine(Kept::AtHome, &[whole], "east", &cut).is_empty());
+        assert!(combine(GlobalCount::AtHome, &[whole], "east", &cut).is_empty());
     }
 }

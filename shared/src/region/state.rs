@@ -123,8 +123,9 @@ pub enum Action {
         body: Vec<u8>,
         until: Nanos,
     },
-    /// Units of a global bucket's part given to the home.
-    Give {
+    /// A gift: spare units of a global bucket's part given to the home
+    /// (sent on the link's `give` subject).
+    Gift {
         home: RegionName,
         partition: u32,
         gift: Gift,

@@ -150,7 +150,7 @@ pub fn messages_of(action: &Action) -> Vec<Outgoing> {
                 Outgoing::request(subject, body.clone())
             })
             .collect(),
-        Action::Give {
+        Action::Gift {
             home,
             partition,
             gift,

@@ -8,7 +8,7 @@ fn link_partition_subjects_parse_for_their_region_only() {
     let kinds = [
         (0, LinkInbound::Batch(7)),
         (5, LinkInbound::Reclaim(7)),
-        (6, LinkInbound::Give(7)),
+        (6, LinkInbound::Gift(7)),
         (7, LinkInbound::Answered(7)),
         (8, LinkInbound::Tally(7)),
         (9, LinkInbound::Resend(7)),

@@ -256,13 +256,13 @@ fn hash_of(
 /// worst (smallest count, then largest key): the top of a max-heap is the
 /// one to drop.
 #[derive(PartialEq, Eq)]
-struct Kept<'a> {
+struct Candidate<'a> {
     count: u64,
     key: KeyPolicy<'a>,
     counts: Counts,
 }
 
-impl Ord for Kept<'_> {
+impl Ord for Candidate<'_> {
     fn cmp(&self, other: &Self) -> Ordering {
         other
             .count
@@ -271,7 +271,7 @@ impl Ord for Kept<'_> {
     }
 }
 
-impl PartialOrd for Kept<'_> {
+impl PartialOrd for Candidate<'_> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
@@ -306,7 +306,7 @@ pub fn top_of<'a>(
     let mut stats = TopStats::default();
     let buckets: Vec<&'a RankedBucket> =
         buckets.iter().copied().filter(|b| !b.is_empty()).collect();
-    let mut kept: BinaryHeap<Kept<'a>> = BinaryHeap::with_capacity(n + 1);
+    let mut kept: BinaryHeap<Candidate<'a>> = BinaryHeap::with_capacity(n + 1);
     if n == 0 {
         return (Vec::new(), stats);
     }
@@ -357,7 +357,7 @@ pub fn top_of<'a>(
                 continue; // read in another list before: summed then
             };
             stats.summed += 1;
-            let candidate = Kept {
+            let candidate = Candidate {
                 count: total.of(by),
                 key,
                 counts: total,
@@ -370,7 +370,7 @@ pub fn top_of<'a>(
             }
         }
     }
-    // Ascending by Kept's order is best first.
+    // Ascending by Candidate's order is best first.
     let ranked = kept
         .into_sorted_vec()
         .into_iter()

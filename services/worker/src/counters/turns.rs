@@ -23,7 +23,7 @@
 //!
 //! Turns never wait for each other (a turn only counts itself in); a copy
 //! waits for the turns in progress to end and holds new ones back while it
-//! copies. A turn is never held across an `.await` (the tally that holds
+//! copies. A turn is never held across an `.await` (the turn's log that holds
 //! it is finished first), so on the worker's one-thread runtime a copy
 //! finds none in progress; elsewhere (`sluice dev`, tests) it waits the
 //! microseconds one takes. Should a turn be held for long anyway, the copy

@@ -104,7 +104,7 @@ impl Decider {
             ask::counter_key(&mut counter, policy.name(), token);
             tally::forget_tallies(policy, &counter, owned.counters);
             if owned.counters.forget(&counter) {
-                turn.tally.changed(policy.name(), token, 0, true, now);
+                turn.log.reset(policy.name(), token, now);
                 reset.push(policy.name().to_string());
             }
             // A global key's state is in every region it holds across:

@@ -78,17 +78,17 @@ impl Decider {
                     continue;
                 }
             };
-            let mut tally = self.tally(owned);
+            let mut log = self.turn_log(owned);
             for (_, i, item) in share {
-                let turn = &mut Turn::new(policies, owned, now, &mut tally, link);
+                let turn = &mut Turn::new(policies, owned, now, &mut log, link);
                 let result = match item.act {
                     Act::Ask(budget) => self.batch_ask(turn, item, budget),
                     Act::Hold(act) => self.batch_hold(turn, item, act),
                 };
                 results[*i] = Some(result.map_or_else(wire::Reply::Error, wire::Reply::Decision));
             }
-            actions.append(&mut tally.take_actions());
-            records.append(&mut tally.finish(&self.stats, owned.stats));
+            actions.append(&mut log.take_actions());
+            records.append(&mut log.finish(&self.stats, owned.stats));
         }
         let results = results
             .into_iter()
@@ -117,9 +117,9 @@ impl Decider {
         let applied = self.once(turn, named, asked, admitted, apply);
         if refund {
             // Giving back decides nothing.
-            turn.tally.gave_back_only();
+            turn.log.refunded_only();
         } else {
-            turn.tally.outcome_once(Verb::Allow, &applied);
+            turn.log.outcome_once(Verb::Allow, &applied);
         }
         applied.map(|((decision, policy, grant), repeat)| DecisionReply {
             grant,
@@ -139,7 +139,7 @@ impl Decider {
     ) -> Result<DecisionReply, ErrorReply> {
         let named = (item.key, item.id.as_deref());
         let result = self.hold_once(turn, named, (&item.policy, item.cost), act);
-        turn.tally.outcome_once(act.verb, &result);
+        turn.log.outcome_once(act.verb, &result);
         result.map(|((decision, policy, held), repeat)| DecisionReply {
             hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),
             repeat,

@@ -6,7 +6,7 @@
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
 use crate::global::{Forward, GatherPolicy};
-use crate::tally::{Counted, Tally, Usage};
+use crate::turn_log::{Counted, TurnLog, Usage};
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
@@ -15,7 +15,7 @@ use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
 use sluice_core::region::parts::GIFT_FRESH;
-use sluice_core::region::report::Kept;
+use sluice_core::region::report::GlobalCount;
 use sluice_core::region::state::{Action, When};
 use sluice_core::region::{Global, OnCut, RegionName};
 use sluice_core::subject::{LinkInbound, Verb};
@@ -146,7 +146,7 @@ fn decide_by_share(
     drop(books);
     if decided.from_share > 0 {
         record_share(owned, policy, buf, now, decided.from_share);
-        turn.tally
+        turn.log
             .booked(policy.name(), token, decided.from_share, now);
     }
     decided
@@ -179,7 +179,7 @@ fn hit_at_home(
             true => now.saturating_add(BUCKET_HIT_KEPT),
         },
     };
-    turn.tally.act(When::Now, hit);
+    turn.log.act(When::Now, hit);
 }
 
 impl Decider {
@@ -197,38 +197,38 @@ impl Decider {
         message: Message<'_>,
         owned: Owned<'_>,
         now: Nanos,
-        tally: &mut Tally,
+        log: &mut TurnLog,
     ) -> Option<Answer<'p>> {
         if let LinkInbound::Answered(partition) = inbound {
             // This region's own link task, about an ask made here.
             if partition == owned.partition {
                 match link::decode::<Answered>(message.body) {
-                    Ok(note) => self.forwarded_usage(policies, &note, owned, now, tally),
+                    Ok(note) => self.forwarded_usage(policies, &note, owned, now, log),
                     Err(e) => tracing::debug!("an answered note refused: {}", e.message),
                 }
             }
             return None;
         }
-        let from = tally.records_made();
+        let from = log.records_made();
         let answer = match inbound {
             LinkInbound::Batch(partition) => {
-                let turn = &mut Turn::new(policies, owned, now, tally, true);
+                let turn = &mut Turn::new(policies, owned, now, log, true);
                 self.answer_batch(turn, partition, message)
             }
             LinkInbound::Ask(ask) if matches!(ask.verb, Verb::Reset | Verb::Inspect) => {
                 // Of this region's state only: not sent on again.
-                let turn = &mut Turn::new(policies, owned, now, tally, true);
+                let turn = &mut Turn::new(policies, owned, now, log, true);
                 let answer = self.admin(turn, ask.verb, ask.key_token, message.body);
                 let answer =
                     answer.unwrap_or_else(|(error, encoding)| Answer::Error { error, encoding });
                 message.wants_reply.then_some(answer)
             }
             LinkInbound::Ask(ask) => {
-                let turn = &mut Turn::new(policies, owned, now, tally, true);
+                let turn = &mut Turn::new(policies, owned, now, log, true);
                 self.answer_ask(turn, ask.verb, ask.key_token, message)
             }
             LinkInbound::Answered(_) => None,
-            LinkInbound::Give(partition) => {
+            LinkInbound::Gift(partition) => {
                 if partition == owned.partition {
                     match link::decode::<Gift>(message.body) {
                         Ok(gift) => self.take_gift(policies, &gift, owned, now),
@@ -254,7 +254,7 @@ impl Decider {
                     match link::decode::<Resend>(message.body).map(|r| RegionName::new(&r.home)) {
                         Ok(Ok(home)) => {
                             for report in self.report_tallies(policies, owned, Some(&home)) {
-                                tally.act(When::Now, report);
+                                log.act(When::Now, report);
                             }
                         }
                         _ => tracing::debug!("a resend request refused"),
@@ -265,7 +265,7 @@ impl Decider {
             LinkInbound::Reclaim(partition) => {
                 if partition == owned.partition {
                     match link::decode::<Reclaim>(message.body) {
-                        Ok(reclaim) => self.give_share_back(policies, &reclaim, owned, now, tally),
+                        Ok(reclaim) => self.refund_share(policies, &reclaim, owned, now, log),
                         Err(e) => tracing::debug!("a reclaim refused: {}", e.message),
                     }
                 }
@@ -273,7 +273,7 @@ impl Decider {
             }
         };
         // Counted here, but their usage is the sending region's.
-        tally.not_usage_since(from);
+        log.not_usage_since(from);
         answer
     }
 
@@ -285,7 +285,7 @@ impl Decider {
         note: &Answered,
         owned: Owned<'_>,
         now: Nanos,
-        tally: &mut Tally,
+        log: &mut TurnLog,
     ) {
         let Some(base) = policies.get(&note.policy) else {
             return;
@@ -298,7 +298,7 @@ impl Decider {
             (true, _) => Usage::Used,
             (false, _) => Usage::Denied,
         };
-        let turn = &mut Turn::new(policies, owned, now, tally, false);
+        let turn = &mut Turn::new(policies, owned, now, log, false);
         let policy = policies.in_force(base, &note.key);
         if usage == Usage::Used {
             // Counted at the home, spent here: in this region's tally of
@@ -315,13 +315,13 @@ impl Decider {
 
     /// The home asks for a key's share of a window back: what this
     /// delegate will not need goes back as a refund.
-    fn give_share_back(
+    fn refund_share(
         &self,
         policies: &Policies,
         reclaim: &Reclaim,
         owned: Owned<'_>,
         now: Nanos,
-        tally: &mut Tally,
+        log: &mut TurnLog,
     ) {
         let Some(here) = self.region.as_ref() else {
             return;
@@ -336,13 +336,13 @@ impl Decider {
             return;
         }
         match policy.spread() {
-            Some(Spread::Parts) => {
+            Some(Spread::SplitParts) => {
                 let policy = policies.in_force(policy, &reclaim.key);
-                return self.give_spare(policy, reclaim, here, owned, now, tally);
+                return self.gift_spare(policy, reclaim, here, owned, now, log);
             }
             // Nothing moves between a sliding policy's parts.
-            Some(Spread::AtHome) | None => return,
-            Some(Spread::Shares) => {}
+            Some(Spread::PartsThenForward) | None => return,
+            Some(Spread::HomeCounts) => {}
         }
         let share = cut_share(global, here, limit.max());
         let refund = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
@@ -359,7 +359,7 @@ impl Decider {
             // the partition next: recorded as spent.
             if let Some(refund) = refund {
                 record_share(owned, policy, buf, now, refund.units);
-                tally.booked(policy.name(), &reclaim.key, refund.units, now);
+                log.booked(policy.name(), &reclaim.key, refund.units, now);
             }
             refund
         });
@@ -373,7 +373,7 @@ impl Decider {
                 token: reclaim.key.clone(),
                 refund,
             };
-            tally.act(When::Stored, refund);
+            log.act(When::Stored, refund);
         }
     }
 
@@ -407,10 +407,10 @@ impl Decider {
             (Op::Allow(c) | Op::Record(c), _) => c,
         };
         let spread = policy.spread();
-        let at_home = spread == Some(Spread::AtHome);
+        let forwards_past_part = spread == Some(Spread::PartsThenForward);
         let share = cut_share(global, here, limit.max());
         let decided = ask::with_counter_key(policy.name(), token, |buf| {
-            if spread != Some(Spread::Shares) {
+            if spread != Some(Spread::HomeCounts) {
                 return self.decide_by_part(turn, policy, here, (token, buf), cost);
             }
             decide_by_share(turn, (policy, limit, share), (token, buf), cost)
@@ -424,15 +424,15 @@ impl Decider {
                 want,
                 sent: now,
             };
-            turn.tally.act(When::Now, grant);
+            turn.log.act(When::Now, grant);
         }
         // The books and parts decide as enforced; the answer is in the
         // policy's mode (a shadow denial is answered allowed).
         let decision = decided.decision;
         let answered = policy.mode().answer(decision);
         if let Budget::Refund(refund) = budget {
-            turn.tally.unmatched(refund.units);
-            self.gave_back(turn, base.name(), token, &Refund { units: 0, ..refund });
+            turn.log.unmatched(refund.units);
+            self.refunded(turn, base.name(), token, &Refund { units: 0, ..refund });
             return Ok(Some((answered, policy.name(), None)));
         }
         let cut = owned.counters.global().is_cut(global.home());
@@ -444,7 +444,7 @@ impl Decider {
         // sends one a second (to tell when it is back) and denies the
         // rest here; any other decides here as its `on_cut` says (its
         // requests for slices tell when the link is back).
-        let to_home = at_home || !cut;
+        let to_home = forwards_past_part || !cut;
         if to_home
             && !decision.allowed
             && matches!(op, Op::Allow(_))
@@ -519,9 +519,9 @@ impl Decider {
             })
         });
         if by_part.is_some_and(|d| d.allowed) && cost > 0 {
-            turn.tally.booked(policy.name(), token, cost, now);
+            turn.log.booked(policy.name(), token, cost, now);
         }
-        let (mut decision, want) = if policy.spread() == Some(Spread::AtHome) {
+        let (mut decision, want) = if policy.spread() == Some(Spread::PartsThenForward) {
             // A sliding policy: its part is all a region decides; the
             // rest is decided at the home.
             (by_part.unwrap_or_else(|| not_here(whole)), None)
@@ -539,14 +539,14 @@ impl Decider {
     /// The home of a global bucket asks for units back: what this region's
     /// part holds beyond what its demand needs is taken out of it and sent
     /// as a gift, once that is stored.
-    fn give_spare(
+    fn gift_spare(
         &self,
         policy: &Policy,
         reclaim: &Reclaim,
         here: &RegionName,
         owned: Owned<'_>,
         now: Nanos,
-        tally: &mut Tally,
+        log: &mut TurnLog,
     ) {
         let (Some(part), Some(global)) = (policy.part_in(here), policy.scope().global()) else {
             return;
@@ -570,12 +570,12 @@ impl Decider {
                 .spare(buf, whole, now, left);
             if spare > 0 {
                 record_share(owned, part, buf, now, spare);
-                tally.booked(policy.name(), &reclaim.key, spare, now);
+                log.booked(policy.name(), &reclaim.key, spare, now);
             }
             spare
         });
         if spare > 0 {
-            let give = Action::Give {
+            let gift_action = Action::Gift {
                 home: global.home().clone(),
                 partition: owned.partition,
                 gift: Gift {
@@ -585,7 +585,7 @@ impl Decider {
                     taken_at: now.as_u64(),
                 },
             };
-            tally.act(When::Stored, give);
+            log.act(When::Stored, gift_action);
         }
     }
 
@@ -651,7 +651,7 @@ impl Decider {
                 window_start: window_start.as_u64(),
             },
         };
-        turn.tally.act(When::Now, reclaim);
+        turn.log.act(When::Now, reclaim);
     }
 
     /// A key of `policy` was reset here: if the policy is global, the
@@ -674,7 +674,7 @@ impl Decider {
             token: token.to_string(),
             body: wire::encode_request(Some(policy.name()), None, Encoding::MsgPack),
         };
-        turn.tally.act(When::Now, reset);
+        turn.log.act(When::Now, reset);
         names
     }
 
@@ -717,7 +717,7 @@ impl Decider {
             .collect();
         Some(GatherPolicy {
             policy: policy.name().to_string(),
-            kept: Kept::of(policy, global.home()),
+            count: GlobalCount::of(policy, global.home()),
             home: global.home().clone(),
             whole,
             regions,

@@ -55,7 +55,7 @@ impl<'p, 'r> Here<'p, 'r> {
         let policy = split.unwrap_or(policy);
         let home = global.zip(policy.limits().first());
         let home_shares = home
-            .filter(|_| whole.spread() == Some(Spread::Shares))
+            .filter(|_| whole.spread() == Some(Spread::HomeCounts))
             .map(|((global, here), limit)| remote_shares(global, here, limit.max()))
             .filter(|&shares| shares > 0);
         Here {

@@ -3,7 +3,7 @@
 //!
 //! The rules are `sluice_core::holds`'; here they meet the key's counters,
 //! the partition's table of what was granted (`Counters::outstanding`), the
-//! tally (records in journal mode, usage) and the policy in force. Usage
+//! turn's log (records in journal mode, usage) and the policy in force. Usage
 //! follows the contract: a reserve is not usage yet, a denied one is
 //! `denied`; a settle's real cost is `used` in the minute it settles, and
 //! an expired hold that is charged is `used` when it ends. In the journal a
@@ -15,13 +15,13 @@
 use super::ids::Answered;
 use super::{blocked, Decider, Once, Owned, Turn};
 use crate::counters::Counters;
-use crate::journal::record::{Record, RELEASE, SLOT};
-use crate::tally::{Counted, Tally, Usage};
+use crate::journal::record::Kind;
+use crate::turn_log::{Counted, TurnLog, Usage};
 use sluice_core::ask;
 use sluice_core::ask::Op;
 use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
-use sluice_core::holds::{self, End, Hold, HoldId, Reservation, Reserved, Settle};
+use sluice_core::holds::{self, Hold, HoldId, Reservation, Reserved, Settle};
 use sluice_core::key::KeyToken;
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Decision, Policy};
@@ -33,10 +33,10 @@ use sluice_core::wire::ErrorReply;
 
 /// What a hold verb answers: the decision, and the hold it kept or
 /// extended with the time until it ends.
-pub type Held<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
+pub type HoldAnswer<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
 
 /// A hold verb's answer to an id (SPEC §16, [`super::ids`]).
-impl<'p> Answered<'p> for Held<'p> {
+impl<'p> Answered<'p> for HoldAnswer<'p> {
     fn first(&self, now: Nanos) -> FirstAnswer {
         FirstAnswer {
             decision: self.0,
@@ -47,7 +47,7 @@ impl<'p> Answered<'p> for Held<'p> {
     /// The same hold, with the time left until its end as the first
     /// answer set it (an extend since is not seen: the hold's own end is
     /// the owner's).
-    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Held<'p> {
+    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> HoldAnswer<'p> {
         let held = first
             .held
             .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
@@ -64,7 +64,7 @@ impl Decider {
         verb: Verb,
         token: &str,
         body: &[u8],
-    ) -> Result<Once<Held<'p>>, ErrorReply> {
+    ) -> Result<Once<HoldAnswer<'p>>, ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = decode_hold_request(verb, body).map_err(|e| e.reply)?;
         let owned = turn.owned;
@@ -88,9 +88,9 @@ impl Decider {
         named: (KeyToken<'_>, Option<&str>),
         (policy, cost): (&str, u64),
         act: HoldAct,
-    ) -> Result<Once<Held<'p>>, ErrorReply> {
+    ) -> Result<Once<HoldAnswer<'p>>, ErrorReply> {
         let key = named.0;
-        let admitted = |held: &Held<'p>| act.verb != Verb::Reserve || held.2.is_some();
+        let admitted = |held: &HoldAnswer<'p>| act.verb != Verb::Reserve || held.2.is_some();
         let apply = |turn: &mut Turn<'_, 'p, '_>| self.hold_act(turn, key, policy, cost, act);
         self.once(turn, named, (act.verb, policy, cost), admitted, apply)
     }
@@ -106,7 +106,7 @@ impl Decider {
         policy: &str,
         cost: u64,
         act: HoldAct,
-    ) -> Result<Held<'p>, ErrorReply> {
+    ) -> Result<HoldAnswer<'p>, ErrorReply> {
         let HoldAct {
             verb,
             ttl_ms,
@@ -195,7 +195,7 @@ impl Decider {
     }
 
     /// What a hold verb that passed the counter answers, and what it
-    /// leaves in the tally: a hold kept or extended (with the time until it
+    /// leaves in the turn's log: a hold kept or extended (with the time until it
     /// ends), a denial's usage, a settle's refund and usage, or the error
     /// for a hold this owner does not know.
     fn hold_answer<'p>(
@@ -203,7 +203,7 @@ impl Decider {
         turn: &mut Turn<'_, 'p, '_>,
         (base, token, cost, id): (&'p Policy, &str, u64, Option<HoldId>),
         outcome: Outcome,
-    ) -> Result<Held<'p>, ErrorReply> {
+    ) -> Result<HoldAnswer<'p>, ErrorReply> {
         let now = turn.now;
         let unknown = || {
             let id = id.map(|h| h.to_string()).unwrap_or_default();
@@ -211,7 +211,7 @@ impl Decider {
         };
         match outcome {
             Outcome::Reserved(Reserved::Held { decision, hold }) => {
-                turn.tally.held(base.name(), token, &hold);
+                turn.log.held(base.name(), token, &hold);
                 Ok((
                     decision,
                     base.name(),
@@ -227,7 +227,7 @@ impl Decider {
                 Ok((decision, base.name(), None))
             }
             Outcome::Extended(decision, Some(hold)) => {
-                turn.tally.hold_extended(base.name(), token, &hold, now);
+                turn.log.hold_extended(base.name(), token, &hold, now);
                 Ok((
                     decision,
                     base.name(),
@@ -254,7 +254,7 @@ impl Decider {
             spent: within,
             taken_at: hold.taken_at,
         };
-        turn.tally.hold_ended(policy, token, hold, &back, turn.now);
+        turn.log.hold_ended(policy, token, hold, &back, turn.now);
         let used = Counted {
             policy,
             token,
@@ -263,7 +263,7 @@ impl Decider {
         self.record_usage(turn, used, Usage::Used);
         if cost > hold.units {
             let excess = cost - hold.units;
-            turn.tally.changed(policy, token, excess, false, turn.now);
+            turn.log.changed(policy, token, excess, turn.now);
             let used = Counted {
                 policy,
                 token,
@@ -282,7 +282,7 @@ impl Decider {
             spent: if charged { hold.units } else { 0 },
             taken_at: hold.taken_at,
         };
-        turn.tally.hold_ended(policy, token, hold, &back, turn.now);
+        turn.log.hold_ended(policy, token, hold, &back, turn.now);
         let used = Counted {
             policy,
             token,
@@ -295,8 +295,8 @@ impl Decider {
     /// time (the shard's sweep): released ones go back into their keys'
     /// state, charged ones become usage. Holds under a policy no longer in
     /// force end charged.
-    pub fn end_holds(&self, policies: &Policies, owned: Owned<'_>, now: Nanos, tally: &mut Tally) {
-        let turn = &mut Turn::new(policies, owned, now, tally, false);
+    pub fn end_holds(&self, policies: &Policies, owned: Owned<'_>, now: Nanos, log: &mut TurnLog) {
+        let turn = &mut Turn::new(policies, owned, now, log, false);
         let ended = owned.counters.outstanding().ended(now);
         for (counter, hold) in ended {
             let Some((name, token)) = counter.split_once('/') else {
@@ -315,57 +315,64 @@ impl Decider {
 }
 
 impl Decider {
-    /// Replays a hold's record at takeover (journal mode). The table says
-    /// what the restored snapshot already holds: a carried hold's reserve
-    /// is in the counters (a snapshot carries only holds kept from before
-    /// its counters were encoded to after), its settle not yet. So a
-    /// reserve is counted and kept unless the hold is there already, and a
-    /// settle or end gives back only if the hold was there: each once.
+    /// Replays a hold's record (`kind`, made at `t`) at takeover (journal
+    /// mode) on the counter `buf` names. The table says what the restored
+    /// snapshot already holds: a carried hold's reserve is in the counters (a
+    /// snapshot carries only holds kept from before its counters were encoded
+    /// to after), its settle not yet. So a reserve is counted and kept unless
+    /// the hold is there already, and a settle or end gives back only if the
+    /// hold was there: each once. `false` for a record of no hold, or of a
+    /// hold id that does not parse (it is skipped).
     pub(super) fn replay_hold(
-        &self,
         policy: &Policy,
-        record: &Record,
+        kind: Kind<'_, String>,
+        buf: &str,
+        t: Nanos,
         counters: &Counters,
     ) -> bool {
-        let Some(id) = record.h.as_deref().and_then(HoldId::parse) else {
-            return false;
-        };
-        ask::with_counter_key(&record.p, &record.k, |buf| {
-            let t = Nanos(record.t);
-            if record.s {
-                if counters.outstanding().has_hold(buf, id) {
-                    return;
-                }
-                counters.apply(policy, buf, t, Op::Record(record.c));
-                counters.outstanding().replayed_hold(
-                    buf,
-                    Hold {
+        match kind {
+            Kind::HoldReserved {
+                hold,
+                units,
+                ends_at,
+                end,
+                slot,
+            } => {
+                let Some(id) = HoldId::parse(hold) else {
+                    return false;
+                };
+                if !counters.outstanding().has_hold(buf, id) {
+                    counters.apply(policy, buf, t, Op::Record(units));
+                    let hold = Hold {
                         id,
                         taken_at: t,
-                        units: record.c,
-                        ends_at: Nanos(record.e),
-                        end: if record.x & RELEASE != 0 {
-                            End::Release
-                        } else {
-                            End::Charge
-                        },
-                        slot: record.x & SLOT != 0,
-                    },
-                );
-            } else if record.g != 0 {
+                        units,
+                        ends_at,
+                        end,
+                        slot,
+                    };
+                    counters.outstanding().replayed_hold(buf, hold);
+                }
+            }
+            Kind::HoldEnded { hold, back } => {
+                let Some(id) = HoldId::parse(hold) else {
+                    return false;
+                };
                 let was_here = counters.outstanding().replayed_end(buf, id);
-                if was_here && record.c > 0 {
-                    let taken_at = Nanos(record.g);
+                if was_here && back.units > 0 {
                     counters.update(policy, buf, t, |state| {
-                        policy.refund(state, t, record.c, taken_at)
+                        policy.refund(state, t, back.units, back.taken_at)
                     });
                 }
-            } else {
-                counters
-                    .outstanding()
-                    .replayed_extend(buf, id, Nanos(record.e));
             }
-        });
+            Kind::HoldExtended { hold, ends_at } => {
+                let Some(id) = HoldId::parse(hold) else {
+                    return false;
+                };
+                counters.outstanding().replayed_extend(buf, id, ends_at);
+            }
+            _ => return false,
+        }
         true
     }
 }

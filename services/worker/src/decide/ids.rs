@@ -7,7 +7,7 @@
 //! ([`sluice_core::ask_ids`]).
 
 use super::{Applied, Decider, Once, Turn};
-use crate::tally::Named;
+use crate::turn_log::Named;
 use sluice_core::ask_ids::{Asked, FirstAnswer, Seen};
 use sluice_core::key::KeyToken;
 use sluice_core::subject::Verb;
@@ -60,7 +60,7 @@ impl Decider {
         let seen = counters.ids().seen(token, id, &asked, now);
         match seen {
             Seen::Repeat(first) => {
-                turn.tally.repeat();
+                turn.log.repeat();
                 return Ok((T::again(first, policy.name(), now), true));
             }
             Seen::Reused(error) => return Err(error),
@@ -87,7 +87,7 @@ impl Decider {
                 first: &first,
                 until,
             };
-            turn.tally.remembered(named, forgotten, now);
+            turn.log.remembered(named, forgotten, now);
         }
         Ok((answered, false))
     }

@@ -6,13 +6,13 @@
 //! [`crate::global_link`]); the home adds what is new to the tally whose
 //! thresholds fire. All of them are ordinary counters of the partition,
 //! so snapshots and handovers carry them; in journal mode the records of
-//! the asks rebuild them ([`Decider::replay_tally`]), and a new owner of
-//! a home partition asks the other regions to report again.
+//! the asks rebuild them ([`Decider::replay_tally`]), and a partition's
+//! new owner at the home asks the other regions to report again.
 
 use super::{Decider, Owned, Turn};
 use crate::counters::Counters;
 
-use crate::journal::record::{Record, USED_ONLY};
+use crate::journal::record::{Kind, Record, Typed};
 use sluice_core::algorithm::fixed_window::State;
 use sluice_core::ask::{self, Op};
 use sluice_core::policies::Policies;
@@ -65,7 +65,7 @@ impl Decider {
                 (policy.name(), token),
                 windows,
             );
-            turn.tally.act(When::Now, report);
+            turn.log.act(When::Now, report);
         });
     }
 
@@ -185,35 +185,35 @@ impl Decider {
         policies: &Policies,
         base: &Policy,
         record: &Record,
+        typed: Typed<'_, String>,
         counters: &Counters,
     ) {
-        let policy = policies.in_force(base, &record.k);
+        let policy = policies.in_force(base, record.key());
         let (Some(tallies), Some(global), Some(region)) =
             (policy.tallies(), policy.scope().global(), self.region())
         else {
             return;
         };
-        if record.r {
-            ask::with_counter_key(policy.name(), &record.k, |buf| {
-                forget_tallies(policy, buf, counters)
-            });
+        let spent_here = match typed.kind {
+            Kind::Reset => {
+                ask::with_counter_key(policy.name(), record.key(), |buf| {
+                    forget_tallies(policy, buf, counters)
+                });
+                return;
+            }
+            Kind::Counted { units } if typed.is_usage => units,
+            Kind::UsedOnly { units } => units,
+            _ => 0,
+        };
+        if spent_here == 0 {
             return;
         }
-        let spent_here = (record.v == 0 || record.v == USED_ONLY)
-            && !record.d
-            && !record.s
-            && record.g == 0
-            && record.h.is_none()
-            && record.c > 0;
-        if !spent_here {
-            return;
-        }
-        ask::with_counter_key(policy.name(), &record.k, |buf| {
+        ask::with_counter_key(policy.name(), record.key(), |buf| {
             let (tally, key) = match global.home() == region {
                 true => (&tallies.alerting, TallyKey::Global.of(buf)),
                 false => (&tallies.silent, TallyKey::Spent.of(buf)),
             };
-            counters.apply(tally, &key, Nanos(record.t), Op::Record(record.c));
+            counters.apply(tally, &key, record.at(), Op::Record(spent_here));
         });
     }
 }

@@ -91,7 +91,7 @@ impl Fixture {
         now: Nanos,
     ) -> (Option<Answer<'_>>, Vec<Record>) {
         let subject = verb.mapped_subject(self.partition, token);
-        let mut tally = self.decider.tally(self.owned());
+        let mut log = self.decider.turn_log(self.owned());
         let answer = self.decider.message(
             &self.policies,
             Message {
@@ -101,9 +101,9 @@ impl Fixture {
             },
             self.owned(),
             now,
-            &mut tally,
+            &mut log,
         );
-        let records = tally.finish(self.decider.stats(), &self.shard);
+        let records = log.finish(self.decider.stats(), &self.shard);
         (answer, records)
     }
 
@@ -127,7 +127,7 @@ impl Fixture {
 fn batch_of(f: &Fixture, items: &[batch::Item<'_>], now: Nanos) -> (Vec<wire::Reply>, Vec<Record>) {
     let body = batch::encode_items(items);
     let subject = batch_subject(f.partition);
-    let mut tally = f.decider.tally(f.owned());
+    let mut log = f.decider.turn_log(f.owned());
     let message = Message {
         subject: &subject,
         body: &body,
@@ -135,8 +135,8 @@ fn batch_of(f: &Fixture, items: &[batch::Item<'_>], now: Nanos) -> (Vec<wire::Re
     };
     let answer = f
         .decider
-        .message(&f.policies, message, f.owned(), now, &mut tally);
-    let records = tally.finish(f.decider.stats(), &f.shard);
+        .message(&f.policies, message, f.owned(), now, &mut log);
+    let records = log.finish(f.decider.stats(), &f.shard);
     let Some(Answer::Batch(Ok(results))) = answer else {
         panic!("expected batch results, got {answer:?}");
     };
@@ -563,7 +563,7 @@ fn a_policy_changed_in_force_keeps_what_was_counted_and_a_new_algorithm_starts_a
         p.apply("default", Some(json)).unwrap();
         f.decider.set_policies(p);
         let policies = f.decider.policies();
-        let mut tally = f.decider.tally(f.owned());
+        let mut log = f.decider.turn_log(f.owned());
         let subject = Verb::Allow.mapped_subject(f.partition, &key);
         let answer = f.decider.message(
             &policies,
@@ -574,7 +574,7 @@ fn a_policy_changed_in_force_keeps_what_was_counted_and_a_new_algorithm_starts_a
             },
             f.owned(),
             T0,
-            &mut tally,
+            &mut log,
         );
         decision(answer.unwrap())
     };
@@ -658,9 +658,9 @@ mod hostile {
             } else {
                 format!("{PARTITION_PREFIX}.{}.{verb}.{token}", f.partition)
             };
-            let mut tally = f.decider.tally(f.owned());
-            let answer = f.decider.message(&f.policies, Message { subject: &subject, body: &body, wants_reply }, f.owned(), T0, &mut tally);
-            let records = tally.finish(f.decider.stats(), &f.shard);
+            let mut log = f.decider.turn_log(f.owned());
+            let answer = f.decider.message(&f.policies, Message { subject: &subject, body: &body, wants_reply }, f.owned(), T0, &mut log);
+            let records = log.finish(f.decider.stats(), &f.shard);
             let counted = f.shard.changes();
             prop_assert_eq!(records.len() as u64, counted, "a record for every change (journal mode)");
             match answer {
@@ -705,16 +705,15 @@ fn usage_is_recorded_in_the_ledger_as_decided_in_snapshot_mode() {
     };
     let send = |verb: Verb, body: &[u8]| {
         let subject = verb.mapped_subject(1, &key);
-        let mut tally = f.decider.tally(owned);
+        let mut log = f.decider.turn_log(owned);
         let message = Message {
             subject: &subject,
             body,
             wants_reply: true,
         };
-        f.decider
-            .message(&f.policies, message, owned, T0, &mut tally);
+        f.decider.message(&f.policies, message, owned, T0, &mut log);
         assert!(
-            tally.finish(f.decider.stats(), &f.shard).is_empty(),
+            log.finish(f.decider.stats(), &f.shard).is_empty(),
             "no records in snapshot mode"
         );
     };

@@ -6,9 +6,17 @@
 //! written, so that every release reads the records of the ones before.
 //! Pure data, no I/O: the decision core builds records, [`crate::journal`]
 //! stores and reads them.
+//!
+//! The fields are the wire form. A record is written by one constructor
+//! per kind ([`Record::counted`], [`Record::refunded`],
+//! [`Record::hold_reserved`], ...) and read as a typed value by one
+//! function, [`RecordOf::typed`]: replay, usage and tallies `match` on its
+//! [`Kind`], and nothing else reads the fields' combinations.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::holds::HoldId;
+use sluice_core::budget::Refund;
+use sluice_core::format;
+use sluice_core::holds::{End, Hold, HoldId};
 use sluice_core::time::Nanos;
 
 /// One counted request: what journal mode stores before it answers
@@ -128,9 +136,196 @@ pub type Record = RecordOf<String>;
 /// A journal record whose strings borrow from the message it was read from.
 pub type RecordRef<'a> = RecordOf<&'a str>;
 
+/// What a record is, read from its fields by [`RecordOf::typed`] alone:
+/// replay, usage and tallies `match` on it rather than on the fields.
+#[derive(Debug, PartialEq)]
+pub enum Kind<'r, S> {
+    /// `units` counted: an ask, a hit, a delegate's books of its share.
+    Counted { units: u64 },
+    /// The key's counter forgotten (`rl.reset`).
+    Reset,
+    /// A denied ask of `units`, kept for its usage (SPEC §9): it changed
+    /// no counter and replay changes none.
+    Denied { units: u64 },
+    /// `units` used, in the usage history only: a delegate's ask, decided
+    /// from budget its home counted (SPEC §12). It changed no counter.
+    UsedOnly { units: u64 },
+    /// A slice of `units` taken for a local budget: counted like an ask,
+    /// its usage to come when it comes back spent.
+    Sliced { units: u64 },
+    /// A slice's refund: `units` given back into the window it was taken
+    /// in (`taken_at`), `spent` of it used.
+    Refunded(Refund),
+    /// A hold reserved (SPEC §13): `units` counted at the record's time,
+    /// kept until `ends_at`.
+    HoldReserved {
+        hold: &'r str,
+        units: u64,
+        ends_at: Nanos,
+        end: End,
+        slot: bool,
+    },
+    /// A hold's end moved to `ends_at`.
+    HoldExtended { hold: &'r str, ends_at: Nanos },
+    /// A hold settled or ended: `back` given back (its `taken_at`: when
+    /// the hold was reserved), `back.spent` used.
+    HoldEnded { hold: &'r str, back: Refund },
+    /// An ask's id remembered (SPEC §16), beside the ask's count of
+    /// `cost` in the same turn: it changes no counter.
+    IdRemembered { cost: u64, named: &'r NamedOf<S> },
+}
+
+/// A record as a typed value ([`RecordOf::typed`]).
+#[derive(Debug, PartialEq)]
+pub struct Typed<'r, S> {
+    pub kind: Kind<'r, S>,
+    /// Whether it is usage (SPEC §9) as its kind says. Not ([`NOT_USAGE`])
+    /// for what another region sent over the link (that region records
+    /// the usage), a delegate's books of its share, and an id remembered.
+    pub is_usage: bool,
+}
+
+// Copied whatever `S` is: they only borrow it.
+impl<S> Clone for Kind<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for Kind<'_, S> {}
+impl<S> Clone for Typed<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for Typed<'_, S> {}
+
+impl<S: AsRef<str>> RecordOf<S> {
+    /// What the record is: the one place that reads its fields'
+    /// combinations. A record of several kinds' fields (none is written
+    /// so) is read as the first of: an id, a use only, a denial, a hold's,
+    /// a reset, a refund, a slice, a count.
+    pub fn typed(&self) -> Typed<'_, S> {
+        let units = self.c;
+        let kind = if let Some(named) = &self.i {
+            Kind::IdRemembered { cost: units, named }
+        } else if self.v == USED_ONLY {
+            Kind::UsedOnly { units }
+        } else if self.d {
+            Kind::Denied { units }
+        } else if let Some(hold) = &self.h {
+            let hold = hold.as_ref();
+            if self.s {
+                Kind::HoldReserved {
+                    hold,
+                    units,
+                    ends_at: Nanos(self.e),
+                    end: if self.x & RELEASE != 0 {
+                        End::Release
+                    } else {
+                        End::Charge
+                    },
+                    slot: self.x & SLOT != 0,
+                }
+            } else if self.g != 0 {
+                Kind::HoldEnded {
+                    hold,
+                    back: self.given_back(),
+                }
+            } else {
+                Kind::HoldExtended {
+                    hold,
+                    ends_at: Nanos(self.e),
+                }
+            }
+        } else if self.r {
+            Kind::Reset
+        } else if self.g != 0 {
+            Kind::Refunded(self.given_back())
+        } else if self.s {
+            Kind::Sliced { units }
+        } else {
+            Kind::Counted { units }
+        };
+        Typed {
+            kind,
+            is_usage: self.v != NOT_USAGE,
+        }
+    }
+
+    fn given_back(&self) -> Refund {
+        Refund {
+            units: self.c,
+            spent: self.u,
+            taken_at: Nanos(self.g),
+        }
+    }
+
+    /// The partition it is of.
+    pub fn partition(&self) -> u32 {
+        self.n
+    }
+
+    /// The policy's name.
+    pub fn policy(&self) -> &str {
+        self.p.as_ref()
+    }
+
+    /// The key token.
+    pub fn key(&self) -> &str {
+        self.k.as_ref()
+    }
+
+    /// When it was made (the owner's clock).
+    pub fn at(&self) -> Nanos {
+        Nanos(self.t)
+    }
+
+    /// The turn that made it (0: none, a journal of an earlier release).
+    pub fn turn(&self) -> u64 {
+        self.q
+    }
+
+    /// Marks it as made in `turn` (its message's group, or the turn that
+    /// made it).
+    pub fn set_turn(&mut self, turn: u64) {
+        self.q = turn;
+    }
+
+    /// Marks it as not usage ([`NOT_USAGE`]): counted here, sent over the
+    /// link by another region, which records its usage.
+    pub fn set_not_usage(&mut self) {
+        self.v = NOT_USAGE;
+    }
+
+    /// The journal format of the oldest message that holds it
+    /// ([`crate::journal::format_of`]).
+    pub fn format(&self) -> u32 {
+        if self.i.is_some() {
+            format::JOURNAL
+        } else if self.q != 0 {
+            format::JOURNAL_TURNS
+        } else if self.v != 0 {
+            format::JOURNAL_USAGE
+        } else if self.h.is_some() {
+            format::JOURNAL_HOLDS
+        } else if self.is_count() {
+            format::JOURNAL_COUNTS
+        } else {
+            format::JOURNAL_SLICES
+        }
+    }
+
+    /// Its encoded size, at most: its fields of at most 9 bytes, a 5-byte
+    /// string header for each of its strings, and the strings.
+    pub fn encoded_len_bound(&self) -> usize {
+        let hold = self.h.as_ref().map_or(0, |h| 5 + h.as_ref().len());
+        1 + self.fields() * 9 + 2 * 5 + self.policy().len() + self.key().len() + hold
+    }
+}
+
 impl Record {
-    /// A record of `c` units of `k` under `p` at `t`: a count, unless
-    /// the caller marks it otherwise.
+    /// A record of `c` units of `k` under `p` at `t`: a count
+    /// ([`Kind::Counted`]).
     pub fn new(n: u32, p: &str, k: &str, c: u64, t: Nanos) -> Record {
         Record {
             n,
@@ -151,14 +346,120 @@ impl Record {
             q: 0,
         }
     }
+
+    /// [`Kind::Counted`].
+    pub fn counted(n: u32, policy: &str, key: &str, units: u64, at: Nanos) -> Record {
+        Record::new(n, policy, key, units, at)
+    }
+
+    /// [`Kind::Counted`], not usage: a delegate's books of its share.
+    pub fn booked(n: u32, policy: &str, key: &str, units: u64, at: Nanos) -> Record {
+        Record {
+            v: NOT_USAGE,
+            ..Record::new(n, policy, key, units, at)
+        }
+    }
+
+    /// [`Kind::Reset`].
+    pub fn reset(n: u32, policy: &str, key: &str, at: Nanos) -> Record {
+        Record {
+            r: true,
+            ..Record::new(n, policy, key, 0, at)
+        }
+    }
+
+    /// [`Kind::Denied`].
+    pub fn denied(n: u32, policy: &str, key: &str, units: u64, at: Nanos) -> Record {
+        Record {
+            d: true,
+            ..Record::new(n, policy, key, units, at)
+        }
+    }
+
+    /// [`Kind::UsedOnly`].
+    pub fn used_only(n: u32, policy: &str, key: &str, units: u64, at: Nanos) -> Record {
+        Record {
+            v: USED_ONLY,
+            ..Record::new(n, policy, key, units, at)
+        }
+    }
+
+    /// [`Kind::Sliced`].
+    pub fn sliced(n: u32, policy: &str, key: &str, units: u64, at: Nanos) -> Record {
+        Record {
+            s: true,
+            ..Record::new(n, policy, key, units, at)
+        }
+    }
+
+    /// [`Kind::Refunded`] (a `taken_at` of 0 is written as 1: `g` is
+    /// nonzero in every refund).
+    pub fn refunded(n: u32, policy: &str, key: &str, back: &Refund, at: Nanos) -> Record {
+        Record {
+            g: back.taken_at.as_u64().max(1),
+            u: back.spent,
+            ..Record::new(n, policy, key, back.units, at)
+        }
+    }
+
+    /// [`Kind::HoldReserved`], at the hold's `taken_at`.
+    pub fn hold_reserved(n: u32, policy: &str, key: &str, hold: &Hold) -> Record {
+        Record {
+            c: hold.units,
+            s: true,
+            ..Record::of_hold(n, (policy, key), hold, hold.taken_at)
+        }
+    }
+
+    /// [`Kind::HoldExtended`] to the hold's `ends_at`.
+    pub fn hold_extended(n: u32, policy: &str, key: &str, hold: &Hold, at: Nanos) -> Record {
+        Record::of_hold(n, (policy, key), hold, at)
+    }
+
+    /// [`Kind::HoldEnded`], `back` given back.
+    pub fn hold_ended(
+        n: u32,
+        (policy, key): (&str, &str),
+        hold: &Hold,
+        back: &Refund,
+        at: Nanos,
+    ) -> Record {
+        Record {
+            c: back.units,
+            g: hold.taken_at.as_u64().max(1),
+            u: back.spent,
+            ..Record::of_hold(n, (policy, key), hold, at)
+        }
+    }
+
+    /// A record of `hold` at `at`, its counts left for the caller.
+    fn of_hold(n: u32, (policy, key): (&str, &str), hold: &Hold, at: Nanos) -> Record {
+        Record {
+            h: Some(hold.id.to_string()),
+            e: hold.ends_at.as_u64(),
+            x: if hold.end == End::Release { RELEASE } else { 0 }
+                | if hold.slot { SLOT } else { 0 },
+            ..Record::new(n, policy, key, 0, at)
+        }
+    }
+
+    /// [`Kind::IdRemembered`]: the id of an ask of `cost`, not usage.
+    pub fn id_remembered(
+        n: u32,
+        (policy, key): (&str, &str),
+        cost: u64,
+        named: NamedOf<String>,
+        at: Nanos,
+    ) -> Record {
+        Record {
+            v: NOT_USAGE,
+            i: Some(named),
+            ..Record::new(n, policy, key, cost, at)
+        }
+    }
 }
 
 impl<S> RecordOf<S> {
-    /// Whether it is a hold's (then the message is of the newest format).
-    pub fn is_hold(&self) -> bool {
-        self.h.is_some()
-    }
-
     /// A plain count: encoded as its first five fields only, as every
     /// release since journal format 2 reads it.
     pub fn is_count(&self) -> bool {
@@ -253,5 +554,216 @@ impl RecordRef<'_> {
             }),
             q: self.q,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::holds::HoldId;
+
+    fn hold() -> Hold {
+        Hold {
+            id: HoldId::parse("0123456789abcdef0123456789abcdef").unwrap(),
+            taken_at: Nanos(7),
+            units: 3,
+            ends_at: Nanos(90),
+            end: End::Release,
+            slot: true,
+        }
+    }
+
+    /// Each kind's constructor writes the fields every release wrote for
+    /// it, and the record reads back, through its encoding, as that kind.
+    #[test]
+    fn each_kind_is_written_as_before_and_reads_back_as_itself() {
+        let base = Record::new(1, "p", "k", 5, Nanos(9));
+        let back = Refund {
+            units: 2,
+            spent: 1,
+            taken_at: Nanos(4),
+        };
+        let hold = hold();
+        let id = hold.id.to_string();
+        let named = NamedOf {
+            id: "ask-1".to_string(),
+            verb: "allow".to_string(),
+            held: None,
+            remaining: 3,
+            limit: 10,
+            reset: 60,
+            until: 99,
+        };
+        let cases: Vec<(Record, Record, Kind<'_, String>, bool)> = vec![
+            (
+                Record::counted(1, "p", "k", 5, Nanos(9)),
+                base.clone(),
+                Kind::Counted { units: 5 },
+                true,
+            ),
+            (
+                Record::booked(1, "p", "k", 5, Nanos(9)),
+                Record {
+                    v: NOT_USAGE,
+                    ..base.clone()
+                },
+                Kind::Counted { units: 5 },
+                false,
+            ),
+            (
+                Record::reset(1, "p", "k", Nanos(9)),
+                Record {
+                    c: 0,
+                    r: true,
+                    ..base.clone()
+                },
+                Kind::Reset,
+                true,
+            ),
+            (
+                Record::denied(1, "p", "k", 5, Nanos(9)),
+                Record {
+                    d: true,
+                    ..base.clone()
+                },
+                Kind::Denied { units: 5 },
+                true,
+            ),
+            (
+                Record::used_only(1, "p", "k", 5, Nanos(9)),
+                Record {
+                    v: USED_ONLY,
+                    ..base.clone()
+                },
+                Kind::UsedOnly { units: 5 },
+                true,
+            ),
+            (
+                Record::sliced(1, "p", "k", 5, Nanos(9)),
+                Record {
+                    s: true,
+                    ..base.clone()
+                },
+                Kind::Sliced { units: 5 },
+                true,
+            ),
+            (
+                Record::refunded(1, "p", "k", &back, Nanos(9)),
+                Record {
+                    c: 2,
+                    g: 4,
+                    u: 1,
+                    ..base.clone()
+                },
+                Kind::Refunded(back),
+                true,
+            ),
+            (
+                Record::hold_reserved(1, "p", "k", &hold),
+                Record {
+                    c: 3,
+                    t: 7,
+                    s: true,
+                    h: Some(id.clone()),
+                    e: 90,
+                    x: RELEASE | SLOT,
+                    ..base.clone()
+                },
+                Kind::HoldReserved {
+                    hold: &id,
+                    units: 3,
+                    ends_at: Nanos(90),
+                    end: End::Release,
+                    slot: true,
+                },
+                true,
+            ),
+            (
+                Record::hold_extended(1, "p", "k", &hold, Nanos(9)),
+                Record {
+                    c: 0,
+                    h: Some(id.clone()),
+                    e: 90,
+                    x: RELEASE | SLOT,
+                    ..base.clone()
+                },
+                Kind::HoldExtended {
+                    hold: &id,
+                    ends_at: Nanos(90),
+                },
+                true,
+            ),
+            (
+                Record::hold_ended(1, ("p", "k"), &hold, &back, Nanos(9)),
+                Record {
+                    c: 2,
+                    g: 7,
+                    u: 1,
+                    h: Some(id.clone()),
+                    e: 90,
+                    x: RELEASE | SLOT,
+                    ..base.clone()
+                },
+                Kind::HoldEnded {
+                    hold: &id,
+                    back: Refund {
+                        taken_at: Nanos(7),
+                        ..back
+                    },
+                },
+                true,
+            ),
+            (
+                Record::id_remembered(1, ("p", "k"), 5, named.clone(), Nanos(9)),
+                Record {
+                    v: NOT_USAGE,
+                    i: Some(named.clone()),
+                    ..base.clone()
+                },
+                Kind::IdRemembered {
+                    cost: 5,
+                    named: &named,
+                },
+                false,
+            ),
+        ];
+        for (made, fields, kind, is_usage) in cases {
+            assert_eq!(made, fields);
+            let bytes = rmp_serde::to_vec(&made).unwrap();
+            let read: RecordRef<'_> = rmp_serde::from_slice(&bytes).unwrap();
+            let read = read.to_owned();
+            assert_eq!(read, made);
+            let typed = read.typed();
+            let want = match kind {
+                Kind::IdRemembered { cost, .. } => Kind::IdRemembered {
+                    cost,
+                    named: read.i.as_ref().unwrap(),
+                },
+                kind => kind,
+            };
+            assert_eq!(
+                typed,
+                Typed {
+                    kind: want,
+                    is_usage
+                },
+                "{made:?}"
+            );
+        }
+    }
+
+    /// A refund of a slice taken at 0 is still a refund: `g` is nonzero.
+    #[test]
+    fn a_refund_taken_at_zero_is_still_a_refund() {
+        let back = Refund {
+            units: 1,
+            spent: 0,
+            taken_at: Nanos(0),
+        };
+        let record = Record::refunded(0, "p", "k", &back, Nanos(3));
+        let Kind::Refunded(read) = record.typed().kind else {
+            panic!("{record:?}");
+        };
+        assert_eq!(read.taken_at, Nanos(1));
     }
 }

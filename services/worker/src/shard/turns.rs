@@ -31,12 +31,10 @@ impl Shard {
         let now = answering.clock.now();
         let owned = self.owned();
         let policies = answering.decider.policies();
-        let mut tally = answering.decider.tally(owned);
-        answering
-            .decider
-            .end_holds(&policies, owned, now, &mut tally);
-        let then = answering.perform(tally.take_actions());
-        let records = tally.finish(&self.owning.stats, self.owner.stats());
+        let mut log = answering.decider.turn_log(owned);
+        answering.decider.end_holds(&policies, owned, now, &mut log);
+        let then = answering.perform(log.take_actions());
+        let records = log.finish(&self.owning.stats, self.owner.stats());
         answering
             .outbox
             .answer(records, Vec::new(), std::time::Instant::now(), then)
@@ -86,7 +84,7 @@ impl Shard {
         let now = answering.clock.now();
         let owned = self.owned();
         let policies = answering.decider.policies();
-        let mut tally = answering.decider.tally(owned);
+        let mut log = answering.decider.turn_log(owned);
         let mut replies = Vec::with_capacity(batch.len());
         for msg in batch.drain(..) {
             if is_usage_query(msg.subject.as_str()) {
@@ -103,7 +101,7 @@ impl Shard {
                 },
                 owned,
                 now,
-                &mut tally,
+                &mut log,
             );
             if let (Some(traced), Some(answer)) = (&mut traced, &answer) {
                 traced.decided(answer, &policies);
@@ -124,8 +122,8 @@ impl Shard {
                 _ => {}
             }
         }
-        let then = answering.perform(tally.take_actions());
-        let records = tally.finish(&self.owning.stats, self.owner.stats());
+        let then = answering.perform(log.take_actions());
+        let records = log.finish(&self.owning.stats, self.owner.stats());
         answering
             .outbox
             .answer(records, replies, received, then)

@@ -9,7 +9,7 @@
 //! read from its own tier only once it is final (ended, rolled up);
 //! before that, from its finer buckets.
 
-use super::UsageBook;
+use super::UsageHistory;
 use crate::answering::Answering;
 use crate::reply::Reply;
 use crate::usage::ledger::{KeyCounts, Ledger, MinuteView, WriteMarks};
@@ -43,7 +43,7 @@ impl Loaded {
     /// for the ledger to hold the journal's usage ([`Ledger::replayed`]): a
     /// total without it would be short.
     async fn read(
-        book: &UsageBook,
+        history: &UsageHistory,
         partition: u32,
         ledger: &Ledger,
         buckets: &[BucketId],
@@ -63,14 +63,14 @@ impl Loaded {
         }
         let mut stored = HashMap::new();
         let mut memory = HashMap::new();
-        for (start, lacking, record) in read_minutes(book, partition, in_memory).await? {
+        for (start, lacking, record) in read_minutes(history, partition, in_memory).await? {
             memory.insert(start, lacking);
             if let Some(record) = record {
                 stored.insert((0, start), record.payload);
             }
         }
         for (tier, starts) in by_tier {
-            for (start, record) in book.store.read(partition, tier, &starts).await? {
+            for (start, record) in history.store.read(partition, tier, &starts).await? {
                 stored.insert((tier, start), record);
             }
         }
@@ -106,13 +106,13 @@ impl Loaded {
 /// the record's write marks say which of them it holds,
 /// [`MinuteView::lacking`]; none for a minute not in memory).
 pub(super) async fn read_minutes(
-    book: &UsageBook,
+    history: &UsageHistory,
     partition: u32,
     minutes: Vec<(u64, Option<MinuteView>)>,
 ) -> Result<Vec<(u64, KeyCounts, Option<StoredRecord>)>> {
     let gets = minutes
         .iter()
-        .map(|(start, _)| book.store.get(partition, (0, *start)));
+        .map(|(start, _)| history.store.get(partition, (0, *start)));
     let records = futures::future::join_all(gets).await;
     let mut read = Vec::with_capacity(minutes.len());
     for ((start, view), record) in minutes.into_iter().zip(records) {
@@ -157,32 +157,32 @@ async fn series(
         ErrorReply::bad_request(format!("{} is not a usage subject", msg.subject))
     })?;
     let key = KeyToken::parse(subject.key_token)?;
-    let book = book(answering)?;
+    let history = history(answering)?;
     let (query, _) = decode_usage_query(&msg.payload).map_err(|e| e.reply)?;
     let policy = query.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
     if answering.decider.policies().get(&policy).is_none() {
         return Err(ErrorReply::unknown_policy(&policy));
     }
-    let home = key.partition(answering.partitions);
-    let ledger = match book.ledger(home) {
-        Some(ledger) if home == subject.partition => ledger,
+    let partition = key.partition(answering.partitions);
+    let ledger = match history.ledger(partition) {
+        Some(ledger) if partition == subject.partition => ledger,
         _ => {
             return Err(ErrorReply::unavailable(format!(
-                "key {key} belongs to partition {home}, which this worker does not answer for right now; ask it on rl.usage.{key}"
+                "key {key} belongs to partition {partition}, which this worker does not answer for right now; ask it on rl.usage.{key}"
             )))
         }
     };
     let now_ms = answering.clock.now().as_u64() / 1_000_000;
-    let tiers = &book.config.tiers;
+    let tiers = &history.config.tiers;
     let plan = resolve_series(
-        &book.config,
+        &history.config,
         now_ms,
         query.from_ms,
         query.to_ms,
         query.step.as_deref(),
     )
     .map_err(|e| ErrorReply::bad_request(e.0))?;
-    let usable = |b: BucketId| ledger.is_final(b, now_ms, book.grace_ms);
+    let usable = |b: BucketId| ledger.is_final(b, now_ms, history.grace_ms);
     let covers: Vec<Vec<BucketId>> = plan
         .points
         .iter()
@@ -196,7 +196,7 @@ async fn series(
         let (policy, token) = (policy.clone(), token.clone());
         move |p: &str, k: &str| p == policy && k == token
     };
-    let loaded = Loaded::read(book, home, &ledger, &needed, &wanted)
+    let loaded = Loaded::read(history, partition, &ledger, &needed, &wanted)
         .await
         .map_err(|e| ErrorReply::unavailable(format!("cannot read usage right now: {e:#}")))?;
     let unreadable = |e: RecordError| ErrorReply::unavailable(format!("cannot read usage: {e}"));
@@ -232,7 +232,7 @@ async fn series(
     })
 }
 
-pub(super) fn book(answering: &Answering) -> Result<&UsageBook, ErrorReply> {
+pub(super) fn history(answering: &Answering) -> Result<&UsageHistory, ErrorReply> {
     answering.usage.as_deref().ok_or_else(|| {
         ErrorReply::unavailable(
             "usage history is turned off on this worker ([usage] enabled = false in its config)",

@@ -19,9 +19,9 @@
 use crate::answering::Answering;
 use crate::reply::Reply;
 use crate::usage::ledger::{KeyCounts, Ledger};
-use crate::usage::query::{book, read_minutes, wait_replayed};
+use crate::usage::query::{history, read_minutes, wait_replayed};
 use crate::usage::top_cache::Version;
-use crate::usage::UsageBook;
+use crate::usage::UsageHistory;
 use anyhow::{Context as _, Result};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -97,7 +97,7 @@ async fn answer_top(answering: Arc<Answering>, msg: async_nats::Message) {
 }
 
 async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, ErrorReply> {
-    let book = book(answering)?;
+    let history = history(answering)?;
     let (query, _) = decode_top_query(body).map_err(|e| e.reply)?;
     if let Some(policy) = &query.policy {
         if answering.decider.policies().get(policy).is_none() {
@@ -107,7 +107,7 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
     let now_ms = answering.clock.now().as_u64() / 1_000_000;
     let by = query.by.unwrap_or_default();
     let plan = resolve_top(
-        &book.config,
+        &history.config,
         now_ms,
         query.from_ms,
         query.to_ms,
@@ -171,7 +171,7 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
     let Some(to) = msg.reply.clone() else {
         return;
     };
-    let Some(book) = answering.usage.as_deref() else {
+    let Some(history) = answering.usage.as_deref() else {
         return;
     };
     let share = match serde_json::from_slice::<Scatter>(&msg.payload) {
@@ -184,9 +184,10 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
                 by: scatter.by,
             };
             let (plan, policy) = (&plan, scatter.policy.as_deref());
-            let mut ranked = futures::stream::iter(book.ledgers())
+            let mut ranked = futures::stream::iter(history.ledgers())
                 .map(|(partition, ledger)| async move {
-                    let top = partition_top(book, partition, &ledger, plan, policy, now_ms).await;
+                    let top =
+                        partition_top(history, partition, &ledger, plan, policy, now_ms).await;
                     (partition, top)
                 })
                 .buffer_unordered(TOP_PARTITIONS_AT_ONCE);
@@ -220,13 +221,13 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
 
 /// The `plan.n` largest keys of one partition over the plan's range, by
 /// the threshold algorithm over its buckets' ranked lists: kept ones
-/// where the book's cache has them, built from the stored records (and
+/// where the history's cache has them, built from the stored records (and
 /// kept) where it does not, and one of what the ledger's memory adds to
 /// the minutes it holds. As in a series, each minute in memory is copied before its
 /// record is read, and its record's write marks say what of the copy the
 /// record lacks ([`crate::usage::ledger::MinuteView::lacking`]).
 async fn partition_top(
-    book: &UsageBook,
+    history: &UsageHistory,
     partition: u32,
     ledger: &Ledger,
     plan: &TopPlan,
@@ -234,11 +235,11 @@ async fn partition_top(
     now_ms: u64,
 ) -> Result<Vec<TopEntry>> {
     wait_replayed(partition, ledger).await?;
-    let tiers = &book.config.tiers;
-    let usable = |b| ledger.is_final(b, now_ms, book.grace_ms);
+    let tiers = &history.config.tiers;
+    let usable = |b| ledger.is_final(b, now_ms, history.grace_ms);
     let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
     let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
-    let (cache, ledger_id) = (&book.top_cache, ledger.id());
+    let (cache, ledger_id) = (&history.top_cache, ledger.id());
     cache.asked(now_ms);
     // Read before any record: a list read before its bucket is written
     // again is then not kept.
@@ -254,7 +255,7 @@ async fn partition_top(
                 unsettled.push((start, Some(view)));
                 continue;
             }
-            if start + minute_ms + book.grace_ms > now_ms {
+            if start + minute_ms + history.grace_ms > now_ms {
                 unsettled.push((start, None));
                 continue;
             }
@@ -274,7 +275,7 @@ async fn partition_top(
     // (none: an absent final bucket, kept as an empty list).
     let mut to_rank = Vec::new();
     let mut memory: KeyCounts = Vec::new();
-    for (start, lacking, record) in read_minutes(book, partition, unsettled).await? {
+    for (start, lacking, record) in read_minutes(history, partition, unsettled).await? {
         memory.extend(lacking);
         let Some(record) = record else {
             continue;
@@ -302,7 +303,7 @@ async fn partition_top(
         }
     }
     for (tier, starts) in finals {
-        let mut stored = book.store.read(partition, tier, &starts).await?;
+        let mut stored = history.store.read(partition, tier, &starts).await?;
         for start in starts {
             let payload = stored.remove(&start);
             to_rank.push(((tier, start), Version::Final, payload));

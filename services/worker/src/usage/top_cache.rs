@@ -51,7 +51,9 @@ pub enum Version {
     Seq(u64),
 }
 
-struct Kept {
+/// A ranked list kept between top queries: the ledger and record it was
+/// built from, its size, and when it was last used.
+struct CachedList {
     ledger: u64,
     version: Version,
     list: Arc<RankedBucket>,
@@ -61,7 +63,7 @@ struct Kept {
 
 #[derive(Default)]
 struct Inner {
-    lists: HashMap<(u32, BucketId), Kept>,
+    lists: HashMap<(u32, BucketId), CachedList>,
     /// When a top query last ran here (ms): rollups rank their buckets
     /// ahead only while the lists are in use ([`TopCache::in_use`]).
     asked_ms: u64,
@@ -172,7 +174,7 @@ impl TopCache {
             return;
         }
         inner.tick += 1;
-        let kept = Kept {
+        let kept = CachedList {
             ledger,
             version,
             list,

@@ -26,7 +26,7 @@ use sluice_worker::global::Forward;
 use sluice_worker::journal::record::Record;
 use sluice_worker::reply::Reply;
 use sluice_worker::stats::ShardStats;
-use sluice_worker::tally::Recording;
+use sluice_worker::turn_log::Recording;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -173,7 +173,7 @@ impl Region {
         now: Nanos,
     ) -> (Outcome, Vec<Action>) {
         let owned = self.owned(partition);
-        let mut tally = self.decider.tally(owned);
+        let mut log = self.decider.turn_log(owned);
         let message = Message {
             subject,
             body,
@@ -181,9 +181,9 @@ impl Region {
         };
         let answer = self
             .decider
-            .message(&self.policies, message, owned, now, &mut tally);
-        let actions = tally.take_actions();
-        let records = tally.finish(self.decider.stats(), owned.stats);
+            .message(&self.policies, message, owned, now, &mut log);
+        let actions = log.take_actions();
+        let records = log.finish(self.decider.stats(), owned.stats);
         let reply = match answer {
             None => Outcome::None,
             Some(Answer::Forward(forward)) => Outcome::Forward(forward),

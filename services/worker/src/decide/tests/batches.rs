@@ -273,7 +273,7 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         item(mine, "default", 5),
     ]);
     let subject = batch_subject(f.partition);
-    let mut tally = f.decider.tally(f.owned());
+    let mut log = f.decider.turn_log(f.owned());
     let answer = f.decider.message(
         &f.policies,
         Message {
@@ -283,9 +283,9 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         },
         f.owned(),
         T0,
-        &mut tally,
+        &mut log,
     );
-    let records = tally.finish(f.decider.stats(), &f.shard);
+    let records = log.finish(f.decider.stats(), &f.shard);
     let Some(Answer::Batch(Ok(results))) = answer else {
         panic!("expected batch results, got {answer:?}");
     };
@@ -320,7 +320,7 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
     assert_eq!(f.counters.len(), 1, "another partition's key was counted");
 
     // A body that is no batch: one error for the batch, nothing counted.
-    let mut tally = f.decider.tally(f.owned());
+    let mut log = f.decider.turn_log(f.owned());
     let answer = f.decider.message(
         &f.policies,
         Message {
@@ -330,12 +330,12 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         },
         f.owned(),
         T0,
-        &mut tally,
+        &mut log,
     );
     assert!(matches!(answer, Some(Answer::Batch(Err(ref e))) if e.code == ErrorCode::BadRequest));
-    assert!(tally.finish(f.decider.stats(), &f.shard).is_empty());
+    assert!(log.finish(f.decider.stats(), &f.shard).is_empty());
     // A batch nobody waits for is not decided.
-    let mut tally = f.decider.tally(f.owned());
+    let mut log = f.decider.turn_log(f.owned());
     let answer = f.decider.message(
         &f.policies,
         Message {
@@ -345,7 +345,7 @@ fn a_batch_decides_its_own_partition_in_order_and_refuses_the_others() {
         },
         f.owned(),
         T0,
-        &mut tally,
+        &mut log,
     );
     assert!(answer.is_none());
     assert_eq!(f.remaining(mine, T0), 0);

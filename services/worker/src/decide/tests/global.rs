@@ -88,16 +88,16 @@ fn in_a_batch_such_an_ask_is_answered_ask_alone() {
 /// sent to the home (west holds nothing to count it from).
 fn hit_sent_home(west: &Fixture, key: &str) -> Vec<u8> {
     let subject = Verb::Hit.mapped_subject(west.partition, key);
-    let mut tally = west.decider.tally(west.owned());
+    let mut log = west.decider.turn_log(west.owned());
     let message = Message {
         subject: &subject,
         body: br#"{"cost":3}"#,
         wants_reply: false,
     };
     west.decider
-        .message(&west.policies, message, west.owned(), T0, &mut tally);
-    let actions = tally.take_actions();
-    tally.finish(west.decider.stats(), &west.shard);
+        .message(&west.policies, message, west.owned(), T0, &mut log);
+    let actions = log.take_actions();
+    log.finish(west.decider.stats(), &west.shard);
     let hits: Vec<&Vec<u8>> = (actions.now.iter())
         .filter_map(|a| match a {
             Action::Hit { body, .. } => Some(body),
@@ -125,7 +125,7 @@ fn a_hit_sent_to_the_home_twice_counts_once_there_by_its_id() {
     let east = closed_window_in("east");
     let subject = sluice_core::subject::link_ask("east", east.partition, Verb::Hit, &key);
     let deliver = |body: &[u8]| {
-        let mut tally = east.decider.tally(east.owned());
+        let mut log = east.decider.turn_log(east.owned());
         let message = Message {
             subject: &subject,
             body,
@@ -133,8 +133,8 @@ fn a_hit_sent_to_the_home_twice_counts_once_there_by_its_id() {
         };
         let answer = east
             .decider
-            .message(&east.policies, message, east.owned(), T0, &mut tally);
-        tally.finish(east.decider.stats(), &east.shard);
+            .message(&east.policies, message, east.owned(), T0, &mut log);
+        log.finish(east.decider.stats(), &east.shard);
         answer
     };
     for _ in 0..2 {

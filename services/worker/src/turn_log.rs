@@ -1,8 +1,11 @@
-//! What the decisions of a batch did, gathered before it is published:
-//! the stats and the decisions by policy (`/metrics`), the records to
-//! store before answering, and the usage.
+//! A turn's log: what the decisions of one turn (a batch of them, a
+//! sweep of ended holds, the link's messages) did, gathered before it is
+//! published: the stats and the decisions by policy (`/metrics`), the
+//! records to store before answering, the usage, and the actions to carry
+//! over the link. Not a tally: that word is the regions' (what a region
+//! spent of a global key, [`sluice_core::region::tally`]).
 //!
-//! A batch's counts are added to the shared stats once ([`Tally::finish`]),
+//! A batch's counts are added to the shared stats once ([`TurnLog::finish`]),
 //! one atomic add per counter and batch rather than per decision, and its
 //! decisions by policy are counted on handles found through
 //! [`PolicyMeters`] without a lock or an allocation per decision.
@@ -12,13 +15,13 @@
 //! the durability mode.
 
 use crate::counters::Turn;
-use crate::journal::record::{NamedOf, Record, NOT_USAGE, RELEASE, SLOT, USED_ONLY};
+use crate::journal::record::{NamedOf, Record};
 use crate::stats::{DecisionLabels, Outcome, ShardStats, WorkerStats};
 use crate::usage::ledger::Ledger;
 use prometheus_client::metrics::counter::Counter;
 use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
-use sluice_core::holds::{End, Hold};
+use sluice_core::holds::Hold;
 use sluice_core::policy::Decision;
 use sluice_core::region::state::{Action, Actions, When};
 use sluice_core::subject::Verb;
@@ -70,10 +73,10 @@ pub enum Usage {
     Neither,
 }
 
-/// What the decisions of one batch on one partition did, published to the
-/// stats at once by [`Tally::finish`] (one atomic add per counter and
+/// What the decisions of one turn on one partition did, published to the
+/// stats at once by [`TurnLog::finish`] (one atomic add per counter and
 /// batch, not per decision).
-pub struct Tally {
+pub struct TurnLog {
     partition: u32,
     recording: Recording,
     decisions: u64,
@@ -94,7 +97,7 @@ pub struct Tally {
     forgotten_early: u64,
     records: Vec<Record>,
     /// What must cross the link between regions, by when it may leave
-    /// ([`Tally::act`]).
+    /// ([`TurnLog::act`]).
     actions: Actions,
     meters: Arc<PolicyMeters>,
     /// Allowed, denied and hit counts by policy (its place in `meters`), of
@@ -107,13 +110,13 @@ pub struct Tally {
     turn: Option<Turn>,
 }
 
-/// Policies whose counts a [`Tally`] gathers before publishing them (a
+/// Policies whose counts a [`TurnLog`] gathers before publishing them (a
 /// batch rarely decides for more).
 const POLICY_SLOTS: usize = 4;
 
-impl Tally {
-    pub fn new(partition: u32, recording: Recording, meters: Arc<PolicyMeters>) -> Tally {
-        Tally {
+impl TurnLog {
+    pub fn new(partition: u32, recording: Recording, meters: Arc<PolicyMeters>) -> TurnLog {
+        TurnLog {
             partition,
             recording,
             decisions: 0,
@@ -137,8 +140,8 @@ impl Tally {
         }
     }
 
-    /// The same tally, for decisions made in `turn`.
-    pub fn in_turn(mut self, turn: Turn) -> Tally {
+    /// The same log, for decisions made in `turn`.
+    pub fn in_turn(mut self, turn: Turn) -> TurnLog {
         self.turn = Some(turn);
         self
     }
@@ -162,13 +165,21 @@ impl Tally {
         }
     }
 
-    /// A counter changed (by `cost`, or forgotten by a reset): with
-    /// records kept, remember the record to store.
-    pub fn changed(&mut self, policy: &str, token: &str, cost: u64, reset: bool, now: Nanos) {
+    /// A counter changed by `cost`: with records kept, remember the
+    /// record to store.
+    pub fn changed(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, cost, now);
-            record.r = reset;
+            let record = Record::counted(self.partition, policy, token, cost, now);
+            self.records.push(record);
+        }
+    }
+
+    /// A counter was forgotten (`rl.reset`): with records kept, its record.
+    pub fn reset(&mut self, policy: &str, token: &str, now: Nanos) {
+        self.changes += 1;
+        if self.recording == Recording::Records {
+            let record = Record::reset(self.partition, policy, token, now);
             self.records.push(record);
         }
     }
@@ -179,11 +190,8 @@ impl Tally {
     pub fn remembered(&mut self, named: Named<'_>, forgotten_early: u64, now: Nanos) {
         self.forgotten_early += forgotten_early;
         if self.recording == Recording::Records {
-            let mut record =
-                Record::new(self.partition, named.policy, named.token, named.cost, now);
-            record.v = NOT_USAGE;
             let decision = &named.first.decision;
-            record.i = Some(NamedOf {
+            let kept = NamedOf {
                 id: named.id.to_string(),
                 verb: named.verb.as_str().to_string(),
                 held: named.first.held.map(|(id, end)| (id, end.as_u64())),
@@ -191,19 +199,20 @@ impl Tally {
                 limit: decision.limit,
                 reset: decision.reset.as_u64(),
                 until: named.until.as_u64(),
-            });
+            };
+            let of = (named.policy, named.token);
+            let record = Record::id_remembered(self.partition, of, named.cost, kept, now);
             self.records.push(record);
         }
     }
 
     /// A delegate's books of its share of a global window (SPEC §12):
     /// `units` spent or given back, counted in the key's own counter, not
-    /// usage (each ask's usage is recorded apart, [`Tally::usage_apart`]).
+    /// usage (each ask's usage is recorded apart, [`TurnLog::usage_apart`]).
     pub fn booked(&mut self, policy: &str, token: &str, units: u64, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, units, now);
-            record.v = NOT_USAGE;
+            let record = Record::booked(self.partition, policy, token, units, now);
             self.records.push(record);
         }
     }
@@ -213,12 +222,12 @@ impl Tally {
         self.records.len()
     }
 
-    /// The records made since `from` ([`Tally::records_made`]) count, but
+    /// The records made since `from` ([`TurnLog::records_made`]) count, but
     /// are not usage: they were sent by another region's owner over the
     /// link, and that region records their usage.
     pub fn not_usage_since(&mut self, from: usize) {
         for record in self.records.iter_mut().skip(from) {
-            record.v = NOT_USAGE;
+            record.set_not_usage();
         }
     }
 
@@ -228,8 +237,7 @@ impl Tally {
         self.slices += 1;
         self.sliced_units += units;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, units, now);
-            record.s = true;
+            let record = Record::sliced(self.partition, policy, token, units, now);
             self.records.push(record);
         }
     }
@@ -239,9 +247,7 @@ impl Tally {
     pub fn held(&mut self, policy: &str, token: &str, hold: &Hold) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let mut record = hold_record(self.partition, policy, token, hold, hold.taken_at);
-            record.c = hold.units;
-            record.s = true;
+            let record = Record::hold_reserved(self.partition, policy, token, hold);
             self.records.push(record);
         }
     }
@@ -259,10 +265,8 @@ impl Tally {
         self.changes += 1;
         self.returned_units += back.units;
         if self.recording == Recording::Records {
-            let mut record = hold_record(self.partition, policy, token, hold, now);
-            record.c = back.units;
-            record.g = hold.taken_at.as_u64().max(1);
-            record.u = back.spent;
+            let of = (policy, token);
+            let record = Record::hold_ended(self.partition, of, hold, back, now);
             self.records.push(record);
         }
     }
@@ -271,7 +275,7 @@ impl Tally {
     pub fn hold_extended(&mut self, policy: &str, token: &str, hold: &Hold, now: Nanos) {
         self.changes += 1;
         if self.recording == Recording::Records {
-            let record = hold_record(self.partition, policy, token, hold, now);
+            let record = Record::hold_extended(self.partition, policy, token, hold, now);
             self.records.push(record);
         }
     }
@@ -282,9 +286,7 @@ impl Tally {
         self.changes += 1;
         self.returned_units += refund.units;
         if self.recording == Recording::Records {
-            let mut record = Record::new(self.partition, policy, token, refund.units, now);
-            record.g = refund.taken_at.as_u64().max(1);
-            record.u = refund.spent;
+            let record = Record::refunded(self.partition, policy, token, refund, now);
             self.records.push(record);
         }
     }
@@ -292,8 +294,7 @@ impl Tally {
     /// Records kept, usage recorded: a denied ask's record, stored for
     /// its usage only.
     fn denied(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
-        let mut record = Record::new(self.partition, policy, token, cost, now);
-        record.d = true;
+        let record = Record::denied(self.partition, policy, token, cost, now);
         self.records.push(record);
     }
 
@@ -334,9 +335,9 @@ impl Tally {
         self.count_policy(policy, outcome);
     }
 
-    /// [`Tally::outcome`] of an ask decided once per id (SPEC §16): the
+    /// [`TurnLog::outcome`] of an ask decided once per id (SPEC §16): the
     /// answer with its repeat flag, or the error. A repeat was counted as
-    /// one already ([`Tally::repeat`]).
+    /// one already ([`TurnLog::repeat`]).
     pub fn outcome_once<T>(
         &mut self,
         verb: Verb,
@@ -358,7 +359,7 @@ impl Tally {
     }
 
     /// A batch item only gave a slice back: it decided nothing.
-    pub fn gave_back_only(&mut self) {
+    pub fn refunded_only(&mut self) {
         self.decisions += 1;
     }
 
@@ -369,7 +370,7 @@ impl Tally {
     }
 
     /// Records decided elsewhere in the same batch (a partition batch's
-    /// items), to be stored with this tally's.
+    /// items), to be stored with this log's.
     pub fn append(&mut self, records: &mut Vec<Record>) {
         self.records.append(records);
     }
@@ -378,7 +379,7 @@ impl Tally {
     /// used or denied (a peek, cost 0, is neither). Without records into
     /// the partition's `ledger` now; with records a count is already one
     /// and a denial becomes one, and both reach the ledger once stored
-    /// ([`crate::usage::UsageBook::journaled`]).
+    /// ([`crate::usage::UsageHistory::journaled`]).
     pub fn usage(
         &mut self,
         ledger: Option<&Ledger>,
@@ -389,7 +390,7 @@ impl Tally {
         self.usage_of(ledger, counted, usage, now, false);
     }
 
-    /// [`Tally::usage`] of an ask whose count is no record of its own (a
+    /// [`TurnLog::usage`] of an ask whose count is no record of its own (a
     /// delegate's, decided from budget its home counted, SPEC §12):
     /// with records, a use becomes a usage-only record too.
     pub fn usage_apart(
@@ -432,8 +433,7 @@ impl Tally {
         match self.recording {
             Recording::Records if usage == Usage::Denied => self.denied(policy, token, cost, now),
             Recording::Records if apart => {
-                let mut record = Record::new(self.partition, policy, token, cost, now);
-                record.v = USED_ONLY;
+                let record = Record::used_only(self.partition, policy, token, cost, now);
                 self.records.push(record);
             }
             Recording::Records => {}
@@ -494,7 +494,7 @@ impl Tally {
         let mut records = self.records;
         if let Some(turn) = self.turn {
             for record in &mut records {
-                record.q = turn.number();
+                record.set_turn(turn.number());
             }
         }
         records
@@ -509,7 +509,7 @@ fn add(counter: &AtomicU64, n: u64) {
 
 /// The allowed, denied and hit counters of `sluice_worker_decisions_total`
 /// for each policy, found by name without a lock: the decision core looks
-/// a policy up here once per decision, and a [`Tally`] adds to the
+/// a policy up here once per decision, and a [`TurnLog`] adds to the
 /// counters once per batch. Replaced whole when the policies change, and
 /// only ever grows: a policy taken out of force keeps its series (a counter
 /// never goes back), so whatever version of the policies a batch decides
@@ -550,36 +550,26 @@ impl PolicyMeters {
     }
 }
 
-/// A record of `hold` at `now`, its counts left for the caller.
-fn hold_record(partition: u32, policy: &str, token: &str, hold: &Hold, now: Nanos) -> Record {
-    let mut record = Record::new(partition, policy, token, 0, now);
-    record.h = Some(hold.id.to_string());
-    record.e = hold.ends_at.as_u64();
-    record.x =
-        if hold.end == End::Release { RELEASE } else { 0 } | if hold.slot { SLOT } else { 0 };
-    record
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A batch deciding for more policies than a tally gathers counts the
+    /// A batch deciding for more policies than a turn's log gathers counts the
     /// rest at once: every decision is counted either way, and a name
     /// without meters is not counted per policy.
     #[test]
-    fn a_tally_counts_every_policy_past_its_slots() {
+    fn a_turn_log_counts_every_policy_past_its_slots() {
         let stats = WorkerStats::default();
         let names = ["a", "b", "c", "d", "e", "f"];
         let meters = Arc::new(PolicyMeters::default().with(&stats, names.into_iter()));
-        let mut tally = Tally::new(0, Recording::Nothing, meters);
+        let mut log = TurnLog::new(0, Recording::Nothing, meters);
         for (i, name) in names.iter().enumerate() {
             for _ in 0..=i {
-                tally.count_policy(name, 1);
+                log.count_policy(name, 1);
             }
         }
-        tally.count_policy("unknown", 1);
-        tally.finish(&stats, &ShardStats::default());
+        log.count_policy("unknown", 1);
+        log.finish(&stats, &ShardStats::default());
         for (i, name) in names.iter().enumerate() {
             assert_eq!(stats.decisions_of(Outcome::Denied, name), i as u64 + 1);
         }
@@ -602,7 +592,7 @@ mod tests {
     fn only_reserves_and_errors_of_the_hold_verbs_count_as_decisions() {
         let stats = WorkerStats::default();
         let meters = Arc::new(PolicyMeters::default().with(&stats, ["slots"].into_iter()));
-        let mut tally = Tally::new(0, Recording::Nothing, meters);
+        let mut log = TurnLog::new(0, Recording::Nothing, meters);
         let decision = |allowed| Decision {
             allowed,
             limit: 1,
@@ -612,14 +602,14 @@ mod tests {
             shadow_denied: false,
         };
         let (open, full) = (decision(true), decision(false));
-        tally.outcome(Verb::Reserve, &Ok((open, "slots")));
-        tally.outcome(Verb::Reserve, &Ok((full, "slots")));
-        tally.outcome(Verb::Settle, &Ok((full, "slots")));
-        tally.outcome(Verb::Extend, &Ok((open, "slots")));
+        log.outcome(Verb::Reserve, &Ok((open, "slots")));
+        log.outcome(Verb::Reserve, &Ok((full, "slots")));
+        log.outcome(Verb::Settle, &Ok((full, "slots")));
+        log.outcome(Verb::Extend, &Ok((open, "slots")));
         let unknown = ErrorReply::unknown_hold("00000000000000000000000000000000", "slots");
-        tally.outcome(Verb::Settle, &Err(unknown));
+        log.outcome(Verb::Settle, &Err(unknown));
         let shard = ShardStats::default();
-        tally.finish(&stats, &shard);
+        log.finish(&stats, &shard);
         assert_eq!(stats.decisions_of(Outcome::Allowed, "slots"), 1);
         assert_eq!(stats.decisions_of(Outcome::Denied, "slots"), 1);
         assert_eq!(stats.errors.load(Ordering::Relaxed), 1);
@@ -648,7 +638,7 @@ mod tests {
         let stats = (WorkerStats::default(), ShardStats::default());
         // The delegate: 3 units from its share, an ask of 2 from a slice,
         // 1 denied, 4 units of its share given back.
-        let mut delegate = Tally::new(0, Recording::Records, meters.clone());
+        let mut delegate = TurnLog::new(0, Recording::Records, meters.clone());
         delegate.booked("plan", "k", 3, Nanos(1));
         delegate.usage_apart(None, counted(3), Usage::Used, Nanos(1));
         delegate.usage_apart(None, counted(2), Usage::Used, Nanos(2));
@@ -662,10 +652,10 @@ mod tests {
         );
         // The home: its own ask of 1, then a hit forwarded over the link
         // and a slice given back with 2 of it spent.
-        let mut home = Tally::new(0, Recording::Records, meters);
-        home.changed("plan", "k", 1, false, Nanos(5));
+        let mut home = TurnLog::new(0, Recording::Records, meters);
+        home.changed("plan", "k", 1, Nanos(5));
         let from = home.records_made();
-        home.changed("plan", "k", 1, false, Nanos(6));
+        home.changed("plan", "k", 1, Nanos(6));
         let back = Refund {
             units: 3,
             spent: 2,
