@@ -20,6 +20,10 @@
 # OLD_ARGS / NEW_ARGS: flags added to that side's `sluice bench` (to A/B a
 # load with one binary given twice, e.g. NEW_ARGS=--ids: every ask named by
 # an id, SPEC §16).
+# OLD_WORKER_ARGS / NEW_WORKER_ARGS: flags added to that side's workers (to
+# A/B a worker flag with one binary given twice, e.g.
+# NEW_WORKER_ARGS="--otlp-endpoint http://127.0.0.1:9": tracing on, asks
+# without a trace header).
 # HOT=1: the hot-key workload instead (docs/BENCHMARKS.md, "Hot keys:
 # local budgets"): 10 of the keys get half the asks, under a fixed window of
 # 2000 per second with `local_budget = true`, and the deny cache on (POLICY
@@ -72,9 +76,11 @@ cpu_ticks() {
 # (with CPU=1, then µs of CPU per decision: load generator, worker(s), nats-server).
 cell() {
     local label="$1" bin="$2" client="$3" workers=()
+    local worker_args_var="${label^^}_WORKER_ARGS" worker_args=()
+    read -r -a worker_args <<< "${!worker_args_var:-}"
     SLUICE="$bin" start_nats
     for _ in $(seq "$WORKERS"); do
-        SLUICE_LOG=warn "$bin" worker --nats "$URL" --config "$WORK/$label.toml" >> "$WORK/worker.log" 2>&1 &
+        SLUICE_LOG=warn "$bin" worker --nats "$URL" --config "$WORK/$label.toml" "${worker_args[@]}" >> "$WORK/worker.log" 2>&1 &
         workers+=($!)
         PIDS+=($!)
     done

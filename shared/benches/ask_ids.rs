@@ -52,7 +52,13 @@ fn filled(n: usize, now: Nanos) -> RememberedIds {
     let mut ids = RememberedIds::new(n.max(1));
     for i in 0..n {
         let until = Nanos(now.0 + 60_000_000_000 + i as u64);
-        ids.remember((&key(i), &id(i)), asked(), decision().into(), until, now);
+        ids.remember(
+            ids.name(&key(i), &id(i)),
+            asked(),
+            decision().into(),
+            until,
+            now,
+        );
     }
     ids
 }
@@ -78,21 +84,32 @@ fn bench(c: &mut Criterion) {
     c.bench_function("ask_ids/seen_repeat", |b| {
         b.iter(|| {
             matches!(
-                ids.seen(black_box(&k), black_box(&i), &a, now),
+                ids.seen(ids.name(black_box(&k), black_box(&i)), &a, now),
                 Seen::Repeat(_)
             )
         })
     });
     let (k, i) = (key(usize::MAX / 2), id(1));
     c.bench_function("ask_ids/seen_first", |b| {
-        b.iter(|| matches!(ids.seen(black_box(&k), black_box(&i), &a, now), Seen::First))
+        b.iter(|| {
+            matches!(
+                ids.seen(ids.name(black_box(&k), black_box(&i)), &a, now),
+                Seen::First
+            )
+        })
     });
     let mut n = DEFAULT_MAX_IDS;
     c.bench_function("ask_ids/remember_at_the_bound", |b| {
         b.iter(|| {
             n += 1;
             let until = Nanos(now.0 + 60_000_000_000 + n as u64);
-            ids.remember((&key(n), &id(n)), asked(), decision().into(), until, now);
+            ids.remember(
+                ids.name(&key(n), &id(n)),
+                asked(),
+                decision().into(),
+                until,
+                now,
+            );
         })
     });
 }

@@ -20,9 +20,11 @@
 //! id names, so one id under two policies is a reuse, not two asks.
 //!
 //! Cheap where every named ask pays: the lookup allocates nothing (ids are
-//! found by a keyed 64-bit hash of token and id, then checked against the
-//! stored name), an admitted ask allocates its name once, and policy names
-//! are shared between entries. The order of forgetting is a min-heap of
+//! found by a keyed 64-bit hash of token and id, computed once per ask
+//! ([`IdName`]) and then checked against the stored name), an admitted ask
+//! allocates its name once, and policy names are shared between entries. A
+//! snapshot's copy shares the names too ([`CarriedId`]): the answering
+//! task copies no string for it, and the encoding is an array per id. The order of forgetting is a min-heap of
 //! (end, hash) beside the map: an id remembered after the others of its
 //! window ends no sooner than they do, so most pushes are O(1); an entry
 //! replaced or forgotten by a reset leaves its heap item behind, skipped
@@ -40,7 +42,7 @@ use crate::time::Nanos;
 use crate::wire::{ErrorCode, ErrorReply};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::hash_map::RandomState;
+use std::collections::hash_map::{Entry as Slot, RandomState};
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -157,8 +159,9 @@ pub enum Seen {
 /// One remembered id.
 #[derive(Clone, Debug)]
 struct Entry {
-    /// The key token and the id, joined ([`joined`]).
-    name: Box<str>,
+    /// The key token and the id, joined ([`joined`]); shared with the
+    /// snapshots that carry it.
+    name: Arc<str>,
     asked: Asked<Arc<str>>,
     first: FirstAnswer,
     until: Nanos,
@@ -194,6 +197,8 @@ pub struct RememberedIds {
     next_seq: u64,
     most: usize,
     forgotten_early: u64,
+    /// Where a name is joined before it is shared ([`joined`]).
+    scratch: String,
 }
 
 /// The most policy names shared; past it each entry holds its own.
@@ -225,25 +230,56 @@ impl Default for RememberedIds {
     }
 }
 
-/// A remembered id as a snapshot carries it to the next owner.
+/// A remembered id as a snapshot carries it to the next owner: its
+/// strings shared with the entry it copies (a snapshot is read on the
+/// answering task), encoded as one array per id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CarriedId {
-    #[serde(rename = "k")]
-    pub token: String,
-    #[serde(rename = "i")]
-    pub id: String,
-    #[serde(flatten)]
-    pub asked: Asked,
+pub struct CarriedId(
+    /// The key token and the id, joined by a newline ([`CarriedId::name`]).
+    Arc<str>,
+    #[serde(with = "verb_name")] Verb,
+    /// The policy.
+    Arc<str>,
+    /// The cost.
+    u64,
     /// The first answer's `remaining`, `limit`, `reset` (ns) and whether
     /// a shadow policy let it through.
-    #[serde(rename = "a")]
-    pub answer: (u64, u64, u64, bool),
+    (u64, u64, u64, bool),
     /// A reserve's hold and its end (ns since the epoch).
-    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<(HoldId, u64)>,
+    Option<(HoldId, u64)>,
     /// When it is forgotten (ns since the epoch).
-    #[serde(rename = "u")]
-    pub until: u64,
+    u64,
+);
+
+impl CarriedId {
+    /// The key token and the id.
+    pub fn name(&self) -> (&str, &str) {
+        split(&self.0)
+    }
+
+    /// What the ask was.
+    pub fn asked(&self) -> Asked<&str> {
+        Asked {
+            verb: self.1,
+            policy: &self.2,
+            cost: self.3,
+        }
+    }
+
+    /// When it is forgotten.
+    pub fn until(&self) -> Nanos {
+        Nanos(self.6)
+    }
+}
+
+/// An id under a key token, hashed once for the look-up of an ask and the
+/// remembering after it ([`RememberedIds::name`]; valid for the table
+/// that made it, whose hash is keyed).
+#[derive(Clone, Copy, Debug)]
+pub struct IdName<'a> {
+    token: &'a str,
+    id: &'a str,
+    hash: u64,
 }
 
 impl RememberedIds {
@@ -257,17 +293,23 @@ impl RememberedIds {
             next_seq: 0,
             most: most.max(1),
             forgotten_early: 0,
+            scratch: String::new(),
         }
     }
 
-    /// Where `id` under `token` is found.
-    fn hash(&self, token: &str, id: &str) -> u64 {
-        self.hasher.hash_one((token, id))
+    /// `id` under `token`, as this table finds it.
+    pub fn name<'a>(&self, token: &'a str, id: &'a str) -> IdName<'a> {
+        IdName {
+            token,
+            id,
+            hash: self.hasher.hash_one((token, id)),
+        }
     }
 
-    /// Whether `id` under `token` was seen for `asked` (see [`Seen`]).
-    pub fn seen(&self, token: &str, id: &str, asked: &Asked<&str>, now: Nanos) -> Seen {
-        let Some(entry) = self.entries.get(&self.hash(token, id)) else {
+    /// Whether the id `name` was seen for `asked` (see [`Seen`]).
+    pub fn seen(&self, name: IdName<'_>, asked: &Asked<&str>, now: Nanos) -> Seen {
+        let IdName { token, id, hash } = name;
+        let Some(entry) = self.entries.get(&hash) else {
             return Seen::First;
         };
         if entry.until <= now || !entry.is(token, id) {
@@ -295,7 +337,7 @@ impl RememberedIds {
     /// time is over, then, past the bound, those that end soonest).
     pub fn remember(
         &mut self,
-        (token, id): (&str, &str),
+        name: IdName<'_>,
         asked: Asked<&str>,
         first: FirstAnswer,
         until: Nanos,
@@ -305,7 +347,7 @@ impl RememberedIds {
             return;
         }
         self.forget_ended(now);
-        let hash = self.hash(token, id);
+        let IdName { token, id, hash } = name;
         // The same id again, or (once in 2^64) another one of its hash,
         // which is then forgotten for this one.
         self.entries.remove(&hash);
@@ -313,8 +355,7 @@ impl RememberedIds {
             let Some(Reverse((_, seq, oldest))) = self.by_end.pop() else {
                 break;
             };
-            if self.is_live(oldest, seq) {
-                self.entries.remove(&oldest);
+            if self.forget_if_live(oldest, seq) {
                 self.forgotten_early += 1;
             }
         }
@@ -330,7 +371,7 @@ impl RememberedIds {
             cost: asked.cost,
         };
         let entry = Entry {
-            name: joined(token, id).into_boxed_str(),
+            name: joined(&mut self.scratch, token, id),
             asked,
             first,
             until,
@@ -358,16 +399,20 @@ impl RememberedIds {
                 return;
             }
             self.by_end.pop();
-            if self.is_live(hash, seq) {
-                self.entries.remove(&hash);
-            }
+            self.forget_if_live(hash, seq);
         }
     }
 
-    /// Whether a heap item is its entry's (not left by one replaced or
-    /// forgotten).
-    fn is_live(&self, hash: u64, seq: u64) -> bool {
-        self.entries.get(&hash).is_some_and(|e| e.seq == seq)
+    /// Forgets the entry of a heap item if the item is its entry's (not
+    /// left by one replaced or forgotten); whether it was.
+    fn forget_if_live(&mut self, hash: u64, seq: u64) -> bool {
+        match self.entries.entry(hash) {
+            Slot::Occupied(found) if found.get().seq == seq => {
+                found.remove();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Rebuilds the heap from the live entries: stale items left by
@@ -405,58 +450,55 @@ impl RememberedIds {
         self.forgotten_early
     }
 
-    /// What a snapshot carries: every id still remembered at `now`, the
-    /// first to forget first.
+    /// What a snapshot carries: every id still remembered at `now`, in
+    /// no order ([`RememberedIds::take_over`] sorts them).
     pub fn carried(&self, now: Nanos) -> Vec<CarriedId> {
-        let mut live: Vec<&Entry> = self.entries.values().filter(|e| e.until > now).collect();
-        live.sort_unstable_by_key(|e| (e.until, e.seq));
-        live.into_iter()
+        self.entries
+            .values()
+            .filter(|e| e.until > now)
             .map(|e| {
-                let (token, id) = split(&e.name);
-                CarriedId {
-                    token: token.to_string(),
-                    id: id.to_string(),
-                    asked: Asked {
-                        verb: e.asked.verb,
-                        policy: e.asked.policy.to_string(),
-                        cost: e.asked.cost,
-                    },
-                    answer: (
-                        e.first.decision.remaining,
-                        e.first.decision.limit,
-                        e.first.decision.reset.0,
-                        e.first.decision.shadow_denied,
+                let decision = &e.first.decision;
+                CarriedId(
+                    e.name.clone(),
+                    e.asked.verb,
+                    e.asked.policy.clone(),
+                    e.asked.cost,
+                    (
+                        decision.remaining,
+                        decision.limit,
+                        decision.reset.0,
+                        decision.shadow_denied,
                     ),
-                    held: e.first.held.map(|(id, end)| (id, end.0)),
-                    until: e.until.0,
-                }
+                    e.first.held.map(|(id, end)| (id, end.0)),
+                    e.until.0,
+                )
             })
             .collect()
     }
 
-    /// A new owner takes over what a snapshot carried.
+    /// A new owner takes over what a snapshot carried: the first to forget
+    /// first, so that past the bound the latest are kept.
     pub fn take_over(&mut self, carried: &[CarriedId], now: Nanos) {
+        let mut carried: Vec<&CarriedId> = carried.iter().collect();
+        carried.sort_unstable_by_key(|c| c.6);
         for c in carried {
-            let first = FirstAnswer::stored(c.answer, c.held);
-            self.remember(
-                (&c.token, &c.id),
-                c.asked.borrowed(),
-                first,
-                Nanos(c.until),
-                now,
-            );
+            let (token, id) = c.name();
+            let first = FirstAnswer::stored(c.4, c.5);
+            let name = self.name(token, id);
+            self.remember(name, c.asked(), first, c.until(), now);
         }
     }
 }
 
 /// A key token and an id as one map key: a newline is in neither (a
 /// token is a NATS subject token, an id printable ASCII).
-fn joined(token: &str, id: &str) -> String {
-    let mut key = String::with_capacity(token.len() + 1 + id.len());
-    key.push_str(token);
-    key.push('\n');
-    key.push_str(id);
-    key
+/// (Written in `scratch` first: one allocation, the name's own.)
+fn joined(scratch: &mut String, token: &str, id: &str) -> Arc<str> {
+    scratch.clear();
+    scratch.push_str(token);
+    scratch.push('\n');
+    scratch.push_str(id);
+    Arc::from(scratch.as_str())
 }
 
 /// A [`joined`] key's token and id.

@@ -149,9 +149,9 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
     for i in 0..DEFAULT_MAX_IDS {
         let token = format!("tenant-{i:08}%2Fuser-with-a-name-of-some-length");
         let id = format!("{i:08x}-5f0e-4c1a-9d3b-{i:012x}-retry-of-order");
-        counters
-            .ids()
-            .remember((&token, &id), asked, first, until, now);
+        let mut ids = counters.ids();
+        let name = ids.name(&token, &id);
+        ids.remember(name, asked, first, until, now);
     }
     let (copy, carried) = counters
         .copy_between_turns(|c| Carried::read(c, now))
@@ -187,9 +187,9 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
     let small = filled(policy, 10, now);
     for i in 0..10 {
         let id = format!("order-{i}");
-        small
-            .ids()
-            .remember(("user-1", &id), asked, first, until, now);
+        let mut ids = small.ids();
+        let name = ids.name("user-1", &id);
+        ids.remember(name, asked, first, until, now);
     }
     let (copy, carried) = small.copy_between_turns(|c| Carried::read(c, now)).unwrap();
     let encoded = snapshot::encode(&copy, &carried).unwrap();

@@ -777,9 +777,9 @@ fn remember_replayed(record: &Record, cost: u64, named: &NamedOf<String>, counte
     let answer = (named.remaining, named.limit, named.reset, false);
     let first = sluice_core::ask_ids::FirstAnswer::stored(answer, named.held);
     let until = Nanos(named.until);
-    counters
-        .ids()
-        .remember((record.key(), &named.id), asked, first, until, record.at());
+    let mut ids = counters.ids();
+    let name = ids.name(record.key(), &named.id);
+    ids.remember(name, asked, first, until, record.at());
 }
 
 mod admin;

@@ -279,7 +279,10 @@ pub fn encode(counters: &TurnCopy, carried: &Carried) -> Result<Encoded> {
     if *carried == Carried::default() {
         return Ok(encoded);
     }
-    let packed = rmp_serde::to_vec_named(carried)
+    // Room for what most partitions carry, so that a large one grows from
+    // there, not from a few bytes (each growth copies and faults in pages).
+    let mut packed = Vec::with_capacity(CARRIED_IN_MANIFEST_MOST);
+    rmp_serde::encode::write_named(&mut packed, carried)
         .context("cannot encode the state carried beside the counters")?;
     if packed.len() <= CARRIED_IN_MANIFEST_MOST {
         return Ok(encoded);

@@ -23,9 +23,9 @@ fn a_repeat_gets_the_first_decision_and_a_reuse_is_refused() {
     let mut ids = RememberedIds::default();
     let now = Nanos::from_secs(100);
     let first = asked(Verb::Allow, "login", 2);
-    assert_eq!(ids.seen("alice", "r1", &first, now), Seen::First);
+    assert_eq!(ids.seen(ids.name("alice", "r1"), &first, now), Seen::First);
     ids.remember(
-        ("alice", "r1"),
+        ids.name("alice", "r1"),
         first,
         allowed(7),
         Nanos::from_secs(160),
@@ -33,17 +33,17 @@ fn a_repeat_gets_the_first_decision_and_a_reuse_is_refused() {
     );
 
     assert_eq!(
-        ids.seen("alice", "r1", &first, now),
+        ids.seen(ids.name("alice", "r1"), &first, now),
         Seen::Repeat(allowed(7))
     );
     // The same id of another key is another ask.
-    assert_eq!(ids.seen("bob", "r1", &first, now), Seen::First);
+    assert_eq!(ids.seen(ids.name("bob", "r1"), &first, now), Seen::First);
     for other in [
         asked(Verb::Hit, "login", 2),
         asked(Verb::Allow, "default", 2),
         asked(Verb::Allow, "login", 3),
     ] {
-        let Seen::Reused(e) = ids.seen("alice", "r1", &other, now) else {
+        let Seen::Reused(e) = ids.seen(ids.name("alice", "r1"), &other, now) else {
             panic!("{other:?} reuses the id");
         };
         assert_eq!((e.code, e.code.status()), (ErrorCode::IdReused, 409));
@@ -56,17 +56,20 @@ fn an_id_is_forgotten_when_its_ask_stops_counting() {
     let mut ids = RememberedIds::default();
     let a = asked(Verb::Allow, "p", 1);
     ids.remember(
-        ("k", "r1"),
+        ids.name("k", "r1"),
         a,
         allowed(1),
         Nanos::from_secs(60),
         Nanos::from_secs(1),
     );
     assert!(matches!(
-        ids.seen("k", "r1", &a, Nanos::from_secs(59)),
+        ids.seen(ids.name("k", "r1"), &a, Nanos::from_secs(59)),
         Seen::Repeat(_)
     ));
-    assert_eq!(ids.seen("k", "r1", &a, Nanos::from_secs(60)), Seen::First);
+    assert_eq!(
+        ids.seen(ids.name("k", "r1"), &a, Nanos::from_secs(60)),
+        Seen::First
+    );
     ids.forget_ended(Nanos::from_secs(60));
     assert!(ids.is_empty());
     assert_eq!(ids.forgotten_early(), 0);
@@ -77,14 +80,38 @@ fn past_the_bound_the_id_that_ends_soonest_goes_first_and_is_counted() {
     let mut ids = RememberedIds::new(2);
     let a = asked(Verb::Hit, "p", 1);
     let now = Nanos::from_secs(1);
-    ids.remember(("k", "late"), a, allowed(1), Nanos::from_secs(90), now);
-    ids.remember(("k", "soon"), a, allowed(1), Nanos::from_secs(30), now);
-    ids.remember(("k", "new"), a, allowed(1), Nanos::from_secs(60), now);
+    ids.remember(
+        ids.name("k", "late"),
+        a,
+        allowed(1),
+        Nanos::from_secs(90),
+        now,
+    );
+    ids.remember(
+        ids.name("k", "soon"),
+        a,
+        allowed(1),
+        Nanos::from_secs(30),
+        now,
+    );
+    ids.remember(
+        ids.name("k", "new"),
+        a,
+        allowed(1),
+        Nanos::from_secs(60),
+        now,
+    );
     assert_eq!(ids.len(), 2);
     assert_eq!(ids.forgotten_early(), 1);
-    assert_eq!(ids.seen("k", "soon", &a, now), Seen::First);
-    assert!(matches!(ids.seen("k", "late", &a, now), Seen::Repeat(_)));
-    assert!(matches!(ids.seen("k", "new", &a, now), Seen::Repeat(_)));
+    assert_eq!(ids.seen(ids.name("k", "soon"), &a, now), Seen::First);
+    assert!(matches!(
+        ids.seen(ids.name("k", "late"), &a, now),
+        Seen::Repeat(_)
+    ));
+    assert!(matches!(
+        ids.seen(ids.name("k", "new"), &a, now),
+        Seen::Repeat(_)
+    ));
 }
 
 #[test]
@@ -92,14 +119,26 @@ fn a_reset_forgets_the_keys_ids_and_only_its() {
     let mut ids = RememberedIds::default();
     let a = asked(Verb::Allow, "p", 1);
     let now = Nanos::from_secs(1);
-    ids.remember(("k", "r1"), a, allowed(1), Nanos::from_secs(9), now);
-    ids.remember(("k2", "r1"), a, allowed(1), Nanos::from_secs(9), now);
+    ids.remember(ids.name("k", "r1"), a, allowed(1), Nanos::from_secs(9), now);
+    ids.remember(
+        ids.name("k2", "r1"),
+        a,
+        allowed(1),
+        Nanos::from_secs(9),
+        now,
+    );
     let b = asked(Verb::Allow, "q", 1);
-    ids.remember(("k", "r2"), b, allowed(1), Nanos::from_secs(9), now);
+    ids.remember(ids.name("k", "r2"), b, allowed(1), Nanos::from_secs(9), now);
     ids.forget_key("k", "p");
-    assert_eq!(ids.seen("k", "r1", &a, now), Seen::First);
-    assert!(matches!(ids.seen("k2", "r1", &a, now), Seen::Repeat(_)));
-    assert!(matches!(ids.seen("k", "r2", &b, now), Seen::Repeat(_)));
+    assert_eq!(ids.seen(ids.name("k", "r1"), &a, now), Seen::First);
+    assert!(matches!(
+        ids.seen(ids.name("k2", "r1"), &a, now),
+        Seen::Repeat(_)
+    ));
+    assert!(matches!(
+        ids.seen(ids.name("k", "r2"), &b, now),
+        Seen::Repeat(_)
+    ));
     assert_eq!(ids.len(), 2);
 }
 
@@ -108,8 +147,20 @@ fn ids_travel_to_the_next_owner_with_their_answer() {
     let mut ids = RememberedIds::default();
     let a = asked(Verb::Allow, "p", 3);
     let now = Nanos::from_secs(10);
-    ids.remember(("k", "r1"), a, allowed(4), Nanos::from_secs(70), now);
-    ids.remember(("k", "gone"), a, allowed(4), Nanos::from_secs(20), now);
+    ids.remember(
+        ids.name("k", "r1"),
+        a,
+        allowed(4),
+        Nanos::from_secs(70),
+        now,
+    );
+    ids.remember(
+        ids.name("k", "gone"),
+        a,
+        allowed(4),
+        Nanos::from_secs(20),
+        now,
+    );
     let later = Nanos::from_secs(30);
     let carried = ids.carried(later);
     assert_eq!(carried.len(), 1, "an id whose time is over is not carried");
@@ -119,7 +170,10 @@ fn ids_travel_to_the_next_owner_with_their_answer() {
 
     let mut next = RememberedIds::default();
     next.take_over(&back, later);
-    assert_eq!(next.seen("k", "r1", &a, later), Seen::Repeat(allowed(4)));
+    assert_eq!(
+        next.seen(next.name("k", "r1"), &a, later),
+        Seen::Repeat(allowed(4))
+    );
 }
 
 #[test]
@@ -153,7 +207,7 @@ fn an_ask_is_remembered_while_it_counts_and_at_most_a_day() {
 #[test]
 fn an_entry_answers_only_for_its_own_token_and_id() {
     let entry = Entry {
-        name: joined("ab", "c").into_boxed_str(),
+        name: joined(&mut String::new(), "ab", "c"),
         asked: Asked {
             verb: Verb::Allow,
             policy: Arc::from("p"),
@@ -183,22 +237,31 @@ fn an_id_remembered_again_is_not_forgotten_at_its_old_end() {
     let mut ids = RememberedIds::new(2);
     let a = asked(Verb::Allow, "p", 1);
     let t = Nanos::from_secs;
-    ids.remember(("k", "r1"), a, allowed(1), t(100), t(1));
-    ids.remember(("k", "r1"), a, allowed(1), t(200), t(2));
-    ids.remember(("j", "r2"), a, allowed(1), t(100), t(3));
+    ids.remember(ids.name("k", "r1"), a, allowed(1), t(100), t(1));
+    ids.remember(ids.name("k", "r1"), a, allowed(1), t(200), t(2));
+    ids.remember(ids.name("j", "r2"), a, allowed(1), t(100), t(3));
     ids.forget_key("j", "p");
-    ids.remember(("j", "r2"), a, allowed(1), t(300), t(4));
+    ids.remember(ids.name("j", "r2"), a, allowed(1), t(300), t(4));
     ids.forget_ended(t(150));
-    assert!(matches!(ids.seen("k", "r1", &a, t(150)), Seen::Repeat(_)));
-    assert!(matches!(ids.seen("j", "r2", &a, t(150)), Seen::Repeat(_)));
+    assert!(matches!(
+        ids.seen(ids.name("k", "r1"), &a, t(150)),
+        Seen::Repeat(_)
+    ));
+    assert!(matches!(
+        ids.seen(ids.name("j", "r2"), &a, t(150)),
+        Seen::Repeat(_)
+    ));
     assert_eq!((ids.len(), ids.forgotten_early()), (2, 0));
     // The bound still forgets the soonest live id, not a stale place.
-    ids.remember(("k", "r3"), a, allowed(1), t(400), t(150));
-    assert_eq!(ids.seen("k", "r1", &a, t(150)), Seen::First);
-    assert!(matches!(ids.seen("j", "r2", &a, t(150)), Seen::Repeat(_)));
+    ids.remember(ids.name("k", "r3"), a, allowed(1), t(400), t(150));
+    assert_eq!(ids.seen(ids.name("k", "r1"), &a, t(150)), Seen::First);
+    assert!(matches!(
+        ids.seen(ids.name("j", "r2"), &a, t(150)),
+        Seen::Repeat(_)
+    ));
     assert_eq!(ids.forgotten_early(), 1);
     for n in 0..10_000u64 {
-        ids.remember(("k", "r3"), a, allowed(1), t(400 + n), t(150));
+        ids.remember(ids.name("k", "r3"), a, allowed(1), t(400 + n), t(150));
     }
     assert!(ids.by_end.len() <= 2 * 2 + 1024, "{}", ids.by_end.len());
 }

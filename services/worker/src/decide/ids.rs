@@ -57,7 +57,12 @@ impl Decider {
             policy: policy.name(),
             cost,
         };
-        let seen = counters.ids().seen(token, id, &asked, now);
+        let seen = {
+            let ids = counters.ids();
+            let name = ids.name(token, id);
+            (ids.seen(name, &asked, now), name)
+        };
+        let (seen, name) = seen;
         match seen {
             Seen::Repeat(first) => {
                 turn.log.repeat();
@@ -75,7 +80,7 @@ impl Decider {
             let forgotten = {
                 let mut ids = counters.ids();
                 let before = ids.forgotten_early();
-                ids.remember((token, id), asked, first, until, now);
+                ids.remember(name, asked, first, until, now);
                 ids.forgotten_early() - before
             };
             let named = Named {
