@@ -18,8 +18,8 @@
 //!   ([`Certs::reload`]): new handshakes present the new certificate,
 //!   connections already open keep theirs, and files that cannot be read or
 //!   do not go together are refused with the reason, the old certificate
-//!   kept. The gRPC listener (tonic's own TLS) keeps the certificate it
-//!   started with until a restart.
+//!   kept. The gRPC listener takes its handshakes from the same resolver
+//!   ([`incoming`]), so it presents the new certificate too.
 //! - Each handshake runs in its connection's own task, bounded by
 //!   [`HANDSHAKE_TIMEOUT`], so a client that connects and says nothing
 //!   holds only that task, never the accept loop. A failed handshake
@@ -45,8 +45,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tower::Service as _;
 
@@ -62,12 +63,12 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// What [`TlsFiles::load`] read and checked: the HTTPS config, whose
-/// certificate [`Certs`] can replace, and the same PEM for the gRPC server
-/// (tonic builds its own rustls config).
+/// What [`TlsFiles::load`] read and checked: the HTTPS config and the
+/// gRPC one (HTTP/2 only), both presenting what [`Certs`] holds, so a
+/// reload replaces the certificate of both.
 pub(crate) struct Tls {
     pub(crate) http: Arc<ServerConfig>,
-    pub(crate) grpc: tonic::transport::ServerTlsConfig,
+    pub(crate) grpc: Arc<ServerConfig>,
     pub(crate) certs: Arc<Certs>,
 }
 
@@ -75,7 +76,7 @@ impl TlsFiles {
     /// Reads both files and checks that they make a certificate and its
     /// key; every error names the file and its flag.
     pub(crate) fn load(&self) -> anyhow::Result<Tls> {
-        let (key, cert_pem, key_pem) = self.read_key()?;
+        let key = self.read_key()?;
         let certs = Arc::new(Certs {
             files: self.clone(),
             now: RwLock::new(Arc::new(key)),
@@ -86,23 +87,18 @@ impl TlsFiles {
             .context("rustls has no TLS protocol version")?
             .with_no_client_auth()
             .with_cert_resolver(certs.clone());
+        let mut grpc = http.clone();
         http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        // tonic's own rustls config takes the process's default provider;
-        // make it *ring*, like ours (an error only means one is set).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let grpc = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem))
-            .timeout(HANDSHAKE_TIMEOUT);
+        grpc.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Tls {
             http: Arc::new(http),
-            grpc,
+            grpc: Arc::new(grpc),
             certs,
         })
     }
 
-    /// The certificate chain and its signing key, checked to go together,
-    /// and the PEM they were read from.
-    fn read_key(&self) -> anyhow::Result<(CertifiedKey, Vec<u8>, Vec<u8>)> {
+    /// The certificate chain and its signing key, checked to go together.
+    fn read_key(&self) -> anyhow::Result<CertifiedKey> {
         let cert_pem = read(&self.cert, "certificate", "--tls-cert")?;
         let key_pem = read(&self.key, "key", "--tls-key")?;
         let certs = CertificateDer::pem_slice_iter(&cert_pem)
@@ -142,7 +138,7 @@ impl TlsFiles {
         let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(mismatch)?;
         let certified = CertifiedKey::new(certs, signing);
         certified.keys_match().map_err(mismatch)?;
-        Ok((certified, cert_pem, key_pem))
+        Ok(certified)
     }
 }
 
@@ -158,7 +154,7 @@ pub(crate) struct Certs {
 impl Certs {
     /// Reads the files again; on any error the certificate in force stays.
     pub(crate) fn reload(&self) -> anyhow::Result<()> {
-        let (key, _, _) = self.files.read_key()?;
+        let key = self.files.read_key()?;
         *self.now.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
         Ok(())
     }
@@ -242,6 +238,55 @@ pub(crate) async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// The TLS connections of `listener` (`--grpc-listen` with TLS), for a
+/// server that takes its connections from a stream (tonic's
+/// `serve_with_incoming_shutdown`): each handshake in a task of its own,
+/// bounded by [`HANDSHAKE_TIMEOUT`] as in [`serve`], so that a silent
+/// client holds up no other. Accepting stops when `stop` turns true.
+pub(crate) fn incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    mut stop: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+    let (done, handshaken) = tokio::sync::mpsc::channel(64);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => return,
+                _ = done.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (tcp, remote) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    tracing::warn!("accepting a gRPC connection failed: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let (acceptor, done) = (acceptor.clone(), done.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = done.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!("TLS handshake with {remote} failed: {e}"),
+                    Err(_) => tracing::debug!(
+                        "TLS handshake with {remote} took over {HANDSHAKE_TIMEOUT:?}"
+                    ),
+                }
+            });
+        }
+    });
+    futures::stream::unfold(handshaken, |mut handshaken| async move {
+        let next = handshaken.recv().await?;
+        Some((next, handshaken))
+    })
 }
 
 /// Errors of one connection that was gone before it was accepted.

@@ -249,3 +249,98 @@ fn bad_tls_files_end_the_gateway_with_one_line_naming_the_file_and_flag() {
         .unwrap();
     assert!(one_line_error(&only_cert).contains("--tls-cert needs --tls-key"));
 }
+
+/// The leaf certificate `addr` presents in a TLS handshake, trusting the
+/// CAs of `cas` only.
+async fn presented(addr: SocketAddr, cas: &[&TestCa]) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        for cert in CertificateDer::pem_file_iter(ca.ca())? {
+            roots.add(cert?)?;
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await?;
+    let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+    Ok(leaf.expect("a server presents a certificate").to_vec())
+}
+
+/// The DER of the first certificate in the PEM file `path`.
+fn leaf_of(path: &std::path::Path) -> Vec<u8> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    CertificateDer::pem_file_iter(path)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+/// A reload (SIGHUP in `sluice gateway`) puts a new certificate in force on
+/// both TLS listeners, HTTPS and gRPC, for new handshakes; files that do
+/// not make a certificate are refused and the one in force stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_presents_the_new_certificate_on_https_and_grpc() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let (old, new) = (TestCa::new().unwrap(), TestCa::new().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::copy(old.server_cert(), &cert).unwrap();
+    std::fs::copy(old.server_key(), &key).unwrap();
+    let grpc = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let reload = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mut opts = GatewayOptions::new(stack.nats.url(), config(Fallback::Closed));
+    opts.grpc_listen = Some(grpc);
+    opts.tls = Some(sluice_gateway::TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    });
+    opts.reload = Some(reload.clone());
+    let gw = Gateway::start_with(opts).await;
+    let both = [&old, &new];
+    let (old_leaf, new_leaf) = (leaf_of(&old.server_cert()), leaf_of(&new.server_cert()));
+    for addr in [gw.addr, grpc] {
+        let leaf = eventually(Duration::from_secs(10), TICK, || presented(addr, &both))
+            .await
+            .expect("a TLS handshake");
+        assert!(
+            leaf == old_leaf,
+            "{addr} presents the certificate it started with"
+        );
+    }
+
+    // A key that is not the certificate's: refused, the old one stays.
+    std::fs::copy(new.server_cert(), &cert).unwrap();
+    reload.notify_one();
+    for addr in [gw.addr, grpc] {
+        assert!(presented(addr, &both).await.unwrap() == old_leaf, "{addr}");
+    }
+
+    std::fs::copy(new.server_key(), &key).unwrap();
+    reload.notify_one();
+    for addr in [gw.addr, grpc] {
+        eventually(Duration::from_secs(10), TICK, || async {
+            let leaf = presented(addr, &both).await?;
+            anyhow::ensure!(
+                leaf == new_leaf,
+                "{addr} still presents the old certificate"
+            );
+            Ok(())
+        })
+        .await
+        .expect("the new certificate is presented after the reload");
+    }
+}

@@ -44,24 +44,32 @@ const MAX_REQUEST_BYTES: usize = 256 * 1024;
 pub(crate) async fn serve(
     app: Arc<App>,
     listener: TcpListener,
-    tls: Option<tonic::transport::ServerTlsConfig>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let service =
         RateLimitServiceServer::new(Service { app }).max_decoding_message_size(MAX_REQUEST_BYTES);
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        server = server.tls_config(tls)?;
+    let mut shutdown = stop.clone();
+    let shutdown = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    let server = tonic::transport::Server::builder().add_service(service);
+    match tls {
+        // The gateway's own handshakes (crate::https::incoming), so that a
+        // reloaded certificate is presented here too.
+        Some(config) => {
+            let incoming = crate::https::incoming(listener, config, stop);
+            server
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        None => {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            server
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
     }
-    server
-        .add_service(service)
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            },
-        )
-        .await
 }
 
 struct Service {
