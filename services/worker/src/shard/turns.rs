@@ -3,21 +3,20 @@
 //! `shard.rs`, which moves messages, timers and store calls.
 
 use super::Shard;
-use crate::decide::{Answer, Message, Owned};
+use crate::counters::Counters;
+use crate::decide::{Answer, Decider, Message, Owned};
+use crate::journal::record::Record;
+use crate::owner::Rules;
 use crate::reply::Reply;
 use crate::traced::Traced;
-use sluice_core::region::state::Event;
+use sluice_core::policies::Policies;
+use sluice_core::region::state::{Action, Event};
 use sluice_core::subject::{Inbound, Verb};
 
 impl Shard {
     /// The partition as the decision core is handed it.
     pub(super) fn owned(&self) -> Owned<'_> {
-        Owned {
-            partition: self.owner.partition(),
-            counters: self.owner.counters(),
-            stats: self.owner.stats(),
-            usage: self.owner.usage().map(|l| &**l),
-        }
+        self.owner.owned()
     }
 
     /// Ends the holds whose end has come (SPEC §13): what they release
@@ -128,6 +127,23 @@ impl Shard {
             .outbox
             .answer(records, replies, received, then)
             .await;
+    }
+}
+
+/// The decision core's part in a takeover ([`Rules`]): under the policies
+/// in force when it started.
+pub(super) struct Deciding<'a> {
+    pub decider: &'a Decider,
+    pub policies: &'a Policies,
+}
+
+impl Rules for Deciding<'_> {
+    fn replay(&self, record: &Record, counters: &Counters) -> bool {
+        self.decider.replay(self.policies, record, counters)
+    }
+
+    fn taken_over(&self, owned: Owned<'_>) -> Vec<Action> {
+        self.decider.took_over_tallies(self.policies, owned)
     }
 }
 
