@@ -463,8 +463,12 @@ impl Owner {
         } else {
             self.journal_position(journal)
         };
+        // A generation of its own: a handover's may hold no change since
+        // the last snapshot ([`Carried::unsaved`]), whose chunks it must
+        // not overwrite (nor purge, if it fails).
+        let mark = if handover { "h" } else { "" };
         let manifest = Manifest {
-            gen: format!("{}x{}", self.lease_rev, changes),
+            gen: format!("{}x{changes}{mark}", self.lease_rev),
             lease_rev: self.lease_rev,
             journal_seq,
             journal_writers,

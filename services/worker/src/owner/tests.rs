@@ -688,6 +688,7 @@ fn the_global_state_travels_with_snapshots_and_slices_only_with_a_handover() {
         None,
     );
     assert!(handed.handover);
+    assert_ne!(handed.gen, periodic.gen, "chunks of its own");
     assert_eq!(handed.carried.global.delegates[0].slices().len(), 1);
     // In the manifest (JSON) and in the chunks (MessagePack) alike.
     let json: Manifest = serde_json::from_slice(&serde_json::to_vec(&handed).unwrap()).unwrap();
