@@ -552,10 +552,12 @@ impl Shard {
     }
 }
 
-/// How often a shard ends the holds whose end has come. Their slots are
-/// free at their end whatever this is; what a released hold gives back, and
-/// a charged one's usage, wait for the sweep (or the key's next hold verb).
-const HOLD_SWEEP: Duration = Duration::from_millis(250);
+/// How often a shard sweeps what ended in its kept state: the holds whose
+/// end has come, and a delegate's slices of global keys whose lease ended.
+/// A hold's slots are free at its end whatever this is; what a released
+/// hold gives back, and a charged one's usage, wait for the sweep (or the
+/// key's next hold verb), as does what is left of a slice for its home.
+const SWEEP: Duration = Duration::from_millis(250);
 
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);

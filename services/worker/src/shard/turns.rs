@@ -19,10 +19,17 @@ impl Shard {
         self.owner.owned()
     }
 
+    /// Sweeps what ended in the kept state ([`super::SWEEP`]): the holds
+    /// whose end has come, and the global slices whose lease ended.
+    pub(super) async fn sweep(&mut self) {
+        self.end_holds().await;
+        self.sweep_global();
+    }
+
     /// Ends the holds whose end has come (SPEC §13): what they release
     /// goes back, what they charge is usage, in journal mode stored as any
     /// count is.
-    pub(super) async fn end_holds(&mut self) {
+    async fn end_holds(&mut self) {
         if self.owner.counters().outstanding().holds_len() == 0 {
             return;
         }
@@ -42,7 +49,7 @@ impl Shard {
 
     /// Gives back the slices of global keys whose lease ended (SPEC
     /// §12, [`crate::global`]).
-    pub(super) fn sweep_global(&self) {
+    fn sweep_global(&self) {
         let answering = &self.answering;
         let Some(link) = &answering.link else {
             return;
