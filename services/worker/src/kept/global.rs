@@ -15,9 +15,12 @@
 //! `handover`): an owner after a crash cannot tell what was spent of a
 //! slice since the copy (no record says which slice an ask spent), so it
 //! asks anew, and their units stay counted at the home until their window
-//! ends (under-admission, never more). Replay rebuilds none of it: grants
-//! come over the link and are not journaled, and the demand only paces
-//! the books.
+//! ends (under-admission, never more). Journal replay adds to the home's
+//! demand what the records of its own asks after the snapshot say
+//! (`Decider::replay_home_demand`); a delegate's books it leaves as the
+//! snapshot had them (grants come over the link and are not journaled,
+//! and a delegate's use of its slices is journaled only with usage or
+//! alerts), which only paces them.
 
 use super::kind::Kept;
 use crate::counters::Counters;
