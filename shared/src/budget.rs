@@ -129,16 +129,25 @@ pub fn want(asks_per_lease: u64, cost: u64, capacity: u64) -> u64 {
     asks_per_lease.saturating_mul(cost).clamp(cost, cap)
 }
 
-/// A slice as a client holds it. Times are the client's clock.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A slice as a client holds it. Times are the client's clock. (A
+/// delegate region's owner holds its slices the same way, and a handover
+/// carries them: `sluice_core::region::global`.)
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Slice {
+    #[serde(rename = "l")]
     left: u64,
+    #[serde(rename = "s")]
     spent: u64,
+    #[serde(rename = "e")]
     ends: Nanos,
+    #[serde(rename = "t")]
     taken_at: Nanos,
     /// The deciding limit's numbers as the grant's reply had them.
+    #[serde(rename = "m")]
     limit: u64,
+    #[serde(rename = "r")]
     remaining_at_grant: u64,
+    #[serde(rename = "z")]
     resets_at: Nanos,
 }
 

@@ -154,7 +154,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         ids.remember(name, asked, first, until, now);
     }
     let (copy, carried) = counters
-        .copy_between_turns(|c| Carried::read(c, now))
+        .copy_between_turns(|c| Carried::read(c, now, false))
         .unwrap();
     assert_eq!(carried.ids.len(), DEFAULT_MAX_IDS);
     assert!(
@@ -191,7 +191,9 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         let name = ids.name("user-1", &id);
         ids.remember(name, asked, first, until, now);
     }
-    let (copy, carried) = small.copy_between_turns(|c| Carried::read(c, now)).unwrap();
+    let (copy, carried) = small
+        .copy_between_turns(|c| Carried::read(c, now, false))
+        .unwrap();
     let encoded = snapshot::encode(&copy, &carried).unwrap();
     let manifest = Manifest {
         gen: "1x2".into(),

@@ -173,8 +173,8 @@ pub struct Counters {
     /// The slices of local budgets and the holds granted from these counters and not
     /// back yet (a refund gives back at most its own slice).
     outstanding: Arc<Mutex<Outstanding>>,
-    /// The state of its global keys (SPEC §12), not stored: see
-    /// [`sluice_core::region::state`].
+    /// The state of its global keys (SPEC §12), carried as kept state
+    /// (`kept/global.rs`): see [`sluice_core::region::state`].
     global: Arc<Mutex<GlobalState>>,
     /// The ids of admitted asks, so that a repeat counts once (SPEC §16).
     ids: Arc<Mutex<RememberedIds>>,

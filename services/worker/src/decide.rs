@@ -694,6 +694,8 @@ impl Decider {
             return true;
         }
         self.replay_tally(policies, base, record, typed, counters);
+        let in_force = policies.in_force(base, record.key());
+        self.replay_home_demand(in_force, record, typed, counters);
         // Under the limits the key was decided under: an override's, if
         // any; of a global bucket, this region's part.
         let policy = policies

@@ -4,7 +4,7 @@
 //! A counter's value travels in the snapshot's chunks and the journal's
 //! records. Some state belongs to the partition without being a counter
 //! value: the budget slices granted and not back yet, the live holds, the
-//! alerts fired, the ids of admitted asks. Each such kind implements [`Kept`] in a file of its own
+//! alerts fired, the ids of admitted asks, the global keys' state. Each such kind implements [`Kept`] in a file of its own
 //! and is registered once, in the [`kept!`] list at the bottom of this file:
 //! that list makes the manifest's field for it ([`Carried`]), takes it at
 //! every snapshot, and hands it to the next owner at takeover.
@@ -16,6 +16,7 @@
 //! given back) finds its hold or slice, and one before it is not replayed.
 
 mod alerts;
+mod global;
 mod holds;
 mod ids;
 mod kind;
@@ -49,14 +50,22 @@ macro_rules! kept {
         }
 
         impl Carried {
-            /// Every kind, read in a snapshot's copy between turns.
-            pub fn read(counters: &Counters, now: Nanos) -> Carried {
-                Carried { $($field: <$kind>::read(counters, now),)* }
+            /// Every kind, read in a snapshot's copy between turns
+            /// (`handover`: a handover's final copy, [`Kept::read`]).
+            pub fn read(counters: &Counters, now: Nanos, handover: bool) -> Carried {
+                Carried { $($field: <$kind>::read(counters, now, handover),)* }
             }
 
-            /// Every kind, taken over by a new owner.
-            pub fn take_over(&self, counters: &Counters, now: Nanos) {
-                $(<$kind>::take_over(&self.$field, counters, now);)*
+            /// Every kind, taken over by a new owner (`handover`: the
+            /// first after a handover's final snapshot, [`Kept::take_over`]).
+            pub fn take_over(&self, counters: &Counters, now: Nanos, handover: bool) {
+                $(<$kind>::take_over(&self.$field, counters, now, handover);)*
+            }
+
+            /// Whether any kind holds state a handover must carry though
+            /// no count changed ([`Kept::unsaved`]).
+            pub fn unsaved(counters: &Counters) -> bool {
+                false $(|| <$kind>::unsaved(counters))*
             }
         }
     };
@@ -76,6 +85,12 @@ kept! {
     /// The ids of admitted asks that still count, so that the next owner
     /// answers their repeats instead of counting them again (SPEC §16).
     ids: ids::Ids,
+    /// The partition's global state (SPEC §12) beside its keys' counters:
+    /// each global key's demand, the home's reclaims, and at a handover a
+    /// delegate's slices, so that the next owner keeps, asks for and
+    /// gives back what the last one would have
+    /// ([`sluice_core::region::state::CarriedGlobal`]).
+    global: global::Global,
 }
 
 #[cfg(test)]
@@ -109,7 +124,7 @@ mod tests {
         counters.apply(&policy, key, now, Op::Allow(6));
         counters.update(&policy, key, now, |s| policy.refund(s, now, 3, now));
         counters.apply(&policy, key, now, Op::Allow(3));
-        let carried = Carried::read(&counters, now);
+        let carried = Carried::read(&counters, now, false);
         assert_eq!(carried.alerts.len(), 1, "{:?}", carried.alerts);
         assert_eq!(
             (carried.alerts[0].alert.used, carried.alerts[0].stored),
@@ -117,7 +132,7 @@ mod tests {
         );
 
         let next = Counters::new();
-        carried.take_over(&next, now);
+        carried.take_over(&next, now, false);
         next.apply(&policy, key, now, Op::Record(6));
         assert_eq!(next.alerts().fired().len(), 1, "nothing fired again");
         // The next hour is a new window: it fires again there.
@@ -133,13 +148,19 @@ mod tests {
     #[test]
     fn a_manifest_carries_each_kind_under_its_own_field_and_leaves_empty_ones_out() {
         let empty = serde_json::to_value(Manifest::default()).unwrap();
-        assert!(empty.get("slices").is_none(), "{empty}");
+        for field in ["slices", "global", "handover"] {
+            assert!(empty.get(field).is_none(), "{empty}");
+        }
 
         let written = r#"{"gen":"3x9","chunks":1,"bytes":10,"entries":1,"lease_rev":3,
             "journal_seq":0,"taken_at_ms":1,"worker":"w0",
             "slices":[{"k":"default/hot","t":5000000000,"u":12}]}"#;
         let m: Manifest = serde_json::from_str(written).unwrap();
         assert_eq!(m.carried.slices.len(), 1);
+        // Written before the global state was kept: none, and not a
+        // handover's (its slices, had it any, are not taken).
+        assert_eq!(m.carried.global, Default::default());
+        assert!(!m.handover);
         assert_eq!(
             (m.carried.slices[0].key.as_str(), m.carried.slices[0].units),
             ("default/hot", 12)

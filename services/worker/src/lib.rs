@@ -19,7 +19,7 @@
 //!   through snapshot, replay, takeover and handover; a state machine
 //!   without I/O.
 //! - [`kept`]: the kinds of state kept beside the counters' values (budget
-//!   slices), one registration each.
+//!   slices, holds, alerts, ids, the global state), one registration each.
 //! - [`snapshot`]: chunked, fenced snapshots in JetStream KV.
 //! - [`journal`]: the journal of counted requests (journal mode): its
 //!   record, replay, purge.

@@ -17,16 +17,21 @@
 //! the wall clock), and the journal is reached through [`Journal`], so the
 //! unit tests (`owner/tests.rs`) drive every rule without NATS.
 //!
-//! A new kind of kept state (holds, region grants) is registered in
-//! [`crate::kept`]; nothing here changes for it.
+//! A new kind of kept state (holds, a partition's global state) is
+//! registered in [`crate::kept`]; nothing here changes for it. What the
+//! decision core adds to a takeover (replaying a record, and what the
+//! partition tells the other regions once it answers) comes in through
+//! [`Rules`].
 
 use crate::counters::{Counters, TurnCopy};
+use crate::decide::Owned;
 use crate::journal::record::Record;
 use crate::journal::Since;
 use crate::kept::Carried;
 use crate::snapshot::Manifest;
 use crate::stats::ShardStats;
 use crate::usage::ledger::Ledger;
+use sluice_core::region::state::Action;
 use sluice_core::time::Nanos;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +61,33 @@ pub trait Journal {
         since: &Since,
         apply: &mut dyn FnMut(&Record) -> bool,
     ) -> usize;
+}
+
+/// The decision core as a takeover sees it: the shard implements it with
+/// [`crate::decide::Decider`] and the policies in force; tests fake it.
+pub trait Rules {
+    /// Applies a journal record of a turn the snapshot does not hold;
+    /// `false` when it was skipped.
+    fn replay(&self, record: &Record, counters: &Counters) -> bool;
+
+    /// The partition is restored: what it must tell the other regions
+    /// once it answers (SPEC §12: its tallies to their homes again, and,
+    /// as a home, a request to report theirs again, since its snapshot
+    /// may hold older reports than the last owner had taken).
+    fn taken_over(&self, owned: Owned<'_>) -> Vec<Action>;
+}
+
+/// What a takeover restored and what it leaves to do.
+#[derive(Debug)]
+pub struct TakenOver {
+    /// The manifest to fence the partition with ([`Owner::fenced`]).
+    pub manifest: Manifest,
+    /// Whether the ledger still owes the usage of the replayed records
+    /// (journal mode).
+    pub usage_replay_owed: bool,
+    /// What to carry over the link once the partition answers (its
+    /// subjects subscribed, so that answers to them arrive).
+    pub actions: Vec<Action>,
 }
 
 /// What an owner is configured with.
@@ -100,6 +132,9 @@ pub struct Snapshot {
     /// next owner), and the snapshot claims no journal position past what
     /// it stored. See [`Owner::tick`].
     pub flush_usage: Option<bool>,
+    /// A handover's final snapshot: the kept state is read as its owner
+    /// leaves it ([`crate::kept::Kept::read`]).
+    pub handover: bool,
 }
 
 impl Snapshot {
@@ -201,6 +236,16 @@ impl Owner {
         &self.stats
     }
 
+    /// The partition as the decision core is handed it.
+    pub fn owned(&self) -> Owned<'_> {
+        Owned {
+            partition: self.settings.partition,
+            counters: &self.counters,
+            stats: &self.stats,
+            usage: self.usage.as_deref(),
+        }
+    }
+
     /// The partition's usage ledger, once the takeover opened it.
     pub fn usage(&self) -> Option<&Arc<Ledger>> {
         self.usage.as_ref()
@@ -239,24 +284,25 @@ impl Owner {
     }
 
     /// Takeover, once the snapshot's counters are imported into
-    /// [`Owner::counters`]: takes over the state carried beside them, opens
-    /// the usage ledger (`open_usage`, given the journal position the
-    /// snapshot covers), and replays the journal's records since the
-    /// snapshot (`since`) through `apply`, each once: those of turns the
-    /// snapshot's copy holds are skipped ([`crate::counters::Turns`]). Returns the manifest to fence the
-    /// partition with ([`Owner::fenced`]) and whether the ledger still owes
-    /// the usage of the replayed records (journal mode).
+    /// [`Owner::counters`]: takes over every kind of state carried beside
+    /// them ([`crate::kept`]), opens the usage ledger (`open_usage`, given
+    /// the journal position the snapshot covers), replays the journal's
+    /// records since the snapshot (`since`) through `rules`, each once:
+    /// those of turns the snapshot's copy holds are skipped
+    /// ([`crate::counters::Turns`]), and asks `rules` what the restored
+    /// partition must tell the other regions.
     pub fn take_over(
         &mut self,
         found: Found,
         since: &Since,
         journal: &dyn Journal,
         open_usage: impl FnOnce(u64) -> Option<Arc<Ledger>>,
-        mut apply: impl FnMut(&Record, &Counters) -> bool,
+        rules: &dyn Rules,
         now: Nanos,
-    ) -> (Manifest, bool) {
+    ) -> TakenOver {
         let mut manifest = found.manifest.unwrap_or_default();
-        manifest.carried.take_over(&self.counters, now);
+        let handover = manifest.handover;
+        manifest.carried.take_over(&self.counters, now, handover);
         self.usage = open_usage(manifest.journal_seq);
         let counters = &self.counters;
         // Records numbered up to the snapshot's turn are in its copy; a
@@ -266,7 +312,7 @@ impl Owner {
         let mut last_turn = copied;
         let applied = journal.replay(self.settings.partition, &mut manifest, since, &mut |r| {
             last_turn = last_turn.max(r.turn());
-            (r.turn() == 0 || r.turn() > copied) && apply(r, counters)
+            (r.turn() == 0 || r.turn() > copied) && rules.replay(r, counters)
         });
         // Our turns are numbered after every earlier owner's.
         counters.turns().resume_after(last_turn);
@@ -281,12 +327,19 @@ impl Owner {
             self.stats.add_changes(applied as u64);
         }
         // Fence: from now on a late snapshot by the previous owner fails
-        // its compare and set.
+        // its compare and set. What a handover's snapshot carried for its
+        // first owner only is ours now: an owner after us must not take
+        // it too.
         manifest.lease_rev = self.lease_rev;
         manifest.worker = self.settings.worker_id.clone();
+        manifest.handover = false;
         self.manifest_rev = found.rev;
         let usage_replay_owed = journal.is_journal() && self.usage.is_some();
-        (manifest, usage_replay_owed)
+        TakenOver {
+            manifest,
+            usage_replay_owed,
+            actions: rules.taken_over(self.owned()),
+        }
     }
 
     /// The fencing manifest was written at revision `rev`: the partition is ours.
@@ -354,7 +407,7 @@ impl Owner {
         let snapshot_flushes = self.snapshot_flushes_usage(journal);
         let flushing = snapshot_flushes && (self.flushing || !self.usage_replayed());
         if self.dirty() && !flushing {
-            due.write = Some(Write::Snapshot(self.snapshot(journal, true, now, wall)));
+            due.write = Some(Write::Snapshot(self.snapshot(journal, false, now, wall)));
         } else if self.journal_position_stale(journal, now) && !flushing {
             due.write = Some(self.position_rewrite(journal));
         }
@@ -393,30 +446,35 @@ impl Owner {
         }
     }
 
-    /// A snapshot taken now (`rollups`: with the rollups due when it
-    /// stores the usage).
+    /// A snapshot taken now: a handover's final one, or a periodic one
+    /// (with the rollups due when it stores the usage).
     fn snapshot(
         &mut self,
         journal: &dyn Journal,
-        rollups: bool,
+        handover: bool,
         now: Instant,
         wall: Nanos,
     ) -> Snapshot {
         let changes = self.stats.changes();
-        let flush_usage = self.snapshot_flushes_usage(journal).then_some(rollups);
+        let flush_usage = self.snapshot_flushes_usage(journal).then_some(!handover);
         let (journal_seq, journal_writers) = if flush_usage.is_some() {
             // Capped by what the flush stores (`Snapshot::complete`).
             journal.position(self.manifest.journal_seq)
         } else {
             self.journal_position(journal)
         };
+        // A generation of its own: a handover's may hold no change since
+        // the last snapshot ([`Carried::unsaved`]), whose chunks it must
+        // not overwrite (nor purge, if it fails).
+        let mark = if handover { "h" } else { "" };
         let manifest = Manifest {
-            gen: format!("{}x{}", self.lease_rev, changes),
+            gen: format!("{}x{changes}{mark}", self.lease_rev),
             lease_rev: self.lease_rev,
             journal_seq,
             journal_writers,
             taken_at_ms: wall.as_u64() / 1_000_000,
             worker: self.settings.worker_id.clone(),
+            handover,
             // Read in the copy of the counters (`Snapshot::complete`).
             ..Default::default()
         };
@@ -429,6 +487,7 @@ impl Owner {
             expected_rev: self.manifest_rev,
             previous_gen: (!previous_gen.is_empty()).then(|| previous_gen.clone()),
             flush_usage,
+            handover,
         }
     }
 
@@ -481,9 +540,11 @@ impl Owner {
     // --- Handover ---------------------------------------------------------
 
     /// Handover, after every answer is sent and the usage stored: the final
-    /// snapshot, when anything changed since the last one and the lease is
-    /// still valid (a snapshot without a valid lease could overwrite the
-    /// next owner's). The rollups due are left to the next owner.
+    /// snapshot, when anything changed since the last one (or kept state
+    /// holds what only a handover carries, [`Carried::unsaved`]) and the
+    /// lease is still valid (a snapshot without a valid lease could
+    /// overwrite the next owner's). The rollups due are left to the next
+    /// owner.
     pub fn final_snapshot(
         &mut self,
         journal: &dyn Journal,
@@ -491,7 +552,8 @@ impl Owner {
         now: Instant,
         wall: Nanos,
     ) -> Option<Snapshot> {
-        (self.dirty() && lease_valid).then(|| self.snapshot(journal, false, now, wall))
+        let changed = self.dirty() || Carried::unsaved(&self.counters);
+        (changed && lease_valid).then(|| self.snapshot(journal, true, now, wall))
     }
 }
 

@@ -213,7 +213,11 @@ impl Shard {
         let now_ms = now.as_u64() / 1_000_000;
         let outbox = &self.answering.outbox;
         let history = self.answering.usage.as_ref();
-        let (manifest, usage_replay_owed) = self.owner.take_over(
+        let rules = turns::Deciding {
+            decider,
+            policies: &policies,
+        };
+        let taken = self.owner.take_over(
             found,
             &since,
             outbox,
@@ -222,13 +226,14 @@ impl Shard {
                     history.open_ledger(partition, now_ms, stored_through, outbox.is_journal())
                 })
             },
-            |record, counters| decider.replay(&policies, record, counters),
+            &rules,
             now,
         );
         let t_replayed = phase.elapsed();
-        if usage_replay_owed {
+        if taken.usage_replay_owed {
             self.usage_replay = Some(since);
         }
+        let manifest = taken.manifest;
         let rev = store::takeover_request(
             "fence the snapshot manifest",
             snapshot::write_manifest(kv, partition, &manifest, self.owner.manifest_rev()),
@@ -257,13 +262,10 @@ impl Shard {
             subs.push(client.subscribe(subject).await?);
         }
         client.flush().await?;
-        // Subscribed: a home's owner may now take the tallies it asks for.
+        // Subscribed: what the takeover tells the other regions may now
+        // be answered (a home's owner takes the tallies it asks for).
         if let Some(link) = &self.answering.link {
-            let reports = self
-                .answering
-                .decider
-                .took_over_tallies(&policies, self.owned());
-            link.perform(reports);
+            link.perform(taken.actions);
         }
         tracing::debug!(
             partition,
@@ -412,10 +414,11 @@ impl Shard {
             .and_then(|rollups| Some((self.owner.usage()?.clone(), rollups)));
         let owner = self.lease_held();
         let now = self.answering.clock.now();
+        let handover = snapshot.handover;
         let copy = self
             .owner
             .counters()
-            .copy_between_turns(|counters| Carried::read(counters, now));
+            .copy_between_turns(|counters| Carried::read(counters, now, handover));
         let (answering, owning) = (self.answering.clone(), self.owning.clone());
         let partition = self.owner.partition();
         tokio::spawn(async move {
@@ -549,10 +552,12 @@ impl Shard {
     }
 }
 
-/// How often a shard ends the holds whose end has come. Their slots are
-/// free at their end whatever this is; what a released hold gives back, and
-/// a charged one's usage, wait for the sweep (or the key's next hold verb).
-const HOLD_SWEEP: Duration = Duration::from_millis(250);
+/// How often a shard sweeps what ended in its kept state: the holds whose
+/// end has come, and a delegate's slices of global keys whose lease ended.
+/// A hold's slots are free at its end whatever this is; what a released
+/// hold gives back, and a charged one's usage, wait for the sweep (or the
+/// key's next hold verb), as does what is left of a slice for its home.
+const SWEEP: Duration = Duration::from_millis(250);
 
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);

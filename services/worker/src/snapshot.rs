@@ -72,6 +72,13 @@ pub struct Manifest {
     /// stored leaves it out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub carried_bytes: u64,
+    /// A handover's final snapshot, not fenced by a new owner since: its
+    /// owner changed nothing after its copy, so what it carries only at
+    /// a handover (a delegate's slices, [`crate::kept`]) is exact for the
+    /// first owner after it. Left out when false (earlier releases ignore
+    /// it, and read a manifest without it as not a handover's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handover: bool,
     /// What the owner keeps beside the counters' values (budget slices
     /// not back yet, ...: [`crate::kept`]), each under a field of its own:
     /// in the manifest, or in the chunks (`carried_bytes`).
@@ -224,6 +231,7 @@ fn manifest_json(m: &Manifest) -> Result<Vec<u8>> {
         taken_at_ms: m.taken_at_ms,
         worker: m.worker.clone(),
         carried_bytes: m.carried_bytes,
+        handover: m.handover,
         carried: match in_chunks {
             true => Carried::default(),
             false => m.carried.clone(),

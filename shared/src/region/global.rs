@@ -35,11 +35,13 @@
 //!
 //! What a delegate spent of its share, or gave back, it records in its own
 //! counter of the key, so that an owner that takes the partition over
-//! starts from it ([`Delegates`]); its slices are not stored (a new owner
-//! asks anew, and the old slices' units stay counted at the home until
-//! their window ends). A lost request, answer, refund or reclaim only
-//! leaves units counted at the home: under-admission, never more than
-//! `max`.
+//! starts from it ([`Delegates`]). The rest of its books (its demand, and
+//! its slices when a handover hands them on) a snapshot carries
+//! ([`CarriedBooks`]); after a crash the slices are not carried (a new
+//! owner asks anew, and the old slices' units stay counted at the home
+//! until their window ends). A lost request, answer, refund or reclaim
+//! only leaves units counted at the home: under-admission, never more
+//! than `max`.
 
 use crate::budget::{Grant, Refund, Slice};
 use crate::limit::{Decision, Limit};
@@ -62,9 +64,11 @@ pub const ASK_AHEAD: Nanos = Nanos(300_000_000);
 /// was taken and how many were. How a region tells what it will still
 /// need, so that it keeps that much and no more when another region is
 /// short ([`DelegateKey::reclaim`], the home's grants).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Demand {
+    #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
     first_at: Option<Nanos>,
+    #[serde(rename = "n")]
     taken: u64,
 }
 
@@ -125,20 +129,26 @@ pub struct DelegateKey {
     /// A global bucket's books: its slices outlast the window, which only
     /// paces the books ([`Delegates::from_slices`]).
     bucket: bool,
+    /// Whether `share_left` was read from the key's counter: not yet for
+    /// books a new owner took over ([`Delegates::take_over`]), whose
+    /// counter may hold more since (the journal's records replayed).
+    share_read: bool,
 }
 
 impl DelegateKey {
-    fn new(limit: &Limit, now: Nanos, share: u64) -> DelegateKey {
+    /// Books for the window at `now`, their share not read yet.
+    fn new(limit: &Limit, now: Nanos) -> DelegateKey {
         let window_start = limit.window_start(now);
         DelegateKey {
             window_start,
             window_end: limit.window_end(window_start),
             max: limit.max(),
-            share_left: share,
+            share_left: 0,
             slices: Vec::new(),
             asking: None,
             demand: Demand::default(),
             bucket: false,
+            share_read: false,
         }
     }
 
@@ -232,17 +242,22 @@ impl DelegateKey {
     }
 }
 
+mod carry;
+
+pub use carry::CarriedBooks;
+
 /// The most keys a partition's delegate books hold (~200 bytes each, more
 /// with slices: a few MiB a partition); past it some are forgotten
 /// ([`Delegates::make_room`]).
 pub const MOST_DELEGATE_KEYS: usize = 16_384;
 
 /// One partition's delegate books: a [`DelegateKey`] per counter key of a
-/// global policy whose home is another region. Not stored: what must
-/// outlive the owner, the units it spent of its shares or gave back, it
-/// records in its own counter of the key ([`Decided::from_share`]), which
-/// goes through snapshots, the journal and handovers like any count; a
-/// new owner's books start from it (`recorded`).
+/// global policy whose home is another region. What must outlive the
+/// owner, the units it spent of its shares or gave back, it records in
+/// its own counter of the key ([`Decided::from_share`]), which goes
+/// through snapshots, the journal and handovers like any count; a new
+/// owner's books start from it (`recorded`). Their demand, and their
+/// slices at a handover, a snapshot carries ([`CarriedBooks`]).
 #[derive(Debug, Default)]
 pub struct Delegates {
     keys: HashMap<String, DelegateKey>,
@@ -291,14 +306,19 @@ impl Delegates {
             // A new window: the old one's slices ended with it (their
             // units cannot go back into a window that is over); a bucket's
             // go on until their lease ends.
-            let mut entry = DelegateKey::new(limit, now, share.saturating_sub(recorded()));
+            let mut entry = DelegateKey::new(limit, now);
             if bucket {
                 entry.slices = slices;
                 entry.bucket = true;
             }
             self.keys.insert(key.to_string(), entry);
         }
-        self.keys.get_mut(key).expect("just inserted")
+        let entry = self.keys.get_mut(key).expect("just inserted");
+        if !entry.share_read {
+            entry.share_left = share.saturating_sub(recorded());
+            entry.share_read = true;
+        }
+        entry
     }
 
     /// Room for one more key: the books of windows that are over go,
@@ -336,12 +356,12 @@ impl Delegates {
         self.keys.is_empty()
     }
 
-    /// Whether `key` has books for the window at `now` (else the next
-    /// decision needs what its counter recorded).
+    /// Whether `key` has books for the window at `now` whose share is
+    /// known (else the next decision needs what its counter recorded).
     pub fn knows(&self, key: &str, limit: &Limit, now: Nanos) -> bool {
         self.keys
             .get(key)
-            .is_some_and(|entry| entry.window_start == limit.window_start(now))
+            .is_some_and(|entry| entry.share_read && entry.window_start == limit.window_start(now))
     }
 
     /// Decides an ask of `cost` for the counter `key` under `limit`, this
@@ -559,7 +579,21 @@ mod tests {
     }
 
     /// The home's answer to a request for a slice.
-    fn allowed(remaining: u64, reset: Nanos) -> Decision {
+    /// The home grants "k" a slice of 10 units taken at `t` + 50 ms, for a
+    /// request that left at `t` + 5 ms, answered at `t` + 100 ms.
+    pub(super) fn slice_granted(d: &mut Delegates, t: Nanos) -> Grant {
+        let grant = Grant {
+            units: 10,
+            lease: REGION_LEASE,
+            taken_at: Nanos(t.0 + 50 * MS),
+        };
+        let home = allowed(40, Nanos(9_000 * MS));
+        let (sent, received) = (Nanos(t.0 + 5 * MS), Nanos(t.0 + 100 * MS));
+        d.answered("k", sent, received, Some(&grant), &home);
+        grant
+    }
+
+    pub(super) fn allowed(remaining: u64, reset: Nanos) -> Decision {
         Decision {
             allowed: true,
             limit: 100,
@@ -598,19 +632,7 @@ mod tests {
             None,
             "one request out"
         );
-        let grant = Grant {
-            units: 10,
-            lease: REGION_LEASE,
-            taken_at: Nanos(t.0 + 50 * MS),
-        };
-        let home = allowed(40, Nanos(9_000 * MS));
-        d.answered(
-            "k",
-            Nanos(t.0 + 5 * MS),
-            Nanos(t.0 + 100 * MS),
-            Some(&grant),
-            &home,
-        );
+        let grant = slice_granted(&mut d, t);
         assert!(
             d.decide("k", &limit(), 5, Nanos(t.0 + 101 * MS), 1, || 0)
                 .decision

@@ -17,19 +17,25 @@
 //!   from it, [`GlobalState::is_cut`]), and when an ask was last forwarded
 //!   to a home cut off, to probe it.
 //!
-//! None of it is stored: what must outlive an owner (the share a delegate
+//! What must outlive an owner for the limit to hold (the share a delegate
 //! spent or gave back) is in the key's own counter, which snapshots, the
-//! journal and handovers carry; a new owner starts with empty slices
-//! (their units stay counted at the home until their lease ends) and takes
-//! every home as reachable.
+//! journal and handovers carry. The rest a snapshot carries as
+//! [`CarriedGlobal`], read in the same copy as the counters: each key's
+//! demand and the home's reclaims, so a new owner keeps and gives back
+//! what the last one would have, and a delegate's slices when a handover
+//! hands them on (after a crash a new owner starts without them: their
+//! units stay counted at the home until their window ends). The reach of
+//! the homes is the worker's, not the partition's: a new owner takes
+//! every home as its worker's link finds it.
 
 use crate::budget::{Grant, Refund};
 use crate::limit::{Decision, Limit};
-use crate::region::global::{home_keeps, Delegates, Demand, ASK_TIMEOUT};
+use crate::region::global::{home_keeps, CarriedBooks, Delegates, Demand, ASK_TIMEOUT};
 use crate::region::tally::Reported;
 use crate::region::RegionName;
 use crate::time::Nanos;
 use crate::wire::link::{Gift, Reclaim};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// A partition's state of its global keys.
@@ -45,11 +51,29 @@ pub struct GlobalState {
 }
 
 /// A key whose home is here, in the window that began at `window_start`.
-#[derive(Debug, Default)]
-struct Homed {
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Homed {
+    #[serde(rename = "s")]
     window_start: Nanos,
+    #[serde(rename = "e", default)]
+    window_end: Nanos,
+    #[serde(rename = "d")]
     demand: Demand,
+    #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
     reclaimed_at: Option<Nanos>,
+}
+
+/// What a snapshot carries of a partition's global state
+/// ([`GlobalState::carried`]): each field left out while empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedGlobal {
+    /// The delegate books of keys whose home is another region.
+    #[serde(rename = "d", default, skip_serializing_if = "Vec::is_empty")]
+    pub delegates: Vec<CarriedBooks>,
+    /// Keys whose home is here, by counter key: their demand and reclaims
+    /// in windows not over.
+    #[serde(rename = "h", default, skip_serializing_if = "Vec::is_empty")]
+    pub homed: Vec<(String, Homed)>,
 }
 
 /// The most keys whose home is here that a partition keeps state of; past
@@ -232,12 +256,51 @@ impl GlobalState {
         true
     }
 
+    /// Whether a delegate holds slices with units left (what only a
+    /// handover carries).
+    pub fn holds_slices(&self) -> bool {
+        self.delegates.holds_slices()
+    }
+
     /// The keys whose home is another region.
     pub fn delegates(&mut self) -> &mut Delegates {
         &mut self.delegates
     }
 
-    fn homed(&mut self, key: &str, window_start: Nanos) -> &mut Homed {
+    /// What a snapshot copied at `now` carries; the slices only when
+    /// `handover` (a handover's final copy, after which its owner spends
+    /// nothing: [`CarriedBooks`]).
+    pub fn carried(&self, now: Nanos, handover: bool) -> CarriedGlobal {
+        let mut homed: Vec<(String, Homed)> = self
+            .homed
+            .iter()
+            .filter(|(_, h)| now < h.window_end)
+            .map(|(key, h)| (key.clone(), h.clone()))
+            .collect();
+        homed.sort_by(|a, b| a.0.cmp(&b.0));
+        CarriedGlobal {
+            delegates: self.delegates.carried(now, handover),
+            homed,
+        }
+    }
+
+    /// A new owner takes over what a snapshot carried, once its counters
+    /// are restored; the slices only `with_slices` (the first owner after
+    /// the handover that carried them: [`CarriedBooks`]).
+    pub fn take_over(&mut self, carried: &CarriedGlobal, with_slices: bool) {
+        self.delegates.take_over(&carried.delegates, with_slices);
+        for (key, homed) in &carried.homed {
+            if self.homed.len() >= MOST_HOMED {
+                break;
+            }
+            self.homed
+                .entry(key.clone())
+                .or_insert_with(|| homed.clone());
+        }
+    }
+
+    fn homed(&mut self, key: &str, limit: &Limit, now: Nanos) -> &mut Homed {
+        let window_start = limit.window_start(now);
         if self.homed.len() >= MOST_HOMED && !self.homed.contains_key(key) {
             self.homed.retain(|_, h| h.window_start >= window_start);
             if self.homed.len() >= MOST_HOMED {
@@ -248,6 +311,7 @@ impl GlobalState {
         if homed.window_start != window_start {
             *homed = Homed {
                 window_start,
+                window_end: limit.window_end(window_start),
                 ..Homed::default()
             };
         }
@@ -256,15 +320,13 @@ impl GlobalState {
 
     /// This region, the home, took `cost` of `key` at `now`.
     pub fn home_took(&mut self, key: &str, limit: &Limit, now: Nanos, cost: u64) {
-        self.homed(key, limit.window_start(now))
-            .demand
-            .took(now, cost);
+        self.homed(key, limit, now).demand.took(now, cost);
     }
 
     /// What the home keeps of `key` for itself out of a grant to another
     /// region ([`home_keeps`]).
     pub fn home_keeps(&mut self, key: &str, home_share: u64, limit: &Limit, now: Nanos) -> u64 {
-        let demand = self.homed(key, limit.window_start(now)).demand;
+        let demand = self.homed(key, limit, now).demand;
         home_keeps(&demand, home_share, limit, now)
     }
 
@@ -277,7 +339,7 @@ impl GlobalState {
             .saturating_sub(window_start)
             .0
             / 8;
-        let homed = self.homed(key, window_start);
+        let homed = self.homed(key, limit, now);
         if homed
             .reclaimed_at
             .is_some_and(|at| now.saturating_sub(at).0 < every)

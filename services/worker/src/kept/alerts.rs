@@ -20,13 +20,13 @@ impl Kept for Alerts {
     /// An alert is noted under the bucket lock of the count that reached
     /// it, within that count's turn, so the copy holds each alert whose
     /// count it holds.
-    fn read(counters: &Counters, now: Nanos) -> Vec<FiredAlert> {
+    fn read(counters: &Counters, now: Nanos, _handover: bool) -> Vec<FiredAlert> {
         let mut fired = counters.alerts().fired();
         fired.prune(now);
         fired.carried()
     }
 
-    fn take_over(carried: &Vec<FiredAlert>, counters: &Counters, _now: Nanos) {
+    fn take_over(carried: &Vec<FiredAlert>, counters: &Counters, _now: Nanos, _handover: bool) {
         counters.alerts().take_over(carried);
     }
 }

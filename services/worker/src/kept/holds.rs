@@ -14,11 +14,11 @@ pub struct Holds;
 impl Kept for Holds {
     type Carried = Vec<HeldHold>;
 
-    fn read(counters: &Counters, _now: Nanos) -> Vec<HeldHold> {
+    fn read(counters: &Counters, _now: Nanos, _handover: bool) -> Vec<HeldHold> {
         counters.outstanding().carried_holds()
     }
 
-    fn take_over(carried: &Vec<HeldHold>, counters: &Counters, _now: Nanos) {
+    fn take_over(carried: &Vec<HeldHold>, counters: &Counters, _now: Nanos, _handover: bool) {
         counters.outstanding().take_over_holds(carried);
     }
 }

@@ -14,11 +14,11 @@ pub struct Ids;
 impl Kept for Ids {
     type Carried = Vec<CarriedId>;
 
-    fn read(counters: &Counters, now: Nanos) -> Vec<CarriedId> {
+    fn read(counters: &Counters, now: Nanos, _handover: bool) -> Vec<CarriedId> {
         counters.ids().carried(now)
     }
 
-    fn take_over(carried: &Vec<CarriedId>, counters: &Counters, now: Nanos) {
+    fn take_over(carried: &Vec<CarriedId>, counters: &Counters, now: Nanos, _handover: bool) {
         counters.ids().take_over(carried, now);
     }
 }

@@ -13,10 +13,20 @@ pub trait Kept {
     type Carried: Clone + Debug + Default + PartialEq + Serialize + DeserializeOwned;
 
     /// What a snapshot carries: read in its copy, between the same two
-    /// turns as the counters it copies.
-    fn read(counters: &Counters, now: Nanos) -> Self::Carried;
+    /// turns as the counters it copies. `handover`: the copy is a
+    /// handover's final one, after which its owner changes nothing.
+    fn read(counters: &Counters, now: Nanos, handover: bool) -> Self::Carried;
 
     /// At takeover, once the snapshot's counters are restored: the new
-    /// owner takes over what the manifest carried.
-    fn take_over(carried: &Self::Carried, counters: &Counters, now: Nanos);
+    /// owner takes over what the manifest carried. `handover`: the
+    /// snapshot is a handover's final one and this is the first owner
+    /// after it (no owner since may have changed what it carries).
+    fn take_over(carried: &Self::Carried, counters: &Counters, now: Nanos, handover: bool);
+
+    /// Whether it holds state that a handover must carry even when no
+    /// count changed since the last snapshot (which then has no final
+    /// one): state changed without a count, or carried only at handovers.
+    fn unsaved(_counters: &Counters) -> bool {
+        false
+    }
 }

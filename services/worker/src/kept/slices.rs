@@ -14,11 +14,11 @@ pub struct Slices;
 impl Kept for Slices {
     type Carried = Vec<HeldSlice>;
 
-    fn read(counters: &Counters, now: Nanos) -> Vec<HeldSlice> {
+    fn read(counters: &Counters, now: Nanos, _handover: bool) -> Vec<HeldSlice> {
         counters.outstanding().carried(now)
     }
 
-    fn take_over(carried: &Vec<HeldSlice>, counters: &Counters, now: Nanos) {
+    fn take_over(carried: &Vec<HeldSlice>, counters: &Counters, now: Nanos, _handover: bool) {
         counters.outstanding().take_over(carried, now);
     }
 }

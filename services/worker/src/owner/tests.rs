@@ -79,6 +79,24 @@ impl Journal for FakeJournal {
     }
 }
 
+/// The decision core as a takeover sees it, faked: each record replayed
+/// through `replay`, nothing to tell the other regions.
+struct Replaying<F>(std::cell::RefCell<F>);
+
+fn replaying<F: FnMut(&Record, &Counters) -> bool>(replay: F) -> Replaying<F> {
+    Replaying(std::cell::RefCell::new(replay))
+}
+
+impl<F: FnMut(&Record, &Counters) -> bool> Rules for Replaying<F> {
+    fn replay(&self, record: &Record, counters: &Counters) -> bool {
+        (self.0.borrow_mut())(record, counters)
+    }
+
+    fn taken_over(&self, _owned: Owned<'_>) -> Vec<Action> {
+        Vec::new()
+    }
+}
+
 fn owner(now: Instant) -> Owner {
     let settings = Settings {
         partition: 3,
@@ -97,7 +115,7 @@ fn ledger(stored_through: u64) -> Arc<Ledger> {
 /// the kept state read in it), as the shard completes it.
 fn complete(snapshot: Snapshot, counters: &Counters, now: Nanos, stored: Option<u64>) -> Manifest {
     let (copy, carried) = counters
-        .copy_between_turns(|c| Carried::read(c, now))
+        .copy_between_turns(|c| Carried::read(c, now, snapshot.handover))
         .expect("no turn in progress");
     snapshot.complete(&copy, carried, stored)
 }
@@ -127,15 +145,15 @@ fn record(n: u32, key: &str, c: u64) -> Record {
 /// at revision 1, with `usage` as its ledger.
 fn taken_over(journal: &FakeJournal, usage: Option<Arc<Ledger>>, now: Instant) -> Owner {
     let mut o = owner(now);
-    let (manifest, _) = o.take_over(
+    let taken = o.take_over(
         Found::default(),
         &Since::default(),
         journal,
         |_| usage,
-        |_, _| true,
+        &replaying(|_, _| true),
         Nanos(SEC),
     );
-    o.fenced(manifest, 1, now);
+    o.fenced(taken.manifest, 1, now);
     o
 }
 
@@ -407,7 +425,11 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
     let mut o = owner(t0);
     let mut opened_at = None;
     let mut replayed = Vec::new();
-    let (manifest, owed) = o.take_over(
+    let TakenOver {
+        manifest,
+        usage_replay_owed: owed,
+        ..
+    } = o.take_over(
         found,
         &Since::default(),
         &journal,
@@ -415,10 +437,10 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
             opened_at = Some(stored_through);
             Some(ledger(stored_through))
         },
-        |record, _| {
+        &replaying(|record, _| {
             replayed.push(record.k.clone());
             true
-        },
+        }),
         Nanos(10 * SEC),
     );
     assert_eq!(
@@ -455,15 +477,15 @@ fn a_takeover_restores_the_carried_state_replays_the_journal_and_fences_the_mani
 
     let snapshot_mode = FakeJournal::snapshot_mode();
     let mut o = owner(t0);
-    let (_, owed) = o.take_over(
+    let taken = o.take_over(
         Found::default(),
         &Since::default(),
         &snapshot_mode,
         |_| Some(ledger(0)),
-        |_, _| panic!("snapshot mode replays nothing"),
+        &replaying(|_, _| panic!("snapshot mode replays nothing")),
         Nanos(SEC),
     );
-    assert!(!owed);
+    assert!(!taken.usage_replay_owed);
     assert!(!o.dirty());
 }
 
@@ -522,7 +544,7 @@ fn a_takeover_replays_only_the_records_of_turns_its_snapshot_does_not_hold() {
         &Since::default(),
         &journal,
         |_| None,
-        |record, counters| {
+        &replaying(|record, counters| {
             replayed.push((record.k.clone(), record.q));
             counters.apply(
                 &policy,
@@ -531,7 +553,7 @@ fn a_takeover_replays_only_the_records_of_turns_its_snapshot_does_not_hold() {
                 Op::Record(record.c),
             );
             true
-        },
+        }),
         now,
     );
     assert_eq!(replayed, [("a".to_string(), 3), ("c".to_string(), 0)]);
@@ -605,4 +627,142 @@ fn a_renewed_lease_is_what_the_next_snapshot_claims() {
     let snapshot = snapshot_of(o.tick(&journal, t0 + INTERVAL, Nanos(SEC)));
     assert_eq!(snapshot.manifest.lease_rev, LEASE_REV + 3);
     assert!(!o.lost_to(LEASE_REV + 3));
+}
+
+/// A partition's global state (SPEC §12) through snapshots and
+/// takeovers: a periodic snapshot carries each global key's demand and
+/// the home's reclaims but not a delegate's slices (an owner after a
+/// crash would spend them again); a handover's final snapshot carries the
+/// slices too, even with no count changed, for its first owner only; and
+/// a delegate's share is read again from its counter, which the journal's
+/// records after the snapshot add to.
+#[test]
+fn the_global_state_travels_with_snapshots_and_slices_only_with_a_handover() {
+    use sluice_core::budget::Grant;
+    use sluice_core::policy::{Algorithm, Limit, Policy};
+    use sluice_core::region::global::REGION_LEASE;
+    let t0 = Instant::now();
+    let limit = Limit::new(100, Duration::from_secs(10), None).unwrap();
+    let policy = Policy::new("plan", Algorithm::FixedWindow, vec![limit.clone()]).unwrap();
+    let (now, key, homed) = (Nanos(10_000 * SEC), "plan/alice", "plan/bob");
+    let used = |c: &Counters| c.state(key).map_or(0, |s| policy.inspect(&s, now)[0].used);
+    let journal = FakeJournal::journal_mode(0);
+    let mut old = taken_over(&journal, None, t0);
+    {
+        let mut global = old.counters().global();
+        let books = global.delegates();
+        for i in 0..4 {
+            assert!(
+                books
+                    .decide(key, &limit, 5, Nanos(now.0 + i), 1, || 0)
+                    .decision
+                    .allowed
+            );
+        }
+        books.asked(key, now);
+        let grant = Grant {
+            units: 10,
+            lease: REGION_LEASE,
+            taken_at: now,
+        };
+        // The home's answer, as its count decided the slice.
+        let answer = Counters::new().apply(&policy, key, now, Op::Allow(60));
+        books.answered(key, now, Nanos(now.0 + 1), Some(&grant), &answer);
+        global.home_took(homed, &limit, now, 3);
+        assert!(global.reclaim_due(homed, &limit, now));
+    }
+    // What the decision core records of the share spent.
+    old.counters().apply(&policy, key, now, Op::Record(4));
+    old.stats().add_changes(1);
+    let snapshot = snapshot_of(old.tick(&journal, t0 + INTERVAL, now));
+    let periodic = complete(snapshot, old.counters(), now, None);
+    let carried = &periodic.carried.global;
+    assert_eq!((carried.delegates.len(), carried.homed.len()), (1, 1));
+    assert!(carried.delegates[0].slices().is_empty(), "no slice");
+    old.snapshot_written(periodic.clone(), 2, t0 + INTERVAL);
+    let last = old.final_snapshot(&journal, true, t0 + INTERVAL, now);
+    let handed = complete(
+        last.expect("a slice only a handover carries"),
+        old.counters(),
+        now,
+        None,
+    );
+    assert!(handed.handover);
+    assert_ne!(handed.gen, periodic.gen, "chunks of its own");
+    assert_eq!(handed.carried.global.delegates[0].slices().len(), 1);
+    // In the manifest (JSON) and in the chunks (MessagePack) alike.
+    let json: Manifest = serde_json::from_slice(&serde_json::to_vec(&handed).unwrap()).unwrap();
+    assert_eq!(json, handed);
+    let packed = rmp_serde::to_vec_named(&handed.carried).unwrap();
+    assert_eq!(
+        rmp_serde::from_slice::<Carried>(&packed).unwrap(),
+        handed.carried
+    );
+
+    let next_owner = |rev: u64| {
+        let restored = Counters::within(KeyBound::new(1_000));
+        restored.apply(&policy, key, now, Op::Record(4));
+        let settings = Settings {
+            partition: 3,
+            worker_id: "w2".to_string(),
+            snapshot_interval: INTERVAL,
+        };
+        Owner::new(settings, rev, restored, Arc::default(), t0)
+    };
+    // The handover's first owner spends the slice: 1 of the share left,
+    // then 10 from the slice.
+    let take_over =
+        |o: &mut Owner, manifest: Manifest, journal: &FakeJournal, rules: &dyn Rules| {
+            let found = Found {
+                manifest: Some(manifest),
+                rev: 3,
+            };
+            o.take_over(found, &Since::default(), journal, |_| None, rules, now)
+        };
+    let mut next = next_owner(LEASE_REV + 1);
+    let fence = take_over(&mut next, handed.clone(), &journal, &replaying(|_, _| true));
+    assert!(!fence.manifest.handover, "the fence ends the handover's");
+    let c = next.counters();
+    let spent = c
+        .global()
+        .delegates()
+        .decide(key, &limit, 5, now, 3, || used(c));
+    assert!(spent.decision.allowed);
+    assert_eq!((spent.from_share, spent.decision.remaining), (0, 8));
+    // An owner after it, from a manifest fenced since (its carried state
+    // in the chunks, unchanged): no slice.
+    let mut third = next_owner(LEASE_REV + 2);
+    let fenced = Manifest {
+        handover: false,
+        ..handed
+    };
+    take_over(&mut third, fenced, &journal, &replaying(|_, _| true));
+    assert!(!third.counters().global().holds_slices());
+
+    // After a crash, from the periodic snapshot and a record of the share
+    // spent after it: no slice, the share read again with the record.
+    let mut journal = FakeJournal::journal_mode(0);
+    journal.records = vec![Record {
+        q: periodic.turn + 1,
+        ..record(3, "alice", 1)
+    }];
+    let mut crashed = next_owner(LEASE_REV + 3);
+    let replay = replaying(|r, c| {
+        c.apply(&policy, &format!("plan/{}", r.k), now, Op::Record(r.c));
+        true
+    });
+    take_over(&mut crashed, periodic, &journal, &replay);
+    let c = crashed.counters();
+    let mut global = c.global();
+    assert_eq!(used(c), 5);
+    assert!(
+        !global
+            .delegates()
+            .decide(key, &limit, 5, now, 1, || used(c))
+            .decision
+            .allowed
+    );
+    // The home's demand (3 taken) and its last reclaim went on.
+    assert_eq!(global.home_keeps(homed, 50, &limit, now), 47);
+    assert!(!global.reclaim_due(homed, &limit, now));
 }

@@ -6,7 +6,7 @@
 //! [`Timers`], the store calls it has in flight [`InFlight`].
 
 use super::{
-    Again, Answering, Exit, Owning, Renewal, Shard, SnapshotJob, UsageJob, HOLD_SWEEP, MAX_BATCH,
+    Again, Answering, Exit, Owning, Renewal, Shard, SnapshotJob, UsageJob, MAX_BATCH, SWEEP,
 };
 use crate::lease::{self, Lease, LeaseError};
 use crate::owner::{Owner, Settings};
@@ -23,11 +23,12 @@ use tokio::task::JoinHandle;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior, Sleep};
 
 /// What the answering loop waits on besides messages: the lease's
-/// renewal, the snapshots' and the holds' sweeps, and the lease's deadline.
+/// renewal, the snapshot tick, the sweep of what ended, and the lease's deadline.
 struct Timers {
     renew: Interval,
     snapshot: Interval,
-    holds: Interval,
+    /// The sweep of what ended: holds, and slices of global keys.
+    sweep: Interval,
     /// One timer for the lease deadline, moved when a renewal moves it (not
     /// one registered anew on every turn of the loop).
     lease_deadline: Pin<Box<Sleep>>,
@@ -49,15 +50,15 @@ impl Timers {
             snap_every.mul_f64(f64::from(partition + 1) / f64::from(shard.answering.partitions));
         let mut snapshot = interval_at(Instant::now() + first_snapshot, snap_every);
         snapshot.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut holds = interval_at(Instant::now() + HOLD_SWEEP, HOLD_SWEEP);
-        holds.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut sweep = interval_at(Instant::now() + SWEEP, SWEEP);
+        sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let lease_deadline = Box::pin(tokio::time::sleep_until(Instant::from_std(
             shard.lease.valid_until,
         )));
         Timers {
             renew,
             snapshot,
-            holds,
+            sweep,
             lease_deadline,
         }
     }
@@ -272,10 +273,7 @@ impl Shard {
                     let more = link_events.as_mut().expect("guarded");
                     self.link_events(event, more);
                 }
-                _ = timers.holds.tick() => {
-                    self.end_holds().await;
-                    self.sweep_global();
-                }
+                _ = timers.sweep.tick() => self.sweep().await,
                 _ = timers.snapshot.tick(), if in_flight.snapshot.is_none() => {
                     let now = self.answering.clock.now();
                     let due = self.owner.tick(&self.answering.outbox, std::time::Instant::now(), now);

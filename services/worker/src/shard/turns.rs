@@ -3,27 +3,33 @@
 //! `shard.rs`, which moves messages, timers and store calls.
 
 use super::Shard;
-use crate::decide::{Answer, Message, Owned};
+use crate::counters::Counters;
+use crate::decide::{Answer, Decider, Message, Owned};
+use crate::journal::record::Record;
+use crate::owner::Rules;
 use crate::reply::Reply;
 use crate::traced::Traced;
-use sluice_core::region::state::Event;
+use sluice_core::policies::Policies;
+use sluice_core::region::state::{Action, Event};
 use sluice_core::subject::{Inbound, Verb};
 
 impl Shard {
     /// The partition as the decision core is handed it.
     pub(super) fn owned(&self) -> Owned<'_> {
-        Owned {
-            partition: self.owner.partition(),
-            counters: self.owner.counters(),
-            stats: self.owner.stats(),
-            usage: self.owner.usage().map(|l| &**l),
-        }
+        self.owner.owned()
+    }
+
+    /// Sweeps what ended in the kept state ([`super::SWEEP`]): the holds
+    /// whose end has come, and the global slices whose lease ended.
+    pub(super) async fn sweep(&mut self) {
+        self.end_holds().await;
+        self.sweep_global();
     }
 
     /// Ends the holds whose end has come (SPEC §13): what they release
     /// goes back, what they charge is usage, in journal mode stored as any
     /// count is.
-    pub(super) async fn end_holds(&mut self) {
+    async fn end_holds(&mut self) {
         if self.owner.counters().outstanding().holds_len() == 0 {
             return;
         }
@@ -43,7 +49,7 @@ impl Shard {
 
     /// Gives back the slices of global keys whose lease ended (SPEC
     /// §12, [`crate::global`]).
-    pub(super) fn sweep_global(&self) {
+    fn sweep_global(&self) {
         let answering = &self.answering;
         let Some(link) = &answering.link else {
             return;
@@ -128,6 +134,23 @@ impl Shard {
             .outbox
             .answer(records, replies, received, then)
             .await;
+    }
+}
+
+/// The decision core's part in a takeover ([`Rules`]): under the policies
+/// in force when it started.
+pub(super) struct Deciding<'a> {
+    pub decider: &'a Decider,
+    pub policies: &'a Policies,
+}
+
+impl Rules for Deciding<'_> {
+    fn replay(&self, record: &Record, counters: &Counters) -> bool {
+        self.decider.replay(self.policies, record, counters)
+    }
+
+    fn taken_over(&self, owned: Owned<'_>) -> Vec<Action> {
+        self.decider.took_over_tallies(self.policies, owned)
     }
 }
 

@@ -15,17 +15,23 @@ fn west_of_a_closed_window() -> Fixture {
 
 /// The window's owner in `region` (east is the home).
 fn closed_window_in(region: &str) -> Fixture {
+    window_in(region, 10, "closed")
+}
+
+/// The owner in `region` of a global window of `max` a minute whose home
+/// is east, with `on_cut`.
+fn window_in(region: &str, max: u64, on_cut: &str) -> Fixture {
     let mut f = Fixture::journal(&format!(
         r#"
 partitions = 4
 region = "{region}"
 [policies.default]
 algorithm = "fixed_window"
-limits = [ {{ max = 10, per = "1m" }} ]
+limits = [ {{ max = {max}, per = "1m" }} ]
 scope = "global"
 home = "east"
 regions = ["east", "west"]
-on_cut = "closed"
+on_cut = "{on_cut}"
 "#
     ));
     f.decider = f.decider.in_region(RegionName::new(region).unwrap());
@@ -147,4 +153,36 @@ fn a_hit_sent_to_the_home_twice_counts_once_there_by_its_id() {
         deliver(&unnamed);
     }
     assert_eq!(east.remaining(&key, T0), 1, "without an id: twice 3 more");
+}
+
+/// The home's demand (what it keeps for its own asks out of a grant to
+/// another region) is rebuilt by the journal's records of its own asks,
+/// as a takeover after a crash replays them; what other regions' owners
+/// sent is not its demand.
+#[test]
+fn the_journal_rebuilds_what_the_home_asked_of_a_key() {
+    let east = window_in("east", 100, "reserved");
+    let key = key_in(east.partition, "h");
+    let mut records = Vec::new();
+    for i in 0..6 {
+        let (answer, made) = east.send(Verb::Allow, &key, b"", true, Nanos(T0.0 + i));
+        assert!(matches!(answer, Some(Answer::Decision { decision, .. }) if decision.allowed));
+        records.extend(made);
+    }
+    let limit = east.policies.get("default").unwrap().limits()[0].clone();
+    let counter_key = format!("default/{key}");
+    let later = Nanos(T0.0 + 1_000_000_000);
+    let keeps = |counters: &Counters| {
+        let mut global = counters.global();
+        global.home_keeps(&counter_key, 50, &limit, later)
+    };
+    let restored = Counters::new();
+    for record in &records {
+        east.decider.replay(&east.policies, record, &restored);
+    }
+    assert_eq!(keeps(&restored), keeps(&east.counters));
+    assert_eq!(keeps(&restored), 44, "6 of its share of 50 taken");
+    // Without the replay, no ask of its own seen 41 s into the window:
+    // it would keep nothing.
+    assert_eq!(keeps(&Counters::new()), 0);
 }

@@ -164,10 +164,10 @@ fn ids_outlive_the_owner_through_the_journal_and_the_snapshot() {
     );
     assert_eq!(replayed.remaining(&key, T0), 12);
 
-    let carried = Carried::read(&f.counters, T0);
+    let carried = Carried::read(&f.counters, T0, false);
     assert_eq!(carried.ids.len(), 1);
     let next = Fixture::new();
-    carried.take_over(&next.counters, T0);
+    carried.take_over(&next.counters, T0, false);
     let (again, _) = asked(&next, Verb::Allow, &key, body, T0);
     assert!(repeat_of(&again).1);
 }
