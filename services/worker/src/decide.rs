@@ -790,6 +790,7 @@ mod global;
 mod here;
 mod hold_ids;
 mod holding;
+mod home_demand;
 mod ids;
 mod tally;
 #[cfg(test)]

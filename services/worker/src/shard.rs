@@ -213,7 +213,7 @@ impl Shard {
         let now_ms = now.as_u64() / 1_000_000;
         let outbox = &self.answering.outbox;
         let history = self.answering.usage.as_ref();
-        let rules = turns::Deciding {
+        let rules = deciding::Deciding {
             decider,
             policies: &policies,
         };
@@ -562,5 +562,6 @@ const SWEEP: Duration = Duration::from_millis(250);
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
+mod deciding;
 mod task;
 mod turns;

@@ -37,7 +37,7 @@
 //! counter of the key, so that an owner that takes the partition over
 //! starts from it ([`Delegates`]). The rest of its books (its demand, and
 //! its slices when a handover hands them on) a snapshot carries
-//! ([`CarriedBooks`]); after a crash the slices are not carried (a new
+//! ([`carry::CarriedBooks`]); after a crash the slices are not carried (a new
 //! owner asks anew, and the old slices' units stay counted at the home
 //! until their window ends). A lost request, answer, refund or reclaim
 //! only leaves units counted at the home: under-admission, never more
@@ -242,9 +242,7 @@ impl DelegateKey {
     }
 }
 
-mod carry;
-
-pub use carry::CarriedBooks;
+pub mod carry;
 
 /// The most keys a partition's delegate books hold (~200 bytes each, more
 /// with slices: a few MiB a partition); past it some are forgotten
@@ -257,7 +255,7 @@ pub const MOST_DELEGATE_KEYS: usize = 16_384;
 /// its own counter of the key ([`Decided::from_share`]), which goes
 /// through snapshots, the journal and handovers like any count; a new
 /// owner's books start from it (`recorded`). Their demand, and their
-/// slices at a handover, a snapshot carries ([`CarriedBooks`]).
+/// slices at a handover, a snapshot carries ([`carry::CarriedBooks`]).
 #[derive(Debug, Default)]
 pub struct Delegates {
     keys: HashMap<String, DelegateKey>,

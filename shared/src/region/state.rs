@@ -30,7 +30,8 @@
 
 use crate::budget::{Grant, Refund};
 use crate::limit::{Decision, Limit};
-use crate::region::global::{home_keeps, CarriedBooks, Delegates, Demand, ASK_TIMEOUT};
+use crate::region::global::carry::CarriedBooks;
+use crate::region::global::{home_keeps, Delegates, Demand, ASK_TIMEOUT};
 use crate::region::tally::Reported;
 use crate::region::RegionName;
 use crate::time::Nanos;

@@ -4,9 +4,7 @@
 //! (its part, the other regions' shares, what it keeps for itself) is set
 //! up in one place.
 
-use super::Decider;
 use crate::counters::Counters;
-use crate::journal::record::{Kind, Record, Typed};
 use sluice_core::ask::Op;
 use sluice_core::budget::Grant;
 use sluice_core::limit::Limit;
@@ -41,38 +39,6 @@ pub(super) struct Here<'p, 'r> {
     /// An ask another region sent on to the home: decided leaving what
     /// the home keeps for its own asks ([`forwarded_at_home`]).
     pub(super) forwarded: bool,
-}
-
-impl Decider {
-    /// A journal record of the home's own ask replayed (a count that is
-    /// usage: not what another region sent over the link, nor a
-    /// delegate's books): its demand too, as [`Decider::apply`] notes it,
-    /// on top of what the snapshot carried ([`crate::kept`]), so that the
-    /// home keeps for itself after a crash what it kept before.
-    pub(super) fn replay_home_demand(
-        &self,
-        policy: &Policy,
-        record: &Record,
-        typed: Typed<'_, String>,
-        counters: &Counters,
-    ) {
-        let (Kind::Counted { units }, true) = (typed.kind, typed.is_usage) else {
-            return;
-        };
-        let (Some(here), Some(global)) = (self.region.as_ref(), policy.scope().global()) else {
-            return;
-        };
-        if global.home() != here {
-            return;
-        }
-        let at_home = Here::new(policy, Some((global, here)), (false, false));
-        let shared = at_home.home_shares.is_some() || at_home.split.is_some();
-        if let (Some((_, limit)), true) = (at_home.home, shared) {
-            sluice_core::ask::with_counter_key(record.policy(), record.key(), |buf| {
-                counters.global().home_took(buf, limit, record.at(), units);
-            });
-        }
-    }
 }
 
 impl<'p, 'r> Here<'p, 'r> {

@@ -3,14 +3,10 @@
 //! `shard.rs`, which moves messages, timers and store calls.
 
 use super::Shard;
-use crate::counters::Counters;
-use crate::decide::{Answer, Decider, Message, Owned};
-use crate::journal::record::Record;
-use crate::owner::Rules;
+use crate::decide::{Answer, Message, Owned};
 use crate::reply::Reply;
 use crate::traced::Traced;
-use sluice_core::policies::Policies;
-use sluice_core::region::state::{Action, Event};
+use sluice_core::region::state::Event;
 use sluice_core::subject::{Inbound, Verb};
 
 impl Shard {
@@ -134,23 +130,6 @@ impl Shard {
             .outbox
             .answer(records, replies, received, then)
             .await;
-    }
-}
-
-/// The decision core's part in a takeover ([`Rules`]): under the policies
-/// in force when it started.
-pub(super) struct Deciding<'a> {
-    pub decider: &'a Decider,
-    pub policies: &'a Policies,
-}
-
-impl Rules for Deciding<'_> {
-    fn replay(&self, record: &Record, counters: &Counters) -> bool {
-        self.decider.replay(self.policies, record, counters)
-    }
-
-    fn taken_over(&self, owned: Owned<'_>) -> Vec<Action> {
-        self.decider.took_over_tallies(self.policies, owned)
     }
 }
 
