@@ -7,7 +7,7 @@
 # 1. scripts/install-deps.sh (nats-server) and scripts/python-venv.sh
 #    (openapi-spec-validator and schemathesis, the client's `api` extras);
 # 2. openapi-spec-validator validates docs/openapi.json (OpenAPI 3.1);
-# 3. cargo build -p sluice-cli (unless SLUICE_BIN names the binary), then `sluice dev` (nats-server, 2 workers)
+# 3. the sluice binary (scripts/sluice-bin.sh), then `sluice dev` (nats-server, 2 workers)
 #    on free loopback ports and beside it a `sluice gateway` with its config,
 #    an --api-token and an --api-read-token; the gateway must serve the
 #    committed description at /v1/openapi.json;
@@ -38,12 +38,7 @@ BIN="$(dirname "$PY")"
 echo "==> openapi-spec-validator docs/openapi.json"
 "$PY" -m openapi_spec_validator docs/openapi.json
 
-if [ -z "${SLUICE_BIN:-}" ]; then
-    echo "==> cargo build -p sluice-cli"
-    cargo build -p sluice-cli
-fi
-target="${CARGO_TARGET_DIR:-$ROOT/target}"
-SLUICE="${SLUICE_BIN:-$target/debug/sluice}"
+SLUICE="$(scripts/sluice-bin.sh)"
 
 work="$(mktemp -d)"
 pids=()

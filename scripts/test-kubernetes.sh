@@ -22,10 +22,7 @@ PY="$ROOT/.tools/venv/bin/python"
 VALIDATE="$ROOT/.tools/venv/bin/kubernetes-validate"
 [ -x "$VALIDATE" ] ||
     { echo "test-kubernetes: kubernetes-validate not found; run scripts/install-deps.sh" >&2; exit 1; }
-if [ -z "${SLUICE_BIN:-}" ]; then
-    cargo build -p sluice-cli --quiet
-    SLUICE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice"
-fi
+SLUICE_BIN="$(scripts/sluice-bin.sh)"
 export SLUICE_BIN
 
 K8S_VERSION=1.37.0

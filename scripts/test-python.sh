@@ -16,8 +16,7 @@
 #    gateway's Envoy rate limit service tests (grpcio, grpcio-tools:
 #    tests/rls) in that venv, installed only when clients/python/pyproject.toml
 #    changed since the last install;
-# 3. cargo build -p sluice-cli (into $CARGO_TARGET_DIR when set), unless
-#    SLUICE_BIN names the binary (scripts/test.sh passes the one it built);
+# 3. the sluice binary (scripts/sluice-bin.sh: $SLUICE_BIN, else built);
 # 4. pytest clients/python/tests with SLUICE_BIN and SLUICE_NATS_SERVER set.
 #
 # Fails on any failure, and when pytest collects no test (its exit code 5).
@@ -38,12 +37,8 @@ nats_server="$(scripts/install-deps.sh)"
 export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
 PY="$(scripts/python-venv.sh)"
 
-if [ -z "${SLUICE_BIN:-}" ]; then
-    echo "==> cargo build -p sluice-cli"
-    cargo build -p sluice-cli
-fi
-target="${CARGO_TARGET_DIR:-$ROOT/target}"
-export SLUICE_BIN="${SLUICE_BIN:-$target/debug/sluice}"
+SLUICE_BIN="$(scripts/sluice-bin.sh)"
+export SLUICE_BIN
 echo "    SLUICE_BIN=$SLUICE_BIN"
 echo "    SLUICE_NATS_SERVER=$SLUICE_NATS_SERVER"
 

@@ -7,7 +7,7 @@
 #
 # 1. scripts/install-deps.sh (nats-server, chromium, chromium-driver and
 #    selenium); 2. scripts/python-venv.sh (pytest in .tools/venv);
-# 3. cargo build -p sluice-cli (unless SLUICE_BIN names the binary); 4. pytest tests/ui with SLUICE_BIN and
+# 3. the sluice binary (scripts/sluice-bin.sh); 4. pytest tests/ui with SLUICE_BIN and
 # SLUICE_NATS_SERVER set. Fails on any failure, and when pytest collects no
 # test (its exit code 5).
 set -euo pipefail
@@ -24,12 +24,8 @@ nats_server="$(scripts/install-deps.sh)"
 export SLUICE_NATS_SERVER="${SLUICE_NATS_SERVER:-$nats_server}"
 PY="$(scripts/python-venv.sh)"
 
-if [ -z "${SLUICE_BIN:-}" ]; then
-    echo "==> cargo build -p sluice-cli"
-    cargo build -p sluice-cli
-fi
-target="${CARGO_TARGET_DIR:-$ROOT/target}"
-export SLUICE_BIN="${SLUICE_BIN:-$target/debug/sluice}"
+SLUICE_BIN="$(scripts/sluice-bin.sh)"
+export SLUICE_BIN
 
 echo "==> pytest tests/ui $*"
 set +e

@@ -111,10 +111,18 @@ impl TestCa {
 
     /// A rustls client config that trusts this CA and nothing else.
     pub fn client_tls_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        TestCa::client_tls_config_of(&[self])
+    }
+
+    /// A rustls client config that trusts the CAs of `cas` and nothing
+    /// else (a certificate replaced by one of another CA).
+    pub fn client_tls_config_of(cas: &[&TestCa]) -> Result<Arc<rustls::ClientConfig>> {
         use rustls::pki_types::{pem::PemObject, CertificateDer};
         let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(self.ca())? {
-            roots.add(cert?)?;
+        for ca in cas {
+            for cert in CertificateDer::pem_file_iter(ca.ca())? {
+                roots.add(cert?)?;
+            }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)

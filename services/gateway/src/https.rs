@@ -191,23 +191,7 @@ pub(crate) async fn serve(
     let acceptor = TlsAcceptor::from(config);
     let mut make_service = router.into_make_service_with_connect_info::<SocketAddr>();
     let graceful = GracefulShutdown::new();
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.wait_for(|stop| *stop) => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (tcp, remote) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) if is_connection_error(&e) => continue,
-            Err(e) => {
-                // Out of file descriptors, most likely: wait a little
-                // instead of spinning, as axum::serve does.
-                tracing::warn!("accepting an HTTPS connection failed: {e}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+    while let Some((tcp, remote)) = accept_next(&listener, &mut stop, "an HTTPS").await {
         let service = match make_service.call(remote).await {
             Ok(service) => TowerToHyperService::new(service),
             Err(never) => match never {},
@@ -215,16 +199,8 @@ pub(crate) async fn serve(
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!("TLS handshake with {remote} failed: {e}");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!("TLS handshake with {remote} took over {HANDSHAKE_TIMEOUT:?}");
-                    return;
-                }
+            let Some(tls) = handshake(&acceptor, tcp, remote).await else {
+                return;
             };
             let builder = auto::Builder::new(TokioExecutor::new());
             let conn = builder
@@ -243,8 +219,8 @@ pub(crate) async fn serve(
 /// The TLS connections of `listener` (`--grpc-listen` with TLS), for a
 /// server that takes its connections from a stream (tonic's
 /// `serve_with_incoming_shutdown`): each handshake in a task of its own,
-/// bounded by [`HANDSHAKE_TIMEOUT`] as in [`serve`], so that a silent
-/// client holds up no other. Accepting stops when `stop` turns true.
+/// as in [`serve`], so that a silent client holds up no other. Accepting
+/// stops when `stop` turns true.
 pub(crate) fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
@@ -254,31 +230,17 @@ pub(crate) fn incoming(
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
         loop {
-            let accepted = tokio::select! {
-                biased;
-                _ = stop.wait_for(|stop| *stop) => return,
+            let next = tokio::select! {
                 _ = done.closed() => return,
-                accepted = listener.accept() => accepted,
+                next = accept_next(&listener, &mut stop, "a gRPC") => next,
             };
-            let (tcp, remote) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) if is_connection_error(&e) => continue,
-                Err(e) => {
-                    tracing::warn!("accepting a gRPC connection failed: {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
+            let Some((tcp, remote)) = next else {
+                return;
             };
             let (acceptor, done) = (acceptor.clone(), done.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = done.send(Ok(tls)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!("TLS handshake with {remote} failed: {e}"),
-                    Err(_) => tracing::debug!(
-                        "TLS handshake with {remote} took over {HANDSHAKE_TIMEOUT:?}"
-                    ),
+                if let Some(tls) = handshake(&acceptor, tcp, remote).await {
+                    let _ = done.send(Ok(tls)).await;
                 }
             });
         }
@@ -287,6 +249,52 @@ pub(crate) fn incoming(
         let next = handshaken.recv().await?;
         Some((next, handshaken))
     })
+}
+
+/// The next connection of `listener` (`what` kind, for the log), or none
+/// once `stop` turns true. Connections gone before they were accepted are
+/// skipped; other errors (out of file descriptors, most likely) wait a
+/// little instead of spinning, as axum::serve does.
+async fn accept_next(
+    listener: &TcpListener,
+    stop: &mut watch::Receiver<bool>,
+    what: &str,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => return None,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok(accepted) => return Some(accepted),
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                tracing::warn!("accepting {what} connection failed: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// `tcp`'s TLS handshake, bounded by [`HANDSHAKE_TIMEOUT`]; none (logged at
+/// debug level) when it fails or takes too long.
+async fn handshake(
+    acceptor: &TlsAcceptor,
+    tcp: TcpStream,
+    remote: SocketAddr,
+) -> Option<TlsStream<TcpStream>> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(e)) => {
+            tracing::debug!("TLS handshake with {remote} failed: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake with {remote} took over {HANDSHAKE_TIMEOUT:?}");
+            None
+        }
+    }
 }
 
 /// Errors of one connection that was gone before it was accepted.

@@ -253,21 +253,10 @@ fn bad_tls_files_end_the_gateway_with_one_line_naming_the_file_and_flag() {
 /// The leaf certificate `addr` presents in a TLS handshake, trusting the
 /// CAs of `cas` only.
 async fn presented(addr: SocketAddr, cas: &[&TestCa]) -> anyhow::Result<Vec<u8>> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in cas {
-        for cert in CertificateDer::pem_file_iter(ca.ca())? {
-            roots.add(cert?)?;
-        }
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(TestCa::client_tls_config_of(cas)?)
+        .connect(name, tcp)
         .await?;
     let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
     Ok(leaf.expect("a server presents a certificate").to_vec())

@@ -57,12 +57,11 @@ impl Decider {
             policy: policy.name(),
             cost,
         };
-        let seen = {
+        let (seen, name) = {
             let ids = counters.ids();
             let name = ids.name(token, id);
             (ids.seen(name, &asked, now), name)
         };
-        let (seen, name) = seen;
         match seen {
             Seen::Repeat(first) => {
                 turn.log.repeat();
