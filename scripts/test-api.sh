@@ -20,8 +20,9 @@
 #    stream (`stream_alerts`) is left out: it never ends, so schemathesis
 #    would wait on it; services/cli/tests/cli/gateway/api.rs reads it.
 # 5. the checks can fail: a copy of the description in which a decision
-#    must carry a field no reply has is run against GET /v1/allow/{key};
-#    schemathesis must report that the reply breaks it.
+#    must carry a field no reply has, and the only parameter is a key with
+#    a policy, is run against GET /v1/allow/{key}; schemathesis must report
+#    that the reply breaks it.
 #
 # Everything it started is stopped at the end, by its PID.
 set -euo pipefail
@@ -125,6 +126,13 @@ echo "==> the checks can fail: a decision that must carry a field no reply has"
 import json, sys
 api = json.load(open(sys.argv[1]))
 api["components"]["schemas"]["DecisionReply"]["required"].append("no_such_field")
+# Only the key, one a policy exists for: a generated policy name or cost
+# would mostly be answered 404/400, and no decision would be checked.
+allow = api["paths"]["/v1/allow/{key}"]["get"]
+allow["parameters"] = [
+    dict(p, schema={"type": "string", "enum": ["alice", "bob"]})
+    for p in allow["parameters"] if p["name"] == "key"
+]
 json.dump(api, open(sys.argv[2], "w"))
 EOF
 if (cd "$work" && "$BIN/schemathesis" run "$work/broken.json" --url "$base" \

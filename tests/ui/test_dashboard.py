@@ -3,7 +3,8 @@
 Debian's chromium, driven by selenium through chromium-driver (both
 installed by scripts/install-deps.sh), opens every page of `/ui` against a
 running stack that this module starts and stops by PID: nats-server with
-JetStream, two `sluice worker`s and a `sluice gateway --api-token`. Known
+JetStream, two `sluice worker`s and a `sluice gateway --api-token
+--api-read-token`. Known
 traffic first, through the gateway's `/v1/allow`, under the policy `tenper`
 (10 per 5 minutes, so nothing is forgotten while the test runs):
 
@@ -17,8 +18,9 @@ page without the token; the cookie it sets is HttpOnly and SameSite=Strict),
 the Content-Security-Policy of every page, the usage chart's points
 (read from the SVG's data attributes) against `/v1/usage`, the order of the
 top list by used and by denied, the hostile key shown as text (no script
-element, no alert), the policies, a key's live state, the status page, and the alerts page
-(the hostile key reaching the thresholds of ``quota``, shown as text).
+element, no alert), the policies, a key's live state, the status page, the alerts page
+(the hostile key reaching the thresholds of ``quota``, shown as text), and,
+last, a read token's login: every page, but no reset.
 Every wait is a WebDriverWait on a DOM condition, never a sleep.
 
 With SLUICE_UI_SCREENSHOT=PATH it saves the usage page as a PNG there (how
@@ -51,6 +53,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 TOKEN = "ui-test-token"
+READ_TOKEN = "ui-test-read-token"
 HOSTILE = "<script>alert(1)</script>"
 TRAFFIC = {"alice": 7, "bob": 3, HOSTILE: 11}
 LIMIT = 10
@@ -131,7 +134,7 @@ class Stack:
         for i in range(2):
             self.spawn(f"worker-{i}", [sluice, "worker", "--worker-id", f"ui{i}"], env)
         self.spawn("gateway", [sluice, "gateway", "--listen", f"127.0.0.1:{http_port}"],
-                   {**env, "SLUICE_API_TOKEN": TOKEN})
+                   {**env, "SLUICE_API_TOKEN": TOKEN, "SLUICE_API_READ_TOKEN": READ_TOKEN})
         until("the workers to own every partition", self.settled)
         until("the gateway", lambda: urllib.request.urlopen(self.base + "/healthz", timeout=2).status == 200)
 
@@ -347,3 +350,28 @@ def test_the_alerts_page_lists_each_threshold_once_with_the_hostile_key_as_text(
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text
     assert "Alerts" in [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")]
+
+
+def log_in(browser, base: str, token: str, path: str):
+    browser.delete_all_cookies()
+    browser.get(base + path)
+    wait(browser, lambda d: "/ui/login" in d.current_url, "the login page")
+    browser.find_element(By.NAME, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
+def test_a_read_token_logs_in_to_look_but_is_offered_no_reset(stack, browser):
+    try:
+        log_in(browser, stack.base, READ_TOKEN, "/ui/key?key=bob&policy=tenper")
+        limit = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "section.policy-state tr[data-used]"),
+                     "bob's state")[0]
+        assert limit.get_attribute("data-used") == "3"
+        assert READ_TOKEN not in browser.get_cookie("sluice_ui")["value"]
+        assert browser.find_elements(By.CSS_SELECTOR, "p.read-only")
+        assert not browser.find_elements(By.CSS_SELECTOR, "form.reset")
+        for path, shown in [("/ui/top?policy=tenper&last=15m", "table.top"), ("/ui/policies", "tr[data-policy=tenper]"),
+                            ("/ui/status", "table.partitions")]:
+            browser.get(stack.base + path)
+            wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, shown), path)
+    finally:
+        log_in(browser, stack.base, TOKEN, "/ui/top")

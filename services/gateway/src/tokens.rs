@@ -90,13 +90,18 @@ impl TokenSet {
         found
     }
 
-    /// Whether `given` is a full token (the dashboard's login form).
-    pub(crate) fn is_full(&self, given: &[u8]) -> bool {
-        let mut full = false;
+    /// The role of the token `given` typed into the dashboard's login
+    /// form, if it is one of these (every token compared, as in [`find`]).
+    ///
+    /// [`find`]: TokenSet::find
+    pub(crate) fn role_of(&self, given: &[u8]) -> Option<Role> {
+        let mut found = None;
         for named in &self.0 {
-            full |= named.token.is(given) && named.role == Role::Full;
+            if named.token.is(given) && found.is_none() {
+                found = Some(named.role);
+            }
         }
-        full
+        found
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -338,7 +343,9 @@ token = "v-secret"
         assert_eq!(role("v-secret"), Some(("viewers".into(), Role::Read)));
         assert_eq!(role("flag"), Some(("--api-token".into(), Role::Full)));
         assert_eq!(role("nope"), None);
-        assert!(set.is_full(b"b-secret") && !set.is_full(b"v-secret"));
+        assert_eq!(set.role_of(b"b-secret"), Some(Role::Full));
+        assert_eq!(set.role_of(b"v-secret"), Some(Role::Read));
+        assert_eq!(set.role_of(b"nope"), None);
     }
 
     #[test]

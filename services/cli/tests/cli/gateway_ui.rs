@@ -3,7 +3,8 @@
 //! offered only by a gateway whose NATS credentials may reset (the `admin`
 //! role, not `client`), needs the page's CSRF field, a same-site request
 //! and a confirmation, and then resets exactly as `sluice reset` does.
-//! `--no-ui` leaves no dashboard. What a browser sees (the chart's points,
+//! A read token's login sees the pages but may not reset. `--no-ui`
+//! leaves no dashboard. What a browser sees (the chart's points,
 //! the top list's order, escaping, the token gate, the CSP) is checked by
 //! a real headless browser: tests/ui/test_dashboard.py.
 
@@ -22,15 +23,34 @@ use std::time::Duration;
 const TENPER: &[u8] = br#"{"policy":"tenper"}"#;
 const TENPER_PEEK: &[u8] = br#"{"policy":"tenper","cost":0}"#;
 
-/// A gateway of the secured stack, connected to NATS as `role`.
-async fn gateway_as(stack: &Stack, role: Role) -> Gateway {
+/// The options of a gateway of the secured stack, connected to NATS as
+/// `role`.
+fn options_as(stack: &Stack, role: Role) -> GatewayOptions {
     let mut opts = GatewayOptions::new(stack.nats.url(), config(Fallback::Closed));
     opts.nats_auth = sluice_client::NatsAuth {
         user: Some(role.name().into()),
         password: Some(test_password(role)),
         ..Default::default()
     };
-    Gateway::start_with(opts).await
+    opts
+}
+
+async fn gateway_as(stack: &Stack, role: Role) -> Gateway {
+    Gateway::start_with(options_as(stack, role)).await
+}
+
+/// The secured stack's admin connection, after `n` asks of `key` under
+/// `tenper`, all allowed.
+async fn admin_after(stack: &Stack, key: &str, n: usize) -> async_nats::Client {
+    let admin = stack
+        .nats
+        .connect_as("admin", &test_password(Role::Admin))
+        .await
+        .unwrap();
+    for _ in 0..n {
+        assert!(ask(&admin, key, TENPER).await.unwrap().allowed);
+    }
+    admin
 }
 
 /// The body of a page, once `ready` holds of it (the permission probe
@@ -73,14 +93,7 @@ async fn the_reset_is_offered_only_with_credentials_that_allow_it_and_needs_csrf
 ) {
     let _serial = serial().await;
     let stack = Stack::start_secured(SLUICE, &TestConfig::new().toml(), 1).await;
-    let admin = stack
-        .nats
-        .connect_as("admin", &test_password(Role::Admin))
-        .await
-        .unwrap();
-    for _ in 0..3 {
-        assert!(ask(&admin, "ui-key", TENPER).await.unwrap().allowed);
-    }
+    let admin = admin_after(&stack, "ui-key", 3).await;
 
     // The client role may not inspect or reset: the page says so at once
     // and offers no reset.
@@ -148,6 +161,123 @@ async fn the_reset_is_offered_only_with_credentials_that_allow_it_and_needs_csrf
     );
 
     client_gw.stop().await;
+    gw.stop().await;
+}
+
+/// A login's cookie (`name=value`), from the login form's answer.
+async fn log_in(gw: &Gateway, token: &str) -> Option<String> {
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let resp = no_redirects
+        .post(gw.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}&next=/ui/top"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = resp.headers().get("set-cookie")?.to_str().unwrap();
+    assert_eq!(resp.status().as_u16(), 303, "a login goes on to the page");
+    Some(cookie.split(';').next().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_token_logs_in_to_look_and_only_a_full_one_may_reset() {
+    let _serial = serial().await;
+    let stack = Stack::start_secured(SLUICE, &TestConfig::new().toml(), 1).await;
+    let admin = admin_after(&stack, "ui-read", 4).await;
+    let remaining = || async { ask(&admin, "ui-read", TENPER_PEEK).await.unwrap().remaining };
+    let mut opts = options_as(&stack, Role::Admin);
+    opts.api_token = Some(sluice_gateway::ApiToken::new("full-secret"));
+    opts.read_token = Some(sluice_gateway::ApiToken::new("read-secret"));
+    let gw = Gateway::start_with(opts).await;
+    let get = |path: &str, cookie: &str| {
+        http()
+            .get(gw.url(path))
+            .header("cookie", cookie.to_string())
+            .send()
+    };
+
+    // Neither token: no cookie. Each token: its own cookie.
+    assert_eq!(log_in(&gw, "not-a-token").await, None);
+    let read = log_in(&gw, "read-secret").await.expect("a read login");
+    let full = log_in(&gw, "full-secret").await.expect("a full login");
+    assert_ne!(read, full, "each role has its own session");
+    assert!(!read.contains("read-secret") && !full.contains("full-secret"));
+
+    // The read login sees the pages, the key's state, and no reset.
+    for path in ["/ui/top", "/ui/policies", "/ui/status", "/ui/alerts"] {
+        let resp = get(path, &read).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+    }
+    let url = gw.url("/ui/key?key=ui-read");
+    let page = eventually(Duration::from_secs(15), TICK, || async {
+        let body = http()
+            .get(&url)
+            .header("cookie", read.clone())
+            .send()
+            .await?
+            .text()
+            .await?;
+        anyhow::ensure!(body.contains("may only look"), "not yet: {body}");
+        Ok(body)
+    })
+    .await
+    .unwrap();
+    assert!(
+        page.contains("data-used=\"4\" data-remaining=\"6\""),
+        "{page}"
+    );
+    assert!(!page.contains("class=\"reset\""), "{page}");
+    assert!(!page.contains("name=\"csrf\""), "{page}");
+
+    // With a CSRF field taken from a full login's page, the read login's
+    // reset is still refused, and so is a read bearer's: nothing reset.
+    let full_page = get("/ui/key?key=ui-read", &full)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = field(&full_page, "csrf").to_string();
+    let form = format!("key=ui-read&policy=&csrf={csrf}&confirm=yes");
+    let refused = |req: reqwest::RequestBuilder| async {
+        let resp = req
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form.clone())
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    };
+    let (status, body) = refused(
+        http()
+            .post(gw.url("/ui/key/reset"))
+            .header("cookie", read.clone()),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("may only look"), "{body}");
+    let (status, body) = refused(
+        http()
+            .post(gw.url("/ui/key/reset"))
+            .bearer_auth("read-secret"),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(remaining().await, 6, "a refused reset resets nothing");
+
+    // The full login resets.
+    let (status, body) = refused(
+        http()
+            .post(gw.url("/ui/key/reset"))
+            .header("cookie", full.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("reset under tenper"), "{body}");
+    assert_eq!(remaining().await, 10);
     gw.stop().await;
 }
 

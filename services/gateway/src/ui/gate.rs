@@ -1,19 +1,26 @@
-//! `--api-token` for the dashboard, and the checks of its `POST`s.
+//! The API tokens for the dashboard, and the checks of its `POST`s.
 //!
-//! With a token, every `/ui` page but the login page (and its stylesheet)
+//! With tokens, every `/ui` page but the login page (and its stylesheet)
 //! needs either `Authorization: Bearer <token>` (scripts) or the session
-//! cookie that the login page sets once the token was typed: `HttpOnly`
+//! cookie that the login page sets once a token was typed: `HttpOnly`
 //! (no script reads it), `SameSite=Strict` (no other site's page sends
 //! it), `Path=/ui`, `Secure` under HTTPS. The cookie holds a random
 //! session secret made at start, not the token: restarting the gateway
 //! logs everyone out, and the token never sits in a browser.
 //!
+//! A token's role carries over to its login: there are two session
+//! secrets, one per role, so a read token's cookie (`--api-read-token`,
+//! role `read`) shows every page but is refused the one action, a key's
+//! reset, which needs a full token's login (or bearer), as `POST
+//! /v1/reset` does. The request's [`Login`] tells a page which it serves.
+//!
 //! Every `POST` (log in, log out, reset a key) is refused when the browser
 //! says it comes from another site (`Sec-Fetch-Site`, `Origin`), and a
-//! reset also needs the form's CSRF field, a second random secret made at
+//! reset also needs the form's CSRF field, a third random secret made at
 //! start that only the gateway's own pages carry.
 
 use super::paths;
+use crate::api_token::Role;
 use crate::App;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -29,7 +36,10 @@ const COOKIE: &str = "sluice_ui";
 
 /// The dashboard's random secrets, made once per gateway process.
 pub(crate) struct Secrets {
-    session: String,
+    /// The cookie of a full token's login.
+    full_session: String,
+    /// The cookie of a read token's login.
+    read_session: String,
     csrf: String,
     /// Under HTTPS: the cookie is `Secure`.
     secure: bool,
@@ -38,7 +48,8 @@ pub(crate) struct Secrets {
 impl Secrets {
     pub(crate) fn new(secure: bool) -> anyhow::Result<Secrets> {
         Ok(Secrets {
-            session: random_hex()?,
+            full_session: random_hex()?,
+            read_session: random_hex()?,
             csrf: random_hex()?,
             secure,
         })
@@ -49,14 +60,30 @@ impl Secrets {
         &self.csrf
     }
 
-    fn signed_in(&self, headers: &HeaderMap) -> bool {
+    /// The role of the login whose cookie `headers` carry, if any.
+    fn signed_in(&self, headers: &HeaderMap) -> Option<Role> {
+        let is = |v: &str, secret: &str| bool::from(v.as_bytes().ct_eq(secret.as_bytes()));
         headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .any(|v| bool::from(v.as_bytes().ct_eq(self.session.as_bytes())))
+            .filter_map(
+                |v| match (is(v, &self.full_session), is(v, &self.read_session)) {
+                    (true, _) => Some(Role::Full),
+                    (_, true) => Some(Role::Read),
+                    _ => None,
+                },
+            )
+            .reduce(stronger)
+    }
+
+    fn session(&self, role: Role) -> &str {
+        match role {
+            Role::Full => &self.full_session,
+            Role::Read => &self.read_session,
+        }
     }
 
     fn cookie(&self, value: &str, max_age: Option<u64>) -> String {
@@ -85,22 +112,53 @@ fn secrets(app: &App) -> &Secrets {
         .secrets
 }
 
+/// Who a dashboard request comes from: a full login (or no tokens at
+/// all), which may reset keys, or a read one, which may only look. Every
+/// request behind [`require`] carries one, for the page to offer only what
+/// it may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Login(pub(crate) Role);
+
+impl Login {
+    pub(crate) fn may_reset(self) -> bool {
+        self.0 == Role::Full
+    }
+}
+
+fn stronger(a: Role, b: Role) -> Role {
+    if a == Role::Full || b == Role::Full {
+        Role::Full
+    } else {
+        Role::Read
+    }
+}
+
 /// The middleware on every page but the login page.
-pub(crate) async fn require(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+pub(crate) async fn require(
+    State(app): State<Arc<App>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let Some(tokens) = &app.tokens else {
+        request.extensions_mut().insert(Login(Role::Full));
         return next.run(request).await;
     };
     let bearer = request
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    let full = || {
-        tokens
-            .now()
-            .find(bearer)
-            .is_some_and(|named| named.role == crate::api_token::Role::Full)
+    let bearer = tokens.now().find(bearer).map(|named| named.role);
+    let cookie = secrets(&app).signed_in(request.headers());
+    let role = match (bearer, cookie) {
+        (Some(a), Some(b)) => Some(stronger(a, b)),
+        (one, other) => one.or(other),
     };
-    if secrets(&app).signed_in(request.headers()) || full() {
+    if let Some(role) = role {
+        let looks = matches!(*request.method(), Method::GET | Method::HEAD);
+        if role == Role::Read && !looks {
+            return Refused(READ_ONLY).into_response();
+        }
+        request.extensions_mut().insert(Login(role));
         return next.run(request).await;
     }
     if request.method() == Method::GET {
@@ -146,7 +204,13 @@ fn login_form(status: StatusCode, note: &str, next: &str) -> Response {
             body.login {
                 main {
                     h1 { "sluice" }
-                    p { "This gateway needs its API token (" code { "--api-token" } ")." }
+                    p {
+                        "This gateway needs an API token: a full one ("
+                        code { "--api-token" }
+                        "), or a read one ("
+                        code { "--api-read-token" }
+                        ") to look without resetting keys."
+                    }
                     @if !note.is_empty() { p.error { (note) } }
                     form method="post" action=(paths::LOGIN) {
                         input type="hidden" name="next" value=(next);
@@ -179,12 +243,16 @@ pub(crate) async fn login(
     let Some(tokens) = &app.tokens else {
         return Redirect::to(next).into_response();
     };
-    if !tokens.now().is_full(form.token.trim().as_bytes()) {
-        return login_form(StatusCode::UNAUTHORIZED, "That is not the token.", next);
-    }
+    let Some(role) = tokens.now().role_of(form.token.trim().as_bytes()) else {
+        return login_form(
+            StatusCode::UNAUTHORIZED,
+            "That is not one of this gateway's tokens.",
+            next,
+        );
+    };
     let s = secrets(&app);
     let mut response = Redirect::to(next).into_response();
-    if let Ok(v) = s.cookie(&s.session, None).parse() {
+    if let Ok(v) = s.cookie(s.session(role), None).parse() {
         response.headers_mut().insert(header::SET_COOKIE, v);
     }
     response
@@ -234,6 +302,9 @@ fn same_site(headers: &HeaderMap) -> Result<(), Refused> {
     Ok(())
 }
 
+/// What a read login is told when it tries to change something.
+pub(crate) const READ_ONLY: &str = "this login may only look (a read token: --api-read-token, or role \"read\" in --api-tokens); log in with a full token to reset keys";
+
 /// A `POST` refused: 403 with the reason.
 pub(crate) struct Refused(&'static str);
 
@@ -278,22 +349,35 @@ mod tests {
     }
 
     #[test]
-    fn only_the_session_cookie_signs_in() {
+    fn only_a_session_cookie_signs_in_and_it_keeps_its_role() {
         let s = Secrets::new(false).unwrap();
-        let mut h = HeaderMap::new();
-        assert!(!s.signed_in(&h));
-        h.insert(
-            header::COOKIE,
-            format!("a=b; {COOKIE}=nope").parse().unwrap(),
+        let with = |cookie: String| {
+            let mut h = HeaderMap::new();
+            h.insert(header::COOKIE, cookie.parse().unwrap());
+            s.signed_in(&h)
+        };
+        assert_eq!(s.signed_in(&HeaderMap::new()), None);
+        assert_eq!(with(format!("a=b; {COOKIE}=nope")), None);
+        assert_eq!(with(format!("{COOKIE}={}", s.csrf)), None);
+        assert_eq!(
+            with(format!("a=b; {COOKIE}={}", s.full_session)),
+            Some(Role::Full)
         );
-        assert!(!s.signed_in(&h));
-        h.insert(
-            header::COOKIE,
-            format!("a=b; {COOKIE}={}", s.session).parse().unwrap(),
+        assert_eq!(
+            with(format!("a=b; {COOKIE}={}", s.read_session)),
+            Some(Role::Read)
         );
-        assert!(s.signed_in(&h));
+        // Two cookies (two logins in one browser): the stronger counts.
+        assert_eq!(
+            with(format!(
+                "{COOKIE}={}; {COOKIE}={}",
+                s.read_session, s.full_session
+            )),
+            Some(Role::Full)
+        );
         assert!(s.cookie("x", None).contains("HttpOnly; SameSite=Strict"));
-        assert_ne!(s.session, s.csrf);
+        assert_ne!(s.full_session, s.read_session);
+        assert_ne!(s.full_session, s.csrf);
     }
 
     #[test]

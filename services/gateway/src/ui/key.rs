@@ -5,17 +5,18 @@
 //!
 //! `POST /ui/key/reset`: forgets the key's counters (`rl.reset.<key>`, as
 //! `sluice reset`), with the gateway's NATS credentials, so exactly what
-//! they allow. The button shows only when they allow it (`access.rs`); the
-//! first `POST` asks for a confirmation, a second one with `confirm=yes`
-//! resets; both carry the CSRF field (`gate.rs`).
+//! they allow. The button shows only when they allow it (`access.rs`) and
+//! the login is a full token's (a read token's may only look: `gate.rs`
+//! refuses its `POST`s); the first `POST` asks for a confirmation, a second
+//! one with `confirm=yes` resets; both carry the CSRF field (`gate.rs`).
 
 use super::access::Access;
 use super::form::{href, policy_select};
-use super::gate::check_post;
+use super::gate::{check_post, Login};
 use super::page::{error_note, frame, ok, with_status};
 use super::paths;
 use crate::App;
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Form;
@@ -38,7 +39,11 @@ pub(crate) struct KeyForm {
     policy: Option<String>,
 }
 
-pub(crate) async fn page(State(app): State<Arc<App>>, Query(q): Query<KeyForm>) -> Response {
+pub(crate) async fn page(
+    State(app): State<Arc<App>>,
+    Extension(login): Extension<Login>,
+    Query(q): Query<KeyForm>,
+) -> Response {
     let key = q.key.as_deref().unwrap_or("");
     let policy = q.policy.as_deref().filter(|p| !p.is_empty());
     let form = html! {
@@ -51,12 +56,12 @@ pub(crate) async fn page(State(app): State<Arc<App>>, Query(q): Query<KeyForm>) 
     let state = if key.is_empty() {
         html! { p.hint { "Name a key to see its counters as they stand now." } }
     } else {
-        state(&app, key, policy).await
+        state(&app, login, key, policy).await
     };
     ok(frame(&app, paths::KEY, "Key", html! { (form) (state) }))
 }
 
-async fn state(app: &App, key: &str, policy: Option<&str>) -> Markup {
+async fn state(app: &App, login: Login, key: &str, policy: Option<&str>) -> Markup {
     let access = &app.ui().access;
     if access.inspect() == Access::Denied {
         return html! { p.error.denied { "Cannot inspect keys. " (DENIED) } };
@@ -96,7 +101,11 @@ async fn state(app: &App, key: &str, policy: Option<&str>) -> Markup {
             }
         }
         @if access.reset() == Access::Allowed {
-            (reset_form(app, key, policy, false))
+            @if login.may_reset() {
+                (reset_form(app, key, policy, false))
+            } @else {
+                p.hint.read-only { "This login may only look: log in with a full token to reset the key." }
+            }
         }
     }
 }
