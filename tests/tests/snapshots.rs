@@ -106,7 +106,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
         .unwrap();
     let fresh = Counters::new();
     assert_eq!(
-        fresh.import(restored, now, |name| config.policy(name)),
+        fresh.import(restored, now, |name, _| config.policy(name)),
         120_000
     );
     // The restored counters carry the counts: every key has one request fewer left.

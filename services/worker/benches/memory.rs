@@ -148,7 +148,7 @@ fn main() {
             let entries: Vec<Entry> = rmp_serde::from_slice(&bytes).expect("decodes");
             let c = Counters::within(bound.clone());
             let start = Instant::now();
-            c.import(entries, now, |_| Some(&policy));
+            c.import(entries, now, |_, _| Some(&policy));
             importing += start.elapsed();
             c
         })

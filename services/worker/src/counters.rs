@@ -547,13 +547,18 @@ impl Counters {
     }
 
     /// Loads restored counters (before the partition answers anything).
-    /// Entries that went idle meanwhile, or whose policy no longer exists,
-    /// are dropped. Returns how many were kept.
+    /// Entries idle by `now` (for a takeover that replays records: the
+    /// snapshot's time, [`crate::snapshot::Manifest::idle_judged_at`]), or
+    /// whose policy no longer exists, are dropped: `kept_under` names the limits an entry's counter is
+    /// kept under, given its policy's name and its key token (an
+    /// override's, a global bucket's part: judged by its policy's own
+    /// limits, a counter of a longer window would go idle too soon). Returns
+    /// how many were kept.
     pub fn import<'p>(
         &self,
         entries: Vec<Entry>,
         now: Nanos,
-        policy_of: impl Fn(&str) -> Option<&'p Policy>,
+        kept_under: impl Fn(&str, &str) -> Option<&'p Policy>,
     ) -> usize {
         // Grouped by bucket first, so that each bucket is looked up, locked
         // and inserted into moka once, not once per key.
@@ -563,10 +568,10 @@ impl Counters {
         let mut grouped: HashMap<u64, Group> = HashMap::new();
         let mut kept = 0;
         for Entry { key, mut state } in entries {
-            let Some((policy_name, _)) = key.split_once('/') else {
+            let Some((policy_name, token)) = key.split_once('/') else {
                 continue;
             };
-            let Some(policy) = policy_of(policy_name) else {
+            let Some(policy) = kept_under(policy_name, token) else {
                 continue;
             };
             let needed = policy.idle_expiry(&mut state, now);

@@ -286,9 +286,7 @@ impl Outbox {
             return 0;
         };
         let applied = since.replay(partition, |_, record| apply(record));
-        if !manifest.journal_writers.contains(&j.worker_id) {
-            manifest.journal_writers.push(j.worker_id.clone());
-        }
+        manifest.lists_writer(&j.worker_id);
         applied
     }
 }

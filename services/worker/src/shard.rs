@@ -185,9 +185,14 @@ impl Shard {
             // again: 1.6 s instead of 0.9-1.1 until all 64 answered.)
             let counters = self.owner.counters().clone();
             let decider = self.answering.decider.clone();
+            let idle_at = m.idle_judged_at(now);
             tokio::task::spawn_blocking(move || {
                 let policies = decider.policies();
-                counters.import(entries, now, |name| policies.get(name))
+                let rules = deciding::Deciding {
+                    decider: &decider,
+                    policies: &policies,
+                };
+                counters.import(entries, idle_at, |name, key| rules.kept_under(name, key))
             })
             .await
             .context("restoring the counters panicked")?;
@@ -562,6 +567,6 @@ const SWEEP: Duration = Duration::from_millis(250);
 /// How long a shard may take to hand over on shutdown before the worker gives up on it.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
-mod deciding;
+pub mod deciding;
 mod task;
 mod turns;

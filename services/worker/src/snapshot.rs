@@ -33,6 +33,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use sluice_core::format;
 use sluice_core::policy::KeyState;
+use sluice_core::time::Nanos;
 
 /// Chunk payload size: well under the 1 MiB default max payload, leaving room
 /// for headers (a CAS update adds ~52 bytes; see the notes).
@@ -94,6 +95,26 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+impl Manifest {
+    /// Lists `worker` among the writers whose records a takeover after
+    /// this snapshot reads (once).
+    pub fn lists_writer(&mut self, worker: &str) {
+        if !self.journal_writers.iter().any(|w| w == worker) {
+            self.journal_writers.push(worker.to_string());
+        }
+    }
+
+    /// When its restored counters are judged idle, at a takeover at
+    /// `now`: when it was taken (at most `now`). The journal's records
+    /// after it are replayed at their own times, from then on: a counter
+    /// idle by `now` but not by a record's time is still the state that
+    /// record changed (a GCRA's or bucket's level in the future then),
+    /// and dropped, the record would start it over from whole.
+    pub fn idle_judged_at(&self, now: Nanos) -> Nanos {
+        Nanos::from_millis(self.taken_at_ms).min(now)
+    }
+}
+
 fn unversioned() -> u64 {
     u64::from(format::UNVERSIONED)
 }
@@ -149,6 +170,14 @@ pub async fn read_entries(
             .ok_or_else(|| anyhow!("snapshot chunk {key} is missing"))?;
         bytes.extend_from_slice(&chunk.value);
     }
+    decode(partition, m, &bytes)
+}
+
+/// The entries and carried state of a snapshot's bytes (its chunks, in
+/// order), as [`read_entries`] reads them: an error only when the bytes
+/// are not what the manifest says; what cannot be decoded is logged and
+/// started without.
+pub fn decode(partition: u32, m: &Manifest, bytes: &[u8]) -> Result<(Vec<Entry>, Option<Carried>)> {
     if bytes.len() as u64 != m.bytes {
         bail!(
             "snapshot of partition {partition} has {} bytes, its manifest says {}",
@@ -255,6 +284,14 @@ impl Encoded {
     /// The chunks, in order: their concatenation is the snapshot's bytes.
     pub fn chunks(&self) -> &[Bytes] {
         &self.chunks
+    }
+
+    /// The manifest's account of these chunks, as [`write`] writes it.
+    pub fn describe(&self, manifest: &mut Manifest) {
+        manifest.carried_bytes = self.carried_bytes;
+        manifest.chunks = self.chunks.len() as u32;
+        manifest.bytes = self.bytes;
+        manifest.entries = self.entries;
     }
 }
 
@@ -373,7 +410,7 @@ pub async fn write(
     expected_rev: u64,
     previous_gen: Option<&str>,
 ) -> Result<(Manifest, u64)> {
-    manifest.carried_bytes = encoded.carried_bytes;
+    encoded.describe(&mut manifest);
     let mut acks = Vec::with_capacity(encoded.chunks.len());
     for (i, chunk) in encoded.chunks.iter().enumerate() {
         let subject = kv_subject(
@@ -385,9 +422,6 @@ pub async fn write(
     for ack in acks {
         ack.await.context("snapshot chunk was not stored")?;
     }
-    manifest.chunks = encoded.chunks.len() as u32;
-    manifest.bytes = encoded.bytes;
-    manifest.entries = encoded.entries;
     match write_manifest(&stores.snapshots, partition, &manifest, expected_rev).await {
         Ok(rev) => {
             if let Some(old) = previous_gen.filter(|g| *g != manifest.gen) {

@@ -62,6 +62,18 @@ pub struct Gift {
     pub key: String,
     pub units: u64,
     pub taken_at: u64,
+    /// The region that gives (empty from releases before gifts had ids).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub from: String,
+}
+
+impl Gift {
+    /// Its id at the home, which takes a gift the link carried twice once
+    /// (SPEC §16): who gave, when and how much. A region gives a key's
+    /// units once per reclaim, so no two of its gifts share one.
+    pub fn id(&self) -> String {
+        format!("gift-{}-{}-{}", self.from, self.taken_at, self.units)
+    }
 }
 
 impl LinkBody for Gift {
@@ -129,8 +141,17 @@ mod tests {
             key: "alice".into(),
             units: 3,
             taken_at: 7,
+            from: "west".into(),
         };
         assert_eq!(decode::<Gift>(&encode(&gift)).unwrap(), gift);
+        // A gift from a release before gifts had ids: no region in its id.
+        let old = Gift {
+            from: String::new(),
+            ..gift.clone()
+        };
+        assert_eq!(decode::<Gift>(&encode(&old)).unwrap(), old);
+        assert_eq!(gift.id(), "gift-west-7-3");
+        assert_ne!(old.id(), gift.id());
         let resend = Resend {
             home: "east".into(),
         };

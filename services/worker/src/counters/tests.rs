@@ -414,7 +414,7 @@ fn a_partition_restored_at_the_bound_gets_its_share() {
         })
         .collect();
     let restored = Counters::with(bound.clone(), Duration::from_secs(3600));
-    restored.import(entries, now, |_| Some(&policy));
+    restored.import(entries, now, |_, _| Some(&policy));
     // Two partitions share the bound: each ends near half of it.
     let (a, b) = (old.len(), restored.len());
     assert!(bound.held() <= max + 1, "{} held", bound.held());
@@ -448,7 +448,7 @@ fn import_restores_live_entries_and_drops_stale_ones() {
     });
 
     let restored = Counters::new();
-    let kept = restored.import(entries, now, |name| {
+    let kept = restored.import(entries, now, |name, _| {
         (name == policy.name()).then_some(&policy)
     });
     assert_eq!((kept, restored.len()), (500, 500));
@@ -464,6 +464,6 @@ fn import_restores_live_entries_and_drops_stale_ones() {
         })
     });
     let late = Counters::new();
-    let kept = late.import(entries, Nanos::from_secs(1_000), |_| Some(&policy));
+    let kept = late.import(entries, Nanos::from_secs(1_000), |_, _| Some(&policy));
     assert_eq!((kept, late.len()), (0, 0));
 }

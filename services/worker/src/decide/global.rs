@@ -6,8 +6,9 @@
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
 use crate::global::{Forward, GatherPolicy};
-use crate::turn_log::{Counted, TurnLog, Usage};
+use crate::turn_log::{Counted, Named, TurnLog, Usage};
 use sluice_core::ask::{self, Op};
+use sluice_core::ask_ids::{Asked, FirstAnswer, Seen};
 use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
@@ -231,7 +232,7 @@ impl Decider {
             LinkInbound::Gift(partition) => {
                 if partition == owned.partition {
                     match link::decode::<Gift>(message.body) {
-                        Ok(gift) => self.take_gift(policies, &gift, owned, now),
+                        Ok(gift) => self.take_gift(policies, &gift, owned, now, log),
                         Err(e) => tracing::debug!("a gift refused: {}", e.message),
                     }
                 }
@@ -583,6 +584,7 @@ impl Decider {
                     key: reclaim.key.clone(),
                     units: spare,
                     taken_at: now.as_u64(),
+                    from: here.as_str().to_string(),
                 },
             };
             log.act(When::Stored, gift_action);
@@ -592,9 +594,18 @@ impl Decider {
     /// At a global bucket's home: units another region took out of its
     /// part, put into the home's part (never past the brim); one that
     /// left longer than [`GIFT_FRESH`] ago is dropped (its units are lost,
-    /// not spent late). Not recorded: after a crash the home's part holds
-    /// less, never more.
-    fn take_gift(&self, policies: &Policies, gift: &Gift, owned: Owned<'_>, now: Nanos) {
+    /// not spent late), and so is one taken before ([`Gift::id`],
+    /// remembered as an ask's id is, journaled: a gift the link carried
+    /// twice would give its units twice). The units are not recorded:
+    /// after a crash the home's part holds less, never more.
+    fn take_gift(
+        &self,
+        policies: &Policies,
+        gift: &Gift,
+        owned: Owned<'_>,
+        now: Nanos,
+        log: &mut TurnLog,
+    ) {
         let Some(here) = self.region.as_ref() else {
             return;
         };
@@ -613,12 +624,43 @@ impl Decider {
             tracing::debug!("a gift of {} for {} came too late", gift.units, gift.key);
             return;
         }
-        ask::with_counter_key(policy.name(), &gift.key, |buf| {
+        let id = gift.id();
+        let asked = Asked {
+            verb: Verb::Allow,
+            policy: policy.name(),
+            cost: 0,
+        };
+        {
+            let ids = owned.counters.ids();
+            if ids.seen(ids.name(&gift.key, &id), &asked, now) != Seen::First {
+                return;
+            }
+        }
+        let decision = ask::with_counter_key(policy.name(), &gift.key, |buf| {
             owned.counters.update(part, buf, now, |state| {
                 // Into the window the units left (a window's part).
-                part.refund(state, now, gift.units, Nanos(gift.taken_at));
-            });
+                part.refund(state, now, gift.units, Nanos(gift.taken_at))
+            })
         });
+        let first = FirstAnswer::from(decision);
+        let until = policy.remembered_until(now);
+        let forgotten = {
+            let mut ids = owned.counters.ids();
+            let before = ids.forgotten_early();
+            let name = ids.name(&gift.key, &id);
+            ids.remember(name, asked, first, until, now);
+            ids.forgotten_early() - before
+        };
+        let named = Named {
+            policy: policy.name(),
+            token: &gift.key,
+            cost: 0,
+            id: &id,
+            verb: Verb::Allow,
+            first: &first,
+            until,
+        };
+        log.remembered(named, forgotten, now);
     }
 
     /// At the home, after an ask of `token` left the window short (denied,

@@ -72,9 +72,7 @@ impl Journal for FakeJournal {
             .filter(|r| r.n == partition)
             .filter(|r| apply(r))
             .count();
-        if !manifest.journal_writers.iter().any(|w| w == "w1") {
-            manifest.journal_writers.push("w1".to_string());
-        }
+        manifest.lists_writer("w1");
         applied
     }
 }

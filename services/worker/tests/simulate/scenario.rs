@@ -5,7 +5,7 @@
 //! hold").
 
 use crate::net::{pick, Faults};
-use crate::{PARTITIONS, SEC};
+use crate::{MS, PARTITIONS, SEC};
 use rand::rngs::StdRng;
 use rand::Rng;
 use sluice_core::time::Nanos;
@@ -20,12 +20,15 @@ pub struct Scenario {
     pub on_cut: &'static str,
     pub faults: Faults,
     pub keys: Vec<String>,
-    /// Journal mode, where a worker may be killed and restarted.
+    /// Journal mode (else snapshot mode).
     pub journal: bool,
+    /// How often each owner is asked for a snapshot (it writes one when
+    /// its counters changed).
+    pub snapshot_every: Nanos,
     /// How the link is cut over the run.
     pub cuts: Cuts,
-    /// In journal mode, a region's worker is killed about once per this
-    /// many asks (`None`: never).
+    /// A region's worker is stopped and started again about once per
+    /// this many asks (`None`: never), killed or handed over at random.
     pub restarts: Option<u32>,
     /// Nothing lost, cut or killed: then no region may deny an ask itself
     /// while the home's count has room (docs/REGIONS-DESIGN.md, "Asks the
@@ -81,6 +84,7 @@ impl Scenario {
             faults: Faults::draw(rng),
             keys,
             journal: rng.gen_bool(0.5),
+            snapshot_every: Nanos(*pick(rng, &[250, 500, 1_000]) * MS),
             cuts: Cuts::Random(200),
             restarts: Some(150),
             lossless: false,
@@ -124,6 +128,7 @@ impl Scenario {
             },
             keys: vec!["k0".to_string()],
             journal: false,
+            snapshot_every: Nanos(2 * SEC),
             cuts: Cuts::Never,
             restarts: None,
             lossless: true,

@@ -1,12 +1,14 @@
 //! The simulated regions: in each, one owner of every partition with the
 //! real decision core ([`Decider`]) and the real global state
-//! (`sluice_core::region::state`) in its counters; between them, the
+//! (`sluice_core::region::state`) in its counters, snapshotted, journaled,
+//! killed and handed over as `owner.rs` keeps it; between them, the
 //! seeded network of `net.rs` carrying the real messages
 //! (`sluice_core::region::transport`), with the link task's rules for
 //! replies and timeouts and its health of the link
 //! ([`LinkHealth`]). Time is one simulated clock.
 
 use crate::net::{Due, Net};
+use crate::owner::Partition;
 use rand::rngs::StdRng;
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
@@ -23,24 +25,19 @@ use sluice_core::wire::{decode_reply, Reply as WireReply};
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::{Answer, Decider, Message, Owned};
 use sluice_worker::global::Forward;
-use sluice_worker::journal::record::Record;
 use sluice_worker::reply::Reply;
-use sluice_worker::stats::ShardStats;
 use sluice_worker::turn_log::Recording;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One region's worker, owning every partition.
 pub struct Region {
     pub name: RegionName,
     decider: Decider,
     policies: Arc<Policies>,
-    partitions: Vec<(Counters, ShardStats)>,
+    partitions: Vec<Partition>,
     health: LinkHealth,
-    /// Journal mode: every partition's records, in the order they were
-    /// stored (a restart replays them all: the simulator takes no
-    /// snapshots).
-    journal: Option<Vec<Vec<Record>>>,
 }
 
 /// A message of the link, in flight.
@@ -109,8 +106,9 @@ enum Outcome {
 }
 
 impl Region {
-    /// A region's worker, in journal mode when `journal`.
-    pub fn new(name: &str, toml: &str, partitions: u32, journal: bool) -> Region {
+    /// A region's worker, in journal mode when `journal`; `epoch`: the
+    /// simulated clock's start.
+    pub fn new(name: &str, toml: &str, partitions: u32, journal: bool, epoch: Instant) -> Region {
         let mut config = Config::from_toml(toml, "sim.toml").expect("the simulated config");
         config.usage.enabled = false;
         let name = RegionName::new(name).expect("a region name");
@@ -125,40 +123,64 @@ impl Region {
             policies: decider.policies(),
             decider,
             partitions: (0..partitions)
-                .map(|_| (Counters::new(), ShardStats::default()))
+                .map(|p| Partition::new(p, journal, epoch))
                 .collect(),
             health: LinkHealth::default(),
-            journal: journal.then(|| (0..partitions).map(|_| Vec::new()).collect()),
         }
     }
 
-    /// The worker is killed and started again: every partition is
-    /// restored from its journal, its global state starts empty, and so
-    /// does the link's health. `false` in snapshot mode (nothing to
-    /// restore from in the simulator: not simulated yet).
-    fn restart(&mut self) -> bool {
-        let Some(journal) = &self.journal else {
-            return false;
-        };
-        for (partition, records) in journal.iter().enumerate() {
-            let counters = Counters::new();
-            for record in records {
-                self.decider.replay(&self.policies, record, &counters);
-            }
-            self.partitions[partition] = (counters, ShardStats::default());
+    /// The worker stops (`handover`: gracefully, each partition's final
+    /// snapshot first; else killed) and starts again: every partition's
+    /// next owner takes over, and so the link's health starts over. What
+    /// the partitions must tell the other regions.
+    fn restart(&mut self, handover: bool, now: Nanos) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for partition in &mut self.partitions {
+            actions.extend(partition.next_owner(&self.decider, &self.policies, handover, now));
         }
         self.health = LinkHealth::default();
-        true
+        actions
+    }
+
+    /// A snapshot interval passed: each partition writes a snapshot if
+    /// its owner says one is due. How many did.
+    pub fn snapshot(&mut self, now: Nanos) -> usize {
+        self.partitions
+            .iter_mut()
+            .filter_map(|p| p.tick(now).then_some(()))
+            .count()
     }
 
     fn owned(&self, partition: u32) -> Owned<'_> {
-        let (counters, stats) = &self.partitions[partition as usize];
-        Owned {
-            partition,
-            counters,
-            stats,
-            usage: None,
+        self.partitions[partition as usize].owner.owned()
+    }
+
+    fn counters(&self, partition: u32) -> &Counters {
+        self.partitions[partition as usize].counters()
+    }
+
+    /// How many units an ask of `token` would find room for here now,
+    /// under the limits its counter is kept under (a global bucket's: this
+    /// region's part): what a lost count gives back.
+    pub fn room(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
+        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
+        let base = self.policies.get("default").expect("the policy");
+        let policy = self
+            .policies
+            .in_force(base, token)
+            .counted_under(Some(&self.name));
+        let fresh = || policy.limits()[0].reported();
+        if std::env::var("SIM_DEBUG").is_ok() {
+            eprintln!(
+                "ROOM {} {token} {:?} {:?}",
+                self.name,
+                self.counters(partition).state(&format!("default/{token}")),
+                policy.limits()
+            );
         }
+        self.counters(partition)
+            .state(&format!("default/{token}"))
+            .map_or_else(fresh, |state| policy.inspect(&state, now)[0].remaining)
     }
 
     /// Decides one message on `partition`'s subjects: the reply's body
@@ -195,25 +217,20 @@ impl Region {
                 Outcome::Reply(Reply::of(&answer, "sim").payload.to_vec(), answered)
             }
         };
-        if let Some(journal) = &mut self.journal {
-            journal[partition as usize].extend(records);
-        }
+        self.partitions[partition as usize].store(records);
         let mut all = actions.now;
         all.extend(actions.stored);
         (reply, all)
     }
 
     fn on_event(&self, partition: u32, event: Event) {
-        self.partitions[partition as usize]
-            .0
-            .global()
-            .on_event(event);
+        self.counters(partition).global().on_event(event);
     }
 
     /// The link's health changed: every partition is told.
     fn tell_all(&self, event: Event) {
-        for (counters, _) in &self.partitions {
-            counters.global().on_event(event.clone());
+        for partition in &self.partitions {
+            partition.counters().global().on_event(event.clone());
         }
     }
 }
@@ -517,28 +534,26 @@ impl World {
             .expect("a key")
             .partition(self.partitions);
         let policy = home.policies.get("default").expect("the policy");
-        let counters = &home.partitions[partition as usize].0;
-        counters
+        home.counters(partition)
             .state(&format!("default/{token}"))
             .is_none_or(|state| policy.inspect(&state, now)[0].remaining > 0)
     }
 
-    /// Region `at`'s worker is killed and started again (journal mode):
-    /// what its link task waited for is forgotten with it. `false` when
-    /// it cannot be (snapshot mode).
-    pub fn restart(&mut self, at: usize, now: Nanos) -> bool {
-        if !self.regions[at].restart() {
-            return false;
-        }
+    /// Region `at`'s worker stops (`handover`: gracefully; else killed)
+    /// and starts again: what its link task waited for is forgotten with
+    /// it, and what its partitions must tell the other regions is sent.
+    pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) {
+        let actions = self.regions[at].restart(handover, now);
         self.waiting.retain(|_, waiting| waiting.from != at);
         if self.tracing {
             let name = self.regions[at].name.clone();
-            self.note(
-                now,
-                format!("{name}'s worker killed and restarted from its journal"),
-            );
+            let how = match handover {
+                true => "handed over",
+                false => "killed",
+            };
+            self.note(now, format!("{name}'s worker {how} and started again"));
         }
-        true
+        self.perform(rng, at, actions, now);
     }
 
     /// Each region's owners give back the slices whose lease ended.

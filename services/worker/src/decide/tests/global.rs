@@ -186,3 +186,77 @@ fn the_journal_rebuilds_what_the_home_asked_of_a_key() {
     // it would keep nothing.
     assert_eq!(keeps(&Counters::new()), 0);
 }
+
+/// A gift of spare units the link carries twice (NATS may deliver a
+/// publish again after a reconnect) fills the home's part once: the home
+/// remembers it by its id ([`sluice_core::wire::link::Gift::id`]), and
+/// the journal keeps that id, so a repeat after a takeover is dropped too.
+/// Found by the simulator (tests/simulate, seed 2587): a doubled gift let
+/// a global GCRA admit one more than its bound.
+#[test]
+fn a_gift_the_link_carries_twice_fills_the_homes_part_once() {
+    let mut east = Fixture::journal(
+        r#"
+partitions = 4
+region = "east"
+[policies.default]
+algorithm = "token_bucket"
+limits = [ { max = 10, per = "1m" } ]
+scope = "global"
+home = "east"
+regions = ["east", "west"]
+region_shares = { east = 1, west = 1 }
+on_cut = "reserved"
+"#,
+    );
+    east.decider = east.decider.in_region(RegionName::new("east").unwrap());
+    let key = key_in(east.partition, "gift");
+    let mut records = Vec::new();
+    for _ in 0..5 {
+        let (answer, made) = east.send(Verb::Allow, &key, b"", true, T0);
+        assert!(matches!(answer, Some(Answer::Decision { decision, .. }) if decision.allowed));
+        records.extend(made);
+    }
+    assert_eq!(east.remaining(&key, T0), 0, "east's part (5 of 10) spent");
+
+    let gift = sluice_core::wire::link::Gift {
+        policy: "default".into(),
+        key: key.clone(),
+        units: 2,
+        taken_at: T0.as_u64(),
+        from: "west".into(),
+    };
+    let body = sluice_core::wire::link::encode(&gift);
+    let subject = sluice_core::subject::link_give("east", east.partition);
+    let deliver = |counters: &Counters, records: &mut Vec<Record>| {
+        let owned = Owned {
+            counters,
+            ..east.owned()
+        };
+        let mut log = east.decider.turn_log(owned);
+        let message = Message {
+            subject: &subject,
+            body: &body,
+            wants_reply: false,
+        };
+        east.decider
+            .message(&east.policies, message, owned, T0, &mut log);
+        records.extend(log.finish(east.decider.stats(), &east.shard));
+    };
+    deliver(&east.counters, &mut records);
+    deliver(&east.counters, &mut Vec::new());
+    assert_eq!(east.remaining(&key, T0), 2, "given once");
+
+    // After a crash, the journal's records rebuild the count and the
+    // gift's id (not its units: under, never over): a late repeat of the
+    // gift gives nothing.
+    let restored = Counters::new();
+    for record in &records {
+        east.decider.replay(&east.policies, record, &restored);
+    }
+    deliver(&restored, &mut Vec::new());
+    let state = restored.state(&format!("default/{key}")).expect("restored");
+    let part = east.policies.get("default").unwrap();
+    let part = part.counted_under(east.decider.region());
+    assert_eq!(part.inspect(&state, T0)[0].remaining, 0);
+}

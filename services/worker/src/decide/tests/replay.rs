@@ -69,3 +69,51 @@ regions = ["east", "west"]
     let state = f.counters.state(&format!("plan/{key}")).expect("replayed");
     assert_eq!(part.inspect(&state, T0)[0].remaining, 30);
 }
+
+/// A takeover restores a key's counter under the limits it is kept under
+/// (`Deciding::kept_under`): an overridden key's by its override. Judged
+/// by the policy's own 1 s window, 20 of an override's 100 a minute
+/// looked idle 5 s later and were dropped: the key was whole again.
+#[test]
+fn a_restored_counter_of_an_overridden_key_is_kept_by_its_override() {
+    let mut f = Fixture::new();
+    let key = key_in(1, "k");
+    let mut policies = (*f.policies).clone();
+    policies
+        .apply(
+            &format!("override.default.{key}"),
+            Some(br#"{"limits":[{"max":100,"per":"1m"}]}"#),
+        )
+        .unwrap();
+    f.policies = Arc::new(policies);
+    for _ in 0..20 {
+        f.allow(&key, b"", T0);
+    }
+    let entries = || {
+        let mut entries = Vec::new();
+        f.counters.for_each(|key, state| {
+            entries.push(crate::counters::Entry {
+                key: key.to_string(),
+                state: state.clone(),
+            })
+        });
+        entries
+    };
+    let later = Nanos(T0.as_u64() + 5_000_000_000);
+    let rules = crate::shard::deciding::Deciding {
+        decider: &f.decider,
+        policies: &f.policies,
+    };
+    let restored = Counters::new();
+    let kept = restored.import(entries(), later, |name, key| rules.kept_under(name, key));
+    assert_eq!(kept, 1);
+    let by_the_policy = Counters::new();
+    let kept = by_the_policy.import(entries(), later, |name, _| f.policies.get(name));
+    assert_eq!(kept, 0, "by the policy's own window it was idle");
+    f.counters = restored;
+    assert_eq!(
+        f.remaining(&key, later),
+        80,
+        "20 of 100 a minute, 5 s later"
+    );
+}
