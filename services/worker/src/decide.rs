@@ -122,6 +122,7 @@ fn blocked(base: &Policy) -> Decision {
         reset: window,
         retry_after: window,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     })
 }
 

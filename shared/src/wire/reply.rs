@@ -84,6 +84,7 @@ impl DecisionReply {
             reset: Nanos::from_millis(self.reset_ms),
             retry_after: Nanos::from_millis(self.retry_after_ms),
             shadow_denied: self.shadow_denied,
+            wait: Nanos::ZERO,
         }
     }
 

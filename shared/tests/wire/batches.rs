@@ -43,6 +43,7 @@ fn budget_items_and_grants_round_trip_and_the_reply_bytes_are_rmp_serdes() {
         reset: Nanos::from_millis(250),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     };
     let mut reply = DecisionReply::new(&d, "hot");
     reply.grant = Some(Grant {

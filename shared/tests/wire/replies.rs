@@ -294,6 +294,7 @@ fn any_decision() -> impl Strategy<Value = Decision> {
             reset: Nanos(reset),
             retry_after: Nanos(retry_after),
             shadow_denied: false,
+            wait: Nanos::ZERO,
         })
 }
 

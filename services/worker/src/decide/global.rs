@@ -49,6 +49,7 @@ pub(crate) fn not_here(whole: &Limit) -> Decision {
         reset: whole.per(),
         retry_after: ASK_TIMEOUT,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }
 
