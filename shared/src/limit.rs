@@ -70,6 +70,10 @@ impl FromStr for Algorithm {
     }
 }
 
+/// The longest `max_wait` a policy may have (SPEC §18, [`crate::wait`]):
+/// a caller kept waiting longer would be better told to come back.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
 /// Why a policy or limit cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
@@ -105,7 +109,7 @@ pub enum PolicyError {
     GlobalNotYet(String),
     #[error("max_wait needs token_bucket or gcra, not {0}: only they can admit an ask now for a later moment and count it then (SPEC §18); remove max_wait or change the algorithm")]
     WaitNotSupported(Algorithm),
-    #[error("max_wait must be at most {}: an ask admitted for a later moment keeps its caller waiting that long; set a shorter max_wait", crate::duration::format_duration(crate::wait::MAX_WAIT))]
+    #[error("max_wait must be at most {}: an ask admitted for a later moment keeps its caller waiting that long; set a shorter max_wait", crate::duration::format_duration(MAX_WAIT))]
     MaxWaitTooLong,
     #[error("an alert threshold must be 1 to 1000 (percent of each limit's max), found {0}")]
     AlertThreshold(i64),

@@ -435,7 +435,7 @@ impl Policy {
     /// how long from now that is; when it does not, it is denied, taking
     /// nothing. A peek says the same of a cost of 1 and takes nothing.
     /// The caller must have refused a `within` over [`Policy::max_wait`]
-    /// ([`crate::wait::allowance`]).
+    /// ([`crate::ask::admit_wait`]).
     pub fn decide_within(
         &self,
         state: &mut KeyState,

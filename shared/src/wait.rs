@@ -13,21 +13,19 @@
 //! future has to be kept. A window algorithm would have to book units in
 //! a window that has not opened yet; [`max_wait`] refuses it.
 //!
-//! What is here: the policy option's check ([`max_wait`]), an ask's check
-//! against it ([`allowance`]), and the earliest moment an ask fits every
-//! limit ([`earliest`]), which [`crate::policy::Policy::decide_within`]
-//! uses.
+//! What is here: the policy option's check ([`max_wait`]) and the earliest
+//! moment an ask fits every limit ([`earliest`]), which
+//! [`crate::policy::Policy::decide_within`] uses; below the policy, so
+//! that the policy can use them. An ask's wait is checked against its
+//! policy's `max_wait` with the other rules an ask passes
+//! ([`crate::ask::admit_wait`]).
 
 use crate::algorithm::Algo;
 use crate::limit::{Algorithm, Limit, PolicyError};
-use crate::policy::Policy;
 use crate::time::Nanos;
-use crate::wire::ErrorReply;
 use std::time::Duration;
 
-/// The longest `max_wait` a policy may have: a caller kept waiting longer
-/// would be better told to come back.
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
+pub use crate::limit::MAX_WAIT;
 
 /// A policy's `max_wait` as the algorithm allows it: zero for any (asks
 /// never wait), anything up to [`MAX_WAIT`] for a token bucket or GCRA.
@@ -42,30 +40,6 @@ pub fn max_wait(algorithm: Algorithm, max_wait: Duration) -> Result<Nanos, Polic
         return Err(PolicyError::MaxWaitTooLong);
     }
     Ok(Nanos::from(max_wait))
-}
-
-/// How long an ask of `policy` carrying `wait_ms` may wait, or the 400
-/// that refuses it (a wait on a policy that cannot wait, or over its
-/// `max_wait`) before it touches a counter.
-pub fn allowance(policy: &Policy, wait_ms: u64) -> Result<Nanos, ErrorReply> {
-    if wait_ms == 0 {
-        return Ok(Nanos::ZERO);
-    }
-    let name = policy.name();
-    if !policy.algorithm().has_burst() {
-        return Err(ErrorReply::bad_request(format!(
-            "policy {name:?} uses {}, which cannot admit an ask for a later moment; send no wait_ms, or ask a token_bucket or gcra policy that has a max_wait",
-            policy.algorithm()
-        )));
-    }
-    let max_ms = policy.max_wait().as_millis_ceil();
-    if wait_ms > max_ms {
-        return Err(ErrorReply::bad_request(format!(
-            "wait_ms {wait_ms} is over policy {name:?}'s max_wait of {max_ms} ms; send a wait_ms of at most {max_ms}, or raise the policy's max_wait (at most {})",
-            crate::duration::format_duration(MAX_WAIT)
-        )));
-    }
-    Ok(Nanos::from_millis(wait_ms))
 }
 
 /// How long from `now` until `cost` fits every one of `limits` (zero: it

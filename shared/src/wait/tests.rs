@@ -1,7 +1,7 @@
 //! Waiting decided with a clock the tests hold: every moment is exact.
 
 use super::*;
-use crate::policy::{Decision, KeyState, Mode};
+use crate::policy::{Decision, KeyState, Mode, Policy};
 
 const MS: u64 = 1_000_000;
 
@@ -196,9 +196,9 @@ fn max_wait_is_for_buckets_and_at_most_a_minute() {
 #[test]
 fn an_ask_may_wait_up_to_the_policy_max_wait() {
     let p = policy(Algorithm::TokenBucket, &[(10, 1)]);
-    assert_eq!(allowance(&p, 0), Ok(Nanos::ZERO));
-    assert_eq!(allowance(&p, 1_000), Ok(ms(1_000)));
-    let e = allowance(&p, 1_001).unwrap_err();
+    assert_eq!(crate::ask::admit_wait(&p, 0), Ok(Nanos::ZERO));
+    assert_eq!(crate::ask::admit_wait(&p, 1_000), Ok(ms(1_000)));
+    let e = crate::ask::admit_wait(&p, 1_001).unwrap_err();
     assert_eq!(e.code, crate::wire::ErrorCode::BadRequest);
     assert!(
         e.message
@@ -206,10 +206,10 @@ fn an_ask_may_wait_up_to_the_policy_max_wait() {
         "{e}"
     );
     let never = Policy::new("never", Algorithm::Gcra, p.limits().to_vec()).unwrap();
-    let e = allowance(&never, 1).unwrap_err();
+    let e = crate::ask::admit_wait(&never, 1).unwrap_err();
     assert!(e.message.contains("max_wait of 0 ms"), "{e}");
     let window = Policy::builtin_default();
-    let e = allowance(&window, 1).unwrap_err();
+    let e = crate::ask::admit_wait(&window, 1).unwrap_err();
     assert!(e.message.contains("uses sliding_window"), "{e}");
 }
 
