@@ -29,6 +29,7 @@ fn decision() -> Decision {
         reset: Nanos::from_secs(1),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }
 

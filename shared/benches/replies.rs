@@ -23,6 +23,7 @@ fn decision() -> Decision {
         reset: Nanos(66_700_001),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }
 

@@ -6,6 +6,8 @@
 //! - [`admit`]: the policy must be configured (404), and an `allow` may not
 //!   cost more than the policy can ever hold (400: "can never pass" is an
 //!   error; "not now" is a denial, see STYLE.md).
+//!   An ask that may wait must wait no longer than its policy lets it
+//!   (400, [`admit_wait`]).
 //! - [`Op`]: what the verb does to the key's state.
 //! - [`counter_key`]: the one spelling of a counter's key.
 
@@ -19,6 +21,10 @@ use crate::wire::ErrorReply;
 pub enum Op {
     /// `rl.allow`: take `cost` if every limit has room (0 = peek).
     Allow(u64),
+    /// `rl.allow` with `wait_ms` (SPEC §18): take `cost` for the earliest
+    /// moment within `wait_ms` at which every limit has room
+    /// ([`crate::wait`]; 0 = peek).
+    Wait { cost: u64, wait_ms: u64 },
     /// `rl.hit`: record `cost` whether or not it fits.
     Record(u64),
 }
@@ -39,10 +45,35 @@ impl Op {
         }
     }
 
+    /// The op of a request to `verb` carrying `cost` and `wait_ms`, or the
+    /// 400 of a verb that counts nothing, or of a wait on a verb that
+    /// cannot wait (only `rl.allow` can).
+    pub fn asked(verb: Verb, cost: u64, wait_ms: u64) -> Result<Op, ErrorReply> {
+        let op = Op::of(verb, cost)
+            .ok_or_else(|| ErrorReply::bad_request(format!("{} does not count", verb.as_str())))?;
+        if wait_ms > 0 && verb != Verb::Allow {
+            return Err(ErrorReply::bad_request(format!(
+                "\"wait_ms\" is for {}: {} counts at once and waits for nothing; send no wait_ms",
+                Verb::Allow.client_prefix(),
+                verb.client_prefix()
+            )));
+        }
+        Ok(op.waiting(wait_ms))
+    }
+
+    /// The same op waiting up to `wait_ms` for its start: an `allow`
+    /// that may wait, if `wait_ms` is not 0; anything else as it is.
+    pub const fn waiting(self, wait_ms: u64) -> Op {
+        match self {
+            Op::Allow(cost) if wait_ms > 0 => Op::Wait { cost, wait_ms },
+            other => other,
+        }
+    }
+
     /// How much it counts.
     pub const fn cost(self) -> u64 {
         match self {
-            Op::Allow(cost) | Op::Record(cost) => cost,
+            Op::Allow(cost) | Op::Record(cost) | Op::Wait { cost, .. } => cost,
         }
     }
 
@@ -50,6 +81,13 @@ impl Op {
     pub fn apply(self, policy: &Policy, state: &mut KeyState, now: Nanos) -> Decision {
         match self {
             Op::Allow(cost) => policy.decide(state, now, cost),
+            Op::Wait { cost, wait_ms } => {
+                // Never longer than any policy lets an ask wait
+                // ([`admit`] refused what is over its own).
+                let within = Nanos::from(crate::wait::MAX_WAIT).as_millis_ceil();
+                let within = Nanos::from_millis(wait_ms.min(within));
+                policy.decide_within(state, now, cost, within)
+            }
             Op::Record(cost) => policy.record(state, now, cost),
         }
     }
@@ -59,7 +97,7 @@ impl Op {
     /// least 1 (a shadow denial takes nothing), or any record of at least 1.
     pub const fn consumed(self, decision: &Decision) -> bool {
         match self {
-            Op::Allow(cost) => decision.within_limits() && cost > 0,
+            Op::Allow(cost) | Op::Wait { cost, .. } => decision.within_limits() && cost > 0,
             Op::Record(cost) => cost > 0,
         }
     }
@@ -75,7 +113,7 @@ pub fn admit<'p>(
     let Some(policy) = policy_of(policy_name) else {
         return Err(ErrorReply::unknown_policy(policy_name));
     };
-    if let Op::Allow(cost) = op {
+    if let Op::Allow(cost) | Op::Wait { cost, .. } = op {
         if cost > policy.capacity() {
             return Err(ErrorReply::cost_above_capacity(
                 cost,
@@ -84,7 +122,34 @@ pub fn admit<'p>(
             ));
         }
     }
+    if let Op::Wait { wait_ms, .. } = op {
+        admit_wait(policy, wait_ms)?;
+    }
     Ok(policy)
+}
+
+/// How long an ask of `policy` carrying `wait_ms` may wait, or the 400
+/// that refuses it (a wait on a policy that cannot wait, or over its
+/// `max_wait`) before it touches a counter.
+pub fn admit_wait(policy: &Policy, wait_ms: u64) -> Result<Nanos, ErrorReply> {
+    if wait_ms == 0 {
+        return Ok(Nanos::ZERO);
+    }
+    let name = policy.name();
+    if !policy.algorithm().has_burst() {
+        return Err(ErrorReply::bad_request(format!(
+            "policy {name:?} uses {}, which cannot admit an ask for a later moment; send no wait_ms, or ask a token_bucket or gcra policy that has a max_wait",
+            policy.algorithm()
+        )));
+    }
+    let max_ms = policy.max_wait().as_millis_ceil();
+    if wait_ms > max_ms {
+        return Err(ErrorReply::bad_request(format!(
+            "wait_ms {wait_ms} is over policy {name:?}'s max_wait of {max_ms} ms; send a wait_ms of at most {max_ms}, or raise the policy's max_wait (at most {})",
+            crate::duration::format_duration(crate::wait::MAX_WAIT)
+        )));
+    }
+    Ok(Nanos::from_millis(wait_ms))
 }
 
 /// A counter's key: the policy and the key token joined with `/`, which
@@ -141,10 +206,61 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_is_admitted_up_to_max_wait_and_refused_past_it() {
+        let paced = Policy::new(
+            "paced",
+            crate::policy::Algorithm::Gcra,
+            vec![
+                crate::policy::Limit::new(10, std::time::Duration::from_secs(1), Some(1)).unwrap(),
+            ],
+        )
+        .unwrap()
+        .with_max_wait(std::time::Duration::from_millis(500))
+        .unwrap();
+        let mut policies = policies();
+        policies.insert("paced".to_string(), paced);
+        let wait = |name: &str, wait_ms| {
+            admit(|n| policies.get(n), name, Op::Allow(1).waiting(wait_ms)).map(|p| p.name())
+        };
+        assert_eq!(wait("paced", 500), Ok("paced"));
+        let e = wait("paced", 501).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(e.message.contains("max_wait of 500 ms"), "{e}");
+        let e = wait("default", 1).unwrap_err();
+        assert!(e.message.contains("uses sliding_window"), "{e}");
+        // No wait is an allow like any.
+        assert_eq!(Op::Allow(1).waiting(0), Op::Allow(1));
+        assert_eq!(Op::Record(1).waiting(5), Op::Record(1));
+        assert_eq!(wait("default", 0), Ok("default"));
+        // Applied, it waits its turn: 100 ms after the first.
+        let paced = &policies["paced"];
+        let mut state = paced.new_state();
+        let now = Nanos::from_secs(1_000);
+        let op = Op::Allow(1).waiting(500);
+        assert_eq!(op.apply(paced, &mut state, now).wait, Nanos::ZERO);
+        let second = op.apply(paced, &mut state, now);
+        assert!(op.consumed(&second));
+        assert_eq!(second.wait, Nanos::from_millis(100));
+    }
+
+    #[test]
     fn only_counting_verbs_have_an_op() {
         assert_eq!(Op::of(Verb::Allow, 2), Some(Op::Allow(2)));
         assert_eq!(Op::of(Verb::Hit, 2), Some(Op::Record(2)));
         assert_eq!(Op::of(Verb::Inspect, 0), None);
+        let waits = Op::asked(Verb::Allow, 2, 10);
+        assert_eq!(
+            waits,
+            Ok(Op::Wait {
+                cost: 2,
+                wait_ms: 10
+            })
+        );
+        assert_eq!(Op::asked(Verb::Hit, 2, 0), Ok(Op::Record(2)));
+        let e = Op::asked(Verb::Hit, 2, 10).unwrap_err();
+        assert!(e.message.contains("\"wait_ms\" is for rl.allow"), "{e}");
+        let e = Op::asked(Verb::Inspect, 0, 0).unwrap_err();
+        assert!(e.message.contains("does not count"), "{e}");
     }
 
     #[test]

@@ -129,6 +129,7 @@ impl FirstAnswer {
                 reset: Nanos(reset),
                 retry_after: Nanos::ZERO,
                 shadow_denied,
+                wait: Nanos::ZERO,
             },
             held: held.map(|(id, end)| (id, Nanos(end))),
         }

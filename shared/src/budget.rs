@@ -198,6 +198,7 @@ impl Slice {
             reset: Nanos(self.resets_at.0.saturating_sub(now.0)),
             retry_after: Nanos::ZERO,
             shadow_denied: false,
+            wait: Nanos::ZERO,
         })
     }
 
@@ -315,6 +316,7 @@ mod tests {
             reset: Nanos(1000),
             retry_after: Nanos::ZERO,
             shadow_denied: false,
+            wait: Nanos::ZERO,
         };
         let mut slice = Slice::new(&grant, Nanos(10), Nanos(12), &reply);
         let d = slice.take(2, Nanos(50)).unwrap();

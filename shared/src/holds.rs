@@ -281,6 +281,7 @@ fn slots(n: u32, live: u32, first_free: Nanos) -> Decision {
         reset: if live > 0 { first_free } else { Nanos::ZERO },
         retry_after: if full { first_free } else { Nanos::ZERO },
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }
 

@@ -27,6 +27,8 @@
 //! - [`limit`]: what a policy is made of ([`limit::Limit`], the algorithm's
 //!   name, the decision), apart so that algorithms and budgets need no policy.
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
+//! - [`wait`]: waiting instead of denying (SPEC §18): an ask of a token
+//!   bucket or GCRA allowed now for the earliest moment it fits.
 //! - [`calendar`]: a fixed window's calendar periods (day, week, month of a
 //!   time zone), through daylight saving and short months.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
@@ -94,4 +96,5 @@ pub mod storage;
 pub mod subject;
 pub mod time;
 pub mod usage;
+pub mod wait;
 pub mod wire;

@@ -70,6 +70,10 @@ impl FromStr for Algorithm {
     }
 }
 
+/// The longest `max_wait` a policy may have (SPEC §18, [`crate::wait`]):
+/// a caller kept waiting longer would be better told to come back.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
 /// Why a policy or limit cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
@@ -103,6 +107,10 @@ pub enum PolicyError {
     GlobalConcurrency,
     #[error("a global policy cannot have {0} in this version: a client's slice would be one more level of units taken out ahead of the home (docs/REGIONS.md); remove it or use scope = \"region\"")]
     GlobalNotYet(String),
+    #[error("max_wait needs token_bucket or gcra, not {0}: only they can admit an ask now for a later moment and count it then (SPEC §18); remove max_wait or change the algorithm")]
+    WaitNotSupported(Algorithm),
+    #[error("max_wait must be at most {}: an ask admitted for a later moment keeps its caller waiting that long; set a shorter max_wait", crate::duration::format_duration(MAX_WAIT))]
+    MaxWaitTooLong,
     #[error("an alert threshold must be 1 to 1000 (percent of each limit's max), found {0}")]
     AlertThreshold(i64),
     #[error("alerts need fixed_window, not {0}: a threshold is reached once per window, and {0} has no window whose count fills up (docs/USAGE.md, \"Alerts\"); remove alerts or change the algorithm")]
@@ -266,6 +274,9 @@ pub struct Decision {
     /// A shadow policy's answer to an ask enforcement would deny: allowed,
     /// nothing consumed ([`Mode::answer`]).
     pub shadow_denied: bool,
+    /// Zero unless allowed for a later moment ([`crate::wait`]): how long
+    /// from now the asker must wait before it goes on.
+    pub wait: Nanos,
 }
 
 impl Decision {

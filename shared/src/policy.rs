@@ -9,11 +9,15 @@
 //! passes the key's state and `now`, and stores the state back. A denied
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
-use crate::algorithm::{self, Algo, Check, Usage};
+mod run;
+
+use crate::algorithm;
 pub use crate::holds::hold::Holding;
 pub use crate::limit::{Algorithm, Decision, Limit, Mode, PolicyError, ThresholdUnits, Thresholds};
 use crate::region::{RegionName, Scope};
 use crate::time::Nanos;
+pub use run::LimitState;
+use run::{inspect_limits, run_limits, Run};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +67,9 @@ pub struct Policy {
     mode: Mode,
     /// What it says of holds: concurrency, their ttl, their end (SPEC §13).
     holding: Holding,
+    /// The longest an ask may wait for its start ([`crate::wait`]; zero:
+    /// asks never wait).
+    max_wait: Nanos,
     /// In each region apart, or once across regions (SPEC §12).
     scope: Scope,
     /// The thresholds whose crossing is announced (SPEC §14), in
@@ -122,6 +129,7 @@ impl Policy {
             local_budget: false,
             mode: Mode::Enforce,
             holding: Holding::default(),
+            max_wait: Nanos::ZERO,
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
             parts: None,
@@ -143,6 +151,7 @@ impl Policy {
             local_budget: false,
             mode: Mode::Enforce,
             holding: holding.checked()?,
+            max_wait: Nanos::ZERO,
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
             parts: None,
@@ -159,6 +168,19 @@ impl Policy {
     /// What this policy says of holds.
     pub fn holding(&self) -> Holding {
         self.holding
+    }
+
+    /// The same policy letting asks wait up to `max_wait` for their start
+    /// ([`crate::wait::max_wait`] says which are refused).
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Result<Policy, PolicyError> {
+        self.max_wait = crate::wait::max_wait(self.algorithm, max_wait)?;
+        self.global_not_yet()?;
+        Ok(self)
+    }
+
+    /// The longest an ask may wait for its start (zero: asks never wait).
+    pub fn max_wait(&self) -> Nanos {
+        self.max_wait
     }
 
     /// The same policy held in `scope`. A global policy holds no holds:
@@ -277,6 +299,9 @@ impl Policy {
     fn global_not_yet(&self) -> Result<(), PolicyError> {
         if self.scope.global().is_some() && self.local_budget {
             return Err(PolicyError::GlobalNotYet("local_budget = true".to_string()));
+        }
+        if self.scope.global().is_some() && self.max_wait > Nanos::ZERO {
+            return Err(PolicyError::GlobalNotYet("max_wait".to_string()));
         }
         Ok(())
     }
@@ -400,7 +425,26 @@ impl Policy {
     /// `cost > self.capacity()`.
     /// A shadow policy answers a denial allowed ([`Mode::answer`]).
     pub fn decide(&self, state: &mut KeyState, now: Nanos, cost: u64) -> Decision {
-        self.mode.answer(self.run(state, now, cost, Run::Allow))
+        self.decide_within(state, now, cost, Nanos::ZERO)
+    }
+
+    /// [`Policy::decide`] of an ask that may start up to `within` from
+    /// now (SPEC §18, [`crate::wait`]): when it fits every limit by then,
+    /// it is allowed now for the earliest moment it does, taken at once
+    /// so that later asks start after it, and the decision's `wait` says
+    /// how long from now that is; when it does not, it is denied, taking
+    /// nothing. A peek says the same of a cost of 1 and takes nothing.
+    /// The caller must have refused a `within` over [`Policy::max_wait`]
+    /// ([`crate::ask::admit_wait`]).
+    pub fn decide_within(
+        &self,
+        state: &mut KeyState,
+        now: Nanos,
+        cost: u64,
+        within: Nanos,
+    ) -> Decision {
+        self.mode
+            .answer(self.run(state, now, cost, Run::Allow { within }))
     }
 
     /// `hit`: records `cost` whether or not it fits (usage already served),
@@ -615,152 +659,6 @@ impl Policy {
         if !fits {
             *state = self.new_state();
         }
-    }
-}
-
-/// What a run of the algorithm is for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Run {
-    Allow,
-    Record,
-    Expiry,
-    Refund { units: u64, taken_at: Nanos },
-}
-
-fn run_limits<A: Algo>(
-    limits: &[Limit],
-    states: &mut [A::State],
-    now: Nanos,
-    cost: u64,
-    mode: Run,
-) -> Decision {
-    for (limit, state) in limits.iter().zip(states.iter_mut()) {
-        A::advance(limit, state, now);
-        if let Run::Refund { units, taken_at } = mode {
-            A::refund(limit, state, now, units, taken_at);
-        }
-    }
-    let take = match mode {
-        Run::Allow => {
-            let fits = cost > 0
-                && limits
-                    .iter()
-                    .zip(states.iter())
-                    .all(|(l, s)| A::check(l, s, now, cost).allowed);
-            if fits {
-                cost
-            } else {
-                0
-            }
-        }
-        Run::Record => cost,
-        Run::Expiry | Run::Refund { .. } => 0,
-    };
-    if take > 0 {
-        for (limit, state) in limits.iter().zip(states.iter_mut()) {
-            A::consume(limit, state, now, take);
-        }
-    }
-    // What the caller is told: for a consuming allow, the outcome of the
-    // request itself; otherwise (peek, hit) whether one more unit fits now.
-    let (asked, allowed) = if mode == Run::Allow && cost > 0 {
-        (cost, take > 0)
-    } else {
-        let fits = limits
-            .iter()
-            .zip(states.iter())
-            .all(|(l, s)| A::check(l, s, now, 1).allowed);
-        (1, fits)
-    };
-    summarize::<A>(limits, states, now, asked, allowed, mode)
-}
-
-fn inspect_limits<A: Algo>(
-    limits: &[Limit],
-    states: &mut [A::State],
-    now: Nanos,
-) -> Vec<LimitState> {
-    limits
-        .iter()
-        .zip(states.iter_mut())
-        .map(|(limit, state)| {
-            A::advance(limit, state, now);
-            let usage = A::usage(limit, state, now);
-            LimitState {
-                max: limit.reported(),
-                per: limit.per(),
-                period: limit.calendar().map(|c| c.period()),
-                used: limit.reported().saturating_sub(usage.remaining),
-                remaining: usage.remaining,
-                reset: usage.reset,
-            }
-        })
-        .collect()
-}
-
-/// One limit of a key's policy as `rl.inspect` shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LimitState {
-    /// [`Limit::reported`]: its `max`, or its `burst` when bigger.
-    pub max: u64,
-    pub per: Nanos,
-    /// A calendar limit's period (`per` is then its nominal length).
-    pub period: Option<crate::calendar::Period>,
-    /// `max - remaining`.
-    pub used: u64,
-    pub remaining: u64,
-    /// Time until the limit is fully available again.
-    pub reset: Nanos,
-}
-
-fn summarize<A: Algo>(
-    limits: &[Limit],
-    states: &[A::State],
-    now: Nanos,
-    asked: u64,
-    allowed: bool,
-    mode: Run,
-) -> Decision {
-    let mut deciding: Option<(u64, Usage)> = None;
-    let mut retry_after = Nanos::ZERO;
-    let mut reset = Nanos::ZERO;
-    for (limit, state) in limits.iter().zip(states.iter()) {
-        let usage = A::usage(limit, state, now);
-        reset = reset.max(usage.reset);
-        if allowed {
-            // The most restrictive limit: the one with the least left.
-            if deciding.is_none_or(|(_, u)| usage.remaining < u.remaining) {
-                deciding = Some((limit.reported(), usage));
-            }
-        } else {
-            let Check {
-                allowed: fits,
-                retry_after: wait,
-            } = A::check(limit, state, now, asked);
-            if !fits && (deciding.is_none() || wait > retry_after) {
-                retry_after = wait;
-                deciding = Some((limit.reported(), usage));
-            }
-        }
-    }
-    let (limit, usage) = deciding.unwrap_or((
-        limits.first().map(|l| l.reported()).unwrap_or(0),
-        Usage {
-            remaining: 0,
-            reset: Nanos::ZERO,
-        },
-    ));
-    Decision {
-        allowed,
-        limit,
-        remaining: usage.remaining,
-        reset: if mode == Run::Expiry {
-            reset
-        } else {
-            usage.reset
-        },
-        retry_after: if allowed { Nanos::ZERO } else { retry_after },
-        shadow_denied: false,
     }
 }
 

@@ -175,6 +175,7 @@ impl ReferenceLog {
             reset: Nanos(reset),
             retry_after: Nanos(wait),
             shadow_denied: false,
+            wait: Nanos::ZERO,
         }
     }
 

@@ -139,6 +139,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         reset: Nanos::from_secs(1),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     });
     let asked = Asked {
         verb: Verb::Allow,

@@ -108,6 +108,7 @@ impl Answer {
             reset: Nanos::from(self.reset),
             retry_after: Nanos::from(self.retry_after),
             shadow_denied: self.shadow_denied,
+            wait: Nanos::ZERO,
         }
     }
 

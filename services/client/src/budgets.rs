@@ -296,6 +296,7 @@ mod tests {
             policy: "p".into(),
             shadow_denied: false,
             repeat: false,
+            wait_ms: 0,
             grant,
             hold: None,
         }

@@ -295,7 +295,7 @@ impl Inner {
     ) -> Result<Answer, Error> {
         // A hit's answer is a peek's: a denial is cached as one of cost 0.
         let cost = match op {
-            Op::Allow(cost) => cost,
+            Op::Allow(cost) | Op::Wait { cost, .. } => cost,
             Op::Record(_) => 0,
         };
         match outcome {

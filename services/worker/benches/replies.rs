@@ -18,6 +18,7 @@ fn bench(c: &mut Criterion) {
         reset: Nanos(66_700_001),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     };
     let denied = Decision {
         allowed: false,

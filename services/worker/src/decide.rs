@@ -122,6 +122,7 @@ fn blocked(base: &Policy) -> Decision {
         reset: window,
         retry_after: window,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     })
 }
 
@@ -130,7 +131,7 @@ fn blocked(base: &Policy) -> Decision {
 fn refuse_unheld(policy: &Policy, op: Op) -> Result<(), ErrorReply> {
     let slots = policy.holding().concurrency.is_some();
     let refused = match op {
-        Op::Allow(_) => slots,
+        Op::Allow(_) | Op::Wait { .. } => slots,
         Op::Record(_) => policy.limits().is_empty(),
     };
     if refused {
@@ -141,7 +142,7 @@ fn refuse_unheld(policy: &Policy, op: Op) -> Result<(), ErrorReply> {
             Verb::Reserve.client_prefix(),
             Verb::Settle.client_prefix(),
             match op {
-                Op::Allow(_) => Verb::Allow.client_prefix(),
+                Op::Allow(_) | Op::Wait { .. } => Verb::Allow.client_prefix(),
                 Op::Record(_) => Verb::Hit.client_prefix(),
             }
         )));
@@ -396,8 +397,7 @@ impl Decider {
     ) -> Result<Once<Applied<'p>>, ErrorReply> {
         let key = KeyToken::parse(token)?;
         let request = wire::decode_request(body).map_err(|e| e.reply)?;
-        let op = Op::of(verb, request.cost)
-            .ok_or_else(|| ErrorReply::bad_request(format!("{} does not count", verb.as_str())))?;
+        let op = Op::asked(verb, request.cost, request.wait_ms)?;
         let owned = turn.owned;
         self.locate(key, |p| (p == owned.partition).then_some(owned))?;
         let policy = &request.policy;
@@ -499,7 +499,7 @@ impl Decider {
                 base.name(),
                 op,
             )?)),
-            (Some(Override::Blocked), Op::Allow(cost)) => {
+            (Some(Override::Blocked), Op::Allow(cost) | Op::Wait { cost, .. }) => {
                 let decision = blocked(base);
                 let counted = Counted {
                     policy: base.name(),

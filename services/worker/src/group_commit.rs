@@ -491,6 +491,7 @@ mod tests {
                     reset: sluice_core::time::Nanos(1),
                     retry_after: sluice_core::time::Nanos::ZERO,
                     shadow_denied: false,
+                    wait: sluice_core::time::Nanos::ZERO,
                 },
                 "default",
                 sluice_core::wire::Encoding::Json,

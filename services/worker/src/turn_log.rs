@@ -600,6 +600,7 @@ mod tests {
             reset: Nanos(0),
             retry_after: Nanos(0),
             shadow_denied: false,
+            wait: Nanos::ZERO,
         };
         let (open, full) = (decision(true), decision(false));
         log.outcome(Verb::Reserve, &Ok((open, "slots")));

@@ -15,6 +15,7 @@ fn allowed(remaining: u64) -> FirstAnswer {
         reset: Nanos::from_secs(1),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: crate::time::Nanos::ZERO,
     })
 }
 

@@ -105,6 +105,15 @@ pub struct PolicyTable {
     /// a shadow policy's denials are answered allowed (SPEC §14).
     #[serde(default, deserialize_with = "mode", skip_serializing_if = "is_enforce")]
     pub mode: Mode,
+    /// The longest an ask may wait for a later start instead of being
+    /// denied (SPEC §18, `sluice_core::wait`): a duration up to 60 s,
+    /// token_bucket and gcra only; absent, asks never wait.
+    #[serde(
+        default,
+        deserialize_with = "some_duration_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_wait: Option<String>,
     /// The calendar of the limits whose `per` is `"day"`, `"week"` or
     /// `"month"` (SPEC §14): an IANA zone (default UTC), the first day
     /// of a week (default monday), the day months start on (default 1).
@@ -228,6 +237,7 @@ impl PolicyTable {
             limits: Vec::new(),
             local_budget: false,
             mode: Mode::Enforce,
+            max_wait: None,
             tz: None,
             week_start: None,
             anchor_day: None,
@@ -266,6 +276,8 @@ impl PolicyTable {
                 .collect(),
             local_budget: policy.local_budget(),
             mode: policy.mode(),
+            max_wait: (policy.max_wait() > crate::time::Nanos::ZERO)
+                .then(|| crate::duration::format_duration(policy.max_wait().into())),
             // The calendar's settings where they differ from the defaults.
             tz: zone
                 .map(|z| z.name().to_string())
@@ -360,8 +372,21 @@ impl PolicyTable {
             .map_err(|e| FieldError::new("", e.to_string()))?
             .with_scope(scope)
             .map_err(|e| FieldError::new("scope", e.to_string()))?
+            .with_max_wait(self.max_wait()?)
+            .map_err(|e| FieldError::new("max_wait", e.to_string()))?
             .with_alerts(alerts)
             .map_err(|e| FieldError::new("alerts", e.to_string()))
+    }
+}
+
+impl PolicyTable {
+    /// `max_wait` as a duration (absent: zero, asks never wait).
+    fn max_wait(&self) -> Result<std::time::Duration, FieldError> {
+        match &self.max_wait {
+            None => Ok(std::time::Duration::ZERO),
+            Some(text) => parse_duration(text)
+                .map_err(|e| FieldError::new("max_wait", format!("{e}; e.g. max_wait = \"2s\""))),
+        }
     }
 }
 
@@ -416,6 +441,8 @@ impl LimitTable {
             | PolicyError::GlobalNotYet(_)
             | PolicyError::AlertThreshold(_)
             | PolicyError::AlertsNotSupported(_)
+            | PolicyError::WaitNotSupported(_)
+            | PolicyError::MaxWaitTooLong
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm

@@ -195,6 +195,7 @@ impl DelegateKey {
                 (false, None) => reset,
             },
             shadow_denied: false,
+            wait: Nanos::ZERO,
         };
         (decision, from_share)
     }
@@ -599,6 +600,7 @@ mod tests {
             reset,
             retry_after: Nanos::ZERO,
             shadow_denied: false,
+            wait: Nanos::ZERO,
         }
     }
 

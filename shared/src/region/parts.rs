@@ -165,6 +165,7 @@ mod tests {
             reset: Nanos(100 * MS),
             retry_after: Nanos::ZERO,
             shadow_denied: false,
+            wait: Nanos::ZERO,
         };
         d.answered("k", t, Nanos(t.0 + 100 * MS), Some(&grant), &home);
         // Past the stretch's end (11 s): the slice still pays.

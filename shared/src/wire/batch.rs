@@ -342,6 +342,11 @@ fn validate<'a>(
     holding: HoldingFields<'a>,
 ) -> Result<Item<'a>, ErrorReply> {
     let key = KeyToken::parse(key)?;
+    if fields.waits() {
+        return Err(ErrorReply::bad_request(
+            "\"wait_ms\" is not taken in a batch in this version; send an ask that may wait alone, on rl.allow.<key>",
+        ));
+    }
     let Some(word) = holding.verb else {
         if holding.hold.is_some() || holding.ttl_ms.is_some() {
             return Err(ErrorReply::bad_request(

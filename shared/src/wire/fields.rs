@@ -1,4 +1,4 @@
-//! The fields of a request map, `policy`, `cost` and `id`, whichever encoding
+//! The fields of a request map, `policy`, `cost`, `id` and `wait_ms`, whichever encoding
 //! they came in: shared by single requests ([`super::request`]) and batch
 //! items ([`super::batch`]), so both refuse the same mistakes with the same
 //! sentences.
@@ -92,9 +92,11 @@ pub(crate) struct Fields<'a> {
     policy: Option<Cow<'a, str>>,
     cost: Option<u64>,
     id: Option<Cow<'a, str>>,
+    wait_ms: Option<u64>,
     seen_policy: bool,
     seen_cost: bool,
     seen_id: bool,
+    seen_wait_ms: bool,
 }
 
 /// An ask's fields once checked, defaults applied.
@@ -103,6 +105,8 @@ pub(crate) struct Finished<'a> {
     pub(crate) cost: u64,
     /// SPEC §16: the caller's name for the ask, checked ([`check_id`]).
     pub(crate) id: Option<Cow<'a, str>>,
+    /// SPEC §18: how long the ask may wait for its start (0: not at all).
+    pub(crate) wait_ms: u64,
 }
 
 impl<'a> Fields<'a> {
@@ -168,9 +172,20 @@ impl<'a> Fields<'a> {
                     }
                 }
             }
+            "wait_ms" => {
+                if std::mem::replace(&mut self.seen_wait_ms, true) {
+                    return Err(duplicate("wait_ms"));
+                }
+                self.wait_ms = wait_ms(value)?;
+            }
             _ => return Err(format!("unknown field {}; {known}", quoted(name))),
         }
         Ok(())
+    }
+
+    /// Whether it carries a wait (SPEC §18), which a batch item cannot.
+    pub(crate) fn waits(&self) -> bool {
+        self.wait_ms.is_some_and(|ms| ms > 0)
     }
 
     /// The fields as sent, before defaults and checks (for a batch item
@@ -198,6 +213,7 @@ impl<'a> Fields<'a> {
             policy,
             cost,
             id: self.id,
+            wait_ms: self.wait_ms.unwrap_or(0),
         })
     }
 }
@@ -213,6 +229,20 @@ impl Scalar<'_> {
             Scalar::Other(t) => t,
         }
     }
+}
+
+/// A `wait_ms` value: milliseconds, or nil for none.
+fn wait_ms(value: Scalar<'_>) -> Result<Option<u64>, String> {
+    if let Scalar::Uint(ms) = value {
+        return Ok(Some(ms));
+    }
+    if let Scalar::Nil = value {
+        return Ok(None);
+    }
+    Err(format!(
+        "\"wait_ms\" must be an unsigned integer of milliseconds the ask may wait for its start (0: not at all), not {}",
+        value.type_name()
+    ))
 }
 
 pub(crate) fn duplicate(name: &str) -> String {

@@ -369,6 +369,7 @@ mod tests {
             reset: Nanos(1_500_000),
             retry_after: Nanos::ZERO,
             shadow_denied: false,
+            wait: Nanos::ZERO,
         };
         let id = HoldId::parse(ID).unwrap();
         for encoding in [Encoding::Json, Encoding::MsgPack] {

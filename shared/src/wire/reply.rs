@@ -45,6 +45,11 @@ pub struct DecisionReply {
     /// only when true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub repeat: bool,
+    /// An ask allowed for a later moment (SPEC §18): the milliseconds
+    /// (rounded up) from now until the asker may go on. Sent only when
+    /// not 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wait_ms: u64,
     /// A slice of the key's budget, in the reply to a batch item that
     /// asked for one ([`crate::budget`]): the fields `slice` (units),
     /// `slice_lease_ns` and `slice_at` (when the owner took it, ns).
@@ -70,6 +75,7 @@ impl DecisionReply {
             policy: policy.into(),
             shadow_denied: decision.shadow_denied,
             repeat: false,
+            wait_ms: decision.wait.as_millis_ceil(),
             grant: None,
             hold: None,
         }
@@ -84,6 +90,7 @@ impl DecisionReply {
             reset: Nanos::from_millis(self.reset_ms),
             retry_after: Nanos::from_millis(self.retry_after_ms),
             shadow_denied: self.shadow_denied,
+            wait: Nanos::from_millis(self.wait_ms),
         }
     }
 
@@ -133,6 +140,10 @@ impl ErrorReply {
 }
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A decoded reply body (client side).
@@ -191,6 +202,8 @@ pub(super) struct DecisionOut<'a> {
     shadow_denied: bool,
     #[serde(skip_serializing_if = "is_false")]
     repeat: bool,
+    #[serde(skip_serializing_if = "is_zero")]
+    wait_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     slice: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -214,6 +227,7 @@ impl<'a> DecisionOut<'a> {
             policy,
             shadow_denied: d.shadow_denied,
             repeat: false,
+            wait_ms: d.wait.as_millis_ceil(),
             slice: None,
             slice_lease_ns: None,
             slice_at: None,
@@ -246,6 +260,7 @@ impl<'a> DecisionOut<'a> {
             policy: &r.policy,
             shadow_denied: r.shadow_denied,
             repeat: r.repeat,
+            wait_ms: r.wait_ms,
             slice: r.grant.map(|g| g.units),
             slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
             slice_at: r.grant.map(|g| g.taken_at.as_u64()),
@@ -300,11 +315,13 @@ impl ReplyBody for DecisionOut<'_> {
             (1 + "slice".len()) + (1 + "slice_lease_ns".len()) + (1 + "slice_at".len()) + 3 * 9;
         const SHADOW: usize = 1 + "shadow_denied".len() + 1;
         const REPEAT: usize = 1 + "repeat".len() + 1;
+        const WAIT: usize = 1 + "wait_ms".len() + 9;
         const HOLD: usize = (1 + "hold".len()) + MSGPACK_STR_HEADER + (1 + "expires_ms".len()) + 9;
         FIXED
             + self.policy.len()
             + if self.shadow_denied { SHADOW } else { 0 }
             + if self.repeat { REPEAT } else { 0 }
+            + if self.wait_ms > 0 { WAIT } else { 0 }
             + if self.slice.is_some() { GRANT } else { 0 }
             + self.hold.map_or(0, |h| HOLD + h.len())
     }
@@ -315,6 +332,7 @@ impl ReplyBody for DecisionOut<'_> {
         let fields = 6
             + usize::from(self.shadow_denied)
             + usize::from(self.repeat)
+            + usize::from(self.wait_ms > 0)
             + if grant.is_some() { 3 } else { 0 }
             + if hold.is_some() { 2 } else { 0 };
         w.map(fields as u32);
@@ -337,6 +355,10 @@ impl ReplyBody for DecisionOut<'_> {
         if self.repeat {
             w.str("repeat");
             w.bool(true);
+        }
+        if self.wait_ms > 0 {
+            w.str("wait_ms");
+            w.uint(self.wait_ms);
         }
         if let Some(((units, lease), at)) = grant {
             w.str("slice");
@@ -414,6 +436,7 @@ pub(crate) struct RawReply {
     message: Option<String>,
     shadow_denied: Option<bool>,
     repeat: Option<bool>,
+    wait_ms: Option<u64>,
     slice: Option<u64>,
     slice_lease_ns: Option<u64>,
     slice_at: Option<u64>,
@@ -438,6 +461,7 @@ impl RawReply {
             policy: field(self.policy, "policy")?,
             shadow_denied: self.shadow_denied.unwrap_or(false),
             repeat: self.repeat.unwrap_or(false),
+            wait_ms: self.wait_ms.unwrap_or(0),
             grant: match (self.slice, self.slice_lease_ns, self.slice_at) {
                 (Some(units), Some(lease), Some(at)) => Some(Grant {
                     units,

@@ -33,6 +33,9 @@ pub struct Request<'a> {
     pub cost: u64,
     /// The caller's name for the ask, so that a retry counts once (SPEC §16).
     pub id: Option<Cow<'a, str>>,
+    /// How long the ask may wait for its start (SPEC §18); 0, the
+    /// default, not at all.
+    pub wait_ms: u64,
     /// The encoding to reply in.
     pub encoding: Encoding,
 }
@@ -66,6 +69,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
             policy: Cow::Borrowed(DEFAULT_POLICY),
             cost: DEFAULT_COST,
             id: None,
+            wait_ms: 0,
             encoding,
         });
     }
@@ -84,6 +88,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, RequestError> {
         policy: finished.policy,
         cost: finished.cost,
         id: finished.id,
+        wait_ms: finished.wait_ms,
         encoding,
     })
 }
@@ -145,7 +150,7 @@ pub(crate) fn encode_body<T: Serialize>(value: &T, encoding: Encoding) -> Vec<u8
 
 /// What a single request may contain, for "unknown field" messages.
 const REQUEST_FIELDS: &str =
-    "a request has only the optional fields \"policy\" (a string), \"cost\" (an unsigned integer) and \"id\" (a string)";
+    "a request has only the optional fields \"policy\" (a string), \"cost\" (an unsigned integer), \"id\" (a string) and \"wait_ms\" (an unsigned integer)";
 
 const EXPECTED_BODY: &str = "send an empty body, a MessagePack map, or a JSON object (whose first byte is '{') with the optional fields \"policy\" and \"cost\"";
 

@@ -43,6 +43,7 @@ fn budget_items_and_grants_round_trip_and_the_reply_bytes_are_rmp_serdes() {
         reset: Nanos::from_millis(250),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     };
     let mut reply = DecisionReply::new(&d, "hot");
     reply.grant = Some(Grant {
@@ -122,15 +123,19 @@ fn a_bad_item_gets_its_own_error_and_the_rest_are_decoded() {
         {"key": "carol", "policy": "a.b"},
         {"key": "dave", "cost": MAX_COST + 1},
         {"key": "%41"},
+        {"key": "erin", "wait_ms": 100},
+        {"key": "fred", "wait_ms": 0},
     ]}));
     let decoded = batch::decode_items(&body).unwrap();
-    assert_eq!(decoded.len(), 5);
+    assert_eq!(decoded.len(), 7);
+    assert_eq!(decoded[6], Ok(item("fred", "default", 1)));
     assert_eq!(decoded[0], Ok(item("alice", "default", 1)));
     for (i, needle) in [
         (1, "%40"),
         (2, "not valid"),
         (3, "absurd"),
         (4, "one spelling"),
+        (5, "\"wait_ms\" is not taken in a batch"),
     ] {
         let e = decoded[i].as_ref().unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);

@@ -53,6 +53,7 @@ fn allowed() -> Decision {
         reset: Nanos(66_700_001),
         retry_after: Nanos::ZERO,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }
 
@@ -64,5 +65,6 @@ fn denied() -> Decision {
         reset: Nanos::from_secs(60),
         retry_after: Nanos(300_000_000),
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }

@@ -100,6 +100,38 @@ fn decision_replies_decode_back_in_both_encodings() {
 }
 
 #[test]
+fn a_wait_is_sent_only_when_there_is_one_and_read_back() {
+    let waited = Decision {
+        wait: Nanos(100_000_001),
+        ..allowed()
+    };
+    let json = encode_decision(&waited, "paced", Encoding::Json);
+    let text = String::from_utf8(json.clone()).unwrap();
+    assert!(
+        text.ends_with(r#""policy":"paced","wait_ms":101}"#),
+        "{text}"
+    );
+    for encoding in [Encoding::Json, Encoding::MsgPack] {
+        let Reply::Decision(back) =
+            decode_reply(&encode_decision(&waited, "paced", encoding)).unwrap()
+        else {
+            panic!("a decision");
+        };
+        assert_eq!(
+            (back.wait_ms, back.decision().wait),
+            (101, Nanos::from_millis(101))
+        );
+    }
+    // No wait, no field; a reply without one (an older worker's) reads as 0.
+    let plain = String::from_utf8(encode_decision(&allowed(), "paced", Encoding::Json)).unwrap();
+    assert!(!plain.contains("wait_ms"), "{plain}");
+    let Reply::Decision(old) = decode_reply(plain.as_bytes()).unwrap() else {
+        panic!("a decision");
+    };
+    assert_eq!(old.wait_ms, 0);
+}
+
+#[test]
 fn reply_decoding_ignores_unknown_fields() {
     let body = br#"{"allowed":true,"limit":1,"remaining":0,"reset_ms":5,"retry_after_ms":0,"policy":"p","new_field":[1]}"#;
     assert!(matches!(decode_reply(body), Ok(Reply::Decision(_))));
@@ -286,15 +318,20 @@ fn any_decision() -> impl Strategy<Value = Decision> {
         uint.clone(),
         uint.clone(),
         uint,
+        // A wait, mostly none (SPEC §18).
+        prop_oneof![3 => Just(0u64), 1 => 1u64..u64::MAX / 2],
     )
-        .prop_map(|(allowed, limit, remaining, reset, retry_after)| Decision {
-            allowed,
-            limit,
-            remaining,
-            reset: Nanos(reset),
-            retry_after: Nanos(retry_after),
-            shadow_denied: false,
-        })
+        .prop_map(
+            |(allowed, limit, remaining, reset, retry_after, wait)| Decision {
+                allowed,
+                limit,
+                remaining,
+                reset: Nanos(reset),
+                retry_after: Nanos(retry_after),
+                shadow_denied: false,
+                wait: Nanos(wait),
+            },
+        )
 }
 
 proptest::proptest! {

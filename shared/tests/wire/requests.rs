@@ -176,7 +176,7 @@ fn an_unknown_field_is_refused_naming_the_known_ones() {
     bad_request(br#"{"cots":5}"#, "unknown field \"cots\"");
     bad_request(
         &msgpack(&json!({"cots": 5})),
-        "\"policy\" (a string), \"cost\" (an unsigned integer) and \"id\"",
+        "\"policy\" (a string), \"cost\" (an unsigned integer), \"id\" (a string) and \"wait_ms\"",
     );
     bad_request(&[0x81, 0x01, 0x01], "map keys must be strings");
 }
@@ -198,6 +198,26 @@ fn an_id_is_read_and_a_bad_one_refused() {
     bad_request(br#"{"id":"caf\u00e9"}"#, "printable ASCII");
     bad_request(br#"{"id":7}"#, "\"id\" must be a string");
     bad_request(br#"{"id":"a","id":"b"}"#, "appears twice");
+}
+
+/// SPEC §18: `wait_ms`, how long the ask may wait for its start; absent
+/// or nil, 0.
+#[test]
+fn a_wait_is_read_and_a_bad_one_refused() {
+    let r = decode_request(br#"{"policy":"paced","wait_ms":250}"#).unwrap();
+    assert_eq!((&*r.policy, r.cost, r.wait_ms), ("paced", 1, 250));
+    let body = msgpack(&json!({"wait_ms": 70_000}));
+    assert_eq!(decode_request(&body).unwrap().wait_ms, 70_000);
+    for body in [&b""[..], br#"{"cost":2}"#, br#"{"wait_ms":null}"#] {
+        assert_eq!(decode_request(body).unwrap().wait_ms, 0);
+    }
+    bad_request(
+        br#"{"wait_ms":-1}"#,
+        "\"wait_ms\" must be an unsigned integer of milliseconds",
+    );
+    bad_request(br#"{"wait_ms":"1s"}"#, "not a string");
+    bad_request(br#"{"wait_ms":1.5}"#, "not a floating-point number");
+    bad_request(br#"{"wait_ms":1,"wait_ms":2}"#, "appears twice");
 }
 
 #[test]

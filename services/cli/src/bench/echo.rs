@@ -90,6 +90,7 @@ impl Canned {
             reset: Nanos::from_millis(67),
             retry_after: Nanos::ZERO,
             shadow_denied: false,
+            wait: Nanos::ZERO,
         };
         let mut headers = HeaderMap::new();
         for (name, value) in wire::decision_headers(&decision) {

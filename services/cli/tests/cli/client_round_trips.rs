@@ -413,6 +413,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     policy: "default".into(),
                     shadow_denied: false,
                     repeat: false,
+                    wait_ms: 0,
                     grant: None,
                     hold: None,
                 })

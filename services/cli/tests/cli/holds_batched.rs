@@ -379,6 +379,7 @@ fn held_42(ttl: sluice_core::time::Nanos, repeat: bool, encoding: Encoding) -> V
         reset: sluice_core::time::Nanos::from_secs(1),
         retry_after: sluice_core::time::Nanos::ZERO,
         shadow_denied: false,
+        wait: sluice_core::time::Nanos::ZERO,
     };
     encode_held(
         &d,

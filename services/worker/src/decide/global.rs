@@ -50,6 +50,7 @@ pub(crate) fn not_here(whole: &Limit) -> Decision {
         reset: whole.per(),
         retry_after: ASK_TIMEOUT,
         shadow_denied: false,
+        wait: Nanos::ZERO,
     }
 }
 
@@ -405,7 +406,7 @@ impl Decider {
             // A slice given back here: none was granted from here (a
             // delegate grants none), so only its spending is usage.
             (_, Budget::Refund(_)) => 0,
-            (Op::Allow(c) | Op::Record(c), _) => c,
+            (Op::Allow(c) | Op::Record(c) | Op::Wait { cost: c, .. }, _) => c,
         };
         let spread = policy.spread();
         let forwards_past_part = spread == Some(Spread::PartsThenForward);
@@ -448,7 +449,7 @@ impl Decider {
         let to_home = forwards_past_part || !cut;
         if to_home
             && !decision.allowed
-            && matches!(op, Op::Allow(_))
+            && matches!(op, Op::Allow(_) | Op::Wait { .. })
             && !cut_open
             && owned.counters.global().may_forward(global.home(), now)
         {
@@ -482,9 +483,11 @@ impl Decider {
                 }
                 Usage::Used
             }
-            Op::Allow(_) if decision.allowed && cost > 0 => Usage::Used,
-            Op::Allow(_) if decision.allowed => Usage::Neither,
-            Op::Allow(_) => Usage::Denied,
+            // A global policy has no max_wait (SPEC §18), so an ask of it
+            // never waits; were it to, it would count as an allow.
+            Op::Allow(_) | Op::Wait { .. } if decision.allowed && cost > 0 => Usage::Used,
+            Op::Allow(_) | Op::Wait { .. } if decision.allowed => Usage::Neither,
+            Op::Allow(_) | Op::Wait { .. } => Usage::Denied,
         };
         if usage == Usage::Used {
             self.tally_spent(turn, policy, token, cost);

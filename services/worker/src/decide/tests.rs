@@ -16,6 +16,7 @@ mod batches;
 mod global;
 mod ids;
 mod replay;
+mod wait;
 
 const PARTITIONS: u32 = 4;
 const SEC: u64 = 1_000_000_000;
