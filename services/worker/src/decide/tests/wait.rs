@@ -79,7 +79,7 @@ fn a_snapshot_keeps_the_queue() {
     let later = Nanos(T0.as_u64() + 50 * MS);
     let kept = restored
         .counters
-        .import(entries, later, |name| restored.policies.get(name));
+        .import(entries, later, |name, _| restored.policies.get(name));
     assert_eq!(kept, 1);
     // Four started at 0, 100, 200 and 300 ms: the fifth at 400 ms, which
     // is 350 ms after `later`.
