@@ -691,6 +691,7 @@ impl Decider {
         let typed = record.typed();
         if let Kind::IdRemembered { cost, named } = typed.kind {
             remember_replayed(record, cost, named, counters);
+            self.replay_gift(policies, record, &named.id, counters);
             return true;
         }
         self.replay_tally(policies, base, record, typed, counters);
@@ -786,6 +787,7 @@ fn remember_replayed(record: &Record, cost: u64, named: &NamedOf<String>, counte
 
 mod admin;
 mod batches;
+mod gifts;
 mod global;
 mod here;
 mod hold_ids;

@@ -74,6 +74,14 @@ impl Gift {
     pub fn id(&self) -> String {
         format!("gift-{}-{}-{}", self.from, self.taken_at, self.units)
     }
+
+    /// The units and the time (`taken_at`) of the gift whose id is `id`
+    /// ([`Gift::id`]); `None` for any other id.
+    pub fn parse_id(id: &str) -> Option<(u64, u64)> {
+        let (rest, units) = id.strip_prefix("gift-")?.rsplit_once('-')?;
+        let (_from, taken_at) = rest.rsplit_once('-')?;
+        Some((units.parse().ok()?, taken_at.parse().ok()?))
+    }
 }
 
 impl LinkBody for Gift {
@@ -152,6 +160,11 @@ mod tests {
         assert_eq!(decode::<Gift>(&encode(&old)).unwrap(), old);
         assert_eq!(gift.id(), "gift-west-7-3");
         assert_ne!(old.id(), gift.id());
+        for g in [&gift, &old] {
+            assert_eq!(Gift::parse_id(&g.id()), Some((3, 7)));
+        }
+        assert_eq!(Gift::parse_id("refund-7-3-0"), None);
+        assert_eq!(Gift::parse_id("gift-west-x-3"), None);
         let resend = Resend {
             home: "east".into(),
         };

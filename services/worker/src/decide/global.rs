@@ -6,16 +6,14 @@
 
 use super::{Answer, Applied, Decider, Message, Owned, Turn};
 use crate::global::{Forward, GatherPolicy};
-use crate::turn_log::{Counted, Named, TurnLog, Usage};
+use crate::turn_log::{Counted, TurnLog, Usage};
 use sluice_core::ask::{self, Op};
-use sluice_core::ask_ids::{Asked, FirstAnswer, Seen};
 use sluice_core::budget::Refund;
 use sluice_core::key::KeyToken;
 use sluice_core::limit::Limit;
 use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, Policy, Spread};
 use sluice_core::region::global::{cut_share, Decided, ASK_TIMEOUT};
-use sluice_core::region::parts::GIFT_FRESH;
 use sluice_core::region::report::GlobalCount;
 use sluice_core::region::state::{Action, When};
 use sluice_core::region::{Global, OnCut, RegionName};
@@ -112,7 +110,13 @@ fn recorded_share(owned: Owned<'_>, policy: &Policy, counter_key: &str, now: Nan
 
 /// Records `units` of the share as spent in the key's own counter, which
 /// snapshots and the journal carry to the partition's next owner.
-fn record_share(owned: Owned<'_>, policy: &Policy, counter_key: &str, now: Nanos, units: u64) {
+pub(super) fn record_share(
+    owned: Owned<'_>,
+    policy: &Policy,
+    counter_key: &str,
+    now: Nanos,
+    units: u64,
+) {
     owned.counters.update(policy, counter_key, now, |state| {
         policy.record(state, now, units)
     });
@@ -538,132 +542,6 @@ impl Decider {
             want,
             from_share: 0,
         }
-    }
-
-    /// The home of a global bucket asks for units back: what this region's
-    /// part holds beyond what its demand needs is taken out of it and sent
-    /// as a gift, once that is stored.
-    fn gift_spare(
-        &self,
-        policy: &Policy,
-        reclaim: &Reclaim,
-        here: &RegionName,
-        owned: Owned<'_>,
-        now: Nanos,
-        log: &mut TurnLog,
-    ) {
-        let (Some(part), Some(global)) = (policy.part_in(here), policy.scope().global()) else {
-            return;
-        };
-        let whole = &policy.limits()[0];
-        if whole.window_start(now) != Nanos(reclaim.window_start) {
-            return;
-        }
-        let spare = ask::with_counter_key(policy.name(), &reclaim.key, |buf| {
-            let state = owned
-                .counters
-                .state(buf)
-                .unwrap_or_else(|| part.new_state());
-            // What every limit of the part can spare.
-            let left = part.inspect(&state, now).iter().map(|l| l.remaining).min();
-            let left = left.unwrap_or(0);
-            let spare = owned
-                .counters
-                .global()
-                .delegates()
-                .spare(buf, whole, now, left);
-            if spare > 0 {
-                record_share(owned, part, buf, now, spare);
-                log.booked(policy.name(), &reclaim.key, spare, now);
-            }
-            spare
-        });
-        if spare > 0 {
-            let gift_action = Action::Gift {
-                home: global.home().clone(),
-                partition: owned.partition,
-                gift: Gift {
-                    policy: policy.name().to_string(),
-                    key: reclaim.key.clone(),
-                    units: spare,
-                    taken_at: now.as_u64(),
-                    from: here.as_str().to_string(),
-                },
-            };
-            log.act(When::Stored, gift_action);
-        }
-    }
-
-    /// At a global bucket's home: units another region took out of its
-    /// part, put into the home's part (never past the brim); one that
-    /// left longer than [`GIFT_FRESH`] ago is dropped (its units are lost,
-    /// not spent late), and so is one taken before ([`Gift::id`],
-    /// remembered as an ask's id is, journaled: a gift the link carried
-    /// twice would give its units twice). The units are not recorded:
-    /// after a crash the home's part holds less, never more.
-    fn take_gift(
-        &self,
-        policies: &Policies,
-        gift: &Gift,
-        owned: Owned<'_>,
-        now: Nanos,
-        log: &mut TurnLog,
-    ) {
-        let Some(here) = self.region.as_ref() else {
-            return;
-        };
-        let Some(base) = policies.get(&gift.policy) else {
-            return;
-        };
-        if KeyToken::parse(&gift.key).is_err() {
-            return;
-        }
-        let policy = policies.in_force(base, &gift.key);
-        let home_here = policy.scope().global().is_some_and(|g| g.home() == here);
-        let Some(part) = policy.part_in(here).filter(|_| home_here) else {
-            return;
-        };
-        if now > Nanos(gift.taken_at).saturating_add(GIFT_FRESH) {
-            tracing::debug!("a gift of {} for {} came too late", gift.units, gift.key);
-            return;
-        }
-        let id = gift.id();
-        let asked = Asked {
-            verb: Verb::Allow,
-            policy: policy.name(),
-            cost: 0,
-        };
-        {
-            let ids = owned.counters.ids();
-            if ids.seen(ids.name(&gift.key, &id), &asked, now) != Seen::First {
-                return;
-            }
-        }
-        let decision = ask::with_counter_key(policy.name(), &gift.key, |buf| {
-            owned.counters.update(part, buf, now, |state| {
-                // Into the window the units left (a window's part).
-                part.refund(state, now, gift.units, Nanos(gift.taken_at))
-            })
-        });
-        let first = FirstAnswer::from(decision);
-        let until = policy.remembered_until(now);
-        let forgotten = {
-            let mut ids = owned.counters.ids();
-            let before = ids.forgotten_early();
-            let name = ids.name(&gift.key, &id);
-            ids.remember(name, asked, first, until, now);
-            ids.forgotten_early() - before
-        };
-        let named = Named {
-            policy: policy.name(),
-            token: &gift.key,
-            cost: 0,
-            id: &id,
-            verb: Verb::Allow,
-            first: &first,
-            until,
-        };
-        log.remembered(named, forgotten, now);
     }
 
     /// At the home, after an ask of `token` left the window short (denied,

@@ -309,7 +309,8 @@ pub(crate) fn simulate(
 
 /// Region `at`'s worker is stopped (`handover`: gracefully; else killed)
 /// and started again. What each key had room for there before and after:
-/// the same after a handover or a kill in journal mode (`Err` else); a
+/// the same after a handover or a kill in journal mode, neither more nor
+/// less (`Err` else); a
 /// kill in snapshot mode may give back what was counted since the last
 /// snapshot, which the key's window may then admit again ([`Report::lost`]).
 fn restart(
@@ -336,11 +337,7 @@ fn restart(
     report.seen.snapshot_kills += u64::from(snapshot_kill);
     let mut lost_here = 0;
     for ((key, before), after) in scenario.keys.iter().zip(before).zip(room(world)) {
-        let lost = after.saturating_sub(before);
-        if lost == 0 {
-            continue;
-        }
-        if handover || scenario.journal {
+        if (handover || scenario.journal) && after != before {
             let how = if handover {
                 "a handover"
             } else {
@@ -350,11 +347,16 @@ fn restart(
             return Err(Box::new(Broken {
                 seed,
                 what: format!(
-                    "{how} of {name} lost {lost} counted units of {key} ({} max {} per {})",
+                    "{how} of {name} left {key} room for {after} units, not {before} \
+                     ({} max {} per {})",
                     scenario.algorithm, scenario.max, scenario.per
                 ),
                 trace: std::mem::take(&mut world.trace),
             }));
+        }
+        let lost = after.saturating_sub(before);
+        if lost == 0 {
+            continue;
         }
         report.seen.lost += lost;
         lost_here += lost;

@@ -190,7 +190,8 @@ fn the_journal_rebuilds_what_the_home_asked_of_a_key() {
 /// A gift of spare units the link carries twice (NATS may deliver a
 /// publish again after a reconnect) fills the home's part once: the home
 /// remembers it by its id ([`sluice_core::wire::link::Gift::id`]), and
-/// the journal keeps that id, so a repeat after a takeover is dropped too.
+/// the journal keeps that id, whose replay gives the gift again after a
+/// crash, and drops a repeat after it.
 /// Found by the simulator (tests/simulate, seed 2587): a doubled gift let
 /// a global GCRA admit one more than its bound.
 #[test]
@@ -247,9 +248,8 @@ on_cut = "reserved"
     deliver(&east.counters, &mut Vec::new());
     assert_eq!(east.remaining(&key, T0), 2, "given once");
 
-    // After a crash, the journal's records rebuild the count and the
-    // gift's id (not its units: under, never over): a late repeat of the
-    // gift gives nothing.
+    // After a crash, the journal's records rebuild the count, the gift
+    // (the record of its id) and its id: a late repeat gives nothing.
     let restored = Counters::new();
     for record in &records {
         east.decider.replay(&east.policies, record, &restored);
@@ -258,5 +258,5 @@ on_cut = "reserved"
     let state = restored.state(&format!("default/{key}")).expect("restored");
     let part = east.policies.get("default").unwrap();
     let part = part.counted_under(east.decider.region());
-    assert_eq!(part.inspect(&state, T0)[0].remaining, 0);
+    assert_eq!(part.inspect(&state, T0)[0].remaining, 2, "given once again");
 }
