@@ -38,6 +38,10 @@ pub struct Region {
     policies: Arc<Policies>,
     partitions: Vec<Partition>,
     health: LinkHealth,
+    /// How far this region's clock is off the home's (ns; the home's is
+    /// the simulation's): everything it decides or stamps, it does by its
+    /// own clock.
+    pub offset: i64,
 }
 
 /// A message of the link, in flight.
@@ -126,7 +130,13 @@ impl Region {
                 .map(|p| Partition::new(p, journal, epoch))
                 .collect(),
             health: LinkHealth::default(),
+            offset: 0,
         }
+    }
+
+    /// This region's clock when the simulation's reads `now`.
+    pub fn clock(&self, now: Nanos) -> Nanos {
+        Nanos(now.0.saturating_add_signed(self.offset))
     }
 
     /// The worker stops (`handover`: gracefully, each partition's final
@@ -134,6 +144,7 @@ impl Region {
     /// next owner takes over, and so the link's health starts over. What
     /// the partitions must tell the other regions.
     fn restart(&mut self, handover: bool, now: Nanos) -> Vec<Action> {
+        let now = self.clock(now);
         let mut actions = Vec::new();
         for partition in &mut self.partitions {
             actions.extend(partition.next_owner(&self.decider, &self.policies, handover, now));
@@ -145,6 +156,7 @@ impl Region {
     /// A snapshot interval passed: each partition writes a snapshot if
     /// its owner says one is due. How many did.
     pub fn snapshot(&mut self, now: Nanos) -> usize {
+        let now = self.clock(now);
         self.partitions
             .iter_mut()
             .filter_map(|p| p.tick(now).then_some(()))
@@ -163,6 +175,7 @@ impl Region {
     /// under the limits its counter is kept under (a global bucket's: this
     /// region's part): what a lost count gives back.
     pub fn room(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
+        let now = self.clock(now);
         let partition = KeyToken::parse(token).expect("a key").partition(partitions);
         let base = self.policies.get("default").expect("the policy");
         let policy = self
@@ -194,6 +207,7 @@ impl Region {
         wants_reply: bool,
         now: Nanos,
     ) -> (Outcome, Vec<Action>) {
+        let now = self.clock(now);
         let owned = self.owned(partition);
         let mut log = self.decider.turn_log(owned);
         let message = Message {
@@ -450,7 +464,8 @@ impl World {
         else {
             return;
         };
-        let (event, outcome) = transport::grant_outcome(&action, reply.map(|r| r.0), now);
+        let heard = self.regions[waiting.from].clock(now);
+        let (event, outcome) = transport::grant_outcome(&action, reply.map(|r| r.0), heard);
         if self.tracing {
             let to = &self.regions[waiting.from].name;
             let line = format!("{to} hears: {event:?} {outcome:?}");
@@ -563,7 +578,12 @@ impl World {
             let mut actions = Vec::new();
             for partition in 0..self.partitions {
                 let owned = region.owned(partition);
-                actions.extend(region.decider.sweep_global(&region.policies, owned, now));
+                let policies = &region.policies;
+                actions.extend(
+                    region
+                        .decider
+                        .sweep_global(policies, owned, region.clock(now)),
+                );
             }
             self.perform(rng, at, actions, now);
         }
