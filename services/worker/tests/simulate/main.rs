@@ -30,8 +30,10 @@
 //! that loss added, and no more (docs/REGIONS-DESIGN.md, "Known gaps").
 //! Half the seeds set each other region's clock off the home's (within
 //! ±5 or ±50 ms); a fixed window's bound then allows one share more per
-//! skewed region (docs/REGIONS-DESIGN.md, "Known gaps"). Not simulated
-//! yet: sliding policies, holds, alerts, usage and hits.
+//! skewed region (docs/REGIONS-DESIGN.md, "Known gaps"). A tenth of the
+//! steps are hits, sent to the home and sent again until it answers: the
+//! home must count each once. Not simulated yet: sliding policies, holds,
+//! alerts and usage.
 
 mod net;
 mod owner;
@@ -64,6 +66,8 @@ pub(crate) struct Seen {
     pub admitted: u64,
     /// Denied while the link was up and the window had room over all regions.
     pub denied_with_room: u64,
+    /// Hits made (a tenth of the steps).
+    pub hits: u64,
     /// Workers killed or handed over, and started again.
     pub restarts: u64,
     /// Units a kill in snapshot mode lost (counted since the last
@@ -78,6 +82,7 @@ impl Seen {
     /// Adds what another run saw.
     fn add(&mut self, other: &Seen) {
         self.asks += other.asks;
+        self.hits += other.hits;
         self.admitted += other.admitted;
         self.denied_with_room += other.denied_with_room;
         self.restarts += other.restarts;
@@ -112,11 +117,12 @@ impl std::fmt::Display for Broken {
 }
 
 /// One ask of a run: how long after the last one, in which region, of
-/// which key.
+/// which key; or a hit (`rl.hit`, no answer).
 pub(crate) struct Ask {
     pub after: Nanos,
     pub at: usize,
     pub key: String,
+    pub hit: bool,
 }
 
 /// What a run saw: the totals, and per key and window what each region
@@ -180,6 +186,7 @@ fn run(seed: u64, tracing: bool) -> Result<Seen, Box<Broken>> {
         after: Nanos(rng.gen_range(0..15 * MS)),
         at: rng.gen_range(0..regions),
         key: pick(rng, &keys).clone(),
+        hit: rng.gen_ratio(1, 10),
     };
     simulate(seed, &mut rng, &scenario, STEPS, &mut plan, tracing).map(|report| report.seen)
 }
@@ -210,6 +217,8 @@ pub(crate) fn simulate(
         region.offset = rng.gen_range(-skew..=skew);
     }
     world.tracing = tracing;
+    world.window = if scenario.bucket() { 0 } else { scenario.per() };
+    world.max = scenario.max;
     world.trace.push(format!("{scenario:?}"));
     let start = Nanos(1_000 * SEC);
     let mut now = start;
@@ -267,6 +276,18 @@ pub(crate) fn simulate(
             if tracing {
                 world.note(now, format!("link cut: {cut}"));
             }
+        }
+        if let Some(what) = world.counted_twice.take() {
+            return Err(Box::new(Broken {
+                seed,
+                what,
+                trace: world.trace,
+            }));
+        }
+        if ask.hit {
+            world.hit(rng, ask.at, &ask.key, now);
+            report.seen.hits += 1;
+            continue;
         }
         let answered = world.ask(rng, ask.at, &ask.key, now);
         report.seen.asks += 1;
@@ -340,6 +361,9 @@ fn restart(
     let before = room(world);
     world.restart(rng, at, handover, now);
     report.seen.restarts += 1;
+    // The home forgets the ids it remembered (SPEC §16) only when killed
+    // in snapshot mode.
+    world.home_forgot |= at == 0 && !handover && !scenario.journal;
     let snapshot_kill = !handover && !scenario.journal;
     report.seen.snapshot_kills += u64::from(snapshot_kill);
     let mut lost_here = 0;
@@ -422,11 +446,12 @@ fn run_all(seeds: u64) -> Result<Seen, u64> {
 fn no_seed_admits_more_than_a_global_window_allows() {
     match run_all(seeds()) {
         Ok(total) => eprintln!(
-            "{} seeds: {} asks, {} admitted, {} denied while the link was up and the window had room, \
+            "{} seeds: {} asks and {} hits, {} admitted, {} denied while the link was up and the window had room, \
              {} workers killed or handed over and started again ({} killed in snapshot mode, \
              losing {} units, at most {} at once)",
             seeds(),
             total.asks,
+            total.hits,
             total.admitted,
             total.denied_with_room,
             total.restarts,

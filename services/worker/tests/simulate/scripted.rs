@@ -26,6 +26,7 @@ fn every(gap: Nanos, at: fn(usize) -> usize) -> impl FnMut(&mut StdRng) -> Ask {
             after: gap,
             at: at(step),
             key: "k0".to_string(),
+            hit: false,
         }
     }
 }

@@ -55,6 +55,9 @@ pub enum Wire {
         subject: String,
         body: Vec<u8>,
         request: Option<u64>,
+        /// A hit's name in the simulation, the same when the link sends
+        /// it again or the network delivers it twice.
+        hit: Option<u64>,
     },
     /// The reply to `request`, back to region `to`, decided there at
     /// `decided_at`.
@@ -75,6 +78,8 @@ struct Waiting {
 /// What a request carries: an action, or an ask forwarded to the home.
 enum Sent {
     Action(Action),
+    /// A hit, with its name in the simulation.
+    Hit(Action, u64),
     /// An ask forwarded to the home at the time given.
     Forward(Forward, Nanos),
 }
@@ -196,6 +201,17 @@ impl Region {
             .map_or_else(fresh, |state| policy.inspect(&state, now)[0].remaining)
     }
 
+    /// How many units `token`'s fixed window holds counted here now (a
+    /// hit counts whether or not it fits, past `max` too).
+    pub fn used(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
+        let now = self.clock(now);
+        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
+        let policy = self.policies.get("default").expect("the policy");
+        self.counters(partition)
+            .state(&format!("default/{token}"))
+            .map_or(0, |state| policy.inspect(&state, now)[0].used)
+    }
+
     /// Decides one message on `partition`'s subjects: the reply's body
     /// and decision, and the actions (those for once stored go once its
     /// records are, here at once).
@@ -257,6 +273,20 @@ pub struct World {
     waiting: HashMap<u64, Waiting>,
     /// Forwarded asks answered since the last look ([`World::settled`]).
     settled: Vec<Settled>,
+    /// Each hit the home took (by its name in the simulation), with the
+    /// window it counted in: delivered again in that window, it must count
+    /// nothing (SPEC §16).
+    hits_taken: HashMap<u64, Nanos>,
+    next_hit: u64,
+    /// Whether the home lost what it remembered (a kill in snapshot mode):
+    /// a repeat may then count again, as documented.
+    pub home_forgot: bool,
+    /// A hit the home counted twice, for the run to report.
+    pub counted_twice: Option<String>,
+    /// Each fixed window's length (ns), 0 for a bucket: where the hit check
+    /// applies; and its `max`.
+    pub window: u64,
+    pub max: u64,
     next_request: u64,
     partitions: u32,
     /// What happened, for a failing seed's report: kept only when asked
@@ -273,6 +303,12 @@ impl World {
             cut: false,
             waiting: HashMap::new(),
             settled: Vec::new(),
+            hits_taken: HashMap::new(),
+            next_hit: 0,
+            home_forgot: false,
+            counted_twice: None,
+            window: 0,
+            max: 0,
             next_request: 0,
             partitions,
             trace: Vec::new(),
@@ -316,28 +352,65 @@ impl World {
         answered
     }
 
+    /// A hit (`rl.hit`, cost 1, no reply) of `token` in region `at`.
+    pub fn hit(&mut self, rng: &mut StdRng, at: usize, token: &str, now: Nanos) {
+        let partition = KeyToken::parse(token)
+            .expect("a key")
+            .partition(self.partitions);
+        let subject = Verb::Hit.mapped_subject(partition, token);
+        let (_, actions) = self.regions[at].decide(partition, &subject, b"", false, now);
+        if self.tracing {
+            let name = &self.regions[at].name;
+            self.note(now, format!("{name} hits {token}"));
+        }
+        self.perform(rng, at, actions, now);
+    }
+
     /// Sends what region `from` left to cross the link.
     fn perform(&mut self, rng: &mut StdRng, from: usize, actions: Vec<Action>, now: Nanos) {
         for action in actions {
-            for out in transport::messages_of(&action) {
-                let to_name = out.subject.split('.').nth(1).expect("a link subject");
-                let to = self.region_index(to_name);
-                let request = (out.send == Send::Request)
-                    .then(|| self.wait(from, Sent::Action(action.clone()), now));
-                if self.tracing {
-                    let from = &self.regions[from].name;
-                    let line = format!("{from} sends {} ({request:?}): {action:?}", out.subject);
-                    self.note(now, line);
-                }
-                let wire = Wire::Message {
-                    from,
-                    to,
-                    subject: out.subject,
-                    body: out.body,
-                    request,
-                };
-                self.net.send(rng, now, self.cut, wire);
+            self.send(rng, from, action, None, now);
+        }
+    }
+
+    /// Sends one action's messages; a hit under its name in the
+    /// simulation (`hit`, a new one when `None`).
+    fn send(
+        &mut self,
+        rng: &mut StdRng,
+        from: usize,
+        action: Action,
+        hit: Option<u64>,
+        now: Nanos,
+    ) {
+        let hit = matches!(action, Action::Hit { .. }).then(|| {
+            hit.unwrap_or_else(|| {
+                self.next_hit += 1;
+                self.next_hit
+            })
+        });
+        for out in transport::messages_of(&action) {
+            let to_name = out.subject.split('.').nth(1).expect("a link subject");
+            let to = self.region_index(to_name);
+            let sent = match hit {
+                Some(name) => Sent::Hit(action.clone(), name),
+                None => Sent::Action(action.clone()),
+            };
+            let request = (out.send == Send::Request).then(|| self.wait(from, sent, now));
+            if self.tracing {
+                let from = &self.regions[from].name;
+                let line = format!("{from} sends {} ({request:?}): {action:?}", out.subject);
+                self.note(now, line);
             }
+            let wire = Wire::Message {
+                from,
+                to,
+                subject: out.subject,
+                body: out.body,
+                request,
+                hit,
+            };
+            self.net.send(rng, now, self.cut, wire);
         }
     }
 
@@ -351,13 +424,31 @@ impl World {
                     subject,
                     body,
                     request,
+                    hit: name,
                 }) => {
                     let region = &mut self.regions[to];
                     let partition = LinkInbound::parse(&subject, region.name.as_str())
                         .unwrap_or_else(|| panic!("{subject} is no link subject of its region"))
                         .partition();
+                    let hit = match LinkInbound::parse(&subject, region.name.as_str()) {
+                        Some(LinkInbound::Ask(ask)) if ask.verb == Verb::Hit => {
+                            Some(ask.key_token.to_string())
+                        }
+                        _ => None,
+                    };
+                    let used =
+                        |region: &Region, token: &str| region.used(token, self.partitions, now);
+                    let before = hit.as_ref().map(|token| used(region, token));
                     let (reply, actions) =
                         region.decide(partition, &subject, &body, request.is_some(), now);
+                    if let (Some(token), Some(before), Some(name)) = (&hit, before, name) {
+                        let counted = used(&self.regions[to], token) - before;
+                        // A full window shows no more (`used` stops at
+                        // `max`), and the first count of a window at the
+                        // home books the other regions' shares with it.
+                        let shows = before > 0 && before < self.max;
+                        self.hit_taken(name, token, counted, shows, now);
+                    }
                     let reply = match reply {
                         Outcome::Reply(body, answered) => Some((body, answered)),
                         _ => None,
@@ -432,6 +523,7 @@ impl World {
             subject,
             body,
             request: Some(request),
+            hit: None,
         };
         self.net.send(rng, now, self.cut, wire);
     }
@@ -451,6 +543,9 @@ impl World {
     ) {
         let action = match waiting.what {
             Sent::Action(action) => action,
+            Sent::Hit(action, name) => {
+                return self.hit_answered(rng, waiting.from, (action, name), reply, now)
+            }
             Sent::Forward(forward, sent) => {
                 return self.relayed(rng, (waiting.from, forward, sent), reply, now)
             }
@@ -481,6 +576,33 @@ impl World {
                 let name = region.name.clone();
                 self.note(now, format!("{name}: {reach:?}"));
             }
+        }
+    }
+
+    /// What came of hit `name` region `from` sent to the home, as the link
+    /// task's `send_hit` reads it: sent again until the home takes it (a
+    /// decision; a refusal under 500 too, which would come again), while
+    /// its window lasts.
+    fn hit_answered(
+        &mut self,
+        rng: &mut StdRng,
+        from: usize,
+        (action, name): (Action, u64),
+        reply: Option<(&[u8], Nanos)>,
+        now: Nanos,
+    ) {
+        let Action::Hit { until, .. } = &action else {
+            return;
+        };
+        let taken = reply.is_some_and(|(body, _)| match decode_reply(body) {
+            Ok(WireReply::Error(e)) => e.code.status() < 500,
+            _ => true,
+        });
+        if !taken && self.regions[from].clock(now) < *until {
+            if self.tracing {
+                self.note(now, format!("hit {name} is sent again: {action:?}"));
+            }
+            self.send(rng, from, action, Some(name), now);
         }
     }
 
@@ -538,6 +660,28 @@ impl World {
             now,
         );
         self.perform(rng, at, actions, now);
+    }
+
+    /// The home counted `counted` units for hit `name`:
+    /// 1 the first time, none when delivered again in the same window
+    /// (unless the home forgot its ids). Only where it `shows`: fixed
+    /// windows already counting, with room (`used` stops at `max`, a
+    /// bucket's level at its brim).
+    fn hit_taken(&mut self, name: u64, token: &str, counted: u64, shows: bool, now: Nanos) {
+        if self.window == 0 {
+            return;
+        }
+        let window = Nanos(now.0 - now.0 % self.window);
+        let again = self.hits_taken.get(&name) == Some(&window);
+        let want = u64::from(!again);
+        let wrong = shows && counted != want && !(again && self.home_forgot);
+        if wrong && self.counted_twice.is_none() {
+            self.counted_twice = Some(format!(
+                "the home counted {counted} for a hit of {token} delivered {}, not {want}",
+                if again { "again" } else { "first" }
+            ));
+        }
+        self.hits_taken.insert(name, window);
     }
 
     /// Whether the home's one count of `token`'s global fixed window has
