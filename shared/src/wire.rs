@@ -72,5 +72,6 @@ pub use reply::{
     Reply,
 };
 pub use request::{
-    decode_request, encode_request, encode_request_with_id, Request, RequestError, MAX_BODY,
+    decode_request, encode_ask, encode_request, encode_request_with_id, Request, RequestError,
+    MAX_BODY,
 };

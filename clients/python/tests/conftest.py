@@ -72,6 +72,12 @@ limits = [ {{ max = 2, per = "1m" }} ]
 algorithm = "fixed_window"
 limits = [ {{ max = 10, per = "1h" }} ]
 alerts = [ 50, 100 ]
+
+# One every 50 ms, asks waiting up to 2 s (SPEC §18, test_pacing.py).
+[policies.paced]
+algorithm = "gcra"
+max_wait = "2s"
+limits = [ {{ max = 20, per = "1s", burst = 1 }} ]
 """.format(partitions=PARTITIONS)
 
 STARTUP_TIMEOUT = 30.0

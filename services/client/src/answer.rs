@@ -67,6 +67,11 @@ pub struct Answer {
     /// The answer to an ask that repeated the id of one already admitted
     /// (SPEC §16): the first answer's decision, nothing counted again.
     pub repeat: bool,
+    /// How long from now the caller starts (SPEC §18): zero unless an ask
+    /// that may wait ([`Client::ask_waiting`](crate::Client::ask_waiting))
+    /// was allowed for a later moment, its units taken at once.
+    /// [`Client::acquire`](crate::Client::acquire) has slept it already.
+    pub wait: Duration,
     pub source: Source,
 }
 
@@ -81,6 +86,7 @@ impl Answer {
             policy: r.policy,
             shadow_denied: r.shadow_denied,
             repeat: r.repeat,
+            wait: Duration::from_millis(r.wait_ms),
             source,
         }
     }
@@ -95,6 +101,7 @@ impl Answer {
             policy: policy.to_string(),
             shadow_denied: d.shadow_denied,
             repeat: false,
+            wait: d.wait.into(),
             source,
         }
     }
@@ -108,7 +115,7 @@ impl Answer {
             reset: Nanos::from(self.reset),
             retry_after: Nanos::from(self.retry_after),
             shadow_denied: self.shadow_denied,
-            wait: Nanos::ZERO,
+            wait: Nanos::from(self.wait),
         }
     }
 
@@ -120,7 +127,8 @@ impl Answer {
         wire::decision_headers(&self.decision())
     }
 
-    /// The SPEC §1 reply body (durations in ms, rounded up).
+    /// The SPEC §1 reply body (durations in ms, rounded up; `wait_ms` when
+    /// [`Answer::wait`] is not zero).
     pub fn to_reply(&self) -> DecisionReply {
         DecisionReply {
             repeat: self.repeat,

@@ -113,7 +113,7 @@ impl Client {
         cost: u64,
     ) -> Result<Answer, Error> {
         let id = self.inner.ids.as_ref().map(|ids| ids.next());
-        self.ask_once(key.as_ref(), policy, cost, id.as_deref())
+        self.ask_once(key.as_ref(), policy, cost, id.as_deref(), 0)
             .await
     }
 
@@ -130,23 +130,26 @@ impl Client {
         id: &str,
     ) -> Result<Answer, Error> {
         sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
-        self.ask_once(key.as_ref(), policy, cost, Some(id)).await
+        self.ask_once(key.as_ref(), policy, cost, Some(id), 0).await
     }
 
-    async fn ask_once(
+    /// One ask, waiting up to `wait_ms` for its start (0: not at all).
+    pub(crate) async fn ask_once(
         &self,
         key: &[u8],
         policy: &str,
         cost: u64,
         id: Option<&str>,
+        wait_ms: u64,
     ) -> Result<Answer, Error> {
         let inner = &self.inner;
         let token = prepare(key, policy, cost)?;
         inner.stats.asks.fetch_add(1, Ordering::Relaxed);
+        let wait = std::time::Duration::from_millis(wait_ms);
         if let Some(answer) = inner
             .deny
             .as_ref()
-            .and_then(|d| d.get(policy, &token, cost))
+            .and_then(|d| d.get_waiting(policy, &token, cost, wait))
         {
             inner.stats.deny_cache.fetch_add(1, Ordering::Relaxed);
             return Ok(answer);
@@ -159,7 +162,13 @@ impl Client {
             cost,
             // A peek counts nothing: no id to remember.
             id: id.filter(|_| cost > 0),
+            wait_ms,
         };
+        // Neither a batch item nor a slice carries a wait: it goes alone.
+        if wait_ms > 0 {
+            let outcome = inner.single(asking, partition, deadline).await;
+            return inner.conclude(&token, policy, outcome, Op::Allow(cost).waiting(wait_ms));
+        }
         if let Some(budgets) = &inner.budgets {
             return self
                 .ask_with_budget(budgets, asking, partition, deadline)

@@ -8,6 +8,11 @@
 //! An ask with a *smaller* cost might fit earlier, so it goes to the worker;
 //! a peek (cost 0) asks about one unit, so it counts as cost 1 here.
 //!
+//! An ask that may wait (SPEC §18) is admitted by the worker when its
+//! moment comes within its wait, so the cache answers it only while the
+//! retry time is further off than that wait; a closer one goes to the
+//! worker. An allowed answer, waiting or not, is never cached.
+//!
 //! What it does not see: a config change that raises the limit, or counters
 //! lost in a crash of a worker in snapshot mode. Both can only make the
 //! worker allow sooner, so the cache errs on the side of denying, for at most
@@ -27,7 +32,7 @@ use sluice_core::ask::with_counter_key;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const SHARDS: usize = 16;
 
@@ -84,15 +89,28 @@ impl DenyCache {
     }
 
     /// The cached denial for `policy`/`token` that covers `cost`, if any.
+    #[cfg(test)]
     pub(crate) fn get(&self, policy: &str, token: &str, cost: u64) -> Option<Answer> {
-        with_counter_key(policy, token, |key| self.get_key(key, policy, cost))
+        self.get_waiting(policy, token, cost, Duration::ZERO)
     }
 
-    fn get_key(&self, key: &str, policy: &str, cost: u64) -> Option<Answer> {
+    /// The cached denial for `policy`/`token` that covers `cost` asked
+    /// with up to `wait` for its start (zero: not waiting), if any.
+    pub(crate) fn get_waiting(
+        &self,
+        policy: &str,
+        token: &str,
+        cost: u64,
+        wait: Duration,
+    ) -> Option<Answer> {
+        with_counter_key(policy, token, |key| self.get_key(key, policy, cost, wait))
+    }
+
+    fn get_key(&self, key: &str, policy: &str, cost: u64, wait: Duration) -> Option<Answer> {
         let now = Instant::now();
         let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let d = shard.map.get(key)?;
-        if now >= d.until || cost.max(1) < d.cost {
+        if d.until.saturating_duration_since(now) <= wait || cost.max(1) < d.cost {
             return None;
         }
         Some(Answer {
@@ -104,6 +122,7 @@ impl DenyCache {
             retry_after: d.until - now,
             policy: policy.to_string(),
             repeat: false,
+            wait: Default::default(),
             source: Source::DenyCache,
         })
     }
@@ -167,6 +186,7 @@ mod tests {
             policy: "default".into(),
             shadow_denied: false,
             repeat: false,
+            wait: Duration::ZERO,
             source: Source::Worker,
         }
     }
@@ -203,6 +223,22 @@ mod tests {
         );
         assert!(cache.get("other", "alice", 2).is_none(), "another policy");
         assert!(cache.get("default", "bob", 2).is_none(), "another key");
+    }
+
+    /// A waiting ask fits once its moment comes within its wait: only a
+    /// retry time further off than that is certain to be denied.
+    #[test]
+    fn a_waiting_ask_is_answered_only_while_the_retry_is_past_its_wait() {
+        let cache = DenyCache::new(100);
+        cache.insert("alice", 1, &denial(2_000));
+        let get =
+            |wait_ms| cache.get_waiting("default", "alice", 1, Duration::from_millis(wait_ms));
+        assert!(get(500).is_some(), "2 s away, more than a 500 ms wait");
+        assert!(
+            get(2_000).is_none(),
+            "within a 2 s wait: the worker admits it"
+        );
+        assert!(get(10_000).is_none());
     }
 
     #[test]

@@ -263,6 +263,7 @@ impl Client {
             policy,
             cost,
             id,
+            wait_ms: 0,
         };
         let outcome = if inner.batcher.is_some() {
             inner

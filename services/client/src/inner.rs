@@ -69,22 +69,30 @@ impl Drop for Inner {
     }
 }
 
-/// What one ask is: its key token, policy, cost and id (SPEC §16), the
-/// same however often the client sends it.
+/// What one ask is: its key token, policy, cost, id (SPEC §16) and how
+/// long it may wait for its start (SPEC §18; 0: not at all), the same
+/// however often the client sends it. An ask that may wait goes alone:
+/// a batch item cannot carry a wait.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Asking<'a> {
     pub(crate) token: &'a str,
     pub(crate) policy: &'a str,
     pub(crate) cost: u64,
     pub(crate) id: Option<&'a str>,
+    pub(crate) wait_ms: u64,
 }
 
 /// The request body: empty for the defaults (the cheapest request), else a
 /// MessagePack map with what differs.
 pub(crate) fn request_body(policy: &str, cost: u64, id: Option<&str>) -> Bytes {
+    waiting_body(policy, cost, id, 0)
+}
+
+/// [`request_body`] of an ask that may wait `wait_ms` (0: not at all).
+fn waiting_body(policy: &str, cost: u64, id: Option<&str>, wait_ms: u64) -> Bytes {
     let policy = (policy != DEFAULT_POLICY).then_some(policy);
     let cost = (cost != wire::DEFAULT_COST).then_some(cost);
-    wire::encode_request_with_id(policy, cost, id, Encoding::MsgPack).into()
+    wire::encode_ask(policy, cost, id, Some(wait_ms), Encoding::MsgPack).into()
 }
 
 /// Names a client's asks (SPEC §16): a prefix drawn per client, then a
@@ -166,6 +174,7 @@ impl Inner {
             policy: &policy,
             cost: 0,
             id: None,
+            wait_ms: 0,
         };
         let (mut outcome, _) = self.ask_batched(refunding, act, partition, deadline).await;
         if let Err(NoAnswer::Unavailable(_)) = outcome {
@@ -202,7 +211,7 @@ impl Inner {
         let subject = Verb::Allow.client_subject(asking.token);
         self.round_trip(
             &subject,
-            &request_body(asking.policy, asking.cost, asking.id),
+            &waiting_body(asking.policy, asking.cost, asking.id, asking.wait_ms),
             Some(partition),
             deadline,
             decode_single,
@@ -389,12 +398,14 @@ impl Inner {
         deadline: Instant,
     ) -> (Result<Reply, NoAnswer>, bool) {
         let batcher = self.batcher.as_ref().expect("batching is on");
+        debug_assert_eq!(asking.wait_ms, 0, "an ask that may wait goes alone");
         let (tx, rx) = oneshot::channel();
         let Asking {
             token,
             policy,
             cost,
             id,
+            ..
         } = asking;
         let waiter = Waiter {
             token: token.to_string(),
@@ -691,5 +702,8 @@ mod tests {
         let peek = request_body("default", 0, None);
         let r = wire::decode_request(&peek).unwrap();
         assert_eq!((&*r.policy, r.cost), ("default", 0));
+        let waiting = waiting_body("default", 1, None, 250);
+        let r = wire::decode_request(&waiting).unwrap();
+        assert_eq!((&*r.policy, r.cost, r.wait_ms), ("default", 1, 250));
     }
 }

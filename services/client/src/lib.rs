@@ -16,6 +16,9 @@
 //!   percent-encoded for the caller; a per-ask timeout; quick retries on
 //!   "no responders" (a partition changing owners, ≤ 30 ms), then the
 //!   fallback. Cheap to clone and safe to share between tasks.
+//! - [`Client::ask_waiting`], [`Client::acquire`] (`wait.rs`): asks that
+//!   may wait for a later start (SPEC §18), sent alone; `acquire` sleeps
+//!   until the start before returning.
 //! - `deny_cache.rs`: a denied key is answered locally until its retry time.
 //! - `budgets.rs`: local budgets: a hot key's asks decided from slices of
 //!   its budget that its owner granted (`sluice_core::budget`).
@@ -81,6 +84,7 @@ mod probe;
 pub mod queries;
 mod stats;
 pub mod trace;
+mod wait;
 
 pub use answer::{Answer, Source};
 pub use client::Client;

@@ -115,6 +115,7 @@ impl LocalLimiter {
                 retry_after: Default::default(),
                 policy: policy_name.to_string(),
                 repeat: false,
+                wait: Default::default(),
                 source,
             },
         }

@@ -11,10 +11,14 @@
 //! - The `Idempotency-Key` header names the ask (SPEC §16; or `id` in a
 //!   body): sent again with the same key, it counts once and is answered
 //!   as the first time, with `Sluice-Repeat: true`.
+//! - `?wait=250ms`, the `Sluice-Wait` header or a body's `wait_ms` lets
+//!   the ask wait for a later start (SPEC §18, [`crate::wait`]); allowed
+//!   so, it is answered at once with `Sluice-Wait-Ms` and `wait_ms`.
 
 use crate::metrics::Route;
 use crate::respond;
 use crate::responses::{AskErrors, Counted, Decided};
+use crate::wait::{one_wait, parse_wait, wait_header, WaitHeader};
 use crate::App;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -24,7 +28,7 @@ use sluice_client::Error;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::wire::{self, ErrorReply, DEFAULT_COST, MAX_BODY};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) const PREFIX: &str = "/v1/allow/";
 const HIT_PREFIX: &str = "/v1/hit/";
@@ -36,7 +40,7 @@ const HIT_PREFIX: &str = "/v1/hit/";
     path = "/v1/allow/{key}",
     operation_id = "allow",
     tag = "asking",
-    params(KeyParam, AskQuery, IdempotencyKey),
+    params(KeyParam, AskQuery, IdempotencyKey, WaitHeader),
     responses(Decided, AskErrors)
 )]
 pub(crate) async fn allow_get(state: State<Arc<App>>, request: Request) -> Response {
@@ -45,8 +49,8 @@ pub(crate) async fn allow_get(state: State<Arc<App>>, request: Request) -> Respo
 
 /// The same ask, its fields in the query or, instead, in a body.
 #[utoipa::path(post, path = "/v1/allow/{key}", operation_id = "allow_post", tag = "asking",
-    params(KeyParam, AskQuery, IdempotencyKey),
-    request_body(content = Option<AskBody>, description = "policy and cost as a JSON body instead of the query (or a MessagePack map); at most 4 KiB"),
+    params(KeyParam, AskQuery, IdempotencyKey, WaitHeader),
+    request_body(content = Option<AskBody>, description = "policy and cost (and id, wait_ms) as a JSON body instead of the query (or a MessagePack map); at most 4 KiB"),
     responses(Decided, AskErrors),
 )]
 pub(crate) async fn allow_post(state: State<Arc<App>>, request: Request) -> Response {
@@ -56,11 +60,23 @@ pub(crate) async fn allow_post(state: State<Arc<App>>, request: Request) -> Resp
 async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
     let started = Instant::now();
     let result = async {
-        let (key, policy, cost, id) = ask_of(request, PREFIX).await?;
+        let Ask {
+            key,
+            policy,
+            cost,
+            id,
+            wait,
+        } = ask_of(request, PREFIX).await?;
+        let client = &app.client;
         let asking = async {
             match id {
-                Some(id) => app.client.ask_with_id(&key, &policy, cost, &id).await,
-                None => app.client.ask(&key, &policy, cost).await,
+                _ if !wait.is_zero() => {
+                    client
+                        .ask_waiting_named(&key, &policy, cost, wait, id.as_deref())
+                        .await
+                }
+                Some(id) => client.ask_with_id(&key, &policy, cost, &id).await,
+                None => client.ask(&key, &policy, cost).await,
             }
         };
         crate::traces::ask(&app, &key, &policy, cost, asking).await
@@ -88,9 +104,15 @@ async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
 pub(crate) async fn hit(State(app): State<Arc<App>>, request: Request) -> Response {
     let started = Instant::now();
     let result = async {
-        let (key, policy, cost, id) = ask_of(request, HIT_PREFIX).await?;
+        let ask = ask_of(request, HIT_PREFIX).await?;
+        if !ask.wait.is_zero() {
+            return Err(Error::BadRequest(
+                "a hit counts at once and waits for nothing; send no wait (it is for /v1/allow)"
+                    .into(),
+            ));
+        }
         app.client
-            .hit_named(&key, &policy, cost, id.as_deref())
+            .hit_named(&ask.key, &ask.policy, ask.cost, ask.id.as_deref())
             .await
     }
     .await;
@@ -121,25 +143,33 @@ pub(crate) fn no_key(app: &App, route: Route) -> Response {
     respond::error(&e)
 }
 
-/// What an ask names: its key, policy, cost and id.
-type Ask = (Vec<u8>, String, u64, Option<String>);
+/// What an ask names: its key, policy, cost, id and wait (zero: none).
+struct Ask {
+    key: Vec<u8>,
+    policy: String,
+    cost: u64,
+    id: Option<String>,
+    wait: Duration,
+}
 
 /// The key (the path's segment after `prefix`), policy and cost of an
-/// ask, from the query or the body, and its id, from `Idempotency-Key`
-/// or the body.
+/// ask, from the query or the body, its id, from `Idempotency-Key` or
+/// the body, and its wait, from the query, `Sluice-Wait` or the body.
 async fn ask_of(request: Request, prefix: &str) -> Result<Ask, Error> {
     let (parts, body) = request.into_parts();
     let key = key_after(parts.uri.path(), prefix);
     let query = Query::parse(parts.uri.query())?;
     let header_id = idempotency_key(&parts.headers)?;
+    let header_wait = wait_header(&parts.headers)?;
     let body = read_body(&parts.headers, body).await?;
     if body.is_empty() {
-        return Ok((
+        return Ok(Ask {
             key,
-            query.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string()),
-            query.cost.unwrap_or(DEFAULT_COST),
-            header_id,
-        ));
+            policy: query.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string()),
+            cost: query.cost.unwrap_or(DEFAULT_COST),
+            id: header_id,
+            wait: one_wait(query.wait, header_wait, 0)?,
+        });
     }
     if query.policy.is_some() || query.cost.is_some() {
         return Err(Error::BadRequest(
@@ -147,8 +177,13 @@ async fn ask_of(request: Request, prefix: &str) -> Result<Ask, Error> {
         ));
     }
     let r = wire::decode_request(&body).map_err(|e| Error::from(e.reply))?;
-    let id = one_id(header_id, r.id.map(|id| id.into_owned()))?;
-    Ok((key, r.policy.into_owned(), r.cost, id))
+    Ok(Ask {
+        key,
+        policy: r.policy.into_owned(),
+        cost: r.cost,
+        id: one_id(header_id, r.id.map(|id| id.into_owned()))?,
+        wait: one_wait(query.wait, header_wait, r.wait_ms)?,
+    })
 }
 
 /// An ask's id, from `Idempotency-Key` or the body's `id`: either, or
@@ -209,7 +244,8 @@ pub(crate) struct KeyParam {
     key: String,
 }
 
-/// The query of an ask: `policy` and `cost`, or neither (then from the body).
+/// The query of an ask: `policy` and `cost`, or neither (then from the
+/// body), and `wait`.
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // parsed by `Query::parse`, which refuses anything else
@@ -220,6 +256,12 @@ pub(crate) struct AskQuery {
     /// The units to consume, 0 to 1000000000 (default 1; 0 peeks).
     #[param(minimum = 0, maximum = 1_000_000_000)]
     cost: Option<u64>,
+    /// How long the ask may wait for its start instead of being denied
+    /// (SPEC §18): an integer and a unit (`250ms`, `2s`), at most the
+    /// policy's `max_wait` (`/v1/allow` only). Allowed for a later start,
+    /// the answer carries `Sluice-Wait-Ms` and `wait_ms`.
+    #[param(pattern = "^[0-9]+(ms|s|m|h|d)$")]
+    wait: Option<String>,
 }
 
 /// An ask's fields as a body, the NATS request format (PROTOCOL.md §2).
@@ -235,6 +277,10 @@ pub(crate) struct AskBody {
     /// The ask's id (SPEC §16), as the `Idempotency-Key` header gives it.
     #[schema(min_length = 1, max_length = 128)]
     id: Option<String>,
+    /// How long, in ms, the ask may wait for its start (SPEC §18), as
+    /// `?wait=` gives it; at most the policy's `max_wait`.
+    #[schema(minimum = 0, maximum = 60_000)]
+    wait_ms: Option<u64>,
 }
 
 /// The query parameters of an allow.
@@ -242,6 +288,7 @@ pub(crate) struct AskBody {
 struct Query {
     policy: Option<String>,
     cost: Option<u64>,
+    wait: Option<Duration>,
 }
 
 impl Query {
@@ -269,9 +316,15 @@ impl Query {
                         );
                     }
                 }
+                "wait" => {
+                    let wait = parse_wait(&value, "the query parameter \"wait\"")?;
+                    if q.wait.replace(wait).is_some() {
+                        return bad("the query parameter \"wait\" appears twice; give it once".into());
+                    }
+                }
                 other => {
                     return bad(format!(
-                    "unknown query parameter {other:?}; an ask takes only \"policy\" and \"cost\""
+                    "unknown query parameter {other:?}; an ask takes only \"policy\", \"cost\" and \"wait\""
                 ))
                 }
             }
@@ -361,8 +414,13 @@ mod tests {
             Query::parse(Some("policy=login&cost=3")).unwrap(),
             Query {
                 policy: Some("login".into()),
-                cost: Some(3)
+                cost: Some(3),
+                wait: None,
             }
+        );
+        assert_eq!(
+            Query::parse(Some("wait=250ms")).unwrap().wait,
+            Some(Duration::from_millis(250))
         );
         for bad in [
             "cost=abc",
@@ -371,6 +429,8 @@ mod tests {
             "cost=",
             "cots=5",
             "cost=1&cost=2",
+            "wait=250",
+            "wait=1s&wait=2s",
         ] {
             let e = Query::parse(Some(bad)).unwrap_err();
             assert_eq!(e.status(), 400, "{bad}: {e}");

@@ -18,6 +18,8 @@
 //! - `traces.rs`: `--otlp-endpoint`, a span per request and per ask,
 //!   the ask's carried to the worker in its NATS headers.
 //! - `allow.rs`: `GET`/`POST /v1/allow/{key}?policy=P&cost=N`, `POST /v1/hit/{key}`.
+//! - `wait.rs`: `?wait=250ms` and `Sluice-Wait`, an ask that may wait for
+//!   a later start (SPEC §18), and why proxy mode paces by its policy.
 //! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (SPEC §13).
 //! - `api.rs`: the `/v1` routes, the role each needs, and their OpenAPI
 //!   description (`/v1/openapi.json`, `docs/openapi.json`).
@@ -28,7 +30,7 @@
 //! - `batch.rs`: `POST /v1/batch`, several asks answered in order.
 //! - `status.rs`: `GET /v1/status`, the fleet.
 //! - `proxy.rs`: `--upstream URL`, a rate-limiting reverse proxy for every
-//!   other path.
+//!   other path, pacing requests when its policy has a `max_wait`.
 //! - `envoy/`: `--grpc-listen ADDR`, Envoy's rate limit service over gRPC
 //!   (SPEC §11), deciding through the same client as `/v1/allow`.
 //! - `responses.rs`: the responses several routes share, as the
@@ -79,6 +81,7 @@ mod tokens;
 mod traces;
 mod ui;
 mod usage;
+mod wait;
 
 pub use api::{openapi, openapi_json};
 pub use api_token::ApiToken;

@@ -14,6 +14,13 @@
 //!   served) on a spawned task; a request the upstream never answered
 //!   (502, or abandoned before the answer) releases it (cost 0). So at
 //!   most `concurrency` requests per key are at the upstream at once.
+//! - When that policy has a `max_wait` (SPEC §18; a `token_bucket` or
+//!   `gcra` one), each request asks to wait up to it, and one allowed for
+//!   a later start is held until then before it is forwarded (its
+//!   response carries `Sluice-Wait-Ms`): callers are paced at the rate
+//!   rather than answered 429, which only a request whose start would
+//!   come later than `max_wait` gets. A held request keeps its connection
+//!   open meanwhile. Asks for slots (`concurrency`) do not wait.
 //! - Denied: 429 with the RateLimit headers, `Retry-After` and the decision
 //!   as JSON; the upstream never sees the request. No worker and fallback
 //!   `closed`: 503. Otherwise the request (method, path, query, headers,
@@ -109,6 +116,11 @@ pub(crate) async fn proxy(
         _ => peer.ip().to_string().into_bytes(),
     };
     let (answer, slot) = match admit(&app, &key).await {
+        // Paced: its start is this far off, its unit already taken.
+        Ok(admitted) if !admitted.0.wait.is_zero() => {
+            tokio::time::sleep(admitted.0.wait).await;
+            admitted
+        }
         Ok(admitted) => admitted,
         Err(refused) => {
             app.metrics.observe(
@@ -152,11 +164,11 @@ async fn admit(
     key: &[u8],
 ) -> Result<(Answer, Option<HoldGuard>), Result<Answer, Error>> {
     let policy = &app.proxy_policy;
-    let holds_slots = app
-        .client
-        .policies()
-        .get(policy)
-        .is_some_and(|p| p.holding().concurrency.is_some());
+    let policies = app.client.policies();
+    let in_force = policies.get(policy);
+    let holds_slots = in_force.is_some_and(|p| p.holding().concurrency.is_some());
+    let max_wait = in_force.map_or(Duration::ZERO, |p| p.max_wait().into());
+    drop(policies);
     if holds_slots {
         return match app.client.hold(key, policy, 1, None).await {
             Ok(Reserved::Held(slot)) => Ok((slot.answer().clone(), Some(slot))),
@@ -164,7 +176,13 @@ async fn admit(
             Err(e) => Err(Err(e)),
         };
     }
-    let asking = app.client.ask(key, policy, 1);
+    let asking = async {
+        if max_wait.is_zero() {
+            app.client.ask(key, policy, 1).await
+        } else {
+            app.client.ask_waiting(key, policy, 1, max_wait).await
+        }
+    };
     match crate::traces::ask(app, key, policy, 1, asking).await {
         Ok(allowed) if allowed.allowed => Ok((allowed, None)),
         other => Err(other),

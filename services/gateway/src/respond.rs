@@ -10,12 +10,16 @@ use sluice_core::wire::{Encoding, ErrorCode, ErrorReply};
 /// Says who decided: `worker`, `deny_cache`, `budget`, `fallback_open`, `fallback_local`.
 pub const SOURCE_HEADER: &str = "Sluice-Source";
 
+/// On an ask allowed for a later start (SPEC §18): its wait, whole ms
+/// rounded up, as the body's `wait_ms`.
+pub const WAIT_MS_HEADER: &str = "sluice-wait-ms";
+
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// Puts the RateLimit headers of `answer` (and, when denied, Retry-After;
 /// on a shadow denial, `Sluice-Shadow: denied`; on a repeat,
-/// `Sluice-Repeat: true`) and the source header into `headers`, replacing
-/// any of the same name.
+/// `Sluice-Repeat: true`; with a wait, `Sluice-Wait-Ms`) and the source
+/// header into `headers`, replacing any of the same name.
 pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
     for (name, value) in answer.headers() {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -31,6 +35,10 @@ pub(crate) fn put_decision_headers(headers: &mut HeaderMap, answer: &Answer) {
             HeaderName::from_static("sluice-repeat"),
             HeaderValue::from_static(sluice_core::wire::REPEAT_YES),
         );
+    }
+    let wait_ms = sluice_core::time::Nanos::from(answer.wait).as_millis_ceil();
+    if wait_ms > 0 {
+        headers.insert(HeaderName::from_static(WAIT_MS_HEADER), wait_ms.into());
     }
 }
 
@@ -203,6 +211,7 @@ mod tests {
             policy: "p".into(),
             shadow_denied: true,
             repeat: false,
+            wait: Duration::ZERO,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -217,5 +226,30 @@ mod tests {
             ..answer
         });
         assert!(plain.headers().get("sluice-shadow").is_none());
+        assert!(plain.headers().get(WAIT_MS_HEADER).is_none());
+    }
+
+    /// An ask allowed for a later start says so in a header and the body
+    /// (SPEC §18), the header in whole ms rounded up as the body's field.
+    #[test]
+    fn a_waited_ask_carries_its_wait_in_a_header_and_the_body() {
+        let answer = Answer {
+            allowed: true,
+            limit: 20,
+            remaining: 0,
+            reset: Duration::from_secs(1),
+            retry_after: Duration::ZERO,
+            policy: "paced".into(),
+            shadow_denied: false,
+            repeat: false,
+            wait: Duration::from_micros(149_200),
+            source: Source::Worker,
+        };
+        let response = decision(&answer);
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers().get(WAIT_MS_HEADER).unwrap(), "150");
+        let body = answer.to_reply().encode(Encoding::Json);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["wait_ms"], 150);
     }
 }

@@ -15,6 +15,7 @@ pub(crate) enum Decided {
     #[response(status = 200, description = "allowed", headers(
         ("Sluice-Shadow" = String, description = "`denied` when a shadow policy would have denied (SPEC §14)"),
         ("Sluice-Repeat" = String, description = "`true` on the answer to an ask that repeated the Idempotency-Key of one already admitted: the first answer, nothing counted (SPEC §16)"),
+        ("Sluice-Wait-Ms" = u64, description = "on an ask allowed for a later start (`?wait=`, SPEC §18): ms from now, rounded up, when the caller starts; its units are taken. As the body's `wait_ms`"),
     ))]
     Allowed(DecisionReply),
     #[response(status = 429, description = "denied: nothing consumed", headers(

@@ -108,7 +108,33 @@ pub fn encode_request_with_id(
     id: Option<&str>,
     encoding: Encoding,
 ) -> Vec<u8> {
-    if policy.is_none() && cost.is_none() && id.is_none() && encoding == Encoding::MsgPack {
+    encode_ask(policy, cost, id, None, encoding)
+}
+
+/// [`encode_request_with_id`] of an ask that may wait up to `wait_ms` for
+/// its start (SPEC §18); `None` (or 0) sends no wait.
+///
+/// ```
+/// use sluice_core::wire::{decode_request, encode_ask, Encoding};
+///
+/// let body = encode_ask(Some("paced"), None, None, Some(250), Encoding::MsgPack);
+/// let r = decode_request(&body).unwrap();
+/// assert_eq!((&*r.policy, r.cost, r.wait_ms), ("paced", 1, 250));
+/// ```
+pub fn encode_ask(
+    policy: Option<&str>,
+    cost: Option<u64>,
+    id: Option<&str>,
+    wait_ms: Option<u64>,
+    encoding: Encoding,
+) -> Vec<u8> {
+    let wait_ms = wait_ms.filter(|&ms| ms > 0);
+    if policy.is_none()
+        && cost.is_none()
+        && id.is_none()
+        && wait_ms.is_none()
+        && encoding == Encoding::MsgPack
+    {
         return Vec::new();
     }
     #[derive(Serialize)]
@@ -119,8 +145,16 @@ pub fn encode_request_with_id(
         cost: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
     }
-    encode_body(&RequestOut { policy, cost, id }, encoding)
+    let out = RequestOut {
+        policy,
+        cost,
+        id,
+        wait_ms,
+    };
+    encode_body(&out, encoding)
 }
 
 /// Maps with named fields in MessagePack; compact JSON. For requests (client

@@ -54,6 +54,7 @@ from .wire import (
     check_policy,
     decode_reply,
     request_body,
+    wait_ms_of,
 )
 
 ALLOW_PREFIX = "rl.allow."
@@ -260,7 +261,13 @@ class SluiceClient:
         await self.close()
 
     async def allow(
-        self, key: Key, policy: Optional[str] = None, cost: int = 1, *, id: Optional[str] = None
+        self,
+        key: Key,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        *,
+        id: Optional[str] = None,
+        wait: Optional[float] = None,
     ) -> Decision:
         """Asks for ``cost`` units of ``policy`` (default ``default``) for
         ``key`` (str or bytes; the client percent-encodes it). A denial is a
@@ -271,14 +278,25 @@ class SluiceClient:
         ``id`` (SPEC §16) names the ask: sent again with the same id (a
         retry of yours after a timeout), it counts once, and the answer is
         the first one's with ``repeat`` true. Without it the client names
-        the ask itself (``ask_ids``), for its own retries."""
+        the ask itself (``ask_ids``), for its own retries.
+
+        ``wait`` (seconds, whole ms rounded down; SPEC §18) lets the ask
+        wait for a later start instead of being denied, up to the policy's
+        ``max_wait`` (a ``token_bucket`` or ``gcra`` policy): allowed so,
+        the decision's ``wait_ms`` says how long from now the caller
+        starts, its units already taken. Such an ask goes alone, never in a
+        batch; the ``local`` fallback cannot wait and answers as for any
+        ask. :meth:`acquire` also sleeps until the start."""
         token, policy = self._prepare(key, policy, cost)
         id = self._id_for(cost, id)
+        wait_ms = wait_ms_of(wait)
         if self._deny is not None:
-            cached = self._deny.get(policy, token, cost)
+            cached = self._deny.get(policy, token, cost, wait_ms / 1000)
             if cached is not None:
                 self._deny_answers += 1
                 return cached
+        if wait_ms > 0:
+            return await self._decide(ALLOW_PREFIX + token, token, policy, cost, id, wait_ms=wait_ms)
         if self._batcher is None:
             return await self._decide(ALLOW_PREFIX + token, token, policy, cost, id)
         loop = asyncio.get_running_loop()
@@ -292,6 +310,29 @@ class SluiceClient:
         if isinstance(outcome, _NoAnswer):
             return self._fall_back(token, policy, cost, outcome, record=False)
         return self._conclude(token, cost, outcome)
+
+    async def acquire(
+        self,
+        key: Key,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        *,
+        wait: float,
+        id: Optional[str] = None,
+    ) -> Decision:
+        """:meth:`allow` with ``wait``, then, when allowed for a later
+        start, sleeps until it: the caller may start its work as soon as
+        this returns an allowed decision (``wait_ms`` says how long it
+        slept). A denial returns at once, without sleeping::
+
+            d = await client.acquire("partner-api", "partner", wait=2.0)
+            if d.allowed:
+                await call_the_partner()
+        """
+        decision = await self.allow(key, policy, cost, id=id, wait=wait)
+        if decision.allowed and decision.wait_ms > 0:
+            await asyncio.sleep(decision.wait_ms / 1000)
+        return decision
 
     async def peek(self, key: Key, policy: Optional[str] = None) -> Decision:
         """Whether one unit would be allowed now, consuming nothing (cost 0)."""
@@ -498,11 +539,14 @@ class SluiceClient:
         id: Optional[str] = None,
         deadline: Optional[float] = None,
         record: bool = False,
+        wait_ms: int = 0,
     ) -> Decision:
-        """One ask alone on ``subject``, concluded; ``record``: a hit's."""
+        """One ask alone on ``subject``, concluded; ``record``: a hit's;
+        ``wait_ms``: how long it may wait for its start."""
         partition = partition_of(token, self.partitions)
+        body = request_body(policy, cost, id, wait_ms)
         try:
-            reply = await self._round_trip(subject, partition, request_body(policy, cost, id), deadline=deadline)
+            reply = await self._round_trip(subject, partition, body, deadline=deadline)
         except _NoAnswer as why:
             return self._fall_back(token, policy, cost, why, record)
         # A hit's answer is a peek's: its denial is cached as one of cost 0.

@@ -58,11 +58,20 @@ class Decision:
     repeat: bool = False
     """The answer to an ask that repeated the id of one already admitted
     (SPEC §16): the first answer's decision, nothing counted again."""
+    wait_ms: int = 0
+    """An ask that may wait (``wait=``, SPEC §18) allowed for a later
+    start: ms from now (rounded up) until the caller starts, its units
+    taken at once; 0 otherwise. :meth:`SluiceClient.acquire` has slept it."""
 
     @property
     def reset(self) -> float:
         """``reset_ms`` in seconds."""
         return self.reset_ms / 1000
+
+    @property
+    def wait(self) -> float:
+        """``wait_ms`` in seconds."""
+        return self.wait_ms / 1000
 
     @property
     def retry_after(self) -> float:

@@ -62,13 +62,16 @@ class DenyCache:
         """Forgets every denial."""
         self._map.clear()
 
-    def get(self, policy: str, token: str, cost: int) -> Optional[Decision]:
-        """The cached denial of ``policy``/``token`` that covers ``cost``."""
+    def get(self, policy: str, token: str, cost: int, wait: float = 0.0) -> Optional[Decision]:
+        """The cached denial of ``policy``/``token`` that covers ``cost``
+        asked with up to ``wait`` seconds for its start: the worker admits
+        an ask whose moment comes within its wait, so only a retry time
+        further off than that is certain to be denied."""
         d = self._map.get((policy, token))
         if d is None:
             return None
         now = self._clock()
-        if now >= d.until or max(cost, 1) < d.cost:
+        if d.until - now <= wait or max(cost, 1) < d.cost:
             return None
         return Decision(
             allowed=False,

@@ -71,9 +71,10 @@ def check_id(id: str) -> str:
     return id
 
 
-def request_body(policy: str, cost: int, id: Optional[str] = None) -> bytes:
+def request_body(policy: str, cost: int, id: Optional[str] = None, wait_ms: int = 0) -> bytes:
     """Empty for the defaults (the cheapest request), else a MessagePack map
-    with what differs, ``policy`` first, then ``cost`` and ``id``."""
+    with what differs, ``policy`` first, then ``cost``, ``id`` and
+    ``wait_ms`` (SPEC §18; 0 sends none)."""
     fields: Dict[str, Any] = {}
     if policy != DEFAULT_POLICY:
         fields["policy"] = policy
@@ -81,7 +82,22 @@ def request_body(policy: str, cost: int, id: Optional[str] = None) -> bytes:
         fields["cost"] = cost
     if id is not None:
         fields["id"] = id
+    if wait_ms > 0:
+        fields["wait_ms"] = wait_ms
     return msgpack.packb(fields) if fields else b""
+
+
+def wait_ms_of(wait: Optional[float]) -> int:
+    """A wait in seconds as the wire's ``wait_ms``: whole milliseconds
+    rounded down (so that a policy's exact ``max_wait`` is never over it);
+    ``None`` is no wait. Raises :class:`BadRequest` for a negative one."""
+    if wait is None:
+        return 0
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+        raise BadRequest(
+            "the wait must be a number of seconds, 0 or more (e.g. 0.25), not {!r}".format(wait)
+        )
+    return int(wait * 1000)
 
 
 class MalformedReply(Exception):
@@ -168,4 +184,5 @@ def decode_reply_map(
         source=Source.WORKER,
         shadow_denied=shadow_denied,
         repeat=repeat,
+        wait_ms=_uint(body, "wait_ms") if "wait_ms" in body else 0,
     )

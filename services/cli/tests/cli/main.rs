@@ -33,6 +33,7 @@ mod linearizable;
 mod metrics;
 mod nats_freeze_experiments;
 mod nemesis;
+mod pacing;
 mod policies;
 mod quotas;
 mod regions;

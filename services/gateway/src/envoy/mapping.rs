@@ -452,6 +452,7 @@ mod tests {
             policy: "default".into(),
             shadow_denied: false,
             repeat: false,
+            wait: Duration::ZERO,
             source: Source::Worker,
         }
     }

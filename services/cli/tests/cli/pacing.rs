@@ -1,0 +1,261 @@
+//! Pacing (SPEC §18, docs/PACING.md): callers that `acquire()` through the
+//! Rust client, or go through the gateway's proxy, start spaced at a GCRA's
+//! rate instead of being denied; the gateway's `?wait=` and `Sluice-Wait`.
+//!
+//! Every start is measured here, after the waits the client or the gateway
+//! slept, and checked against the limit: no window of a second sees more
+//! than the limit plus [`TOLERANCE`], and the starts span at least what the
+//! rate needs (so a client that did not sleep fails).
+
+use crate::common;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use common::gateway::{call, header, http, Gateway};
+use common::SLUICE;
+use sluice_client::{Answer, Client, ClientOptions};
+use sluice_core::config::Config;
+use sluice_gateway::{GatewayOptions, Url};
+use sluice_tests::{serial, Stack, TestConfig};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+
+/// 20 per second, one at a time (an ask every 50 ms), asks waiting up to
+/// two seconds.
+const PACED: &str = r#"
+[policies.paced]
+algorithm = "gcra"
+max_wait = "2s"
+limits = [ { max = 20, per = "1s", burst = 1 } ]
+"#;
+const RATE: usize = 20;
+const INTERVAL: Duration = Duration::from_millis(50);
+/// Starts a second's window may see past the limit: a GCRA of burst 1
+/// lets 21 start within a closed second (at 0 and at 1000 ms), and a
+/// sleep that wakes late (two cores shared) may push one more into it.
+const TOLERANCE: usize = 2;
+
+fn toml() -> String {
+    format!("{}{PACED}", TestConfig::new().toml())
+}
+
+fn config() -> Config {
+    Config::from_toml(&toml(), "test.toml").expect("the paced config is valid")
+}
+
+async fn stack() -> Stack {
+    Stack::start(SLUICE, &toml(), 2).await
+}
+
+/// A client of `stack` with batching on (the default): an ask that may
+/// wait must go alone, or its batch would be refused.
+async fn client(stack: &Stack) -> Client {
+    let opts = ClientOptions::from_config(&config()).timeout(Duration::from_secs(2));
+    Client::connect_with(&stack.nats.url(), opts).await.unwrap()
+}
+
+/// Starts (sorted) must keep to the rate: at most `RATE + TOLERANCE` in
+/// any second, and spread over at least the time the rate needs.
+fn assert_paced(mut starts: Vec<Instant>) {
+    starts.sort();
+    let n = starts.len();
+    for (i, first) in starts.iter().enumerate() {
+        let within = starts[i..]
+            .iter()
+            .take_while(|s| s.duration_since(*first) <= Duration::from_secs(1))
+            .count();
+        assert!(
+            within <= RATE + TOLERANCE,
+            "{within} starts within a second of start {i}: {:?}",
+            gaps(&starts)
+        );
+    }
+    let span = starts[n - 1].duration_since(starts[0]);
+    let needed = INTERVAL * (n as u32 - 1);
+    assert!(
+        span + Duration::from_millis(10) >= needed,
+        "{n} starts spanned {span:?}; the rate needs {needed:?}: {:?}",
+        gaps(&starts)
+    );
+}
+
+fn gaps(starts: &[Instant]) -> Vec<Duration> {
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_that_acquire_start_at_the_rate_and_none_is_denied() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let client = client(&stack).await;
+    const CALLERS: usize = 24;
+    let go = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (client, go) = (client.clone(), go.clone());
+            tokio::spawn(async move {
+                go.wait().await;
+                let wait = Duration::from_secs(2);
+                let answer = client.acquire("partner", "paced", 1, wait).await;
+                (answer.expect("decided"), Instant::now())
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    let mut starts = Vec::new();
+    for caller in callers {
+        let (answer, started) = caller.await.unwrap();
+        assert!(answer.allowed, "denied: {answer:?}");
+        waits.push(answer.wait);
+        starts.push(started);
+    }
+    waits.sort();
+    let distinct = waits.windows(2).all(|w| w[0] < w[1]);
+    assert!(distinct, "every caller its own start: {waits:?}");
+    let last = INTERVAL * (CALLERS as u32 - 1);
+    assert!(waits[CALLERS - 1] + INTERVAL > last, "{waits:?}");
+    assert_paced(starts);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_grow_in_arrival_order_until_past_the_wait_an_ask_is_denied() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let client = client(&stack).await;
+    let wait = Duration::from_millis(500);
+    let mut waits = Vec::new();
+    let denied: Answer = loop {
+        let answer = client.ask_waiting("queue", "paced", 1, wait).await.unwrap();
+        if !answer.allowed {
+            break answer;
+        }
+        waits.push(answer.wait);
+        assert!(waits.len() <= 12, "never denied: {waits:?}");
+    };
+    assert!(waits.windows(2).all(|w| w[0] < w[1]), "{waits:?}");
+    assert!((10..=12).contains(&waits.len()), "{waits:?}");
+    assert!(denied.retry_after > wait, "{denied:?}");
+    assert!(denied.wait.is_zero(), "{denied:?}");
+
+    // A denial returns at once, without sleeping, and takes nothing: the
+    // next ask that may wait long enough gets the next start in line.
+    let asked = Instant::now();
+    let again = client.acquire("queue", "paced", 1, wait).await.unwrap();
+    assert!(!again.allowed);
+    assert!(asked.elapsed() < wait, "{:?}", asked.elapsed());
+    let longer = client
+        .ask_waiting("queue", "paced", 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(longer.allowed, "{longer:?}");
+    let next = *waits.last().unwrap() + INTERVAL;
+    assert!(longer.wait <= next, "{:?} after {waits:?}", longer.wait);
+
+    // A wait the policy does not take is refused, with what to send.
+    let e = client
+        .ask_waiting("queue", "paced", 1, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert!(e.message().contains("max_wait"), "{e}");
+    let e = client
+        .ask_waiting("queue", "default", 1, wait)
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("cannot admit"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_answers_a_wait_in_a_header_and_refuses_a_bad_one() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let gw = Gateway::start(&stack.nats.url(), config(), None).await;
+    let http = http();
+    let allow = |query: &str| http.get(gw.url(&format!("/v1/allow/alice?policy=paced{query}")));
+
+    let (status, headers, body) = call(allow("&wait=1s")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        header(&headers, "sluice-wait-ms"),
+        None,
+        "the first starts now"
+    );
+    assert!(body.get("wait_ms").is_none(), "{body}");
+    let (status, headers, body) = call(allow("&wait=1s")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let waited: u64 = header(&headers, "sluice-wait-ms").unwrap().parse().unwrap();
+    assert!((1..=50).contains(&waited), "{waited}");
+    assert_eq!(body["wait_ms"], waited);
+    let (status, headers, _) = call(allow("").header("Sluice-Wait", "1s")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(header(&headers, "sluice-wait-ms").is_some());
+    // Without a wait, the same queue denies.
+    let (status, _, _) = call(allow("")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    for (query, says) in [("&wait=5s", "max_wait"), ("&wait=250", "e.g. \"250ms\"")] {
+        let (status, _, body) = call(allow(query)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains(says), "{query}: {message}");
+    }
+    let (status, _, body) = call(allow("&wait=1s").header("Sluice-Wait", "1s")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("once"), "{body}");
+    let (status, _, body) = call(http.post(gw.url("/v1/hit/alice?policy=paced&wait=1s"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    gw.stop().await;
+}
+
+/// When the upstream saw each request.
+type Seen = Arc<Mutex<Vec<Instant>>>;
+
+async fn start_upstream() -> (Url, Seen) {
+    let seen = Seen::default();
+    let app = axum::Router::new()
+        .fallback(|State(seen): State<Seen>| async move {
+            seen.lock().unwrap().push(Instant::now());
+            "ok"
+        })
+        .with_state(seen.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (Url::parse(&format!("http://{addr}")).unwrap(), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_paces_requests_to_its_upstream_instead_of_answering_429() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let (upstream, seen) = start_upstream().await;
+    let mut opts = GatewayOptions::new(stack.nats.url(), config());
+    opts.upstream = Some(upstream);
+    opts.proxy_policy = "paced".into();
+    let gw = Gateway::start_with(opts).await;
+    let http = http();
+    const REQUESTS: usize = 12;
+    let requests: Vec<_> = (0..REQUESTS)
+        .map(|i| {
+            let request = http
+                .get(gw.url(&format!("/partner/{i}")))
+                .header("X-User-Id", "fleet");
+            tokio::spawn(request.send())
+        })
+        .collect();
+    let mut paced = 0;
+    for request in requests {
+        let response = request.await.unwrap().expect("the gateway answers");
+        assert_eq!(response.status().as_u16(), 200, "none is answered 429");
+        paced += usize::from(response.headers().contains_key("sluice-wait-ms"));
+    }
+    assert!(
+        paced >= REQUESTS - 1,
+        "{paced} of {REQUESTS} said they waited"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), REQUESTS);
+    assert_paced(seen);
+    gw.stop().await;
+}

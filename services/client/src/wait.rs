@@ -1,0 +1,108 @@
+//! Asks that may wait for a later start instead of being denied (SPEC
+//! §18): [`Client::ask_waiting`] says when, [`Client::acquire`] also
+//! sleeps until then, so that callers on many servers start their work
+//! spaced at a policy's rate (docs/PACING.md).
+//!
+//! Why here and not in [`crate::client`]: waiting changes where an ask
+//! goes, not what the client checks. Such an ask is sent alone on
+//! `rl.allow.<key>`, never batched nor decided from a local budget (a
+//! batch item and a slice carry no wait), after the deny cache (which
+//! answers it only while the retry time is past its wait). When no
+//! worker answers, the fallback decides as for any ask: `open` allows
+//! without a wait, `closed` fails, and `local` waits too, within this
+//! process's own limiter (so K servers falling back pace at up to K
+//! times the rate, the `local` fallback's usual price).
+
+use crate::answer::Answer;
+use crate::error::Error;
+use crate::Client;
+use std::time::Duration;
+
+impl Client {
+    /// Asks for `cost` units of `policy` for `key`, allowing the ask to
+    /// wait up to `wait` for its start (whole milliseconds, rounded down,
+    /// at most the policy's `max_wait`; a `token_bucket` or `gcra` policy
+    /// only, else [`Error::BadRequest`]). Returns at once: when allowed
+    /// for a later moment, [`Answer::wait`] says how long from now the
+    /// caller starts, its units already taken. Denied when even `wait`
+    /// is not long enough, consuming nothing. A `wait` under 1 ms asks
+    /// as [`Client::ask`] does.
+    pub async fn ask_waiting(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        wait: Duration,
+    ) -> Result<Answer, Error> {
+        self.ask_waiting_named(key, policy, cost, wait, None).await
+    }
+
+    /// [`Client::ask_waiting`] named by the caller's own `id` when given
+    /// (SPEC §16; else by one of the client's, as [`Client::ask`]): sent
+    /// again with it, the ask counts once and is answered its first wait.
+    pub async fn ask_waiting_named(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        wait: Duration,
+        id: Option<&str>,
+    ) -> Result<Answer, Error> {
+        if let Some(id) = id {
+            sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
+        }
+        let own = match id {
+            Some(_) => None,
+            None => self.inner.ids.as_ref().map(|ids| ids.next()),
+        };
+        let id = id.or(own.as_deref());
+        self.ask_once(key.as_ref(), policy, cost, id, wait_ms(wait))
+            .await
+    }
+
+    /// [`Client::ask_waiting`], then, when allowed for a later moment,
+    /// sleeps until it before returning: the caller may start its work as
+    /// soon as this returns an allowed answer ([`Answer::wait`] says how
+    /// long it slept). A denial returns at once, without sleeping.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: sluice_client::Client) -> Result<(), sluice_client::Error> {
+    /// use std::time::Duration;
+    /// let answer = client.acquire("partner-api", "partner", 1, Duration::from_secs(2)).await?;
+    /// if answer.allowed {
+    ///     // call the partner's API now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        wait: Duration,
+    ) -> Result<Answer, Error> {
+        let answer = self.ask_waiting(key, policy, cost, wait).await?;
+        if answer.allowed && !answer.wait.is_zero() {
+            tokio::time::sleep(answer.wait).await;
+        }
+        Ok(answer)
+    }
+}
+
+/// A wait as the wire's `wait_ms`: whole milliseconds rounded down, so
+/// that a wait of exactly a policy's `max_wait` is never over it.
+fn wait_ms(wait: Duration) -> u64 {
+    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_go_as_whole_milliseconds_rounded_down() {
+        assert_eq!(wait_ms(Duration::from_micros(250_900)), 250);
+        assert_eq!(wait_ms(Duration::from_micros(999)), 0);
+        assert_eq!(wait_ms(Duration::MAX), u64::MAX);
+    }
+}
