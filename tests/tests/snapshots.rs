@@ -140,6 +140,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     });
     let asked = Asked {
         verb: Verb::Allow,

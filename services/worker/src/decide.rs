@@ -123,6 +123,7 @@ fn blocked(base: &Policy) -> Decision {
         retry_after: window,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     })
 }
 

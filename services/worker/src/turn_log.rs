@@ -601,6 +601,7 @@ mod tests {
             retry_after: Nanos(0),
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         let (open, full) = (decision(true), decision(false));
         log.outcome(Verb::Reserve, &Ok((open, "slots")));
