@@ -315,7 +315,7 @@ pub fn unpack_into(mut bytes: &[u8], state: &mut KeyState) -> bool {
             return false;
         };
         if !matches!(state, KeyState::Blocked(_)) {
-            *state = KeyState::Blocked(Box::new(Blocked {
+            *state = KeyState::Blocked(Box::new(Blocked::<KeyState> {
                 until: Nanos(until),
                 counters: KeyState::Gcra(Vec::new()),
             }));
@@ -381,7 +381,7 @@ impl Default for Scratch {
                 Algorithm::Gcra,
             ]
             .map(empty),
-            blocked: KeyState::Blocked(Box::new(Blocked {
+            blocked: KeyState::Blocked(Box::new(Blocked::<KeyState> {
                 until: Nanos::ZERO,
                 counters: KeyState::Gcra(Vec::new()),
             })),

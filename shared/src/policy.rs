@@ -9,6 +9,7 @@
 //! passes the key's state and `now`, and stores the state back. A denied
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
+mod blocks;
 mod run;
 
 use crate::algorithm;
@@ -205,7 +206,9 @@ impl Policy {
     /// (`rl.inspect`): `None` when it is not, its block has ended, or the
     /// policy has no `block_for` (any more).
     pub fn blocked_until(&self, state: &KeyState, now: Nanos) -> Option<Nanos> {
-        crate::penalty::until(state, now).filter(|_| self.block_for > Nanos::ZERO)
+        state
+            .blocked_at(now)
+            .filter(|_| self.block_for > Nanos::ZERO)
     }
 
     /// The same policy held in `scope`. A global policy holds no holds:
@@ -494,7 +497,7 @@ impl Policy {
         let blocked = match blocked {
             None if self.block_for > Nanos::ZERO && cost > 0 && !decision.allowed => {
                 let until = now.saturating_add(self.block_for);
-                crate::penalty::start(state, until);
+                state.block(until);
                 Some(until)
             }
             other => other,
@@ -649,7 +652,7 @@ impl Policy {
     /// whole again.
     pub fn inspect(&self, state: &KeyState, now: Nanos) -> Vec<LimitState> {
         let mut state = state.clone();
-        crate::penalty::lift(&mut state, now, self.block_for == Nanos::ZERO);
+        state.lift_block(now, self.block_for == Nanos::ZERO);
         self.conform(&mut state);
         if let KeyState::Blocked(b) = state {
             return self.inspect(&b.counters, now);
@@ -675,7 +678,7 @@ impl Policy {
     /// Runs the algorithm over the key's counters (inside its block, if it
     /// is blocked; a block that ended is lifted first).
     fn run(&self, state: &mut KeyState, now: Nanos, cost: u64, mode: Run) -> Decision {
-        crate::penalty::lift(state, now, self.block_for == Nanos::ZERO);
+        state.lift_block(now, self.block_for == Nanos::ZERO);
         self.conform(state);
         match state {
             KeyState::FixedWindow(s) => {
@@ -750,5 +753,5 @@ pub enum KeyState {
     Gcra(Vec<algorithm::gcra::State>),
     /// A blocked key ([`crate::penalty`]): written into a snapshot only
     /// while one is, in snapshot format 4 (docs/ARCHITECTURE.md, "Formats").
-    Blocked(Box<crate::penalty::Blocked>),
+    Blocked(Box<crate::penalty::Blocked<KeyState>>),
 }

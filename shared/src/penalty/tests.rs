@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::limit::{Algorithm, Limit, Mode};
-use crate::policy::{Decision, Policy};
+use crate::policy::{Decision, KeyState, Policy};
 use crate::region::{Global, OnCut, Scope};
 
 const S: u64 = 1_000_000_000;
@@ -173,11 +173,11 @@ fn forgetting_the_state_or_dropping_block_for_lifts_the_block() {
 fn a_replayed_start_keeps_the_later_end() {
     let p = policy(Algorithm::FixedWindow, &[(1, 60)]);
     let mut state = p.new_state();
-    start(&mut state, at(10));
-    start(&mut state, at(5));
-    assert_eq!(until(&state, NOW), Some(at(10)));
-    start(&mut state, at(12));
-    assert_eq!(until(&state, NOW), Some(at(12)));
+    state.block(at(10));
+    state.block(at(5));
+    assert_eq!(state.blocked_at(NOW), Some(at(10)));
+    state.block(at(12));
+    assert_eq!(state.blocked_at(NOW), Some(at(12)));
     let KeyState::Blocked(b) = &state else {
         panic!("blocked: {state:?}")
     };

@@ -15,6 +15,7 @@ mod batch_holds;
 mod batches;
 mod global;
 mod ids;
+mod penalties;
 mod replay;
 mod wait;
 
