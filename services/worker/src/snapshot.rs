@@ -330,8 +330,8 @@ const ARRAY32: u8 = 0xdd;
 ///
 /// Synchronous and CPU-bound: run it with [`crate::blocking::run`], off the thread
 /// that answers requests.
-pub fn encode(counters: &TurnCopy, carried: &Carried) -> Result<Encoded> {
-    let mut encoded = encode_counters(counters)?;
+pub fn encode(counters: &TurnCopy, carried: &Carried, now: Nanos) -> Result<Encoded> {
+    let mut encoded = encode_counters(counters, now)?;
     if *carried == Carried::default() {
         return Ok(encoded);
     }
@@ -353,8 +353,11 @@ pub fn encode(counters: &TurnCopy, carried: &Carried) -> Result<Encoded> {
     Ok(encoded)
 }
 
-/// The counters alone, as [`encode`] writes them.
-fn encode_counters(counters: &TurnCopy) -> Result<Encoded> {
+/// The counters alone, as [`encode`] writes them: a key whose block
+/// (SPEC §18) has ended by `now` as its counters alone, so that a
+/// snapshot holds no block that is over (and is format 4 only while one
+/// is not).
+fn encode_counters(counters: &TurnCopy, now: Nanos) -> Result<Encoded> {
     let mut buf = BytesMut::with_capacity(CHUNK_BYTES);
     buf.put_u8(ARRAY32);
     buf.put_u32(0);
@@ -367,6 +370,10 @@ fn encode_counters(counters: &TurnCopy) -> Result<Encoded> {
         if failed.is_some() {
             return;
         }
+        let state = match state {
+            KeyState::Blocked(b) if b.until <= now => &b.counters,
+            state => state,
+        };
         blocks |= matches!(state, KeyState::Blocked(_));
         if let Err(e) = rmp_serde::encode::write(&mut (&mut buf).writer(), &EntryRef { key, state })
         {
@@ -499,7 +506,7 @@ mod tests {
 
     #[test]
     fn no_counters_make_no_chunks() {
-        let encoded = encode(&copied(&Counters::new()), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&Counters::new()), &Carried::default(), Nanos::ZERO).unwrap();
         assert_eq!(
             (encoded.chunks.len(), encoded.bytes, encoded.entries),
             (0, 0, 0)
@@ -510,7 +517,7 @@ mod tests {
     fn the_encoding_is_a_vec_of_entries_split_into_full_chunks() {
         // Enough keys for several chunks.
         let counters = counters_with(30_000);
-        let encoded = encode(&copied(&counters), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&counters), &Carried::default(), Nanos::ZERO).unwrap();
         assert_eq!(encoded.entries, 30_000);
         assert!(encoded.chunks.len() >= 2, "{} chunks", encoded.chunks.len());
         let (last, full) = encoded.chunks.split_last().unwrap();
@@ -531,7 +538,7 @@ mod tests {
 
     #[test]
     fn a_small_partition_is_one_chunk() {
-        let encoded = encode(&copied(&counters_with(3)), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&counters_with(3)), &Carried::default(), Nanos::ZERO).unwrap();
         assert_eq!((encoded.chunks.len(), encoded.entries), (1, 3));
         assert_eq!(decoded(&encoded).len(), 3);
     }
@@ -548,7 +555,7 @@ mod tests {
     #[test]
     fn a_blocked_key_moves_the_snapshot_to_the_format_that_holds_blocks() {
         let counters = counters_with(3);
-        let encoded = encode(&copied(&counters), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&counters), &Carried::default(), Nanos::ZERO).unwrap();
         assert!(!encoded.blocks);
         let inline = u64::from(format::SNAPSHOT_CARRIED_INLINE);
         assert_eq!(
@@ -565,7 +572,7 @@ mod tests {
         let at = Nanos::from_secs(1_000);
         let denied = counters.apply(&strict, &key, at, Op::Allow(15));
         assert!(denied.blocked, "{denied:?}");
-        let encoded = encode(&copied(&counters), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&counters), &Carried::default(), at).unwrap();
         assert!(encoded.blocks);
         assert_eq!(stored_format(&encoded), u64::from(format::SNAPSHOT));
         let blocked = decoded(&encoded)
