@@ -16,6 +16,14 @@ impl KeyState {
         }
     }
 
+    /// Its counters: inside its block, if it is blocked.
+    pub fn counters(&self) -> &KeyState {
+        match self {
+            KeyState::Blocked(b) => &b.counters,
+            state => state,
+        }
+    }
+
     /// Blocks it until `until`; a block already there ends at the later
     /// of the two (a replayed record may be older than the block it finds).
     pub fn block(&mut self, until: Nanos) {

@@ -147,3 +147,27 @@ fn a_policy_without_block_for_journals_denials_as_before() {
     assert!(!d.allowed && !d.blocked, "{d:?}");
     assert!(records.is_empty(), "without usage a denial stores nothing");
 }
+
+#[test]
+fn a_denied_reserve_blocks_the_key_and_is_journaled_with_the_block() {
+    let f = strict(false);
+    let key = key_in(1, "h");
+    let reserve = br#"{"policy":"strict","cost":1,"ttl_ms":60000}"#;
+    let mut records = Vec::new();
+    for _ in 0..3 {
+        records.extend(f.send(Verb::Reserve, &key, reserve, true, T0).1);
+    }
+    let denied = records
+        .iter()
+        .map(|r| r.typed().kind)
+        .find(|k| matches!(k, Kind::Denied { .. }));
+    assert_eq!(
+        denied,
+        Some(Kind::Denied {
+            units: 1,
+            blocked_until: Some(at(10)),
+        })
+    );
+    let (d, _) = ask(&f, &key, at(1));
+    assert_eq!((d.blocked, d.retry_after), (true, Nanos(9 * SEC)));
+}
