@@ -153,6 +153,20 @@ fn key_in(partition: u32, prefix: &str) -> String {
         .unwrap()
 }
 
+/// The fixture's counters as a snapshot stores them (MessagePack) and
+/// the next owner reads them back.
+fn snapshot_entries(f: &Fixture) -> Vec<crate::counters::Entry> {
+    let mut entries = Vec::new();
+    f.counters.for_each(|key, state| {
+        entries.push(crate::counters::Entry {
+            key: key.to_string(),
+            state: state.clone(),
+        })
+    });
+    let bytes = rmp_serde::to_vec_named(&entries).unwrap();
+    rmp_serde::from_slice(&bytes).unwrap()
+}
+
 fn decision(answer: Answer<'_>) -> Decision {
     match answer {
         Answer::Decision { decision, .. } => decision,

@@ -171,3 +171,26 @@ fn a_denied_reserve_blocks_the_key_and_is_journaled_with_the_block() {
     let (d, _) = ask(&f, &key, at(1));
     assert_eq!((d.blocked, d.retry_after), (true, Nanos(9 * SEC)));
 }
+
+/// A handover's or a takeover's snapshot carries the block: the entries
+/// as a snapshot stores them, imported by the next owner.
+#[test]
+fn a_snapshot_carries_the_block_to_the_next_owner() {
+    let f = strict(false);
+    let key = key_in(1, "s");
+    for _ in 0..3 {
+        ask(&f, &key, T0);
+    }
+    let entries = snapshot_entries(&f);
+    let next = strict(false);
+    let kept = next
+        .counters
+        .import(entries, at(2), |name, _| next.policies.get(name));
+    assert_eq!(kept, 1);
+    assert_eq!(
+        blocked_until(&next, &key, at(2)),
+        Some(at(10).as_millis_ceil())
+    );
+    let (d, _) = ask(&next, &key, at(2));
+    assert_eq!((d.blocked, d.retry_after), (true, Nanos(8 * SEC)));
+}
