@@ -194,3 +194,26 @@ fn a_snapshot_carries_the_block_to_the_next_owner() {
     let (d, _) = ask(&next, &key, at(2));
     assert_eq!((d.blocked, d.retry_after), (true, Nanos(8 * SEC)));
 }
+
+/// A sliding log's state lives apart from the packed ones (the table's
+/// logs): blocked, it is packed with its block, and lifted it goes back.
+#[test]
+fn a_sliding_logs_block_starts_ends_and_keeps_its_log() {
+    let toml = format!(
+        "{CONFIG}\n[policies.logged]\nalgorithm = \"sliding_log\"\nblock_for = \"10s\"\n\
+         limits = [ {{ max = 3, per = \"1s\" }}, {{ max = 5, per = \"1m\" }} ]\n"
+    );
+    let f = Fixture::journal(&toml);
+    let key = key_in(1, "l");
+    let body = br#"{"policy":"logged"}"#;
+    let allowed = |now| decision(f.allow(&key, body, now));
+    for _ in 0..3 {
+        assert!(allowed(T0).allowed);
+    }
+    assert!(allowed(T0).blocked);
+    assert!(allowed(at(5)).blocked);
+    // After the block: the second's room is back, the minute's log kept 3.
+    assert!(allowed(at(10)).allowed && allowed(at(10)).allowed);
+    let full = allowed(at(11));
+    assert!(!full.allowed && full.limit == 5, "{full:?}");
+}
