@@ -150,6 +150,7 @@ fn memory_bytes(state: &KeyState) -> usize {
             KeyState::SlidingWindow(v) => vec_heap(v),
             KeyState::TokenBucket(v) => vec_heap(v),
             KeyState::Gcra(v) => vec_heap(v),
+            KeyState::Blocked(b) => size_of_val(&**b) + memory_bytes(&b.counters),
         }
 }
 

@@ -30,6 +30,7 @@ fn decision() -> Decision {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     }
 }
 

@@ -79,14 +79,15 @@ fn watch_with<R>(
     before: &mut [(u64, u64)],
 ) -> (R, Vec<Crossing>) {
     // A state of another algorithm (restored from an earlier config)
-    // starts fresh in the run: a count of 0 before.
-    if let KeyState::FixedWindow(windows) = &*state {
+    // starts fresh in the run: a count of 0 before. A blocked key's
+    // counters are inside its block (SPEC §18), and counted on after it.
+    if let KeyState::FixedWindow(windows) = state.counters() {
         for (b, w) in before.iter_mut().zip(windows) {
             *b = (w.start, w.count);
         }
     }
     let out = f(state);
-    let KeyState::FixedWindow(windows) = &*state else {
+    let KeyState::FixedWindow(windows) = state.counters() else {
         return (out, Vec::new());
     };
     // Below each limit's lowest threshold (most decisions): nothing reached.

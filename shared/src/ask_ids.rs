@@ -130,6 +130,7 @@ impl FirstAnswer {
                 retry_after: Nanos::ZERO,
                 shadow_denied,
                 wait: Nanos::ZERO,
+                blocked: false,
             },
             held: held.map(|(id, end)| (id, Nanos(end))),
         }

@@ -199,6 +199,7 @@ impl Slice {
             retry_after: Nanos::ZERO,
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         })
     }
 
@@ -317,6 +318,7 @@ mod tests {
             retry_after: Nanos::ZERO,
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         let mut slice = Slice::new(&grant, Nanos(10), Nanos(12), &reply);
         let d = slice.take(2, Nanos(50)).unwrap();

@@ -23,10 +23,15 @@
 use serde::{Deserialize, Serialize};
 
 /// The newest snapshot manifest format this release reads, and the one it
-/// writes for a snapshot whose carried state is too large for the manifest
-/// (many remembered ids or holds), which then travels in the chunks after
-/// the counters: a release before it would misread those chunks.
-pub const SNAPSHOT: u32 = 3;
+/// writes for a snapshot whose chunks hold a blocked key's state (SPEC
+/// §18, `KeyState::Blocked`), which a release before blocks cannot decode.
+pub const SNAPSHOT: u32 = 4;
+
+/// The format of a snapshot without blocked keys whose carried state is
+/// too large for the manifest (many remembered ids or holds), which then
+/// travels in the chunks after the counters: a release before it would
+/// misread those chunks.
+pub const SNAPSHOT_CARRIED_IN_CHUNKS: u32 = 3;
 
 /// The format of a snapshot manifest that carries its kept state itself:
 /// what this release writes while that state is small, so that workers of

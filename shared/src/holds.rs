@@ -282,6 +282,7 @@ fn slots(n: u32, live: u32, first_free: Nanos) -> Decision {
         retry_after: if full { first_free } else { Nanos::ZERO },
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     }
 }
 

@@ -29,6 +29,8 @@
 //! - [`algorithm`]: fixed window, sliding log, sliding window, token bucket, GCRA.
 //! - [`wait`]: waiting instead of denying (SPEC §18): an ask of a token
 //!   bucket or GCRA allowed now for the earliest moment it fits.
+//! - [`penalty`]: penalties (SPEC §18): a denial blocks the key for its
+//!   policy's `block_for`, the block kept in the key's state.
 //! - [`calendar`]: a fixed window's calendar periods (day, week, month of a
 //!   time zone), through daylight saving and short months.
 //! - [`packed`]: a key's state packed into a few bytes, as a worker holds it.
@@ -87,6 +89,7 @@ pub mod nats_config;
 pub mod outstanding;
 pub mod packed;
 pub mod partition;
+pub mod penalty;
 pub mod policies;
 pub mod policy;
 pub mod readiness;

@@ -74,6 +74,11 @@ impl FromStr for Algorithm {
 /// a caller kept waiting longer would be better told to come back.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// The longest `block_for` a policy may have (SPEC §18,
+/// [`crate::penalty`]): a key kept out longer is better given an override
+/// of `max = 0` (SPEC §7), which an operator lifts on purpose.
+pub const MAX_BLOCK_FOR: Duration = Duration::from_secs(24 * 3600);
+
 /// Why a policy or limit cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
@@ -111,6 +116,10 @@ pub enum PolicyError {
     WaitNotSupported(Algorithm),
     #[error("max_wait must be at most {}: an ask admitted for a later moment keeps its caller waiting that long; set a shorter max_wait", crate::duration::format_duration(MAX_WAIT))]
     MaxWaitTooLong,
+    #[error("block_for must be at most {}: a longer penalty is a decision about the key, better made with an override of max = 0 (SPEC §7); set a shorter block_for", crate::duration::format_duration(MAX_BLOCK_FOR))]
+    BlockForTooLong,
+    #[error("block_for cannot go with local_budget = true: a client deciding from its slice neither starts nor sees a block (SPEC §18); remove one of them")]
+    BlockWithBudget,
     #[error("an alert threshold must be 1 to 1000 (percent of each limit's max), found {0}")]
     AlertThreshold(i64),
     #[error("alerts need fixed_window, not {0}: a threshold is reached once per window, and {0} has no window whose count fills up (docs/USAGE.md, \"Alerts\"); remove alerts or change the algorithm")]
@@ -277,6 +286,9 @@ pub struct Decision {
     /// Zero unless allowed for a later moment ([`crate::wait`]): how long
     /// from now the asker must wait before it goes on.
     pub wait: Nanos,
+    /// A denial (or a shadow one) because the key is blocked (SPEC §18,
+    /// [`crate::penalty`]): its `retry_after` is the block's rest.
+    pub blocked: bool,
 }
 
 impl Decision {

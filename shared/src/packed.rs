@@ -17,6 +17,9 @@
 //!   log's limit is its length, then its first time, then each time as the
 //!   difference from the one before.
 //!
+//! A blocked key's state (SPEC §18, [`crate::penalty`]) is the byte
+//! [`BLOCKED`], the block's end as a varint, then its counters packed.
+//!
 //! A sliding window with two limits (a minute and an hour) packs into 15
 //! bytes. The first byte is
 //! never [`NOT_PACKED`], so a holder may use that value to mark bytes that
@@ -28,10 +31,16 @@
 //! key allocates nothing once it has seen each algorithm.
 
 use crate::algorithm::{fixed_window, gcra, sliding_log, sliding_window, token_bucket};
+use crate::penalty::Blocked;
 use crate::policy::{Algorithm, KeyState, Policy};
+use crate::time::Nanos;
 
 /// A first byte that [`pack`] never writes.
 pub const NOT_PACKED: u8 = 0xff;
+
+/// The first byte of a blocked key's state: no algorithm's tag (those are
+/// 0 to 4 in the low 3 bits).
+const BLOCKED: u8 = 5;
 
 /// The limit count that says "the count follows as a varint".
 const MANY: usize = 31;
@@ -57,9 +66,10 @@ fn algorithm_of_tag(tag: u8) -> Option<Algorithm> {
     })
 }
 
-/// The algorithm of a state.
+/// The algorithm of a state (of a blocked key's, its counters').
 pub fn algorithm(state: &KeyState) -> Algorithm {
     match state {
+        KeyState::Blocked(b) => algorithm(&b.counters),
         KeyState::FixedWindow(_) => Algorithm::FixedWindow,
         KeyState::SlidingLog(_) => Algorithm::SlidingLog,
         KeyState::SlidingWindow(_) => Algorithm::SlidingWindow,
@@ -268,6 +278,11 @@ pub fn pack(state: &KeyState, out: &mut Vec<u8>) {
         KeyState::SlidingWindow(v) => put_limits(Algorithm::SlidingWindow, v, out),
         KeyState::TokenBucket(v) => put_limits(Algorithm::TokenBucket, v, out),
         KeyState::Gcra(v) => put_limits(Algorithm::Gcra, v, out),
+        KeyState::Blocked(b) => {
+            out.push(BLOCKED);
+            put_varint(out, b.until.as_u64());
+            pack(&b.counters, out);
+        }
     }
 }
 
@@ -294,10 +309,28 @@ fn header(bytes: &mut &[u8]) -> Option<(Algorithm, usize)> {
 /// when it is of the same algorithm. `false` (and `state` unspecified)
 /// when `bytes` is not exactly one packed state.
 pub fn unpack_into(mut bytes: &[u8], state: &mut KeyState) -> bool {
+    if let Some((&BLOCKED, rest)) = bytes.split_first() {
+        bytes = rest;
+        let Some(until) = get_varint(&mut bytes) else {
+            return false;
+        };
+        if !matches!(state, KeyState::Blocked(_)) {
+            *state = KeyState::Blocked(Box::new(Blocked::<KeyState> {
+                until: Nanos(until),
+                counters: KeyState::Gcra(Vec::new()),
+            }));
+        }
+        let KeyState::Blocked(b) = state else {
+            return false;
+        };
+        b.until = Nanos(until);
+        // Counters are never blocked themselves.
+        return bytes.first() != Some(&BLOCKED) && unpack_into(bytes, &mut b.counters);
+    }
     let Some((algorithm, n)) = header(&mut bytes) else {
         return false;
     };
-    if self::algorithm(state) != algorithm {
+    if matches!(state, KeyState::Blocked(_)) || self::algorithm(state) != algorithm {
         *state = empty(algorithm);
     }
     let read = match state {
@@ -306,6 +339,7 @@ pub fn unpack_into(mut bytes: &[u8], state: &mut KeyState) -> bool {
         KeyState::SlidingWindow(v) => get_limits(n, v, &mut bytes),
         KeyState::TokenBucket(v) => get_limits(n, v, &mut bytes),
         KeyState::Gcra(v) => get_limits(n, v, &mut bytes),
+        KeyState::Blocked(_) => None,
     };
     read.is_some() && bytes.is_empty()
 }
@@ -332,6 +366,8 @@ fn empty(algorithm: Algorithm) -> KeyState {
 #[derive(Debug)]
 pub struct Scratch {
     states: [KeyState; 5],
+    /// A blocked key's, its counters' allocation kept as the others'.
+    blocked: KeyState,
 }
 
 impl Default for Scratch {
@@ -345,6 +381,10 @@ impl Default for Scratch {
                 Algorithm::Gcra,
             ]
             .map(empty),
+            blocked: KeyState::Blocked(Box::new(Blocked::<KeyState> {
+                until: Nanos::ZERO,
+                counters: KeyState::Gcra(Vec::new()),
+            })),
         }
     }
 }
@@ -353,8 +393,11 @@ impl Scratch {
     /// The state packed in `bytes`, in a working state of its algorithm;
     /// `None` when `bytes` is not exactly one packed state.
     pub fn unpack(&mut self, bytes: &[u8]) -> Option<&mut KeyState> {
-        let algorithm = algorithm_of_tag(*bytes.first()? & 7)?;
-        let state = &mut self.states[usize::from(tag(algorithm))];
+        let first = *bytes.first()?;
+        let state = match first {
+            BLOCKED => &mut self.blocked,
+            _ => &mut self.states[usize::from(tag(algorithm_of_tag(first & 7)?))],
+        };
         unpack_into(bytes, state).then_some(state)
     }
 
@@ -367,7 +410,12 @@ impl Scratch {
             v.clear();
             v.resize_with(n, T::default);
         }
+        if matches!(state, KeyState::Blocked(_)) {
+            // A decision blocked the key it was working on.
+            *state = empty(policy.algorithm());
+        }
         match state {
+            KeyState::Blocked(_) => {}
             KeyState::FixedWindow(v) => reset(v, n),
             KeyState::SlidingLog(v) => reset(v, n),
             KeyState::SlidingWindow(v) => reset(v, n),

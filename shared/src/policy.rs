@@ -9,6 +9,7 @@
 //! passes the key's state and `now`, and stores the state back. A denied
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
+mod blocks;
 mod run;
 
 use crate::algorithm;
@@ -70,6 +71,9 @@ pub struct Policy {
     /// The longest an ask may wait for its start ([`crate::wait`]; zero:
     /// asks never wait).
     max_wait: Nanos,
+    /// How long a denial blocks the key ([`crate::penalty`]; zero: no
+    /// penalty).
+    block_for: Nanos,
     /// In each region apart, or once across regions (SPEC §12).
     scope: Scope,
     /// The thresholds whose crossing is announced (SPEC §14), in
@@ -130,6 +134,7 @@ impl Policy {
             mode: Mode::Enforce,
             holding: Holding::default(),
             max_wait: Nanos::ZERO,
+            block_for: Nanos::ZERO,
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
             parts: None,
@@ -152,6 +157,7 @@ impl Policy {
             mode: Mode::Enforce,
             holding: holding.checked()?,
             max_wait: Nanos::ZERO,
+            block_for: Nanos::ZERO,
             scope: Scope::Region,
             alerts: ThresholdUnits::default(),
             parts: None,
@@ -181,6 +187,28 @@ impl Policy {
     /// The longest an ask may wait for its start (zero: asks never wait).
     pub fn max_wait(&self) -> Nanos {
         self.max_wait
+    }
+
+    /// The same policy blocking a key for `block_for` once it is denied
+    /// ([`crate::penalty`]; zero: no penalty).
+    pub fn with_block_for(mut self, block_for: Duration) -> Result<Policy, PolicyError> {
+        self.block_for = crate::penalty::block_for(block_for)?;
+        self.global_not_yet()?;
+        Ok(self)
+    }
+
+    /// How long a denial blocks the key (zero: no penalty).
+    pub fn block_for(&self) -> Nanos {
+        self.block_for
+    }
+
+    /// Until when `state` is blocked at `now` under this policy
+    /// (`rl.inspect`): `None` when it is not, its block has ended, or the
+    /// policy has no `block_for` (any more).
+    pub fn blocked_until(&self, state: &KeyState, now: Nanos) -> Option<Nanos> {
+        state
+            .blocked_at(now)
+            .filter(|_| self.block_for > Nanos::ZERO)
     }
 
     /// The same policy held in `scope`. A global policy holds no holds:
@@ -302,6 +330,12 @@ impl Policy {
         }
         if self.scope.global().is_some() && self.max_wait > Nanos::ZERO {
             return Err(PolicyError::GlobalNotYet("max_wait".to_string()));
+        }
+        if self.scope.global().is_some() && self.block_for > Nanos::ZERO {
+            return Err(PolicyError::GlobalNotYet("block_for".to_string()));
+        }
+        if self.local_budget && self.block_for > Nanos::ZERO {
+            return Err(PolicyError::BlockWithBudget);
         }
         Ok(())
     }
@@ -436,6 +470,11 @@ impl Policy {
     /// nothing. A peek says the same of a cost of 1 and takes nothing.
     /// The caller must have refused a `within` over [`Policy::max_wait`]
     /// ([`crate::ask::admit_wait`]).
+    ///
+    /// With `block_for` ([`crate::penalty`]): an ask (a peek too) of a
+    /// blocked key is denied, taking nothing, until the block ends; a
+    /// denied ask of a cost of 1 or more starts a block. Both answers
+    /// are `blocked`, `retry_after` the block's rest.
     pub fn decide_within(
         &self,
         state: &mut KeyState,
@@ -443,8 +482,31 @@ impl Policy {
         cost: u64,
         within: Nanos,
     ) -> Decision {
-        self.mode
-            .answer(self.run(state, now, cost, Run::Allow { within }))
+        let blocked = self.blocked_until(state, now);
+        let decision = match blocked {
+            Some(_) => self.run(
+                state,
+                now,
+                0,
+                Run::Allow {
+                    within: Nanos::ZERO,
+                },
+            ),
+            None => self.run(state, now, cost, Run::Allow { within }),
+        };
+        let blocked = match blocked {
+            None if self.block_for > Nanos::ZERO && cost > 0 && !decision.allowed => {
+                let until = now.saturating_add(self.block_for);
+                state.block(until);
+                Some(until)
+            }
+            other => other,
+        };
+        let decision = match blocked {
+            Some(until) => crate::penalty::denial(decision, until, now),
+            None => decision,
+        };
+        self.mode.answer(decision)
     }
 
     /// `hit`: records `cost` whether or not it fits (usage already served),
@@ -576,8 +638,13 @@ impl Policy {
 
     /// How long until this state is indistinguishable from a fresh one, if no
     /// more requests come: after that the key can be forgotten.
+    /// A blocked key is kept at least until its block ends.
     pub fn idle_expiry(&self, state: &mut KeyState, now: Nanos) -> Nanos {
-        self.run(state, now, 0, Run::Expiry).reset
+        let reset = self.run(state, now, 0, Run::Expiry).reset;
+        match self.blocked_until(state, now) {
+            Some(until) => reset.max(until.saturating_sub(now)),
+            None => reset,
+        }
     }
 
     /// Every limit's state at `now`, changing nothing (`rl.inspect`,
@@ -585,7 +652,11 @@ impl Policy {
     /// whole again.
     pub fn inspect(&self, state: &KeyState, now: Nanos) -> Vec<LimitState> {
         let mut state = state.clone();
+        state.lift_block(now, self.block_for == Nanos::ZERO);
         self.conform(&mut state);
+        if let KeyState::Blocked(b) = state {
+            return self.inspect(&b.counters, now);
+        }
         match &mut state {
             KeyState::FixedWindow(s) => {
                 inspect_limits::<algorithm::fixed_window::FixedWindow>(&self.limits, s, now)
@@ -600,10 +671,14 @@ impl Policy {
                 inspect_limits::<algorithm::token_bucket::TokenBucket>(&self.limits, s, now)
             }
             KeyState::Gcra(s) => inspect_limits::<algorithm::gcra::Gcra>(&self.limits, s, now),
+            KeyState::Blocked(_) => unreachable!("a blocked state was unwrapped above"),
         }
     }
 
+    /// Runs the algorithm over the key's counters (inside its block, if it
+    /// is blocked; a block that ended is lifted first).
     fn run(&self, state: &mut KeyState, now: Nanos, cost: u64, mode: Run) -> Decision {
+        state.lift_block(now, self.block_for == Nanos::ZERO);
         self.conform(state);
         match state {
             KeyState::FixedWindow(s) => {
@@ -625,6 +700,7 @@ impl Policy {
             KeyState::Gcra(s) => {
                 run_limits::<algorithm::gcra::Gcra>(&self.limits, s, now, cost, mode)
             }
+            KeyState::Blocked(b) => self.run(&mut b.counters, now, cost, mode),
         }
     }
 
@@ -632,6 +708,9 @@ impl Policy {
     /// config) fit this policy: another algorithm starts fresh; limits are
     /// matched by position, extra ones dropped, missing ones fresh.
     fn conform(&self, state: &mut KeyState) {
+        if let KeyState::Blocked(b) = state {
+            return self.conform(&mut b.counters);
+        }
         let n = self.limits.len();
         let fits = match (self.algorithm, &mut *state) {
             (Algorithm::FixedWindow, KeyState::FixedWindow(v)) => {
@@ -662,7 +741,9 @@ impl Policy {
     }
 }
 
-/// One key's counters under one policy: a state per limit, for the policy's algorithm.
+/// One key's counters under one policy: a state per limit, for the policy's
+/// algorithm; or, while the key is blocked (SPEC §18), those counters and
+/// when the block ends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum KeyState {
     FixedWindow(Vec<algorithm::fixed_window::State>),
@@ -670,4 +751,7 @@ pub enum KeyState {
     SlidingWindow(Vec<algorithm::sliding_window::State>),
     TokenBucket(Vec<algorithm::token_bucket::State>),
     Gcra(Vec<algorithm::gcra::State>),
+    /// A blocked key ([`crate::penalty`]): written into a snapshot only
+    /// while one is, in snapshot format 4 (docs/ARCHITECTURE.md, "Formats").
+    Blocked(Box<crate::penalty::Blocked<KeyState>>),
 }

@@ -176,6 +176,7 @@ impl ReferenceLog {
             retry_after: Nanos(wait),
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         }
     }
 

@@ -77,7 +77,7 @@ async fn a_partition_of_120_000_keys_round_trips_in_chunks_under_the_max_payload
     let policy = config.default_policy();
     let now = Nanos::from_secs(1_800_000_000);
     let counters = filled(policy, 120_000, now);
-    let encoded = snapshot::encode(&copied(&counters), &Carried::default()).unwrap();
+    let encoded = snapshot::encode(&copied(&counters), &Carried::default(), Nanos::ZERO).unwrap();
     assert_eq!(encoded.entries, 120_000);
 
     let manifest = Manifest {
@@ -140,6 +140,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     });
     let asked = Asked {
         verb: Verb::Allow,
@@ -168,7 +169,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
         carried: carried.clone(),
         ..Default::default()
     };
-    let encoded = snapshot::encode(&copy, &carried).unwrap();
+    let encoded = snapshot::encode(&copy, &carried, Nanos::ZERO).unwrap();
     snapshot::write(&stores, 3, encoded, manifest, 0, None)
         .await
         .unwrap();
@@ -195,7 +196,7 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
     let (copy, carried) = small
         .copy_between_turns(|c| Carried::read(c, now, false))
         .unwrap();
-    let encoded = snapshot::encode(&copy, &carried).unwrap();
+    let encoded = snapshot::encode(&copy, &carried, Nanos::ZERO).unwrap();
     let manifest = Manifest {
         gen: "1x2".into(),
         lease_rev: 7,
@@ -224,8 +225,12 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     let config = hourly();
     let now = Nanos::from_secs(1_800_000_000);
     let policy = config.default_policy();
-    let encoded =
-        snapshot::encode(&copied(&filled(policy, 50_000, now)), &Carried::default()).unwrap();
+    let encoded = snapshot::encode(
+        &copied(&filled(policy, 50_000, now)),
+        &Carried::default(),
+        Nanos::ZERO,
+    )
+    .unwrap();
     let first = Manifest {
         gen: "1x1".into(),
         lease_rev: 1,
@@ -242,7 +247,12 @@ async fn a_new_generation_replaces_the_old_one_and_purges_its_chunks() {
     snapshot::write(
         &stores,
         5,
-        snapshot::encode(&copied(&filled(policy, 10, now)), &Carried::default()).unwrap(),
+        snapshot::encode(
+            &copied(&filled(policy, 10, now)),
+            &Carried::default(),
+            Nanos::ZERO,
+        )
+        .unwrap(),
         second,
         rev1,
         Some("1x1"),

@@ -135,6 +135,21 @@ def test_shadow_denied_is_read_when_present():
         decode_reply(msgpack.packb(dict(body, shadow_denied=1)))
 
 
+def test_a_blocked_denial_reads_as_a_denial_with_its_retry():
+    # SPEC §18: "blocked" marks a penalty's denial; the client reads the
+    # denial and its retry_after_ms (the block's rest), and needs no more.
+    body = {
+        "allowed": False,
+        "limit": 2,
+        "remaining": 0,
+        "reset_ms": 60_000,
+        "retry_after_ms": 6_000,
+        "policy": "strict",
+        "blocked": True,
+    }
+    assert decode_reply(msgpack.packb(body)) == Decision(False, 2, 0, 60_000, 6_000, "strict")
+
+
 @pytest.mark.parametrize(
     "word, status, cls",
     [

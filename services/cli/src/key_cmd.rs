@@ -37,6 +37,11 @@ pub fn inspect(common: &Common, args: &KeyArgs) -> Result<()> {
             None => "",
         };
         println!("{} under {} ({}{over}):", args.key, p.policy, p.algorithm);
+        // A penalty's block (SPEC §18), to the minute it ends (UTC).
+        if let Some(until) = p.blocked_until {
+            let minute = sluice_core::time::utc_minute(until);
+            println!("  blocked by block_for until {until} ms since the epoch ({minute} UTC)");
+        }
         println!(
             "  {:>10} {:>10} {:>8} {:>10} {:>10}",
             "max", "per", "used", "remaining", "reset"

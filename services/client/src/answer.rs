@@ -116,6 +116,7 @@ impl Answer {
             retry_after: Nanos::from(self.retry_after),
             shadow_denied: self.shadow_denied,
             wait: Nanos::from(self.wait),
+            blocked: false,
         }
     }
 

@@ -297,6 +297,7 @@ mod tests {
             shadow_denied: false,
             repeat: false,
             wait_ms: 0,
+            blocked: false,
             grant,
             hold: None,
         }

@@ -128,7 +128,7 @@ fn main() {
         let copying = Instant::now();
         let (copy, ()) = p.copy_between_turns(|_| ()).expect("no turn in progress");
         longest_copy = longest_copy.max(copying.elapsed());
-        encoded.push(snapshot::encode(&copy, &Default::default()).expect("encodes"));
+        encoded.push(snapshot::encode(&copy, &Default::default(), Nanos::ZERO).expect("encodes"));
     }
     let bytes: u64 = encoded.iter().map(|e| e.bytes).sum();
     report("+ snapshots encoded", empty, n as u64, start.elapsed());

@@ -19,6 +19,7 @@ fn bench(c: &mut Criterion) {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     };
     let denied = Decision {
         allowed: false,

@@ -123,6 +123,7 @@ fn blocked(base: &Policy) -> Decision {
         retry_after: window,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     })
 }
 
@@ -633,7 +634,9 @@ impl Decider {
             token,
             cost,
         };
-        self.record_usage(turn, counted, usage);
+        if !self.blocked(turn, policy, counted, &decision) {
+            self.record_usage(turn, counted, usage);
+        }
         (decision, policy.name(), grant)
     }
 
@@ -703,8 +706,8 @@ impl Decider {
             .in_force(base, record.key())
             .counted_under(self.region());
         if let Kind::Denied { .. } | Kind::UsedOnly { .. } = typed.kind {
-            // Usage only: no counter changed.
-            return false;
+            // Usage only, no counter changed; or a blocked key's denial.
+            return Decider::replay_block(policy, record, typed.kind, counters);
         }
         let t = record.at();
         ask::with_counter_key(record.policy(), record.key(), |buf| match typed.kind {
@@ -794,6 +797,7 @@ mod hold_ids;
 mod holding;
 mod home_demand;
 mod ids;
+mod penalties;
 mod tally;
 #[cfg(test)]
 mod tests;

@@ -492,6 +492,7 @@ mod tests {
                     retry_after: sluice_core::time::Nanos::ZERO,
                     shadow_denied: false,
                     wait: sluice_core::time::Nanos::ZERO,
+                    blocked: false,
                 },
                 "default",
                 sluice_core::wire::Encoding::Json,

@@ -431,7 +431,7 @@ impl Shard {
             let copy = Arc::new(copy);
             let to_encode = copy.clone();
             let encoding = crate::blocking::run(move || {
-                let encoded = snapshot::encode(&to_encode, &carried);
+                let encoded = snapshot::encode(&to_encode, &carried, now);
                 (encoded, carried)
             });
             let mut stored_through = None;

@@ -43,7 +43,8 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// Format of the manifest and its chunks ([`sluice_core::format`]);
-    /// absent in format 1. Written as [`format::SNAPSHOT`] whatever it holds.
+    /// absent in format 1. Written in the oldest format that holds what
+    /// it holds ([`manifest_json`]).
     #[serde(default = "unversioned")]
     pub v: u64,
     /// Generation of the chunks; unique per write.
@@ -85,6 +86,11 @@ pub struct Manifest {
     /// in the manifest, or in the chunks (`carried_bytes`).
     #[serde(flatten)]
     pub carried: Carried,
+    /// Its chunks hold a blocked key's state (SPEC §18): it is written in
+    /// [`format::SNAPSHOT`], which releases before blocks refuse. Not a
+    /// field of its own: the format says it.
+    #[serde(skip)]
+    pub blocks: bool,
 }
 
 /// The most bytes of carried state (in MessagePack; about twice as much
@@ -243,9 +249,10 @@ pub async fn write_manifest(
 /// state that travels in the chunks.
 fn manifest_json(m: &Manifest) -> Result<Vec<u8>> {
     let in_chunks = m.carried_bytes > 0;
-    let v = match in_chunks {
-        true => format::SNAPSHOT,
-        false => format::SNAPSHOT_CARRIED_INLINE,
+    let v = match (m.blocks, in_chunks) {
+        (true, _) => format::SNAPSHOT,
+        (false, true) => format::SNAPSHOT_CARRIED_IN_CHUNKS,
+        (false, false) => format::SNAPSHOT_CARRIED_INLINE,
     };
     let m = Manifest {
         v: u64::from(v),
@@ -265,6 +272,7 @@ fn manifest_json(m: &Manifest) -> Result<Vec<u8>> {
             true => Carried::default(),
             false => m.carried.clone(),
         },
+        blocks: m.blocks,
     };
     Ok(serde_json::to_vec(&m)?)
 }
@@ -278,6 +286,8 @@ pub struct Encoded {
     /// The bytes of carried state after the counters' (0: none, it stays
     /// in the manifest).
     pub carried_bytes: u64,
+    /// A counter is a blocked key's ([`Manifest::blocks`]).
+    pub blocks: bool,
 }
 
 impl Encoded {
@@ -292,6 +302,7 @@ impl Encoded {
         manifest.chunks = self.chunks.len() as u32;
         manifest.bytes = self.bytes;
         manifest.entries = self.entries;
+        manifest.blocks = self.blocks;
     }
 }
 
@@ -319,8 +330,8 @@ const ARRAY32: u8 = 0xdd;
 ///
 /// Synchronous and CPU-bound: run it with [`crate::blocking::run`], off the thread
 /// that answers requests.
-pub fn encode(counters: &TurnCopy, carried: &Carried) -> Result<Encoded> {
-    let mut encoded = encode_counters(counters)?;
+pub fn encode(counters: &TurnCopy, carried: &Carried, now: Nanos) -> Result<Encoded> {
+    let mut encoded = encode_counters(counters, now)?;
     if *carried == Carried::default() {
         return Ok(encoded);
     }
@@ -342,8 +353,11 @@ pub fn encode(counters: &TurnCopy, carried: &Carried) -> Result<Encoded> {
     Ok(encoded)
 }
 
-/// The counters alone, as [`encode`] writes them.
-fn encode_counters(counters: &TurnCopy) -> Result<Encoded> {
+/// The counters alone, as [`encode`] writes them: a key whose block
+/// (SPEC §18) has ended by `now` as its counters alone, so that a
+/// snapshot holds no block that is over (and is format 4 only while one
+/// is not).
+fn encode_counters(counters: &TurnCopy, now: Nanos) -> Result<Encoded> {
     let mut buf = BytesMut::with_capacity(CHUNK_BYTES);
     buf.put_u8(ARRAY32);
     buf.put_u32(0);
@@ -351,10 +365,16 @@ fn encode_counters(counters: &TurnCopy) -> Result<Encoded> {
     let mut rest = Vec::new();
     let mut entries: u64 = 0;
     let mut failed = None;
+    let mut blocks = false;
     counters.for_each(|key, state| {
         if failed.is_some() {
             return;
         }
+        let state = match state {
+            KeyState::Blocked(b) if b.until <= now => &b.counters,
+            state => state,
+        };
+        blocks |= matches!(state, KeyState::Blocked(_));
         if let Err(e) = rmp_serde::encode::write(&mut (&mut buf).writer(), &EntryRef { key, state })
         {
             failed = Some(e);
@@ -395,6 +415,7 @@ fn encode_counters(counters: &TurnCopy) -> Result<Encoded> {
         bytes,
         entries,
         carried_bytes: 0,
+        blocks,
     })
 }
 
@@ -485,7 +506,7 @@ mod tests {
 
     #[test]
     fn no_counters_make_no_chunks() {
-        let encoded = encode(&copied(&Counters::new()), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&Counters::new()), &Carried::default(), Nanos::ZERO).unwrap();
         assert_eq!(
             (encoded.chunks.len(), encoded.bytes, encoded.entries),
             (0, 0, 0)
@@ -496,7 +517,7 @@ mod tests {
     fn the_encoding_is_a_vec_of_entries_split_into_full_chunks() {
         // Enough keys for several chunks.
         let counters = counters_with(30_000);
-        let encoded = encode(&copied(&counters), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&counters), &Carried::default(), Nanos::ZERO).unwrap();
         assert_eq!(encoded.entries, 30_000);
         assert!(encoded.chunks.len() >= 2, "{} chunks", encoded.chunks.len());
         let (last, full) = encoded.chunks.split_last().unwrap();
@@ -517,8 +538,50 @@ mod tests {
 
     #[test]
     fn a_small_partition_is_one_chunk() {
-        let encoded = encode(&copied(&counters_with(3)), &Carried::default()).unwrap();
+        let encoded = encode(&copied(&counters_with(3)), &Carried::default(), Nanos::ZERO).unwrap();
         assert_eq!((encoded.chunks.len(), encoded.entries), (1, 3));
         assert_eq!(decoded(&encoded).len(), 3);
+    }
+
+    /// The format a manifest of `encoded` is stored in.
+    fn stored_format(encoded: &Encoded) -> u64 {
+        let mut manifest = Manifest::default();
+        encoded.describe(&mut manifest);
+        let json: serde_json::Value =
+            serde_json::from_slice(&manifest_json(&manifest).unwrap()).unwrap();
+        json["v"].as_u64().unwrap()
+    }
+
+    #[test]
+    fn a_blocked_key_moves_the_snapshot_to_the_format_that_holds_blocks() {
+        let counters = counters_with(3);
+        let encoded = encode(&copied(&counters), &Carried::default(), Nanos::ZERO).unwrap();
+        assert!(!encoded.blocks);
+        let inline = u64::from(format::SNAPSHOT_CARRIED_INLINE);
+        assert_eq!(
+            stored_format(&encoded),
+            inline,
+            "what the release before reads"
+        );
+        // A denial under a penalty blocks the key (SPEC §18).
+        let strict = Policy::builtin_default()
+            .with_block_for(std::time::Duration::from_secs(60))
+            .unwrap();
+        let mut key = String::new();
+        counter_key(&mut key, strict.name(), "user-0");
+        let at = Nanos::from_secs(1_000);
+        let denied = counters.apply(&strict, &key, at, Op::Allow(15));
+        assert!(denied.blocked, "{denied:?}");
+        let encoded = encode(&copied(&counters), &Carried::default(), at).unwrap();
+        assert!(encoded.blocks);
+        assert_eq!(stored_format(&encoded), u64::from(format::SNAPSHOT));
+        let blocked = decoded(&encoded)
+            .into_iter()
+            .find(|e| e.key == key)
+            .unwrap();
+        assert_eq!(
+            strict.blocked_until(&blocked.state, at),
+            Some(Nanos::from_secs(1_060))
+        );
     }
 }

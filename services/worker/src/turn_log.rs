@@ -291,6 +291,35 @@ impl TurnLog {
         }
     }
 
+    /// A denial of a key blocked until `until` (SPEC §18): with records,
+    /// its record, which replay blocks the key again by (and counts as
+    /// usage when usage is recorded, `ledger`); without, its usage.
+    pub fn blocked(
+        &mut self,
+        ledger: (Option<&Ledger>, bool),
+        counted: Counted<'_>,
+        until: Nanos,
+        now: Nanos,
+    ) {
+        let (ledger, usage) = ledger;
+        if self.recording != Recording::Records {
+            if usage {
+                self.usage(ledger, counted, Usage::Denied, now);
+            }
+            return;
+        }
+        let Counted {
+            policy,
+            token,
+            cost,
+        } = counted;
+        let mut record = Record::blocked(self.partition, policy, token, cost, now, until);
+        if !usage {
+            record.set_not_usage();
+        }
+        self.records.push(record);
+    }
+
     /// Records kept, usage recorded: a denied ask's record, stored for
     /// its usage only.
     fn denied(&mut self, policy: &str, token: &str, cost: u64, now: Nanos) {
@@ -601,6 +630,7 @@ mod tests {
             retry_after: Nanos(0),
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         let (open, full) = (decision(true), decision(false));
         log.outcome(Verb::Reserve, &Ok((open, "slots")));

@@ -512,7 +512,7 @@ pub fn counts_of(record: &Record) -> Option<Counts> {
     let used = |used| Some(Counts { used, denied: 0 });
     match typed.kind {
         Kind::Counted { units } | Kind::UsedOnly { units } => used(units),
-        Kind::Denied { units } => Some(Counts {
+        Kind::Denied { units, .. } => Some(Counts {
             used: 0,
             denied: units,
         }),

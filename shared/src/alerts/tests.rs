@@ -333,3 +333,28 @@ proptest! {
         }
     }
 }
+
+/// SPEC §18: a block neither fires a threshold nor, when it is lifted,
+/// makes the count it held look new.
+#[test]
+fn a_block_and_its_end_cross_no_threshold_again() {
+    let p = fixed(vec![per_minute(4)], &[50])
+        .with_block_for(Duration::from_secs(10))
+        .unwrap();
+    let mut state = p.new_state();
+    let t = Nanos::from_secs(6_000);
+    let crossed =
+        |state: &mut KeyState, at: Nanos| watch(&p, state, |s| p.decide(s, at, 1)).1.len();
+    let fired: Vec<usize> = (0..4).map(|_| crossed(&mut state, t)).collect();
+    assert_eq!(fired, [0, 1, 0, 0], "50% is reached by the second unit");
+    assert_eq!(crossed(&mut state, t), 0, "the denial that blocks");
+    assert!(matches!(state, KeyState::Blocked(_)));
+    // The block ended: a hit counts on from the 4 units the block held.
+    let later = Nanos::from_secs(6_011);
+    let hit = watch(&p, &mut state, |s| p.record(s, later, 1)).1;
+    assert!(hit.is_empty(), "50% was reached before the block: {hit:?}");
+    let KeyState::FixedWindow(windows) = &state else {
+        panic!("no longer blocked: {state:?}")
+    };
+    assert_eq!(windows[0].count, 5);
+}

@@ -16,6 +16,7 @@ fn allowed(remaining: u64) -> FirstAnswer {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: crate::time::Nanos::ZERO,
+        blocked: false,
     })
 }
 

@@ -114,6 +114,14 @@ pub struct PolicyTable {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_wait: Option<String>,
+    /// How long a denial blocks the key (SPEC §18,
+    /// `sluice_core::penalty`): a duration up to 24 h; absent, no penalty.
+    #[serde(
+        default,
+        deserialize_with = "some_duration_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub block_for: Option<String>,
     /// The calendar of the limits whose `per` is `"day"`, `"week"` or
     /// `"month"` (SPEC §14): an IANA zone (default UTC), the first day
     /// of a week (default monday), the day months start on (default 1).
@@ -238,6 +246,7 @@ impl PolicyTable {
             local_budget: false,
             mode: Mode::Enforce,
             max_wait: None,
+            block_for: None,
             tz: None,
             week_start: None,
             anchor_day: None,
@@ -278,6 +287,8 @@ impl PolicyTable {
             mode: policy.mode(),
             max_wait: (policy.max_wait() > crate::time::Nanos::ZERO)
                 .then(|| crate::duration::format_duration(policy.max_wait().into())),
+            block_for: (policy.block_for() > crate::time::Nanos::ZERO)
+                .then(|| crate::duration::format_duration(policy.block_for().into())),
             // The calendar's settings where they differ from the defaults.
             tz: zone
                 .map(|z| z.name().to_string())
@@ -374,6 +385,8 @@ impl PolicyTable {
             .map_err(|e| FieldError::new("scope", e.to_string()))?
             .with_max_wait(self.max_wait()?)
             .map_err(|e| FieldError::new("max_wait", e.to_string()))?
+            .with_block_for(self.duration("block_for", &self.block_for, "block_for = \"5m\"")?)
+            .map_err(|e| FieldError::new("block_for", e.to_string()))?
             .with_alerts(alerts)
             .map_err(|e| FieldError::new("alerts", e.to_string()))
     }
@@ -382,10 +395,21 @@ impl PolicyTable {
 impl PolicyTable {
     /// `max_wait` as a duration (absent: zero, asks never wait).
     fn max_wait(&self) -> Result<std::time::Duration, FieldError> {
-        match &self.max_wait {
+        self.duration("max_wait", &self.max_wait, "max_wait = \"2s\"")
+    }
+
+    /// An optional duration `field` (absent: zero); `example` says how
+    /// one is written.
+    fn duration(
+        &self,
+        field: &str,
+        text: &Option<String>,
+        example: &str,
+    ) -> Result<std::time::Duration, FieldError> {
+        match text {
             None => Ok(std::time::Duration::ZERO),
             Some(text) => parse_duration(text)
-                .map_err(|e| FieldError::new("max_wait", format!("{e}; e.g. max_wait = \"2s\""))),
+                .map_err(|e| FieldError::new(field, format!("{e}; e.g. {example}"))),
         }
     }
 }
@@ -443,6 +467,8 @@ impl LimitTable {
             | PolicyError::AlertsNotSupported(_)
             | PolicyError::WaitNotSupported(_)
             | PolicyError::MaxWaitTooLong
+            | PolicyError::BlockForTooLong
+            | PolicyError::BlockWithBudget
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm

@@ -170,5 +170,6 @@ fn summarize<A: Algo>(
         retry_after: if allowed { Nanos::ZERO } else { retry_after },
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     }
 }

@@ -196,6 +196,7 @@ impl DelegateKey {
             },
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         (decision, from_share)
     }
@@ -601,6 +602,7 @@ mod tests {
             retry_after: Nanos::ZERO,
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         }
     }
 

@@ -166,6 +166,7 @@ mod tests {
             retry_after: Nanos::ZERO,
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         d.answered("k", t, Nanos(t.0 + 100 * MS), Some(&grant), &home);
         // Past the stretch's end (11 s): the slice still pays.

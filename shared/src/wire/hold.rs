@@ -370,6 +370,7 @@ mod tests {
             retry_after: Nanos::ZERO,
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         let id = HoldId::parse(ID).unwrap();
         for encoding in [Encoding::Json, Encoding::MsgPack] {

@@ -116,6 +116,10 @@ pub struct PolicyReport {
     /// The key's live holds under the policy (SPEC §13), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds: Option<HoldsReport>,
+    /// When the key's block under the policy ends (SPEC §18), in ms
+    /// since the epoch, rounded up; absent when it is not blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_until: Option<u64>,
     /// Of a global policy (SPEC §12): what each region it holds across
     /// has of the key (`limits` is then the global state they make,
     /// `sluice_core::region::report`).
@@ -245,6 +249,7 @@ mod tests {
             policies: vec![PolicyReport {
                 regions: None,
                 holds: None,
+                blocked_until: Some(1_700_000_010_000),
                 policy: "login".into(),
                 algorithm: "sliding_log".into(),
                 limits: vec![LimitReport {
@@ -263,5 +268,12 @@ mod tests {
         }
         let json = String::from_utf8(reply.encode(Encoding::Json)).unwrap();
         assert!(json.contains(r#""per_ms":60000"#), "{json}");
+        assert!(json.contains(r#""blocked_until":1700000010000"#), "{json}");
+        // Not blocked: no field, and a reply without one reads so.
+        let mut plain = reply.clone();
+        plain.policies[0].blocked_until = None;
+        let json = plain.encode(Encoding::Json);
+        assert!(!String::from_utf8_lossy(&json).contains("blocked"));
+        assert_eq!(decode_admin_reply::<InspectReply>(&json).unwrap(), plain);
     }
 }

@@ -50,6 +50,10 @@ pub struct DecisionReply {
     /// not 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wait_ms: u64,
+    /// A denial because the key is blocked (SPEC §18): its
+    /// `retry_after_ms` is the block's rest. Sent only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub blocked: bool,
     /// A slice of the key's budget, in the reply to a batch item that
     /// asked for one ([`crate::budget`]): the fields `slice` (units),
     /// `slice_lease_ns` and `slice_at` (when the owner took it, ns).
@@ -76,6 +80,7 @@ impl DecisionReply {
             shadow_denied: decision.shadow_denied,
             repeat: false,
             wait_ms: decision.wait.as_millis_ceil(),
+            blocked: decision.blocked,
             grant: None,
             hold: None,
         }
@@ -91,6 +96,7 @@ impl DecisionReply {
             retry_after: Nanos::from_millis(self.retry_after_ms),
             shadow_denied: self.shadow_denied,
             wait: Nanos::from_millis(self.wait_ms),
+            blocked: self.blocked,
         }
     }
 
@@ -204,6 +210,8 @@ pub(super) struct DecisionOut<'a> {
     repeat: bool,
     #[serde(skip_serializing_if = "is_zero")]
     wait_ms: u64,
+    #[serde(skip_serializing_if = "is_false")]
+    blocked: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     slice: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -228,6 +236,7 @@ impl<'a> DecisionOut<'a> {
             shadow_denied: d.shadow_denied,
             repeat: false,
             wait_ms: d.wait.as_millis_ceil(),
+            blocked: d.blocked,
             slice: None,
             slice_lease_ns: None,
             slice_at: None,
@@ -261,6 +270,7 @@ impl<'a> DecisionOut<'a> {
             shadow_denied: r.shadow_denied,
             repeat: r.repeat,
             wait_ms: r.wait_ms,
+            blocked: r.blocked,
             slice: r.grant.map(|g| g.units),
             slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
             slice_at: r.grant.map(|g| g.taken_at.as_u64()),
@@ -316,12 +326,14 @@ impl ReplyBody for DecisionOut<'_> {
         const SHADOW: usize = 1 + "shadow_denied".len() + 1;
         const REPEAT: usize = 1 + "repeat".len() + 1;
         const WAIT: usize = 1 + "wait_ms".len() + 9;
+        const BLOCKED: usize = 1 + "blocked".len() + 1;
         const HOLD: usize = (1 + "hold".len()) + MSGPACK_STR_HEADER + (1 + "expires_ms".len()) + 9;
         FIXED
             + self.policy.len()
             + if self.shadow_denied { SHADOW } else { 0 }
             + if self.repeat { REPEAT } else { 0 }
             + if self.wait_ms > 0 { WAIT } else { 0 }
+            + if self.blocked { BLOCKED } else { 0 }
             + if self.slice.is_some() { GRANT } else { 0 }
             + self.hold.map_or(0, |h| HOLD + h.len())
     }
@@ -333,6 +345,7 @@ impl ReplyBody for DecisionOut<'_> {
             + usize::from(self.shadow_denied)
             + usize::from(self.repeat)
             + usize::from(self.wait_ms > 0)
+            + usize::from(self.blocked)
             + if grant.is_some() { 3 } else { 0 }
             + if hold.is_some() { 2 } else { 0 };
         w.map(fields as u32);
@@ -359,6 +372,10 @@ impl ReplyBody for DecisionOut<'_> {
         if self.wait_ms > 0 {
             w.str("wait_ms");
             w.uint(self.wait_ms);
+        }
+        if self.blocked {
+            w.str("blocked");
+            w.bool(true);
         }
         if let Some(((units, lease), at)) = grant {
             w.str("slice");
@@ -437,6 +454,7 @@ pub(crate) struct RawReply {
     shadow_denied: Option<bool>,
     repeat: Option<bool>,
     wait_ms: Option<u64>,
+    blocked: Option<bool>,
     slice: Option<u64>,
     slice_lease_ns: Option<u64>,
     slice_at: Option<u64>,
@@ -462,6 +480,7 @@ impl RawReply {
             shadow_denied: self.shadow_denied.unwrap_or(false),
             repeat: self.repeat.unwrap_or(false),
             wait_ms: self.wait_ms.unwrap_or(0),
+            blocked: self.blocked.unwrap_or(false),
             grant: match (self.slice, self.slice_lease_ns, self.slice_at) {
                 (Some(units), Some(lease), Some(at)) => Some(Grant {
                     units,

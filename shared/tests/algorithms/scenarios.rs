@@ -215,6 +215,7 @@ fn minute_remaining(state: &KeyState, now: Nanos, algorithm: Algorithm) -> u64 {
         KeyState::SlidingWindow(v) => KeyState::SlidingWindow(v[..1].to_vec()),
         KeyState::TokenBucket(v) => KeyState::TokenBucket(v[..1].to_vec()),
         KeyState::Gcra(v) => KeyState::Gcra(v[..1].to_vec()),
+        KeyState::Blocked(_) => unreachable!("these policies block no key"),
     };
     policy(algorithm, vec![limit(10, secs(60))])
         .decide(&mut minute, now, 0)

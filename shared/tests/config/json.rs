@@ -57,7 +57,7 @@ fn json_tables_are_refused_with_paths_relative_to_the_table() {
         (
             r#"{"algoritm":"gcra","limits":[]}"#,
             "algoritm",
-            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, max_wait, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts)",
+            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, max_wait, block_for, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts)",
         ),
         (
             r#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"},{"max":500,"per":"1x"}]}"#,
@@ -162,4 +162,29 @@ fn calendar_and_mode_fields_round_trip_through_json() {
     );
     assert_eq!(e.field, "tz");
     assert!(e.reason.contains("unknown time zone"), "{e}");
+}
+
+/// A penalty (SPEC §18) reads and writes back as the file writes it, and
+/// is refused past a day with the field named.
+#[test]
+fn block_for_round_trips_through_json_and_is_refused_past_a_day() {
+    let json = r#"{"algorithm":"fixed_window","limits":[{"max":5,"per":"1m"}],"block_for":"15m"}"#;
+    let policy = PolicyTable::from_json(json.as_bytes())
+        .unwrap()
+        .to_policy("login")
+        .unwrap();
+    assert_eq!(policy.block_for(), sluice_core::time::Nanos::from_secs(900));
+    assert_eq!(
+        serde_json::to_string(&PolicyTable::of(&policy)).unwrap(),
+        json
+    );
+    let e = json_error(
+        r#"{"algorithm":"fixed_window","limits":[{"max":5,"per":"1m"}],"block_for":"25h"}"#,
+    );
+    assert_eq!(e.field, "block_for");
+    assert!(e.reason.contains("at most 1d"), "{e}");
+    let e =
+        json_error(r#"{"algorithm":"gcra","limits":[{"max":5,"per":"1m"}],"block_for":"soon"}"#);
+    assert_eq!(e.field, "block_for");
+    assert!(e.reason.contains("e.g. block_for = \"5m\""), "{e}");
 }

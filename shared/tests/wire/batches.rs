@@ -44,6 +44,7 @@ fn budget_items_and_grants_round_trip_and_the_reply_bytes_are_rmp_serdes() {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     };
     let mut reply = DecisionReply::new(&d, "hot");
     reply.grant = Some(Grant {

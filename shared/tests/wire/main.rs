@@ -54,6 +54,7 @@ fn allowed() -> Decision {
         retry_after: Nanos::ZERO,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     }
 }
 
@@ -66,5 +67,6 @@ fn denied() -> Decision {
         retry_after: Nanos(300_000_000),
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     }
 }

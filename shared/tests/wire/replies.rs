@@ -320,9 +320,11 @@ fn any_decision() -> impl Strategy<Value = Decision> {
         uint,
         // A wait, mostly none (SPEC §18).
         prop_oneof![3 => Just(0u64), 1 => 1u64..u64::MAX / 2],
+        // A block, mostly none.
+        prop_oneof![3 => Just(false), 1 => Just(true)],
     )
         .prop_map(
-            |(allowed, limit, remaining, reset, retry_after, wait)| Decision {
+            |(allowed, limit, remaining, reset, retry_after, wait, blocked)| Decision {
                 allowed,
                 limit,
                 remaining,
@@ -330,6 +332,7 @@ fn any_decision() -> impl Strategy<Value = Decision> {
                 retry_after: Nanos(retry_after),
                 shadow_denied: false,
                 wait: Nanos(wait),
+                blocked,
             },
         )
 }
@@ -381,4 +384,40 @@ proptest::proptest! {
         }
         proptest::prop_assert_eq!(batch::encode_results(&results), rmp_named(&Batch { results: &results }));
     }
+}
+
+#[test]
+fn a_block_is_sent_only_when_there_is_one_and_read_back() {
+    let blocked = Decision {
+        allowed: false,
+        retry_after: Nanos(4_000_000_001),
+        blocked: true,
+        ..allowed()
+    };
+    let json = encode_decision(&blocked, "login", Encoding::Json);
+    let text = String::from_utf8(json).unwrap();
+    assert!(
+        text.ends_with(r#""retry_after_ms":4001,"policy":"login","blocked":true}"#),
+        "{text}"
+    );
+    for encoding in [Encoding::Json, Encoding::MsgPack] {
+        let Reply::Decision(back) =
+            decode_reply(&encode_decision(&blocked, "login", encoding)).unwrap()
+        else {
+            panic!("a decision");
+        };
+        assert!(back.blocked && back.decision().blocked, "{back:?}");
+        assert_eq!(
+            back.encode(encoding),
+            encode_decision(&blocked, "login", encoding)
+        );
+    }
+    // Not blocked, no field; a reply without one (an older worker's) reads
+    // as not blocked.
+    let plain = String::from_utf8(encode_decision(&allowed(), "login", Encoding::Json)).unwrap();
+    assert!(!plain.contains("blocked"), "{plain}");
+    let Reply::Decision(old) = decode_reply(plain.as_bytes()).unwrap() else {
+        panic!("a decision");
+    };
+    assert!(!old.blocked);
 }

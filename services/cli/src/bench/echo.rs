@@ -91,6 +91,7 @@ impl Canned {
             retry_after: Nanos::ZERO,
             shadow_denied: false,
             wait: Nanos::ZERO,
+            blocked: false,
         };
         let mut headers = HeaderMap::new();
         for (name, value) in wire::decision_headers(&decision) {

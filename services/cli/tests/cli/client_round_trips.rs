@@ -414,6 +414,7 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     shadow_denied: false,
                     repeat: false,
                     wait_ms: 0,
+                    blocked: false,
                     grant: None,
                     hold: None,
                 })

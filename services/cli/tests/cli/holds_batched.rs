@@ -380,6 +380,7 @@ fn held_42(ttl: sluice_core::time::Nanos, repeat: bool, encoding: Encoding) -> V
         retry_after: sluice_core::time::Nanos::ZERO,
         shadow_denied: false,
         wait: sluice_core::time::Nanos::ZERO,
+        blocked: false,
     };
     encode_held(
         &d,

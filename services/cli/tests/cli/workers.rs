@@ -365,6 +365,55 @@ async fn a_retry_after_its_owner_is_killed_counts_once_in_journal_mode() {
     }
 }
 
+/// SPEC §18: keys blocked by a denial under `block_for` stay blocked
+/// after their owner is killed with `kill -9` in journal mode, no snapshot
+/// since: the new owner replays the blocked denials' records. Without the
+/// block the window alone would deny them, for its 5 minutes, not
+/// `blocked` and not within the block's 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_survives_its_owners_kill_in_journal_mode() {
+    let _serial = serial().await;
+    let config = format!(
+        "{}
+[policies.strict]
+algorithm = \"fixed_window\"
+block_for = \"30s\"
+\
+         limits = [ {{ max = 1, per = \"5m\" }} ]\n",
+        journal_crash_config()
+    );
+    let mut stack = Stack::start(SLUICE, &config, 2).await;
+    let client = stack.clients(1).await.remove(0);
+    let body = br#"{"policy":"strict"}"#;
+    let keys = a_key_per_partition(stack.partitions);
+    for key in &keys {
+        assert!(ask(&client, key, body).await.unwrap().allowed, "{key}");
+        let d = ask(&client, key, body).await.unwrap();
+        assert!(
+            !d.allowed && d.blocked && d.retry_after_ms <= 30_000,
+            "{key}: {d:?}"
+        );
+    }
+    let owners = stack.owners().await;
+    let victim = stack.worker_ids().remove(0);
+    let orphaned: Vec<&String> = keys
+        .iter()
+        .filter(|key| {
+            let p = sluice_core::partition::partition_of(key, stack.partitions);
+            owners.get(&p) == Some(&victim)
+        })
+        .collect();
+    assert!(!orphaned.is_empty(), "the victim owns some keys");
+    stack.kill_worker(&victim);
+    for key in orphaned {
+        let d = eventually(Duration::from_secs(15), TICK, || ask(&client, key, body))
+            .await
+            .unwrap_or_else(|e| panic!("{key} never answered again: {e:#}"));
+        assert!(!d.allowed && d.blocked, "{key} lost its block: {d:?}");
+        assert!((1..30_000).contains(&d.retry_after_ms), "{key}: {d:?}");
+    }
+}
+
 /// Group commit: asks that arrive while a partition's journal append is in
 /// flight share the next append, so 400 concurrent counted asks are stored
 /// in fewer messages; and every answered count is stored before its answer,

@@ -77,6 +77,9 @@ impl Decider {
                         held: held.held,
                         slots: base.holding().concurrency.map(|n| (held.slots, n)),
                     }),
+                    blocked_until: policy
+                        .blocked_until(&state, now)
+                        .map(|until| until.as_millis_ceil()),
                     regions: None,
                 });
                 let local = reports.last().map(|r| r.limits.clone());

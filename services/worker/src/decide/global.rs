@@ -49,6 +49,7 @@ pub(crate) fn not_here(whole: &Limit) -> Decision {
         retry_after: ASK_TIMEOUT,
         shadow_denied: false,
         wait: Nanos::ZERO,
+        blocked: false,
     }
 }
 

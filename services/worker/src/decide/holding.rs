@@ -219,7 +219,11 @@ impl Decider {
                 ))
             }
             Outcome::Reserved(Reserved::Denied(decision)) => {
-                self.record_usage(turn, counted(base, token, cost), Usage::Denied);
+                // A blocked key's denial is journaled with its block (SPEC §18).
+                let denied = counted(base, token, cost);
+                if !self.blocked(turn, base, denied, &decision) {
+                    self.record_usage(turn, denied, Usage::Denied);
+                }
                 Ok((decision, base.name(), None))
             }
             Outcome::Settled(Some((decision, hold))) => {

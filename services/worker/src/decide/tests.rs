@@ -15,6 +15,7 @@ mod batch_holds;
 mod batches;
 mod global;
 mod ids;
+mod penalties;
 mod replay;
 mod wait;
 
@@ -150,6 +151,20 @@ fn key_in(partition: u32, prefix: &str) -> String {
         .map(|i| format!("{prefix}{i}"))
         .find(|k| partition_of(k, PARTITIONS) == partition)
         .unwrap()
+}
+
+/// The fixture's counters as a snapshot stores them (MessagePack) and
+/// the next owner reads them back.
+fn snapshot_entries(f: &Fixture) -> Vec<crate::counters::Entry> {
+    let mut entries = Vec::new();
+    f.counters.for_each(|key, state| {
+        entries.push(crate::counters::Entry {
+            key: key.to_string(),
+            state: state.clone(),
+        })
+    });
+    let bytes = rmp_serde::to_vec_named(&entries).unwrap();
+    rmp_serde::from_slice(&bytes).unwrap()
 }
 
 fn decision(answer: Answer<'_>) -> Decision {

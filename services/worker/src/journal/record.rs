@@ -24,7 +24,8 @@ use sluice_core::time::Nanos;
 ///
 /// Encoded as an array of its fields in this order; the trailing ones only
 /// up to the last one set (`[n, p, k, c, t]` for a count, `[.., t, true]`
-/// for a reset, `[.., t, false, true]` for a denial, `[.., false, false,
+/// for a reset, `[.., t, false, true]` for a denial (a blocked key's:
+/// up to `x`, its block's end in `e`), `[.., false, false,
 /// true]` for a slice, `[.., false, false, false, g, u]` for a slice given
 /// back, `[.., g, u, h, e, x]` for a hold, `[.., x, v]` for a record whose
 /// usage is not what its kind says, `[.., v, i]` for an ask's id), so records of counts read the same as
@@ -56,7 +57,9 @@ pub struct RecordOf<S> {
     #[serde(default)]
     pub r: bool,
     /// A denied ask, journaled for its usage (SPEC §9) only when usage
-    /// is recorded: it changed no counter and replay changes none.
+    /// is recorded: it changed no counter and replay changes none; or,
+    /// whether or not usage is, one of a blocked key (SPEC §18), its
+    /// block's end in `e`.
     #[serde(default)]
     pub d: bool,
     /// A slice of a local budget ([`sluice_core::budget`]): counted like
@@ -73,7 +76,8 @@ pub struct RecordOf<S> {
     /// The hold this record is of, if any (its id, 32 hex digits).
     #[serde(default)]
     pub h: Option<S>,
-    /// A hold's end (ns since the epoch): at its reserve and extends.
+    /// A hold's end (ns since the epoch): at its reserve and extends; a
+    /// blocked key's block's end, with `d`.
     #[serde(default)]
     pub e: u64,
     /// A hold's flags: [`RELEASE`] (its end gives back), [`SLOT`] (it takes
@@ -145,8 +149,13 @@ pub enum Kind<'r, S> {
     /// The key's counter forgotten (`rl.reset`).
     Reset,
     /// A denied ask of `units`, kept for its usage (SPEC §9): it changed
-    /// no counter and replay changes none.
-    Denied { units: u64 },
+    /// no counter and replay changes none. With `blocked_until` (its `e`),
+    /// the key was blocked until then (SPEC §18): replay blocks it again
+    /// (the record is written with or without usage, [`NOT_USAGE`] then).
+    Denied {
+        units: u64,
+        blocked_until: Option<Nanos>,
+    },
     /// `units` used, in the usage history only: a delegate's ask, decided
     /// from budget its home counted (SPEC §12). It changed no counter.
     UsedOnly { units: u64 },
@@ -211,7 +220,10 @@ impl<S: AsRef<str>> RecordOf<S> {
         } else if self.v == USED_ONLY {
             Kind::UsedOnly { units }
         } else if self.d {
-            Kind::Denied { units }
+            Kind::Denied {
+                units,
+                blocked_until: (self.e != 0).then_some(Nanos(self.e)),
+            }
         } else if let Some(hold) = &self.h {
             let hold = hold.as_ref();
             if self.s {
@@ -306,7 +318,8 @@ impl<S: AsRef<str>> RecordOf<S> {
             format::JOURNAL_TURNS
         } else if self.v != 0 {
             format::JOURNAL_USAGE
-        } else if self.h.is_some() {
+        } else if self.h.is_some() || self.e != 0 {
+            // A blocked key's denial has a field holds brought.
             format::JOURNAL_HOLDS
         } else if self.is_count() {
             format::JOURNAL_COUNTS
@@ -373,6 +386,16 @@ impl Record {
         Record {
             d: true,
             ..Record::new(n, policy, key, units, at)
+        }
+    }
+
+    /// [`Kind::Denied`] of a key blocked until `until` (SPEC §18): what
+    /// replay needs to block it again. Read as a plain denial by releases
+    /// before blocks (a denial's `e` was never read).
+    pub fn blocked(n: u32, policy: &str, key: &str, units: u64, at: Nanos, until: Nanos) -> Record {
+        Record {
+            e: until.as_u64(),
+            ..Record::denied(n, policy, key, units, at)
         }
     }
 
@@ -472,7 +495,8 @@ impl<S> RecordOf<S> {
             15
         } else if self.v != 0 {
             14
-        } else if self.h.is_some() {
+        } else if self.h.is_some() || self.e != 0 {
+            // A hold's, or a blocked key's denial (SPEC §18): up to `x`.
             13
         } else if self.g != 0 || self.u != 0 {
             10
@@ -626,7 +650,23 @@ mod tests {
                     d: true,
                     ..base.clone()
                 },
-                Kind::Denied { units: 5 },
+                Kind::Denied {
+                    units: 5,
+                    blocked_until: None,
+                },
+                true,
+            ),
+            (
+                Record::blocked(1, "p", "k", 5, Nanos(9), Nanos(60)),
+                Record {
+                    d: true,
+                    e: 60,
+                    ..base.clone()
+                },
+                Kind::Denied {
+                    units: 5,
+                    blocked_until: Some(Nanos(60)),
+                },
                 true,
             ),
             (

@@ -145,7 +145,7 @@ impl Partition {
             .counters()
             .copy_between_turns(|c| Carried::read(c, now, handover))
             .expect("no turn is in progress between two steps");
-        let encoded = snapshot::encode(&copy, &carried).expect("the counters encode");
+        let encoded = snapshot::encode(&copy, &carried, now).expect("the counters encode");
         let mut manifest = snapshot.complete(&copy, carried, None);
         encoded.describe(&mut manifest);
         let bytes = encoded

@@ -4,7 +4,6 @@
 //! past the policy's max_wait or on a policy that cannot wait.
 
 use super::*;
-use crate::counters::Entry;
 
 /// The tests' usual policies and `paced`: one every 100 ms, asks waiting
 /// up to a second.
@@ -65,16 +64,7 @@ fn a_snapshot_keeps_the_queue() {
     for _ in 0..4 {
         waited(&f, &key, T0);
     }
-    let mut entries = Vec::new();
-    f.counters.for_each(|key, state| {
-        entries.push(Entry {
-            key: key.to_string(),
-            state: state.clone(),
-        })
-    });
-    // A snapshot stores the entries in MessagePack.
-    let bytes = rmp_serde::to_vec_named(&entries).unwrap();
-    let entries: Vec<Entry> = rmp_serde::from_slice(&bytes).unwrap();
+    let entries = snapshot_entries(&f);
     let restored = paced();
     let later = Nanos(T0.as_u64() + 50 * MS);
     let kept = restored
