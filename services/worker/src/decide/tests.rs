@@ -1,6 +1,7 @@
 //! The decision core with a manual clock and no NATS: each ask is the
 //! subject and body a worker would receive.
 use super::*;
+use crate::journal::record::{Kind, Record};
 use crate::stats::Outcome;
 use serde::Deserialize;
 use sluice_core::partition::partition_of;
