@@ -24,6 +24,7 @@ use sluice_core::subject::Verb;
 use sluice_core::wire::batch::{Act, Budget};
 use sluice_core::wire::usage::{TopQuery, TopReply, UsageQuery, UsageReply};
 use sluice_core::wire::{self, Reply, MAX_COST};
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -363,6 +364,16 @@ impl Client {
     /// service.
     pub fn policies(&self) -> Arc<Policies> {
         self.inner.local.policies()
+    }
+
+    /// The id an ask or a hold's verb goes by (SPEC §16): the caller's,
+    /// once checked, else one of the client's own (if it draws them).
+    pub(crate) fn id_of<'a>(&self, caller: Option<&'a str>) -> Result<Option<Cow<'a, str>>, Error> {
+        if let Some(id) = caller {
+            sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
+            return Ok(Some(Cow::Borrowed(id)));
+        }
+        Ok(self.inner.ids.as_ref().map(|ids| Cow::Owned(ids.next())))
     }
 }
 

@@ -236,14 +236,8 @@ impl Client {
     async fn hold_verb(&self, verb: Verb, key: &[u8], ask: &HoldAsk<'_>) -> Result<Held, Error> {
         let policy = ask.policy.unwrap_or_default();
         let token = prepare(key, policy, ask.cost.unwrap_or(0))?;
-        if let Some(id) = ask.id {
-            sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
-        }
-        let own = match ask.id {
-            Some(_) => None,
-            None => self.inner.ids.as_ref().map(|ids| ids.next()),
-        };
-        let id = ask.id.or(own.as_deref());
+        let id = self.id_of(ask.id)?;
+        let id = id.as_deref();
         let hold = ask
             .hold
             .map(sluice_core::holds::id)

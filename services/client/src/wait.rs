@@ -48,15 +48,8 @@ impl Client {
         wait: Duration,
         id: Option<&str>,
     ) -> Result<Answer, Error> {
-        if let Some(id) = id {
-            sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
-        }
-        let own = match id {
-            Some(_) => None,
-            None => self.inner.ids.as_ref().map(|ids| ids.next()),
-        };
-        let id = id.or(own.as_deref());
-        self.ask_once(key.as_ref(), policy, cost, id, wait_ms(wait))
+        let id = self.id_of(id)?;
+        self.ask_once(key.as_ref(), policy, cost, id.as_deref(), wait_ms(wait))
             .await
     }
 

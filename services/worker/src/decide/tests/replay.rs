@@ -18,13 +18,9 @@ fn a_replayed_record_counts_whatever_the_limit() {
     assert!(!f.decider.replay(&f.policies, &gone, &f.counters));
 }
 
-/// A key with an override is replayed under the override's limits, as it
-/// was decided: its count lands in the override's window, not in the
-/// base policy's.
-#[test]
-fn a_replayed_record_of_an_overridden_key_counts_under_its_override() {
-    let mut f = Fixture::new();
-    let key = key_in(1, "o");
+/// Gives `key` an override of 100 a minute under `default` (whose own
+/// limit is 15 a second).
+fn override_a_minute(f: &mut Fixture, key: &str) {
     let mut policies = (*f.policies).clone();
     policies
         .apply(
@@ -33,6 +29,16 @@ fn a_replayed_record_of_an_overridden_key_counts_under_its_override() {
         )
         .unwrap();
     f.policies = Arc::new(policies);
+}
+
+/// A key with an override is replayed under the override's limits, as it
+/// was decided: its count lands in the override's window, not in the
+/// base policy's.
+#[test]
+fn a_replayed_record_of_an_overridden_key_counts_under_its_override() {
+    let mut f = Fixture::new();
+    let key = key_in(1, "o");
+    override_a_minute(&mut f, &key);
     let record = Record::new(1, "default", &key, 20, T0);
     assert!(f.decider.replay(&f.policies, &record, &f.counters));
     let later = Nanos(T0.as_u64() + 5_000_000_000);
@@ -78,14 +84,7 @@ regions = ["east", "west"]
 fn a_restored_counter_of_an_overridden_key_is_kept_by_its_override() {
     let mut f = Fixture::new();
     let key = key_in(1, "k");
-    let mut policies = (*f.policies).clone();
-    policies
-        .apply(
-            &format!("override.default.{key}"),
-            Some(br#"{"limits":[{"max":100,"per":"1m"}]}"#),
-        )
-        .unwrap();
-    f.policies = Arc::new(policies);
+    override_a_minute(&mut f, &key);
     for _ in 0..20 {
         f.allow(&key, b"", T0);
     }
