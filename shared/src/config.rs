@@ -346,6 +346,11 @@ fn config_of(table: table::FileTable) -> Result<Config, FieldError> {
         scope::check_region(&policy, config.region.as_ref()).map_err(below)?;
         config.policies.insert(name, policy);
     }
+    crate::group::check_chains(|n| config.policies.get(n), config.policies.values()).map_err(
+        |(name, e)| {
+            FieldError::new("parent", e.to_string()).below(&format!("policies.{}", key_path(&name)))
+        },
+    )?;
     if let Some(envoy) = table.envoy {
         config.envoy = Some(envoy.check().map_err(|e| e.below("envoy"))?);
     }

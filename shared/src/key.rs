@@ -20,11 +20,32 @@
 //!
 //! [`KeyToken::parse`] runs on every request a worker handles, so its valid
 //! path does one pass over at most 256 bytes and allocates nothing.
+//!
+//! # Grouped keys
+//!
+//! A key may be grouped (SPEC §17): up to [`MAX_TOKENS`] tokens, outermost
+//! first, `acme.eng.alice` for user `alice` of team `eng` of organisation
+//! `acme`, each token spelled as above. Its partition is its first token's
+//! alone ([`KeyToken::partition`]), so every key of a group lives with its
+//! group and one owner decides all its levels in one turn
+//! ([`crate::group`]). A level's key is the key cut after its token
+//! ([`KeyToken::level`]): `acme.eng` is the team's, `acme` the
+//! organisation's, the same counter as a plain key `acme`.
 
 use std::fmt;
 
 /// The longest key token accepted, in bytes, after percent-encoding (SPEC §1).
 pub const MAX_TOKEN_LEN: usize = 256;
+
+/// The most tokens a grouped key has: organisation, team, key (SPEC §17).
+pub const MAX_TOKENS: usize = 3;
+
+/// What separates a grouped key's tokens in subjects and counter keys.
+pub const TOKEN_SEPARATOR: char = '.';
+
+/// What separates a grouped key's tokens where people read and write them
+/// (HTTP paths, the CLI, the dashboard): `acme/eng/alice`.
+pub const SHOWN_SEPARATOR: char = '/';
 
 /// Bytes that are sent as they are; every other byte is percent-encoded.
 pub const fn is_unreserved(b: u8) -> bool {
@@ -76,6 +97,32 @@ pub fn try_encode_key(key: &[u8]) -> Result<String, KeyError> {
     Ok(encode_key(key))
 }
 
+/// A grouped key (SPEC §17) from its tokens' bytes, outermost first
+/// (`[org, team, key]`): each encoded ([`try_encode_key`]), joined by
+/// `.`. Refuses no tokens, more than [`MAX_TOKENS`], and any token
+/// [`try_encode_key`] refuses.
+pub fn try_encode_path(tokens: &[&[u8]]) -> Result<String, KeyError> {
+    if tokens.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if tokens.len() > MAX_TOKENS {
+        return Err(KeyError::TooManyTokens {
+            tokens: tokens.len(),
+        });
+    }
+    let mut out = String::new();
+    for (i, token) in tokens.iter().enumerate() {
+        if i > 0 {
+            out.push(TOKEN_SEPARATOR);
+        }
+        if token.is_empty() && tokens.len() > 1 {
+            return Err(KeyError::EmptyToken { at: out.len() });
+        }
+        out.push_str(&try_encode_key(token)?);
+    }
+    Ok(out)
+}
+
 /// Parses `token` and decodes it to the key's bytes.
 pub fn decode_key(token: &str) -> Result<Vec<u8>, KeyError> {
     KeyToken::parse(token).map(KeyToken::decode)
@@ -118,46 +165,26 @@ pub struct KeyToken<'a>(&'a str);
 
 impl<'a> KeyToken<'a> {
     /// Accepts exactly the tokens [`encode_key`] produces for a non-empty key
-    /// of at most [`MAX_TOKEN_LEN`] encoded bytes, and nothing else.
+    /// of at most [`MAX_TOKEN_LEN`] encoded bytes, or up to [`MAX_TOKENS`]
+    /// such tokens joined by `.` (a grouped key), and nothing else.
     pub fn parse(token: &'a str) -> Result<KeyToken<'a>, KeyError> {
-        let bytes = token.as_bytes();
-        if bytes.is_empty() {
+        if token.is_empty() {
             return Err(KeyError::Empty);
         }
-        if bytes.len() > MAX_TOKEN_LEN {
-            return Err(KeyError::TooLong { len: bytes.len() });
-        }
-        if bytes == b"*" || bytes == b">" {
-            return Err(KeyError::Wildcard(char::from(bytes[0])));
-        }
-        let mut i = 0;
-        while i < bytes.len() {
-            let b = bytes[i];
-            if is_unreserved(b) {
-                i += 1;
-                continue;
+        let mut start = 0;
+        let mut tokens = 0;
+        for part in token.split(TOKEN_SEPARATOR) {
+            tokens += 1;
+            if tokens > MAX_TOKENS {
+                return Err(KeyError::TooManyTokens {
+                    tokens: token.split(TOKEN_SEPARATOR).count(),
+                });
             }
-            if b != b'%' {
-                let ch = token[i..]
-                    .chars()
-                    .next()
-                    .unwrap_or(char::REPLACEMENT_CHARACTER);
-                return Err(KeyError::Unencoded { ch, at: i });
+            if part.is_empty() {
+                return Err(KeyError::EmptyToken { at: start });
             }
-            let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).copied().and_then(hex_value),
-                bytes.get(i + 2).copied().and_then(hex_value),
-            ) else {
-                return Err(KeyError::BadEscape { at: i });
-            };
-            let byte = hi << 4 | lo;
-            if is_unreserved(byte) {
-                return Err(KeyError::NeedlessEscape { byte, at: i });
-            }
-            if bytes[i + 1].is_ascii_lowercase() || bytes[i + 2].is_ascii_lowercase() {
-                return Err(KeyError::LowercaseHex { byte, at: i });
-            }
-            i += 3;
+            check_one(part, start)?;
+            start += part.len() + 1;
         }
         Ok(KeyToken(token))
     }
@@ -167,7 +194,8 @@ impl<'a> KeyToken<'a> {
         self.0
     }
 
-    /// The key's original bytes (for display; counting uses the token).
+    /// The key's original bytes (for display; counting uses the token); a
+    /// grouped key's tokens each decoded, joined by [`SHOWN_SEPARATOR`].
     pub fn decode(self) -> Vec<u8> {
         let bytes = self.0.as_bytes();
         let mut out = Vec::with_capacity(bytes.len());
@@ -179,6 +207,9 @@ impl<'a> KeyToken<'a> {
                 let lo = hex_value(bytes[i + 2]).unwrap_or(0);
                 out.push(hi << 4 | lo);
                 i += 3;
+            } else if bytes[i] == TOKEN_SEPARATOR as u8 {
+                out.push(SHOWN_SEPARATOR as u8);
+                i += 1;
             } else {
                 out.push(bytes[i]);
                 i += 1;
@@ -187,10 +218,78 @@ impl<'a> KeyToken<'a> {
         out
     }
 
-    /// The partition nats-server maps this key to (see [`crate::partition`]).
+    /// The partition nats-server maps this key to (see [`crate::partition`]):
+    /// its first token's, for a grouped key.
     pub fn partition(self, partitions: u32) -> u32 {
         crate::partition::partition_of(self.0, partitions)
     }
+
+    /// How many tokens it has: 1 for a plain key, up to [`MAX_TOKENS`].
+    pub fn tokens(self) -> usize {
+        self.0.split(TOKEN_SEPARATOR).count()
+    }
+
+    /// Whether it has more than one token (SPEC §17).
+    pub fn is_grouped(self) -> bool {
+        self.0.contains(TOKEN_SEPARATOR)
+    }
+
+    /// The key cut after its first `tokens` tokens: `acme.eng` of
+    /// `acme.eng.alice` for 2; `None` for 0 or more tokens than it has.
+    pub fn level(self, tokens: usize) -> Option<KeyToken<'a>> {
+        if tokens == 0 {
+            return None;
+        }
+        let mut ends = self
+            .0
+            .match_indices(TOKEN_SEPARATOR)
+            .map(|(at, _)| at)
+            .chain([self.0.len()]);
+        ends.nth(tokens - 1).map(|end| KeyToken(&self.0[..end]))
+    }
+}
+
+/// Checks one token of a key, which starts at byte `offset` of the key
+/// (error positions are the key's).
+fn check_one(token: &str, offset: usize) -> Result<(), KeyError> {
+    let bytes = token.as_bytes();
+    if bytes.len() > MAX_TOKEN_LEN {
+        return Err(KeyError::TooLong { len: bytes.len() });
+    }
+    if bytes == b"*" || bytes == b">" {
+        return Err(KeyError::Wildcard(char::from(bytes[0])));
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if is_unreserved(b) {
+            i += 1;
+            continue;
+        }
+        let at = offset + i;
+        if b != b'%' {
+            let ch = token[i..]
+                .chars()
+                .next()
+                .unwrap_or(char::REPLACEMENT_CHARACTER);
+            return Err(KeyError::Unencoded { ch, at });
+        }
+        let (Some(hi), Some(lo)) = (
+            bytes.get(i + 1).copied().and_then(hex_value),
+            bytes.get(i + 2).copied().and_then(hex_value),
+        ) else {
+            return Err(KeyError::BadEscape { at });
+        };
+        let byte = hi << 4 | lo;
+        if is_unreserved(byte) {
+            return Err(KeyError::NeedlessEscape { byte, at });
+        }
+        if bytes[i + 1].is_ascii_lowercase() || bytes[i + 2].is_ascii_lowercase() {
+            return Err(KeyError::LowercaseHex { byte, at });
+        }
+        i += 3;
+    }
+    Ok(())
 }
 
 impl AsRef<str> for KeyToken<'_> {
@@ -220,6 +319,10 @@ fn hex_value(b: u8) -> Option<u8> {
 pub enum KeyError {
     #[error("the key is empty; a key token is 1 to {MAX_TOKEN_LEN} bytes")]
     Empty,
+    #[error("the key has an empty token at byte {at}; a grouped key is 2 or 3 non-empty tokens joined by '.' (org.key or org.team.key), and a '.' inside a key is encoded as %2E")]
+    EmptyToken { at: usize },
+    #[error("the key has {tokens} tokens; a grouped key has at most {MAX_TOKENS} (org.team.key), and a '.' inside a key is encoded as %2E (client libraries do this for you)")]
+    TooManyTokens { tokens: usize },
     #[error("the key token is {len} bytes; the limit is {MAX_TOKEN_LEN} bytes after percent-encoding (each byte outside A-Z a-z 0-9 _ - takes 3)")]
     TooLong { len: usize },
     #[error("the key {0:?} is a NATS wildcard; percent-encode it as {enc} (client libraries do this for you)", enc = percent_encode_char(*.0))]

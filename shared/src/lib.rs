@@ -81,6 +81,7 @@ pub mod config;
 pub mod conformance;
 pub mod duration;
 pub mod format;
+pub mod group;
 pub mod holds;
 pub mod key;
 pub mod limit;

@@ -110,8 +110,12 @@ pub enum PolicyError {
     HoldTtl,
     #[error("a global policy (scope = \"global\") cannot have concurrency: a hold lives with one region's owner; use a regional policy for concurrency")]
     GlobalConcurrency,
-    #[error("a global policy cannot have {0} in this version: a client's slice would be one more level of units taken out ahead of the home (docs/REGIONS.md); remove it or use scope = \"region\"")]
+    #[error("a global policy cannot have {0} in this version (SPEC §12, docs/REGIONS.md \"Known limits\"); remove it or use scope = \"region\"")]
     GlobalNotYet(String),
+    #[error("a policy with a parent cannot have {0} in this version: the levels of a group are decided by one owner in one turn, and {0} decides elsewhere (SPEC §17); remove parent or {0}")]
+    ParentNotYet(&'static str),
+    #[error("a policy cannot be its own parent; name the policy of the level above (e.g. parent = \"org\") or remove parent")]
+    OwnParent,
     #[error("max_wait needs token_bucket or gcra, not {0}: only they can admit an ask now for a later moment and count it then (SPEC §18); remove max_wait or change the algorithm")]
     WaitNotSupported(Algorithm),
     #[error("max_wait must be at most {}: an ask admitted for a later moment keeps its caller waiting that long; set a shorter max_wait", crate::duration::format_duration(MAX_WAIT))]

@@ -17,6 +17,7 @@
 //! partitions depending on where their publisher is connected.
 
 use crate::config::DEFAULT_PARTITIONS;
+use crate::key::MAX_TOKENS;
 use crate::subject::Verb;
 use crate::usage::UsageConfig;
 use std::fmt;
@@ -28,14 +29,24 @@ pub use auth::{permissions, Password, Permissions, Role, RoleUser};
 pub use link::{CertAndKey, LinkKey, LinkSeed, LinkTls, LinkTlsError, RegionLinks};
 use quote::quote;
 
-/// The server mapping for `verb` with `partitions` partitions, as (source,
-/// destination): `("rl.allow.*", "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`.
+/// The server mappings for `verb` with `partitions` partitions, as (source,
+/// destination), one per key length: `("rl.allow.*",
+/// "rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}")`, then the grouped
+/// keys' `rl.allow.*.*` and `rl.allow.*.*.*` (SPEC §17).
 ///
-/// `partition(N,1)` hashes only the key token (FNV-1a mod N, see
+/// `partition(N,1)` hashes only the key's first token (FNV-1a mod N, see
 /// [`crate::partition`]), not the whole subject, so `rl.allow.k` and
-/// `rl.hit.k` land on the same partition.
-pub fn mapping(verb: Verb, partitions: u32) -> (String, String) {
-    (verb.client_wildcard(), verb.mapped_destination(partitions))
+/// `rl.hit.k` land on the same partition, and so do `rl.allow.acme` and
+/// `rl.allow.acme.eng.alice`.
+pub fn mapping(verb: Verb, partitions: u32) -> Vec<(String, String)> {
+    (1..=MAX_TOKENS)
+        .map(|tokens| {
+            (
+                verb.client_wildcard(tokens),
+                verb.mapped_destination(partitions, tokens),
+            )
+        })
+        .collect()
 }
 
 /// The largest message the rendered config lets through: 8 MiB (the
@@ -201,7 +212,8 @@ impl fmt::Display for NatsServerConfig {
         writeln!(
             w,
             "\n# The partition mapping. N in partition(N,1) must equal `partitions` in\n\
-             # sluice's config ({n}); the partition is FNV-1a of the key token mod N.\n\
+             # sluice's config ({n}); the partition is FNV-1a of the key's first token mod N\n\
+             # (a grouped key, org.key or org.team.key, lives with its org).\n\
              # Every server in a cluster, and every leaf node, must carry these exact\n\
              # mappings: a message is mapped by the server its publisher is connected\n\
              # to, with that server's config, and a server with another N (or none)\n\
@@ -212,8 +224,9 @@ impl fmt::Display for NatsServerConfig {
         )?;
         writeln!(w, "mappings = {{")?;
         for verb in Verb::ANSWERED {
-            let (from, to) = mapping(verb, n);
-            writeln!(w, "  {}: {}", quote(&from), quote(&to))?;
+            for (from, to) in mapping(verb, n) {
+                writeln!(w, "  {}: {}", quote(&from), quote(&to))?;
+            }
         }
         writeln!(w, "}}")?;
 

@@ -28,12 +28,20 @@ pub const fn fnv1a32(bytes: &[u8]) -> u32 {
 }
 
 /// The partition nats-server's `{{partition(partitions,1)}}` maps `token`
-/// to. Like the server, 0 partitions means partition 0.
+/// to. Like the server, 0 partitions means partition 0. A grouped key
+/// (`acme.eng.alice`, SPEC §17) is hashed by its first token alone, as the
+/// mapping of `rl.allow.*.*` and `rl.allow.*.*.*` does.
 pub const fn partition_of(token: &str, partitions: u32) -> u32 {
     if partitions == 0 {
         return 0;
     }
-    fnv1a32(token.as_bytes()) % partitions
+    let bytes = token.as_bytes();
+    let mut end = 0;
+    while end < bytes.len() && bytes[end] != b'.' {
+        end += 1;
+    }
+    let (first, _) = bytes.split_at(end);
+    fnv1a32(first) % partitions
 }
 
 #[cfg(test)]
@@ -54,6 +62,13 @@ mod tests {
             assert_eq!(fnv1a32(token.as_bytes()), hash, "fnv1a32({token:?})");
             assert_eq!(partition_of(token, 16), partition, "partition of {token:?}");
         }
+    }
+
+    #[test]
+    fn a_grouped_key_lives_in_its_first_tokens_partition() {
+        assert_eq!(partition_of("user-42.alice", 16), 11);
+        assert_eq!(partition_of("user-42.eng.alice", 16), 11);
+        assert_eq!(partition_of("user-42", 16), 11);
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! Every reader of the bucket (workers, gateways) applies its entries here,
 //! so a value that is not valid is refused the same way everywhere: the
 //! previous version stays in force and the reason names the field, as in a
-//! config file.
+//! config file. A policy's chain of parents (SPEC §17) is not checked
+//! here: entries arrive one by one, a child may come before its parent,
+//! and a parent may be removed later; an ask under a chain that does not
+//! hold is refused with the reason ([`crate::group::resolve`]).
 
 pub mod export;
 

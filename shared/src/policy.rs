@@ -10,6 +10,7 @@
 //! request consumes nothing from any limit; an allowed one consumes from all.
 
 mod blocks;
+mod levels;
 mod run;
 
 use crate::algorithm;
@@ -86,6 +87,10 @@ pub struct Policy {
     /// A global policy with alerts: the policies of its tallies
     /// ([`crate::region::tally`]); `None` otherwise.
     tallies: Option<Arc<Tallies>>,
+    /// The policy of the level above this one (SPEC §17, [`crate::group`]):
+    /// an ask under this policy is decided against it too, on the key cut
+    /// one token shorter; `None` for a policy of one level.
+    parent: Option<Arc<str>>,
 }
 
 /// The policies a global policy with alerts keeps its tallies of what the
@@ -139,6 +144,7 @@ impl Policy {
             alerts: ThresholdUnits::default(),
             parts: None,
             tallies: None,
+            parent: None,
         })
     }
 
@@ -162,6 +168,7 @@ impl Policy {
             alerts: ThresholdUnits::default(),
             parts: None,
             tallies: None,
+            parent: None,
         })
     }
 
@@ -337,7 +344,7 @@ impl Policy {
         if self.local_budget && self.block_for > Nanos::ZERO {
             return Err(PolicyError::BlockWithBudget);
         }
-        Ok(())
+        self.parent_not_yet()
     }
 
     /// Where this policy's limits hold (SPEC §12).

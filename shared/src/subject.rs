@@ -121,21 +121,25 @@ impl Verb {
         format!("{}.{key_token}", self.client_prefix())
     }
 
-    /// `rl.allow.*`: every client subject of this verb (the mapping's source).
-    pub fn client_wildcard(self) -> String {
-        format!("{}.*", self.client_prefix())
+    /// `rl.allow.*` for a key of one token, `rl.allow.*.*` and
+    /// `rl.allow.*.*.*` for grouped keys (SPEC §17): the client subjects of
+    /// this verb with keys of `tokens` tokens (a mapping's source).
+    pub fn client_wildcard(self, tokens: usize) -> String {
+        format!("{}{}", self.client_prefix(), ".*".repeat(tokens))
     }
 
-    /// `rl.allow.>`: what the mapping cannot map (a key of several tokens),
-    /// for the worker that answers those with an error.
+    /// `rl.allow.>`: what the mapping cannot map (a key of more tokens
+    /// than [`crate::key::MAX_TOKENS`]), for the worker that answers those with an
+    /// error.
     pub fn unmapped_wildcard(self) -> String {
         format!("{}.>", self.client_prefix())
     }
 
     /// The subscription of partition `partition`'s owner for this verb:
-    /// `rl.p.<n>.allow.*`, `rl.p.<n>.hit.*`, ...
+    /// `rl.p.<n>.allow.>`, `rl.p.<n>.hit.>`, ... (a key of one token or a
+    /// grouped one).
     pub fn partition_subject(self, partition: u32) -> String {
-        self.mapped_subject(partition, "*")
+        self.mapped_subject(partition, ">")
     }
 
     /// `rl.p.<n>.allow.<key>`: what the mapping makes of
@@ -150,22 +154,28 @@ impl Verb {
         on_partition("*", format_args!("{}.{key_token}", self.as_str()))
     }
 
-    /// The mapping's destination with `partitions` partitions:
-    /// `rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}`.
-    pub fn mapped_destination(self, partitions: u32) -> String {
+    /// The mapping's destination with `partitions` partitions for keys of
+    /// `tokens` tokens: `rl.p.{{partition(N,1)}}.allow.{{wildcard(1)}}`,
+    /// then `.{{wildcard(2)}}`... The partition is the first token's alone,
+    /// so every key of a group lives with its group.
+    pub fn mapped_destination(self, partitions: u32, tokens: usize) -> String {
+        let wildcards: Vec<String> = (1..=tokens)
+            .map(|i| format!("{{{{wildcard({i})}}}}"))
+            .collect();
         format!(
-            "{PARTITION_PREFIX}.{{{{partition({partitions},1)}}}}.{}.{{{{wildcard(1)}}}}",
-            self.as_str()
+            "{PARTITION_PREFIX}.{{{{partition({partitions},1)}}}}.{}.{}",
+            self.as_str(),
+            wildcards.join(".")
         )
     }
 }
 
-/// `rl.p.<partition>.allow.*`: what a partition's owner subscribes to for decisions.
+/// `rl.p.<partition>.allow.>`: what a partition's owner subscribes to for decisions.
 pub fn allow_subject(partition: u32) -> String {
     Verb::Allow.partition_subject(partition)
 }
 
-/// `rl.p.<partition>.hit.*`: what a partition's owner subscribes to for hits.
+/// `rl.p.<partition>.hit.>`: what a partition's owner subscribes to for hits.
 pub fn hit_subject(partition: u32) -> String {
     Verb::Hit.partition_subject(partition)
 }
@@ -210,7 +220,7 @@ pub fn owner_subjects(partition: u32) -> Vec<String> {
     owner_subjects_of(partition)
 }
 
-/// [`owner_subjects`] of every partition at once (`rl.p.*.allow.*`, ...),
+/// [`owner_subjects`] of every partition at once (`rl.p.*.allow.>`, ...),
 /// for the echo responder that stands in for all workers in benchmarks.
 pub fn every_owner_subject() -> Vec<String> {
     owner_subjects_of("*")
@@ -219,7 +229,7 @@ pub fn every_owner_subject() -> Vec<String> {
 fn owner_subjects_of(partition: impl std::fmt::Display + Copy) -> Vec<String> {
     Verb::ANSWERED
         .into_iter()
-        .map(|verb| on_partition(partition, format_args!("{}.*", verb.as_str())))
+        .map(|verb| on_partition(partition, format_args!("{}.>", verb.as_str())))
         .chain([on_partition(partition, BATCH)])
         .collect()
 }
@@ -470,11 +480,12 @@ pub fn alert_subject(policy: &str, key_token: &str) -> String {
     format!("{ALERT_PREFIX}.{policy}.{key_token}")
 }
 
-/// The alerts of `policy` (`rl.alert.<policy>.*`), or of every policy
+/// The alerts of `policy` (`rl.alert.<policy>.>`: a grouped key has
+/// several tokens), or of every policy
 /// (`rl.alert.>`), to follow or to read from the stream.
 pub fn alert_filter(policy: Option<&str>) -> String {
     match policy {
-        Some(p) => format!("{ALERT_PREFIX}.{p}.*"),
+        Some(p) => format!("{ALERT_PREFIX}.{p}.>"),
         None => format!("{ALERT_PREFIX}.>"),
     }
 }
@@ -506,9 +517,9 @@ pub struct PartitionSubject<'a> {
 
 impl<'a> PartitionSubject<'a> {
     /// Splits a received subject; `None` if it is not a per-partition
-    /// subject of exactly five tokens with a decimal partition number and a
-    /// known verb. Whether the key token is acceptable (e.g. not `*`) is for
-    /// the key decoder to say.
+    /// subject with a decimal partition number, a known verb and a key.
+    /// Whether the key is acceptable (e.g. not `*`, at most
+    /// [`crate::key::MAX_TOKENS`] tokens) is for the key decoder to say.
     pub fn parse(subject: &'a str) -> Option<PartitionSubject<'a>> {
         match Inbound::parse(subject)? {
             Inbound::Ask(ask) => Some(ask),
@@ -528,7 +539,8 @@ pub enum Inbound<'a> {
 
 impl<'a> Inbound<'a> {
     /// `None` for anything else (another prefix, a partition number that is
-    /// not plain decimal, an unknown verb, a key of several tokens).
+    /// not plain decimal, an unknown verb, no key). A key of several tokens
+    /// is a grouped key's ([`crate::key`]), checked by its decoder.
     pub fn parse(subject: &'a str) -> Option<Inbound<'a>> {
         let rest = subject.strip_prefix(PARTITION_PREFIX)?.strip_prefix('.')?;
         let mut tokens = rest.splitn(3, '.');
@@ -542,7 +554,7 @@ impl<'a> Inbound<'a> {
             return (second == BATCH).then_some(Inbound::PartitionBatch(partition));
         };
         let verb = Verb::parse(second)?;
-        if key_token.is_empty() || key_token.contains('.') {
+        if key_token.is_empty() {
             return None;
         }
         Some(Inbound::Ask(PartitionSubject {

@@ -3,7 +3,8 @@
 
 use proptest::prelude::*;
 use sluice_core::key::{
-    decode_key, encode_key, encoded_len, try_encode_key, KeyError, KeyToken, MAX_TOKEN_LEN,
+    decode_key, encode_key, encoded_len, try_encode_key, try_encode_path, KeyError, KeyToken,
+    MAX_TOKEN_LEN,
 };
 
 fn parse(token: &str) -> Result<KeyToken<'_>, KeyError> {
@@ -114,9 +115,44 @@ fn an_unencoded_byte_is_refused_with_its_encoding() {
     let err = parse("bob@x").unwrap_err();
     assert_eq!(err, KeyError::Unencoded { ch: '@', at: 3 });
     assert!(err.to_string().contains("%40"), "{err}");
-    assert_eq!(parse("a.b"), Err(KeyError::Unencoded { ch: '.', at: 1 }));
+    assert_eq!(parse("a;b"), Err(KeyError::Unencoded { ch: ';', at: 1 }));
     assert_eq!(parse("a b"), Err(KeyError::Unencoded { ch: ' ', at: 1 }));
     assert_eq!(parse("é"), Err(KeyError::Unencoded { ch: 'é', at: 0 }));
+}
+
+#[test]
+fn a_grouped_key_is_up_to_three_tokens_each_spelled_once() {
+    let key = parse("acme.eng.alice%40x").unwrap();
+    assert_eq!(key.tokens(), 3);
+    assert!(key.is_grouped());
+    assert_eq!(key.level(1).unwrap().as_str(), "acme");
+    assert_eq!(key.level(2).unwrap().as_str(), "acme.eng");
+    assert_eq!(key.level(3).unwrap().as_str(), "acme.eng.alice%40x");
+    assert_eq!(key.level(4), None);
+    assert_eq!(key.level(0), None);
+    assert_eq!(key.decode(), b"acme/eng/alice@x");
+    assert_eq!(key.partition(16), parse("acme").unwrap().partition(16));
+    assert!(!parse("alice").unwrap().is_grouped());
+
+    assert_eq!(parse("a.b.c.d"), Err(KeyError::TooManyTokens { tokens: 4 }));
+    assert_eq!(parse("acme..alice"), Err(KeyError::EmptyToken { at: 5 }));
+    assert_eq!(parse("acme."), Err(KeyError::EmptyToken { at: 5 }));
+    assert_eq!(parse(".acme"), Err(KeyError::EmptyToken { at: 0 }));
+    assert_eq!(parse("acme.*"), Err(KeyError::Wildcard('*')));
+    assert_eq!(
+        parse("acme.bob%2e"),
+        Err(KeyError::LowercaseHex { byte: b'.', at: 8 })
+    );
+    assert_eq!(
+        try_encode_path(&[b"acme", b"eng", b"bob@x.io"]).unwrap(),
+        "acme.eng.bob%40x%2Eio"
+    );
+    assert_eq!(
+        try_encode_path(&[b"acme", b""]),
+        Err(KeyError::EmptyToken { at: 5 })
+    );
+    assert!(try_encode_path(&[b"a", b"b", b"c", b"d"]).is_err());
+    assert_eq!(try_encode_path(&[]), Err(KeyError::Empty));
 }
 
 #[test]
@@ -215,7 +251,13 @@ proptest! {
     #[test]
     fn a_token_that_parses_is_canonical(token in "([A-Za-z0-9_.@*> -]|%[0-9A-Fa-f]{0,2}){0,40}") {
         if let Ok(t) = parse(&token) {
-            prop_assert_eq!(encode_key(&t.decode()), token);
+            // A grouped key: each of its tokens is its own one spelling.
+            let again: Vec<String> = t
+                .as_str()
+                .split('.')
+                .map(|one| encode_key(&parse(one).unwrap().decode()))
+                .collect();
+            prop_assert_eq!(again.join("."), token);
         }
     }
 }

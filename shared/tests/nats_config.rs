@@ -39,22 +39,38 @@ fn client_and_partition_subjects_follow_the_contract() {
         Verb::Hit.client_subject("bob%40x%2Eio"),
         "rl.hit.bob%40x%2Eio"
     );
-    assert_eq!(allow_subject(7), "rl.p.7.allow.*");
-    assert_eq!(hit_subject(63), "rl.p.63.hit.*");
+    assert_eq!(allow_subject(7), "rl.p.7.allow.>");
+    assert_eq!(hit_subject(63), "rl.p.63.hit.>");
     assert_eq!(Verb::Hit.partition_subject(0), hit_subject(0));
 }
 
 #[test]
-fn mapping_hashes_only_the_key_token_into_n_partitions() {
+fn mapping_hashes_only_the_first_key_token_into_n_partitions() {
+    let pairs = |verb, n| -> Vec<(String, String)> { mapping(verb, n) };
+    let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
     assert_eq!(
-        mapping(Verb::Allow, 64),
-        (
-            "rl.allow.*".to_string(),
-            "rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}".to_string()
-        )
+        pairs(Verb::Allow, 64),
+        owned(&[
+            (
+                "rl.allow.*",
+                "rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}"
+            ),
+            (
+                "rl.allow.*.*",
+                "rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}.{{wildcard(2)}}"
+            ),
+            (
+                "rl.allow.*.*.*",
+                "rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"
+            ),
+        ])
     );
     assert_eq!(
-        mapping(Verb::Hit, 1024),
+        pairs(Verb::Hit, 1024)[0],
         (
             "rl.hit.*".to_string(),
             "rl.p.{{partition(1024,1)}}.hit.{{wildcard(1)}}".to_string()
@@ -83,12 +99,23 @@ fn a_mapped_subject_parses_back_to_partition_verb_and_key() {
 }
 
 #[test]
+fn a_grouped_key_arrives_whole_for_its_decoder_to_check() {
+    assert_eq!(
+        PartitionSubject::parse("rl.p.7.allow.acme.eng.alice"),
+        Some(PartitionSubject {
+            partition: 7,
+            verb: Verb::Allow,
+            key_token: "acme.eng.alice"
+        })
+    );
+}
+
+#[test]
 fn subjects_that_are_not_mapped_partition_subjects_do_not_parse() {
     for s in [
         "rl.allow.alice",
         "rl.p.7.allow",
         "rl.p.7.allow.",
-        "rl.p.7.allow.a.b",
         "rl.p.x.allow.alice",
         "rl.p.-1.allow.alice",
         "rl.p..allow.alice",
@@ -114,13 +141,29 @@ fn single_server_config_has_listen_jetstream_and_every_mapping() {
             "}",
             "mappings = {",
             "\"rl.allow.*\": \"rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}\"",
+            "\"rl.allow.*.*\": \"rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.allow.*.*.*\": \"rl.p.{{partition(64,1)}}.allow.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.hit.*\": \"rl.p.{{partition(64,1)}}.hit.{{wildcard(1)}}\"",
+            "\"rl.hit.*.*\": \"rl.p.{{partition(64,1)}}.hit.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.hit.*.*.*\": \"rl.p.{{partition(64,1)}}.hit.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.inspect.*\": \"rl.p.{{partition(64,1)}}.inspect.{{wildcard(1)}}\"",
+            "\"rl.inspect.*.*\": \"rl.p.{{partition(64,1)}}.inspect.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.inspect.*.*.*\": \"rl.p.{{partition(64,1)}}.inspect.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.reset.*\": \"rl.p.{{partition(64,1)}}.reset.{{wildcard(1)}}\"",
+            "\"rl.reset.*.*\": \"rl.p.{{partition(64,1)}}.reset.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.reset.*.*.*\": \"rl.p.{{partition(64,1)}}.reset.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.usage.*\": \"rl.p.{{partition(64,1)}}.usage.{{wildcard(1)}}\"",
+            "\"rl.usage.*.*\": \"rl.p.{{partition(64,1)}}.usage.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.usage.*.*.*\": \"rl.p.{{partition(64,1)}}.usage.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.reserve.*\": \"rl.p.{{partition(64,1)}}.reserve.{{wildcard(1)}}\"",
+            "\"rl.reserve.*.*\": \"rl.p.{{partition(64,1)}}.reserve.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.reserve.*.*.*\": \"rl.p.{{partition(64,1)}}.reserve.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.settle.*\": \"rl.p.{{partition(64,1)}}.settle.{{wildcard(1)}}\"",
+            "\"rl.settle.*.*\": \"rl.p.{{partition(64,1)}}.settle.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.settle.*.*.*\": \"rl.p.{{partition(64,1)}}.settle.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "\"rl.extend.*\": \"rl.p.{{partition(64,1)}}.extend.{{wildcard(1)}}\"",
+            "\"rl.extend.*.*\": \"rl.p.{{partition(64,1)}}.extend.{{wildcard(1)}}.{{wildcard(2)}}\"",
+            "\"rl.extend.*.*.*\": \"rl.p.{{partition(64,1)}}.extend.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}\"",
             "}",
         ]
     );

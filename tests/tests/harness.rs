@@ -14,11 +14,15 @@ use sluice_core::nats_config::mapping;
 use sluice_core::subject::Verb;
 use sluice_tests::{eventually, ChildGuard, NatsCluster, NatsServer, Signal};
 
-/// A config with only the partition mapping of the notes (§1) for
-/// `rl.allow.*`, onto `partitions` partitions.
+/// A config with only the partition mappings of the notes (§1) for
+/// `rl.allow.*` (and the grouped keys' `rl.allow.*.*`, `rl.allow.*.*.*`),
+/// onto `partitions` partitions.
 fn allow_mapping(partitions: u32) -> String {
-    let (from, to) = mapping(Verb::Allow, partitions);
-    format!(r#"mappings = {{ "{from}": "{to}" }}"#)
+    let pairs: Vec<String> = mapping(Verb::Allow, partitions)
+        .into_iter()
+        .map(|(from, to)| format!(r#""{from}": "{to}""#))
+        .collect();
+    format!("mappings = {{ {} }}", pairs.join(", "))
 }
 
 /// What the mapping makes of `rl.allow.<key>`: `rl.p.<n>.allow.<key>`.
@@ -26,9 +30,9 @@ fn mapped(partition: u32, key: &str) -> String {
     Verb::Allow.mapped_subject(partition, key)
 }
 
-/// Every mapped allow subject, whatever the partition: `rl.p.*.allow.*`.
+/// Every mapped allow subject, whatever the partition: `rl.p.*.allow.>`.
 fn any_mapped() -> String {
-    Verb::Allow.any_partition_subject("*")
+    Verb::Allow.any_partition_subject(">")
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -126,6 +130,13 @@ async fn mapping_routes_keys_to_their_partition_subjects() -> Result<()> {
         assert_eq!(
             request_text(&client, &Verb::Allow.client_subject(key)).await?,
             mapped(partition, key)
+        );
+    }
+    // A grouped key (SPEC §17) lands where its first token does, whole.
+    for key in ["user-42.alice", "user-42.eng.alice"] {
+        assert_eq!(
+            request_text(&client, &Verb::Allow.client_subject(key)).await?,
+            mapped(11, key)
         );
     }
     Ok(())

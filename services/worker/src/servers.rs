@@ -63,8 +63,8 @@ impl Servers {
     }
 }
 
-/// Answers requests the partition mapping could not map: a key of several
-/// tokens (`rl.allow.a.b`) or the literal `>`. Mapped requests never reach
+/// Answers requests the partition mapping could not map: a key of more
+/// tokens than a grouped key has (`rl.allow.a.b.c.d`) or the literal `>`. Mapped requests never reach
 /// `rl.allow.>` subscribers (the server rewrites them before routing), so this
 /// only sees the malformed ones. One worker of the queue group answers each.
 async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
@@ -80,10 +80,10 @@ async fn answer_unmapped(client: async_nats::Client) -> Result<()> {
     while let Some(msg) = subs.next().await {
         let Some(to) = msg.reply else { continue };
         let error = ErrorReply::bad_request(format!(
-            "{} is not a valid key subject: a key must be exactly one subject token; \
-             percent-encode '.', '*' and '>' (e.g. %2E) and send {}",
+            "{} is not a valid key subject: a key is one subject token, or up to three for a \
+             grouped key ({}, SPEC §17); percent-encode '.', '*' and '>' inside a key (e.g. %2E)",
             msg.subject,
-            Verb::Allow.client_subject("<key>")
+            Verb::Allow.client_subject("<org>.<team>.<key>")
         ));
         let reply = Reply::error(&error, Encoding::of_body(&msg.payload));
         reply::publish(&client, vec![(to, reply)]).await;

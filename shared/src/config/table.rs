@@ -196,6 +196,16 @@ pub struct PolicyTable {
     /// `config/alerts.rs`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alerts: Vec<i64>,
+    /// The policy of the level above (SPEC §17): an ask under this policy
+    /// for a grouped key (`org.key`, `org.team.key`) is decided against
+    /// the parent too, on the key one token shorter; checked against the
+    /// other policies by `sluice_core::group`.
+    #[serde(
+        default,
+        deserialize_with = "some_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub parent: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -259,6 +269,7 @@ impl PolicyTable {
             region_shares: None,
             on_cut: None,
             alerts: Vec::new(),
+            parent: None,
         }
     }
 
@@ -305,6 +316,7 @@ impl PolicyTable {
                 .iter()
                 .map(|&p| i64::from(p))
                 .collect(),
+            parent: policy.parent().map(str::to_string),
             ..PolicyTable::empty()
         };
         table.with_holding_of(policy).with_scope_of(policy)
@@ -348,7 +360,9 @@ impl PolicyTable {
             return self
                 .slots_only(name, holding)?
                 .with_scope(scope)
-                .map_err(|e| FieldError::new("scope", e.to_string()));
+                .map_err(|e| FieldError::new("scope", e.to_string()))?
+                .with_parent(self.parent()?)
+                .map_err(|e| FieldError::new("parent", e.to_string()));
         }
         let Some(algorithm) = self.algorithm else {
             return Err(FieldError::new(
@@ -388,11 +402,22 @@ impl PolicyTable {
             .with_block_for(self.duration("block_for", &self.block_for, "block_for = \"5m\"")?)
             .map_err(|e| FieldError::new("block_for", e.to_string()))?
             .with_alerts(alerts)
-            .map_err(|e| FieldError::new("alerts", e.to_string()))
+            .map_err(|e| FieldError::new("alerts", e.to_string()))?
+            .with_parent(self.parent()?)
+            .map_err(|e| FieldError::new("parent", e.to_string()))
     }
 }
 
 impl PolicyTable {
+    /// `parent`, a policy name if given.
+    fn parent(&self) -> Result<Option<&str>, FieldError> {
+        let Some(parent) = self.parent.as_deref() else {
+            return Ok(None);
+        };
+        check_name(parent).map_err(|reason| FieldError::new("parent", reason))?;
+        Ok(Some(parent))
+    }
+
     /// `max_wait` as a duration (absent: zero, asks never wait).
     fn max_wait(&self) -> Result<std::time::Duration, FieldError> {
         self.duration("max_wait", &self.max_wait, "max_wait = \"2s\"")
@@ -469,6 +494,8 @@ impl LimitTable {
             | PolicyError::MaxWaitTooLong
             | PolicyError::BlockForTooLong
             | PolicyError::BlockWithBudget
+            | PolicyError::ParentNotYet(_)
+            | PolicyError::OwnParent
             | PolicyError::BudgetNotSupported(_) => path.to_string(),
         };
         // Policy::new holds the per-limit rules that depend on the algorithm

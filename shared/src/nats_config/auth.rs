@@ -12,14 +12,14 @@
 //!
 //! - `client`: ask (`rl.allow.>`, `rl.hit.>`, `rl.usage.>`, the holds'
 //!   `rl.reserve.>`, `rl.settle.>`, `rl.extend.>`, `rl.top`, their
-//!   mapped forms `rl.p.*.allow.*`, ..., which is what the server checks,
+//!   mapped forms `rl.p.*.allow.>`, ..., which is what the server checks,
 //!   see [`ask_subjects`], and the batching client's `rl.p.*.batch` /
 //!   `rl.w.*.batch`, which carry the same asks), receive replies (`_INBOX.>`), the fixed probe keys'
 //!   arrival subjects (the client's start-up check of the partition count),
 //!   and read the policy bucket (`ClientOptions::follow_policies`, on in the
 //!   gateway): stream info and an ordered consumer on `KV_sluice-policies`,
 //!   and follow threshold alerts (`rl.alert.>` and reads of
-//!   `SLUICE_ALERTS`), nothing else under `$JS`. No `rl.p.*.inspect.*` / `rl.p.*.reset.*`,
+//!   `SLUICE_ALERTS`), nothing else under `$JS`. No `rl.p.*.inspect.>` / `rl.p.*.reset.>`,
 //!   no subscription to any
 //!   partition or worker subject (that would answer in a worker's place),
 //!   no writes to any bucket or stream.
@@ -224,14 +224,14 @@ const INBOXES: &str = "_INBOX.>";
 /// What publishing `verb`'s client subjects takes: the server checks a
 /// publish permission against the subject *after* the mapping
 /// (`rl.allow.bob` is checked as `rl.p.7.allow.bob`), so both the mapped
-/// form and the unmapped one (a key of several tokens, which no mapping
+/// form and the unmapped one (a key of more than three tokens, which no mapping
 /// matches and a worker answers with an error) must be allowed. Sending
 /// to `rl.p.<n>.<verb>.<key>` directly gains nothing: a worker counts a
 /// key only in the partition the key hashes to, whatever the subject said.
 fn ask_subjects(verbs: &[Verb]) -> Vec<String> {
     verbs
         .iter()
-        .flat_map(|v| [v.unmapped_wildcard(), v.any_partition_subject("*")])
+        .flat_map(|v| [v.unmapped_wildcard(), v.any_partition_subject(">")])
         .collect()
 }
 

@@ -19,6 +19,11 @@ pub(super) enum Run {
     Allow {
         within: Nanos,
     },
+    /// What [`Run::Allow`] would decide, taking nothing: a level of a
+    /// group asked before any level takes ([`crate::group`]).
+    Check {
+        within: Nanos,
+    },
     Record,
     Expiry,
     Refund {
@@ -41,10 +46,10 @@ pub(super) fn run_limits<A: Algo>(
         }
     }
     let within = match mode {
-        Run::Allow { within } => within,
+        Run::Allow { within } | Run::Check { within } => within,
         Run::Record | Run::Expiry | Run::Refund { .. } => Nanos::ZERO,
     };
-    let asking = matches!(mode, Run::Allow { .. }) && cost > 0;
+    let asking = matches!(mode, Run::Allow { .. } | Run::Check { .. }) && cost > 0;
     // How long until the ask fits every limit (zero: it fits now).
     let mut start = Nanos::ZERO;
     let take = match mode {
@@ -56,8 +61,12 @@ pub(super) fn run_limits<A: Algo>(
                 0
             }
         }
+        Run::Check { .. } if asking => {
+            start = wait::earliest::<A>(limits, states, now, cost);
+            0
+        }
         Run::Record => cost,
-        Run::Allow { .. } | Run::Expiry | Run::Refund { .. } => 0,
+        Run::Allow { .. } | Run::Check { .. } | Run::Expiry | Run::Refund { .. } => 0,
     };
     // Taken now even when it starts later: the limits go into debt by
     // `cost`, which is what they hold at its start had it been taken then
@@ -71,7 +80,10 @@ pub(super) fn run_limits<A: Algo>(
     // request itself; otherwise (peek, hit) whether one more unit fits now,
     // or for a peek that may wait, within its wait.
     let (asked, allowed) = if asking {
-        (cost, take > 0)
+        (
+            cost,
+            take > 0 || (matches!(mode, Run::Check { .. }) && start <= within),
+        )
     } else {
         start = wait::earliest::<A>(limits, states, now, 1);
         (1, start <= within)

@@ -93,21 +93,21 @@ fn every_verb_round_trips_and_only_answered_verbs_are_owned() {
     assert_eq!(
         owner_subjects(5),
         [
-            "rl.p.5.allow.*",
-            "rl.p.5.hit.*",
-            "rl.p.5.inspect.*",
-            "rl.p.5.reset.*",
-            "rl.p.5.usage.*",
-            "rl.p.5.reserve.*",
-            "rl.p.5.settle.*",
-            "rl.p.5.extend.*",
+            "rl.p.5.allow.>",
+            "rl.p.5.hit.>",
+            "rl.p.5.inspect.>",
+            "rl.p.5.reset.>",
+            "rl.p.5.usage.>",
+            "rl.p.5.reserve.>",
+            "rl.p.5.settle.>",
+            "rl.p.5.extend.>",
             "rl.p.5.batch"
         ]
     );
     assert_eq!(owner_subjects(5)[0], Verb::Allow.partition_subject(5));
     assert_eq!(owner_subjects(5)[8], batch_subject(5));
     assert_eq!(every_owner_subject().len(), 9);
-    assert_eq!(every_owner_subject()[0], "rl.p.*.allow.*");
+    assert_eq!(every_owner_subject()[0], "rl.p.*.allow.>");
     assert_eq!(Verb::Usage.client_subject("k"), "rl.usage.k");
     assert_eq!(Verb::Allow.unmapped_wildcard(), "rl.allow.>");
     assert_eq!(worker_batch_subject("w1"), "rl.w.w1.batch");

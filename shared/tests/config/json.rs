@@ -57,7 +57,7 @@ fn json_tables_are_refused_with_paths_relative_to_the_table() {
         (
             r#"{"algoritm":"gcra","limits":[]}"#,
             "algoritm",
-            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, max_wait, block_for, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts)",
+            "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, max_wait, block_for, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts, parent)",
         ),
         (
             r#"{"algorithm":"sliding_log","limits":[{"max":10,"per":"1m"},{"max":500,"per":"1x"}]}"#,

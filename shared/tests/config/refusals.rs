@@ -232,7 +232,7 @@ fn unknown_policy_and_limit_fields_are_refused() {
     assert_error(
         "[policies.p]\nalgoritm = \"gcra\"\nlimits = [ { max = 1, per = \"1s\" } ]",
         "policies.p.algoritm",
-        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, max_wait, block_for, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts)",
+        "unknown field; did you mean \"algorithm\"? (expected one of algorithm, limits, local_budget, mode, max_wait, block_for, tz, week_start, anchor_day, concurrency, hold_ttl, on_expiry, scope, home, regions, region_shares, on_cut, alerts, parent)",
     );
     assert_error(
         &policy("gcra", r#"[ { max = 1, per = "1s", brust = 2 } ]"#),
