@@ -77,17 +77,24 @@ impl Op {
         }
     }
 
+    /// How long after now it may start: an ask's `wait_ms`, never longer
+    /// than any policy lets an ask wait ([`admit`] refused what is over
+    /// its own); zero for anything else.
+    pub fn within(self) -> Nanos {
+        match self {
+            Op::Wait { wait_ms, .. } => {
+                let most = Nanos::from(crate::wait::MAX_WAIT).as_millis_ceil();
+                Nanos::from_millis(wait_ms.min(most))
+            }
+            Op::Allow(_) | Op::Record(_) => Nanos::ZERO,
+        }
+    }
+
     /// Applies it to `state` under `policy` at `now`.
     pub fn apply(self, policy: &Policy, state: &mut KeyState, now: Nanos) -> Decision {
         match self {
             Op::Allow(cost) => policy.decide(state, now, cost),
-            Op::Wait { cost, wait_ms } => {
-                // Never longer than any policy lets an ask wait
-                // ([`admit`] refused what is over its own).
-                let within = Nanos::from(crate::wait::MAX_WAIT).as_millis_ceil();
-                let within = Nanos::from_millis(wait_ms.min(within));
-                policy.decide_within(state, now, cost, within)
-            }
+            Op::Wait { cost, .. } => policy.decide_within(state, now, cost, self.within()),
             Op::Record(cost) => policy.record(state, now, cost),
         }
     }

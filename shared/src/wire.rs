@@ -51,6 +51,7 @@ mod fields;
 mod headers;
 pub mod hold;
 pub mod inspect;
+mod levels;
 pub mod link;
 pub(crate) mod msgpack;
 mod reply;
@@ -67,9 +68,10 @@ pub use headers::{
     RATELIMIT_RESET, REPEAT_YES, RETRY_AFTER, SERVICE_ERROR, SERVICE_ERROR_CODE, SHADOW_DENIED,
     SLUICE_REPEAT, SLUICE_SHADOW, SLUICE_UNSTORED, UNSTORED_YES,
 };
+pub use levels::LevelReply;
 pub use reply::{
-    decode_reply, encode_decision, encode_error, encode_repeat, DecisionReply, MalformedReply,
-    Reply,
+    decode_reply, encode_decision, encode_error, encode_grouped, encode_repeat, DecisionReply,
+    MalformedReply, Reply,
 };
 pub use request::{
     decode_request, encode_ask, encode_request, encode_request_with_id, Request, RequestError,

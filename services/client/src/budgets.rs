@@ -298,6 +298,8 @@ mod tests {
             repeat: false,
             wait_ms: 0,
             blocked: false,
+            levels: Vec::new(),
+            denied_by: None,
             grant,
             hold: None,
         }

@@ -187,7 +187,13 @@ pub struct Counters {
     /// The turns that change these counters, and the copies between them
     /// that snapshots take ([`turns`]).
     turns: Arc<Turns>,
+    /// Locks that make a grouped ask's levels one decision where tasks run
+    /// on several threads ([`Counters::group`]).
+    groups: Arc<[Mutex<()>]>,
 }
+
+/// How many locks a partition's groups share ([`Counters::group`]).
+const GROUP_LOCKS: usize = 16;
 
 /// A copy of a partition's counters made between two turns
 /// ([`Counters::copy_between_turns`]): every turn numbered up to [`TurnCopy::turn`] is in it,
@@ -256,7 +262,18 @@ impl Counters {
             alerts: PartitionAlerts::default(),
             min_idle_ttl_ns: u64::try_from(min_idle_ttl.as_nanos()).unwrap_or(u64::MAX),
             turns: Arc::default(),
+            groups: (0..GROUP_LOCKS).map(|_| Mutex::new(())).collect(),
         }
+    }
+
+    /// The lock of the group whose keys start with `first_token` (SPEC
+    /// §17), held while a grouped ask checks and then takes at its levels,
+    /// so that no other grouped ask of the group comes between the two. A
+    /// worker runs its tasks on one thread, where nothing comes between
+    /// them anyway; `sluice dev` and in-process tests do not.
+    pub fn group(&self, first_token: &str) -> MutexGuard<'_, ()> {
+        let at = self.hash(first_token.as_bytes()) as usize % GROUP_LOCKS;
+        self.groups[at].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The turns that change these counters ([`turns`]).

@@ -31,6 +31,7 @@ use here::Here;
 use sluice_core::ask::{self, Op};
 use sluice_core::budget::{Grant, Refund};
 use sluice_core::config::Config;
+use sluice_core::group;
 use sluice_core::holds::HoldId;
 use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Returned;
@@ -74,6 +75,8 @@ pub enum Answer<'p> {
         /// The answer to a repeated id (SPEC §16): the first decision.
         repeat: bool,
         encoding: Encoding,
+        /// A grouped ask's levels (SPEC §17).
+        grouped: Option<Box<Grouped>>,
     },
     Error {
         error: ErrorReply,
@@ -102,6 +105,15 @@ pub enum Answer<'p> {
     /// An inspect the link task completes with the other regions' state
     /// of the key before it answers ([`crate::global::Gather`]).
     Gather(crate::global::Gather),
+}
+
+/// What a grouped ask (SPEC §17) decided at each level, outermost first,
+/// and the policy of the level that denied: the `levels` and `denied_by`
+/// of its reply ([`levels`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grouped {
+    pub levels: Vec<wire::LevelReply>,
+    pub denied_by: Option<String>,
 }
 
 /// The answer for a key blocked by an override (`max = 0`): denied, asked
@@ -180,6 +192,9 @@ struct Turn<'t, 'p, 'c> {
     /// An ask to send to its home region instead of answering it here
     /// (a policy decided at the home, [`crate::global::Forward`]).
     forward: Option<crate::global::Forward>,
+    /// What a grouped ask decided at each level, for its answer
+    /// ([`levels`]).
+    grouped: Option<Box<Grouped>>,
 }
 
 impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
@@ -198,6 +213,7 @@ impl<'t, 'p, 'c> Turn<'t, 'p, 'c> {
             log,
             link,
             forward: None,
+            grouped: None,
         }
     }
 }
@@ -360,6 +376,7 @@ impl Decider {
                 policy,
                 repeat,
                 encoding,
+                grouped: turn.grouped.take(),
             },
             Err(error) => Answer::Error { error, encoding },
         };
@@ -445,6 +462,25 @@ impl Decider {
             refuse_unheld(base, op)?;
         }
         let base = ask::admit(|name| policies.get(name), policy_name, op)?;
+        if base.parent().is_some() || key.is_grouped() {
+            let chain = group::resolve(|n| policies.get(n), base, key).map_err(|e| e.reply())?;
+            if chain.is_grouped() {
+                return self.apply_levels(turn, &chain, op, budget);
+            }
+        }
+        self.apply_to(turn, key, base, op, budget)
+    }
+
+    /// [`Decider::apply`] on one key under `base`, the policy admitted: its
+    /// override, global or not, counted and concluded.
+    fn apply_to<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        key: KeyToken<'_>,
+        base: &'p Policy,
+        op: Op,
+        budget: Budget,
+    ) -> Result<Applied<'p>, ErrorReply> {
         let policy = match self.overridden(turn, base, key.as_str(), op, budget)? {
             ControlFlow::Continue(policy) => policy,
             ControlFlow::Break(blocked) => return Ok(blocked),
@@ -692,6 +728,7 @@ mod hold_ids;
 mod holding;
 mod home_demand;
 mod ids;
+mod levels;
 mod penalties;
 mod replay;
 mod tally;

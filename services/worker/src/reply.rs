@@ -54,18 +54,29 @@ impl Reply {
                 policy,
                 repeat: false,
                 encoding,
+                grouped: None,
             } => Reply::decision(decision, policy, *encoding),
             Answer::Decision {
                 decision,
                 policy,
-                repeat: true,
+                repeat,
                 encoding,
+                grouped,
             } => {
                 let mut reply = Reply::decision(decision, policy, *encoding);
-                reply.payload = wire::encode_repeat(decision, policy, *encoding).into();
-                reply
-                    .headers
-                    .insert(SLUICE_REPEAT.clone(), wire::REPEAT_YES);
+                reply.payload = match grouped {
+                    Some(g) => {
+                        let levels = (&g.levels[..], g.denied_by.as_deref());
+                        wire::encode_grouped(decision, policy, levels, *repeat, *encoding)
+                    }
+                    None => wire::encode_repeat(decision, policy, *encoding),
+                }
+                .into();
+                if *repeat {
+                    reply
+                        .headers
+                        .insert(SLUICE_REPEAT.clone(), wire::REPEAT_YES);
+                }
                 reply
             }
             Answer::Held {

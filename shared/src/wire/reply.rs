@@ -19,6 +19,7 @@
 use super::encoding::Encoding;
 use super::error::{ErrorCode, ErrorReply};
 use super::headers::RateLimitHeaders;
+use super::levels::{self, LevelReply};
 use super::msgpack;
 use crate::budget::Grant;
 use crate::holds::HoldId;
@@ -54,6 +55,13 @@ pub struct DecisionReply {
     /// `retry_after_ms` is the block's rest. Sent only when true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub blocked: bool,
+    /// A grouped ask's levels, outermost first (SPEC §17). Sent only for
+    /// a grouped ask.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<LevelReply>,
+    /// The policy of the level that denied a grouped ask (SPEC §17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_by: Option<String>,
     /// A slice of the key's budget, in the reply to a batch item that
     /// asked for one ([`crate::budget`]): the fields `slice` (units),
     /// `slice_lease_ns` and `slice_at` (when the owner took it, ns).
@@ -81,6 +89,8 @@ impl DecisionReply {
             repeat: false,
             wait_ms: decision.wait.as_millis_ceil(),
             blocked: decision.blocked,
+            levels: Vec::new(),
+            denied_by: None,
             grant: None,
             hold: None,
         }
@@ -129,6 +139,22 @@ pub fn encode_decision(decision: &Decision, policy: &str, encoding: Encoding) ->
 /// answer's decision, with `"repeat": true`.
 pub fn encode_repeat(decision: &Decision, policy: &str, encoding: Encoding) -> Vec<u8> {
     encode_reply_body(&DecisionOut::new(decision, policy).repeated(true), encoding)
+}
+
+/// [`encode_decision`] of a grouped ask (SPEC §17): its levels, outermost
+/// first, and the policy of the level that denied; with `"repeat": true`
+/// when it answers a repeat.
+pub fn encode_grouped(
+    decision: &Decision,
+    policy: &str,
+    (levels, denied_by): (&[LevelReply], Option<&str>),
+    repeat: bool,
+    encoding: Encoding,
+) -> Vec<u8> {
+    let out = DecisionOut::new(decision, policy)
+        .repeated(repeat)
+        .grouped(levels, denied_by);
+    encode_reply_body(&out, encoding)
 }
 
 /// Encodes an error reply body; the same as [`ErrorReply::encode`].
@@ -212,6 +238,10 @@ pub(super) struct DecisionOut<'a> {
     wait_ms: u64,
     #[serde(skip_serializing_if = "is_false")]
     blocked: bool,
+    #[serde(skip_serializing_if = "<[LevelReply]>::is_empty")]
+    levels: &'a [LevelReply],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    denied_by: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     slice: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -237,6 +267,8 @@ impl<'a> DecisionOut<'a> {
             repeat: false,
             wait_ms: d.wait.as_millis_ceil(),
             blocked: d.blocked,
+            levels: &[],
+            denied_by: None,
             slice: None,
             slice_lease_ns: None,
             slice_at: None,
@@ -248,6 +280,19 @@ impl<'a> DecisionOut<'a> {
     /// The same, marked the answer to a repeat (SPEC §16) when `repeat`.
     pub(super) fn repeated(self, repeat: bool) -> DecisionOut<'a> {
         DecisionOut { repeat, ..self }
+    }
+
+    /// The same, with a grouped ask's levels and the level that denied.
+    pub(super) fn grouped(
+        self,
+        levels: &'a [LevelReply],
+        denied_by: Option<&'a str>,
+    ) -> DecisionOut<'a> {
+        DecisionOut {
+            levels,
+            denied_by,
+            ..self
+        }
     }
 
     /// The same, naming the hold a reserve kept or an extend moved.
@@ -271,6 +316,8 @@ impl<'a> DecisionOut<'a> {
             repeat: r.repeat,
             wait_ms: r.wait_ms,
             blocked: r.blocked,
+            levels: &r.levels,
+            denied_by: r.denied_by.as_deref(),
             slice: r.grant.map(|g| g.units),
             slice_lease_ns: r.grant.map(|g| g.lease.as_u64()),
             slice_at: r.grant.map(|g| g.taken_at.as_u64()),
@@ -336,6 +383,7 @@ impl ReplyBody for DecisionOut<'_> {
             + if self.blocked { BLOCKED } else { 0 }
             + if self.slice.is_some() { GRANT } else { 0 }
             + self.hold.map_or(0, |h| HOLD + h.len())
+            + levels::msgpack_len(self.levels, self.denied_by)
     }
 
     fn write_msgpack(&self, w: &mut msgpack::Writer) {
@@ -347,7 +395,8 @@ impl ReplyBody for DecisionOut<'_> {
             + usize::from(self.wait_ms > 0)
             + usize::from(self.blocked)
             + if grant.is_some() { 3 } else { 0 }
-            + if hold.is_some() { 2 } else { 0 };
+            + if hold.is_some() { 2 } else { 0 }
+            + levels::fields(self.levels, self.denied_by);
         w.map(fields as u32);
         w.str("allowed");
         w.bool(self.allowed);
@@ -377,6 +426,7 @@ impl ReplyBody for DecisionOut<'_> {
             w.str("blocked");
             w.bool(true);
         }
+        levels::write_msgpack(w, self.levels, self.denied_by);
         if let Some(((units, lease), at)) = grant {
             w.str("slice");
             w.uint(units);
@@ -455,6 +505,8 @@ pub(crate) struct RawReply {
     repeat: Option<bool>,
     wait_ms: Option<u64>,
     blocked: Option<bool>,
+    levels: Option<Vec<LevelReply>>,
+    denied_by: Option<String>,
     slice: Option<u64>,
     slice_lease_ns: Option<u64>,
     slice_at: Option<u64>,
@@ -481,6 +533,8 @@ impl RawReply {
             repeat: self.repeat.unwrap_or(false),
             wait_ms: self.wait_ms.unwrap_or(0),
             blocked: self.blocked.unwrap_or(false),
+            levels: self.levels.unwrap_or_default(),
+            denied_by: self.denied_by,
             grant: match (self.slice, self.slice_lease_ns, self.slice_at) {
                 (Some(units), Some(lease), Some(at)) => Some(Grant {
                     units,

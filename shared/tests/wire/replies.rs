@@ -8,8 +8,9 @@ use sluice_core::key::KeyToken;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
 use sluice_core::wire::{
-    self, batch, decision_headers, decode_reply, decode_request, encode_decision, encode_repeat,
-    error_headers, DecisionReply, Encoding, ErrorCode, ErrorReply, Reply,
+    self, batch, decision_headers, decode_reply, decode_request, encode_decision, encode_grouped,
+    encode_repeat, error_headers, DecisionReply, Encoding, ErrorCode, ErrorReply, LevelReply,
+    Reply,
 };
 use std::collections::BTreeMap;
 
@@ -360,6 +361,33 @@ proptest::proptest! {
         proptest::prop_assert_eq!(encode_repeat(&d, &policy, Encoding::Json), serde_json::to_vec(&repeat).unwrap());
         let back = decode_reply(&encode_repeat(&d, &policy, Encoding::MsgPack)).unwrap();
         proptest::prop_assert_eq!(back, Reply::Decision(repeat));
+    }
+
+    #[test]
+    fn grouped_replies_are_byte_for_byte_what_rmp_serde_writes_and_read_back(
+        d in any_decision(),
+        levels in proptest::collection::vec((any_decision(), "[a-z]{1,12}"), 0..4),
+        denied_by in proptest::option::of("[a-z]{1,12}"),
+        repeat in any::<bool>(),
+    ) {
+        let levels: Vec<LevelReply> = levels.iter().map(|(d, p)| LevelReply::new(p.as_str(), d)).collect();
+        let reply = DecisionReply {
+            repeat,
+            levels: levels.clone(),
+            denied_by: denied_by.clone(),
+            ..DecisionReply::new(&d, "user")
+        };
+        let grouped = (&levels[..], denied_by.as_deref());
+        for encoding in [Encoding::MsgPack, Encoding::Json] {
+            let body = encode_grouped(&d, "user", grouped, repeat, encoding);
+            let expected = match encoding {
+                Encoding::MsgPack => rmp_named(&reply),
+                Encoding::Json => serde_json::to_vec(&reply).unwrap(),
+            };
+            proptest::prop_assert_eq!(&body, &expected);
+            proptest::prop_assert_eq!(reply.encode(encoding), expected);
+            proptest::prop_assert_eq!(decode_reply(&body).unwrap(), Reply::Decision(reply.clone()));
+        }
     }
 
     #[test]

@@ -415,6 +415,8 @@ async fn while_a_batch_is_in_flight_the_next_asks_go_at_once_in_one_more_request
                     repeat: false,
                     wait_ms: 0,
                     blocked: false,
+                    levels: Vec::new(),
+                    denied_by: None,
                     grant: None,
                     hold: None,
                 })

@@ -26,6 +26,7 @@ mod gateway_proxy_slots;
 mod gateway_reload;
 mod gateway_security;
 mod gateway_ui;
+mod groups;
 mod holds;
 mod holds_batched;
 mod keys;

@@ -121,10 +121,17 @@ impl Decider {
         } else {
             turn.log.outcome_once(Verb::Allow, &applied);
         }
-        applied.map(|((decision, policy, grant), repeat)| DecisionReply {
-            grant,
-            repeat,
-            ..DecisionReply::new(&decision, policy)
+        let grouped = turn.grouped.take().map(|g| *g);
+        applied.map(|((decision, policy, grant), repeat)| {
+            let (levels, denied_by) =
+                grouped.map_or((Vec::new(), None), |g| (g.levels, g.denied_by));
+            DecisionReply {
+                grant,
+                repeat,
+                levels,
+                denied_by,
+                ..DecisionReply::new(&decision, policy)
+            }
         })
     }
 

@@ -124,6 +124,13 @@ impl Decider {
                 "policy {policy} is global (scope = \"global\"): holds are not available on a global policy in this version; reserve under a regional policy"
             )));
         }
+        if let Some(parent) = base.parent() {
+            // A hold of a group would be kept at every level and settled
+            // at every level: not built yet (SPEC §17).
+            return Err(ErrorReply::bad_request(format!(
+                "policy {policy} has a parent ({parent}): holds are not available under a policy of a group in this version; reserve under a policy without a parent"
+            )));
+        }
         let token = key.as_str();
         let policy = match policies.override_of(base.name(), token) {
             None => base,

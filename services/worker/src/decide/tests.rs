@@ -16,6 +16,7 @@ mod batch_holds;
 mod batches;
 mod global;
 mod ids;
+mod levels;
 mod penalties;
 mod replay;
 mod wait;

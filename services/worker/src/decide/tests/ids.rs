@@ -22,12 +22,14 @@ fn asked(
             decision,
             repeat,
             encoding,
+            grouped,
             ..
         } => Answer::Decision {
             decision,
             policy: "",
             repeat,
             encoding,
+            grouped,
         },
         Answer::Error { error, encoding } => Answer::Error { error, encoding },
         other => panic!("a decision or an error, not {other:?}"),
