@@ -1,12 +1,15 @@
 //! Groups (SPEC §17) against real workers over a real NATS server: the
 //! users of one organisation asking at once through three workers share
-//! its pool exactly, every denial names the level that denied, and a key
-//! with fewer tokens than its policy has levels is refused with the
+//! its pool exactly, every denial names the level that denied; in journal
+//! mode a `kill -9` of the group's owner keeps every level's count; and a
+//! key with fewer tokens than its policy has levels is refused with the
 //! reason. Asks go as any client sends them, to `rl.allow.<org>.<key>`,
 //! through the server's mapping.
 
 use crate::common::SLUICE;
-use sluice_tests::{ask, serial, AskError, Stack, TestConfig};
+use sluice_core::partition::partition_of;
+use sluice_tests::{ask, eventually, serial, AskError, Stack, TestConfig, TICK};
+use std::time::Duration;
 
 /// An organisation's pool of 50 an hour (a sliding log: exact, with no
 /// window edge for the test to cross), each user 5 an hour of it.
@@ -100,4 +103,63 @@ async fn a_key_with_fewer_tokens_than_levels_is_refused_with_the_reason() {
         Err(AskError::Reply(e)) => assert!(e.message.contains("up to three"), "{e}"),
         other => panic!("refused, not {other:?}"),
     }
+}
+
+/// Journal mode with snapshots far apart: after a `kill -9` the new owner
+/// has only the journal to go by.
+fn journal_toml() -> String {
+    let config = TestConfig::new().snapshot_interval("60s").journal();
+    format!("{}{GROUPS}", config.toml())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_levels_count_survives_a_kill_of_the_groups_owner_in_journal_mode() {
+    let _serial = serial().await;
+    let mut stack = Stack::start(SLUICE, &journal_toml(), 2).await;
+    let nats = stack.clients(1).await.remove(0);
+    let owners = stack.owners().await;
+    let victim = stack.worker_ids().remove(0);
+    // An organisation whose partition the victim owns.
+    let org = (0..)
+        .map(|i| format!("org{i}"))
+        .find(|o| owners.get(&partition_of(o, stack.partitions)) == Some(&victim))
+        .unwrap();
+    let user = |u: usize| format!("{org}.user-{u}");
+    // 5 users x 3: 15 of the pool's 50; user-0 takes 2 more (5 of 5).
+    for u in 0..5 {
+        for _ in 0..3 {
+            assert!(
+                ask(&nats, &user(u), br#"{"policy":"user"}"#)
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+        }
+    }
+    for _ in 0..2 {
+        assert!(
+            ask(&nats, &user(0), br#"{"policy":"user"}"#)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    stack.kill_worker(&victim);
+    let peek = br#"{"policy":"user","cost":0}"#;
+    let one = user(1);
+    let after = eventually(Duration::from_secs(15), TICK, || ask(&nats, &one, peek))
+        .await
+        .unwrap_or_else(|e| panic!("the group never answered again: {e:#}"));
+    let left: Vec<(&str, u64)> = after
+        .levels
+        .iter()
+        .map(|l| (l.policy.as_str(), l.remaining))
+        .collect();
+    assert_eq!(left, [("org", 33), ("user", 2)], "{after:?}");
+    let full = ask(&nats, &user(0), br#"{"policy":"user"}"#).await.unwrap();
+    assert_eq!(full.denied_by.as_deref(), Some("user"), "{full:?}");
+    assert_eq!(
+        full.levels[0].remaining, 33,
+        "a denial takes nothing: {full:?}"
+    );
 }
