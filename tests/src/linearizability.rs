@@ -1,5 +1,6 @@
 //! A linearizability checker for one key's fixed window: could a single,
-//! exact limiter have given the answers a test recorded?
+//! exact limiter have given the answers a test recorded? (And, in
+//! [`groups`], for a group's two levels, SPEC §17.)
 //!
 //! Why: the fault tests send real asks while workers are killed (kill -9)
 //! and record each one: who sent it, what it asked, when it was sent, when
@@ -70,6 +71,7 @@
 //! orders to rule out before a wrong answer is proven wrong. A [`Budget`]
 //! bounds it, so such a history gives up instead of hanging.
 
+pub mod groups;
 mod history;
 mod plan;
 mod search;

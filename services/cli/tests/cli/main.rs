@@ -31,6 +31,7 @@ mod holds;
 mod holds_batched;
 mod keys;
 mod linearizable;
+mod linearizable_groups;
 mod metrics;
 mod nats_freeze_experiments;
 mod nemesis;
