@@ -118,14 +118,19 @@ fn walk<'p>(
     let mut up: [Option<&'p Policy>; MAX_LEVELS] = [None; MAX_LEVELS];
     up[0] = Some(policy);
     let mut len = 1;
-    let mut names = vec![policy.name()];
     let mut at = policy;
     while let Some(parent) = at.parent() {
-        let path = || path_of(&names, Some(parent));
-        if names.contains(&parent) {
+        let names = || {
+            up[..len]
+                .iter()
+                .flatten()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+        };
+        if up[..len].iter().flatten().any(|p| p.name() == parent) {
             return Err(ChainError::Loop {
                 policy: policy.name().to_string(),
-                path: path(),
+                path: path_of(&names(), Some(parent)),
             });
         }
         let Some(next) = policy_of(parent) else {
@@ -137,17 +142,17 @@ fn walk<'p>(
         if len == MAX_LEVELS {
             return Err(ChainError::TooLong {
                 policy: policy.name().to_string(),
-                path: path(),
+                path: path_of(&names(), Some(parent)),
             });
         }
         up[len] = Some(next);
         len += 1;
-        names.push(parent);
         at = next;
     }
     if len > 1 {
         for level in up[..len].iter().flatten() {
             if let Some(what) = level_not_yet(level) {
+                let names: Vec<&str> = up[..len].iter().flatten().map(|p| p.name()).collect();
                 return Err(ChainError::LevelNotYet {
                     policy: policy.name().to_string(),
                     path: path_of(&names, None),

@@ -69,6 +69,12 @@ pub struct BenchArgs {
     /// by default, so the plain path is measured as before.
     #[arg(long)]
     pub ids: bool,
+    /// Grouped keys (SPEC §17): the keys are split into N organisations in
+    /// order, key `i` asked as `g<i / (K/N)>.<prefix><i>` (so the first
+    /// --hot-keys are one organisation's when there are few enough), under
+    /// a --policy with a parent. Plain client only.
+    #[arg(long, value_name = "N")]
+    pub groups: Option<u64>,
     /// Run the echo responder (the ceiling's server side) until SIGTERM or
     /// SIGINT instead of generating load.
     #[arg(long)]
@@ -98,12 +104,25 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let keys = match args.groups {
+        None => plan.key_names().into_iter().map(|k| vec![k]).collect(),
+        Some(groups) => {
+            if groups == 0 || groups > load.keys || args.client != ClientKind::Plain {
+                anyhow::bail!("--groups takes 1 to --keys organisations, with --client plain");
+            }
+            let per = load.keys.div_ceil(groups);
+            let names = plan.key_names().into_iter().enumerate();
+            names
+                .map(|(i, k)| vec![format!("g{}", i as u64 / per), k])
+                .collect()
+        }
+    };
     let mut spec = NatsSpec::new(
         args.client,
         args.verb,
         common.nats.clone(),
         load.timeout,
-        plan.key_names(),
+        keys,
         &load.policy,
         load.cost,
     )?;
@@ -129,10 +148,16 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         } else {
             args.wait_ready
         };
+        // A policy with a parent takes a token per level (SPEC §17).
+        let levels = config.policy(&load.policy).map_or(1, |policy| {
+            let policy_of = |n: &str| config.policy(n);
+            let probe = sluice_core::key::KeyToken::parse("ready.ready.ready").expect("a key");
+            sluice_core::group::resolve(policy_of, policy, probe).map_or(1, |c| c.len())
+        });
         let took = rt.block_on(ready::wait_ready(
             &common.nats,
             &spec.auth,
-            config.partitions,
+            (config.partitions, levels),
             &load.policy,
             args.verb != LoadVerb::Allow,
             wait,

@@ -12,8 +12,10 @@ use sluice_core::wire::hold::{encode_hold_request, HoldAsk};
 use sluice_core::wire::{self, Encoding, ErrorCode, Reply, SERVICE_ERROR, SERVICE_ERROR_CODE};
 use std::time::{Duration, Instant};
 
-/// A key token of each partition (`ready-<i>`), by partition.
-pub fn probe_keys(partitions: u32) -> Vec<String> {
+/// A key token of each partition (`ready-<i>`), by partition; with more
+/// than one level, the same token once per level (`ready-<i>.ready-<i>`,
+/// a grouped key of the partition of its first token, SPEC §17).
+pub fn probe_keys(partitions: u32, levels: usize) -> Vec<String> {
     let mut keys = vec![None; partitions as usize];
     let mut left = partitions;
     let mut i = 0u64;
@@ -26,7 +28,9 @@ pub fn probe_keys(partitions: u32) -> Vec<String> {
         }
         i += 1;
     }
-    keys.into_iter().map(|k| k.expect("filled")).collect()
+    keys.into_iter()
+        .map(|k| vec![k.expect("filled"); levels.max(1)].join("."))
+        .collect()
 }
 
 /// A hold nobody holds: settling it is a 404 `unknown_hold` from the
@@ -42,7 +46,7 @@ const NO_HOLD: &str = "00000000000000000000000000000000";
 pub async fn wait_ready(
     url: &str,
     auth: &sluice_client::NatsAuth,
-    partitions: u32,
+    (partitions, levels): (u32, usize),
     policy: &str,
     holds: bool,
     timeout: Duration,
@@ -67,7 +71,7 @@ pub async fn wait_ready(
         (Verb::Allow, body)
     };
     let body = bytes::Bytes::from(body);
-    let mut pending: Vec<(u32, String)> = probe_keys(partitions)
+    let mut pending: Vec<(u32, String)> = probe_keys(partitions, levels)
         .into_iter()
         .enumerate()
         .map(|(p, k)| (p as u32, k))
@@ -139,7 +143,7 @@ mod tests {
 
     #[test]
     fn one_probe_key_per_partition() {
-        let keys = probe_keys(64);
+        let keys = probe_keys(64, 1);
         assert_eq!(keys.len(), 64);
         for (p, k) in keys.iter().enumerate() {
             assert_eq!(partition_of(k, 64) as usize, p);

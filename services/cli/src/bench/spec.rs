@@ -6,7 +6,7 @@
 use anyhow::Result;
 use async_nats::Subject;
 use bytes::Bytes;
-use sluice_core::key::try_encode_key;
+use sluice_core::key::try_encode_path;
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::subject::Verb;
 use sluice_core::wire::hold::{encode_hold_request, HoldAsk};
@@ -71,7 +71,8 @@ pub struct NatsSpec {
     pub subjects: Arc<Vec<Subject>>,
     /// `rl.settle.<token>` by key number (plain client, `--verb hold`).
     pub settle_subjects: Arc<Vec<Subject>>,
-    /// The raw keys, by key number (batching client).
+    /// The raw keys, by key number (batching client; a grouped key's path
+    /// goes by the plain client only).
     pub keys: Arc<Vec<String>>,
     pub body: Bytes,
     pub policy: String,
@@ -87,12 +88,14 @@ pub struct NatsSpec {
 
 impl NatsSpec {
     /// Prepares subjects (or keys, for the batching client) and the body.
+    /// Each key is a path of one token, or of two or three for a grouped
+    /// key (SPEC §17).
     pub fn new(
         client: ClientKind,
         verb: LoadVerb,
         url: String,
         timeout: Duration,
-        keys: Vec<String>,
+        keys: Vec<Vec<String>>,
         policy: &str,
         cost: u64,
     ) -> Result<NatsSpec> {
@@ -101,9 +104,10 @@ impl NatsSpec {
                 return Ok(Vec::new());
             }
             keys.iter()
-                .map(|k| {
-                    let token = try_encode_key(k.as_bytes())
-                        .map_err(|e| anyhow::anyhow!("key {k:?}: {e}"))?;
+                .map(|path| {
+                    let tokens: Vec<&[u8]> = path.iter().map(|t| t.as_bytes()).collect();
+                    let token = try_encode_path(&tokens)
+                        .map_err(|e| anyhow::anyhow!("key {path:?}: {e}"))?;
                     Ok(Subject::from(subject_verb.client_subject(&token)))
                 })
                 .collect()
@@ -142,7 +146,7 @@ impl NatsSpec {
             timeout,
             subjects: Arc::new(subjects),
             settle_subjects: Arc::new(settle_subjects),
-            keys: Arc::new(keys),
+            keys: Arc::new(keys.into_iter().filter_map(|mut path| path.pop()).collect()),
             body: body.into(),
             policy: policy.to_string(),
             cost,

@@ -30,6 +30,15 @@ local_budget = true
 
 [policies.slots]
 concurrency = 3
+
+[policies.pool]
+algorithm = "sliding_log"
+limits = [ { max = 10, per = "1h" } ]
+
+[policies.member]
+algorithm = "sliding_window"
+parent = "pool"
+limits = [ { max = 1000, per = "1h" } ]
 "#;
 
 /// The arguments of a one-second run of 8 in flight on one connection,
@@ -356,4 +365,35 @@ fn the_redis_targets_are_refused_with_a_pointer_to_sluice_bench_redis() {
         err.contains("`sluice-bench-redis --target redis-zset`"),
         "{err}"
     );
+}
+
+/// `--groups`: keys asked as grouped keys of N organisations (SPEC §17),
+/// each organisation's pool holding for all its keys; refused with the
+/// batching client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_with_groups_asks_grouped_keys_whose_pools_hold() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, CONFIG, 1).await;
+    let url = stack.nats.url();
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let r = bench(
+        &url,
+        &[
+            "--config", &config, "--policy", "member", "--groups", "2", "-k", "6", "-n", "40",
+            "-c", "4", "-m", "1",
+        ],
+    );
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+    assert_eq!(r["allowed"], 20, "two pools of 10: {r}");
+    assert_eq!(r["denied"], 20, "{r}");
+
+    let out = Command::new(SLUICE)
+        .args([
+            "bench", "--nats", &url, "--client", "batching", "--groups", "2", "-n", "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--groups takes"), "{stderr}");
 }
