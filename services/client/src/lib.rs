@@ -74,6 +74,7 @@ mod deny_cache;
 mod error;
 mod holds;
 mod inner;
+mod key;
 mod local;
 mod nats_auth;
 mod options;
@@ -90,6 +91,7 @@ pub use answer::{Answer, Source};
 pub use client::Client;
 pub use error::{ConnectError, Error};
 pub use holds::{Held, HoldGuard, HoldTicket, Reserved};
+pub use key::{AsKey, KeyPath};
 pub use nats_auth::{last_refusal, NatsAuth, NatsConnectError};
 pub use options::ClientOptions;
 /// Re-exported for [`ClientOptions::fallback`] and [`Source::Fallback`].
