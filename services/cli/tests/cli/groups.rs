@@ -101,3 +101,51 @@ async fn a_key_with_fewer_tokens_than_levels_is_refused_with_the_reason() {
         other => panic!("refused, not {other:?}"),
     }
 }
+
+/// `sluice check acme/alice --policy user` and the other key commands take
+/// a key path; the levels and `denied_by` are printed; `--one-key` keeps a
+/// '/' inside a plain key; four tokens are refused with the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_commands_take_org_slash_key_and_print_the_levels() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &crate::common::groups_toml(3, 2, ""), 1).await;
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let run = |args: &[&str]| stack.run(&[args, &["--config", &config]].concat());
+    for _ in 0..2 {
+        let out = run(&["check", "acme/alice", "--policy", "user"]);
+        assert!(out.starts_with("allowed  policy=user"), "{out}");
+        assert!(out.contains("\n  level org "), "{out}");
+        assert!(out.contains("\n  level user "), "{out}");
+    }
+    run(&["check", "acme/bob", "--policy", "user"]);
+    let out = run(&["check", "acme/bob", "--policy", "user"]);
+    assert!(out.starts_with("denied  policy=user"), "{out}");
+    assert!(out.contains(" denied_by=org\n"), "{out}");
+    let json = run(&["check", "acme/bob", "--policy", "user", "--json"]);
+    let reply: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(reply["denied_by"], "org", "{reply}");
+    assert_eq!(reply["levels"][1]["remaining"], 1, "bob's own: {reply}");
+
+    // A grouped key's own state, usage and reset; the org's pool is `acme`.
+    let json = run(&["inspect", "acme/alice", "--policy", "user", "--json"]);
+    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(seen["key"], "acme.alice", "{seen}");
+    run(&["usage", "acme/alice", "--policy", "user", "--json"]);
+    assert!(run(&["reset", "acme", "--policy", "org"]).contains("reset under org"));
+    let out = run(&["check", "acme/bob", "--policy", "user"]);
+    assert!(out.starts_with("allowed"), "{out}");
+
+    // A '/' inside a plain key: --one-key.
+    let out = run(&["check", "a/b", "--one-key"]);
+    assert!(out.starts_with("allowed  policy=default"), "{out}");
+    assert!(!out.contains("level"), "{out}");
+    let json = run(&["inspect", "a/b", "--one-key", "--json"]);
+    assert!(json.contains(r#""key":"a%2Fb""#), "{json}");
+    let refused = stack.command(&["check", "a/b/c/d", "--config", &config]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("at most 3") && why.contains("--one-key"),
+        "{why}"
+    );
+}
