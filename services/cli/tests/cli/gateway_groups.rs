@@ -139,6 +139,16 @@ async fn a_key_path_of_four_segments_or_an_empty_token_is_a_400_that_says_why() 
     }
     let (status, _, body) = call(http.get(gw.url("/v1/allow/acme/%2F?policy=user"))).await;
     assert_eq!(status, StatusCode::OK, "a '/' inside a token: {body}");
+    // A batch item's key is text (one key) or a list of tokens.
+    let batch = r#"{"asks":[{"key":["globex","zed"],"policy":"user"},
+        {"key":["a","b","c","d"],"policy":"user"},{"key":"a/b"}]}"#;
+    let (status, _, body) = call(http.post(gw.url("/v1/batch")).body(batch)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answers = &body["answers"];
+    assert_eq!(levels(&answers[0]), [pair("org", 5), pair("user", 3)]);
+    assert_eq!(answers[1]["error"], "bad_request", "{body}");
+    assert_eq!(answers[2]["allowed"], true, "{body}");
+    assert_eq!(answers[2].get("levels"), None, "one key: {body}");
     // Fewer tokens than the chain has levels: the worker's reason.
     let (status, _, body) = call(http.get(gw.url("/v1/allow/acme?policy=user"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
