@@ -72,6 +72,15 @@ impl KeyPath {
         KeyPath::new(shown.split(key::SHOWN_SEPARATOR))
     }
 
+    /// The key of a key token as sent (`acme.eng.alice`, `bob%40x%2Eio`):
+    /// what an override entry or a usage reply holds. Refuses a token
+    /// that is not one canonical spelling (400).
+    pub fn from_token(token: &str) -> Result<KeyPath, Error> {
+        KeyToken::parse(token)
+            .map(|t| KeyPath::of_token(t.as_str().to_string()))
+            .map_err(|e| Error::BadRequest(e.to_string()))
+    }
+
     /// The path of a token already encoded (by [`token_of`]).
     pub(crate) fn of_token(token: String) -> KeyPath {
         KeyPath { token }

@@ -91,6 +91,8 @@ pub(crate) fn routes(tokens: Option<Arc<Tokens>>) -> (Router<Arc<App>>, OpenApi)
         .routes(routes!(crate::grouped::inspect_team))
         .routes(routes!(crate::grouped::usage_org))
         .routes(routes!(crate::grouped::usage_team))
+        .routes(routes!(crate::grouped::get_override_org))
+        .routes(routes!(crate::grouped::get_override_team))
         .routes(routes!(crate::policies::list))
         .routes(routes!(crate::policies::get))
         .routes(routes!(crate::policies::overrides))
@@ -158,6 +160,8 @@ fn grouped_writes() -> OpenApiRouter<Arc<App>> {
         .routes(routes!(g::settle_team))
         .routes(routes!(g::extend_org))
         .routes(routes!(g::extend_team))
+        .routes(routes!(g::put_override_org, g::delete_override_org))
+        .routes(routes!(g::put_override_team, g::delete_override_team))
 }
 
 /// The description of the `/v1` API, as `/v1/openapi.json` serves it.

@@ -17,7 +17,11 @@
 use crate::allow::{percent_decode, AskBody, AskQuery, IdempotencyKey, KeyParam};
 use crate::hold::{ExtendBody, ReserveBody, SettleBody};
 use crate::inspect::PolicyQuery;
-use crate::responses::{AskErrors, Counted, Decided, Done, HeldReplies, HoldErrors, QueryErrors};
+use crate::policies::{NameParam, Removed, Written};
+use crate::respond::ErrorBody;
+use crate::responses::{
+    AskErrors, Counted, Decided, Done, HeldReplies, HoldErrors, QueryErrors, WriteErrors,
+};
 use crate::usage::SeriesQuery;
 use crate::wait::WaitHeader;
 use crate::App;
@@ -28,6 +32,7 @@ use axum::routing::any;
 use axum::Router;
 use sluice_client::{Error, KeyPath};
 use sluice_core::key::MAX_TOKENS;
+use sluice_core::policies::OverrideTable;
 use sluice_core::wire::inspect::{InspectReply, ResetReply};
 use sluice_core::wire::usage::UsageReply;
 use std::sync::Arc;
@@ -55,9 +60,12 @@ fn too_many(segments: usize) -> Error {
 /// The 400 of a path with four key segments or more.
 async fn too_deep(uri: Uri) -> Response {
     let path = uri.path();
-    let segments = path.split('/').filter(|s| !s.is_empty()).count();
-    // `/v1/<verb>/` comes before the key's segments.
-    crate::respond::error(&too_many(segments.saturating_sub(2)))
+    // The key's segments follow `/v1/<verb>/` or `/overrides/`.
+    let key = match path.split_once("/overrides/") {
+        Some((_, key)) => key,
+        None => path.splitn(4, '/').nth(3).unwrap_or_default(),
+    };
+    crate::respond::error(&too_many(key.split('/').count()))
 }
 
 /// The verbs whose paths name a key.
@@ -68,8 +76,9 @@ const VERBS: [&str; 8] = [
 /// `/v1/<verb>/{org}/{team}/{key}/...` for every verb: the 400 of
 /// [`too_deep`], not described (no such path exists).
 pub(crate) fn too_deep_routes(mut router: Router<Arc<App>>) -> Router<Arc<App>> {
-    for verb in VERBS {
-        let path = format!("/v1/{verb}/{{org}}/{{team}}/{{key}}/{{*more}}");
+    let prefixes = VERBS.iter().map(|verb| format!("/v1/{verb}"));
+    for prefix in prefixes.chain(["/v1/policies/{name}/overrides".to_string()]) {
+        let path = format!("{prefix}/{{org}}/{{team}}/{{key}}/{{*more}}");
         router = router.route(&path, any(too_deep));
     }
     router
@@ -168,6 +177,32 @@ grouped!(
     /// An extend (`/v1/extend/{key}`) of a grouped key's hold.
     extend_org, extend_team(Request) => crate::hold::extend, post "/v1/extend" "extend" "holds",
     params(IdempotencyKey), request_body(content = ExtendBody, description = "JSON, at most 4 KiB"), responses(Done, HoldErrors)
+);
+
+grouped!(
+    /// One grouped key's override under a policy (`.../overrides/{key}`).
+    get_override_org, get_override_team(Uri) => crate::policies::get_override,
+    get "/v1/policies/{name}/overrides" "get_override" "policies",
+    params(NameParam), responses(
+        (status = 200, description = "the override's limits", body = OverrideTable),
+        (status = 400, description = "a bad key, or a query parameter (this takes none)", body = ErrorBody),
+        (status = 404, description = "`unknown_policy`, or `not_found`: the key has no override", body = ErrorBody))
+);
+grouped!(
+    /// Replaces one grouped key's limits under a policy in force: the
+    /// level of that key alone (`bigcorp/ceo` under `free_user`).
+    put_override_org, put_override_team(Request) => crate::policies::put_override,
+    put "/v1/policies/{name}/overrides" "put_override" "policies",
+    params(NameParam), request_body(content = OverrideTable, description = "the key's limits"),
+    responses((status = 200, description = "written", body = Written<OverrideTable>),
+        (status = 404, description = "`unknown_policy`: no such policy is in force", body = ErrorBody), WriteErrors)
+);
+grouped!(
+    /// Removes a grouped key's override.
+    delete_override_org, delete_override_team(Uri) => crate::policies::delete_override,
+    delete "/v1/policies/{name}/overrides" "delete_override" "policies",
+    params(NameParam), responses((status = 200, description = "removed", body = Removed),
+        (status = 404, description = "`not_found`: the key has no override", body = ErrorBody), WriteErrors)
 );
 
 #[cfg(test)]

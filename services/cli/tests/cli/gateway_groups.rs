@@ -139,6 +139,26 @@ async fn a_key_path_of_four_segments_or_an_empty_token_is_a_400_that_says_why() 
     }
     let (status, _, body) = call(http.get(gw.url("/v1/allow/acme/%2F?policy=user"))).await;
     assert_eq!(status, StatusCode::OK, "a '/' inside a token: {body}");
+    // An override of a grouped key is that key's own (`acme.vip`).
+    let table = r#"{"limits":[{"max":10,"per":"1h"}]}"#;
+    let vip = gw.url("/v1/policies/user/overrides/acme/vip");
+    let (status, _, body) = call(http.put(&vip).body(table)).await;
+    assert_eq!(
+        (status, &body["key"]),
+        (StatusCode::OK, &Value::from("acme.vip")),
+        "{body}"
+    );
+    let (status, _, body) = call(http.delete(&vip)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(call(http.delete(&vip)).await.0, StatusCode::NOT_FOUND);
+    let deep = gw.url("/v1/policies/user/overrides/a/b/c/d");
+    let (status, _, body) = call(http.put(&deep).body(table)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("4 segments"),
+        "{body}"
+    );
+
     // A batch item's key is text (one key) or a list of tokens.
     let batch = r#"{"asks":[{"key":["globex","zed"],"policy":"user"},
         {"key":["a","b","c","d"],"policy":"user"},{"key":"a/b"}]}"#;

@@ -6,7 +6,8 @@
 //! through the server's mapping.
 
 use crate::common::SLUICE;
-use sluice_tests::{ask, serial, AskError, Stack, TestConfig};
+use sluice_tests::{ask, eventually, serial, AskError, Stack, TestConfig, TICK};
+use std::time::Duration;
 
 /// An organisation's pool of 50 an hour (a sliding log: exact, with no
 /// window edge for the test to cross), each user 5 an hour of it.
@@ -148,4 +149,38 @@ async fn the_key_commands_take_org_slash_key_and_print_the_levels() {
         why.contains("at most 3") && why.contains("--one-key"),
         "{why}"
     );
+}
+
+/// `sluice policy override user acme/vip` overrides the user level of one
+/// grouped key, that key's own (`acme.vip`); exported and applied back, the
+/// override is the same key's, not a plain key `acme.vip` (`acme%2Evip`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_of_a_grouped_key_is_set_exported_and_applied_as_that_key() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &crate::common::groups_toml(30, 2, ""), 1).await;
+    let nats = stack.nats.connect().await.unwrap();
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let run = |args: &[&str]| stack.run(&[args, &["--config", &config]].concat());
+    let out = run(&["policy", "override", "user", "acme/vip", "--limit", "10/1h"]);
+    assert!(out.contains("override.user.acme.vip set"), "{out}");
+    let user_limit = || async {
+        let d = ask(&nats, "acme.vip", br#"{"policy":"user","cost":0}"#).await?;
+        match d.levels.get(1) {
+            Some(l) if l.remaining == 10 => Ok(()),
+            _ => Err(anyhow::anyhow!("not in force yet: {d:?}")),
+        }
+    };
+    eventually(Duration::from_secs(10), TICK, user_limit)
+        .await
+        .expect("the override is in force");
+    let exported = run(&["policy", "export"]);
+    assert!(exported.contains("acme.vip"), "{exported}");
+    run(&["policy", "unoverride", "user", "acme/vip"]);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &exported).unwrap();
+    run(&["policy", "apply", file.path().to_str().unwrap()]);
+    assert_eq!(run(&["policy", "export"]), exported);
+    eventually(Duration::from_secs(10), TICK, user_limit)
+        .await
+        .expect("applied back, the override is the grouped key's");
 }
