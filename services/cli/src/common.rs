@@ -162,3 +162,24 @@ impl KeyForm {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::KeyForm;
+
+    #[test]
+    fn a_key_is_split_at_slashes_unless_one_key_is_asked_for() {
+        let split = KeyForm { one_key: false };
+        let whole = KeyForm { one_key: true };
+        assert_eq!(
+            split.key("acme/eng/alice").unwrap().token(),
+            "acme.eng.alice"
+        );
+        assert_eq!(split.key("bob@x.io").unwrap().token(), "bob%40x%2Eio");
+        assert_eq!(whole.key("a/b").unwrap().token(), "a%2Fb");
+        let e = split.key("a/b/c/d").unwrap_err().to_string();
+        assert!(e.contains("at most 3") && e.contains("--one-key"), "{e}");
+        let e = split.key("").unwrap_err().to_string();
+        assert!(!e.contains("--one-key"), "no '/' to keep: {e}");
+    }
+}
