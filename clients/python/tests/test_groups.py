@@ -6,6 +6,8 @@ deny cache for that member only."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sluice_client import BadRequest, Decision, Level, SluiceClient, Source, encode_key
@@ -93,3 +95,14 @@ async def test_an_organisations_pool_holds_across_its_members(stack):
         assert seen.levels[1].remaining == 2, seen
         usage = await client.usage((org, "alice"), "member")
         assert sum(p.used for p in usage.points) == 3
+
+
+async def test_members_asking_at_once_share_the_pool_exactly_through_batches(stack):
+    org = fresh("org")
+    async with await SluiceClient.connect(stack.url, timeout=TIMEOUT, partitions=PARTITIONS) as client:
+        asks = [client.allow((org, "m{}".format(i)), "member") for i in range(8)]
+        decisions = await asyncio.gather(*asks)
+        allowed = [d for d in decisions if d.allowed]
+        assert len(allowed) == 4, decisions
+        assert all(d.denied_by == "org" for d in decisions if not d.allowed), decisions
+        assert client.stats().batches > 0, client.stats()
