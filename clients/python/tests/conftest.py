@@ -73,6 +73,17 @@ algorithm = "fixed_window"
 limits = [ {{ max = 10, per = "1h" }} ]
 alerts = [ 50, 100 ]
 
+# An organisation's pool of 4 an hour, each member 3 of it (SPEC §17,
+# test_groups.py).
+[policies.org]
+algorithm = "sliding_log"
+limits = [ {{ max = 4, per = "1h" }} ]
+
+[policies.member]
+algorithm = "sliding_log"
+parent = "org"
+limits = [ {{ max = 3, per = "1h" }} ]
+
 # One every 50 ms, asks waiting up to 2 s (SPEC §18, test_pacing.py).
 [policies.paced]
 algorithm = "gcra"

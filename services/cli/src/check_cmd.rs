@@ -19,8 +19,10 @@ pub struct CheckArgs {
 /// the holds' commands all take.
 #[derive(clap::Args, Debug)]
 pub struct Target {
-    /// The key (any text; it is percent-encoded for you).
+    #[arg(help = crate::common::KEY_HELP)]
     pub key: String,
+    #[command(flatten)]
+    pub form: crate::common::KeyForm,
     /// The policy to apply.
     #[arg(long, default_value = DEFAULT_POLICY)]
     pub policy: String,
@@ -33,9 +35,8 @@ pub struct Target {
 pub fn run(common: &Common, args: &CheckArgs) -> Result<()> {
     with_client(common, |client| async move {
         let target = &args.target;
-        let answer = client
-            .ask(target.key.as_bytes(), &target.policy, args.cost)
-            .await?;
+        let key = target.form.key(&target.key)?;
+        let answer = client.ask(&key, &target.policy, args.cost).await?;
         if target.json {
             let body = answer.to_reply().encode(sluice_core::wire::Encoding::Json);
             println!("{}", String::from_utf8_lossy(&body));
@@ -78,7 +79,8 @@ where
 }
 
 /// `allowed  policy=… limit=… remaining=… reset=…ms` (and, when denied,
-/// `retry_after=…ms`).
+/// `retry_after=…ms`); for a grouped ask, `denied_by=…` and a line per
+/// level, outermost first.
 pub(crate) fn describe(answer: &Answer) -> String {
     let verdict = if answer.allowed { "allowed" } else { "denied" };
     let mut line = format!(
@@ -90,6 +92,16 @@ pub(crate) fn describe(answer: &Answer) -> String {
     );
     if !answer.allowed {
         line += &format!(" retry_after={}ms", answer.retry_after.as_millis());
+    }
+    // A grouped ask (SPEC §17): the level that denied, then every level.
+    if let Some(level) = &answer.denied_by {
+        line += &format!(" denied_by={level}");
+    }
+    for l in &answer.levels {
+        line += &format!(
+            "\n  level {:<12} remaining={} reset={}ms",
+            l.policy, l.remaining, l.reset_ms
+        );
     }
     line
 }

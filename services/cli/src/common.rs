@@ -4,7 +4,7 @@
 //! them without depending on the others.
 
 use anyhow::Result;
-use sluice_client::NatsAuth;
+use sluice_client::{KeyPath, NatsAuth};
 use sluice_core::config::Config;
 use std::path::PathBuf;
 
@@ -124,5 +124,62 @@ impl TraceArgs {
             .as_ref()
             .map(|endpoint| sluice_traces::Traces::start(endpoint, service))
             .transpose()
+    }
+}
+
+/// The help of a command's key argument.
+pub const KEY_HELP: &str = "The key (any text; it is percent-encoded for you). A key of an \
+organisation's user is written org/key or org/team/key (SPEC §17: every level of the policy's \
+chain is decided at once); with --one-key a '/' is part of the key instead";
+
+/// How a command reads its key: `acme/eng/alice` is a key path of three
+/// tokens, split at `/` (SPEC §17, docs/GROUPS.md); with `--one-key` the
+/// whole text is one key, `/` and all (how a plain key with a `/` in it
+/// is still asked).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct KeyForm {
+    /// Take the key as one key, '/' included, not as org/key or
+    /// org/team/key.
+    #[arg(long)]
+    pub one_key: bool,
+}
+
+impl KeyForm {
+    /// The key `text` names.
+    pub fn key(self, text: &str) -> Result<KeyPath> {
+        let path = if self.one_key {
+            KeyPath::new([text])
+        } else {
+            KeyPath::from_shown(text)
+        };
+        path.map_err(|e| {
+            let hint = if self.one_key || !text.contains('/') {
+                ""
+            } else {
+                " (a key with a '/' in it: give --one-key)"
+            };
+            anyhow::anyhow!("{}: {}{hint}", e.code().word(), e.message())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyForm;
+
+    #[test]
+    fn a_key_is_split_at_slashes_unless_one_key_is_asked_for() {
+        let split = KeyForm { one_key: false };
+        let whole = KeyForm { one_key: true };
+        assert_eq!(
+            split.key("acme/eng/alice").unwrap().token(),
+            "acme.eng.alice"
+        );
+        assert_eq!(split.key("bob@x.io").unwrap().token(), "bob%40x%2Eio");
+        assert_eq!(whole.key("a/b").unwrap().token(), "a%2Fb");
+        let e = split.key("a/b/c/d").unwrap_err().to_string();
+        assert!(e.contains("at most 3") && e.contains("--one-key"), "{e}");
+        let e = split.key("").unwrap_err().to_string();
+        assert!(!e.contains("--one-key"), "no '/' to keep: {e}");
     }
 }

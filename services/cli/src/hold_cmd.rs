@@ -51,7 +51,7 @@ pub fn reserve(common: &Common, args: &ReserveArgs) -> Result<()> {
         let t = &args.target;
         let ttl = args.ttl_ms.map(Duration::from_millis);
         let held = client
-            .reserve(t.key.as_bytes(), &t.policy, args.cost, ttl)
+            .reserve(&t.form.key(&t.key)?, &t.policy, args.cost, ttl)
             .await?;
         print(&held, t.json);
         Ok(())
@@ -62,7 +62,7 @@ pub fn settle(common: &Common, args: &SettleArgs) -> Result<()> {
     with_client(common, |client| async move {
         let t = &args.target;
         let answer = client
-            .settle(t.key.as_bytes(), &t.policy, &args.hold, args.cost)
+            .settle(&t.form.key(&t.key)?, &t.policy, &args.hold, args.cost)
             .await?;
         if !t.json {
             println!("settled {} with cost {}", args.hold, args.cost);
@@ -83,7 +83,7 @@ pub fn extend(common: &Common, args: &ExtendArgs) -> Result<()> {
         let t = &args.target;
         let ttl = args.ttl_ms.map(Duration::from_millis);
         let held = client
-            .extend(t.key.as_bytes(), &t.policy, &args.hold, ttl)
+            .extend(&t.form.key(&t.key)?, &t.policy, &args.hold, ttl)
             .await?;
         print(&held, t.json);
         Ok(())

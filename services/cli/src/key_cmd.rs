@@ -11,8 +11,10 @@ use sluice_core::wire::inspect::{InspectReply, ResetReply};
 
 #[derive(clap::Args, Debug)]
 pub struct KeyArgs {
-    /// The key (any text; it is percent-encoded for you).
+    #[arg(help = crate::common::KEY_HELP)]
     pub key: String,
+    #[command(flatten)]
+    pub form: crate::common::KeyForm,
     /// Only this policy (default: every policy with state for the key).
     #[arg(long)]
     pub policy: Option<String>,
@@ -84,9 +86,9 @@ pub fn reset(common: &Common, args: &KeyArgs) -> Result<()> {
 
 /// Sends `verb` (inspect or reset) for the key and decodes the reply.
 fn scoped<T: DeserializeOwned>(common: &Common, args: &KeyArgs, verb: Verb) -> Result<T> {
+    let key = args.form.key(&args.key)?;
     request_once(common, verb.as_str(), |nats| async move {
-        let key = args.key.as_bytes();
-        queries::scoped(&nats, verb, key, args.policy.as_deref(), QUERY_TIMEOUT).await
+        queries::scoped(&nats, verb, &key, args.policy.as_deref(), QUERY_TIMEOUT).await
     })
 }
 

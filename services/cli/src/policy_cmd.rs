@@ -9,9 +9,8 @@ use crate::common::Common;
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
-use sluice_client::policy_store;
+use sluice_client::{policy_store, KeyPath};
 use sluice_core::config::{Config, LimitTable, PolicyTable};
-use sluice_core::key::decode_key;
 use sluice_core::policies::{self, export, OverrideTable, Policies};
 use sluice_core::policy::Algorithm;
 use sluice_core::region::RegionName;
@@ -65,14 +64,22 @@ pub enum PolicyCommand {
     /// Replace one key's limits under a policy (`--limit 0/1m` blocks it).
     Override {
         policy: String,
-        /// The key (any text; it is percent-encoded for you).
+        #[arg(help = crate::common::KEY_HELP)]
         key: String,
+        #[command(flatten)]
+        form: crate::common::KeyForm,
         /// A limit, MAX/PER (or MAX/PER:BURST); repeat for several.
         #[arg(long = "limit", required = true)]
         limits: Vec<String>,
     },
     /// Remove a key's override: the policy's limits apply again.
-    Unoverride { policy: String, key: String },
+    Unoverride {
+        policy: String,
+        #[arg(help = crate::common::KEY_HELP)]
+        key: String,
+        #[command(flatten)]
+        form: crate::common::KeyForm,
+    },
 }
 
 /// The flags of `sluice policy set` beyond the algorithm and limits, each
@@ -203,22 +210,25 @@ pub fn run(common: &Common, args: &PolicyArgs) -> Result<()> {
             PolicyCommand::Override {
                 policy,
                 key,
+                form,
                 limits,
             } => {
+                let key = form.key(key)?;
                 let table = OverrideTable {
                     limits: limits.iter().map(|l| limit(l)).collect::<Result<_>>()?,
                 };
                 let in_force = in_force(common).await?;
                 let bucket = bucket(common).await?;
-                put_override(&bucket, &in_force, policy, key.as_bytes(), &table).await
+                put_override(&bucket, &in_force, policy, &key, &table).await
             }
-            PolicyCommand::Unoverride { policy, key } => {
-                policy_store::remove_override(&bucket(common).await?, policy, key.as_bytes())
+            PolicyCommand::Unoverride { policy, key, form } => {
+                let key = form.key(key)?;
+                policy_store::remove_override(&bucket(common).await?, policy, &key)
                     .await
                     .map_err(|e| anyhow!(e))?;
                 println!(
                     "override {} removed",
-                    policy_store::override_entry(policy, key.as_bytes())?
+                    policy_store::override_entry(policy, &key)?
                 );
                 Ok(())
             }
@@ -253,7 +263,8 @@ async fn apply(common: &Common, file: &Path) -> Result<()> {
     }
     let in_force = in_force(common).await?;
     for (policy, token, table) in &to_apply.overrides {
-        let key = decode_key(token).map_err(|e| anyhow!("{name}: key {token:?}: {e}"))?;
+        // The token as written, grouped (`bigcorp.ceo`) or not.
+        let key = KeyPath::from_token(token).map_err(|e| anyhow!("{name}: key {token:?}: {e}"))?;
         put_override(&bucket, &in_force, policy, &key, table).await?;
     }
     Ok(())
@@ -298,7 +309,7 @@ async fn put_override(
     bucket: &kv::Store,
     in_force: &Policies,
     policy: &str,
-    key: &[u8],
+    key: &KeyPath,
     table: &OverrideTable,
 ) -> Result<()> {
     let base = in_force

@@ -14,9 +14,13 @@ use textplots::{Chart, Plot, Shape};
 
 #[derive(clap::Args, Debug)]
 pub struct UsageArgs {
-    /// The key (any text; it is percent-encoded for you). Leave it out with --top.
+    /// The key (any text; it is percent-encoded for you), org/key or
+    /// org/team/key for a grouped key's own usage (--one-key: a '/' is
+    /// part of the key). Leave it out with --top.
     #[arg(required_unless_present = "top", conflicts_with = "top")]
     pub key: Option<String>,
+    #[command(flatten)]
+    pub form: crate::common::KeyForm,
     /// Show the N keys that used the most (or were denied the most: --by denied).
     #[arg(long, value_name = "N")]
     pub top: Option<u64>,
@@ -78,8 +82,9 @@ pub fn run(common: &Common, args: &UsageArgs) -> Result<()> {
         to_ms: None,
         step: args.step.clone(),
     };
+    let path = args.form.key(key)?;
     let reply: UsageReply = request_once(common, "usage", |nats| async move {
-        queries::usage(&nats, key.as_bytes(), &query, QUERY_TIMEOUT).await
+        queries::usage(&nats, &path, &query, QUERY_TIMEOUT).await
     })?;
     if args.json {
         println!("{}", serde_json::to_string(&reply)?);

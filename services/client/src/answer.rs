@@ -3,7 +3,7 @@
 use sluice_core::config::Fallback;
 use sluice_core::policy::Decision;
 use sluice_core::time::Nanos;
-use sluice_core::wire::{self, DecisionReply};
+use sluice_core::wire::{self, DecisionReply, LevelReply};
 use std::fmt;
 use std::time::Duration;
 
@@ -72,6 +72,14 @@ pub struct Answer {
     /// was allowed for a later moment, its units taken at once.
     /// [`Client::acquire`](crate::Client::acquire) has slept it already.
     pub wait: Duration,
+    /// A grouped ask's levels (SPEC §17), outermost first, each with its
+    /// policy, what is left there and when it resets; empty for a plain
+    /// key, and for an answer the fallback made (it decides the ask's own
+    /// policy alone).
+    pub levels: Vec<LevelReply>,
+    /// The policy of the level that denied a grouped ask (SPEC §17): the
+    /// organisation's, say, while the user still had room.
+    pub denied_by: Option<String>,
     pub source: Source,
 }
 
@@ -87,6 +95,8 @@ impl Answer {
             shadow_denied: r.shadow_denied,
             repeat: r.repeat,
             wait: Duration::from_millis(r.wait_ms),
+            levels: r.levels,
+            denied_by: r.denied_by,
             source,
         }
     }
@@ -102,6 +112,8 @@ impl Answer {
             shadow_denied: d.shadow_denied,
             repeat: false,
             wait: d.wait.into(),
+            levels: Vec::new(),
+            denied_by: None,
             source,
         }
     }
@@ -129,10 +141,13 @@ impl Answer {
     }
 
     /// The SPEC §1 reply body (durations in ms, rounded up; `wait_ms` when
-    /// [`Answer::wait`] is not zero).
+    /// [`Answer::wait`] is not zero; `levels` and `denied_by` of a grouped
+    /// ask).
     pub fn to_reply(&self) -> DecisionReply {
         DecisionReply {
             repeat: self.repeat,
+            levels: self.levels.clone(),
+            denied_by: self.denied_by.clone(),
             ..DecisionReply::new(&self.decision(), self.policy.clone())
         }
     }

@@ -9,6 +9,7 @@ use crate::answer::Answer;
 use crate::budgets::{Budgets, Plan};
 use crate::error::{ConnectError, Error};
 use crate::inner::{request_body, Asking, Inner};
+use crate::key::{token_of, AsKey};
 use crate::options::ClientOptions;
 use crate::outcome::decode_single;
 use crate::probe;
@@ -16,7 +17,6 @@ use crate::queries::{self, QUERY_TIMEOUT};
 use crate::stats::ClientStats;
 use async_nats::connection::State;
 use sluice_core::ask::Op;
-use sluice_core::key::try_encode_key;
 use sluice_core::partition::partition_of;
 use sluice_core::policies::Policies;
 use sluice_core::policy::DEFAULT_POLICY;
@@ -98,7 +98,7 @@ impl Client {
     }
 
     /// Asks for one unit of the `default` policy.
-    pub async fn allow(&self, key: impl AsRef<[u8]>) -> Result<Answer, Error> {
+    pub async fn allow(&self, key: impl AsKey) -> Result<Answer, Error> {
         self.ask(key, DEFAULT_POLICY, 1).await
     }
 
@@ -107,15 +107,9 @@ impl Client {
     /// ([`Client::peek`]). With [`ClientOptions::ask_ids`] (the default)
     /// the ask carries an id of the client's own, so that the owner counts
     /// it once however often the client sends it (SPEC §16).
-    pub async fn ask(
-        &self,
-        key: impl AsRef<[u8]>,
-        policy: &str,
-        cost: u64,
-    ) -> Result<Answer, Error> {
+    pub async fn ask(&self, key: impl AsKey, policy: &str, cost: u64) -> Result<Answer, Error> {
         let id = self.inner.ids.as_ref().map(|ids| ids.next());
-        self.ask_once(key.as_ref(), policy, cost, id.as_deref(), 0)
-            .await
+        self.ask_once(&key, policy, cost, id.as_deref(), 0).await
     }
 
     /// [`Client::ask`] named by the caller's own `id` (1 to 128 bytes of
@@ -125,19 +119,19 @@ impl Client {
     /// policy or cost is refused ([`Error::IdReused`]).
     pub async fn ask_with_id(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         id: &str,
     ) -> Result<Answer, Error> {
         sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
-        self.ask_once(key.as_ref(), policy, cost, Some(id), 0).await
+        self.ask_once(&key, policy, cost, Some(id), 0).await
     }
 
     /// One ask, waiting up to `wait_ms` for its start (0: not at all).
     pub(crate) async fn ask_once(
         &self,
-        key: &[u8],
+        key: &(impl AsKey + ?Sized),
         policy: &str,
         cost: u64,
         id: Option<&str>,
@@ -170,7 +164,10 @@ impl Client {
             let outcome = inner.single(asking, partition, deadline).await;
             return inner.conclude(&token, policy, outcome, Op::Allow(cost).waiting(wait_ms));
         }
-        if let Some(budgets) = &inner.budgets {
+        // A grouped key's levels are decided by its owner alone: no slice
+        // of it is asked for (the worker refuses local budgets on one).
+        let grouped = token.contains(sluice_core::key::TOKEN_SEPARATOR);
+        if let Some(budgets) = inner.budgets.as_ref().filter(|_| !grouped) {
             return self
                 .ask_with_budget(budgets, asking, partition, deadline)
                 .await;
@@ -244,15 +241,15 @@ impl Client {
 
     /// Whether one unit of `policy` would be allowed for `key` now, without
     /// consuming anything (cost 0).
-    pub async fn peek(&self, key: impl AsRef<[u8]>, policy: &str) -> Result<Answer, Error> {
+    pub async fn peek(&self, key: impl AsKey, policy: &str) -> Result<Answer, Error> {
         self.ask(key, policy, 0).await
     }
 
     /// Counts `cost` units of usage already served (SPEC §2): one
     /// publish to `rl.hit.<key>`, no reply, no fallback (a hit published
     /// while no worker owns the key's partition is lost).
-    pub async fn hit(&self, key: impl AsRef<[u8]>, policy: &str, cost: u64) -> Result<(), Error> {
-        let token = prepare(key.as_ref(), policy, cost)?;
+    pub async fn hit(&self, key: impl AsKey, policy: &str, cost: u64) -> Result<(), Error> {
+        let token = prepare(&key, policy, cost)?;
         // Published once and never again: nothing to name.
         let body = request_body(policy, cost, None);
         self.inner
@@ -269,7 +266,7 @@ impl Client {
     /// fallback applies (`local` records the hit locally).
     pub async fn hit_and_peek(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
     ) -> Result<Answer, Error> {
@@ -280,7 +277,7 @@ impl Client {
     /// when given: sent again with it, the hit counts once.
     pub async fn hit_named(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         id: Option<&str>,
@@ -289,7 +286,7 @@ impl Client {
             sluice_core::wire::check_id(id).map_err(Error::BadRequest)?;
         }
         let inner = &self.inner;
-        let token = prepare(key.as_ref(), policy, cost)?;
+        let token = prepare(&key, policy, cost)?;
         inner.stats.hits.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + inner.opts.timeout;
         let partition = partition_of(&token, inner.opts.partitions);
@@ -311,12 +308,8 @@ impl Client {
 
     /// A key's usage history (SPEC §9): one `rl.usage.<key>` request
     /// to the key's owner. No fallback: with no worker there is no history.
-    pub async fn usage(
-        &self,
-        key: impl AsRef<[u8]>,
-        query: &UsageQuery,
-    ) -> Result<UsageReply, Error> {
-        queries::usage(&self.inner.nats, key.as_ref(), query, QUERY_TIMEOUT).await
+    pub async fn usage(&self, key: impl AsKey, query: &UsageQuery) -> Result<UsageReply, Error> {
+        queries::usage(&self.inner.nats, &key, query, QUERY_TIMEOUT).await
     }
 
     /// The threshold alerts (SPEC §14) of `policy` (every policy when
@@ -386,8 +379,12 @@ impl fmt::Debug for Client {
 }
 
 /// Checks what can be checked before sending; returns the key token.
-pub(crate) fn prepare(key: &[u8], policy: &str, cost: u64) -> Result<String, Error> {
-    let token = try_encode_key(key).map_err(|e| Error::BadRequest(e.to_string()))?;
+pub(crate) fn prepare(
+    key: &(impl AsKey + ?Sized),
+    policy: &str,
+    cost: u64,
+) -> Result<String, Error> {
+    let token = token_of(key)?;
     if !wire::is_valid_policy_name(policy) {
         return Err(Error::BadRequest(format!(
             "the policy name {policy:?} is not valid; policy names are 1 to {} characters of A-Z, a-z, 0-9, '_' and '-'",

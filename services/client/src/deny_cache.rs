@@ -18,6 +18,19 @@
 //! worker allow sooner, so the cache errs on the side of denying, for at most
 //! the retry time it was told.
 //!
+//! A grouped ask (SPEC §17) is cached under its own policy and whole key
+//! (`user/acme.alice`), whichever level denied it, and answers only that
+//! same ask: its chain is the same levels on the same counters (a change
+//! of policies clears the cache), and the denying level, the
+//! organisation's say, is freed by nothing but time either, so alice's
+//! ask is denied until the retry time. It is not cached under the
+//! denying level's key (`org/acme`): asks of the organisation's other
+//! users are looked up under their own keys and so go to the worker,
+//! which may find room (a reset of the organisation's key, a smaller
+//! cost); a denial of alice never answers bob from the cache. The answer
+//! carries the denial's `levels` and `denied_by`, their times counted
+//! down as the entry's.
+//!
 //! The retry time is counted from when the reply arrived, which is a little
 //! after the worker decided (and `retry_after_ms` is rounded up), so the
 //! cache never answers past the real retry time.
@@ -29,6 +42,7 @@
 use crate::answer::{Answer, Source};
 use foldhash::fast::RandomState;
 use sluice_core::ask::with_counter_key;
+use sluice_core::wire::LevelReply;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Mutex;
@@ -43,6 +57,25 @@ struct Denied {
     limit: u64,
     remaining: u64,
     reset_at: Instant,
+    /// A grouped denial's levels and the one that denied, as answered
+    /// (`reset_ms` counted from `at`).
+    levels: Box<[LevelReply]>,
+    denied_by: Option<Box<str>>,
+    at: Instant,
+}
+
+impl Denied {
+    /// The levels as at `now`: each `reset_ms` less the time since.
+    fn levels_at(&self, now: Instant) -> Vec<LevelReply> {
+        let gone = now.saturating_duration_since(self.at).as_millis() as u64;
+        self.levels
+            .iter()
+            .map(|l| LevelReply {
+                reset_ms: l.reset_ms.saturating_sub(gone),
+                ..l.clone()
+            })
+            .collect()
+    }
 }
 
 pub(crate) struct DenyCache {
@@ -123,6 +156,8 @@ impl DenyCache {
             policy: policy.to_string(),
             repeat: false,
             wait: Default::default(),
+            levels: d.levels_at(now),
+            denied_by: d.denied_by.as_deref().map(str::to_string),
             source: Source::DenyCache,
         })
     }
@@ -141,6 +176,9 @@ impl DenyCache {
             limit: answer.limit,
             remaining: answer.remaining,
             reset_at: now + answer.reset,
+            levels: answer.levels.clone().into(),
+            denied_by: answer.denied_by.as_deref().map(Box::from),
+            at: now,
         };
         let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
         if shard.map.len() >= shard.prune_at && !shard.map.contains_key(&key) {
@@ -187,8 +225,47 @@ mod tests {
             shadow_denied: false,
             repeat: false,
             wait: Duration::ZERO,
+            levels: Vec::new(),
+            denied_by: None,
             source: Source::Worker,
         }
+    }
+
+    /// Alice (`acme.alice` under `user`, parent `org`) denied by her
+    /// organisation's pool while she had room of her own.
+    fn denied_by_org() -> Answer {
+        let level = |policy: &str, remaining| LevelReply {
+            policy: policy.into(),
+            remaining,
+            reset_ms: 60_000,
+        };
+        Answer {
+            policy: "user".into(),
+            levels: vec![level("org", 0), level("user", 3)],
+            denied_by: Some("org".into()),
+            ..denial(60_000)
+        }
+    }
+
+    /// A denial by an outer level answers the same ask of the same key
+    /// (its levels and `denied_by` with it), and nothing else: not the
+    /// organisation's other users, not the organisation's own key.
+    #[test]
+    fn a_grouped_denial_answers_only_the_same_grouped_key() {
+        let cache = DenyCache::new(100);
+        cache.insert("acme.alice", 1, &denied_by_org());
+        let again = cache.get("user", "acme.alice", 1).expect("cached");
+        assert_eq!(again.denied_by.as_deref(), Some("org"));
+        let levels: Vec<_> = again
+            .levels
+            .iter()
+            .map(|l| (&*l.policy, l.remaining))
+            .collect();
+        assert_eq!(levels, [("org", 0), ("user", 3)]);
+        assert!(again.levels.iter().all(|l| l.reset_ms <= 60_000));
+        assert_eq!(cache.get("user", "acme.bob", 1), None, "another user");
+        assert_eq!(cache.get("org", "acme", 1), None, "the org's own key");
+        assert_eq!(cache.get("user", "acme", 1), None);
     }
 
     /// A shadow policy never denies a caller (SPEC §14): its answer to

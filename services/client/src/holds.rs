@@ -25,6 +25,7 @@ use crate::answer::{Answer, Source};
 use crate::client::{prepare, Client};
 use crate::error::Error;
 use crate::inner::{Asking, Inner};
+use crate::key::{token_of, AsKey, KeyPath};
 use crate::outcome::{Decoded, NoAnswer};
 use bytes::Bytes;
 use sluice_core::holds::HoldId;
@@ -90,7 +91,7 @@ impl Client {
     /// ```
     pub async fn reserve(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         ttl: Option<Duration>,
@@ -105,7 +106,7 @@ impl Client {
     /// one, the client names it itself ([`crate::ClientOptions::ask_ids`]).
     pub async fn reserve_named(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         ttl: Option<Duration>,
@@ -118,7 +119,7 @@ impl Client {
             hold: None,
             id,
         };
-        self.hold_verb(Verb::Reserve, key.as_ref(), &ask).await
+        self.hold_verb(Verb::Reserve, &key, &ask).await
     }
 
     /// `rl.settle.<key>`: ends the hold and charges `cost` in its place
@@ -127,7 +128,7 @@ impl Client {
     /// [`Error::UnknownHold`].
     pub async fn settle(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         hold: &str,
         cost: u64,
@@ -140,7 +141,7 @@ impl Client {
     /// marked [`Answer::repeat`], instead of [`Error::UnknownHold`].
     pub async fn settle_named(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         hold: &str,
         cost: u64,
@@ -153,17 +154,14 @@ impl Client {
             hold: Some(hold),
             id,
         };
-        Ok(self
-            .hold_verb(Verb::Settle, key.as_ref(), &ask)
-            .await?
-            .answer)
+        Ok(self.hold_verb(Verb::Settle, &key, &ask).await?.answer)
     }
 
     /// `rl.extend.<key>`: keeps a live hold for `ttl` from now (`None`:
     /// the policy's `hold_ttl`); the ticket says its new end.
     pub async fn extend(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         hold: &str,
         ttl: Option<Duration>,
@@ -175,7 +173,7 @@ impl Client {
     /// §16): sent again with it, it is answered as the first was.
     pub async fn extend_named(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         hold: &str,
         ttl: Option<Duration>,
@@ -188,7 +186,7 @@ impl Client {
             hold: Some(hold),
             id,
         };
-        self.hold_verb(Verb::Extend, key.as_ref(), &ask).await
+        self.hold_verb(Verb::Extend, &key, &ask).await
     }
 
     /// Reserves like [`Client::reserve`] and, when allowed, hands the hold
@@ -210,17 +208,18 @@ impl Client {
     /// ```
     pub async fn hold(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         ttl: Option<Duration>,
     ) -> Result<Reserved, Error> {
-        let key = key.as_ref();
-        let held = self.reserve(key, policy, cost, ttl).await?;
+        // Kept as its token: the guard settles the very key it reserved.
+        let key = KeyPath::of_token(token_of(&key)?);
+        let held = self.reserve(&key, policy, cost, ttl).await?;
         Ok(match held.ticket {
             Some(ticket) => Reserved::Held(HoldGuard {
                 client: self.clone(),
-                key: key.to_vec(),
+                key,
                 policy: policy.to_string(),
                 ticket,
                 answer: held.answer,
@@ -233,7 +232,12 @@ impl Client {
     /// One hold verb to the key's owner: in its worker's next batch with
     /// batching on, else alone on the verb's subject; named by the
     /// caller's id, else by one of the client's own (if it draws them).
-    async fn hold_verb(&self, verb: Verb, key: &[u8], ask: &HoldAsk<'_>) -> Result<Held, Error> {
+    async fn hold_verb(
+        &self,
+        verb: Verb,
+        key: &(impl AsKey + ?Sized),
+        ask: &HoldAsk<'_>,
+    ) -> Result<Held, Error> {
         let policy = ask.policy.unwrap_or_default();
         let token = prepare(key, policy, ask.cost.unwrap_or(0))?;
         let id = self.id_of(ask.id)?;
@@ -350,7 +354,7 @@ fn ttl_ms(ttl: Option<Duration>) -> Result<Option<u64>, Error> {
 #[derive(Debug)]
 pub struct HoldGuard {
     client: Client,
-    key: Vec<u8>,
+    key: KeyPath,
     policy: String,
     ticket: HoldTicket,
     answer: Answer,
@@ -375,10 +379,7 @@ impl HoldGuard {
     /// ends at its ttl as the policy's `on_expiry` says.
     pub async fn settle(mut self, cost: u64) -> Result<Answer, Error> {
         self.open = false;
-        let (key, policy) = (
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.policy),
-        );
+        let (key, policy) = (self.key.clone(), std::mem::take(&mut self.policy));
         self.client
             .settle(key, &policy, &self.ticket.hold, cost)
             .await
@@ -420,7 +421,7 @@ impl HoldGuard {
             return;
         };
         let client = self.client.clone();
-        let key = std::mem::take(&mut self.key);
+        let key = self.key.clone();
         let policy = std::mem::take(&mut self.policy);
         let hold = self.ticket.hold.clone();
         runtime.spawn(async move {

@@ -11,6 +11,8 @@
 //! - [`NatsAuth`] (`nats_auth.rs`): NATS credentials and TLS (SPEC §10),
 //!   the one builder of connect options for every sluice process.
 //! - `probe.rs`: the startup check of the partition count.
+//! - [`AsKey`], [`KeyPath`] (`key.rs`): what every verb takes as a key,
+//!   plain bytes or a grouped key's tokens (SPEC §17).
 //! - [`Client`] (`client.rs`): `connect`, [`Client::allow`], [`Client::ask`]
 //!   (policy and cost), [`Client::peek`] (cost 0), [`Client::hit`]; keys are
 //!   percent-encoded for the caller; a per-ask timeout; quick retries on
@@ -74,6 +76,7 @@ mod deny_cache;
 mod error;
 mod holds;
 mod inner;
+mod key;
 mod local;
 mod nats_auth;
 mod options;
@@ -90,6 +93,7 @@ pub use answer::{Answer, Source};
 pub use client::Client;
 pub use error::{ConnectError, Error};
 pub use holds::{Held, HoldGuard, HoldTicket, Reserved};
+pub use key::{AsKey, KeyPath};
 pub use nats_auth::{last_refusal, NatsAuth, NatsConnectError};
 pub use options::ClientOptions;
 /// Re-exported for [`ClientOptions::fallback`] and [`Source::Fallback`].

@@ -116,6 +116,8 @@ impl LocalLimiter {
                 policy: policy_name.to_string(),
                 repeat: false,
                 wait: Default::default(),
+                levels: Vec::new(),
+                denied_by: None,
                 source,
             },
         }

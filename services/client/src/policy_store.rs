@@ -12,9 +12,9 @@
 //! nats-config --auth`).
 
 use crate::error::Error;
+use crate::key::{token_of, AsKey};
 use async_nats::jetstream::{self, kv};
 use sluice_core::config::PolicyTable;
-use sluice_core::key::try_encode_key;
 use sluice_core::policies::{self, OverrideTable};
 use sluice_core::policy::Policy;
 use sluice_core::region::RegionName;
@@ -62,14 +62,14 @@ pub async fn remove_policy(bucket: &kv::Store, name: &str) -> Result<bool, Error
 pub async fn put_override(
     bucket: &kv::Store,
     base: &Policy,
-    key: &[u8],
+    key: &(impl AsKey + ?Sized),
     table: &OverrideTable,
 ) -> Result<u64, Error> {
     let policy = base.name();
     let value = serde_json::to_string(table).expect("an override table is plain JSON");
     policies::parse_override(policy, value.as_bytes()).map_err(Error::BadRequest)?;
     policies::resolve(base, table).map_err(Error::BadRequest)?;
-    let entry = override_key(policy, &token(key)?);
+    let entry = override_key(policy, &token_of(key)?);
     bucket
         .put(&entry, value.into())
         .await
@@ -77,16 +77,20 @@ pub async fn put_override(
 }
 
 /// Removes `key`'s override under `policy`; false when there was none.
-pub async fn remove_override(bucket: &kv::Store, policy: &str, key: &[u8]) -> Result<bool, Error> {
+pub async fn remove_override(
+    bucket: &kv::Store,
+    policy: &str,
+    key: &(impl AsKey + ?Sized),
+) -> Result<bool, Error> {
     check_name(policy)?;
-    let entry = override_key(policy, &token(key)?);
+    let entry = override_key(policy, &token_of(key)?);
     remove(bucket, &entry, &entry).await
 }
 
 /// The override table stored for `key` under `policy`, if any.
-pub fn override_entry(policy: &str, key: &[u8]) -> Result<String, Error> {
+pub fn override_entry(policy: &str, key: &(impl AsKey + ?Sized)) -> Result<String, Error> {
     check_name(policy)?;
-    Ok(override_key(policy, &token(key)?))
+    Ok(override_key(policy, &token_of(key)?))
 }
 
 async fn remove(bucket: &kv::Store, entry: &str, what: &str) -> Result<bool, Error> {
@@ -102,12 +106,6 @@ async fn remove(bucket: &kv::Store, entry: &str, what: &str) -> Result<bool, Err
             .map_err(|e| write_error(what, e))?;
     }
     Ok(there)
-}
-
-/// A key as its subject token (SPEC §1), which override entries hold.
-fn token(key: &[u8]) -> Result<String, Error> {
-    try_encode_key(key)
-        .map_err(|e| Error::BadRequest(format!("key {:?}: {e}", String::from_utf8_lossy(key))))
 }
 
 fn check_name(name: &str) -> Result<(), Error> {

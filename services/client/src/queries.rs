@@ -9,9 +9,9 @@
 //! credentials without the `admin` role for inspect and reset).
 
 use crate::error::Error;
+use crate::key::{token_of, AsKey};
 use async_nats::RequestErrorKind;
 use serde::de::DeserializeOwned;
-use sluice_core::key::try_encode_key;
 use sluice_core::subject::{Verb, TOP};
 use sluice_core::wire::inspect::{decode_admin_reply, encode_scope, InspectReply, ResetReply};
 use sluice_core::wire::usage::{encode_query, TopQuery, TopReply, UsageQuery, UsageReply};
@@ -26,7 +26,7 @@ pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// state when `None`).
 pub async fn inspect(
     nats: &async_nats::Client,
-    key: &[u8],
+    key: &(impl AsKey + ?Sized),
     policy: Option<&str>,
     timeout: Duration,
 ) -> Result<InspectReply, Error> {
@@ -37,7 +37,7 @@ pub async fn inspect(
 /// policy when `None`).
 pub async fn reset(
     nats: &async_nats::Client,
-    key: &[u8],
+    key: &(impl AsKey + ?Sized),
     policy: Option<&str>,
     timeout: Duration,
 ) -> Result<ResetReply, Error> {
@@ -49,11 +49,11 @@ pub async fn reset(
 pub async fn scoped<T: DeserializeOwned>(
     nats: &async_nats::Client,
     verb: Verb,
-    key: &[u8],
+    key: &(impl AsKey + ?Sized),
     policy: Option<&str>,
     timeout: Duration,
 ) -> Result<T, Error> {
-    let subject = verb.client_subject(&token(key)?);
+    let subject = verb.client_subject(&token_of(key)?);
     request(
         nats,
         &subject,
@@ -66,11 +66,11 @@ pub async fn scoped<T: DeserializeOwned>(
 /// `rl.usage.<key>`: the key's usage history.
 pub async fn usage(
     nats: &async_nats::Client,
-    key: &[u8],
+    key: &(impl AsKey + ?Sized),
     query: &UsageQuery,
     timeout: Duration,
 ) -> Result<UsageReply, Error> {
-    let subject = Verb::Usage.client_subject(&token(key)?);
+    let subject = Verb::Usage.client_subject(&token_of(key)?);
     request(nats, &subject, encode_query(query, Encoding::Json), timeout).await
 }
 
@@ -123,8 +123,4 @@ pub async fn request<T: DeserializeOwned>(
     }
     decode_admin_reply(&msg.payload)
         .map_err(|e| Error::Unavailable(format!("a reply on {subject} that cannot be read: {e}")))
-}
-
-fn token(key: &[u8]) -> Result<String, Error> {
-    try_encode_key(key).map_err(|e| Error::BadRequest(e.to_string()))
 }

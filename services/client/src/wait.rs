@@ -15,6 +15,7 @@
 
 use crate::answer::Answer;
 use crate::error::Error;
+use crate::key::AsKey;
 use crate::Client;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ impl Client {
     /// as [`Client::ask`] does.
     pub async fn ask_waiting(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         wait: Duration,
@@ -42,14 +43,14 @@ impl Client {
     /// again with it, the ask counts once and is answered its first wait.
     pub async fn ask_waiting_named(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         wait: Duration,
         id: Option<&str>,
     ) -> Result<Answer, Error> {
         let id = self.id_of(id)?;
-        self.ask_once(key.as_ref(), policy, cost, id.as_deref(), wait_ms(wait))
+        self.ask_once(&key, policy, cost, id.as_deref(), wait_ms(wait))
             .await
     }
 
@@ -69,7 +70,7 @@ impl Client {
     /// ```
     pub async fn acquire(
         &self,
-        key: impl AsRef<[u8]>,
+        key: impl AsKey,
         policy: &str,
         cost: u64,
         wait: Duration,

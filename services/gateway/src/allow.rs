@@ -15,6 +15,7 @@
 //!   the ask wait for a later start (SPEC §18, [`crate::wait`]); allowed
 //!   so, it is answered at once with `Sluice-Wait-Ms` and `wait_ms`.
 
+use crate::grouped::key_path;
 use crate::metrics::Route;
 use crate::respond;
 use crate::responses::{AskErrors, Counted, Decided};
@@ -24,7 +25,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
-use sluice_client::Error;
+use sluice_client::{Error, KeyPath};
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::wire::{self, ErrorReply, DEFAULT_COST, MAX_BODY};
 use std::sync::Arc;
@@ -79,7 +80,7 @@ async fn allow(State(app): State<Arc<App>>, request: Request) -> Response {
                 None => client.ask(&key, &policy, cost).await,
             }
         };
-        crate::traces::ask(&app, &key, &policy, cost, asking).await
+        crate::traces::ask(&app, key.token(), &policy, cost, asking).await
     }
     .await;
     app.metrics.observe(
@@ -145,7 +146,7 @@ pub(crate) fn no_key(app: &App, route: Route) -> Response {
 
 /// What an ask names: its key, policy, cost, id and wait (zero: none).
 struct Ask {
-    key: Vec<u8>,
+    key: KeyPath,
     policy: String,
     cost: u64,
     id: Option<String>,
@@ -157,7 +158,7 @@ struct Ask {
 /// the body, and its wait, from the query, `Sluice-Wait` or the body.
 async fn ask_of(request: Request, prefix: &str) -> Result<Ask, Error> {
     let (parts, body) = request.into_parts();
-    let key = key_after(parts.uri.path(), prefix);
+    let key = key_path(parts.uri.path(), prefix)?;
     let query = Query::parse(parts.uri.query())?;
     let header_id = idempotency_key(&parts.headers)?;
     let header_wait = wait_header(&parts.headers)?;
@@ -228,17 +229,11 @@ pub(crate) struct IdempotencyKey {
     idempotency_key: Option<String>,
 }
 
-/// The raw key of a path `<prefix><key>`: its segment percent-decoded to
-/// bytes here (not by axum, which would refuse keys that are not UTF-8).
-pub(crate) fn key_after(path: &str, prefix: &str) -> Vec<u8> {
-    percent_decode(path.strip_prefix(prefix).unwrap_or_default().as_bytes())
-}
-
 /// `{key}` in a path: any bytes, one segment, percent-encoded (a `/` as
 /// `%2F`); encoded for NATS by the client (PROTOCOL.md §1).
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)] // read from the raw path (`key_after`), described here
+#[allow(dead_code)] // read from the raw path (`grouped::key_path`), described here
 pub(crate) struct KeyParam {
     /// The key: any bytes, at most 255 once percent-encoded for NATS.
     key: String,

@@ -87,6 +87,12 @@ pub(crate) fn routes(tokens: Option<Arc<Tokens>>) -> (Router<Arc<App>>, OpenApi)
         .routes(routes!(crate::usage::series))
         .routes(routes!(crate::usage::top))
         .routes(routes!(crate::inspect::inspect))
+        .routes(routes!(crate::grouped::inspect_org))
+        .routes(routes!(crate::grouped::inspect_team))
+        .routes(routes!(crate::grouped::usage_org))
+        .routes(routes!(crate::grouped::usage_team))
+        .routes(routes!(crate::grouped::get_override_org))
+        .routes(routes!(crate::grouped::get_override_team))
         .routes(routes!(crate::policies::list))
         .routes(routes!(crate::policies::get))
         .routes(routes!(crate::policies::overrides))
@@ -102,6 +108,7 @@ pub(crate) fn routes(tokens: Option<Arc<Tokens>>) -> (Router<Arc<App>>, OpenApi)
         .routes(routes!(crate::hold::settle))
         .routes(routes!(crate::hold::extend))
         .routes(routes!(crate::inspect::reset))
+        .merge(grouped_writes())
         .routes(routes!(crate::policies::put, crate::policies::delete))
         .routes(routes!(
             crate::policies::put_override,
@@ -134,6 +141,27 @@ pub(crate) fn routes(tokens: Option<Arc<Tokens>>) -> (Router<Arc<App>>, OpenApi)
     api.merge(write_api);
     api.merge(open_api);
     (reads.merge(writes).merge(open), api)
+}
+
+/// The grouped keys' paths of the verbs that write (SPEC §17,
+/// `grouped.rs`): `/{org}/{key}` and `/{org}/{team}/{key}`.
+fn grouped_writes() -> OpenApiRouter<Arc<App>> {
+    use crate::grouped as g;
+    OpenApiRouter::new()
+        .routes(routes!(g::allow_org, g::allow_post_org))
+        .routes(routes!(g::allow_team, g::allow_post_team))
+        .routes(routes!(g::hit_org))
+        .routes(routes!(g::hit_team))
+        .routes(routes!(g::reset_org))
+        .routes(routes!(g::reset_team))
+        .routes(routes!(g::reserve_org))
+        .routes(routes!(g::reserve_team))
+        .routes(routes!(g::settle_org))
+        .routes(routes!(g::settle_team))
+        .routes(routes!(g::extend_org))
+        .routes(routes!(g::extend_team))
+        .routes(routes!(g::put_override_org, g::delete_override_org))
+        .routes(routes!(g::put_override_team, g::delete_override_team))
 }
 
 /// The description of the `/v1` API, as `/v1/openapi.json` serves it.

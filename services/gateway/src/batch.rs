@@ -17,7 +17,7 @@ use crate::App;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use sluice_client::Error;
+use sluice_client::{Error, KeyPath};
 use sluice_core::policy::DEFAULT_POLICY;
 use sluice_core::wire::batch::MAX_ITEMS;
 use sluice_core::wire::{DecisionReply, DEFAULT_COST};
@@ -40,8 +40,10 @@ pub(crate) struct BatchRequest {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchAsk {
-    /// The key (any text; the gateway percent-encodes it for NATS).
-    key: String,
+    /// The key (any text; the gateway percent-encodes it for NATS), or a
+    /// grouped key's tokens, outermost first (`["acme", "alice"]`, SPEC
+    /// §17).
+    key: BatchKey,
     /// The policy (default `default`).
     #[serde(default)]
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
@@ -54,6 +56,24 @@ pub(crate) struct BatchAsk {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 128)]
     id: Option<String>,
+}
+
+/// A batch item's key: text, one key whatever it holds; or a list of one
+/// to three tokens, a grouped key (`/v1/allow/{org}/{key}`'s segments).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub(crate) enum BatchKey {
+    One(String),
+    Path(Vec<String>),
+}
+
+impl BatchKey {
+    fn path(&self) -> Result<KeyPath, Error> {
+        match self {
+            BatchKey::One(key) => KeyPath::new([key]),
+            BatchKey::Path(tokens) => KeyPath::new(tokens),
+        }
+    }
 }
 
 /// The answers, in the order of the asks.
@@ -97,13 +117,10 @@ pub(crate) async fn batch(State(app): State<Arc<App>>, request: Request) -> Resp
         let started = Instant::now();
         let policy = ask.policy.as_deref().unwrap_or(DEFAULT_POLICY);
         let cost = ask.cost.unwrap_or(DEFAULT_COST);
-        let result = match &ask.id {
-            Some(id) => {
-                app.client
-                    .ask_with_id(ask.key.as_bytes(), policy, cost, id)
-                    .await
-            }
-            None => app.client.ask(ask.key.as_bytes(), policy, cost).await,
+        let result = match (ask.key.path(), &ask.id) {
+            (Err(e), _) => Err(e),
+            (Ok(key), Some(id)) => app.client.ask_with_id(&key, policy, cost, id).await,
+            (Ok(key), None) => app.client.ask(&key, policy, cost).await,
         };
         app.metrics.observe(
             Route::Batch,

@@ -11,7 +11,8 @@
 //! `allowed` says whether one more unit would be now). No fallback: with
 //! no worker answering, 503.
 
-use crate::allow::{idempotency_key, one_id, percent_decode, read_body, IdempotencyKey, KeyParam};
+use crate::allow::{idempotency_key, one_id, read_body, IdempotencyKey, KeyParam};
+use crate::grouped::key_path;
 use crate::metrics::{Outcome, Route};
 use crate::respond;
 use crate::responses::{Done, HeldReplies, HoldErrors};
@@ -80,8 +81,12 @@ async fn serve(app: &App, verb: Verb, request: Request) -> Response {
 async fn hold(app: &App, verb: Verb, request: Request) -> Result<Held, Error> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
-    let segment = path.rsplit_once('/').map_or("", |(_, key)| key);
-    let key = percent_decode(segment.as_bytes());
+    let verb_prefix = match verb {
+        Verb::Reserve => "/v1/reserve/",
+        Verb::Settle => "/v1/settle/",
+        _ => "/v1/extend/",
+    };
+    let key = key_path(path, verb_prefix)?;
     if parts.uri.query().is_some() {
         return Err(Error::BadRequest(format!(
             "{path} takes its fields in a JSON body, not in the query (docs/HOLDS.md)"

@@ -7,7 +7,8 @@
 //! `rl.reset.*` (the `admin` role); with the `client` role the request
 //! goes unanswered and the reply is 503 with a sentence that says so.
 
-use crate::allow::{key_after, KeyParam};
+use crate::allow::KeyParam;
+use crate::grouped::key_path;
 use crate::respond;
 use crate::responses::QueryErrors;
 use crate::usage::params;
@@ -75,7 +76,7 @@ async fn scoped<T: serde::de::DeserializeOwned>(
         Verb::Inspect => INSPECT_PREFIX,
         _ => RESET_PREFIX,
     };
-    let key = key_after(uri.path(), prefix);
+    let key = key_path(uri.path(), prefix)?;
     let policy = params(uri.query(), &["policy"])?.remove("policy");
     queries::scoped(
         app.client.nats(),

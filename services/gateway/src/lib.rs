@@ -21,6 +21,8 @@
 //! - `wait.rs`: `?wait=250ms` and `Sluice-Wait`, an ask that may wait for
 //!   a later start (SPEC §18), and why proxy mode paces by its policy.
 //! - `hold.rs`: `POST /v1/reserve|settle|extend/{key}` (SPEC §13).
+//! - `grouped.rs`: the same verbs of a grouped key, `/{org}/{key}` and
+//!   `/{org}/{team}/{key}` (SPEC §17); four key segments are a 400.
 //! - `api.rs`: the `/v1` routes, the role each needs, and their OpenAPI
 //!   description (`/v1/openapi.json`, `docs/openapi.json`).
 //! - `usage.rs`: `GET /v1/usage/{key}` and `GET /v1/usage?top=N` (SPEC §9).
@@ -65,6 +67,7 @@ mod api;
 mod api_token;
 mod batch;
 mod envoy;
+mod grouped;
 mod hold;
 mod https;
 mod inspect;
@@ -411,10 +414,11 @@ fn router(app: Arc<App>, tokens: Option<Arc<Tokens>>) -> Router {
     router.with_state(app)
 }
 
-/// `/v1/allow/`, `/v1/hit/`, ... with no key: 400 (the paths with a key
-/// are `api::routes`).
+/// `/v1/allow/`, `/v1/hit/`, ... with no key, or with a key of four
+/// segments or more: 400 (the paths with a key are `api::routes`).
 fn no_key_routes(v1: Router<Arc<App>>) -> Router<Arc<App>> {
-    v1.route("/v1/allow/", any(allow::empty_key))
+    grouped::too_deep_routes(v1)
+        .route("/v1/allow/", any(allow::empty_key))
         .route("/v1/hit/", any(allow::empty_key))
         .route("/v1/inspect/", any(allow::empty_key))
         .route("/v1/reset/", any(allow::empty_key))

@@ -13,6 +13,7 @@
 //!   needs NATS credentials that may write the bucket.
 
 use crate::allow::{percent_decode, read_body_up_to, KeyParam};
+use crate::grouped::key_path;
 use crate::respond::{self, ErrorBody, ErrorWord};
 use crate::responses::WriteErrors;
 use crate::usage::params;
@@ -24,8 +25,8 @@ use axum::response::Response;
 use serde::Serialize;
 use sluice_client::policy_store;
 use sluice_client::Error;
+use sluice_client::KeyPath;
 use sluice_core::config::PolicyTable;
-use sluice_core::key::try_encode_key;
 use sluice_core::policies::{parse_override, OverrideTable};
 use sluice_worker::service::{in_force, PolicyInForce};
 use std::collections::BTreeMap;
@@ -181,12 +182,13 @@ pub(crate) async fn get_override(State(app): State<Arc<App>>, uri: Uri) -> Respo
     let result = async {
         params(uri.query(), &[])?;
         let (name, key) = names(&uri);
-        let token = try_encode_key(&key).map_err(|e| Error::BadRequest(format!("the key: {e}")))?;
+        let key = key?;
+        let token = key.token();
         let policies = app.client.policies();
         policies.get(&name).ok_or_else(|| unknown(&name))?;
         let table = policies
             .override_tables(&name)
-            .find(|(t, _)| **t == token)
+            .find(|(t, _)| t.as_str() == token)
             .map(|(_, table)| table.clone());
         Ok(table)
     }
@@ -212,6 +214,7 @@ pub(crate) async fn put_override(State(app): State<Arc<App>>, request: Request) 
     let result = async {
         params(uri.query(), &[])?;
         let (name, key) = names(&uri);
+        let key = key?;
         let body = read_body_up_to(&headers, body, MAX_TABLE).await?;
         let table = parse_override(&name, &body).map_err(Error::BadRequest)?;
         let policies = app.client.policies();
@@ -220,7 +223,7 @@ pub(crate) async fn put_override(State(app): State<Arc<App>>, request: Request) 
         let revision = policy_store::put_override(&bucket, base, &key, &table).await?;
         Ok(Written {
             policy: name,
-            key: try_encode_key(&key).ok(),
+            key: Some(key.token().to_string()),
             revision,
             value: table,
         })
@@ -237,13 +240,15 @@ pub(crate) async fn put_override(State(app): State<Arc<App>>, request: Request) 
 ))]
 pub(crate) async fn delete_override(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let (name, key) = names(&uri);
+    let token = key.as_ref().ok().map(|k| k.token().to_string());
     let result = async {
         params(uri.query(), &[])?;
+        let key = key?;
         let bucket = policy_store::bucket(app.client.nats()).await?;
         policy_store::remove_override(&bucket, &name, &key).await
     }
     .await;
-    removed(result, name, try_encode_key(&key).ok())
+    removed(result, name, token)
 }
 
 /// `{name}` in a path.
@@ -256,9 +261,11 @@ pub(crate) struct NameParam {
     name: String,
 }
 
-/// The policy name and the key (empty when the path has none) of
-/// `/v1/policies/{name}[/overrides/{key}]`, percent-decoded.
-fn names(uri: &Uri) -> (String, Vec<u8>) {
+/// The policy name and the key (an error when the path has none) of
+/// `/v1/policies/{name}[/overrides/{key}]`, percent-decoded; the key may
+/// be a grouped key's segments, `{org}/{key}` or `{org}/{team}/{key}`
+/// (SPEC §17, [`crate::grouped`]).
+fn names(uri: &Uri) -> (String, Result<KeyPath, Error>) {
     let rest = uri.path().strip_prefix("/v1/policies/").unwrap_or_default();
     let (name, key) = match rest.split_once("/overrides") {
         Some((name, key)) => (name, key.strip_prefix('/').unwrap_or_default()),
@@ -266,7 +273,7 @@ fn names(uri: &Uri) -> (String, Vec<u8>) {
     };
     (
         String::from_utf8_lossy(&percent_decode(name.as_bytes())).into_owned(),
-        percent_decode(key.as_bytes()),
+        key_path(key, ""),
     )
 }
 

@@ -183,7 +183,7 @@ async fn admit(
             app.client.ask_waiting(key, policy, 1, max_wait).await
         }
     };
-    match crate::traces::ask(app, key, policy, 1, asking).await {
+    match crate::traces::ask(app, &sluice_core::key::encode_key(key), policy, 1, asking).await {
         Ok(allowed) if allowed.allowed => Ok((allowed, None)),
         other => Err(other),
     }

@@ -212,6 +212,8 @@ mod tests {
             shadow_denied: true,
             repeat: false,
             wait: Duration::ZERO,
+            levels: Vec::new(),
+            denied_by: None,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -243,6 +245,8 @@ mod tests {
             shadow_denied: false,
             repeat: false,
             wait: Duration::from_micros(149_200),
+            levels: Vec::new(),
+            denied_by: None,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -251,5 +255,39 @@ mod tests {
         let body = answer.to_reply().encode(Encoding::Json);
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["wait_ms"], 150);
+    }
+
+    /// A grouped denial (SPEC §17): 429 with the denying level's numbers in
+    /// the RateLimit headers, and `levels` and `denied_by` in the body.
+    #[test]
+    fn a_grouped_denial_carries_its_levels_and_the_level_that_denied() {
+        let level = |policy: &str, remaining, reset_ms| sluice_core::wire::LevelReply {
+            policy: policy.into(),
+            remaining,
+            reset_ms,
+        };
+        let answer = Answer {
+            allowed: false,
+            limit: 50,
+            remaining: 0,
+            reset: Duration::from_secs(60),
+            retry_after: Duration::from_secs(2),
+            policy: "user".into(),
+            shadow_denied: false,
+            repeat: false,
+            wait: Duration::ZERO,
+            levels: vec![level("org", 0, 60_000), level("user", 4, 30_000)],
+            denied_by: Some("org".into()),
+            source: Source::Worker,
+        };
+        let response = decision(&answer);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers().get("ratelimit-limit").unwrap(), "50");
+        assert_eq!(response.headers().get("ratelimit-remaining").unwrap(), "0");
+        let body = answer.to_reply().encode(Encoding::Json);
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["denied_by"], "org");
+        assert_eq!(body["levels"][0]["policy"], "org");
+        assert_eq!(body["levels"][1]["remaining"], 4);
     }
 }

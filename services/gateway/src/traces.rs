@@ -73,7 +73,7 @@ pub(crate) async fn request(State(app): State<Arc<App>>, request: Request, next:
 /// NATS headers; as it is when the request is not traced.
 pub(crate) async fn ask(
     app: &App,
-    key: &[u8],
+    token: &str,
     policy: &str,
     cost: u64,
     asking: impl Future<Output = Result<Answer, Error>>,
@@ -92,10 +92,7 @@ pub(crate) async fn ask(
             KeyValue::new("messaging.system", "nats"),
             KeyValue::new("sluice.policy", policy.to_string()),
             KeyValue::new("sluice.cost", cost as i64),
-            KeyValue::new(
-                "sluice.key_hash",
-                sluice_traces::key_hash(&sluice_core::key::encode_key(key)),
-            ),
+            KeyValue::new("sluice.key_hash", sluice_traces::key_hash(token)),
         ])
         .start_with_context(tracer, &parent);
     let cx = parent.with_span(span);

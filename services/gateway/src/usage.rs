@@ -7,7 +7,8 @@
 //! `from_ms` / `to_ms`. Unknown or repeated query parameters are refused,
 //! as on `/v1/allow`.
 
-use crate::allow::{percent_decode, KeyParam};
+use crate::allow::KeyParam;
+use crate::grouped::key_path;
 use crate::respond;
 use crate::responses::QueryErrors;
 use crate::App;
@@ -34,13 +35,8 @@ pub(crate) const PREFIX: &str = "/v1/usage/";
     )
 )]
 pub(crate) async fn series(State(app): State<Arc<App>>, uri: Uri) -> Response {
-    let key = percent_decode(
-        uri.path()
-            .strip_prefix(PREFIX)
-            .unwrap_or_default()
-            .as_bytes(),
-    );
     let result = async {
+        let key = key_path(uri.path(), PREFIX)?;
         let mut q = params(uri.query(), &["from", "to", "step", "policy"])?;
         let query = UsageQuery {
             policy: q.remove("policy"),
@@ -100,7 +96,7 @@ pub(crate) async fn top(State(app): State<Arc<App>>, uri: Uri) -> Response {
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // read by `params`, which refuses anything else
-struct SeriesQuery {
+pub(crate) struct SeriesQuery {
     /// From (ms since the epoch; default an hour before `to`).
     from: Option<u64>,
     /// To (ms since the epoch; default now).

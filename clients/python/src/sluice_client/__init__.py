@@ -12,10 +12,12 @@ on NATS.
   and followed with ``client.alerts(policy, follow=True)``.
 - :class:`Held`, :class:`Hold`, :class:`HoldDenied` (``holds.py``): holds.
 - :class:`Usage`, :class:`Top` (``usage.py``): usage history replies.
-- :class:`Decision`, :class:`Source` (``decision.py``): the typed answer and
-  the headers an HTTP server should return.
+- :class:`Decision`, :class:`Level`, :class:`Source` (``decision.py``): the
+  typed answer (a grouped ask's ``levels`` and ``denied_by``) and the
+  headers an HTTP server should return.
 - :class:`SluiceError` and its kinds (``errors.py``).
-- :func:`encode_key` (``key.py``), the partition hash (``partition.py``)
+- :func:`encode_key` (``key.py``: a key, or a grouped key's tuple of
+  tokens, ``("acme", "alice")``), the partition hash (``partition.py``)
   and the bodies (``wire.py``).
 
 ::
@@ -28,10 +30,10 @@ on NATS.
 
 from .alerts import Alert
 from .client import Fallback, SluiceClient, Stats
-from .decision import Decision, Source
+from .decision import Decision, Level, Source
 from .errors import BadRequest, IdReused, SluiceError, TooLarge, Unavailable, UnknownHold, UnknownPolicy
 from .holds import Hold, HoldDenied, Held, HoldScope
-from .key import MAX_TOKEN_LEN, encode_key
+from .key import MAX_TOKEN_LEN, MAX_TOKENS, encode_key
 from .local import policies_from_config
 from .usage import Top, TopEntry, Usage, UsagePart, UsagePoint
 
@@ -42,6 +44,7 @@ __all__ = [
     "Stats",
     "policies_from_config",
     "Decision",
+    "Level",
     "Source",
     "SluiceError",
     "BadRequest",
@@ -56,6 +59,7 @@ __all__ = [
     "HoldDenied",
     "encode_key",
     "MAX_TOKEN_LEN",
+    "MAX_TOKENS",
     "Usage",
     "UsagePoint",
     "UsagePart",

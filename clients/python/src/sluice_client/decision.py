@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 
 class Source(str, enum.Enum):
@@ -28,6 +28,16 @@ class Source(str, enum.Enum):
 
 def _secs_ceil(ms: int) -> int:
     return -(-ms // 1000)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a grouped decision (SPEC §17): its policy, what is
+    left there and when it is whole again."""
+
+    policy: str
+    remaining: int
+    reset_ms: int
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,12 @@ class Decision:
     """An ask that may wait (``wait=``, SPEC §18) allowed for a later
     start: ms from now (rounded up) until the caller starts, its units
     taken at once; 0 otherwise. :meth:`SluiceClient.acquire` has slept it."""
+    levels: Tuple[Level, ...] = ()
+    """A grouped ask's levels (SPEC §17), outermost first; empty for a
+    plain key and for the fallback's answers."""
+    denied_by: Optional[str] = None
+    """The policy of the level that denied a grouped ask: the
+    organisation's, say, while the user still had room."""
 
     @property
     def reset(self) -> float:

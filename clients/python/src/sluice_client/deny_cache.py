@@ -16,6 +16,15 @@ raises the limit, counters lost in a crash in snapshot mode) can only make
 a worker allow sooner: the cache errs on the side of denying, for at most
 the retry time it was told.
 
+A grouped ask (SPEC §17) is cached under its own policy and whole token
+(``user``, ``acme.alice``), whichever level denied it, and answers only
+that same ask: its levels are the same counters, and the denying level
+(the organisation's) is freed by nothing but time either. It is not
+cached under the organisation's key, so a denial of alice by her
+organisation never answers bob from the cache: his ask goes to the
+worker. The answer keeps the denial's ``levels`` (their ``reset_ms``
+counted down) and ``denied_by``.
+
 One dict, bounded: expired entries are dropped when it grows, and a full
 cache stops caching rather than evicting. asyncio runs one task at a time,
 so it needs no lock.
@@ -27,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
-from .decision import Decision, Source
+from .decision import Decision, Level, Source
 
 Clock = Callable[[], float]
 """Seconds on a clock that never goes back (``time.monotonic``)."""
@@ -42,6 +51,9 @@ class _Denied:
     limit: int
     remaining: int
     reset_at: float
+    levels: Tuple[Level, ...] = ()
+    denied_by: Optional[str] = None
+    at: float = 0.0
 
 
 class DenyCache:
@@ -81,6 +93,10 @@ class DenyCache:
             retry_after_ms=max(_ms_ceil(d.until - now), 1),
             policy=policy,
             source=Source.DENY_CACHE,
+            levels=tuple(
+                Level(l.policy, l.remaining, max(l.reset_ms - int((now - d.at) * 1000), 0)) for l in d.levels
+            ),
+            denied_by=d.denied_by,
         )
 
     def insert(self, token: str, cost: int, decision: Decision) -> None:
@@ -95,6 +111,9 @@ class DenyCache:
             limit=decision.limit,
             remaining=decision.remaining,
             reset_at=now + decision.reset_ms / 1000,
+            levels=decision.levels,
+            denied_by=decision.denied_by,
+            at=now,
         )
         if len(self._map) >= self._prune_at and key not in self._map:
             self._map = {k: d for k, d in self._map.items() if d.until > now}

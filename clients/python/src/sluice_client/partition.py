@@ -16,5 +16,8 @@ def fnv1a32(data: bytes) -> int:
 
 
 def partition_of(token: str, partitions: int) -> int:
-    """The partition nats-server maps a key token to."""
-    return fnv1a32(token.encode("ascii")) % partitions if partitions else 0
+    """The partition nats-server maps a key token to: a grouped key's
+    (``acme.alice``, SPEC §17) is its first token's, where every key of
+    its group lives."""
+    first = token.split(".", 1)[0]
+    return fnv1a32(first.encode("ascii")) % partitions if partitions else 0

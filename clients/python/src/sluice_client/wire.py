@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import msgpack
 
-from .decision import Decision, Source
+from .decision import Decision, Level, Source
 from .errors import BadRequest, SluiceError, error_from_reply
 
 DEFAULT_POLICY = "default"
@@ -185,4 +185,26 @@ def decode_reply_map(
         shadow_denied=shadow_denied,
         repeat=repeat,
         wait_ms=_uint(body, "wait_ms") if "wait_ms" in body else 0,
+        levels=_levels(body),
+        denied_by=_denied_by(body),
     )
+
+
+def _levels(body: Mapping[str, Any]) -> "tuple[Level, ...]":
+    """A grouped reply's ``levels`` (SPEC §17), outermost first."""
+    levels = body.get("levels", [])
+    if not isinstance(levels, list):
+        raise MalformedReply("the reply's 'levels' is not a list: {!r}".format(levels))
+    out = []
+    for level in levels:
+        if not isinstance(level, dict) or not isinstance(level.get("policy"), str):
+            raise MalformedReply("a level of the reply is not {{policy, remaining, reset_ms}}: {!r}".format(level))
+        out.append(Level(level["policy"], _uint(level, "remaining"), _uint(level, "reset_ms")))
+    return tuple(out)
+
+
+def _denied_by(body: Mapping[str, Any]) -> Optional[str]:
+    denied_by = body.get("denied_by")
+    if denied_by is not None and not isinstance(denied_by, str):
+        raise MalformedReply("the reply's 'denied_by' is not a string: {!r}".format(denied_by))
+    return denied_by

@@ -4,7 +4,8 @@
 //! mode a `kill -9` of the group's owner keeps every level's count; and a
 //! key with fewer tokens than its policy has levels is refused with the
 //! reason. Asks go as any client sends them, to `rl.allow.<org>.<key>`,
-//! through the server's mapping.
+//! through the server's mapping; then `sluice check acme/alice` and the
+//! other key commands, which take a key path.
 
 use crate::common::SLUICE;
 use sluice_core::partition::partition_of;
@@ -162,4 +163,86 @@ async fn every_levels_count_survives_a_kill_of_the_groups_owner_in_journal_mode(
         full.levels[0].remaining, 33,
         "a denial takes nothing: {full:?}"
     );
+}
+
+/// `sluice check acme/alice --policy user` and the other key commands take
+/// a key path; the levels and `denied_by` are printed; `--one-key` keeps a
+/// '/' inside a plain key; four tokens are refused with the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_commands_take_org_slash_key_and_print_the_levels() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &crate::common::groups_toml(3, 2, ""), 1).await;
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let run = |args: &[&str]| stack.run(&[args, &["--config", &config]].concat());
+    for _ in 0..2 {
+        let out = run(&["check", "acme/alice", "--policy", "user"]);
+        assert!(out.starts_with("allowed  policy=user"), "{out}");
+        assert!(out.contains("\n  level org "), "{out}");
+        assert!(out.contains("\n  level user "), "{out}");
+    }
+    run(&["check", "acme/bob", "--policy", "user"]);
+    let out = run(&["check", "acme/bob", "--policy", "user"]);
+    assert!(out.starts_with("denied  policy=user"), "{out}");
+    assert!(out.contains(" denied_by=org\n"), "{out}");
+    let json = run(&["check", "acme/bob", "--policy", "user", "--json"]);
+    let reply: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(reply["denied_by"], "org", "{reply}");
+    assert_eq!(reply["levels"][1]["remaining"], 1, "bob's own: {reply}");
+
+    // A grouped key's own state, usage and reset; the org's pool is `acme`.
+    let json = run(&["inspect", "acme/alice", "--policy", "user", "--json"]);
+    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(seen["key"], "acme.alice", "{seen}");
+    run(&["usage", "acme/alice", "--policy", "user", "--json"]);
+    assert!(run(&["reset", "acme", "--policy", "org"]).contains("reset under org"));
+    let out = run(&["check", "acme/bob", "--policy", "user"]);
+    assert!(out.starts_with("allowed"), "{out}");
+
+    // A '/' inside a plain key: --one-key.
+    let out = run(&["check", "a/b", "--one-key"]);
+    assert!(out.starts_with("allowed  policy=default"), "{out}");
+    assert!(!out.contains("level"), "{out}");
+    let json = run(&["inspect", "a/b", "--one-key", "--json"]);
+    assert!(json.contains(r#""key":"a%2Fb""#), "{json}");
+    let refused = stack.command(&["check", "a/b/c/d", "--config", &config]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("at most 3") && why.contains("--one-key"),
+        "{why}"
+    );
+}
+
+/// `sluice policy override user acme/vip` overrides the user level of one
+/// grouped key, that key's own (`acme.vip`); exported and applied back, the
+/// override is the same key's, not a plain key `acme.vip` (`acme%2Evip`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_of_a_grouped_key_is_set_exported_and_applied_as_that_key() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &crate::common::groups_toml(30, 2, ""), 1).await;
+    let nats = stack.nats.connect().await.unwrap();
+    let config = stack.config_path().to_str().unwrap().to_string();
+    let run = |args: &[&str]| stack.run(&[args, &["--config", &config]].concat());
+    let out = run(&["policy", "override", "user", "acme/vip", "--limit", "10/1h"]);
+    assert!(out.contains("override.user.acme.vip set"), "{out}");
+    let user_limit = || async {
+        let d = ask(&nats, "acme.vip", br#"{"policy":"user","cost":0}"#).await?;
+        match d.levels.get(1) {
+            Some(l) if l.remaining == 10 => Ok(()),
+            _ => Err(anyhow::anyhow!("not in force yet: {d:?}")),
+        }
+    };
+    eventually(Duration::from_secs(10), TICK, user_limit)
+        .await
+        .expect("the override is in force");
+    let exported = run(&["policy", "export"]);
+    assert!(exported.contains("acme.vip"), "{exported}");
+    run(&["policy", "unoverride", "user", "acme/vip"]);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &exported).unwrap();
+    run(&["policy", "apply", file.path().to_str().unwrap()]);
+    assert_eq!(run(&["policy", "export"]), exported);
+    eventually(Duration::from_secs(10), TICK, user_limit)
+        .await
+        .expect("applied back, the override is the grouped key's");
 }

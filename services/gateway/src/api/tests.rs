@@ -26,7 +26,8 @@ fn the_committed_description_is_the_generated_one() {
 /// A `/v1` route added with `.route(...)` has no `#[utoipa::path]`, so
 /// the description would not list it: every one must go through
 /// `routes!` in `api::routes` (paths that name no key, ending in `/`,
-/// are the 400s of `lib.rs`'s `no_key_routes`).
+/// are the 400s of `lib.rs`'s `no_key_routes`, as are the paths of four
+/// key segments or more, `grouped::too_deep_routes`).
 #[test]
 fn every_v1_route_is_added_with_its_description() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

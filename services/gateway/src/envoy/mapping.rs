@@ -453,6 +453,8 @@ mod tests {
             shadow_denied: false,
             repeat: false,
             wait: Duration::ZERO,
+            levels: Vec::new(),
+            denied_by: None,
             source: Source::Worker,
         }
     }

@@ -29,3 +29,24 @@ limits = [ { max = 10000, per = "1h" } ]
 algorithm = "sliding_log"
 limits = [ { max = 10000, per = "1h" } ]
 "#;
+
+/// The [`sluice_tests::TestConfig`] with an organisation's pool of
+/// `org_max` an hour and each user `user_max` an hour of it (sliding logs:
+/// exact, with no window edge for a test to cross): the groups' tests
+/// through the gateway and the client (`gateway_groups.rs`,
+/// `client_groups.rs`), then `more` (other policies).
+pub fn groups_toml(org_max: u64, user_max: u64, more: &str) -> String {
+    format!(
+        r#"{}
+[policies.org]
+algorithm = "sliding_log"
+limits = [ {{ max = {org_max}, per = "1h" }} ]
+
+[policies.user]
+algorithm = "sliding_log"
+parent = "org"
+limits = [ {{ max = {user_max}, per = "1h" }} ]
+{more}"#,
+        sluice_tests::TestConfig::new().toml()
+    )
+}
