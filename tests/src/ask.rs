@@ -111,7 +111,8 @@ pub async fn ask_within(
 /// # Panics
 ///
 /// If the headers disagree with the body: the code header must be the
-/// body's code, and the `Nats-Service-Error` header its message.
+/// body's code, and the `Nats-Service-Error` header its message (as
+/// [`sluice_core::wire::error_headers`] spells it).
 pub fn error_of(msg: &async_nats::Message) -> Option<ErrorReply> {
     let headers = msg.headers.as_ref()?;
     let code = headers.get(SERVICE_ERROR_CODE)?.as_str();
@@ -120,9 +121,12 @@ pub fn error_of(msg: &async_nats::Message) -> Option<ErrorReply> {
         other => panic!("a {SERVICE_ERROR_CODE} {code} header on {other:?}"),
     };
     assert_eq!(code, reply.code.status().to_string(), "{reply:?}");
+    // The header is the message as `error_headers` writes it: a header
+    // carries ASCII only, so `§` goes as `\u{a7}`.
+    let [_, (_, sentence)] = sluice_core::wire::error_headers(&reply);
     assert_eq!(
         headers.get(SERVICE_ERROR).map(|v| v.as_str()),
-        Some(reply.message.as_str())
+        Some(sentence.as_str())
     );
     Some(reply)
 }
