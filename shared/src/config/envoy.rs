@@ -63,6 +63,8 @@ struct RuleTable {
     #[serde(default)]
     key: Option<String>,
     #[serde(default)]
+    levels: bool,
+    #[serde(default)]
     unlimited: bool,
 }
 
@@ -111,10 +113,13 @@ pub enum ValueMatch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnvoyTarget {
     /// `policy = "P"`, and the key: the rule's template, or without one the
-    /// default key of the descriptor (`<domain>|<key1>=<value1>|...`).
+    /// default key of the descriptor (`<domain>|<key1>=<value1>|...`); with
+    /// `levels = true`, the entries' values as a grouped key's tokens,
+    /// outermost first (SPEC §17).
     Limit {
         policy: String,
         key: Option<KeyTemplate>,
+        levels: bool,
     },
     /// `unlimited = true`: always OK, nothing counted (envoyproxy/ratelimit's
     /// `unlimited`).
@@ -311,6 +316,12 @@ impl RuleTable {
                 ))
             }
             (None, true) => {
+                if self.levels {
+                    return Err(FieldError::new(
+                        "levels",
+                        "an unlimited rule counts nothing, so it has no levels; remove it",
+                    ));
+                }
                 if self.key.is_some() {
                     return Err(FieldError::new(
                         "key",
@@ -332,12 +343,31 @@ impl RuleTable {
                         format!("{policy:?} is not a valid policy name; use 1 to {MAX_POLICY_NAME_LEN} characters from A-Z, a-z, 0-9, _ and -"),
                     ));
                 }
+                if self.levels && self.key.is_some() {
+                    return Err(FieldError::new(
+                        "levels",
+                        "a rule with levels = true asks the entries' values as a grouped key (org, then user); it takes no key template: remove key or levels",
+                    ));
+                }
+                if self.levels && !(2..=crate::key::MAX_TOKENS).contains(&entries.len()) {
+                    return Err(FieldError::new(
+                        "levels",
+                        format!(
+                            "levels = true takes 2 or 3 entries, one per level, outermost first (e.g. entries = [ {{ key = \"org\" }}, {{ key = \"user\" }} ]); this rule has {}",
+                            entries.len()
+                        ),
+                    ));
+                }
                 let key = self
                     .key
                     .map(|k| KeyTemplate::parse(&k, &entries))
                     .transpose()
                     .map_err(|reason| FieldError::new("key", reason))?;
-                EnvoyTarget::Limit { policy, key }
+                EnvoyTarget::Limit {
+                    policy,
+                    key,
+                    levels: self.levels,
+                }
             }
         };
         Ok(EnvoyRule {
@@ -492,5 +522,30 @@ key = "login-{user}"
     fn no_envoy_table_is_none_and_an_empty_one_has_no_rules() {
         assert_eq!(Config::from_toml("", "t.toml").unwrap().envoy, None);
         assert_eq!(envoy("[envoy]\n").rules().len(), 0);
+    }
+
+    #[test]
+    fn levels_take_two_or_three_entries_and_no_key_template() {
+        let rule = |entries: &str, extra: &str| {
+            format!("[[envoy.rules]]\ndomain = \"api\"\nentries = [ {entries} ]\npolicy = \"user\"\nlevels = true\n{extra}")
+        };
+        let e = error(&rule("{ key = \"user\" }", ""));
+        assert!(
+            e.contains("envoy.rules[0].levels") && e.contains("2 or 3 entries"),
+            "{e}"
+        );
+        let e = error(&rule(
+            "{ key = \"org\" }, { key = \"user\" }",
+            "key = \"{user}\"",
+        ));
+        assert!(e.contains("takes no key template"), "{e}");
+        let ok = envoy(&rule(
+            "{ key = \"org\" }, { key = \"team\" }, { key = \"user\" }",
+            "",
+        ));
+        assert!(matches!(
+            ok.rules()[0].target,
+            EnvoyTarget::Limit { levels: true, .. }
+        ));
     }
 }

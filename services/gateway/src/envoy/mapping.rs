@@ -31,7 +31,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use sluice_client::{Answer, Error};
 use sluice_core::config::{EnvoyConfig, EnvoyTarget};
-use sluice_core::key::try_encode_key;
+use sluice_core::key::{try_encode_key, try_encode_path};
 use sluice_core::policies::{Override, Policies};
 use sluice_core::policy::{Policy, DEFAULT_POLICY};
 use sluice_core::time::Nanos;
@@ -150,28 +150,43 @@ fn slot(
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    let (key, policy) = match envoy {
-        None => (default_key(domain, &entries), DEFAULT_POLICY.to_string()),
+    let values: Vec<&str> = entries.iter().map(|(_, v)| *v).collect();
+    let (key, policy, levels) = match envoy {
+        None => (
+            default_key(domain, &entries),
+            DEFAULT_POLICY.to_string(),
+            false,
+        ),
         Some(envoy) => match envoy.rule_for(domain, &entries).map(|r| &r.target) {
             None | Some(EnvoyTarget::Unlimited) => return Ok(Slot::Unlimited),
-            Some(EnvoyTarget::Limit { policy, key }) => {
+            Some(EnvoyTarget::Limit {
+                policy,
+                key,
+                levels,
+            }) => {
                 let key = match key {
-                    Some(template) => {
-                        let values: Vec<&str> = entries.iter().map(|(_, v)| *v).collect();
-                        template.render(&values)
-                    }
+                    Some(template) => template.render(&values),
+                    None if *levels => values.join("/").into_bytes(),
                     None => default_key(domain, &entries),
                 };
-                (key, policy.clone())
+                (key, policy.clone(), *levels)
             }
         },
     };
-    let token = try_encode_key(&key).map_err(|e| {
-        format!(
-            "its key {:?} cannot be used: {e}; give a shorter `key` in its [envoy] rule (docs/GATEWAY.md)",
-            String::from_utf8_lossy(&key)
-        )
-    })?;
+    let token = if levels {
+        // One token per level, outermost first (SPEC §17).
+        let tokens: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+        try_encode_path(&tokens).map_err(|e| {
+            format!("its entries' values {values:?} cannot be a grouped key's tokens: {e}")
+        })?
+    } else {
+        try_encode_key(&key).map_err(|e| {
+            format!(
+                "its key {:?} cannot be used: {e}; give a shorter `key` in its [envoy] rule (docs/GATEWAY.md)",
+                String::from_utf8_lossy(&key)
+            )
+        })?
+    };
     Ok(Slot::Limited(Ask {
         key,
         token,
@@ -537,6 +552,34 @@ rules = [
         assert_eq!(slots[3], Slot::Unlimited);
         let unknown_domain = request("nope", vec![descriptor(&[("remote_address", "1")])], 0);
         assert_eq!(plan(envoy, &unknown_domain).unwrap(), vec![Slot::Unlimited]);
+    }
+
+    #[test]
+    fn a_rule_with_levels_asks_its_entries_as_a_grouped_key() {
+        let toml = r#"
+[envoy]
+rules = [ { domain = "api", entries = [ { key = "org" }, { key = "user" } ], policy = "user", levels = true } ]
+"#;
+        let config = Config::from_toml(toml, "t.toml").unwrap();
+        let req = request(
+            "api",
+            vec![descriptor(&[("org", "acme"), ("user", "bob@x.io")])],
+            0,
+        );
+        let slots = plan(config.envoy.as_ref(), &req).unwrap();
+        let a = ask(&slots[0]);
+        assert_eq!(
+            (a.token.as_str(), a.policy.as_str()),
+            ("acme.bob%40x%2Eio", "user")
+        );
+        assert_eq!(a.key, b"acme/bob@x.io");
+        let empty = request("api", vec![descriptor(&[("org", ""), ("user", "bob")])], 0);
+        let e = plan(config.envoy.as_ref(), &empty).unwrap_err();
+        assert!(
+            e.message().contains("grouped key's tokens"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]
