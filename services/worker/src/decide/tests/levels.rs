@@ -252,3 +252,33 @@ fn a_hold_under_a_policy_with_a_parent_is_refused_saying_so() {
     }
     assert!(records.is_empty());
 }
+
+#[test]
+fn a_waiting_ask_starts_when_every_level_has_room_and_every_level_must_wait() {
+    let toml = format!(
+        "{GROUPS}\n[policies.paced_org]\nalgorithm = \"gcra\"\nmax_wait = \"1s\"\n\
+         limits = [ {{ max = 10, per = \"1s\", burst = 1 }} ]\n\
+         [policies.paced_user]\nalgorithm = \"gcra\"\nparent = \"paced_org\"\nmax_wait = \"1s\"\n\
+         limits = [ {{ max = 100, per = \"1s\", burst = 1 }} ]\n\
+         [policies.eager_user]\nalgorithm = \"gcra\"\nparent = \"org\"\nmax_wait = \"1s\"\n\
+         limits = [ {{ max = 100, per = \"1s\", burst = 1 }} ]\n"
+    );
+    let f = Fixture::journal(&toml);
+    let org = key_in(f.partition, "acme");
+    let body = br#"{"policy":"paced_user","wait_ms":500}"#;
+    let first = grouped(f.allow(&format!("{org}.a"), body, T0)).0;
+    assert!(first.allowed && first.wait == Nanos::ZERO, "{first:?}");
+    // Another user: its own level has room now, the org's only in 100 ms.
+    let (second, levels, _) = grouped(f.allow(&format!("{org}.b"), body, T0));
+    assert!(second.allowed, "{second:?}");
+    assert_eq!(second.wait, Nanos::from_millis(100), "{levels:?}");
+    // A level that cannot wait (a fixed window) refuses the wait.
+    match f.allow(
+        &format!("{org}.c"),
+        br#"{"policy":"eager_user","wait_ms":500}"#,
+        T0,
+    ) {
+        Answer::Error { error, .. } => assert_eq!(error.code, ErrorCode::BadRequest, "{error}"),
+        other => panic!("refused, not {other:?}"),
+    }
+}
