@@ -39,8 +39,8 @@ pub type HoldAnswer<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
 impl<'p> Answered<'p> for HoldAnswer<'p> {
     fn first(&self, now: Nanos) -> FirstAnswer {
         FirstAnswer {
-            decision: self.0,
             held: self.2.map(|(id, left)| (id, now.saturating_add(left))),
+            ..FirstAnswer::new(self.0, now)
         }
     }
 
@@ -51,7 +51,7 @@ impl<'p> Answered<'p> for HoldAnswer<'p> {
         let held = first
             .held
             .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
-        (first.decision, policy, held)
+        (first.again(now), policy, held)
     }
 }
 

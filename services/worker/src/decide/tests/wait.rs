@@ -4,6 +4,7 @@
 //! past the policy's max_wait or on a policy that cannot wait.
 
 use super::*;
+use crate::kept::Carried;
 
 /// The tests' usual policies and `paced`: one every 100 ms, asks waiting
 /// up to a second.
@@ -106,4 +107,81 @@ fn a_wait_past_max_wait_or_where_none_is_allowed_is_refused_changing_nothing() {
     assert_eq!(f.counters.len(), 0, "no counter was touched");
     // The same ask within max_wait is admitted.
     assert_eq!(waited(&f, &key, T0), Nanos::ZERO);
+}
+
+/// The decision an ask of `body` at `now` got, and whether it was a repeat.
+fn asked_at(f: &Fixture, key: &str, body: &[u8], now: Nanos) -> (Decision, bool) {
+    match f.allow(key, body, now) {
+        Answer::Decision {
+            decision, repeat, ..
+        } => (decision, repeat),
+        other => panic!("a decision, not {other:?}"),
+    }
+}
+
+/// A repeat of an ask admitted for a later start (SPEC §16, §18) is told
+/// the wait left until the same start, zero once it has come, and counts
+/// nothing; so after a journal replay or a snapshot's carried ids, and
+/// the id is remembered while the ask counts from its start on.
+#[test]
+fn a_repeat_of_an_ask_that_waits_is_told_what_is_left_of_its_wait() {
+    let f = paced();
+    let key = key_in(1, "again");
+    let body = br#"{"policy":"paced","wait_ms":1000,"id":"w-1"}"#;
+    assert_eq!(waited(&f, &key, T0), Nanos::ZERO, "the bucket's one now");
+    let (answer, records) = f.send(Verb::Allow, &key, body, true, T0);
+    let first = decision(answer.expect("answered"));
+    assert_eq!(first.wait, Nanos(100 * MS));
+    let at = |ms: u64| Nanos(T0.as_u64() + ms * MS);
+
+    let (again, repeat) = asked_at(&f, &key, body, at(30));
+    assert!(repeat);
+    assert_eq!(again.wait, Nanos(70 * MS));
+    assert_eq!(
+        (again.remaining, again.limit),
+        (first.remaining, first.limit)
+    );
+    // Past its start, and past when an ask at once would be forgotten
+    // (100 ms at this rate): still a repeat, starting now.
+    let (again, repeat) = asked_at(&f, &key, body, at(150));
+    assert!(repeat);
+    assert_eq!(again.wait, Nanos::ZERO);
+
+    // The journal's id record keeps the start: a new owner answers the same.
+    let named = records.iter().find_map(|r| r.i.as_ref()).expect("an id");
+    assert_eq!(named.start, at(100).as_u64());
+    let replayed = paced();
+    for record in &records {
+        replayed
+            .decider
+            .replay(&replayed.policies, record, &replayed.counters);
+    }
+    assert_eq!(
+        asked_at(&replayed, &key, body, at(40)),
+        (again_at(&first, 60), true)
+    );
+
+    // So do the ids a snapshot carries, while the start is to come; after
+    // it, the id is carried as an ask without a wait (format 4's form).
+    let carried = Carried::read(&f.counters, at(10), false);
+    assert!(carried.ids.iter().all(|c| c.waits()));
+    let next = paced();
+    carried.take_over(&next.counters, at(10), false);
+    assert_eq!(
+        asked_at(&next, &key, body, at(20)),
+        (again_at(&first, 80), true)
+    );
+    let carried = Carried::read(&f.counters, at(120), false);
+    assert!(carried.ids.iter().all(|c| !c.waits()), "{carried:?}");
+
+    // Counted once: the next ask queues behind the first two.
+    assert_eq!(waited(&f, &key, T0), Nanos(200 * MS));
+}
+
+/// `first` as a repeat gets it with `ms` left of its wait.
+fn again_at(first: &Decision, ms: u64) -> Decision {
+    Decision {
+        wait: Nanos(ms * MS),
+        ..*first
+    }
 }
