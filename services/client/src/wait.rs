@@ -15,6 +15,7 @@
 
 use crate::answer::Answer;
 use crate::error::Error;
+use crate::holds::Held;
 use crate::Client;
 use std::time::Duration;
 
@@ -79,6 +80,25 @@ impl Client {
             tokio::time::sleep(answer.wait).await;
         }
         Ok(answer)
+    }
+
+    /// [`Client::reserve`] that may wait up to `wait` for its start (SPEC
+    /// §18; the rules of [`Client::ask_waiting`]): kept for a later
+    /// moment, the hold's units are taken at once, [`Answer::wait`] says
+    /// how long from now the caller starts its work, and the hold's ttl
+    /// runs from that start. It waits for the policy's rate limits only,
+    /// never for a `concurrency` slot. Returns at once: sleep
+    /// [`Answer::wait`] before the work (as [`Client::acquire`] does).
+    pub async fn reserve_waiting(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &str,
+        cost: u64,
+        ttl: Option<Duration>,
+        wait: Duration,
+    ) -> Result<Held, Error> {
+        self.reserve_with(key.as_ref(), (policy, cost, ttl), None, wait_ms(wait))
+            .await
     }
 }
 

@@ -232,6 +232,31 @@ async fn waits_grow_in_arrival_order_until_past_the_wait_an_ask_is_denied() {
     assert!(e.message().contains("cannot admit"), "{e}");
 }
 
+/// A reserve may wait too (SPEC §13, §18): sent alone though batching is
+/// on, kept for its start in the same queue as asks, its ttl running from
+/// the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_that_may_wait_is_kept_for_its_start() {
+    let _serial = serial().await;
+    let stack = stack().await;
+    let client = client(&stack).await;
+    let ttl = Some(Duration::from_secs(5));
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let held = client
+            .reserve_waiting("holds", "paced", 1, ttl, MAX_WAIT)
+            .await
+            .unwrap();
+        assert!(held.answer.allowed, "{held:?}");
+        let ticket = held.ticket.expect("a hold");
+        let after_start = Duration::from_millis(ticket.expires_ms) - held.answer.wait;
+        assert!(after_start.abs_diff(Duration::from_secs(5)) <= Duration::from_millis(1));
+        waits.push(held.answer.wait);
+    }
+    assert!(waits.windows(2).all(|w| w[1] > w[0]), "{waits:?}");
+    assert!(waits[2] > INTERVAL, "{waits:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_answers_a_wait_in_a_header_and_refuses_a_bad_one() {
     let _serial = serial().await;

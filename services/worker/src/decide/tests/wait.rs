@@ -185,3 +185,89 @@ fn again_at(first: &Decision, ms: u64) -> Decision {
         ..*first
     }
 }
+
+/// A hold verb's reply on its own subject, decoded.
+fn hold_reply(f: &Fixture, verb: Verb, key: &str, body: &str, now: Nanos) -> wire::Reply {
+    let (answer, _) = f.send(verb, key, body.as_bytes(), true, now);
+    let reply = crate::reply::Reply::of(&answer.expect("answered"), "w");
+    wire::decode_reply(&reply.payload).unwrap()
+}
+
+/// A reserve that may wait (SPEC §13, §18) is kept for its start, in the
+/// same queue as asks, answered `wait_ms`, its hold ending its ttl after
+/// the start; past its wait it is denied, keeping nothing; a wait the
+/// policy does not take, or on a settle, is refused; its repeat is told
+/// what is left of its wait and names the same hold.
+#[test]
+fn a_reserve_that_may_wait_is_kept_for_its_start() {
+    let f = paced();
+    let key = key_in(1, "hold");
+    let reserve = r#"{"policy":"paced","wait_ms":1000,"ttl_ms":5000}"#;
+    let mut records = Vec::new();
+    for n in 0..3u64 {
+        let (answer, mut recorded) = f.send(Verb::Reserve, &key, reserve.as_bytes(), true, T0);
+        records.append(&mut recorded);
+        let reply = crate::reply::Reply::of(&answer.expect("answered"), "w");
+        let wire::Reply::Decision(d) = wire::decode_reply(&reply.payload).unwrap() else {
+            panic!("a decision");
+        };
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(d.wait_ms, 100 * n);
+        assert_eq!(d.hold.expect("a hold").expires_ms, 100 * n + 5_000);
+    }
+    // Asks queue behind the holds, here and at a new owner from the journal.
+    let replayed = paced();
+    for record in &records {
+        replayed
+            .decider
+            .replay(&replayed.policies, record, &replayed.counters);
+    }
+    assert_eq!(waited(&replayed, &key, T0), Nanos(300 * MS));
+
+    let short = r#"{"policy":"paced","wait_ms":350}"#;
+    let wire::Reply::Decision(d) = hold_reply(&f, Verb::Reserve, &key, short, T0) else {
+        panic!("a decision");
+    };
+    assert!(d.allowed && d.hold.is_some(), "the start at 300 ms: {d:?}");
+    let before = f.counters.state(&format!("paced/{key}"));
+    let wire::Reply::Decision(d) = hold_reply(&f, Verb::Reserve, &key, short, T0) else {
+        panic!("a decision");
+    };
+    assert!(!d.allowed && d.hold.is_none() && d.wait_ms == 0, "{d:?}");
+    assert_eq!(f.counters.state(&format!("paced/{key}")), before);
+
+    let settle =
+        r#"{"policy":"paced","hold":"0123456789abcdef0123456789abcdef","cost":1,"wait_ms":5}"#;
+    for (verb, body, says) in [
+        (
+            Verb::Reserve,
+            r#"{"policy":"paced","wait_ms":1001}"#,
+            "max_wait of 1000 ms",
+        ),
+        (Verb::Reserve, r#"{"wait_ms":5}"#, "cannot admit"),
+        (Verb::Settle, settle, "takes no \"wait_ms\""),
+    ] {
+        let wire::Reply::Error(e) = hold_reply(&f, verb, &key, body, T0) else {
+            panic!("{body}: refused");
+        };
+        assert!(e.message.contains(says), "{body}: {e}");
+    }
+    assert_eq!(f.counters.state(&format!("paced/{key}")), before);
+
+    // Named: its repeat names the same hold, with what is left of the wait.
+    let named = r#"{"policy":"paced","wait_ms":1000,"id":"job-1"}"#;
+    let first = hold_reply(&f, Verb::Reserve, &key, named, T0);
+    let again = hold_reply(
+        &f,
+        Verb::Reserve,
+        &key,
+        named,
+        Nanos(T0.as_u64() + 100 * MS),
+    );
+    let (wire::Reply::Decision(first), wire::Reply::Decision(again)) = (first, again) else {
+        panic!("decisions");
+    };
+    assert_eq!((first.wait_ms, again.wait_ms), (400, 300));
+    assert!(again.repeat);
+    assert_eq!(first.hold.unwrap().hold, again.hold.unwrap().hold);
+}
