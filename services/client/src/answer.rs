@@ -72,6 +72,10 @@ pub struct Answer {
     /// was allowed for a later moment, its units taken at once.
     /// [`Client::acquire`](crate::Client::acquire) has slept it already.
     pub wait: Duration,
+    /// A denial because the key is blocked under a policy's `block_for`
+    /// (SPEC §18): every ask of it is denied, a peek and an ask that may
+    /// wait too, until `retry_after` (the block's rest).
+    pub blocked: bool,
     pub source: Source,
 }
 
@@ -87,6 +91,7 @@ impl Answer {
             shadow_denied: r.shadow_denied,
             repeat: r.repeat,
             wait: Duration::from_millis(r.wait_ms),
+            blocked: r.blocked,
             source,
         }
     }
@@ -102,6 +107,7 @@ impl Answer {
             shadow_denied: d.shadow_denied,
             repeat: false,
             wait: d.wait.into(),
+            blocked: d.blocked,
             source,
         }
     }
@@ -116,7 +122,7 @@ impl Answer {
             retry_after: Nanos::from(self.retry_after),
             shadow_denied: self.shadow_denied,
             wait: Nanos::from(self.wait),
-            blocked: false,
+            blocked: self.blocked,
         }
     }
 

@@ -116,6 +116,7 @@ impl LocalLimiter {
                 policy: policy_name.to_string(),
                 repeat: false,
                 wait: Default::default(),
+                blocked: false,
                 source,
             },
         }

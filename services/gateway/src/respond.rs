@@ -212,6 +212,7 @@ mod tests {
             shadow_denied: true,
             repeat: false,
             wait: Duration::ZERO,
+            blocked: false,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -243,6 +244,7 @@ mod tests {
             shadow_denied: false,
             repeat: false,
             wait: Duration::from_micros(149_200),
+            blocked: false,
             source: Source::Worker,
         };
         let response = decision(&answer);

@@ -285,8 +285,8 @@ class SluiceClient:
         ``max_wait`` (a ``token_bucket`` or ``gcra`` policy): allowed so,
         the decision's ``wait_ms`` says how long from now the caller
         starts, its units already taken. Such an ask goes alone, never in a
-        batch; the ``local`` fallback cannot wait and answers as for any
-        ask. :meth:`acquire` also sleeps until the start."""
+        batch; the ``local`` fallback waits within its own limiter, as the
+        Rust client's does. :meth:`acquire` also sleeps until the start."""
         token, policy = self._prepare(key, policy, cost)
         id = self._id_for(cost, id)
         wait_ms = wait_ms_of(wait)
@@ -564,7 +564,7 @@ class SluiceClient:
         try:
             reply = await self._round_trip(subject, partition, body, deadline=deadline)
         except _NoAnswer as why:
-            return self._fall_back(token, policy, cost, why, record)
+            return self._fall_back(token, policy, cost, why, record, wait_ms)
         # A hit's answer is a peek's: its denial is cached as one of cost 0.
         return self._conclude(token, 0 if record else cost, reply)
 
@@ -643,11 +643,13 @@ class SluiceClient:
             attempt += 1
             await asyncio.sleep(retry_at - loop.time())
 
-    def _fall_back(self, token: str, policy: str, cost: int, why: _NoAnswer, record: bool) -> Decision:
+    def _fall_back(
+        self, token: str, policy: str, cost: int, why: _NoAnswer, record: bool, wait_ms: int = 0
+    ) -> Decision:
         if self.fallback is Fallback.OPEN:
             return self.local.open(policy, cost)
         if self.fallback is Fallback.LOCAL:
-            return self.local.decide(token, policy, cost, record)
+            return self.local.decide(token, policy, cost, record, wait_ms)
         raise Unavailable(
             "no sluice worker answered for key {} ({}), and the fallback is \"closed\"".format(token, why)
         )

@@ -453,6 +453,7 @@ mod tests {
             shadow_denied: false,
             repeat: false,
             wait: Duration::ZERO,
+            blocked: false,
             source: Source::Worker,
         }
     }
