@@ -97,7 +97,23 @@ impl Client {
         ttl: Option<Duration>,
         wait: Duration,
     ) -> Result<Held, Error> {
-        self.reserve_with(key.as_ref(), (policy, cost, ttl), None, wait_ms(wait))
+        let asked = (policy, cost, ttl);
+        self.reserve_waiting_named(key, asked, wait, None).await
+    }
+
+    /// [`Client::reserve_waiting`] of `(policy, cost, ttl)`, named by the
+    /// caller's own `id` when given (SPEC §16; else by one of the
+    /// client's): sent again with it, it keeps one hold, and its repeat is
+    /// told the wait left until the same start.
+    pub async fn reserve_waiting_named(
+        &self,
+        key: impl AsRef<[u8]>,
+        (policy, cost, ttl): (&str, u64, Option<Duration>),
+        wait: Duration,
+        id: Option<&str>,
+    ) -> Result<Held, Error> {
+        let asked = (policy, cost, ttl);
+        self.reserve_with(key.as_ref(), asked, id, wait_ms(wait))
             .await
     }
 }

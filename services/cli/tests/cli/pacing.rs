@@ -357,6 +357,20 @@ async fn the_gateway_answers_a_wait_in_a_header_and_refuses_a_bad_one() {
     assert!(body["message"].as_str().unwrap().contains("once"), "{body}");
     let (status, _, body) = call(http.post(gw.url("/v1/hit/alice?policy=paced&wait=1s"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // A reserve may wait too, its `wait_ms` in the body (SPEC §13, §18).
+    let reserve = |key: &str| {
+        http.post(gw.url(&format!("/v1/reserve/{key}")))
+            .body(r#"{"policy":"paced","wait_ms":1000,"ttl_ms":5000}"#)
+    };
+    let (status, _, _) = call(reserve("held")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, headers, body) = call(reserve("held")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let waited: u64 = header(&headers, "sluice-wait-ms").unwrap().parse().unwrap();
+    assert!((1..=50).contains(&waited), "{waited}");
+    assert_eq!(body["wait_ms"], waited);
+    assert!(body["hold"].is_string(), "{body}");
     gw.stop().await;
 }
 
