@@ -62,6 +62,10 @@ class Decision:
     """An ask that may wait (``wait=``, SPEC §18) allowed for a later
     start: ms from now (rounded up) until the caller starts, its units
     taken at once; 0 otherwise. :meth:`SluiceClient.acquire` has slept it."""
+    blocked: bool = False
+    """A denial because the key is blocked under a policy's ``block_for``
+    (SPEC §18): every ask of it is denied, a peek and an ask that may wait
+    too, until ``retry_after`` (the block's rest)."""
 
     @property
     def reset(self) -> float:

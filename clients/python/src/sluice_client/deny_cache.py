@@ -42,6 +42,8 @@ class _Denied:
     limit: int
     remaining: int
     reset_at: float
+    blocked: bool = False
+    """The key is blocked until ``until`` (SPEC §18): every ask is denied."""
 
 
 class DenyCache:
@@ -66,12 +68,16 @@ class DenyCache:
         """The cached denial of ``policy``/``token`` that covers ``cost``
         asked with up to ``wait`` seconds for its start: the worker admits
         an ask whose moment comes within its wait, so only a retry time
-        further off than that is certain to be denied."""
+        further off than that is certain to be denied. A blocked key's
+        denial (SPEC §18) covers every cost and wait until the block ends."""
         d = self._map.get((policy, token))
         if d is None:
             return None
         now = self._clock()
-        if d.until - now <= wait or max(cost, 1) < d.cost:
+        if d.blocked:
+            if d.until <= now:
+                return None
+        elif d.until - now <= wait or max(cost, 1) < d.cost:
             return None
         return Decision(
             allowed=False,
@@ -81,6 +87,7 @@ class DenyCache:
             retry_after_ms=max(_ms_ceil(d.until - now), 1),
             policy=policy,
             source=Source.DENY_CACHE,
+            blocked=d.blocked,
         )
 
     def insert(self, token: str, cost: int, decision: Decision) -> None:
@@ -91,10 +98,12 @@ class DenyCache:
         now = self._clock()
         denied = _Denied(
             until=now + decision.retry_after_ms / 1000,
-            cost=max(cost, 1),
+            # A block denies every cost: it covers them all.
+            cost=0 if decision.blocked else max(cost, 1),
             limit=decision.limit,
             remaining=decision.remaining,
             reset_at=now + decision.reset_ms / 1000,
+            blocked=decision.blocked,
         )
         if len(self._map) >= self._prune_at and key not in self._map:
             self._map = {k: d for k, d in self._map.items() if d.until > now}
@@ -105,6 +114,8 @@ class DenyCache:
         # A smaller denied cost covers more asks: keep the smallest one
         # still in force, or the later one for equal costs.
         if old is not None and old.until > now and old.cost < denied.cost:
+            return
+        if old is not None and old.blocked and old.until > denied.until:
             return
         self._map[key] = denied
 

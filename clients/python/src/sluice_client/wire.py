@@ -174,6 +174,9 @@ def decode_reply_map(
     repeat = body.get("repeat", False)
     if not isinstance(repeat, bool):
         raise MalformedReply("the reply's 'repeat' is not a bool: {!r}".format(repeat))
+    blocked = body.get("blocked", False)
+    if not isinstance(blocked, bool):
+        raise MalformedReply("the reply's 'blocked' is not a bool: {!r}".format(blocked))
     return Decision(
         allowed=allowed,
         limit=_uint(body, "limit"),
@@ -185,4 +188,5 @@ def decode_reply_map(
         shadow_denied=shadow_denied,
         repeat=repeat,
         wait_ms=_uint(body, "wait_ms") if "wait_ms" in body else 0,
+        blocked=blocked,
     )
