@@ -52,6 +52,34 @@ fn decisions(c: &mut Criterion) {
     }
 }
 
+/// Asks that may wait (SPEC §18) against the same asks without a wait,
+/// on the two algorithms that wait, with a `max_wait` of a second: one
+/// ask every 5 ms against 100 a second, so an ask without a wait is
+/// allowed about half the time, and one that may wait is allowed into
+/// debt for a later start until a second of queue stands, then denied
+/// as often as the rate refills. Both decide through
+/// `Policy::decide_within` (`decide` is it with no wait).
+fn waiting(c: &mut Criterion) {
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let mut group = c.benchmark_group(format!("{} waiting", algorithm.as_str()));
+        group.throughput(Throughput::Elements(1));
+        let p = policy(algorithm, 1)
+            .with_max_wait(Duration::from_secs(1))
+            .unwrap();
+        for (name, within) in [("no wait", Nanos::ZERO), ("wait 1s", Nanos::from_secs(1))] {
+            let mut state = p.new_state();
+            let mut now = T0;
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    now += STEP;
+                    black_box(p.decide_within(&mut state, Nanos(now), black_box(1), within))
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
 /// A calendar window against the fixed-length one of the same nominal
 /// length (SPEC §14): 100 per second beside 100 000 a day or a month, as
 /// 24 h / 31 d from the epoch or as the calendar of Europe/Berlin. The
@@ -210,6 +238,7 @@ fn packing(c: &mut Criterion) {
 criterion_group!(
     benches,
     decisions,
+    waiting,
     calendar_windows,
     alert_thresholds,
     packing

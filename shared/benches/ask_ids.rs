@@ -7,7 +7,7 @@
 //! `cargo bench -p sluice-core --bench ask_ids -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sluice_core::ask_ids::{Asked, RememberedIds, Seen, DEFAULT_MAX_IDS};
+use sluice_core::ask_ids::{Asked, FirstAnswer, RememberedIds, Seen, DEFAULT_MAX_IDS};
 use sluice_core::policy::Decision;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
@@ -57,7 +57,7 @@ fn filled(n: usize, now: Nanos) -> RememberedIds {
         ids.remember(
             ids.name(&key(i), &id(i)),
             asked(),
-            decision().into(),
+            FirstAnswer::new(decision(), now),
             until,
             now,
         );
@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
             ids.remember(
                 ids.name(&key(n), &id(n)),
                 asked(),
-                decision().into(),
+                FirstAnswer::new(decision(), now),
                 until,
                 now,
             );

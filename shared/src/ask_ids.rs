@@ -105,21 +105,70 @@ impl<P: AsRef<str>> Asked<P> {
 }
 
 /// The first answer to an ask, as a repeat gets it again.
+///
+/// An ask admitted for a later start (SPEC §18, a decision's `wait`) is
+/// remembered with that start as a moment, not as the wait: its repeat is
+/// answered the wait left until the same start ([`FirstAnswer::again`]),
+/// zero once it has come, so a caller that retries sleeps no longer than
+/// the first answer told it to.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FirstAnswer {
+    /// The decision, its `wait` zero (see `start`).
     pub decision: Decision,
     /// A reserve's hold and when it ends (ns since the epoch), so that
     /// the repeat names the same hold.
     pub held: Option<(HoldId, Nanos)>,
+    /// When the first ask's caller starts (ns since the epoch), if later
+    /// than it was decided; zero when it started at once.
+    pub start: Nanos,
 }
 
 impl FirstAnswer {
+    /// The first answer of an ask decided at `now` as `decision` (whose
+    /// `wait` becomes its start), with no hold.
+    pub fn new(decision: Decision, now: Nanos) -> FirstAnswer {
+        let start = match decision.wait {
+            Nanos::ZERO => Nanos::ZERO,
+            wait => now.saturating_add(wait),
+        };
+        FirstAnswer {
+            decision: Decision {
+                wait: Nanos::ZERO,
+                ..decision
+            },
+            held: None,
+            start,
+        }
+    }
+
+    /// The first answer as a repeat at `now` gets it: the decision, its
+    /// `wait` what is left until the first answer's start.
+    pub fn again(&self, now: Nanos) -> Decision {
+        Decision {
+            wait: Nanos(self.start.0.saturating_sub(now.0)),
+            ..self.decision
+        }
+    }
+
+    /// Its start as stored ([`CarriedId`], a journal record's id): ns
+    /// since the epoch when still to come at `now`, else 0, the form of
+    /// an answer without a wait, which every release reads.
+    pub fn stored_start(&self, now: Nanos) -> u64 {
+        if self.start > now {
+            self.start.0
+        } else {
+            0
+        }
+    }
+
     /// A first answer as a snapshot or a journal record stores it: the
     /// admitted decision's `remaining`, `limit`, `reset` (ns) and shadow
-    /// flag, and a reserve's hold with its end (ns since the epoch).
+    /// flag, a reserve's hold with its end, and its start (0: none; ns
+    /// since the epoch).
     pub fn stored(
         (remaining, limit, reset, shadow_denied): (u64, u64, u64, bool),
         held: Option<(HoldId, u64)>,
+        start: u64,
     ) -> FirstAnswer {
         FirstAnswer {
             decision: Decision {
@@ -133,15 +182,7 @@ impl FirstAnswer {
                 blocked: false,
             },
             held: held.map(|(id, end)| (id, Nanos(end))),
-        }
-    }
-}
-
-impl From<Decision> for FirstAnswer {
-    fn from(decision: Decision) -> FirstAnswer {
-        FirstAnswer {
-            decision,
-            held: None,
+            start: Nanos(start),
         }
     }
 }
@@ -251,7 +292,17 @@ pub struct CarriedId(
     Option<(HoldId, u64)>,
     /// When it is forgotten (ns since the epoch).
     u64,
+    /// The first answer's start when still to come (ns since the epoch,
+    /// SPEC §18; [`FirstAnswer::stored_start`]). Left out when 0, so that
+    /// a snapshot without one reads as before waiting (snapshot format
+    /// 5 only with one, [`CarriedId::waits`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    u64,
 );
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
 
 impl CarriedId {
     /// The key token and the id.
@@ -271,6 +322,13 @@ impl CarriedId {
     /// When it is forgotten.
     pub fn until(&self) -> Nanos {
         Nanos(self.6)
+    }
+
+    /// Whether its first answer's start was still to come when it was
+    /// carried: a snapshot carrying one is in a format releases before
+    /// waiting refuse (`sluice_core::format::SNAPSHOT`).
+    pub fn waits(&self) -> bool {
+        self.7 != 0
     }
 }
 
@@ -473,6 +531,7 @@ impl RememberedIds {
                     ),
                     e.first.held.map(|(id, end)| (id, end.0)),
                     e.until.0,
+                    e.first.stored_start(now),
                 )
             })
             .collect()
@@ -485,7 +544,7 @@ impl RememberedIds {
         carried.sort_unstable_by_key(|c| c.6);
         for c in carried {
             let (token, id) = c.name();
-            let first = FirstAnswer::stored(c.4, c.5);
+            let first = FirstAnswer::stored(c.4, c.5, c.7);
             let name = self.name(token, id);
             self.remember(name, c.asked(), first, c.until(), now);
         }

@@ -23,9 +23,15 @@
 use serde::{Deserialize, Serialize};
 
 /// The newest snapshot manifest format this release reads, and the one it
-/// writes for a snapshot whose chunks hold a blocked key's state (SPEC
-/// §18, `KeyState::Blocked`), which a release before blocks cannot decode.
-pub const SNAPSHOT: u32 = 4;
+/// writes for a snapshot that carries an ask's id whose first answer's
+/// start is still to come (SPEC §18 waiting, `CarriedId::waits`), which a
+/// release before it cannot decode.
+pub const SNAPSHOT: u32 = 5;
+
+/// The format of a snapshot whose chunks hold a blocked key's state (SPEC
+/// §18, `KeyState::Blocked`), which a release before blocks cannot
+/// decode, and no id waiting for its start.
+pub const SNAPSHOT_BLOCKS: u32 = 4;
 
 /// The format of a snapshot without blocked keys whose carried state is
 /// too large for the manifest (many remembered ids or holds), which then
@@ -39,9 +45,15 @@ pub const SNAPSHOT_CARRIED_IN_CHUNKS: u32 = 3;
 pub const SNAPSHOT_CARRIED_INLINE: u32 = 2;
 
 /// The newest journal message format this release reads, and the one it
-/// writes for a message with an ask's id (SPEC §16), which a release
-/// before ids would replay as a count of nothing and forget.
-pub const JOURNAL: u32 = 7;
+/// writes for a message with an ask's id whose first answer's start is
+/// still to come (SPEC §18 waiting), which a release before it cannot
+/// decode.
+pub const JOURNAL: u32 = 8;
+
+/// The format of a journal message with an ask's id (SPEC §16) and none
+/// waiting for its start, which a release before ids would replay as a
+/// count of nothing and forget.
+pub const JOURNAL_IDS: u32 = 7;
 
 /// The format of a journal message of numbered turns without ids:
 /// format 6 messages group their records by the turn that made them, so
@@ -222,11 +234,11 @@ mod tests {
         assert_eq!(of_header(None), 1);
         assert_eq!(of_header(Some("2")), 2);
         assert_eq!(of_header(Some("v9")), u64::MAX);
-        assert!(check(JOURNAL, || "x".into(), of_header(Some("7"))).is_ok());
-        let newer = check(JOURNAL, || "x".into(), of_header(Some("8"))).unwrap_err();
+        assert!(check(JOURNAL, || "x".into(), of_header(Some("8"))).is_ok());
+        let newer = check(JOURNAL, || "x".into(), of_header(Some("9"))).unwrap_err();
         assert!(newer
             .to_string()
-            .contains("format v8, newer than this sluice reads (v7)"));
+            .contains("format v9, newer than this sluice reads (v8)"));
         // Each kind has its own newest: a lease value of 3 is refused.
         assert!(check(HOLDER, || "x".into(), 3).is_err());
     }

@@ -12,6 +12,12 @@
 //! default: a client that never settles gets nothing for free) or released
 //! (given back), as the policy's `on_expiry` says.
 //!
+//! A reserve may wait for its start (SPEC §18) as an ask may: on a token
+//! bucket or GCRA policy with a `max_wait`, a reserve that will fit within
+//! its wait is kept now for the earliest moment it fits, its cost taken at
+//! once, and its ttl runs from that start. It waits for the rate limits
+//! only: a reserve refused a concurrency slot is denied at once.
+//!
 //! A policy's `concurrency = N` caps the holds of a key live at once,
 //! whatever their cost: a slot is taken by the reserve and free again when
 //! the hold ends, settled or expired, so a client that dies holding one
@@ -112,6 +118,9 @@ pub struct Reservation {
     pub end: End,
     /// The policy's `concurrency`, if any.
     pub concurrency: Option<u32>,
+    /// How long it may wait for its start (SPEC §18; zero: now or never),
+    /// at most the policy's `max_wait` ([`crate::ask::admit_wait`]).
+    pub within: Nanos,
 }
 
 /// What a reserve came to.
@@ -126,7 +135,8 @@ pub enum Reserved {
 /// Decides `r` for the counter `key`: its state under `policy` (whose
 /// limits may be none: a policy of only `concurrency`) and its holds in
 /// `table`. All or nothing: refused for a slot, the limits are not asked;
-/// refused by a limit, no slot is taken. Refused whole, with nothing
+/// refused by a limit, no slot is taken. Kept for a later start (the
+/// decision's `wait`), the hold ends its ttl after that start. Refused whole, with nothing
 /// changed, when the partition keeps [`crate::outstanding::MOST_HOLDS`]
 /// holds already.
 pub fn reserve(
@@ -148,17 +158,18 @@ pub fn reserve(
     let decision = if policy.limits().is_empty() {
         None
     } else {
-        let decision = policy.decide(state, now, r.cost);
+        let decision = policy.decide_within(state, now, r.cost, r.within);
         if !decision.allowed {
             return Ok(Reserved::Denied(decision));
         }
         Some(decision)
     };
+    let start = now.saturating_add(decision.map_or(Nanos::ZERO, |d| d.wait));
     let hold = Hold {
         id: r.id,
         taken_at: now,
         units: r.cost,
-        ends_at: now.saturating_add(r.ttl),
+        ends_at: start.saturating_add(r.ttl),
         end: r.end,
         slot: r.concurrency.is_some(),
     };
@@ -260,6 +271,7 @@ fn with_slots(
         Some(d) if d.remaining <= of_slots.remaining => d,
         Some(d) => Decision {
             allowed: d.allowed,
+            wait: d.wait,
             ..of_slots
         },
         None => Decision {

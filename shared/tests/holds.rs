@@ -21,6 +21,7 @@ fn policy(algorithm: Algorithm, max: u64, per: Duration) -> Policy {
 
 fn reservation(id: u128, cost: u64, ttl_s: u64, end: End, concurrency: Option<u32>) -> Reservation {
     Reservation {
+        within: Nanos::ZERO,
         cost,
         ttl: Nanos(ttl_s * SEC),
         id: HoldId::new(id),
@@ -144,6 +145,89 @@ fn a_reserve_refused_by_a_limit_takes_no_slot() {
     ));
     assert_eq!(table.holds_of(KEY, now).live, 0);
     assert_eq!(used(&policy, &state, now), 0);
+}
+
+/// A reserve that may wait (SPEC §18) is kept for its start, in order,
+/// its ttl running from the start; one whose start would come after its
+/// wait is denied, taking nothing; a slot is never waited for.
+#[test]
+fn a_reserve_that_may_wait_is_kept_for_its_start_and_its_ttl_runs_from_it() {
+    // One every 100 ms, one at a time.
+    let policy = Policy::new(
+        "llm",
+        Algorithm::Gcra,
+        vec![Limit::new(10, Duration::from_secs(1), Some(1)).unwrap()],
+    )
+    .unwrap()
+    .with_max_wait(Duration::from_secs(1))
+    .unwrap();
+    let mut state = policy.new_state();
+    let mut table = Outstanding::default();
+    let now = Nanos(1_000 * SEC);
+    let ms = |n: u64| Nanos(n * 1_000_000);
+    let waiting = |id: u128, within: Nanos| Reservation {
+        within,
+        ..reservation(id, 1, 5, End::Release, None)
+    };
+    let mut starts = Vec::new();
+    for id in 0..3 {
+        let r = waiting(id, ms(250));
+        match holds::reserve(&policy, &mut state, &mut table, KEY, now, &r).unwrap() {
+            Reserved::Held { decision, hold } => {
+                assert!(decision.allowed);
+                assert_eq!(hold.ends_at, Nanos(now.0 + decision.wait.0 + 5 * SEC));
+                assert_eq!(hold.taken_at, now, "taken at once");
+                starts.push(decision.wait);
+            }
+            denied => panic!("{id}: {denied:?}"),
+        }
+    }
+    assert_eq!(starts, [Nanos::ZERO, ms(100), ms(200)]);
+    // The next start is 300 ms off: past a wait of 250 ms, denied.
+    let before = state.clone();
+    let r = waiting(3, ms(250));
+    let Reserved::Denied(d) =
+        holds::reserve(&policy, &mut state, &mut table, KEY, now, &r).unwrap()
+    else {
+        panic!("denied");
+    };
+    assert!(!d.allowed && d.wait == Nanos::ZERO, "{d:?}");
+    assert_eq!(state, before, "a denied reserve takes nothing");
+    assert_eq!(table.holds_of(KEY, now).live, 3);
+
+    // With a concurrency of 3 taken, a wait does not wait for a slot.
+    let slotted = policy
+        .clone()
+        .with_holding(holds::Holding {
+            concurrency: Some(3),
+            ..Default::default()
+        })
+        .unwrap();
+    let mut table = Outstanding::default();
+    let mut state = slotted.new_state();
+    for id in 0..3 {
+        let r = Reservation {
+            concurrency: Some(3),
+            ..waiting(id, ms(1_000))
+        };
+        let held = holds::reserve(&slotted, &mut state, &mut table, KEY, now, &r).unwrap();
+        let Reserved::Held { decision, .. } = held else {
+            panic!("{id}: held");
+        };
+        assert_eq!(
+            decision.wait,
+            ms(100 * id as u64),
+            "the wait survives the slots"
+        );
+    }
+    let r = Reservation {
+        concurrency: Some(3),
+        ..waiting(3, ms(1_000))
+    };
+    assert!(matches!(
+        holds::reserve(&slotted, &mut state, &mut table, KEY, now, &r),
+        Ok(Reserved::Denied(_))
+    ));
 }
 
 #[test]

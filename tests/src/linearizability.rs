@@ -17,6 +17,14 @@
 //!
 //! - `Allow { cost }` is admitted iff `used + cost <= limit`, then counts
 //!   `cost`; a denial counts nothing.
+//! - `Wait { cost, room }`, an allow that may wait for a later start (SPEC
+//!   §18), is admitted iff `used + cost <= limit + room` and counts `cost`
+//!   at its decision: the key goes into debt (`used` past the limit), so
+//!   later Allows are denied and later Waits queue behind it. `room` is
+//!   what the ask's wait lets the limit go past it by, in units (a wait of
+//!   a minute at one unit a minute: 1); the model has no time, so a test
+//!   that uses it must keep refills out of its run. Its wait is not
+//!   checked here (the pacing tests check the starts).
 //! - `Hit { cost }` always counts `cost`, even past the limit.
 //! - `Reserve { cost, hold }` is admitted as an Allow is and then keeps the
 //!   hold open, holding `cost`; the caller labels it `hold`.
@@ -50,7 +58,10 @@
 //!
 //! Shortcuts specific to the model keep the search fast on real histories;
 //! each keeps it complete (argued in `search.rs`, and checked against a
-//! search of every order on small random histories):
+//! search of every order on small random histories, Waits among them):
+//! each op is held to its own threshold (`limit` plus its room), and where
+//! admissions have different ones the shortcuts about runs of Unknown ops,
+//! argued for one threshold, are not taken.
 //!
 //! - an op that some linearization can take next whenever any goes on is
 //!   taken with no alternative tried: a denial legal where it stands, or an

@@ -132,16 +132,19 @@ async fn ids_too_many_for_the_manifest_travel_in_the_chunks() {
     let policy = config.default_policy();
     let now = Nanos::from_secs(1_800_000_000);
     let counters = filled(policy, 100, now).remembering(DEFAULT_MAX_IDS);
-    let first = FirstAnswer::from(sluice_core::policy::Decision {
-        allowed: true,
-        limit: 10,
-        remaining: 9,
-        reset: Nanos::from_secs(1),
-        retry_after: Nanos::ZERO,
-        shadow_denied: false,
-        wait: Nanos::ZERO,
-        blocked: false,
-    });
+    let first = FirstAnswer::new(
+        sluice_core::policy::Decision {
+            allowed: true,
+            limit: 10,
+            remaining: 9,
+            reset: Nanos::from_secs(1),
+            retry_after: Nanos::ZERO,
+            shadow_denied: false,
+            wait: Nanos::ZERO,
+            blocked: false,
+        },
+        now,
+    );
     let asked = Asked {
         verb: Verb::Allow,
         policy: policy.name(),

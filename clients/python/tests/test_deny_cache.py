@@ -3,6 +3,8 @@ worker, where requests are counted by an independent subscriber."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sluice_client import Decision, SluiceClient, Source
@@ -49,6 +51,22 @@ def test_a_peek_counts_as_one_unit_and_an_allowed_answer_is_not_cached():
     cache.insert("bob", 1, shadow)
     cache.insert("carol", 1, denial(0))
     assert len(cache) == 1
+
+
+def test_a_blocked_denial_answers_every_ask_until_the_block_ends_and_nothing_after():
+    """A block (SPEC §18) denies every ask of the key under its policy: any
+    cost, a peek, any wait, until its retry time; nothing after."""
+    clock = FakeClock()
+    cache = DenyCache(100, clock)
+    blocked = dataclasses.replace(denial(60_000), blocked=True)
+    cache.insert("mallory", 3, blocked)
+    for cost, wait in [(3, 0.0), (1, 0.0), (0, 0.0), (1, 120.0)]:
+        d = cache.get("default", "mallory", cost, wait)
+        assert d is not None and d.blocked and not d.allowed, (cost, wait)
+    cache.insert("mallory", 1, denial(1000))
+    assert cache.get("default", "mallory", 0).retry_after_ms == 60_000, "a plain denial does not shorten it"
+    clock.now += 60
+    assert cache.get("default", "mallory", 1) is None, "the block is over"
 
 
 def test_the_smallest_denied_cost_in_force_is_kept():

@@ -28,7 +28,7 @@ def check_decisions(by_name: Dict[str, Any]) -> List[str]:
             policy = Policy.from_table("p", case["policy"])
             states = [algorithms.BY_NAME[policy.algorithm].new() for _ in policy.limits]
             for i, step in enumerate(case["steps"]):
-                d = run(policy, states, step["at"], step["cost"], step["op"])
+                d = run(policy, states, step["at"], step["cost"], step["op"], step.get("within_ns", 0))
                 got = {
                     "allowed": d.allowed,
                     "limit": d.limit,
@@ -36,8 +36,9 @@ def check_decisions(by_name: Dict[str, Any]) -> List[str]:
                     "reset_ns": d.reset,
                     "retry_after_ns": d.retry_after,
                     "shadow_denied": d.shadow_denied,
+                    "wait_ns": d.wait,
                 }
-                want = {k: step[k] for k in got}
+                want = {k: step.get(k, 0) for k in got}
                 if got != want:
                     wrong.append("{}, step {}: want {}, got {}".format(case["name"], i, want, got))
                     break
@@ -124,6 +125,27 @@ def test_policies_are_read_from_tables_and_refused_with_a_reason(tmp_path):
     assert sorted(local.policies) == ["default", "login"], "holds alone have no fallback"
 
 
+PACED = {"algorithm": "gcra", "max_wait": "2s", "limits": [{"max": 20, "per": "1s", "burst": 1}]}
+
+
+def test_the_limiter_admits_an_ask_that_may_wait_for_its_start_as_a_worker_does():
+    clock = FakeClock()
+    local = LocalLimiter({"paced": PACED, "default": LOGIN}, clock)
+    waits = [local.decide("p", "paced", 1, wait_ms=120).wait_ms for _ in range(3)]
+    assert waits == [0, 50, 100], "one start every 50 ms, taken at once"
+    denied = local.decide("p", "paced", 1, wait_ms=120)
+    assert not denied.allowed and denied.wait_ms == 0 and denied.retry_after_ms == 150
+    assert local.decide("p", "paced", 1, wait_ms=150).wait_ms == 150, "the denial took nothing"
+    assert not local.decide("p", "paced", 1).allowed, "in debt: an ask without a wait is denied"
+    clock.now += 1
+    assert local.decide("p", "paced", 1, wait_ms=120).wait_ms == 0
+    for name, wait_ms, reason in [("paced", 2001, "max_wait of 2000 ms"), ("default", 5, "cannot admit")]:
+        with pytest.raises(BadRequest, match=reason):
+            local.decide("p", name, 1, wait_ms=wait_ms)
+    with pytest.raises(ValueError, match="max_wait only applies"):
+        LocalLimiter({"p": dict(LOGIN, max_wait="1s")}, clock)
+
+
 async def test_with_no_worker_the_local_fallback_decides_from_the_clients_policies(bare_nats):
     clock = FakeClock()
     async with await SluiceClient.connect(
@@ -143,6 +165,13 @@ async def test_with_no_worker_the_local_fallback_decides_from_the_clients_polici
             await client.allow(key, "nope")
         clock.now += 10
         assert (await client.allow(key)).allowed
+    paced = {"default": LOGIN, "paced": PACED}
+    async with await SluiceClient.connect(
+        bare_nats, timeout=TIMEOUT, partitions=PARTITIONS, fallback="local", policies=paced, clock=clock
+    ) as client:
+        key = fresh("local-wait")
+        waits = [(await client.allow(key, "paced", wait=1.0)).wait_ms for _ in range(3)]
+        assert waits == [0, 50, 100], "the local fallback waits as the Rust one does"
     async with await SluiceClient.connect(
         bare_nats, timeout=TIMEOUT, partitions=PARTITIONS, fallback="open", policies={"default": LOGIN}
     ) as client:

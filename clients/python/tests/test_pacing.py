@@ -75,3 +75,26 @@ async def test_concurrent_callers_that_acquire_start_at_the_rate(client):
         assert within <= RATE + TOLERANCE, starts
     span = starts[-1] - starts[0]
     assert span + 0.01 >= INTERVAL * (callers - 1), (span, waits)
+
+
+async def test_a_reserve_that_may_wait_is_kept_for_its_start(client):
+    key = fresh("hold")
+    held = [await client.reserve(key, "paced", ttl_ms=5000, wait=1.0) for _ in range(3)]
+    assert all(h.allowed and h.hold for h in held), held
+    # One start every 50 ms, less the time between the reserves; the
+    # hold's ttl runs from its start.
+    for n, h in enumerate(held):
+        assert 50 * n - 20 <= h.decision.wait_ms <= 50 * n, held
+        assert abs(h.expires_ms - h.decision.wait_ms - 5000) <= 1, held
+    # Asks queue behind the holds.
+    d = await client.allow(key, "paced", wait=1.0)
+    assert d.allowed and 150 - 30 <= d.wait_ms <= 150, d
+    with pytest.raises(BadRequest, match="max_wait"):
+        await client.reserve(key, "paced", wait=5.0)
+    # A scope that may wait begins at its start.
+    asked = time.monotonic()
+    async with client.hold(key, "paced", wait=1.0) as h:
+        waited = h.decision.wait_ms
+        assert 200 - 40 <= waited <= 200, h.decision
+        assert time.monotonic() - asked >= waited / 1000
+        await h.settle(1)

@@ -137,7 +137,8 @@ def test_shadow_denied_is_read_when_present():
 
 def test_a_blocked_denial_reads_as_a_denial_with_its_retry():
     # SPEC §18: "blocked" marks a penalty's denial; the client reads the
-    # denial and its retry_after_ms (the block's rest), and needs no more.
+    # denial, its retry_after_ms (the block's rest) and the mark, which its
+    # deny cache reads.
     body = {
         "allowed": False,
         "limit": 2,
@@ -147,7 +148,9 @@ def test_a_blocked_denial_reads_as_a_denial_with_its_retry():
         "policy": "strict",
         "blocked": True,
     }
-    assert decode_reply(msgpack.packb(body)) == Decision(False, 2, 0, 60_000, 6_000, "strict")
+    assert decode_reply(msgpack.packb(body)) == Decision(False, 2, 0, 60_000, 6_000, "strict", blocked=True)
+    with pytest.raises(MalformedReply, match="blocked"):
+        decode_reply(msgpack.packb(dict(body, blocked=1)))
 
 
 @pytest.mark.parametrize(

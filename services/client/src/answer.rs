@@ -80,6 +80,10 @@ pub struct Answer {
     /// The policy of the level that denied a grouped ask (SPEC §17): the
     /// organisation's, say, while the user still had room.
     pub denied_by: Option<String>,
+    /// A denial because the key is blocked under a policy's `block_for`
+    /// (SPEC §18): every ask of it is denied, a peek and an ask that may
+    /// wait too, until `retry_after` (the block's rest).
+    pub blocked: bool,
     pub source: Source,
 }
 
@@ -97,6 +101,7 @@ impl Answer {
             wait: Duration::from_millis(r.wait_ms),
             levels: r.levels,
             denied_by: r.denied_by,
+            blocked: r.blocked,
             source,
         }
     }
@@ -114,6 +119,7 @@ impl Answer {
             wait: d.wait.into(),
             levels: Vec::new(),
             denied_by: None,
+            blocked: d.blocked,
             source,
         }
     }
@@ -128,7 +134,7 @@ impl Answer {
             retry_after: Nanos::from(self.retry_after),
             shadow_denied: self.shadow_denied,
             wait: Nanos::from(self.wait),
-            blocked: false,
+            blocked: self.blocked,
         }
     }
 

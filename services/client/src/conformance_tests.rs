@@ -76,7 +76,7 @@ fn the_local_limiter_decides_every_step_as_the_vectors_say() {
             clock.set(Nanos(step.at));
             let op = match step.op.as_str() {
                 "record" => Op::Record(step.cost),
-                _ => Op::Allow(step.cost),
+                _ => Op::Allow(step.cost).waiting(step.within_ns / 1_000_000),
             };
             let a = local.decide("key", "p", op).unwrap();
             let got = (
@@ -86,6 +86,7 @@ fn the_local_limiter_decides_every_step_as_the_vectors_say() {
                 Nanos::from(a.reset).0,
                 Nanos::from(a.retry_after).0,
                 a.shadow_denied,
+                Nanos::from(a.wait).0,
             );
             let want = (
                 step.allowed,
@@ -94,6 +95,7 @@ fn the_local_limiter_decides_every_step_as_the_vectors_say() {
                 step.reset_ns,
                 step.retry_after_ns,
                 step.shadow_denied,
+                step.wait_ns,
             );
             assert_eq!(got, want, "{}, step {i}", case.name);
         }

@@ -13,6 +13,12 @@
 //! retry time is further off than that wait; a closer one goes to the
 //! worker. An allowed answer, waiting or not, is never cached.
 //!
+//! A denial of a key blocked by its policy's `block_for` (SPEC §18,
+//! `blocked`) is another matter: until the block ends (its `retry_after`)
+//! the worker denies every ask of the key under that policy, whatever its
+//! cost, a peek and an ask that may wait included. So such a denial
+//! answers all of them until then, and nothing after.
+//!
 //! What it does not see: a config change that raises the limit, or counters
 //! lost in a crash of a worker in snapshot mode. Both can only make the
 //! worker allow sooner, so the cache errs on the side of denying, for at most
@@ -57,6 +63,8 @@ struct Denied {
     limit: u64,
     remaining: u64,
     reset_at: Instant,
+    /// The key is blocked until `until` (SPEC §18): every ask is denied.
+    blocked: bool,
     /// A grouped denial's levels and the one that denied, as answered
     /// (`reset_ms` counted from `at`).
     levels: Box<[LevelReply]>,
@@ -143,7 +151,13 @@ impl DenyCache {
         let now = Instant::now();
         let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let d = shard.map.get(key)?;
-        if d.until.saturating_duration_since(now) <= wait || cost.max(1) < d.cost {
+        let left = d.until.saturating_duration_since(now);
+        let covered = match d.blocked {
+            // Blocked: any cost, any wait, until the block ends.
+            true => !left.is_zero(),
+            false => left > wait && cost.max(1) >= d.cost,
+        };
+        if !covered {
             return None;
         }
         Some(Answer {
@@ -158,6 +172,7 @@ impl DenyCache {
             wait: Default::default(),
             levels: d.levels_at(now),
             denied_by: d.denied_by.as_deref().map(str::to_string),
+            blocked: d.blocked,
             source: Source::DenyCache,
         })
     }
@@ -172,13 +187,15 @@ impl DenyCache {
         let now = Instant::now();
         let denied = Denied {
             until: now + answer.retry_after,
-            cost: cost.max(1),
+            // A block denies every cost: it covers them all.
+            cost: if answer.blocked { 0 } else { cost.max(1) },
             limit: answer.limit,
             remaining: answer.remaining,
             reset_at: now + answer.reset,
             levels: answer.levels.clone().into(),
             denied_by: answer.denied_by.as_deref().map(Box::from),
             at: now,
+            blocked: answer.blocked,
         };
         let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
         if shard.map.len() >= shard.prune_at && !shard.map.contains_key(&key) {
@@ -189,9 +206,11 @@ impl DenyCache {
             }
         }
         // A smaller denied cost covers more asks; keep the smallest one that
-        // is still in force, or the later one for equal costs.
+        // is still in force, or the later one for equal costs (a block's
+        // covers every cost).
         match shard.map.get_mut(&key) {
             Some(old) if old.until > now && old.cost < denied.cost => {}
+            Some(old) if old.blocked && old.until > denied.until => {}
             Some(old) => *old = denied,
             None => {
                 shard.map.insert(key, denied);
@@ -227,6 +246,7 @@ mod tests {
             wait: Duration::ZERO,
             levels: Vec::new(),
             denied_by: None,
+            blocked: false,
             source: Source::Worker,
         }
     }
@@ -316,6 +336,40 @@ mod tests {
             "within a 2 s wait: the worker admits it"
         );
         assert!(get(10_000).is_none());
+    }
+
+    /// A block (SPEC §18) denies every ask of the key under its policy
+    /// until it ends: the cached denial answers any cost, a peek and any
+    /// wait, says `blocked`, and answers nothing once the block is over.
+    #[test]
+    fn a_blocked_denial_answers_every_ask_until_the_block_ends_and_nothing_after() {
+        let cache = DenyCache::new(100);
+        let blocked = Answer {
+            blocked: true,
+            ..denial(60_000)
+        };
+        cache.insert("mallory", 3, &blocked);
+        for (cost, wait_s) in [(3, 0), (1, 0), (0, 0), (1, 120)] {
+            let wait = Duration::from_secs(wait_s);
+            let a = cache.get_waiting("default", "mallory", cost, wait);
+            let a = a.unwrap_or_else(|| panic!("cost {cost}, wait {wait_s} s: cached"));
+            assert!(a.blocked && !a.allowed, "{a:?}");
+            assert!(a.retry_after <= Duration::from_secs(60));
+        }
+        assert!(cache.get("other", "mallory", 1).is_none(), "another policy");
+        // A denial without a block does not shorten one.
+        cache.insert("mallory", 1, &denial(1_000));
+        let a = cache.get("default", "mallory", 0).expect("still blocked");
+        assert!(a.blocked && a.retry_after > Duration::from_secs(59));
+
+        let mut short = blocked.clone();
+        short.retry_after = Duration::from_nanos(1);
+        cache.insert("eve", 1, &short);
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(
+            cache.get("default", "eve", 1).is_none(),
+            "the block is over"
+        );
     }
 
     #[test]

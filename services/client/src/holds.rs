@@ -112,12 +112,25 @@ impl Client {
         ttl: Option<Duration>,
         id: Option<&str>,
     ) -> Result<Held, Error> {
+        self.reserve_with(key, (policy, cost, ttl), id, 0).await
+    }
+
+    /// A reserve that may wait up to `wait_ms` for its start (SPEC §18; 0:
+    /// not at all), named by `id` or by the client.
+    pub(crate) async fn reserve_with(
+        &self,
+        key: impl AsKey,
+        (policy, cost, ttl): (&str, u64, Option<Duration>),
+        id: Option<&str>,
+        wait_ms: u64,
+    ) -> Result<Held, Error> {
         let ask = HoldAsk {
             policy: Some(policy),
             cost: Some(cost),
             ttl_ms: ttl_ms(ttl)?,
             hold: None,
             id,
+            wait_ms: (wait_ms > 0).then_some(wait_ms),
         };
         self.hold_verb(Verb::Reserve, &key, &ask).await
     }
@@ -153,6 +166,7 @@ impl Client {
             ttl_ms: None,
             hold: Some(hold),
             id,
+            wait_ms: None,
         };
         Ok(self.hold_verb(Verb::Settle, &key, &ask).await?.answer)
     }
@@ -185,6 +199,7 @@ impl Client {
             ttl_ms: ttl_ms(ttl)?,
             hold: Some(hold),
             id,
+            wait_ms: None,
         };
         self.hold_verb(Verb::Extend, &key, &ask).await
     }
@@ -230,7 +245,8 @@ impl Client {
     }
 
     /// One hold verb to the key's owner: in its worker's next batch with
-    /// batching on, else alone on the verb's subject; named by the
+    /// batching on, else alone on the verb's subject (a reserve that may
+    /// wait always alone: a batch item carries no wait); named by the
     /// caller's id, else by one of the client's own (if it draws them).
     async fn hold_verb(
         &self,
@@ -261,9 +277,9 @@ impl Client {
             policy,
             cost,
             id,
-            wait_ms: 0,
+            wait_ms: ask.wait_ms.unwrap_or(0),
         };
-        let outcome = if inner.batcher.is_some() {
+        let outcome = if inner.batcher.is_some() && asking.wait_ms == 0 {
             inner
                 .ask_batched(asking, Act::Hold(act), partition, deadline)
                 .await
@@ -305,6 +321,7 @@ impl Inner {
             ttl_ms: act.ttl_ms,
             hold: hold.as_deref(),
             id: asking.id,
+            wait_ms: (asking.wait_ms > 0).then_some(asking.wait_ms),
         };
         let subject = act.verb.client_subject(asking.token);
         let body = Bytes::from(encode_hold_request(&ask, Encoding::Json));

@@ -118,6 +118,7 @@ impl LocalLimiter {
                 wait: Default::default(),
                 levels: Vec::new(),
                 denied_by: None,
+                blocked: false,
                 source,
             },
         }

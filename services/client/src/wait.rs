@@ -15,6 +15,7 @@
 
 use crate::answer::Answer;
 use crate::error::Error;
+use crate::holds::Held;
 use crate::key::AsKey;
 use crate::Client;
 use std::time::Duration;
@@ -80,6 +81,40 @@ impl Client {
             tokio::time::sleep(answer.wait).await;
         }
         Ok(answer)
+    }
+
+    /// [`Client::reserve`] that may wait up to `wait` for its start (SPEC
+    /// §18; the rules of [`Client::ask_waiting`]): kept for a later
+    /// moment, the hold's units are taken at once, [`Answer::wait`] says
+    /// how long from now the caller starts its work, and the hold's ttl
+    /// runs from that start. It waits for the policy's rate limits only,
+    /// never for a `concurrency` slot. Returns at once: sleep
+    /// [`Answer::wait`] before the work (as [`Client::acquire`] does).
+    pub async fn reserve_waiting(
+        &self,
+        key: impl AsKey,
+        policy: &str,
+        cost: u64,
+        ttl: Option<Duration>,
+        wait: Duration,
+    ) -> Result<Held, Error> {
+        let asked = (policy, cost, ttl);
+        self.reserve_waiting_named(key, asked, wait, None).await
+    }
+
+    /// [`Client::reserve_waiting`] of `(policy, cost, ttl)`, named by the
+    /// caller's own `id` when given (SPEC §16; else by one of the
+    /// client's): sent again with it, it keeps one hold, and its repeat is
+    /// told the wait left until the same start.
+    pub async fn reserve_waiting_named(
+        &self,
+        key: impl AsKey,
+        (policy, cost, ttl): (&str, u64, Option<Duration>),
+        wait: Duration,
+        id: Option<&str>,
+    ) -> Result<Held, Error> {
+        let asked = (policy, cost, ttl);
+        self.reserve_with(key, asked, id, wait_ms(wait)).await
     }
 }
 

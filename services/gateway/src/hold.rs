@@ -1,8 +1,10 @@
 //! `POST /v1/reserve/{key}`, `/v1/settle/{key}`, `/v1/extend/{key}`
 //! (SPEC §13, docs/HOLDS.md): the holds' verbs over HTTP, with the
-//! NATS bodies' JSON fields (`{policy, cost, ttl_ms}`, `{policy, hold,
-//! cost}`, `{policy, hold, ttl_ms}`), checked by the one decoder the
-//! workers use ([`decode_hold_request`]).
+//! NATS bodies' JSON fields (`{policy, cost, ttl_ms, wait_ms}`, `{policy,
+//! hold, cost}`, `{policy, hold, ttl_ms}`), checked by the one decoder the
+//! workers use ([`decode_hold_request`]). A reserve with `wait_ms` (SPEC
+//! §18) kept for a later start is answered at once with `wait_ms` and
+//! `Sluice-Wait-Ms`; the caller sleeps it.
 //!
 //! The reply is the NATS reply ([`encode_held`]): the decision, plus
 //! `hold` and `expires_ms` for a kept hold, with the RateLimit headers. A
@@ -101,6 +103,11 @@ async fn hold(app: &App, verb: Verb, request: Request) -> Result<Held, Error> {
     let hold = r.hold.map(|id| id.to_string()).unwrap_or_default();
     let client = &app.client;
     match verb {
+        Verb::Reserve if r.wait_ms > 0 => {
+            let wait = Duration::from_millis(r.wait_ms);
+            let asked = (r.policy.as_str(), r.cost, ttl);
+            client.reserve_waiting_named(&key, asked, wait, id).await
+        }
         Verb::Reserve => client.reserve_named(&key, &r.policy, r.cost, ttl, id).await,
         Verb::Settle => {
             let answer = client
@@ -128,6 +135,11 @@ pub(crate) struct ReserveBody {
     /// How long the hold lives, 1 ms to 1 h (default the policy's `hold_ttl`).
     #[schema(minimum = 1, maximum = 3_600_000)]
     ttl_ms: Option<u64>,
+    /// How long the reserve may wait for its start instead of being denied
+    /// (SPEC §18; at most the policy's `max_wait`); the hold's ttl runs
+    /// from the start.
+    #[schema(minimum = 0, maximum = 60_000)]
+    wait_ms: Option<u64>,
     /// The verb's id, as `Idempotency-Key` gives it (SPEC §16).
     #[schema(min_length = 1, max_length = 128)]
     id: Option<String>,

@@ -214,6 +214,7 @@ mod tests {
             wait: Duration::ZERO,
             levels: Vec::new(),
             denied_by: None,
+            blocked: false,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -247,6 +248,7 @@ mod tests {
             wait: Duration::from_micros(149_200),
             levels: Vec::new(),
             denied_by: None,
+            blocked: false,
             source: Source::Worker,
         };
         let response = decision(&answer);
@@ -278,6 +280,7 @@ mod tests {
             wait: Duration::ZERO,
             levels: vec![level("org", 0, 60_000), level("user", 4, 30_000)],
             denied_by: Some("org".into()),
+            blocked: false,
             source: Source::Worker,
         };
         let response = decision(&answer);

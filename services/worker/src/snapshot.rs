@@ -31,6 +31,7 @@ use sluice_core::storage::{
 use async_nats::jetstream::{kv, stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+use sluice_core::ask_ids::CarriedId;
 use sluice_core::format;
 use sluice_core::policy::KeyState;
 use sluice_core::time::Nanos;
@@ -87,7 +88,7 @@ pub struct Manifest {
     #[serde(flatten)]
     pub carried: Carried,
     /// Its chunks hold a blocked key's state (SPEC §18): it is written in
-    /// [`format::SNAPSHOT`], which releases before blocks refuse. Not a
+    /// [`format::SNAPSHOT_BLOCKS`] (or later), which releases before blocks refuse. Not a
     /// field of its own: the format says it.
     #[serde(skip)]
     pub blocks: bool,
@@ -249,10 +250,14 @@ pub async fn write_manifest(
 /// state that travels in the chunks.
 fn manifest_json(m: &Manifest) -> Result<Vec<u8>> {
     let in_chunks = m.carried_bytes > 0;
-    let v = match (m.blocks, in_chunks) {
-        (true, _) => format::SNAPSHOT,
-        (false, true) => format::SNAPSHOT_CARRIED_IN_CHUNKS,
-        (false, false) => format::SNAPSHOT_CARRIED_INLINE,
+    // An id waiting for its start (SPEC §18) is in the carried state
+    // whether that travels in the manifest or in the chunks.
+    let waits = m.carried.ids.iter().any(CarriedId::waits);
+    let v = match (waits, m.blocks, in_chunks) {
+        (true, _, _) => format::SNAPSHOT,
+        (false, true, _) => format::SNAPSHOT_BLOCKS,
+        (false, false, true) => format::SNAPSHOT_CARRIED_IN_CHUNKS,
+        (false, false, false) => format::SNAPSHOT_CARRIED_INLINE,
     };
     let m = Manifest {
         v: u64::from(v),
@@ -552,6 +557,31 @@ mod tests {
         json["v"].as_u64().unwrap()
     }
 
+    /// An id whose first answer's start is to come (SPEC §18) moves the
+    /// manifest to format 5, whether the carried state is in it or in the
+    /// chunks; ids without one leave it where it was.
+    #[test]
+    fn an_id_waiting_for_its_start_moves_the_snapshot_to_format_5() {
+        let id = |fields: &str| -> CarriedId {
+            let json = format!(r#"["k\nid","allow","p",1,[1,2,3,false],null,99{fields}]"#);
+            serde_json::from_str(&json).unwrap()
+        };
+        let format_carrying = |carried: CarriedId, in_chunks: bool| {
+            let mut manifest = Manifest::default();
+            manifest.carried.ids = vec![carried];
+            manifest.carried_bytes = u64::from(in_chunks);
+            let json: serde_json::Value =
+                serde_json::from_slice(&manifest_json(&manifest).unwrap()).unwrap();
+            json["v"].as_u64().unwrap()
+        };
+        let five = u64::from(format::SNAPSHOT);
+        assert_eq!(five, 5);
+        assert_eq!(format_carrying(id(",50"), false), five);
+        assert_eq!(format_carrying(id(",50"), true), five);
+        let inline = u64::from(format::SNAPSHOT_CARRIED_INLINE);
+        assert_eq!(format_carrying(id(""), false), inline);
+    }
+
     #[test]
     fn a_blocked_key_moves_the_snapshot_to_the_format_that_holds_blocks() {
         let counters = counters_with(3);
@@ -574,7 +604,7 @@ mod tests {
         assert!(denied.blocked, "{denied:?}");
         let encoded = encode(&copied(&counters), &Carried::default(), at).unwrap();
         assert!(encoded.blocks);
-        assert_eq!(stored_format(&encoded), u64::from(format::SNAPSHOT));
+        assert_eq!(stored_format(&encoded), u64::from(format::SNAPSHOT_BLOCKS));
         let blocked = decoded(&encoded)
             .into_iter()
             .find(|e| e.key == key)

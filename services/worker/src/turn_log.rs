@@ -199,6 +199,7 @@ impl TurnLog {
                 limit: decision.limit,
                 reset: decision.reset.as_u64(),
                 until: named.until.as_u64(),
+                start: named.first.stored_start(now),
             };
             let of = (named.policy, named.token);
             let record = Record::id_remembered(self.partition, of, named.cost, kept, now);

@@ -8,7 +8,7 @@ fn asked(verb: Verb, policy: &str, cost: u64) -> Asked<&str> {
 }
 
 fn allowed(remaining: u64) -> FirstAnswer {
-    FirstAnswer::from(Decision {
+    let decision = Decision {
         allowed: true,
         limit: 10,
         remaining,
@@ -17,7 +17,8 @@ fn allowed(remaining: u64) -> FirstAnswer {
         shadow_denied: false,
         wait: crate::time::Nanos::ZERO,
         blocked: false,
-    })
+    };
+    FirstAnswer::new(decision, Nanos::ZERO)
 }
 
 #[test]
@@ -266,4 +267,50 @@ fn an_id_remembered_again_is_not_forgotten_at_its_old_end() {
         ids.remember(ids.name("k", "r3"), a, allowed(1), t(400 + n), t(150));
     }
     assert!(ids.by_end.len() <= 2 * 2 + 1024, "{}", ids.by_end.len());
+}
+
+/// A first answer with a wait keeps its start as a moment: a repeat is told
+/// what is left of it, and it is carried with the start only while the
+/// start is to come, so that otherwise a snapshot reads as before waiting.
+#[test]
+fn a_first_answer_that_waits_keeps_its_start_as_a_moment() {
+    let t = Nanos::from_millis;
+    let waiting = Decision {
+        wait: t(300),
+        ..allowed(4).decision
+    };
+    let first = FirstAnswer::new(waiting, t(1_000));
+    assert_eq!(first.start, t(1_300));
+    assert_eq!(first.decision.wait, Nanos::ZERO);
+    assert_eq!(first.again(t(1_100)).wait, t(200));
+    assert_eq!(first.again(t(2_000)).wait, Nanos::ZERO);
+    assert_eq!(
+        FirstAnswer::new(allowed(4).decision, t(1)).start,
+        Nanos::ZERO
+    );
+
+    let mut ids = RememberedIds::new(8);
+    let a = asked(Verb::Allow, "p", 1);
+    ids.remember(ids.name("k", "w"), a, first, t(5_000), t(1_000));
+    let carried = ids.carried(t(1_100));
+    assert!(carried[0].waits());
+    let json = serde_json::to_string(&carried).unwrap();
+    assert!(json.ends_with(&format!(",{}]]", t(1_300).0)), "{json}");
+    let mut next = RememberedIds::new(8);
+    next.take_over(
+        &serde_json::from_str::<Vec<CarriedId>>(&json).unwrap(),
+        t(1_100),
+    );
+    let Seen::Repeat(again) = next.seen(next.name("k", "w"), &a, t(1_200)) else {
+        panic!("a repeat");
+    };
+    assert_eq!(again.again(t(1_200)).wait, t(100));
+
+    // Once its start has come, carried as an answer without a wait: the
+    // seven fields every release before waiting reads.
+    let carried = ids.carried(t(1_300));
+    assert!(!carried[0].waits());
+    let json = serde_json::to_string(&carried).unwrap();
+    let fields: Vec<Vec<serde_json::Value>> = serde_json::from_str(&json).unwrap();
+    assert_eq!(fields[0].len(), 7, "{json}");
 }

@@ -26,6 +26,11 @@ limits = [ { max = 3, per = "1h" } ]
 [policies.login]
 algorithm = "sliding_log"
 limits = [ { max = 5, per = "1h" } ]
+
+[policies.strict]
+algorithm = "sliding_log"
+block_for = "1h"
+limits = [ { max = 1, per = "1h" } ]
 "#;
 
 const WINDOW_MS: u64 = 3_600_000;
@@ -159,6 +164,21 @@ pub fn cases() -> Vec<(&'static str, String, Vec<u8>)> {
             json(r#"{"cost":4}"#),
         ),
         ("an unknown field", allow("conf-g"), json(r#"{"cots":5}"#)),
+        (
+            "under block_for, the one unit of the hour",
+            allow("conf-h"),
+            json(r#"{"policy":"strict"}"#),
+        ),
+        (
+            "a denial under block_for blocks the key: blocked, Retry-After the block's",
+            allow("conf-h"),
+            json(r#"{"policy":"strict"}"#),
+        ),
+        (
+            "while blocked, a peek is denied too",
+            allow("conf-h"),
+            json(r#"{"policy":"strict","cost":0}"#),
+        ),
         (
             "an error in MessagePack",
             allow("conf-g"),

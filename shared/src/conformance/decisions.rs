@@ -8,7 +8,9 @@
 //! The runs are drawn from a fixed seed (a small xorshift, so the file is
 //! the same on every machine): times step by up to a third of the
 //! shortest window, costs span 0 (a peek) to the policy's capacity, and one
-//! step in eight is a hit, which counts past the limit.
+//! step in eight is a hit, which counts past the limit. Under a policy with
+//! a `max_wait` (SPEC §18), every other ask may wait up to a random part of
+//! it (`within_ns`), and is answered how long until its start (`wait_ns`).
 
 use crate::config::PolicyTable;
 use crate::policy::Policy;
@@ -44,6 +46,18 @@ pub struct Step {
     pub reset_ns: u64,
     pub retry_after_ns: u64,
     pub shadow_denied: bool,
+    /// How long the ask may wait for its start (SPEC §18, whole
+    /// milliseconds: the wire's `wait_ms`); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub within_ns: u64,
+    /// How long from `at` until its start, when allowed for a later one;
+    /// left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wait_ns: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The policies run, as tables.
@@ -93,6 +107,14 @@ fn policies() -> Vec<(&'static str, &'static str)> {
             "shadow mode",
             r#"{"algorithm":"sliding_log","mode":"shadow","limits":[{"max":3,"per":"5s"}]}"#,
         ),
+        (
+            "gcra, asks that may wait",
+            r#"{"algorithm":"gcra","max_wait":"5s","limits":[{"max":6,"per":"10s","burst":2}]}"#,
+        ),
+        (
+            "token bucket, asks that may wait, two limits",
+            r#"{"algorithm":"token_bucket","max_wait":"3s","limits":[{"max":4,"per":"2s"},{"max":10,"per":"30s","burst":6}]}"#,
+        ),
     ]
 }
 
@@ -134,10 +156,20 @@ fn run(name: &str, table: &str, seed: u64) -> DecisionCase {
             at += next() % (shortest / 3);
             let record = next() % 8 == 0;
             let cost = next() % (policy.capacity() + 1);
+            let max_wait = policy.max_wait().0;
+            // Drawn only under a policy that waits, so that the other
+            // cases' runs stay as they were; whole milliseconds, as the
+            // wire's `wait_ms` carries it.
+            const MS: u64 = 1_000_000;
+            let within = if !record && max_wait > 0 && next() % 2 == 0 {
+                next() % (max_wait / MS + 1) * MS
+            } else {
+                0
+            };
             let d = if record {
                 policy.record(&mut state, Nanos(at), cost)
             } else {
-                policy.decide(&mut state, Nanos(at), cost)
+                policy.decide_within(&mut state, Nanos(at), cost, Nanos(within))
             };
             Step {
                 at,
@@ -149,6 +181,8 @@ fn run(name: &str, table: &str, seed: u64) -> DecisionCase {
                 reset_ns: d.reset.0,
                 retry_after_ns: d.retry_after.0,
                 shadow_denied: d.shadow_denied,
+                within_ns: within,
+                wait_ns: d.wait.0,
             }
         })
         .collect();

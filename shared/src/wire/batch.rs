@@ -389,6 +389,7 @@ fn validate<'a>(
             ttl_ms: holding.ttl_ms,
             hold: holding.hold,
             id,
+            wait_ms: None,
         },
     )
     .map_err(ErrorReply::bad_request)?;

@@ -1,5 +1,5 @@
 //! Bodies of the holds' verbs (SPEC §13): `rl.reserve.<key>`
-//! `{policy, cost, ttl_ms}`, `rl.settle.<key>` `{policy, hold, cost}`,
+//! `{policy, cost, ttl_ms, wait_ms}`, `rl.settle.<key>` `{policy, hold, cost}`,
 //! `rl.extend.<key>` `{policy, hold, ttl_ms}`, and their replies: a
 //! decision (§1) plus, for a kept hold, `hold` (its name) and `expires_ms`
 //! (until it ends by itself).
@@ -43,6 +43,8 @@ struct Body {
     hold: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wait_ms: Option<u64>,
 }
 
 /// A decoded hold body.
@@ -59,6 +61,9 @@ pub struct HoldRequest {
     /// The caller's name for the verb (SPEC §16): sent again, it is done
     /// once and answered as the first time.
     pub id: Option<String>,
+    /// Reserve: how long it may wait for its start (SPEC §18; 0: not at
+    /// all), checked against the policy by the owner.
+    pub wait_ms: u64,
     /// The encoding to reply in.
     pub encoding: Encoding,
 }
@@ -105,6 +110,7 @@ pub fn decode_hold_request(verb: Verb, body: &[u8]) -> Result<HoldRequest, Reque
         ttl_ms: fields.ttl_ms,
         hold: fields.hold.as_deref(),
         id: fields.id.map(Cow::Owned),
+        wait_ms: fields.wait_ms,
     };
     let checked = check(verb, fields).map_err(refuse)?;
     Ok(HoldRequest {
@@ -113,6 +119,7 @@ pub fn decode_hold_request(verb: Verb, body: &[u8]) -> Result<HoldRequest, Reque
         ttl_ms: checked.ttl_ms,
         hold: checked.hold,
         id: checked.id.map(Cow::into_owned),
+        wait_ms: checked.wait_ms,
         encoding,
     })
 }
@@ -126,6 +133,8 @@ pub(crate) struct HoldFields<'a> {
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) hold: Option<&'a str>,
     pub(crate) id: Option<Cow<'a, str>>,
+    /// Never in a batch, which refuses `wait_ms` first.
+    pub(crate) wait_ms: Option<u64>,
 }
 
 /// A hold verb's fields once checked, defaults applied.
@@ -135,6 +144,7 @@ pub(crate) struct Checked<'a> {
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) hold: Option<HoldId>,
     pub(crate) id: Option<Cow<'a, str>>,
+    pub(crate) wait_ms: u64,
 }
 
 /// The one set of rules for a hold verb's fields, alone or batched: the
@@ -163,11 +173,15 @@ pub(crate) fn check<'a>(verb: Verb, fields: HoldFields<'a>) -> Result<Checked<'a
         Verb::Reserve => given("hold", fields.hold.is_some())?,
         Verb::Settle => {
             given("ttl_ms", fields.ttl_ms.is_some())?;
+            given("wait_ms", fields.wait_ms.is_some())?;
             if fields.cost.is_none() {
                 return Err(needed("cost"));
             }
         }
-        Verb::Extend => given("cost", fields.cost.is_some())?,
+        Verb::Extend => {
+            given("cost", fields.cost.is_some())?;
+            given("wait_ms", fields.wait_ms.is_some())?;
+        }
         other => return Err(format!("{} is not a hold verb", other.client_prefix())),
     }
     let hold = match (verb, fields.hold) {
@@ -194,6 +208,7 @@ pub(crate) fn check<'a>(verb: Verb, fields: HoldFields<'a>) -> Result<Checked<'a
         ttl_ms: fields.ttl_ms,
         hold,
         id: fields.id,
+        wait_ms: fields.wait_ms.unwrap_or(0),
     })
 }
 
@@ -207,7 +222,7 @@ fn encoding_name(encoding: Encoding) -> &'static str {
 /// What each verb's body holds, for the sentences above.
 fn takes(verb: Verb) -> &'static str {
     match verb {
-        Verb::Reserve => "a reserve takes the optional fields \"policy\", \"cost\" (default 1), \"ttl_ms\" (default the policy's hold_ttl) and \"id\"",
+        Verb::Reserve => "a reserve takes the optional fields \"policy\", \"cost\" (default 1), \"ttl_ms\" (default the policy's hold_ttl), \"wait_ms\" (how long it may wait for its start) and \"id\"",
         Verb::Settle => "a settle takes \"hold\" (the reserve's reply names it), \"cost\" (the real cost, 0 for work that failed) and the optional \"policy\" and \"id\"",
         _ => "an extend takes \"hold\", the optional \"ttl_ms\" (from now; default the policy's hold_ttl) and the optional \"policy\" and \"id\"",
     }
@@ -222,6 +237,8 @@ pub struct HoldAsk<'a> {
     pub hold: Option<&'a str>,
     /// The verb's id (SPEC §16).
     pub id: Option<&'a str>,
+    /// A reserve's wait for its start (SPEC §18).
+    pub wait_ms: Option<u64>,
 }
 
 /// Encodes a hold body (client side); nothing is checked here.
@@ -232,6 +249,7 @@ pub fn encode_hold_request(ask: &HoldAsk<'_>, encoding: Encoding) -> Vec<u8> {
         ttl_ms: ask.ttl_ms,
         hold: ask.hold.map(str::to_string),
         id: ask.id.map(str::to_string),
+        wait_ms: ask.wait_ms,
     };
     encode_body(&body, encoding)
 }
@@ -277,6 +295,7 @@ mod tests {
             ttl_ms: Some(30_000),
             hold: None,
             id: None,
+            wait_ms: None,
         };
         for encoding in [Encoding::Json, Encoding::MsgPack] {
             let body = encode_hold_request(&ask, encoding);

@@ -11,6 +11,12 @@ use std::fmt;
 pub enum Op {
     /// Admitted iff `used + cost <= limit`; a denial counts nothing.
     Allow { cost: u64 },
+    /// An allow that may wait for a later start (SPEC §18): admitted iff
+    /// `used + cost <= limit + room`, `room` being the units the limit may
+    /// go into debt by within the ask's wait; counted at its decision,
+    /// like any admission, so later asks queue behind it. A denial counts
+    /// nothing.
+    Wait { cost: u64, room: u64 },
     /// Always counts `cost`, even past the limit.
     Hit { cost: u64 },
     /// A hold: admitted as an Allow is, then holds `cost` until settled.
@@ -24,13 +30,24 @@ impl Op {
     pub fn cost(&self) -> u64 {
         match *self {
             Op::Allow { cost } | Op::Hit { cost } => cost,
+            Op::Wait { cost, .. } => cost,
             Op::Reserve { cost, .. } | Op::Settle { cost, .. } => cost,
+        }
+    }
+
+    /// The units past the limit it may be admitted into: a waiting
+    /// allow's `room`, 0 for any other.
+    pub fn room(&self) -> u64 {
+        match *self {
+            Op::Wait { room, .. } => room,
+            _ => 0,
         }
     }
 
     fn label(&self) -> String {
         match *self {
             Op::Allow { .. } => "allow".to_owned(),
+            Op::Wait { room, .. } => format!("wait +{room}"),
             Op::Hit { .. } => "hit".to_owned(),
             Op::Reserve { hold, .. } => format!("reserve h{hold}"),
             Op::Settle { hold, .. } => format!("settle h{hold}"),
@@ -41,9 +58,9 @@ impl Op {
 /// How an op ended, as the recording client saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// An Allow or Reserve answered yes.
+    /// An Allow, Wait or Reserve answered yes.
     Admitted,
-    /// An Allow or Reserve answered no.
+    /// An Allow, Wait or Reserve answered no.
     Denied,
     /// A Hit or Settle answered (its answer carries nothing to check).
     Done,

@@ -49,6 +49,8 @@ pub(super) struct Planned {
     /// `None` for Unknown: no deadline.
     pub(super) ret: Option<u64>,
     pub(super) cost: u64,
+    /// How far past the limit it may be admitted ([`Op::room`]).
+    pub(super) room: u64,
     pub(super) effect: Effect,
     /// Units it adds to `used` when linearized, and takes back (a settle
     /// takes back what its hold held).
@@ -103,6 +105,11 @@ pub(super) struct Plan {
     pub(super) ops: Vec<Planned>,
     pub(super) not_delivered: usize,
     pub(super) classes: usize,
+    /// The least and the most `room` of its Allows, Waits and Reserves:
+    /// the same when every admission has one threshold (`limit + room`),
+    /// as in a history without waits; otherwise the search drops the
+    /// shortcuts that need one (see `Search::mixed`).
+    pub(super) rooms: (u64, u64),
     /// Events by time, calls before returns at equal times (ops whose
     /// events touch are concurrent): `(op, is_call)`.
     pub(super) events: Vec<(u32, bool)>,
@@ -126,7 +133,7 @@ impl Plan {
                     not_delivered += 1;
                     continue;
                 }
-                (Op::Allow { .. } | Op::Reserve { .. }, Outcome::Done)
+                (Op::Allow { .. } | Op::Wait { .. } | Op::Reserve { .. }, Outcome::Done)
                 | (Op::Hit { .. } | Op::Settle { .. }, Outcome::Admitted | Outcome::Denied) => {
                     return Err(bad(index, "its outcome is not an answer this op can get"));
                 }
@@ -156,7 +163,7 @@ impl Plan {
             }
         }
         let mut settled = HashSet::new();
-        let mut classes: HashMap<(bool, u64), (u32, u32)> = HashMap::new();
+        let mut classes: HashMap<(bool, u64, u64), (u32, u32)> = HashMap::new();
         let mut ops = Vec::with_capacity(delivered.len());
         for (at, &i) in delivered.iter().enumerate() {
             let r = &history[i];
@@ -183,10 +190,13 @@ impl Plan {
                     };
                     (effect, cost, reserved.op.cost())
                 }
-                Op::Allow { .. } | Op::Reserve { .. } | Op::Hit { .. } if unknown => {
+                Op::Allow { .. } | Op::Wait { .. } | Op::Reserve { .. } | Op::Hit { .. }
+                    if unknown =>
+                {
                     let hit = matches!(r.op, Op::Hit { .. });
                     let next = classes.len() as u32;
-                    let (class, members) = classes.entry((hit, cost)).or_insert((next, 0));
+                    let class_of = (hit, cost, r.op.room());
+                    let (class, members) = classes.entry(class_of).or_insert((next, 0));
                     let (class, rank) = (*class, *members);
                     *members += 1;
                     let effect = if hit {
@@ -202,7 +212,7 @@ impl Plan {
                     (effect, cost, 0)
                 }
                 Op::Hit { .. } => (Effect::Hit, cost, 0),
-                Op::Allow { .. } | Op::Reserve { .. } => match r.outcome {
+                Op::Allow { .. } | Op::Wait { .. } | Op::Reserve { .. } => match r.outcome {
                     Outcome::Admitted => {
                         let opens_hold = matches!(r.op, Op::Reserve { .. });
                         (Effect::Admitted { opens_hold }, cost, 0)
@@ -221,6 +231,7 @@ impl Plan {
                 call: r.call,
                 ret,
                 cost,
+                room: r.op.room(),
                 effect,
                 add,
                 sub,
@@ -262,10 +273,19 @@ impl Plan {
                 (op, !is_return)
             })
             .collect();
+        let rooms = ops
+            .iter()
+            .filter(|op| !matches!(op.recorded.op, Op::Hit { .. } | Op::Settle { .. }))
+            .map(|op| op.room)
+            .fold(None, |seen: Option<(u64, u64)>, room| {
+                Some(seen.map_or((room, room), |(lo, hi)| (lo.min(room), hi.max(room))))
+            })
+            .unwrap_or((0, 0));
         Ok(Plan {
             ops,
             not_delivered,
             classes: classes.len(),
+            rooms,
             events,
             call_event,
             return_event,
@@ -305,7 +325,12 @@ impl Plan {
     /// - A denial, when the admissions sent after it returned (which come
     ///   after it, on a key it found full) cost at least its cost more than
     ///   all that could be freed after it.
+    ///
+    /// Each op is held to its own threshold, `limit` plus its room (a
+    /// Wait's, [`Op::room`]); a bound on several admissions, to the
+    /// highest of theirs (the last of them placed fits under its own).
     pub(super) fn contradiction(&self, limit: u64) -> Option<u32> {
+        let highest_threshold = limit.saturating_add(self.rooms.1);
         let prefix_sums = |values: &mut dyn Iterator<Item = u64>| {
             let mut sums = vec![0u64];
             for v in values {
@@ -342,6 +367,7 @@ impl Plan {
         for (at, op) in self.ops.iter().enumerate() {
             let Some(ret) = op.ret else { continue };
             let returned_before_call = rets.partition_point(|&r| r < op.call);
+            let threshold = limit.saturating_add(op.room);
             let impossible = match op.effect {
                 Effect::Denied => {
                     // What may come before it adds at most its rises; what
@@ -356,15 +382,20 @@ impl Plan {
                     // than its call, or never.
                     let later_falls =
                         fall_by_ret[rets.len()] - fall_by_ret[returned_before_call] + unknown_falls;
-                    highest.saturating_add(op.cost) <= limit
+                    // The last of the later admissions fits under at most
+                    // the highest threshold, which may be above this one's.
+                    let above = highest_threshold - threshold;
+                    highest.saturating_add(op.cost) <= threshold
                         || (later_admissions > 0
-                            && later_admitted >= op.cost.saturating_add(later_falls))
+                            && later_admitted
+                                >= op.cost.saturating_add(later_falls).saturating_add(above))
                 }
                 Effect::Admitted { .. } => {
                     let falls = fall_by_call[op.called_by_ret];
                     let crowd = admitted_by_ret[op.returned_by_ret];
                     let before = rise_by_ret[returned_before_call].saturating_add(op.cost);
-                    crowd.saturating_sub(falls) > limit || before.saturating_sub(falls) > limit
+                    crowd.saturating_sub(falls) > highest_threshold
+                        || before.saturating_sub(falls) > threshold
                 }
                 _ => false,
             };

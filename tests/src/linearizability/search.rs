@@ -172,6 +172,14 @@ const HEAD: u32 = 0;
 struct Search<'p> {
     plan: &'p Plan,
     limit: u64,
+    /// The least and the most threshold of an admission: `limit` plus the
+    /// least and the most room ([`Plan::rooms`]).
+    low: u64,
+    high: u64,
+    /// Admissions have different thresholds (Waits beside Allows, or
+    /// Waits of different rooms): the shortcuts about runs of Unknown ops,
+    /// argued for one threshold, are not taken.
+    mixed: bool,
     budget: Budget,
     steps: u64,
     /// The doubly linked list of the events of ops not yet linearized.
@@ -209,6 +217,9 @@ impl<'p> Search<'p> {
         Search {
             plan,
             limit,
+            low: limit.saturating_add(plan.rooms.0),
+            high: limit.saturating_add(plan.rooms.1),
+            mixed: plan.rooms.0 != plan.rooms.1,
             budget,
             steps: 0,
             next: (1..=nodes).collect(),
@@ -364,9 +375,12 @@ impl<'p> Search<'p> {
     /// that does.
     fn order_candidates(&mut self, start: usize, via: Option<u32>, seen: &Seen) {
         let ops = &self.plan.ops;
-        let after_run = via.and_then(|v| ops[v as usize].chain_rank());
+        let after_run = via
+            .filter(|_| !self.mixed)
+            .and_then(|v| ops[v as usize].chain_rank());
         if let Some((after_hit, _)) = after_run {
-            let (used, limit) = (self.used, self.limit);
+            // One threshold (not mixed): `low` is every op's.
+            let (used, limit) = (self.used, self.low);
             let blocks = |p: &Planned| {
                 !after_hit
                     && matches!(p.effect, Effect::Hit | Effect::Settle { .. })
@@ -390,9 +404,9 @@ impl<'p> Search<'p> {
 
         let raise_may_block = seen.most_raised.is_some_and(|raised| {
             let most = self.used.saturating_add(raised);
-            most.saturating_add(seen.unknown_costs) > self.limit
+            most.saturating_add(seen.unknown_costs) > self.low
         });
-        let may_matter = short || seen.unknown_settle || raise_may_block;
+        let may_matter = self.mixed || short || seen.unknown_settle || raise_may_block;
         self.unknown_candidates
             .retain(|&op| match ops[op as usize].chain_rank() {
                 Some(rank) => may_matter && after_run.is_none_or(|after| rank >= after),
@@ -419,6 +433,9 @@ impl<'p> Search<'p> {
     /// in order, is one the search builds too: none of its ops is cheaper
     /// than `last`.) Costs of 64 and more are left out of this shortcut.
     fn outdone_run(&self, last: u32, seen: &Seen) -> bool {
+        if self.mixed {
+            return false;
+        }
         let last = &self.plan.ops[last as usize];
         let Some((hit, _)) = last.chain_rank() else {
             return false;
@@ -461,37 +478,45 @@ impl<'p> Search<'p> {
     /// shortcut keeps the search complete: if any linearization goes on
     /// from here, one goes on through the candidates it leaves. "Before
     /// it" below means the ops not yet linearized that were called no
-    /// later than it returned: only those may be ordered before it.
+    /// later than it returned: only those may be ordered before it. An
+    /// op's threshold is the limit plus its room (a Wait's, else 0): an
+    /// admission fits, and a denial is legal, against its own.
     ///
     /// - A denial legal here is Forced: it changes nothing, so moving it
     ///   here from later in an order changes no other answer.
     /// - An admission that fits, a Hit, or a Settle that raises `used` is
     ///   Forced if `used` plus all the ops before it could add stays within
-    ///   the limit: moved here, every admission it passes still fits.
+    ///   the lowest threshold: moved here, every admission it passes still
+    ///   fits.
     /// - An admission that fits is Forced if nothing before it can lower
-    ///   `used`: moved here, it raises by its cost the ops it passes, whose
-    ///   `used` only grew up to it, where it still fit.
+    ///   `used` and its threshold is the lowest: moved here, it raises by
+    ///   its cost the ops it passes, whose `used` only grew up to it, where
+    ///   it still fit under a threshold no higher than theirs.
     /// - A Settle that lowers `used` is Forced if no denial is before it:
     ///   moved here, it only lowers `used` for admissions and raises.
     /// - A denial that all the ops before it could not fill is Impossible;
     ///   so is an admission when it and the admissions that return before
     ///   it (all of which are placed by then, after ops called no later)
-    ///   cannot all fit, even with all the room the ops before it could
-    ///   free.
+    ///   cannot all fit under the highest threshold, even with all the room
+    ///   the ops before it could free.
     /// - Unknown ops of one effect and cost are interchangeable once called
     ///   (none has a deadline), so only the first not yet taken is tried.
     fn judge(&self, op: u32, seen: &mut Seen) -> Judged {
         let p = &self.plan.ops[op as usize];
         let before = p.called_by_ret;
-        let fits = self.fits(p.cost);
+        let threshold = self.limit.saturating_add(p.room);
+        let fits = self
+            .used
+            .checked_add(p.cost)
+            .is_some_and(|u| u <= threshold);
         match p.effect {
             Effect::Denied if !fits => Judged::Forced,
             Effect::Denied => {
                 let highest = self.used.saturating_add(self.rises.prefix(before));
-                if highest.saturating_add(p.cost) <= self.limit {
+                if highest.saturating_add(p.cost) <= threshold {
                     return Judged::Impossible;
                 }
-                let shortfall = (self.limit - self.used - p.cost).saturating_add(1);
+                let shortfall = (threshold - self.used - p.cost).saturating_add(1);
                 seen.least_shortfall =
                     Some(seen.least_shortfall.map_or(shortfall, |s| s.min(shortfall)));
                 Judged::Skip
@@ -501,11 +526,13 @@ impl<'p> Search<'p> {
                 // then, with at most the room all the ops before it free.
                 let crowd = self.admissions.prefix(p.returned_by_ret);
                 let falls = self.falls.prefix(before);
-                if self.used.saturating_add(crowd).saturating_sub(falls) > self.limit {
+                // The last of them placed fits under at most the highest
+                // threshold.
+                if self.used.saturating_add(crowd).saturating_sub(falls) > self.high {
                     Judged::Impossible
                 } else if !fits {
                     Judged::Skip
-                } else if falls == 0 || self.room_for_all_before(p) {
+                } else if (falls == 0 && threshold <= self.low) || self.room_for_all_before(p) {
                     Judged::Forced
                 } else {
                     Judged::Try
@@ -553,15 +580,11 @@ impl<'p> Search<'p> {
         }
     }
 
-    fn fits(&self, cost: u64) -> bool {
-        self.used.checked_add(cost).is_some_and(|u| u <= self.limit)
-    }
-
-    /// `used` stays within the limit whatever the ops before `p` (it
-    /// included) add.
+    /// `used` stays within the lowest threshold (so every admission's)
+    /// whatever the ops before `p` (it included) add.
     fn room_for_all_before(&self, p: &Planned) -> bool {
         let rise = self.rises.prefix(p.called_by_ret);
-        self.used.checked_add(rise).is_some_and(|u| u <= self.limit)
+        self.used.checked_add(rise).is_some_and(|u| u <= self.low)
     }
 
     fn is_linearized(&self, op: u32) -> bool {

@@ -4,6 +4,8 @@ use std::time::{Duration, Instant};
 use super::*;
 use Outcome::{Admitted, Denied, Done, NotDelivered, Unknown};
 
+mod waits;
+
 const MS: u64 = 1_000_000;
 
 /// An answered op from `call` to `ret`, in ms.
@@ -376,6 +378,8 @@ struct Mix {
     most_cost: u64,
     /// Every this many ops, all asks in flight are lost (a worker killed).
     burst_every: Option<usize>,
+    /// With a room, every allow is a Wait of that room (SPEC §18).
+    room: Option<u64>,
 }
 
 /// A legal history: `clients` clients each send one op at a time; each op
@@ -406,7 +410,13 @@ fn simulate(seed: u64, ops: usize, clients: usize, mix: &Mix) -> Vec<Recorded> {
                 cost: rng.below(held + 2),
             },
             None => match rng.below(100) {
-                n if n + mix.hits < 75 => allow(cost(rng, mix.most_cost)),
+                n if n + mix.hits < 75 => match mix.room {
+                    Some(room) => Op::Wait {
+                        cost: cost(rng, mix.most_cost),
+                        room,
+                    },
+                    None => allow(cost(rng, mix.most_cost)),
+                },
                 n if n < 75 => Op::Hit {
                     cost: cost(rng, mix.most_cost),
                 },
@@ -460,9 +470,9 @@ fn simulate(seed: u64, ops: usize, clients: usize, mix: &Mix) -> Vec<Recorded> {
             Unknown => rng.per_mille(500),
             _ => true,
         };
-        let fits = used + f.op.cost() <= mix.limit;
+        let fits = used + f.op.cost() <= mix.limit + f.op.room();
         let answer = match f.op {
-            Op::Allow { cost } if takes_effect && fits => {
+            Op::Allow { cost } | Op::Wait { cost, .. } if takes_effect && fits => {
                 used += cost;
                 Admitted
             }
@@ -471,7 +481,7 @@ fn simulate(seed: u64, ops: usize, clients: usize, mix: &Mix) -> Vec<Recorded> {
                 holds.insert(hold, cost);
                 Admitted
             }
-            Op::Allow { .. } | Op::Reserve { .. } => Denied,
+            Op::Allow { .. } | Op::Wait { .. } | Op::Reserve { .. } => Denied,
             Op::Hit { cost } => {
                 used += if takes_effect { cost } else { 0 };
                 Done
@@ -513,6 +523,7 @@ fn a_large_random_legal_history_passes_and_one_flipped_answer_fails() {
         hits: 3,
         most_cost: 3,
         burst_every: None,
+        room: None,
     };
     let history = simulate(0x5eed, 20_000, 24, &mix);
     let unknown = history.iter().filter(|r| r.outcome == Unknown).count();
@@ -560,6 +571,7 @@ fn bursts_of_lost_asks_as_in_a_kill_pass() {
         hits: 3,
         most_cost: 1,
         burst_every: Some(5_000),
+        room: None,
     };
     let history = simulate(0xb0057, 20_000, 24, &mix);
     let checked = check(mix.limit, &history).unwrap();
@@ -599,14 +611,18 @@ fn brute_force(limit: u64, history: &[Recorded]) -> bool {
             {
                 continue;
             }
-            let fits = used + r.op.cost() <= limit;
+            let fits = used + r.op.cost() <= limit + r.op.room();
             let (after, opened, closed) = match (r.op, r.outcome) {
-                (Op::Allow { cost }, Admitted | Unknown) if fits => (used + cost, None, None),
+                (Op::Allow { cost } | Op::Wait { cost, .. }, Admitted | Unknown) if fits => {
+                    (used + cost, None, None)
+                }
                 (Op::Reserve { cost, hold }, Admitted) if fits => {
                     (used + cost, Some((hold, cost)), None)
                 }
                 (Op::Reserve { cost, .. }, Unknown) if fits => (used + cost, None, None),
-                (Op::Allow { .. } | Op::Reserve { .. }, Denied) if !fits => (used, None, None),
+                (Op::Allow { .. } | Op::Wait { .. } | Op::Reserve { .. }, Denied) if !fits => {
+                    (used, None, None)
+                }
                 (Op::Hit { cost }, _) => (used + cost, None, None),
                 (Op::Settle { hold, cost }, _) => match open.iter().position(|&(h, _)| h == hold) {
                     Some(at) => (used - open[at].1 + cost, None, Some(at)),
@@ -640,12 +656,13 @@ fn brute_force(limit: u64, history: &[Recorded]) -> bool {
 
 /// A small history with random answers, most of them illegal: each client
 /// sends its ops one after another, and settles only what it was admitted.
-/// `lost_allows` makes most allows Unknown.
+/// `lost_allows` makes most allows Unknown; with `waits`, half the allows
+/// are Waits of a room of 0 to 2, so admissions have mixed thresholds.
 fn random_small(
     rng: &mut XorShift,
     clients: usize,
     most_cost: u64,
-    lost_allows: bool,
+    (lost_allows, waits): (bool, bool),
 ) -> Vec<Recorded> {
     let mut history = Vec::new();
     for client in 0..clients {
@@ -676,6 +693,13 @@ fn random_small(
                     pick(rng, &[Admitted, Admitted, Denied, Unknown]),
                 ),
             };
+            let op = match op {
+                Op::Allow { cost } if waits && rng.below(2) == 0 => Op::Wait {
+                    cost,
+                    room: rng.below(3),
+                },
+                op => op,
+            };
             history.push(Recorded {
                 client,
                 op,
@@ -693,11 +717,14 @@ fn random_small(
 fn the_search_agrees_with_trying_every_order_on_small_histories() {
     let mut rng = XorShift(0xfeed_beef);
     let (mut legal, mut illegal) = (0, 0);
-    for (clients, most_cost, most_limit, lost_allows, runs) in
-        [(3, 2, 4, false, 3_000), (4, 3, 7, true, 1_500)]
-    {
+    for (clients, most_cost, most_limit, kinds, runs) in [
+        (3, 2, 4, (false, false), 3_000),
+        (4, 3, 7, (true, false), 1_500),
+        (3, 2, 4, (false, true), 3_000),
+        (4, 3, 7, (true, true), 1_500),
+    ] {
         for _ in 0..runs {
-            let history = random_small(&mut rng, clients, most_cost, lost_allows);
+            let history = random_small(&mut rng, clients, most_cost, kinds);
             let limit = rng.below(most_limit + 1);
             let expected = brute_force(limit, &history);
             let got = check(limit, &history);
@@ -714,7 +741,7 @@ fn the_search_agrees_with_trying_every_order_on_small_histories() {
         }
     }
     assert!(
-        legal > 800 && illegal > 800,
+        legal > 1_600 && illegal > 1_600,
         "{legal} legal, {illegal} illegal"
     );
 }

@@ -285,8 +285,8 @@ class SluiceClient:
         ``max_wait`` (a ``token_bucket`` or ``gcra`` policy): allowed so,
         the decision's ``wait_ms`` says how long from now the caller
         starts, its units already taken. Such an ask goes alone, never in a
-        batch; the ``local`` fallback cannot wait and answers as for any
-        ask. :meth:`acquire` also sleeps until the start."""
+        batch; the ``local`` fallback waits within its own limiter, as the
+        Rust client's does. :meth:`acquire` also sleeps until the start."""
         token, policy = self._prepare(key, policy, cost)
         id = self._id_for(cost, id)
         wait_ms = wait_ms_of(wait)
@@ -371,6 +371,7 @@ class SluiceClient:
         *,
         ttl_ms: Optional[int] = None,
         id: Optional[str] = None,
+        wait: Optional[float] = None,
     ) -> Held:
         """``rl.reserve.<key>`` (SPEC §13): decides like :meth:`allow`
         with ``cost`` and, when allowed, holds it for ``ttl_ms`` (default
@@ -379,12 +380,19 @@ class SluiceClient:
         lives at its key's owner, so with no worker it raises
         :class:`Unavailable`.
 
+        ``wait`` (seconds; SPEC §18) lets the reserve wait for a later
+        start as :meth:`allow`'s does: kept so, its cost is taken at once,
+        ``held.decision.wait_ms`` says how long from now the caller starts,
+        and the hold's ttl runs from that start. It waits for the rate
+        limits only, never for a ``concurrency`` slot. Returns at once.
+
         ``id`` (SPEC §16) names the verb, as for :meth:`allow`: sent again
         with it, the reserve keeps one hold and is answered as the first
         time (the same hold, ``repeat`` true). Each hold verb takes one."""
         token, policy = self._prepare(key, policy, cost)
         id = self._verb_id(id)
-        body = hold_body(policy, cost=cost, ttl_ms=check_ttl(ttl_ms), id=id)
+        wait_ms = wait_ms_of(wait) or None
+        body = hold_body(policy, cost=cost, ttl_ms=check_ttl(ttl_ms), id=id, wait_ms=wait_ms)
         return await self._hold_verb("rl.reserve." + token, token, body, id)
 
     async def settle(
@@ -418,7 +426,13 @@ class SluiceClient:
         return await self._hold_verb("rl.extend." + token, token, body, id)
 
     def hold(
-        self, key: Key, policy: Optional[str] = None, cost: int = 1, *, ttl_ms: Optional[int] = None
+        self,
+        key: Key,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        *,
+        ttl_ms: Optional[int] = None,
+        wait: Optional[float] = None,
     ) -> HoldScope:
         """A hold for the length of a block::
 
@@ -426,10 +440,12 @@ class SluiceClient:
                 tokens = await call_the_model(max_tokens=4000)
                 await h.settle(tokens)
 
-        Entering reserves (raising :class:`HoldDenied` when denied); leaving
-        without a settle (an exception, a cancellation, or no settle at
-        all) releases the hold: settles it with cost 0."""
-        return HoldScope(self, key, policy, cost, ttl_ms)
+        Entering reserves (raising :class:`HoldDenied` when denied); with
+        ``wait`` (as :meth:`reserve`'s), it then sleeps until the hold's
+        start, as :meth:`acquire` does. Leaving without a settle (an
+        exception, a cancellation, or no settle at all) releases the hold:
+        settles it with cost 0."""
+        return HoldScope(self, key, policy, cost, ttl_ms, wait)
 
     async def _hold_verb(self, subject: str, token: str, body: bytes, id: Optional[str]) -> Held:
         # Unnamed, a verb the owner did in memory must not be sent again (a
@@ -548,7 +564,7 @@ class SluiceClient:
         try:
             reply = await self._round_trip(subject, partition, body, deadline=deadline)
         except _NoAnswer as why:
-            return self._fall_back(token, policy, cost, why, record)
+            return self._fall_back(token, policy, cost, why, record, wait_ms)
         # A hit's answer is a peek's: its denial is cached as one of cost 0.
         return self._conclude(token, 0 if record else cost, reply)
 
@@ -627,11 +643,13 @@ class SluiceClient:
             attempt += 1
             await asyncio.sleep(retry_at - loop.time())
 
-    def _fall_back(self, token: str, policy: str, cost: int, why: _NoAnswer, record: bool) -> Decision:
+    def _fall_back(
+        self, token: str, policy: str, cost: int, why: _NoAnswer, record: bool, wait_ms: int = 0
+    ) -> Decision:
         if self.fallback is Fallback.OPEN:
             return self.local.open(policy, cost)
         if self.fallback is Fallback.LOCAL:
-            return self.local.decide(token, policy, cost, record)
+            return self.local.decide(token, policy, cost, record, wait_ms)
         raise Unavailable(
             "no sluice worker answered for key {} ({}), and the fallback is \"closed\"".format(token, why)
         )

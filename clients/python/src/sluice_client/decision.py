@@ -78,6 +78,10 @@ class Decision:
     denied_by: Optional[str] = None
     """The policy of the level that denied a grouped ask: the
     organisation's, say, while the user still had room."""
+    blocked: bool = False
+    """A denial because the key is blocked under a policy's ``block_for``
+    (SPEC §18): every ask of it is denied, a peek and an ask that may wait
+    too, until ``retry_after`` (the block's rest)."""
 
     @property
     def reset(self) -> float:

@@ -54,6 +54,8 @@ class _Denied:
     levels: Tuple[Level, ...] = ()
     denied_by: Optional[str] = None
     at: float = 0.0
+    blocked: bool = False
+    """The key is blocked until ``until`` (SPEC §18): every ask is denied."""
 
 
 class DenyCache:
@@ -78,12 +80,16 @@ class DenyCache:
         """The cached denial of ``policy``/``token`` that covers ``cost``
         asked with up to ``wait`` seconds for its start: the worker admits
         an ask whose moment comes within its wait, so only a retry time
-        further off than that is certain to be denied."""
+        further off than that is certain to be denied. A blocked key's
+        denial (SPEC §18) covers every cost and wait until the block ends."""
         d = self._map.get((policy, token))
         if d is None:
             return None
         now = self._clock()
-        if d.until - now <= wait or max(cost, 1) < d.cost:
+        if d.blocked:
+            if d.until <= now:
+                return None
+        elif d.until - now <= wait or max(cost, 1) < d.cost:
             return None
         return Decision(
             allowed=False,
@@ -97,6 +103,7 @@ class DenyCache:
                 Level(l.policy, l.remaining, max(l.reset_ms - int((now - d.at) * 1000), 0)) for l in d.levels
             ),
             denied_by=d.denied_by,
+            blocked=d.blocked,
         )
 
     def insert(self, token: str, cost: int, decision: Decision) -> None:
@@ -107,13 +114,15 @@ class DenyCache:
         now = self._clock()
         denied = _Denied(
             until=now + decision.retry_after_ms / 1000,
-            cost=max(cost, 1),
+            # A block denies every cost: it covers them all.
+            cost=0 if decision.blocked else max(cost, 1),
             limit=decision.limit,
             remaining=decision.remaining,
             reset_at=now + decision.reset_ms / 1000,
             levels=decision.levels,
             denied_by=decision.denied_by,
             at=now,
+            blocked=decision.blocked,
         )
         if len(self._map) >= self._prune_at and key not in self._map:
             self._map = {k: d for k, d in self._map.items() if d.until > now}
@@ -124,6 +133,8 @@ class DenyCache:
         # A smaller denied cost covers more asks: keep the smallest one
         # still in force, or the later one for equal costs.
         if old is not None and old.until > now and old.cost < denied.cost:
+            return
+        if old is not None and old.blocked and old.until > denied.until:
             return
         self._map[key] = denied
 

@@ -14,6 +14,13 @@ the Rust core made (``docs/conformance/decisions.json``). Refused here, with
 a sentence: calendar windows (``per = "month"``), which need the core's
 time-zone rules. A policy of holds alone (``concurrency`` without limits)
 is left out: holds have no fallback.
+
+An ask that may wait (SPEC §18, ``allow(wait=)``) waits here too, as the
+Rust client's ``local`` fallback does: within the policy's ``max_wait``,
+on a ``token_bucket`` or ``gcra``, it is allowed for the earliest moment
+it fits, its units taken at once, and answered ``wait_ms``; this limiter
+sees only this process, so K servers falling back pace at up to K times
+the rate.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _CALENDAR = ("day", "week", "month")
 ALGORITHMS = ("fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra")
 SLIDING_LOG_MAX = 100_000
+MAX_WAIT = 60 * NS
 _MIN_PRUNE_AT = 1024
 
 Policies = Mapping[str, Mapping[str, Any]]
@@ -67,6 +75,8 @@ class Policy:
     algorithm: str
     limits: Tuple[Limit, ...]
     shadow: bool = False
+    max_wait: int = 0
+    """Nanoseconds an ask may wait for its start (SPEC §18); 0: none."""
 
     @property
     def capacity(self) -> int:
@@ -106,7 +116,14 @@ class Policy:
         mode = table.get("mode", "enforce")
         if mode not in ("enforce", "shadow"):
             raise ValueError("{}: mode must be \"enforce\" or \"shadow\", not {!r}".format(where, mode))
-        return cls(name, algorithm, tuple(limits), mode == "shadow")
+        max_wait = 0
+        if table.get("max_wait") is not None:
+            if algorithm not in ("token_bucket", "gcra"):
+                raise ValueError("{}: max_wait only applies to token_bucket and gcra".format(where))
+            max_wait = parse_duration(table["max_wait"])
+            if max_wait > MAX_WAIT:
+                raise ValueError("{}: max_wait is at most 60s".format(where))
+        return cls(name, algorithm, tuple(limits), mode == "shadow", max_wait)
 
 
 BUILTIN_DEFAULT: Mapping[str, Any] = {"algorithm": "sliding_window", "limits": [{"max": 15, "per": "1s"}]}
@@ -164,15 +181,19 @@ class LocalLimiter:
     def _now(self) -> int:
         return int(self._clock() * NS)
 
-    def decide(self, token: str, policy_name: str, cost: int, record: bool = False) -> Decision:
-        """An ask (``record``: a hit) of ``cost`` decided locally, refused
-        as a worker would refuse it."""
+    def decide(
+        self, token: str, policy_name: str, cost: int, record: bool = False, wait_ms: int = 0
+    ) -> Decision:
+        """An ask (``record``: a hit) of ``cost`` that may wait up to
+        ``wait_ms`` for its start, decided locally, refused as a worker
+        would refuse it."""
         policy = self.policies.get(policy_name)
         if policy is None:
             raise UnknownPolicy(
                 "no policy named {!r} is known to this client's local fallback; name a configured "
                 "policy, or give the client the workers' policies (policies=...)".format(policy_name)
             )
+        within = _admit_wait(policy, wait_ms)
         if not record and cost > policy.capacity:
             raise BadRequest(
                 "cost {} can never be allowed by policy {!r}, which allows at most {} at once; "
@@ -184,7 +205,7 @@ class LocalLimiter:
             self._prune_at = max(len(self._keys) * 2, _MIN_PRUNE_AT)
         key = (policy_name, token)
         states = self._keys[key][0] if key in self._keys else [_new_state(policy.algorithm) for _ in policy.limits]
-        d = run(policy, states, now, cost, "record" if record else "allow")
+        d = run(policy, states, now, cost, "record" if record else "allow", within)
         idle = run(policy, states, now, 0, "expiry").reset
         self._keys[key] = (states, now + idle)
         return _decision(d, policy_name, Source.FALLBACK_LOCAL)
@@ -210,6 +231,8 @@ class Raw:
     reset: int
     retry_after: int
     shadow_denied: bool = False
+    wait: int = 0
+    """Until its start, when allowed for a later one (SPEC §18)."""
 
 
 def _ms(ns: int) -> int:
@@ -217,38 +240,85 @@ def _ms(ns: int) -> int:
 
 
 def _decision(d: Raw, policy: str, source: Source) -> Decision:
-    return Decision(d.allowed, d.limit, d.remaining, _ms(d.reset), _ms(d.retry_after), policy, source, d.shadow_denied)
+    return Decision(
+        d.allowed,
+        d.limit,
+        d.remaining,
+        _ms(d.reset),
+        _ms(d.retry_after),
+        policy,
+        source,
+        d.shadow_denied,
+        wait_ms=_ms(d.wait),
+    )
+
+
+def _admit_wait(policy: Policy, wait_ms: int) -> int:
+    """``ask::admit_wait`` of ``sluice_core``: the wait in nanoseconds, or
+    the 400 a worker refuses it with."""
+    if wait_ms == 0:
+        return 0
+    if policy.algorithm not in ("token_bucket", "gcra"):
+        raise BadRequest(
+            "policy {!r} uses {}, which cannot admit an ask for a later moment; send no wait_ms, "
+            "or ask a token_bucket or gcra policy that has a max_wait".format(policy.name, policy.algorithm)
+        )
+    max_ms = _ms(policy.max_wait)
+    if wait_ms > max_ms:
+        raise BadRequest(
+            "wait_ms {} is over policy {!r}'s max_wait of {} ms; send a wait_ms of at most {}, "
+            "or raise the policy's max_wait (at most 60s)".format(wait_ms, policy.name, max_ms, max_ms)
+        )
+    return wait_ms * 1_000_000
 
 
 def _new_state(algorithm: str) -> Any:
     return algorithms.BY_NAME[algorithm].new()
 
 
-def run(policy: Policy, states: List[Any], now: int, cost: int, mode: str) -> Raw:
+def run(policy: Policy, states: List[Any], now: int, cost: int, mode: str, within: int = 0) -> Raw:
     """``run_limits`` of ``sluice_core::policy``: ``allow`` takes ``cost``
-    from every limit if all have room, else nothing; ``record`` takes it
-    anyway; ``expiry`` takes nothing and its ``reset`` is when the state is
-    as good as fresh. A shadow policy answers a denial allowed."""
+    from every limit if all have room by ``within`` from now (SPEC §18; 0:
+    now), at once, else nothing; ``record`` takes it anyway; ``expiry``
+    takes nothing and its ``reset`` is when the state is as good as fresh.
+    A shadow policy answers a denial allowed, without a wait."""
     algo = algorithms.BY_NAME[policy.algorithm]
     limits = policy.limits
     for limit, state in zip(limits, states):
         algo.advance(limit, state, now)
-    if mode == "allow":
-        fits = cost > 0 and all(algo.check(l, s, now, cost)[0] for l, s in zip(limits, states))
-        take = cost if fits else 0
+    asking = mode == "allow" and cost > 0
+    start = 0
+    if asking:
+        start = _earliest(algo, limits, states, now, cost)
+        take = cost if start <= within else 0
     else:
         take = cost if mode == "record" else 0
+    # Taken now even when it starts later: the limits go into debt, so
+    # later asks queue behind it (``sluice_core::wait``).
     if take > 0:
         for limit, state in zip(limits, states):
             algo.consume(limit, state, now, take)
-    if mode == "allow" and cost > 0:
+    if asking:
         asked, allowed = cost, take > 0
     else:
-        asked, allowed = 1, all(algo.check(l, s, now, 1)[0] for l, s in zip(limits, states))
+        start = _earliest(algo, limits, states, now, 1)
+        asked, allowed = 1, start <= within
     d = _summarize(algo, limits, states, now, asked, allowed, mode)
     if policy.shadow and not d.allowed and mode != "expiry":
         return Raw(True, d.limit, d.remaining, d.reset, 0, True)
+    d.wait = start if allowed else 0
     return d
+
+
+def _earliest(algo: Any, limits: Tuple[Limit, ...], states: List[Any], now: int, cost: int) -> int:
+    """How long from ``now`` until ``cost`` fits every limit (0: it fits
+    now): the latest of the limits' own (``sluice_core::wait::earliest``)."""
+    start = 0
+    for limit, state in zip(limits, states):
+        fits, retry = algo.check(limit, state, now, cost)
+        if not fits:
+            start = max(start, retry)
+    return start
 
 
 def _summarize(algo: Any, limits: Tuple[Limit, ...], states: List[Any], now: int, asked: int, allowed: bool, mode: str) -> Raw:

@@ -174,6 +174,9 @@ def decode_reply_map(
     repeat = body.get("repeat", False)
     if not isinstance(repeat, bool):
         raise MalformedReply("the reply's 'repeat' is not a bool: {!r}".format(repeat))
+    blocked = body.get("blocked", False)
+    if not isinstance(blocked, bool):
+        raise MalformedReply("the reply's 'blocked' is not a bool: {!r}".format(blocked))
     return Decision(
         allowed=allowed,
         limit=_uint(body, "limit"),
@@ -187,6 +190,7 @@ def decode_reply_map(
         wait_ms=_uint(body, "wait_ms") if "wait_ms" in body else 0,
         levels=_levels(body),
         denied_by=_denied_by(body),
+        blocked=blocked,
     )
 
 

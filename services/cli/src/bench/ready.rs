@@ -60,6 +60,7 @@ pub async fn wait_ready(
             ttl_ms: None,
             hold: Some(NO_HOLD),
             id: None,
+            wait_ms: None,
         };
         (Verb::Settle, encode_hold_request(&ask, Encoding::MsgPack))
     } else {

@@ -128,6 +128,7 @@ impl NatsSpec {
                     ttl_ms: None,
                     hold: None,
                     id: None,
+                    wait_ms: None,
                 };
                 let settles = if verb == LoadVerb::Hold {
                     subjects_of(Verb::Settle)?

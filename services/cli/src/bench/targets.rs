@@ -180,6 +180,7 @@ impl PlainTarget {
             ttl_ms: None,
             hold: Some(&hold),
             id: None,
+            wait_ms: None,
         };
         let body = Bytes::from(encode_hold_request(&ask, Encoding::MsgPack));
         match self.request(spec.settle_subjects[key].clone(), body).await {

@@ -36,12 +36,14 @@ fn decoded_agrees(want: &ExpectedReply, body: &[u8]) -> Result<(), String> {
                 Some(d.limit.into()),
                 Some(d.remaining.into()),
                 Some(d.policy.clone().into()),
+                d.blocked,
             );
             let expected = (
                 field("allowed"),
                 field("limit"),
                 field("remaining"),
                 field("policy"),
+                field("blocked") == Some(true.into()),
             );
             (want.status == 200 && got == expected)
                 .then_some(())

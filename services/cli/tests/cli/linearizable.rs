@@ -20,6 +20,11 @@
 //! to `RETRIES` times, as a client does: the tries are one operation of
 //! the history, from the first send to the last answer, so a retry that
 //! counted again would show as a key full too soon.
+//!
+//! A variant asks with waits (SPEC §18) on a GCRA policy instead, under
+//! the same faults: every allow may wait up to `max_wait` for its start,
+//! which lets a full key go one unit into debt ([`Kind::Waiting`]); the
+//! model's `Op::Wait` holds each to its limit plus that room.
 //! docs/RELIABILITY.md has the numbers of a run.
 
 use crate::common;
@@ -49,6 +54,35 @@ const RETRIES: usize = 3;
 /// stops: each key is full and stayed so.
 const DENIALS_WHEN_FULL: usize = 20;
 
+/// What the lanes ask, and under which policy.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// Allows, hits and holds under `lin`, a fixed window.
+    Plain,
+    /// Allows that may wait [`WAIT_MS`] (and hits) under `linwait`, a GCRA
+    /// of a bucket of [`LIMIT`] refilled one unit a minute, whose
+    /// `max_wait` of a minute lets a full key take one unit more, for a
+    /// start up to a minute later. Within the minute after a key's first
+    /// ask (the run is bounded by [`MAX_RUN`]) no unit refills, so the
+    /// model is a counter: an allow without a wait fits within `LIMIT`,
+    /// one that may wait within `LIMIT + ROOM`.
+    Waiting,
+}
+
+/// A waiting ask's `wait_ms`, and the units past the limit it lets a key
+/// go into debt by (a minute at one unit a minute).
+const WAIT_MS: u64 = 60_000;
+const ROOM: u64 = 1;
+
+impl Kind {
+    fn policy(self) -> &'static str {
+        match self {
+            Kind::Plain => "lin",
+            Kind::Waiting => "linwait",
+        }
+    }
+}
+
 fn config(durability: &str) -> String {
     format!(
         r#"
@@ -60,20 +94,26 @@ durability = "{durability}"
 [policies.lin]
 algorithm = "fixed_window"
 limits = [ {{ max = {LIMIT}, per = "36500d" }} ]
+
+[policies.linwait]
+algorithm = "gcra"
+max_wait = "60s"
+limits = [ {{ max = 1, per = "60s", burst = {LIMIT} }} ]
 "#,
         LEASE_TTL.as_secs()
     )
 }
 
 /// What a lane asks: allows of cost 1 to 3, a hit now and then, and a
-/// hold of 3 now and then (settled at 1 as soon as it is reserved).
-fn op_of(n: usize, hold: u64) -> Op {
-    match n % 10 {
-        9 => Op::Hit { cost: 1 },
-        8 => Op::Reserve { cost: 3, hold },
-        i => Op::Allow {
-            cost: 1 + (i % 3) as u64,
-        },
+/// hold of 3 now and then (settled at 1 as soon as it is reserved); with
+/// waits, allows that may wait in place of the allows and holds.
+fn op_of(kind: Kind, n: usize, hold: u64) -> Op {
+    let cost = 1 + (n % 3) as u64;
+    match (n % 10, kind) {
+        (9, _) => Op::Hit { cost: 1 },
+        (8, Kind::Plain) => Op::Reserve { cost: 3, hold },
+        (_, Kind::Plain) => Op::Allow { cost },
+        (_, Kind::Waiting) => Op::Wait { cost, room: ROOM },
     }
 }
 
@@ -85,19 +125,24 @@ const SETTLED_AT: u64 = 1;
 async fn ask(
     client: &async_nats::Client,
     key: &str,
-    (op, id): (Op, &str),
+    (kind, op, id): (Kind, Op, &str),
     hold_id: Option<&str>,
     lane: usize,
     t0: Instant,
 ) -> (Recorded, Option<String>) {
+    let policy = kind.policy();
     let (verb, body) = match op {
         Op::Hit { cost } => (
             Verb::Hit,
-            format!(r#"{{"policy":"lin","cost":{cost},"id":"{id}"}}"#),
+            format!(r#"{{"policy":"{policy}","cost":{cost},"id":"{id}"}}"#),
         ),
         Op::Allow { cost } => (
             Verb::Allow,
-            format!(r#"{{"policy":"lin","cost":{cost},"id":"{id}"}}"#),
+            format!(r#"{{"policy":"{policy}","cost":{cost},"id":"{id}"}}"#),
+        ),
+        Op::Wait { cost, .. } => (
+            Verb::Allow,
+            format!(r#"{{"policy":"{policy}","cost":{cost},"id":"{id}","wait_ms":{WAIT_MS}}}"#),
         ),
         Op::Reserve { cost, .. } => (
             Verb::Reserve,
@@ -130,6 +175,10 @@ async fn ask(
             }
             Ok(sluice_core::wire::Reply::Decision(d)) if d.allowed => {
                 held = d.hold.map(|ticket| ticket.hold);
+                if d.wait_ms > 0 {
+                    assert!(d.wait_ms <= WAIT_MS, "waited {} ms", d.wait_ms);
+                    WAITED.fetch_add(1, Ordering::Relaxed);
+                }
                 Outcome::Admitted
             }
             Ok(sluice_core::wire::Reply::Decision(_)) => Outcome::Denied,
@@ -172,15 +221,17 @@ async fn ask(
 async fn ask_until_known(
     client: &async_nats::Client,
     key: &str,
-    (op, id): (Op, &str),
+    (kind, op, id): (Kind, Op, &str),
     lane: usize,
     t0: Instant,
 ) -> (Recorded, Option<String>) {
-    let (mut recorded, mut held) = ask(client, key, (op, id), None, lane, t0).await;
+    let (mut recorded, mut held) = ask(client, key, (kind, op, id), None, lane, t0).await;
     let call = recorded.call;
     let mut unknown = false;
     for _ in 0..RETRIES {
-        if !matches!(op, Op::Allow { .. } | Op::Hit { .. }) || t0.elapsed() > MAX_RUN {
+        if !matches!(op, Op::Allow { .. } | Op::Wait { .. } | Op::Hit { .. })
+            || t0.elapsed() > MAX_RUN
+        {
             break;
         }
         match recorded.outcome {
@@ -191,7 +242,7 @@ async fn ask_until_known(
             _ => break,
         }
         RETRIED.fetch_add(1, Ordering::Relaxed);
-        (recorded, held) = ask(client, key, (op, id), None, lane, t0).await;
+        (recorded, held) = ask(client, key, (kind, op, id), None, lane, t0).await;
     }
     if unknown && recorded.outcome == Outcome::NotDelivered {
         recorded.outcome = Outcome::Unknown;
@@ -203,12 +254,16 @@ async fn ask_until_known(
 /// Retries sent by [`ask_until_known`] in this process.
 static RETRIED: AtomicUsize = AtomicUsize::new(0);
 
+/// Asks admitted for a later start (SPEC §18) in this process.
+static WAITED: AtomicUsize = AtomicUsize::new(0);
+
 /// The recorded history, by key.
 type Histories = Arc<Mutex<Vec<Vec<Recorded>>>>;
 
 /// Starts the load: `LANES` lanes over `clients`, each asking the keys in
 /// turn, until `stop` (or its bounds).
 fn start_load(
+    kind: Kind,
     clients: Vec<async_nats::Client>,
     keys: Arc<Vec<String>>,
     stop: Arc<AtomicBool>,
@@ -232,10 +287,10 @@ fn start_load(
                     }
                     let key = (lane + n) % keys.len();
                     let hold = ((lane as u64) << 32) | n as u64;
-                    let op = op_of(n + lane, hold);
+                    let op = op_of(kind, n + lane, hold);
                     let id = format!("l{lane}-{n}");
                     let (recorded, held) =
-                        ask_until_known(&client, &keys[key], (op, &id), lane, t0).await;
+                        ask_until_known(&client, &keys[key], (kind, op, &id), lane, t0).await;
                     if recorded.outcome != Outcome::NotDelivered {
                         answered.fetch_add(1, Ordering::Relaxed);
                     }
@@ -246,7 +301,7 @@ fn start_load(
                             cost: SETTLED_AT,
                         };
                         let (recorded, _) =
-                            ask(&client, &keys[key], (settle, ""), Some(&id), lane, t0).await;
+                            ask(&client, &keys[key], (kind, settle, ""), Some(&id), lane, t0).await;
                         histories.lock().unwrap()[key].push(recorded);
                     }
                 }
@@ -323,9 +378,9 @@ struct Report {
     undecided: Vec<String>,
 }
 
-/// Runs the load and the faults against 3 workers in `durability` mode,
-/// until every key is full; checks each key's history.
-async fn run(durability: &str) -> Report {
+/// Runs the load of `kind` and the faults against 3 workers in
+/// `durability` mode, until every key is full; checks each key's history.
+async fn run(durability: &str, kind: Kind) -> Report {
     let mut stack = Stack::start(SLUICE, &config(durability), 3).await;
     // One key in each partition.
     let keys = Arc::new(a_key_per_partition(PARTITIONS));
@@ -338,7 +393,14 @@ async fn run(durability: &str) -> Report {
         Arc::new(AtomicUsize::new(0)),
     );
     let clients = stack.clients(4).await;
-    let (histories, tasks) = start_load(clients, keys.clone(), stop.clone(), answered.clone(), t0);
+    let (histories, tasks) = start_load(
+        kind,
+        clients,
+        keys.clone(),
+        stop.clone(),
+        answered.clone(),
+        t0,
+    );
 
     // kill -9 of an owner, a new worker in its place.
     until_answered(&answered, 1_500).await;
@@ -400,14 +462,18 @@ async fn run(durability: &str) -> Report {
             .iter()
             .filter(|r| r.outcome == Outcome::Unknown)
             .count();
-        // Allows alone never pass the limit (hits take room too): what
-        // they were admitted past it was forgotten, a lower bound.
+        // Allows alone never pass the limit, waiting ones its room (hits
+        // take room too): what they were admitted past it was forgotten, a
+        // lower bound.
         let admitted: u64 = history
             .iter()
-            .filter(|r| r.outcome == Outcome::Admitted && matches!(r.op, Op::Allow { .. }))
+            .filter(|r| {
+                r.outcome == Outcome::Admitted && matches!(r.op, Op::Allow { .. } | Op::Wait { .. })
+            })
             .map(|r| r.op.cost())
             .sum();
-        let over = admitted.saturating_sub(LIMIT);
+        let room = if kind == Kind::Waiting { ROOM } else { 0 };
+        let over = admitted.saturating_sub(LIMIT + room);
         report.over_admitted_max = report.over_admitted_max.max(over);
         match check(LIMIT, history) {
             Ok(_) => {}
@@ -420,9 +486,15 @@ async fn run(durability: &str) -> Report {
         }
     }
     report.failures.sort();
+    let waits = if kind == Kind::Waiting {
+        " that may wait"
+    } else {
+        ""
+    };
     println!(
-        "{durability} mode: {} asks on {} keys checked ({} of unknown outcome, {} retries with the same id), {} not linearizable, {} undecided, at most {} units admitted past a key's limit",
+        "{durability} mode: {} asks{waits} ({} admitted for a later start) on {} keys checked ({} of unknown outcome, {} retries with the same id), {} not linearizable, {} undecided, at most {} units admitted past a key's limit",
         report.asks,
+        WAITED.load(Ordering::Relaxed),
         report.keys,
         report.unknown,
         RETRIED.load(Ordering::Relaxed),
@@ -436,7 +508,22 @@ async fn run(durability: &str) -> Report {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journal_mode_is_linearizable_through_kill_9_and_a_frozen_owner() {
     let _serial = sluice_tests::serial().await;
-    let report = run("journal").await;
+    assert_linearizable(run("journal", Kind::Plain).await);
+}
+
+/// The same faults with asks that may wait (SPEC §18) on a GCRA: an ask
+/// admitted for a later start is a take at its decision, through kill -9
+/// and a frozen owner too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_mode_with_waiting_asks_is_linearizable_through_the_same_faults() {
+    let _serial = sluice_tests::serial().await;
+    assert_linearizable(run("journal", Kind::Waiting).await);
+    // Full keys took their unit of debt: asks were admitted to wait.
+    let waited = WAITED.load(Ordering::Relaxed);
+    assert!(waited >= 1, "{waited} asks admitted for a later start");
+}
+
+fn assert_linearizable(report: Report) {
     if let Some((_, key, violation)) = report.failures.first() {
         panic!(
             "{} of {} keys are not linearizable; the smallest failing history, {key}:\n{violation}",
@@ -460,7 +547,7 @@ async fn journal_mode_is_linearizable_through_kill_9_and_a_frozen_owner() {
 #[ignore = "a measurement: run by hand, its numbers are in docs/RELIABILITY.md"]
 async fn snapshot_mode_forgets_at_most_what_its_last_snapshot_missed() {
     let _serial = sluice_tests::serial().await;
-    let report = run("snapshot").await;
+    let report = run("snapshot", Kind::Plain).await;
     if let Some((_, key, violation)) = report.failures.first() {
         println!("the smallest failing history, {key}:\n{violation}");
     }

@@ -470,6 +470,7 @@ mod tests {
             wait: Duration::ZERO,
             levels: Vec::new(),
             denied_by: None,
+            blocked: false,
             source: Source::Worker,
         }
     }

@@ -145,7 +145,8 @@ impl Decider {
         act: HoldAct,
     ) -> Result<DecisionReply, ErrorReply> {
         let named = (item.key, item.id.as_deref());
-        let result = self.hold_once(turn, named, (&item.policy, item.cost), act);
+        // A batch item carries no wait (`wire::batch` refuses one).
+        let result = self.hold_once(turn, named, (&item.policy, item.cost, 0), act);
         turn.log.outcome_once(act.verb, &result);
         result.map(|((decision, policy, held), repeat)| DecisionReply {
             hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),

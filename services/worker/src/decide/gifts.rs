@@ -119,7 +119,7 @@ impl Decider {
             owned.counters,
             now,
         );
-        let first = FirstAnswer::from(decision);
+        let first = FirstAnswer::new(decision, now);
         let until = policy.remembered_until(now);
         let forgotten = {
             let mut ids = owned.counters.ids();

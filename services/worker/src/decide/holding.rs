@@ -39,8 +39,8 @@ pub type HoldAnswer<'p> = (Decision, &'p str, Option<(HoldId, Nanos)>);
 impl<'p> Answered<'p> for HoldAnswer<'p> {
     fn first(&self, now: Nanos) -> FirstAnswer {
         FirstAnswer {
-            decision: self.0,
             held: self.2.map(|(id, left)| (id, now.saturating_add(left))),
+            ..FirstAnswer::new(self.0, now)
         }
     }
 
@@ -51,7 +51,7 @@ impl<'p> Answered<'p> for HoldAnswer<'p> {
         let held = first
             .held
             .map(|(id, end)| (id, Nanos(end.0.saturating_sub(now.0))));
-        (first.decision, policy, held)
+        (first.again(now), policy, held)
     }
 }
 
@@ -75,36 +75,39 @@ impl Decider {
             hold: request.hold,
         };
         let named = (key, request.id.as_deref());
-        self.hold_once(turn, named, (&request.policy, request.cost), act)
+        let asked = (request.policy.as_str(), request.cost, request.wait_ms);
+        self.hold_once(turn, named, asked, act)
     }
 
     /// [`Decider::hold_act`], once per id (SPEC §16): a reserve that kept
     /// a hold, a settle or an extend that was done is remembered, so that
     /// its repeat is answered as the first (the same hold; a settle's
-    /// answer, not a 404 for the hold it ended).
+    /// answer, not a 404 for the hold it ended). A reserve may wait up to
+    /// `wait_ms` for its start (SPEC §18).
     pub(super) fn hold_once<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         named: (KeyToken<'_>, Option<&str>),
-        (policy, cost): (&str, u64),
+        (policy, cost, wait_ms): (&str, u64, u64),
         act: HoldAct,
     ) -> Result<Once<HoldAnswer<'p>>, ErrorReply> {
         let key = named.0;
         let admitted = |held: &HoldAnswer<'p>| act.verb != Verb::Reserve || held.2.is_some();
-        let apply = |turn: &mut Turn<'_, 'p, '_>| self.hold_act(turn, key, policy, cost, act);
+        let apply =
+            |turn: &mut Turn<'_, 'p, '_>| self.hold_act(turn, key, (policy, cost, wait_ms), act);
         self.once(turn, named, (act.verb, policy, cost), admitted, apply)
     }
 
     /// Decides a hold verb whose fields are checked
     /// ([`sluice_core::wire::hold`]) and whose key is one of the turn's
     /// partition: on its own subject ([`Decider::hold`]) or as a batch
-    /// item ([`Decider::batch`]), the same way.
+    /// item ([`Decider::batch`]), the same way. A reserve's `wait_ms` is
+    /// checked against the policy's `max_wait` before anything changes.
     pub(super) fn hold_act<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
         key: KeyToken<'_>,
-        policy: &str,
-        cost: u64,
+        (policy, cost, wait_ms): (&str, u64, u64),
         act: HoldAct,
     ) -> Result<HoldAnswer<'p>, ErrorReply> {
         let HoldAct {
@@ -144,6 +147,8 @@ impl Decider {
         let holding = base.holding();
         let ttl =
             holds::ttl(ttl_ms, holding.ttl).map_err(|e| ErrorReply::bad_request(e.to_string()))?;
+        // An override inherits its base's max_wait (SPEC §18).
+        let within = ask::admit_wait(base, wait_ms)?;
         if verb == Verb::Reserve && !policy.limits().is_empty() && cost > policy.capacity() {
             return Err(ErrorReply::cost_above_capacity(
                 cost,
@@ -168,6 +173,7 @@ impl Decider {
                             id: self.hold_ids.draw(),
                             end: holding.on_expiry,
                             concurrency: holding.concurrency,
+                            within,
                         };
                         holds::reserve(policy, state, &mut table, buf, now, &r)
                             .map(Outcome::Reserved)

@@ -22,13 +22,14 @@ pub(super) trait Answered<'p> {
 }
 
 impl<'p> Answered<'p> for Applied<'p> {
-    fn first(&self, _: Nanos) -> FirstAnswer {
-        FirstAnswer::from(self.0)
+    fn first(&self, now: Nanos) -> FirstAnswer {
+        FirstAnswer::new(self.0, now)
     }
 
-    /// A repeat gets no slice again: the first ask's was granted once.
-    fn again(first: FirstAnswer, policy: &'p str, _: Nanos) -> Applied<'p> {
-        (first.decision, policy, None)
+    /// A repeat gets no slice again: the first ask's was granted once. An
+    /// ask admitted for a later start is told the wait left until it.
+    fn again(first: FirstAnswer, policy: &'p str, now: Nanos) -> Applied<'p> {
+        (first.again(now), policy, None)
     }
 }
 
@@ -75,7 +76,8 @@ impl Decider {
         // travels in its body), not here, where nothing was counted.
         if turn.forward.is_none() && admitted(&answered) {
             let first = answered.first(now);
-            let until = policy.remembered_until(now);
+            // An ask that starts later counts from its start on.
+            let until = policy.remembered_until(first.start.max(now));
             let forgotten = {
                 let mut ids = counters.ids();
                 let before = ids.forgotten_early();

@@ -117,7 +117,7 @@ fn remember_replayed(record: &Record, cost: u64, named: &NamedOf<String>, counte
         cost,
     };
     let answer = (named.remaining, named.limit, named.reset, false);
-    let first = sluice_core::ask_ids::FirstAnswer::stored(answer, named.held);
+    let first = sluice_core::ask_ids::FirstAnswer::stored(answer, named.held, named.start);
     let until = Nanos(named.until);
     let mut ids = counters.ids();
     let name = ids.name(record.key(), &named.id);

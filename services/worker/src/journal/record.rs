@@ -117,6 +117,16 @@ pub struct NamedOf<S> {
     pub reset: u64,
     /// When the id is forgotten (ns since the epoch).
     pub until: u64,
+    /// When the first ask's caller starts, if later than the record's
+    /// time (ns since the epoch, SPEC §18; 0: at once). Left out when 0,
+    /// so that such a record reads as before waiting; a message with one
+    /// is [`format::JOURNAL`] (8), which releases before refuse.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// [`RecordOf::v`]: counted, but not usage: what another region's owner
@@ -312,8 +322,10 @@ impl<S: AsRef<str>> RecordOf<S> {
     /// The journal format of the oldest message that holds it
     /// ([`crate::journal::format_of`]).
     pub fn format(&self) -> u32 {
-        if self.i.is_some() {
+        if self.i.as_ref().is_some_and(|named| named.start != 0) {
             format::JOURNAL
+        } else if self.i.is_some() {
+            format::JOURNAL_IDS
         } else if self.q != 0 {
             format::JOURNAL_TURNS
         } else if self.v != 0 {
@@ -575,6 +587,7 @@ impl RecordRef<'_> {
                 limit: n.limit,
                 reset: n.reset,
                 until: n.until,
+                start: n.start,
             }),
             q: self.q,
         }

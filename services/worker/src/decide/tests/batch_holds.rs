@@ -51,6 +51,7 @@ fn alone(f: &Fixture, item: &batch::Item<'_>, now: Nanos) -> (wire::Reply, Vec<R
         ttl_ms,
         hold: hold.as_deref(),
         id: None,
+        wait_ms: None,
     };
     let body = wire::hold::encode_hold_request(&ask, Encoding::MsgPack);
     let (answer, records) = f.send(verb, item.key.as_str(), &body, true, now);

@@ -15,6 +15,20 @@ fn hold() -> Hold {
     }
 }
 
+/// An id's record of an allow, whose first answer started at `start`.
+fn named(start: u64) -> NamedOf<String> {
+    NamedOf {
+        id: "ask-1".to_string(),
+        verb: "allow".to_string(),
+        held: None,
+        remaining: 3,
+        limit: 10,
+        reset: 60,
+        until: 99,
+        start,
+    }
+}
+
 /// Each kind's constructor writes the fields every release wrote for
 /// it, and the record reads back, through its encoding, as that kind.
 #[test]
@@ -27,15 +41,7 @@ fn each_kind_is_written_as_before_and_reads_back_as_itself() {
     };
     let hold = hold();
     let id = hold.id.to_string();
-    let named = NamedOf {
-        id: "ask-1".to_string(),
-        verb: "allow".to_string(),
-        held: None,
-        remaining: 3,
-        limit: 10,
-        reset: 60,
-        until: 99,
-    };
+    let named = named(0);
     let cases: Vec<(Record, Record, Kind<'_, String>, bool)> = vec![
         (
             Record::counted(1, "p", "k", 5, Nanos(9)),
@@ -208,6 +214,30 @@ fn each_kind_is_written_as_before_and_reads_back_as_itself() {
             "{made:?}"
         );
     }
+}
+
+/// An id whose first answer starts later (SPEC §18) carries its start as
+/// an eighth field of the id, and only then: its message is journal
+/// format 8, and an id without one is written as format 7 wrote it.
+#[test]
+fn an_id_waiting_for_its_start_alone_moves_the_journal_to_format_8() {
+    let of = ("p", "k");
+    let at_once = Record::id_remembered(1, of, 1, named(0), Nanos(9));
+    assert_eq!(at_once.format(), format::JOURNAL_IDS);
+    let id_fields = |record: &Record| {
+        let bytes = rmp_serde::to_vec(record).unwrap();
+        let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();
+        value.as_array().unwrap()[14].as_array().unwrap().len()
+    };
+    assert_eq!(id_fields(&at_once), 7, "as format 7 wrote it");
+
+    let later = Record::id_remembered(1, of, 1, named(50), Nanos(9));
+    assert_eq!(later.format(), format::JOURNAL);
+    assert_eq!(format::JOURNAL, 8);
+    assert_eq!(id_fields(&later), 8);
+    let bytes = rmp_serde::to_vec(&later).unwrap();
+    let read: RecordRef<'_> = rmp_serde::from_slice(&bytes).unwrap();
+    assert_eq!(read.to_owned(), later);
 }
 
 /// A refund of a slice taken at 0 is still a refund: `g` is nonzero.
