@@ -15,7 +15,7 @@
 //!   the ask wait for a later start (SPEC §18, [`crate::wait`]); allowed
 //!   so, it is answered at once with `Sluice-Wait-Ms` and `wait_ms`.
 
-use crate::grouped::key_path;
+use crate::key_path::key_path;
 use crate::metrics::Route;
 use crate::respond;
 use crate::responses::{AskErrors, Counted, Decided};
@@ -362,45 +362,9 @@ pub(crate) async fn read_body_up_to(
         .map_err(|_| too_large(None))
 }
 
-/// URL percent-decoding to bytes; a `%` not followed by two hex digits is
-/// kept as it is (as browsers and axum do).
-pub(crate) fn percent_decode(s: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'%' {
-            if let (Some(hi), Some(lo)) = (
-                s.get(i + 1).copied().and_then(hex),
-                s.get(i + 2).copied().and_then(hex),
-            ) {
-                out.push(hi << 4 | lo);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(s[i]);
-        i += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn path_segments_decode_to_the_raw_key_bytes() {
-        assert_eq!(percent_decode(b"bob%40x.io"), b"bob@x.io");
-        assert_eq!(
-            percent_decode(b"bob%40x%2eio"),
-            b"bob@x.io",
-            "lower-case hex is legal in URLs"
-        );
-        assert_eq!(percent_decode(b"%FF%fe"), [0xff, 0xfe]);
-        assert_eq!(percent_decode(b"100%"), b"100%");
-        assert_eq!(percent_decode(b"%zz%4"), b"%zz%4");
-    }
 
     #[test]
     fn the_query_takes_policy_and_cost_and_nothing_else() {

@@ -3,7 +3,7 @@
 //! `/{org}/{team}/{key}`, outermost first.
 //!
 //! - Each path segment is one token's bytes, percent-decoded here as a
-//!   plain key's segment is ([`crate::allow::percent_decode`]); the client
+//!   plain key's segment is ([`crate::key_path::percent_decode`]); the client
 //!   encodes the tokens for NATS ([`sluice_client::KeyPath`]). A `/` inside
 //!   a token is sent as `%2F`, so `/v1/allow/a%2Fb` stays the one key
 //!   `a/b`.
@@ -14,9 +14,10 @@
 //! - Four segments or more are a 400 that says what a key path is
 //!   ([`too_deep`]), not the proxy's 404.
 
-use crate::allow::{percent_decode, AskBody, AskQuery, IdempotencyKey, KeyParam};
+use crate::allow::{AskBody, AskQuery, IdempotencyKey, KeyParam};
 use crate::hold::{ExtendBody, ReserveBody, SettleBody};
 use crate::inspect::PolicyQuery;
+use crate::key_path::too_many;
 use crate::policies::{NameParam, Removed, Written};
 use crate::respond::ErrorBody;
 use crate::responses::{
@@ -30,32 +31,10 @@ use axum::http::Uri;
 use axum::response::Response;
 use axum::routing::any;
 use axum::Router;
-use sluice_client::{Error, KeyPath};
-use sluice_core::key::MAX_TOKENS;
 use sluice_core::policies::OverrideTable;
 use sluice_core::wire::inspect::{InspectReply, ResetReply};
 use sluice_core::wire::usage::UsageReply;
 use std::sync::Arc;
-
-/// The key a path names after `prefix`: its segments (one to three), each
-/// percent-decoded to a token's bytes. Four or more are a 400.
-pub(crate) fn key_path(path: &str, prefix: &str) -> Result<KeyPath, Error> {
-    let rest = path.strip_prefix(prefix).unwrap_or_default();
-    let segments: Vec<Vec<u8>> = rest
-        .split('/')
-        .map(|s| percent_decode(s.as_bytes()))
-        .collect();
-    if segments.len() > MAX_TOKENS {
-        return Err(too_many(segments.len()));
-    }
-    KeyPath::new(&segments)
-}
-
-fn too_many(segments: usize) -> Error {
-    Error::BadRequest(format!(
-        "the path names a key of {segments} segments; a key is /{{key}}, /{{org}}/{{key}} or /{{org}}/{{team}}/{{key}} (SPEC §17), and a '/' inside a key is sent as %2F"
-    ))
-}
 
 /// The 400 of a path with four key segments or more.
 async fn too_deep(uri: Uri) -> Response {
@@ -207,7 +186,7 @@ grouped!(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::key_path::key_path;
 
     #[test]
     fn a_path_of_one_to_three_segments_is_a_key() {

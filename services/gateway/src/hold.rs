@@ -14,7 +14,7 @@
 //! no worker answering, 503.
 
 use crate::allow::{idempotency_key, one_id, read_body, IdempotencyKey, KeyParam};
-use crate::grouped::key_path;
+use crate::key_path::key_path;
 use crate::metrics::{Outcome, Route};
 use crate::respond;
 use crate::responses::{Done, HeldReplies, HoldErrors};

@@ -8,7 +8,7 @@
 //! goes unanswered and the reply is 503 with a sentence that says so.
 
 use crate::allow::KeyParam;
-use crate::grouped::key_path;
+use crate::key_path::key_path;
 use crate::respond;
 use crate::responses::QueryErrors;
 use crate::usage::params;

@@ -71,6 +71,7 @@ mod grouped;
 mod hold;
 mod https;
 mod inspect;
+mod key_path;
 mod metrics;
 mod options;
 mod policies;

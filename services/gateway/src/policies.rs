@@ -12,8 +12,9 @@
 //!   file's is, with the same sentences, before anything is written, and
 //!   needs NATS credentials that may write the bucket.
 
-use crate::allow::{percent_decode, read_body_up_to, KeyParam};
-use crate::grouped::key_path;
+use crate::allow::{read_body_up_to, KeyParam};
+use crate::key_path::key_path;
+use crate::key_path::percent_decode;
 use crate::respond::{self, ErrorBody, ErrorWord};
 use crate::responses::WriteErrors;
 use crate::usage::params;

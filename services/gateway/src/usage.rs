@@ -8,7 +8,7 @@
 //! as on `/v1/allow`.
 
 use crate::allow::KeyParam;
-use crate::grouped::key_path;
+use crate::key_path::key_path;
 use crate::respond;
 use crate::responses::QueryErrors;
 use crate::App;
