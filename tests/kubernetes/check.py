@@ -94,7 +94,8 @@ def nats_config(toml: str) -> str:
 def check_nats_values(sluice: list[dict]) -> list[str]:
     (config_map,) = of_kind(sluice, "ConfigMap")
     printed = nats_config(config_map["data"]["sluice.toml"])
-    mappings = dict(re.findall(r'^\s*"(rl\.[a-z]+\.\*)": "([^"]+)"$', printed, re.M))
+    # Keys of one token (rl.allow.*) and grouped keys' (rl.allow.*.*, rl.allow.*.*.*).
+    mappings = dict(re.findall(r'^\s*"(rl\.[a-z]+(?:\.\*)+)": "([^"]+)"$', printed, re.M))
     payload = int(re.search(r"^max_payload: (\d+)", printed, re.M).group(1))
     merge = yaml.safe_load((K8S / "nats-values.yaml").read_text())["config"]["merge"]
     problems = []
