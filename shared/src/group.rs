@@ -237,6 +237,18 @@ pub fn resolve<'p, 'k>(
     Ok(Chain { levels, len })
 }
 
+/// How many levels an ask under `policy` is decided at: the length of its
+/// chain of parents (1 without a parent), or why the chain is refused.
+pub fn levels<'p>(
+    policy_of: impl Fn(&str) -> Option<&'p Policy>,
+    policy: &'p Policy,
+) -> Result<usize, ChainError> {
+    if policy.parent().is_none() {
+        return Ok(1);
+    }
+    walk(policy_of, policy).map(|(_, len)| len)
+}
+
 /// Checks the chain of every policy in `policies` against the policies in
 /// force (`policy_of`): what a config file or the policy bucket must not
 /// hold. Returns the first policy whose chain is refused, with why.

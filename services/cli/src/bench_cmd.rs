@@ -150,9 +150,7 @@ pub fn run(common: &Common, args: &BenchArgs) -> Result<()> {
         };
         // A policy with a parent takes a token per level (SPEC §17).
         let levels = config.policy(&load.policy).map_or(1, |policy| {
-            let policy_of = |n: &str| config.policy(n);
-            let probe = sluice_core::key::KeyToken::parse("ready.ready.ready").expect("a key");
-            sluice_core::group::resolve(policy_of, policy, probe).map_or(1, |c| c.len())
+            sluice_core::group::levels(|n| config.policy(n), policy).unwrap_or(1)
         });
         let took = rt.block_on(ready::wait_ready(
             &common.nats,

@@ -72,6 +72,8 @@ fn a_chain_decides_each_level_on_the_key_cut_to_its_place() {
     let chain = resolve(|n| p.get(n), &p["org"], key("acme.eng")).unwrap();
     assert_eq!(levels(&chain), [("org".to_string(), "acme.eng")]);
     assert!(!chain.is_grouped());
+    assert_eq!(super::levels(|n| p.get(n), &p["user"]), Ok(3));
+    assert_eq!(super::levels(|n| p.get(n), &p["org"]), Ok(1));
 }
 
 #[test]

@@ -150,7 +150,7 @@ fn slot(
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    let values: Vec<&str> = entries.iter().map(|(_, v)| *v).collect();
+    let values = || -> Vec<&str> { entries.iter().map(|(_, v)| *v).collect() };
     let (key, policy, levels) = match envoy {
         None => (
             default_key(domain, &entries),
@@ -165,8 +165,8 @@ fn slot(
                 levels,
             }) => {
                 let key = match key {
-                    Some(template) => template.render(&values),
-                    None if *levels => values.join("/").into_bytes(),
+                    Some(template) => template.render(&values()),
+                    None if *levels => values().join("/").into_bytes(),
                     None => default_key(domain, &entries),
                 };
                 (key, policy.clone(), *levels)
@@ -175,6 +175,7 @@ fn slot(
     };
     let token = if levels {
         // One token per level, outermost first (SPEC §17).
+        let values = values();
         let tokens: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
         try_encode_path(&tokens).map_err(|e| {
             format!("its entries' values {values:?} cannot be a grouped key's tokens: {e}")
