@@ -149,11 +149,8 @@ pub fn reserve(
 ) -> Result<Reserved, TooManyHolds> {
     table.hold_room()?;
     let live = table.holds_of(key, now).slots;
-    if let Some(n) = r.concurrency {
-        if live >= n {
-            let free_at = table.first_slot_end(key, now).unwrap_or(now);
-            return Ok(Reserved::Denied(slots(n, live, Nanos(free_at.0 - now.0))));
-        }
+    if let Some(denied) = no_slot(r.concurrency, live, table, key, now) {
+        return Ok(Reserved::Denied(denied));
     }
     let decision = if policy.limits().is_empty() {
         None
@@ -176,6 +173,45 @@ pub fn reserve(
     table.hold(key, hold)?;
     let decision = with_slots(decision, r.concurrency, live + 1, table, key, now);
     Ok(Reserved::Held { decision, hold })
+}
+
+/// Whether [`reserve`] would keep `r` at `now`, taking nothing: its
+/// denial (for want of a slot or by a limit) as the reserve would give
+/// it, or an allowed decision with the start it would get (the kept
+/// hold's own decision is the reserve's). A grouped reserve (SPEC §17)
+/// checks every level so first, and reserves at each only when every
+/// one admits it.
+pub fn check_reserve(
+    policy: &Policy,
+    state: &mut KeyState,
+    table: &Outstanding,
+    key: &str,
+    now: Nanos,
+    r: &Reservation,
+) -> Decision {
+    let live = table.holds_of(key, now).slots;
+    if let Some(denied) = no_slot(r.concurrency, live, table, key, now) {
+        return denied;
+    }
+    let decision =
+        (!policy.limits().is_empty()).then(|| policy.check_within(state, now, r.cost, r.within));
+    match decision {
+        Some(d) if !d.allowed => d,
+        _ => with_slots(decision, r.concurrency, live + 1, table, key, now),
+    }
+}
+
+/// The denial of a reserve of `key` when its `live` slots are all taken.
+fn no_slot(
+    concurrency: Option<u32>,
+    live: u32,
+    table: &Outstanding,
+    key: &str,
+    now: Nanos,
+) -> Option<Decision> {
+    let n = concurrency.filter(|&n| live >= n)?;
+    let free_at = table.first_slot_end(key, now).unwrap_or(now);
+    Some(slots(n, live, Nanos(free_at.0 - now.0)))
 }
 
 /// A settle, checked.

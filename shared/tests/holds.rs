@@ -1,7 +1,8 @@
 //! Holds (SPEC §13) against a model: whatever reserves, settles,
 //! extends and ends come in, never more counted than a fixed window's
 //! `max` in a window, never more live slots than `concurrency`, a denied
-//! reserve changes nothing, and every hold ends once.
+//! reserve changes nothing, every hold ends once, and a reserve's check
+//! foretells it.
 
 use proptest::prelude::*;
 use sluice_core::holds::{self, End, Hold, HoldId, Reservation, Reserved, Settle};
@@ -365,7 +366,18 @@ proptest! {
                     let before = (state.clone(), table.holds_of(KEY, Nanos(now)));
                     let window = now - now % PER;
                     let in_window = *counted.get(&window).unwrap_or(&0);
-                    match holds::reserve(&policy, &mut state, &mut table, KEY, Nanos(now), &r).unwrap() {
+                    let checked = holds::check_reserve(&policy, &mut state, &table, KEY, Nanos(now), &r);
+                    let looked = policy.inspect(&state, Nanos(now));
+                    prop_assert_eq!(policy.inspect(&before.0, Nanos(now)), looked, "a check takes nothing");
+                    let reserved = holds::reserve(&policy, &mut state, &mut table, KEY, Nanos(now), &r).unwrap();
+                    let decided = match reserved {
+                        Reserved::Held { decision, .. } | Reserved::Denied(decision) => decision,
+                    };
+                    prop_assert_eq!(checked.allowed, decided.allowed, "the check foretells the reserve");
+                    if !decided.allowed {
+                        prop_assert_eq!(checked, decided, "a denial as the reserve gives it");
+                    }
+                    match reserved {
                         Reserved::Held { hold, .. } => {
                             prop_assert!(live.len() < 3, "a fourth slot");
                             prop_assert!(in_window + cost <= MAX || charged_beyond);
@@ -424,6 +436,42 @@ proptest! {
             }
             prop_assert!(table.holds_of(KEY, Nanos(now)).slots <= 3);
             prop_assert_eq!(table.holds_of(KEY, Nanos(now)).live as usize, live.len());
+        }
+    }
+}
+
+#[test]
+fn a_check_foretells_a_reserve_that_may_wait_under_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let policy = policy(algorithm, 10, Duration::from_secs(10));
+        let mut state = policy.new_state();
+        let mut table = Outstanding::default();
+        let mut now = Nanos(1_000 * SEC);
+        for n in 0..30u128 {
+            let r = Reservation {
+                within: Nanos(if n % 2 == 0 { 0 } else { 2 * SEC }),
+                ..reservation(n + 1, 2, 30, End::Release, Some(4))
+            };
+            let before = policy.inspect(&state, now);
+            let checked = holds::check_reserve(&policy, &mut state, &table, KEY, now, &r);
+            let after = policy.inspect(&state, now);
+            assert_eq!(before, after, "{algorithm}: a check takes nothing");
+            let decided = match holds::reserve(&policy, &mut state, &mut table, KEY, now, &r) {
+                Ok(Reserved::Held { decision, .. } | Reserved::Denied(decision)) => decision,
+                Err(e) => panic!("{algorithm}: {e}"),
+            };
+            assert_eq!(checked.allowed, decided.allowed, "{algorithm}: reserve {n}");
+            assert_eq!(
+                checked.wait, decided.wait,
+                "{algorithm}: reserve {n}'s start"
+            );
+            if !decided.allowed {
+                assert_eq!(checked, decided, "{algorithm}: reserve {n}'s denial");
+            }
+            now = now.saturating_add(Nanos(SEC / 3));
+            for (_, hold) in table.ended(now) {
+                holds::end(&policy, &mut state, now, &hold);
+            }
         }
     }
 }

@@ -33,7 +33,7 @@ use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::{Act, HoldAct};
-use sluice_core::wire::hold::{encode_held, encode_hold_request, HoldAsk};
+use sluice_core::wire::hold::{encode_held_levels, encode_hold_request, HoldAsk};
 use sluice_core::wire::{decode_reply, Encoding, ErrorCode, Reply, DEFAULT_COST, SLUICE_UNSTORED};
 use std::time::{Duration, Instant};
 
@@ -51,17 +51,18 @@ pub struct Held {
 impl Held {
     /// The reply body of the hold's verb (as a worker sends it): the
     /// decision of SPEC §1, plus `hold` and `expires_ms` for a kept
-    /// hold.
+    /// hold, and a grouped key's levels (SPEC §17).
     pub fn encode(&self, encoding: Encoding) -> Vec<u8> {
         let held = self.ticket.as_ref().and_then(|t| {
             let id = HoldId::parse(&t.hold)?;
             Some((id, Nanos(t.expires_ms.saturating_mul(1_000_000))))
         });
-        let repeat = self.answer.repeat;
-        encode_held(
-            &self.answer.decision(),
-            &self.answer.policy,
-            (held, repeat),
+        let answer = &self.answer;
+        encode_held_levels(
+            &answer.decision(),
+            &answer.policy,
+            (held, answer.repeat),
+            (&answer.levels, answer.denied_by.as_deref()),
             encoding,
         )
     }

@@ -94,6 +94,8 @@ pub enum Answer<'p> {
         /// The answer to a repeated id (SPEC §16): the first one's.
         repeat: bool,
         encoding: Encoding,
+        /// A grouped key's levels (SPEC §17).
+        grouped: Option<Box<Grouped>>,
     },
     /// A key's state (`rl.inspect`).
     Inspect(InspectReply, Encoding),
@@ -323,7 +325,7 @@ impl Decider {
                 let encoding = Encoding::of_body(body);
                 let turn = &mut Turn::new(policies, owned, now, log, false);
                 let result = self.hold(turn, ask.verb, ask.key_token, body);
-                log.outcome_once(ask.verb, &result);
+                turn.log.outcome_once(ask.verb, &result);
                 let answer = match result {
                     Ok(((decision, policy, held), repeat)) => Answer::Held {
                         decision,
@@ -331,6 +333,7 @@ impl Decider {
                         held,
                         repeat,
                         encoding,
+                        grouped: turn.grouped.take(),
                     },
                     Err(error) => Answer::Error { error, encoding },
                 };
@@ -725,6 +728,7 @@ mod gifts;
 mod global;
 mod here;
 mod hold_ids;
+mod hold_levels;
 mod holding;
 mod home_demand;
 mod ids;

@@ -85,10 +85,16 @@ impl Reply {
                 held,
                 repeat,
                 encoding,
+                grouped,
             } => {
                 let mut reply = Reply::decision(decision, policy, *encoding);
+                let levels = grouped
+                    .as_ref()
+                    .map_or((&[][..], None), |g| (&g.levels[..], g.denied_by.as_deref()));
+                let held = (*held, *repeat);
                 reply.payload =
-                    wire::hold::encode_held(decision, policy, (*held, *repeat), *encoding).into();
+                    wire::hold::encode_held_levels(decision, policy, held, levels, *encoding)
+                        .into();
                 if *repeat {
                     reply
                         .headers

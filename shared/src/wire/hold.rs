@@ -18,6 +18,7 @@
 use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::{check_id, is_valid_policy_name};
+use super::levels::LevelReply;
 pub use super::reply::HoldTicket;
 use super::reply::{decode_reply, encode_reply_body, DecisionOut, MalformedReply, Reply};
 use super::request::{encode_body, too_large, RequestError};
@@ -259,13 +260,26 @@ pub fn encode_hold_request(ask: &HoldAsk<'_>, encoding: Encoding) -> Vec<u8> {
 pub fn encode_held(
     decision: &Decision,
     policy: &str,
+    held: (Option<(HoldId, Nanos)>, bool),
+    encoding: Encoding,
+) -> Vec<u8> {
+    encode_held_levels(decision, policy, held, (&[], None), encoding)
+}
+
+/// [`encode_held`] of a grouped key's hold verb (SPEC §17): with every
+/// level's decision, and the level that denied.
+pub fn encode_held_levels(
+    decision: &Decision,
+    policy: &str,
     (held, repeat): (Option<(HoldId, Nanos)>, bool),
+    (levels, denied_by): (&[LevelReply], Option<&str>),
     encoding: Encoding,
 ) -> Vec<u8> {
     let ticket = held.map(|(id, expires)| HoldTicket::new(id, expires));
     let out = DecisionOut::new(decision, policy)
         .with_hold(ticket.as_ref())
-        .repeated(repeat);
+        .repeated(repeat)
+        .grouped(levels, denied_by);
     encode_reply_body(&out, encoding)
 }
 

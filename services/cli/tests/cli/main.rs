@@ -28,6 +28,7 @@ mod gateway_proxy_slots;
 mod gateway_reload;
 mod gateway_security;
 mod gateway_ui;
+mod group_holds;
 mod groups;
 mod holds;
 mod holds_batched;

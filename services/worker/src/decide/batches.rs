@@ -148,10 +148,17 @@ impl Decider {
         // A batch item carries no wait (`wire::batch` refuses one).
         let result = self.hold_once(turn, named, (&item.policy, item.cost, 0), act);
         turn.log.outcome_once(act.verb, &result);
-        result.map(|((decision, policy, held), repeat)| DecisionReply {
-            hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),
-            repeat,
-            ..DecisionReply::new(&decision, policy)
+        let grouped = turn.grouped.take().map(|g| *g);
+        result.map(|((decision, policy, held), repeat)| {
+            let (levels, denied_by) =
+                grouped.map_or((Vec::new(), None), |g| (g.levels, g.denied_by));
+            DecisionReply {
+                hold: held.map(|(id, expires)| HoldTicket::new(id, expires)),
+                repeat,
+                levels,
+                denied_by,
+                ..DecisionReply::new(&decision, policy)
+            }
         })
     }
 }

@@ -21,10 +21,12 @@ use sluice_core::ask;
 use sluice_core::ask::Op;
 use sluice_core::ask_ids::FirstAnswer;
 use sluice_core::budget::Refund;
+use sluice_core::group;
 use sluice_core::holds::{self, Hold, HoldId, Reservation, Reserved, Settle};
 use sluice_core::key::KeyToken;
+use sluice_core::outstanding::Outstanding;
 use sluice_core::policies::{Override, Policies};
-use sluice_core::policy::{Decision, Policy};
+use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
 use sluice_core::wire::batch::HoldAct;
@@ -102,7 +104,9 @@ impl Decider {
     /// ([`sluice_core::wire::hold`]) and whose key is one of the turn's
     /// partition: on its own subject ([`Decider::hold`]) or as a batch
     /// item ([`Decider::batch`]), the same way. A reserve's `wait_ms` is
-    /// checked against the policy's `max_wait` before anything changes.
+    /// checked against the policy's `max_wait` before anything changes. A
+    /// grouped key's verb is done at every level of its chain
+    /// ([`super::hold_levels`]).
     pub(super) fn hold_act<'p>(
         &self,
         turn: &mut Turn<'_, 'p, '_>,
@@ -110,12 +114,6 @@ impl Decider {
         (policy, cost, wait_ms): (&str, u64, u64),
         act: HoldAct,
     ) -> Result<HoldAnswer<'p>, ErrorReply> {
-        let HoldAct {
-            verb,
-            ttl_ms,
-            hold: id,
-        } = act;
-        let owned = turn.owned;
         let policies: &'p Policies = turn.policies;
         let base = policies
             .get(policy)
@@ -127,84 +125,149 @@ impl Decider {
                 "policy {policy} is global (scope = \"global\"): holds are not available on a global policy in this version; reserve under a regional policy"
             )));
         }
-        if let Some(parent) = base.parent() {
-            // A hold of a group would be kept at every level and settled
-            // at every level: not built yet (SPEC §17).
-            return Err(ErrorReply::bad_request(format!(
-                "policy {policy} has a parent ({parent}): holds are not available under a policy of a group in this version; reserve under a policy without a parent"
-            )));
+        // One ttl for every level of a group: the hold ends at once.
+        let ttl = holds::ttl(act.ttl_ms, base.holding().ttl)
+            .map_err(|e| ErrorReply::bad_request(e.to_string()))?;
+        let at = HoldAt {
+            verb: act.verb,
+            cost,
+            wait_ms,
+            ttl,
+            // A reserve's hold id is drawn once, for every level.
+            hold: match act.verb {
+                Verb::Reserve => Some(self.hold_ids.draw()),
+                _ => act.hold,
+            },
+        };
+        if base.parent().is_some() || key.is_grouped() {
+            let chain = group::resolve(|n| policies.get(n), base, key).map_err(|e| e.reply())?;
+            if chain.is_grouped() {
+                return self.hold_levels(turn, &chain, at);
+            }
         }
-        let token = key.as_str();
-        let policy = match policies.override_of(base.name(), token) {
+        let prepared = self.prepare_hold(turn, key.as_str(), base, &at)?;
+        self.hold_at(turn, key.as_str(), prepared, at)
+    }
+
+    /// `at` checked for `token` under `base`: the policy in force (its
+    /// override's, if any), whether an override blocks the key, and how
+    /// long a reserve may wait. A reserve that can never fit is refused.
+    pub(super) fn prepare_hold<'p>(
+        &self,
+        turn: &Turn<'_, 'p, '_>,
+        token: &str,
+        base: &'p Policy,
+        at: &HoldAt,
+    ) -> Result<Prepared<'p>, ErrorReply> {
+        let policy = match turn.policies.override_of(base.name(), token) {
             None => base,
             Some(Override::Limits(limits)) => limits.as_ref(),
-            Some(Override::Blocked) if verb == Verb::Reserve => {
-                self.record_usage(turn, counted(base, token, cost), Usage::Denied);
-                return Ok((blocked(base), base.name(), None));
+            Some(Override::Blocked) => {
+                return Ok(Prepared {
+                    base,
+                    policy: base,
+                    blocked: true,
+                    within: Nanos::ZERO,
+                })
             }
-            Some(Override::Blocked) => base,
         };
-        let holding = base.holding();
-        let ttl =
-            holds::ttl(ttl_ms, holding.ttl).map_err(|e| ErrorReply::bad_request(e.to_string()))?;
         // An override inherits its base's max_wait (SPEC §18).
-        let within = ask::admit_wait(base, wait_ms)?;
-        if verb == Verb::Reserve && !policy.limits().is_empty() && cost > policy.capacity() {
+        let within = ask::admit_wait(base, at.wait_ms)?;
+        if at.verb == Verb::Reserve && !policy.limits().is_empty() && at.cost > policy.capacity() {
             return Err(ErrorReply::cost_above_capacity(
-                cost,
+                at.cost,
                 base.name(),
                 policy.capacity(),
             ));
         }
-        let now = turn.now;
+        Ok(Prepared {
+            base,
+            policy,
+            blocked: false,
+            within,
+        })
+    }
+
+    /// Does `at` on the counter of `token` as `prepared` says: holds whose
+    /// end has come end first, then the verb, and the answer.
+    pub(super) fn hold_at<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        token: &str,
+        prepared: Prepared<'p>,
+        at: HoldAt,
+    ) -> Result<HoldAnswer<'p>, ErrorReply> {
+        let Prepared {
+            base,
+            policy,
+            blocked: is_blocked,
+            ..
+        } = prepared;
+        if is_blocked && at.verb == Verb::Reserve {
+            self.record_usage(turn, counted(base, token, at.cost), Usage::Denied);
+            return Ok((blocked(base), base.name(), None));
+        }
+        let (now, holding) = (turn.now, base.holding());
+        let outcome = self.with_due_holds_ended(turn, base, policy, token, |state, table, buf| {
+            match (at.verb, at.hold) {
+                (Verb::Reserve, Some(_)) => {
+                    let r = at.reservation(&prepared);
+                    holds::reserve(policy, state, table, buf, now, &r)
+                        .map(Outcome::Reserved)
+                        .map_err(|e| ErrorReply::unavailable(e.to_string()))
+                }
+                (Verb::Settle, Some(id)) => {
+                    let s = Settle {
+                        id,
+                        cost: at.cost,
+                        concurrency: holding.concurrency,
+                    };
+                    Ok(Outcome::Settled(holds::settle(
+                        policy, state, table, buf, now, &s,
+                    )))
+                }
+                (_, Some(id)) => {
+                    let moved = table.extend(buf, id, now.saturating_add(at.ttl), now);
+                    let peek = holds::peek(policy, state, table, buf, now, holding.concurrency);
+                    Ok(Outcome::Extended(peek, moved))
+                }
+                (_, None) => {
+                    unreachable!(
+                        "a reserve draws its hold; wire::hold requires one to settle or extend"
+                    )
+                }
+            }
+        });
+        self.hold_answer(turn, (base, token, at.cost, at.hold), outcome?)
+    }
+
+    /// Runs `f` on the state of `token`'s counter under `policy` and the
+    /// partition's table of holds, after ending (and logging) the holds
+    /// of that counter whose end has come.
+    pub(super) fn with_due_holds_ended<T>(
+        &self,
+        turn: &mut Turn<'_, '_, '_>,
+        base: &Policy,
+        policy: &Policy,
+        token: &str,
+        f: impl FnOnce(&mut KeyState, &mut Outstanding, &str) -> T,
+    ) -> T {
+        let (counters, now) = (turn.owned.counters, turn.now);
         let mut ended = Vec::new();
-        let outcome = ask::with_counter_key(base.name(), token, |buf| {
-            owned.counters.update(policy, buf, now, |state| {
-                let mut table = owned.counters.outstanding();
+        let out = ask::with_counter_key(base.name(), token, |buf| {
+            counters.update(policy, buf, now, |state| {
+                let mut table = counters.outstanding();
                 for hold in table.ended_of(buf, now) {
                     holds::end(policy, state, now, &hold);
                     ended.push(hold);
                 }
-                match (verb, id) {
-                    (Verb::Reserve, _) => {
-                        let r = Reservation {
-                            cost,
-                            ttl,
-                            id: self.hold_ids.draw(),
-                            end: holding.on_expiry,
-                            concurrency: holding.concurrency,
-                            within,
-                        };
-                        holds::reserve(policy, state, &mut table, buf, now, &r)
-                            .map(Outcome::Reserved)
-                            .map_err(|e| ErrorReply::unavailable(e.to_string()))
-                    }
-                    (Verb::Settle, Some(id)) => {
-                        let s = Settle {
-                            id,
-                            cost,
-                            concurrency: holding.concurrency,
-                        };
-                        Ok(Outcome::Settled(holds::settle(
-                            policy, state, &mut table, buf, now, &s,
-                        )))
-                    }
-                    (_, Some(id)) => {
-                        let moved = table.extend(buf, id, now.saturating_add(ttl), now);
-                        let peek =
-                            holds::peek(policy, state, &table, buf, now, holding.concurrency);
-                        Ok(Outcome::Extended(peek, moved))
-                    }
-                    (_, None) => {
-                        unreachable!("the rules of wire::hold require a hold to settle or extend")
-                    }
-                }
+                f(state, &mut table, buf)
             })
         });
         for hold in &ended {
             self.hold_ended(turn, base.name(), token, hold);
         }
-        self.hold_answer(turn, (base, token, cost, id), outcome?)
+        out
     }
 
     /// What a hold verb that passed the counter answers, and what it
@@ -394,13 +457,52 @@ impl Decider {
     }
 }
 
+/// A hold verb as every level of it does it: the verb, its cost, how long
+/// a reserve may wait, the hold's ttl, and the hold (a reserve's drawn
+/// id, or the one to settle or extend).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HoldAt {
+    pub verb: Verb,
+    pub cost: u64,
+    pub wait_ms: u64,
+    pub ttl: Nanos,
+    pub hold: Option<HoldId>,
+}
+
+impl HoldAt {
+    /// The reserve it is, as `prepared` (a key's policy in force) keeps it.
+    pub fn reservation(&self, prepared: &Prepared<'_>) -> Reservation {
+        let holding = prepared.base.holding();
+        Reservation {
+            cost: self.cost,
+            ttl: self.ttl,
+            id: self.hold.expect("a reserve draws its hold"),
+            end: holding.on_expiry,
+            concurrency: holding.concurrency,
+            within: prepared.within,
+        }
+    }
+}
+
+/// A hold verb's ask at one key, checked ([`Decider::prepare_hold`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Prepared<'p> {
+    pub base: &'p Policy,
+    /// The policy in force: the override's, or `base`.
+    pub policy: &'p Policy,
+    /// An override blocks the key (`max = 0`): a reserve is denied.
+    pub blocked: bool,
+    /// How long a reserve may wait for its start.
+    pub within: Nanos,
+}
+
 enum Outcome {
     Reserved(Reserved),
     Settled(Option<(Decision, Hold)>),
     Extended(Decision, Option<Hold>),
 }
 
-fn counted<'a>(policy: &'a Policy, token: &'a str, cost: u64) -> Counted<'a> {
+pub(super) fn counted<'a>(policy: &'a Policy, token: &'a str, cost: u64) -> Counted<'a> {
     Counted {
         policy: policy.name(),
         token,

@@ -66,6 +66,7 @@ impl Decider {
         match seen {
             Seen::Repeat(first) => {
                 turn.log.repeat();
+                self.repeat_levels(turn, key, policy);
                 return Ok((T::again(first, policy.name(), now), true));
             }
             Seen::Reused(error) => return Err(error),

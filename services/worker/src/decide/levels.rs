@@ -17,8 +17,10 @@ use super::{blocked, refuse_unheld, Applied, Decider, Grouped, Turn};
 use crate::turn_log::{Counted, Usage};
 use sluice_core::ask::{self, Op};
 use sluice_core::group::{self, Chain, Level};
+use sluice_core::holds;
+use sluice_core::key::KeyToken;
 use sluice_core::policies::Override;
-use sluice_core::policy::Decision;
+use sluice_core::policy::{Decision, Policy};
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::{ErrorReply, LevelReply};
 
@@ -55,19 +57,8 @@ impl Decider {
         } else {
             self.take_levels(turn, chain, op)?
         };
-        let combined = group::combine(&decisions).expect("a chain has a level");
-        let levels = chain
-            .levels()
-            .zip(&decisions)
-            .map(|(l, d)| LevelReply::new(l.policy.name(), d))
-            .collect();
-        let denied_by = combined
-            .denied_by
-            .and_then(|i| chain.level(i))
-            .map(|l| l.policy.name().to_string());
-        turn.grouped = Some(Box::new(Grouped { levels, denied_by }));
         let own = chain.level(chain.len() - 1).expect("a chain has a level");
-        Ok((combined.decision, own.policy.name(), None))
+        Ok((conclude(turn, chain, &decisions), own.policy.name(), None))
     }
 
     /// `op` applied at every level, each as a plain ask of its key.
@@ -112,6 +103,45 @@ impl Decider {
         Ok(decisions)
     }
 
+    /// The levels of a repeated grouped ask (SPEC §16, §17): each level
+    /// as it stands now, peeked (its slots too), none denying; the answer's
+    /// own decision is the first one's, remembered. A repeat is of an ask
+    /// that was admitted at every level, so no level denied it.
+    pub(super) fn repeat_levels<'p>(
+        &self,
+        turn: &mut Turn<'_, 'p, '_>,
+        key: KeyToken<'_>,
+        base: &'p Policy,
+    ) {
+        if base.parent().is_none() {
+            return;
+        }
+        let policies = turn.policies;
+        let Ok(chain) = group::resolve(|n| policies.get(n), base, key) else {
+            return;
+        };
+        let (now, counters) = (turn.now, turn.owned.counters);
+        let levels = chain
+            .levels()
+            .map(|level| {
+                let token = level.key.as_str();
+                let policy = policies.in_force(level.policy, token);
+                let concurrency = level.policy.holding().concurrency;
+                let peek = ask::with_counter_key(level.policy.name(), token, |buf| {
+                    counters.update(policy, buf, now, |state| {
+                        let table = counters.outstanding();
+                        holds::peek(policy, state, &table, buf, now, concurrency)
+                    })
+                });
+                LevelReply::new(level.policy.name(), &peek)
+            })
+            .collect();
+        turn.grouped = Some(Box::new(Grouped {
+            levels,
+            denied_by: None,
+        }));
+    }
+
     /// What `op` would get at `level`, taking nothing: its override's
     /// limits (or the denial of a key blocked by one), its block, its mode.
     fn check(&self, turn: &Turn<'_, '_, '_>, level: Level<'_, '_>, op: Op) -> Decision {
@@ -128,4 +158,26 @@ impl Decider {
             })
         })
     }
+}
+
+/// The one decision the levels' `decisions` sum up to
+/// ([`group::combine`]), leaving every level and the one that denied in
+/// the turn for the answer.
+pub(super) fn conclude(
+    turn: &mut Turn<'_, '_, '_>,
+    chain: &Chain<'_, '_>,
+    decisions: &[Decision],
+) -> Decision {
+    let combined = group::combine(decisions).expect("a chain has a level");
+    let levels = chain
+        .levels()
+        .zip(decisions)
+        .map(|(l, d)| LevelReply::new(l.policy.name(), d))
+        .collect();
+    let denied_by = combined
+        .denied_by
+        .and_then(|i| chain.level(i))
+        .map(|l| l.policy.name().to_string());
+    turn.grouped = Some(Box::new(Grouped { levels, denied_by }));
+    combined.decision
 }

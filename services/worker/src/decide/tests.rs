@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 mod batch_holds;
 mod batches;
 mod global;
+mod hold_levels;
 mod ids;
 mod levels;
 mod penalties;

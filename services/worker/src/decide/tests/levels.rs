@@ -239,21 +239,6 @@ fn the_level_that_denies_starts_its_own_penalty_only() {
 }
 
 #[test]
-fn a_hold_under_a_policy_with_a_parent_is_refused_saying_so() {
-    let f = Fixture::journal(GROUPS);
-    let org = key_in(f.partition, "acme");
-    let (answer, records) = f.send(Verb::Reserve, &format!("{org}.gil"), USER, true, T0);
-    match answer {
-        Some(Answer::Error { error, .. }) => {
-            assert_eq!(error.code, ErrorCode::BadRequest);
-            assert!(error.message.contains("has a parent (org)"), "{error}");
-        }
-        other => panic!("refused, not {other:?}"),
-    }
-    assert!(records.is_empty());
-}
-
-#[test]
 fn a_waiting_ask_starts_when_every_level_has_room_and_every_level_must_wait() {
     let toml = format!(
         "{GROUPS}\n[policies.paced_org]\nalgorithm = \"gcra\"\nmax_wait = \"1s\"\n\
@@ -281,4 +266,27 @@ fn a_waiting_ask_starts_when_every_level_has_room_and_every_level_must_wait() {
         Answer::Error { error, .. } => assert_eq!(error.code, ErrorCode::BadRequest, "{error}"),
         other => panic!("refused, not {other:?}"),
     }
+}
+
+#[test]
+fn a_repeated_grouped_ask_counts_nothing_and_tells_each_level_as_it_stands() {
+    let f = Fixture::journal(GROUPS);
+    let org = key_in(f.partition, "acme");
+    let alice = format!("{org}.alice");
+    let body = br#"{"policy":"user","id":"req-1"}"#;
+    let (first, levels, _) = grouped(f.allow(&alice, body, T0));
+    assert!(first.allowed);
+    assert_eq!(levels, [("org".into(), 4), ("user".into(), 2)]);
+    assert!(decision_of(&f, &format!("{org}.bob")).allowed);
+    let (answer, records) = f.send(Verb::Allow, &alice, body, true, T0);
+    let answer = answer.unwrap();
+    assert!(matches!(answer, Answer::Decision { repeat: true, .. }));
+    let (again, levels, denied_by) = grouped(answer);
+    assert_eq!(again, first, "the first decision");
+    assert_eq!(
+        (levels, denied_by),
+        (vec![("org".into(), 3), ("user".into(), 2)], None),
+        "each level now, bob's ask included"
+    );
+    assert!(counted(&records).is_empty(), "{records:?}");
 }
