@@ -106,3 +106,20 @@ async def test_members_asking_at_once_share_the_pool_exactly_through_batches(sta
         assert len(allowed) == 4, decisions
         assert all(d.denied_by == "org" for d in decisions if not d.allowed), decisions
         assert client.stats().batches > 0, client.stats()
+
+
+async def test_a_members_hold_is_held_at_every_level_and_settled_at_every_level(stack):
+    org = fresh("org")
+    async with await SluiceClient.connect(stack.url, timeout=TIMEOUT, partitions=PARTITIONS) as client:
+        held = await client.reserve((org, "alice"), "member", 3)
+        assert held.hold is not None, held
+        assert held.decision.levels == (
+            Level("org", 1, held.decision.levels[0].reset_ms),
+            Level("member", 0, held.decision.levels[1].reset_ms),
+        ), held
+        # The org has 1 left: bob's reserve of 2 is denied by it, holding nothing.
+        denied = await client.reserve((org, "bob"), "member", 2)
+        assert (denied.hold, denied.decision.denied_by) == (None, "org"), denied
+        settled = await client.settle((org, "alice"), "member", hold=held.hold, cost=1)
+        assert [l.remaining for l in settled.levels] == [3, 2], settled
+        assert (await client.reserve((org, "bob"), "member", 2)).hold is not None

@@ -4,7 +4,9 @@
 //! its users; a denial says which level denied (`denied_by`) and lists
 //! every level; the RateLimit headers are the most restrictive level's; a
 //! denial by the organisation is served again from the deny cache for the
-//! same user only; a path of four key segments is a 400 that says why.
+//! same user only; a hold through `/v1/reserve/{org}/{key}` is held and
+//! settled at every level; a path of four key segments is a 400 that says
+//! why.
 
 use crate::common;
 use axum::http::StatusCode;
@@ -114,6 +116,24 @@ async fn an_organisations_pool_holds_across_its_users_through_http() {
     assert_eq!(
         (status, levels(&body)),
         (StatusCode::OK, vec![pair("org", 5), pair("user", 3)])
+    );
+
+    // A hold of a grouped key is held at every level, and settled at each.
+    let reserve = http
+        .post(gw.url("/v1/reserve/acme/frank"))
+        .body(r#"{"policy":"user","cost":2}"#);
+    let (status, _, body) = call(reserve).await;
+    assert_eq!(
+        (status, levels(&body)),
+        (StatusCode::OK, vec![pair("org", 3), pair("user", 2)]),
+        "{body}"
+    );
+    let settle = format!(r#"{{"policy":"user","hold":{},"cost":0}}"#, body["hold"]);
+    let (status, _, body) = call(http.post(gw.url("/v1/settle/acme/frank")).body(settle)).await;
+    assert_eq!(
+        (status, levels(&body)),
+        (StatusCode::OK, vec![pair("org", 5), pair("user", 4)]),
+        "{body}"
     );
     gw.stop().await;
 }
