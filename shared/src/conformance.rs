@@ -15,7 +15,8 @@
 //! `services/cli/tests/cli/conformance.rs`, with [`ExpectedReply::observe`].)
 //! `docs/conformance/README.md` says how a client uses them.
 //!
-//! The checks ([`check_keys`], [`check_partitions`], [`check_requests`])
+//! The checks ([`check_keys`], [`check_paths`], [`check_partitions`],
+//! [`check_requests`])
 //! take the client's own function and return one sentence per vector it
 //! gets wrong, so a test can also show that a wrong encoder fails them.
 
@@ -28,7 +29,7 @@ pub use asks::{check_reply, AskCase, AsksFile, ExpectedReply, Range};
 pub use body::{hex, unhex, Body};
 pub use decisions::{decisions_file, DecisionCase, DecisionsFile, Step};
 
-use crate::key::{try_encode_key, KeyToken, MAX_TOKEN_LEN};
+use crate::key::{try_encode_key, try_encode_path, KeyToken, MAX_TOKEN_LEN};
 use crate::partition::{fnv1a32, partition_of};
 use crate::wire::{decode_request, Encoding, ErrorReply};
 use serde::{Deserialize, Serialize};
@@ -67,6 +68,25 @@ pub struct KeysFile {
     pub keys: Vec<KeyCase>,
     /// Tokens as a worker reads them in a subject: accepted, or refused.
     pub tokens: Vec<TokenCase>,
+    /// Grouped keys (SPEC §17): key paths and their one subject token, or
+    /// the client's refusal.
+    #[serde(default)]
+    pub paths: Vec<PathCase>,
+}
+
+/// A key path (an organisation, maybe a team, and a key: each any bytes)
+/// and what a client sends for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathCase {
+    pub name: String,
+    /// Each token's bytes, in hex, outermost first: the input.
+    pub tokens_hex: Vec<String>,
+    /// Its subject token (each token encoded, joined by `.`).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Else what a client must refuse it with before sending.
+    #[serde(default)]
+    pub refusal: Option<Refusal>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,7 +167,9 @@ pub fn keys_file() -> KeysFile {
         about: "Keys and their one NATS subject token (docs/PROTOCOL.md §1): bytes in \
                 [A-Za-z0-9_-] as they are, every other byte %XX in upper-case hex, 1 to 256 \
                 bytes once encoded. `keys`: what a client sends for each key, or refuses \
-                before sending. `tokens`: what a worker accepts in a subject."
+                before sending. `tokens`: what a worker accepts in a subject. `paths`: \
+                grouped keys (SPEC §17), 1 to 3 tokens outermost first, each encoded as a \
+                key and joined by '.', or the client's refusal."
             .into(),
         max_token_len: MAX_TOKEN_LEN,
         keys: cases::keys()
@@ -158,6 +180,23 @@ pub fn keys_file() -> KeysFile {
             .into_iter()
             .map(|(name, token)| token_case(name, &token))
             .collect(),
+        paths: cases::paths()
+            .into_iter()
+            .map(|(name, tokens)| path_case(name, &tokens))
+            .collect(),
+    }
+}
+
+fn path_case(name: &str, tokens: &[&[u8]]) -> PathCase {
+    let encoded = try_encode_path(tokens);
+    PathCase {
+        name: name.to_string(),
+        tokens_hex: tokens.iter().map(|t| hex(t)).collect(),
+        refusal: encoded
+            .as_ref()
+            .err()
+            .map(|e| Refusal::from(&ErrorReply::from(e.clone()))),
+        token: encoded.ok(),
     }
 }
 
@@ -189,16 +228,19 @@ pub fn partitions_file() -> PartitionsFile {
     let keys = keys_file();
     let mut tokens: Vec<String> = keys.keys.into_iter().filter_map(|k| k.token).collect();
     tokens.extend(cases::partition_tokens().iter().map(|t| t.to_string()));
+    tokens.extend(keys.paths.into_iter().filter_map(|p| p.token));
     tokens.dedup();
     PartitionsFile {
         about: "The partition nats-server's {{partition(N,1)}} maps a key token to: FNV-1a 32 \
                 of the token's bytes (the encoded token, not the key) mod N \
-                (docs/PROTOCOL.md §6), for each N in `partition`."
+                (docs/PROTOCOL.md §6), for each N in `partition`. A grouped key's token \
+                (SPEC §17, `acme.alice`) goes by its first token alone: `fnv1a32` is that \
+                first token's."
             .into(),
         cases: tokens
             .into_iter()
             .map(|token| PartitionCase {
-                fnv1a32: fnv1a32(token.as_bytes()),
+                fnv1a32: fnv1a32(first_token(&token).as_bytes()),
                 partition: PARTITION_COUNTS
                     .iter()
                     .map(|&n| (n, partition_of(&token, n)))
@@ -263,18 +305,62 @@ pub fn check_keys(
             continue;
         };
         let got = encode(&key);
-        let ok = match (&got, &case.token, &case.refusal) {
-            (Ok(token), Some(want), _) => token == want,
-            (Err(r), None, Some(want)) => r.status == want.status && r.error == want.error,
-            _ => false,
-        };
-        if !ok {
+        if !as_vector_says(&got, &case.token, &case.refusal) {
             let want = match (&case.token, &case.refusal) {
                 (Some(t), _) => format!("token {t:?}"),
                 (None, Some(r)) => format!("refusal {} {}", r.status, r.error),
                 (None, None) => "a token or a refusal".into(),
             };
             wrong.push(format!("{}: want {want}, got {got:?}", case.name));
+        }
+    }
+    wrong
+}
+
+/// Whether a client's encoding `got` is the vector's token, or a refusal
+/// of the vector's status and word.
+fn as_vector_says(
+    got: &Result<String, Refusal>,
+    token: &Option<String>,
+    refusal: &Option<Refusal>,
+) -> bool {
+    match (got, token, refusal) {
+        (Ok(got), Some(want), _) => got == want,
+        (Err(r), None, Some(want)) => r.status == want.status && r.error == want.error,
+        _ => false,
+    }
+}
+
+/// The part of a subject token a partition is hashed from: a grouped
+/// key's first token, a plain key's whole token.
+fn first_token(token: &str) -> &str {
+    token.split('.').next().unwrap_or(token)
+}
+
+/// The path vectors a client's encoder (`encode(tokens)`) gets wrong: a
+/// token where the vector says refuse, or a refusal of another status or
+/// word.
+pub fn check_paths(
+    file: &KeysFile,
+    encode: impl Fn(&[Vec<u8>]) -> Result<String, Refusal>,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for case in &file.paths {
+        let Some(tokens) = case
+            .tokens_hex
+            .iter()
+            .map(|t| unhex(t))
+            .collect::<Option<Vec<_>>>()
+        else {
+            wrong.push(format!("{}: bad hex {:?}", case.name, case.tokens_hex));
+            continue;
+        };
+        let got = encode(&tokens);
+        if !as_vector_says(&got, &case.token, &case.refusal) {
+            wrong.push(format!(
+                "{}: want {:?} / {:?}, got {got:?}",
+                case.name, case.token, case.refusal
+            ));
         }
     }
     wrong

@@ -7,10 +7,10 @@
 
 use serde::Serialize;
 use sluice_core::conformance::{
-    self, bad_request, check_keys, check_partitions, check_requests, KeysFile, PartitionsFile,
-    Refusal, RequestsFile,
+    self, bad_request, check_keys, check_partitions, check_paths, check_requests, KeysFile,
+    PartitionsFile, Refusal, RequestsFile,
 };
-use sluice_core::key::try_encode_key;
+use sluice_core::key::{try_encode_key, try_encode_path};
 use sluice_core::partition::partition_of;
 use sluice_core::wire::{encode_request_with_id, Encoding, ErrorReply, DEFAULT_COST};
 use std::path::PathBuf;
@@ -67,10 +67,44 @@ fn core_encoder(key: &[u8]) -> Result<String, Refusal> {
     try_encode_key(key).map_err(|e| Refusal::from(&ErrorReply::from(e)))
 }
 
+fn path_encoder(tokens: &[Vec<u8>]) -> Result<String, Refusal> {
+    let tokens: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
+    try_encode_path(&tokens).map_err(|e| Refusal::from(&ErrorReply::from(e)))
+}
+
+/// A key path joined first and encoded as one key: its '.' is encoded
+/// too, so the worker reads one plain key; a path with too many tokens
+/// is not refused either.
+#[test]
+fn a_path_encoded_as_one_key_fails_the_path_vectors() {
+    let keys: KeysFile = read("keys.json");
+    let joined = |tokens: &[Vec<u8>]| core_encoder(&tokens.join(&b'.'));
+    let failures = check_paths(&keys, joined);
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.starts_with("an organisation and a key")),
+        "{failures:?}"
+    );
+    assert!(
+        failures.iter().any(|f| f.starts_with("four tokens")),
+        "{failures:?}"
+    );
+    // Hashing a grouped key's whole token, not its first token.
+    let partitions: PartitionsFile = read("partitions.json");
+    let whole = |token: &str, n: u32| sluice_core::partition::fnv1a32(token.as_bytes()) % n;
+    let failures = check_partitions(&partitions, whole);
+    assert!(
+        failures.iter().any(|f| f.starts_with("\"acme.alice\"")),
+        "{failures:?}"
+    );
+}
+
 #[test]
 fn the_cores_own_functions_pass_every_vector() {
     let keys: KeysFile = read("keys.json");
     assert_eq!(check_keys(&keys, core_encoder), Vec::<String>::new());
+    assert_eq!(check_paths(&keys, path_encoder), Vec::<String>::new());
     let partitions: PartitionsFile = read("partitions.json");
     assert_eq!(
         check_partitions(&partitions, partition_of),

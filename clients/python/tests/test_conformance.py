@@ -34,26 +34,35 @@ def vectors(name: str) -> Any:
 Encoder = Callable[[bytes], str]
 
 
+def as_vector_says(case: Mapping[str, Any], encode: Callable[[], str]) -> Optional[str]:
+    """What is wrong with ``encode()`` against a key or path vector: a token
+    differs, or a refusal (a 400) is not given, or the other way round."""
+    try:
+        got: Union[str, SluiceError] = encode()
+    except SluiceError as e:
+        got = e
+    if case["token"] is not None:
+        ok = got == case["token"]
+    else:
+        ok = isinstance(got, SluiceError) and (got.status, got.code) == (
+            case["refusal"]["status"],
+            case["refusal"]["error"],
+        )
+    return None if ok else "{}: want {}, got {!r}".format(case["name"], case["token"] or case["refusal"], got)
+
+
 def check_keys(encode: Encoder) -> List[str]:
-    """The key vectors ``encode`` gets wrong: a token differs, or a key it
-    must refuse (with a 400) is not refused, or the other way round."""
-    wrong = []
-    for case in vectors("keys.json")["keys"]:
-        key = bytes.fromhex(case["key_hex"])
-        try:
-            got: Union[str, SluiceError] = encode(key)
-        except SluiceError as e:
-            got = e
-        if case["token"] is not None:
-            ok = got == case["token"]
-        else:
-            ok = isinstance(got, SluiceError) and (got.status, got.code) == (
-                case["refusal"]["status"],
-                case["refusal"]["error"],
-            )
-        if not ok:
-            wrong.append("{}: want {}, got {!r}".format(case["name"], case["token"] or case["refusal"], got))
-    return wrong
+    """The key vectors ``encode`` gets wrong."""
+    cases = vectors("keys.json")["keys"]
+    wrong = [as_vector_says(c, lambda c=c: encode(bytes.fromhex(c["key_hex"]))) for c in cases]
+    return [w for w in wrong if w]
+
+
+def check_paths(encode: Callable[[Tuple[bytes, ...]], str]) -> List[str]:
+    """The key path vectors (SPEC §17) ``encode`` gets wrong."""
+    cases = vectors("keys.json")["paths"]
+    wrong = [as_vector_says(c, lambda c=c: encode(tuple(bytes.fromhex(t) for t in c["tokens_hex"]))) for c in cases]
+    return [w for w in wrong if w]
 
 
 def check_partitions(partition: Callable[[str, int], int]) -> List[str]:
@@ -68,6 +77,15 @@ def check_partitions(partition: Callable[[str, int], int]) -> List[str]:
 
 def test_keys_are_encoded_or_refused_as_the_vectors_say():
     assert check_keys(encode_key) == []
+
+
+def test_key_paths_are_encoded_or_refused_as_the_vectors_say():
+    assert check_paths(encode_key) == []
+
+
+def test_a_path_joined_into_one_key_fails_the_path_vectors():
+    failures = check_paths(lambda tokens: encode_key(b".".join(tokens)))
+    assert any(f.startswith("an organisation and a key") for f in failures), failures
 
 
 def test_keys_go_to_the_partitions_the_vectors_say():
@@ -132,6 +150,19 @@ def asks_stack() -> Iterator[Tuple[Stack, Mapping[str, Any]]]:
         yield s, asks
 
 
+def field(body: Mapping[str, Any], name: str) -> Any:
+    """A reply's field by name, or by its path into a list (``levels.0.policy``)."""
+    at: Any = body
+    for part in name.split("."):
+        if isinstance(at, list) and part.isdigit() and int(part) < len(at):
+            at = at[int(part)]
+        elif isinstance(at, dict) and part in at:
+            at = at[part]
+        else:
+            return None
+    return at
+
+
 def check_reply(want: Mapping[str, Any], data: bytes, headers: Optional[Mapping[str, str]]) -> List[str]:
     """What is wrong with a reply against its vector (docs/conformance/README.md)."""
     headers = dict(headers or {})
@@ -144,11 +175,12 @@ def check_reply(want: Mapping[str, Any], data: bytes, headers: Optional[Mapping[
     if status != want["status"]:
         wrong.append("status {} not {}".format(status, want["status"]))
     for name, value in want["fields"].items():
-        if body.get(name) != value:
-            wrong.append("{} is {!r}, not {!r}".format(name, body.get(name), value))
+        if field(body, name) != value:
+            wrong.append("{} is {!r}, not {!r}".format(name, field(body, name), value))
     for name, r in want.get("timed", {}).items():
-        if not r["at_least"] <= body.get(name, -1) <= r["at_most"]:
-            wrong.append("{} is {!r}".format(name, body.get(name)))
+        got = field(body, name)
+        if not isinstance(got, int) or not r["at_least"] <= got <= r["at_most"]:
+            wrong.append("{} is {!r}".format(name, got))
     for name, value in want["headers"].items():
         if headers.get(name) != value:
             wrong.append("header {} is {!r}, not {!r}".format(name, headers.get(name), value))

@@ -11,8 +11,8 @@ use crate::local::LocalLimiter;
 use sluice_core::ask::Op;
 use sluice_core::config::PolicyTable;
 use sluice_core::conformance::{
-    check_keys, check_partitions, check_requests, DecisionsFile, KeysFile, PartitionsFile, Refusal,
-    RequestsFile, DIR,
+    check_keys, check_partitions, check_paths, check_requests, DecisionsFile, KeysFile,
+    PartitionsFile, Refusal, RequestsFile, DIR,
 };
 use sluice_core::partition::partition_of;
 use sluice_core::time::{ManualClock, Nanos};
@@ -39,6 +39,21 @@ fn keys_are_encoded_or_refused_as_the_vectors_say() {
         })
     };
     assert_eq!(check_keys(&keys, encode), Vec::<String>::new());
+}
+
+#[test]
+fn key_paths_are_encoded_or_refused_as_the_vectors_say() {
+    let keys: KeysFile = read("keys.json");
+    let encode = |tokens: &[Vec<u8>]| {
+        crate::KeyPath::new(tokens)
+            .map(|path| path.token().to_string())
+            .map_err(|e| Refusal {
+                status: e.status(),
+                error: e.code().word().to_string(),
+                message: e.message().to_string(),
+            })
+    };
+    assert_eq!(check_paths(&keys, encode), Vec::<String>::new());
 }
 
 #[test]

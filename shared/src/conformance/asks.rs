@@ -31,6 +31,15 @@ limits = [ { max = 5, per = "1h" } ]
 algorithm = "sliding_log"
 block_for = "1h"
 limits = [ { max = 1, per = "1h" } ]
+
+[policies.org]
+algorithm = "sliding_log"
+limits = [ { max = 2, per = "1h" } ]
+
+[policies.member]
+algorithm = "sliding_log"
+parent = "org"
+limits = [ { max = 5, per = "1h" } ]
 "#;
 
 const WINDOW_MS: u64 = 3_600_000;
@@ -39,6 +48,9 @@ const RUN_MS: u64 = 60_000;
 
 /// Reply fields that depend on when the ask ran.
 const TIMED_FIELDS: [&str; 3] = ["reset_ms", "retry_after_ms", "expires_ms"];
+/// The one reply field that is a list (SPEC §17): its items' fields are
+/// named by path, `levels.0.policy`, so that each may be timed or exact.
+const LEVELS: &str = "levels";
 /// Headers that do (whole seconds).
 const TIMED_HEADERS: [&str; 2] = ["RateLimit-Reset", "Retry-After"];
 
@@ -202,6 +214,37 @@ pub fn cases() -> Vec<(&'static str, String, Vec<u8>)> {
         ),
         ("a token over 256 bytes", allow(&"a".repeat(257)), vec![]),
     ]
+    .into_iter()
+    .chain(grouped_cases())
+    .collect()
+}
+
+/// The requests of grouped keys (SPEC §17), after the others.
+fn grouped_cases() -> Vec<(&'static str, String, Vec<u8>)> {
+    let allow = |token: &str| format!("rl.allow.{token}");
+    let json = |s: &str| s.as_bytes().to_vec();
+    vec![
+        (
+            "a grouped key: decided at every level, each listed",
+            allow("conf-org.alice"),
+            json(r#"{"policy":"member"}"#),
+        ),
+        (
+            "another member takes the organisation's last unit",
+            allow("conf-org.bob"),
+            json(r#"{"policy":"member"}"#),
+        ),
+        (
+            "denied by the organisation's level: denied_by, nothing taken",
+            allow("conf-org.carol"),
+            json(r#"{"policy":"member"}"#),
+        ),
+        (
+            "a grouped key under a policy of more levels than it has tokens",
+            allow("conf-org"),
+            json(r#"{"policy":"member"}"#),
+        ),
+    ]
 }
 
 impl ExpectedReply {
@@ -210,9 +253,28 @@ impl ExpectedReply {
         let (encoding, map) = decode(body)?;
         let mut fields = BTreeMap::new();
         let mut timed = BTreeMap::new();
+        let mut named = Vec::new();
         for (name, value) in map {
+            match value {
+                Value::Array(levels) if name == LEVELS => {
+                    for (i, level) in levels.into_iter().enumerate() {
+                        let Value::Object(level) = level else {
+                            return Err(format!("{LEVELS}.{i} is not a map"));
+                        };
+                        named.extend(
+                            level
+                                .into_iter()
+                                .map(|(k, v)| (format!("{LEVELS}.{i}.{k}"), v)),
+                        );
+                    }
+                }
+                value => named.push((name, value)),
+            }
+        }
+        for (name, value) in named {
+            let last = name.rsplit('.').next().unwrap_or(&name);
             match value.as_u64() {
-                Some(n) if n > 0 && TIMED_FIELDS.contains(&name.as_str()) => {
+                Some(n) if n > 0 && TIMED_FIELDS.contains(&last) => {
                     timed.insert(name, within(n, WINDOW_MS, RUN_MS)?);
                 }
                 _ => {
@@ -286,6 +348,20 @@ fn decode(body: &[u8]) -> Result<(&'static str, serde_json::Map<String, Value>),
     }
 }
 
+/// The field `name` of a reply: a top-level field, or a path into a list
+/// (`levels.0.policy`).
+fn field<'a>(map: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
+    let mut parts = name.split('.');
+    let mut at = map.get(parts.next()?)?;
+    for part in parts {
+        at = match part.parse::<usize>() {
+            Ok(i) => at.get(i)?,
+            Err(_) => at.get(part)?,
+        };
+    }
+    Some(at)
+}
+
 /// What is wrong with a reply against its vector, one sentence each
 /// (nothing: it conforms). Fields and headers the vector does not name are
 /// not looked at: replies grow by adding fields.
@@ -303,12 +379,13 @@ pub fn check_reply(want: &ExpectedReply, body: &[u8], headers: &[(String, String
         got => wrong.push(format!("status {got:?}, not {}", want.status)),
     }
     for (name, value) in &want.fields {
-        if map.get(name) != Some(value) {
-            wrong.push(format!("{name} is {:?}, not {value}", map.get(name)));
+        let got = field(&map, name);
+        if got != Some(value) {
+            wrong.push(format!("{name} is {got:?}, not {value}"));
         }
     }
     for (name, range) in &want.timed {
-        match map.get(name).and_then(Value::as_u64) {
+        match field(&map, name).and_then(Value::as_u64) {
             Some(n) if range.contains(n) => {}
             got => wrong.push(format!("{name} is {got:?}, not within {range:?}")),
         }

@@ -59,6 +59,28 @@ pub(super) fn tokens() -> Vec<(&'static str, String)> {
         ("lower-case hex: another spelling", "bob%40x%2eio".into()),
         ("a needless escape: another spelling", "%61lice".into()),
         ("a needless escape in lower case", "%6a".into()),
+        ("four tokens: more than a grouped key has", "a.b.c.d".into()),
+        ("an empty token of a grouped key", "acme..alice".into()),
+    ]
+}
+
+/// Key paths (SPEC §17), outermost first.
+pub(super) fn paths() -> Vec<(&'static str, Vec<&'static [u8]>)> {
+    vec![
+        ("an organisation and a key", vec![b"acme", b"alice"]),
+        (
+            "organisation, team and key",
+            vec![b"acme", b"eng", b"alice"],
+        ),
+        (
+            "each token encoded as a key alone",
+            vec![b"acme corp", b"bob@x.io"],
+        ),
+        ("a '.' inside a token is encoded", vec![b"a.b", b"c"]),
+        ("one token: a plain key", vec![b"acme"]),
+        ("four tokens", vec![b"a", b"b", b"c", b"d"]),
+        ("an empty token", vec![b"acme", b""]),
+        ("no token", vec![]),
     ]
 }
 
