@@ -70,6 +70,7 @@ pub(crate) async fn page(State(app): State<Arc<App>>, Query(q): Query<TopForm>) 
             n: Some(n),
             by: Some(by),
             policy: policy.map(str::to_string),
+            group: None,
         };
         Ok::<_, String>(app.client.top(&query).await)
     }
