@@ -259,18 +259,17 @@ async fn a_groups_top_ranks_its_members_and_nothing_else() {
     let _serial = serial().await;
     let stack = Stack::start(SLUICE, &crate::common::groups_toml(100, 3, ""), 2).await;
     let nats = stack.nats.connect().await.unwrap();
-    for (key, policy, asks) in [
-        ("acme.alice", "user", 4),
-        ("acme.bob", "user", 1),
-        ("acme.eng.carol", "tenper", 2),
-        ("acmeco.dave", "user", 2),
-        ("acme", "tenper", 5),
-    ] {
-        let body = format!(r#"{{"policy":"{policy}"}}"#);
-        for _ in 0..asks {
-            ask(&nats, key, body.as_bytes()).await.unwrap();
-        }
-    }
+    crate::common::ask_each(
+        &nats,
+        &[
+            ("acme.alice", "user", 4),
+            ("acme.bob", "user", 1),
+            ("acme.eng.carol", "tenper", 2),
+            ("acmeco.dave", "user", 2),
+            ("acme", "tenper", 5),
+        ],
+    )
+    .await;
     let top = |body: &'static str| {
         let nats = nats.clone();
         async move {
