@@ -144,6 +144,14 @@ pub fn is_printable(key: &str) -> bool {
         .any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER)
 }
 
+/// The group whose member a key token is (SPEC §17): its first token
+/// when it has more than one (`acme` of `acme.alice` and of
+/// `acme.eng.alice`); `None` for a plain key, a group's own key (`acme`)
+/// included. What a top query of one group ranks (`rl.top`'s `group`).
+pub fn group_of(token: &str) -> Option<&str> {
+    token.split_once(TOKEN_SEPARATOR).map(|(group, _)| group)
+}
+
 /// What to show people for a key token: the key as asked, or the token
 /// when the key is not printable text.
 pub fn shown_key(token: &str) -> String {
@@ -368,5 +376,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("%2A"));
+    }
+
+    #[test]
+    fn a_member_of_a_group_has_more_tokens_than_the_group() {
+        assert_eq!(group_of("acme.alice"), Some("acme"));
+        assert_eq!(group_of("acme.eng.alice"), Some("acme"));
+        assert_eq!(group_of("acme"), None, "the group's own key");
+        assert_eq!(group_of("acme%2Ealice"), None, "a '.' inside a key");
     }
 }

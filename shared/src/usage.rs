@@ -30,7 +30,8 @@
 //! names re-exported here (`sluice_core::usage::Tier`, ...):
 //!
 //! - `usage/tiers.rs`: [`Tier`] and [`UsageConfig`], the tiers and their check.
-//! - `usage/counts.rs`: [`Counts`] and [`By`], and the top-N merge ([`top`]).
+//! - `usage/counts.rs`: [`Counts`] and [`By`], which keys a top query ranks
+//!   ([`TopFilter`]), and the top-N merge ([`top`]).
 //! - `usage/record.rs`: [`BucketRecord`], a partition's stored bucket, read,
 //!   visited and added to ([`add_to_record`]).
 //! - `usage/range.rs`: which buckets answer a range ([`cover`]) and the
@@ -44,7 +45,7 @@ mod ranked;
 mod record;
 mod tiers;
 
-pub use counts::{top, By, Counts};
+pub use counts::{top, By, Counts, TopFilter};
 pub use range::{
     cover, resolve_series, resolve_top, BucketId, Part, QueryError, SeriesPlan, TopPlan,
     MAX_POINTS, MAX_TOP,

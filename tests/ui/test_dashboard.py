@@ -11,7 +11,10 @@ traffic first, through the gateway's `/v1/allow`, under the policy `tenper`
 - ``alice``: 7 asks, all allowed;
 - ``bob``: 3 asks;
 - ``<script>alert(1)</script>``: 11 asks, 10 allowed and 1 denied (a 12th
-  would be denied by the gateway's deny cache, never reaching a worker).
+  would be denied by the gateway's deny cache, never reaching a worker);
+- the group ``acme`` (SPEC §17): ``acme/alice`` 4 asks under ``user`` (3
+  its own limit, the 4th denied), ``acme/bob`` 1, ``acme/eng/carol`` 2
+  under ``default``: its pool ``acme`` under ``org`` used 4, denied 1.
 
 Then it checks what a person sees: the token gate (nothing but the login
 page without the token; the cookie it sets is HttpOnly and SameSite=Strict),
@@ -19,8 +22,10 @@ the Content-Security-Policy of every page, the usage chart's points
 (read from the SVG's data attributes) against `/v1/usage`, the order of the
 top list by used and by denied, the hostile key shown as text (no script
 element, no alert), the policies, a key's live state, the status page, the alerts page
-(the hostile key reaching the thresholds of ``quota``, shown as text), and,
-last, a read token's login: every page, but no reset.
+(the hostile key reaching the thresholds of ``quota``, shown as text), the
+group page reached from the top page (the org's usage, its members in
+order, a member's usage), and, last, a read token's login: every page, but
+no reset.
 Every wait is a WebDriverWait on a DOM condition, never a sleep.
 
 With SLUICE_UI_SCREENSHOT=PATH it saves the usage page as a PNG there (how
@@ -56,6 +61,9 @@ TOKEN = "ui-test-token"
 READ_TOKEN = "ui-test-read-token"
 HOSTILE = "<script>alert(1)</script>"
 TRAFFIC = {"alice": 7, "bob": 3, HOSTILE: 11}
+# A group's members: (key path, policy, asks, allowed).
+GROUP_TRAFFIC = [("acme/alice", "user", 4, 3), ("acme/bob", "user", 1, 1),
+                 ("acme/eng/carol", "default", 2, 2)]
 LIMIT = 10
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -76,6 +84,15 @@ limits = [ { max = 10, per = "5m" } ]
 algorithm = "fixed_window"
 limits = [ { max = 4, per = "1h" } ]
 alerts = [ 50, 100 ]
+
+[policies.org]
+algorithm = "sliding_log"
+limits = [ { max = 100, per = "5m" } ]
+
+[policies.user]
+algorithm = "sliding_log"
+parent = "org"
+limits = [ { max = 3, per = "5m" } ]
 """
 START_WITHIN = 30.0
 WAIT = 15.0
@@ -194,6 +211,11 @@ def stack():
                 status, headers, body = s.call(f"/v1/allow/{quoted(key)}?policy=tenper", method="POST")
                 assert status == (200 if i < LIMIT else 429), body
                 assert headers["Sluice-Source"] == "worker", headers
+        for path, policy, asks, allowed in GROUP_TRAFFIC:
+            for i in range(asks):
+                status, headers, body = s.call(f"/v1/allow/{path}?policy={policy}", method="POST")
+                assert status == (200 if i < allowed else 429), body
+                assert headers["Sluice-Source"] == "worker", headers
         yield s
     finally:
         s.stop()
@@ -217,8 +239,8 @@ def wait(driver, condition, what: str):
 
 
 def test_without_the_token_only_the_login_page_is_served(stack, browser):
-    for path in ["/ui", "/ui/top", "/ui/usage?key=alice", "/ui/key?key=alice", "/ui/policies", "/ui/status",
-                 "/ui/alerts"]:
+    for path in ["/ui", "/ui/top", "/ui/group?org=acme", "/ui/usage?key=alice", "/ui/key?key=alice",
+                 "/ui/policies", "/ui/status", "/ui/alerts"]:
         status, headers, body = stack.call(path, token=None)
         assert status == 303 and headers["Location"].startswith("/ui/login"), (path, status)
         assert "alice" not in body
@@ -243,7 +265,7 @@ def test_without_the_token_only_the_login_page_is_served(stack, browser):
 
 
 def test_every_page_carries_the_content_security_policy(stack):
-    for path in ["/ui/login", "/ui/top", "/ui/usage?key=alice&policy=tenper", "/ui/key?key=alice",
+    for path in ["/ui/login", "/ui/top", "/ui/group?org=acme", "/ui/usage?key=alice&policy=tenper", "/ui/key?key=alice",
                  "/ui/policies", "/ui/status", "/ui/alerts", "/ui/assets/style.css", "/ui/nowhere"]:
         status, headers, body = stack.call(path)
         assert status in (200, 404), (path, status, body)
@@ -309,6 +331,48 @@ def test_the_top_list_is_in_order_and_the_hostile_key_is_text(stack, browser):
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart"), "the hostile key's usage")
     assert HOSTILE in browser.find_element(By.CSS_SELECTOR, "p.summary strong").text
     assert not browser.find_elements(By.TAG_NAME, "script")
+
+
+def test_the_group_page_shows_the_orgs_usage_and_its_members_in_order(stack, browser):
+    def group_link(d):
+        d.get(f"{stack.base}/ui/top?last=15m")
+        return d.find_elements(By.CSS_SELECTOR, "td.group a[data-group=acme]")
+
+    wait(browser, group_link, "the top page's link to the group")[0].click()
+    wait(browser, lambda d: "/ui/group?" in d.current_url, "the group page")
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(browser.current_url).query)
+    assert query == {"org": ["acme"], "last": ["15m"]}, query
+
+    def members(d):
+        return [(r.get_attribute("data-key"), int(r.get_attribute("data-used")), int(r.get_attribute("data-denied")))
+                for r in d.find_elements(By.CSS_SELECTOR, "section.members table.top tbody tr")]
+
+    want = [("acme/alice", 3, 1), ("acme/eng/carol", 2, 0), ("acme/bob", 1, 0)]
+
+    def shown(d):
+        d.refresh()
+        return members(d) == want and d
+
+    wait(browser, shown, "the group's members by used")
+    # Its own usage: the pool, the org's key under the outermost policy.
+    selected = browser.find_element(By.CSS_SELECTOR, "select[name=policy] option[selected]")
+    assert selected.get_attribute("value") == "org"
+    own = browser.find_element(By.CSS_SELECTOR, "section.own p.summary")
+    assert (own.get_attribute("data-used"), own.get_attribute("data-denied")) == ("4", "1")
+    svg = browser.find_element(By.CSS_SELECTOR, "section.own svg.chart")
+    assert (svg.get_attribute("data-used"), svg.get_attribute("data-denied")) == ("4", "1")
+    assert own.find_element(By.CSS_SELECTOR, "strong").text == "acme"
+    # By denied: the one member that was denied.
+    browser.get(f"{stack.base}/ui/group?org=acme&by=denied&last=15m")
+    wait(browser, lambda d: members(d) == want[:1], "the group's members by denied")
+    # A member's link: its own usage, by org and key.
+    browser.get(f"{stack.base}/ui/group?org=acme&last=15m")
+    wait(browser, lambda d: members(d) == want, "the members again")
+    browser.find_element(By.CSS_SELECTOR, "section.members td.key a").click()
+    svg = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "svg.chart"), "alice's usage")[0]
+    assert (svg.get_attribute("data-used"), svg.get_attribute("data-denied")) == ("3", "1")
+    assert browser.find_element(By.CSS_SELECTOR, "p.summary strong").text == "acme/alice"
+    assert "Group" in [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")]
 
 
 def test_policies_key_state_and_status(stack, browser):

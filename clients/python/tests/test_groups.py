@@ -95,6 +95,15 @@ async def test_an_organisations_pool_holds_across_its_members(stack):
         assert seen.levels[1].remaining == 2, seen
         usage = await client.usage((org, "alice"), "member")
         assert sum(p.used for p in usage.points) == 3
+        # The org's members, ranked without its own key: by used, alice's 3
+        # first; by denied, the three that were denied once each.
+        top = await client.top(n=10, group=org)
+        assert all(e.key_token.startswith(org + ".") for e in top.keys), top
+        assert (top.keys[0].key_token, top.keys[0].used) == (f"{org}.alice", 3), top
+        denied = await client.top(n=10, by="denied", group=org)
+        assert sorted(e.key_token for e in denied.keys) == [f"{org}.{m}" for m in ("alice", "carol", "dave")]
+        with pytest.raises(BadRequest):
+            await client.top(group="")
 
 
 async def test_members_asking_at_once_share_the_pool_exactly_through_batches(stack):

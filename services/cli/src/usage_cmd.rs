@@ -1,4 +1,5 @@
-//! `sluice usage KEY` and `sluice usage --top N` (SPEC §9): one
+//! `sluice usage KEY` and `sluice usage --top N [--group ORG]` (SPEC §9,
+//! §17): one
 //! `rl.usage.<key>` or `rl.top` request, its reply as a table and a chart
 //! drawn in the terminal (textplots), or as JSON.
 
@@ -30,6 +31,11 @@ pub struct UsageArgs {
     /// Only this policy (a key's usage: default `default`; --top: every policy).
     #[arg(long)]
     pub policy: Option<String>,
+    /// With --top: only the members of this group, named by the first token
+    /// of its keys (acme ranks acme/alice and acme/eng/alice, not acme
+    /// itself; --one-key: a '/' is part of it).
+    #[arg(long, value_name = "ORG", requires = "top")]
+    pub group: Option<String>,
     /// How far back: a duration such as 30m, 24h, 7d.
     #[arg(long, default_value = "1h")]
     pub since: String,
@@ -55,11 +61,13 @@ pub fn run(common: &Common, args: &UsageArgs) -> Result<()> {
         } else {
             By::Used
         };
+        let group = args.group.as_deref().map(|g| group_token(args.form, g));
         let query = TopQuery {
             from_ms: Some(from_ms),
             n: Some(n),
             by: Some(by),
             policy: args.policy.clone(),
+            group: group.transpose()?,
             ..Default::default()
         };
         let reply: TopReply = request_once(common, "usage --top", |nats| async move {
@@ -68,7 +76,7 @@ pub fn run(common: &Common, args: &UsageArgs) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string(&reply)?);
         } else {
-            print_top(&reply, &args.since);
+            print_top(&reply, &args.since, args.group.as_deref());
         }
         return Ok(());
     }
@@ -94,13 +102,27 @@ pub fn run(common: &Common, args: &UsageArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_top(reply: &TopReply, since: &str) {
+/// The token of the group `text` names: one token of a key path.
+fn group_token(form: crate::common::KeyForm, text: &str) -> Result<String> {
+    let path = form
+        .key(text)
+        .map_err(|e| anyhow!("--group {text:?}: {e}"))?;
+    if path.is_grouped() {
+        return Err(anyhow!(
+            "--group {text:?}: a group is named by the first token of its keys alone (acme for acme/eng/alice); a '/' inside it: give --one-key"
+        ));
+    }
+    Ok(path.token().to_string())
+}
+
+fn print_top(reply: &TopReply, since: &str, group: Option<&str>) {
     let by = match reply.by {
         By::Used => "used",
         By::Denied => "denied",
     };
+    let of = group.map_or(String::new(), |g| format!(" members of {g}"));
     println!(
-        "top {} by {by}, last {since} ({} to {} UTC)",
+        "top {}{of} by {by}, last {since} ({} to {} UTC)",
         reply.keys.len(),
         utc_minute(reply.from_ms),
         utc_minute(reply.to_ms)

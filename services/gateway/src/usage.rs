@@ -1,10 +1,11 @@
 //! `GET /v1/usage/{key}?from=&to=&step=&policy=` and
-//! `GET /v1/usage?top=N&by=&from=&to=&policy=` (SPEC §9): the usage
+//! `GET /v1/usage?top=N&by=&from=&to=&policy=&group=` (SPEC §9): the usage
 //! queries of `rl.usage.<key>` and `rl.top`, through the same client as
 //! `/v1/allow`, answered as JSON (the NATS reply, as is).
 //!
 //! `from` and `to` are milliseconds since the epoch, like the NATS bodies'
-//! `from_ms` / `to_ms`. Unknown or repeated query parameters are refused,
+//! `from_ms` / `to_ms`. `group` is a group's first token as asked (its
+//! bytes, encoded here as a path segment's are), sent as its token. Unknown or repeated query parameters are refused,
 //! as on `/v1/allow`.
 
 use crate::allow::KeyParam;
@@ -15,7 +16,7 @@ use crate::App;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use sluice_client::Error;
+use sluice_client::{Error, KeyPath};
 use sluice_core::usage::By;
 use sluice_core::wire::usage::{TopQuery, TopReply, UsageQuery, UsageReply};
 use std::collections::BTreeMap;
@@ -64,7 +65,7 @@ pub(crate) async fn series(State(app): State<Arc<App>>, uri: Uri) -> Response {
 )]
 pub(crate) async fn top(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let result = async {
-        let mut q = params(uri.query(), &["top", "by", "from", "to", "policy"])?;
+        let mut q = params(uri.query(), &["top", "by", "from", "to", "policy", "group"])?;
         if !q.contains_key("top") {
             return Err(Error::BadRequest(
                 "ask /v1/usage/{key} for one key's usage, or /v1/usage?top=N for the keys that used the most".into(),
@@ -85,11 +86,25 @@ pub(crate) async fn top(State(app): State<Arc<App>>, uri: Uri) -> Response {
             from_ms: number(&mut q, "from")?,
             to_ms: number(&mut q, "to")?,
             policy: q.remove("policy"),
+            group: q.remove("group").as_deref().map(group_token).transpose()?,
         };
         app.client.top(&query).await
     }
     .await;
     respond::json_or_error(result)
+}
+
+/// The token of a group named by its first token's bytes (SPEC §17):
+/// one key token, or a 400 that says why not.
+pub(crate) fn group_token(group: &str) -> Result<String, Error> {
+    KeyPath::new([group])
+        .map(|path| path.token().to_string())
+        .map_err(|e| {
+            Error::BadRequest(format!(
+                "the group {group:?} is not one key: {}; a group is named by the first token of its keys alone (acme for acme/eng/alice)",
+                e.message()
+            ))
+        })
 }
 
 /// The query of `/v1/usage/{key}`.
@@ -125,6 +140,11 @@ struct TopParams {
     /// Only this policy.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     policy: Option<String>,
+    /// Only the members of this group (SPEC §17): the first token of its
+    /// keys, as asked (`acme` ranks `acme/alice` and `acme/eng/alice`, not
+    /// `acme` itself); asked of the group's partition alone.
+    #[param(min_length = 1)]
+    group: Option<String>,
 }
 
 /// The query parameters, each of `known` at most once.

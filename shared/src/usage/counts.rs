@@ -55,6 +55,27 @@ pub enum By {
     Denied,
 }
 
+/// Which keys a top query ranks (SPEC §9, §17): those under `policy`,
+/// and the members of `group` (keys whose first token is the group's and
+/// which have more: `acme.alice`, `acme.eng.alice`, not `acme` itself;
+/// [`crate::key::group_of`]); `None` is every one. The default ranks
+/// every key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopFilter<'a> {
+    pub policy: Option<&'a str>,
+    pub group: Option<&'a str>,
+}
+
+impl TopFilter<'_> {
+    /// Whether the key whose token is `key` under `policy` is ranked.
+    pub fn wants(&self, key: &str, policy: &str) -> bool {
+        self.policy.is_none_or(|want| want == policy)
+            && self
+                .group
+                .is_none_or(|group| crate::key::group_of(key) == Some(group))
+    }
+}
+
 /// The `n` largest of `totals` by `by` (ties by key, so the answer does not
 /// depend on the order totals come in); zero totals are left out.
 pub fn top<K: Ord + Clone>(
@@ -99,6 +120,26 @@ mod tests {
             .map(|(k, _)| k)
             .collect();
         assert_eq!(by_denied, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_groups_filter_takes_its_members_only() {
+        let acme = TopFilter {
+            policy: None,
+            group: Some("acme"),
+        };
+        assert!(acme.wants("acme.alice", "user"));
+        assert!(acme.wants("acme.eng.alice", "user"));
+        assert!(acme.wants("acme.eng", "team"));
+        assert!(!acme.wants("acme", "org"), "the group's own key");
+        assert!(!acme.wants("acmeco.alice", "user"));
+        assert!(!acme.wants("acme%2Ealice", "user"));
+        let users = TopFilter {
+            policy: Some("user"),
+            ..acme
+        };
+        assert!(users.wants("acme.alice", "user") && !users.wants("acme.eng", "team"));
+        assert!(TopFilter::default().wants("anything", "any"));
     }
 
     #[test]

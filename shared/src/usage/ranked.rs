@@ -20,7 +20,7 @@
 //! threshold sorts after every list's current key, and the stopping rule
 //! takes that into account.
 
-use super::counts::{By, Counts};
+use super::counts::{By, Counts, TopFilter};
 use super::record::{visit_record, RecordError};
 use hashbrown::HashTable;
 use std::cmp::{Ordering, Reverse};
@@ -288,7 +288,7 @@ pub struct TopStats {
 
 /// The `n` `(key, policy)` pairs with the largest totals by `by` over
 /// `buckets` (each pair's total is the sum of its counts in every bucket),
-/// only those of `policy` when given; exactly what [`super::top`] answers
+/// only those `filter` wants; exactly what [`super::top`] answers
 /// over the summed totals, ties by key then policy. Stops reading as soon
 /// as no pair not yet seen can make the first `n` (threshold algorithm).
 ///
@@ -301,7 +301,7 @@ pub fn top_of<'a>(
     buckets: &[&'a RankedBucket],
     n: usize,
     by: By,
-    policy: Option<&str>,
+    filter: TopFilter<'_>,
 ) -> (Vec<(KeyPolicy<'a>, Counts)>, TopStats) {
     let mut stats = TopStats::default();
     let buckets: Vec<&'a RankedBucket> =
@@ -310,7 +310,7 @@ pub fn top_of<'a>(
     if n == 0 {
         return (Vec::new(), stats);
     }
-    let wanted = |(_, p): KeyPolicy<'_>| policy.is_none_or(|want| want == p);
+    let wanted = |(k, p): KeyPolicy<'_>| filter.wants(k, p);
     let mut depth = vec![0usize; buckets.len()];
     let mut next = vec![0u64; buckets.len()];
     loop {

@@ -10,8 +10,8 @@ use super::encoding::Encoding;
 use super::error::ErrorReply;
 use super::fields::is_valid_policy_name;
 use super::request::{encode_body, too_large, RequestError};
-use crate::key::{is_printable, key_as_asked};
-use crate::usage::{By, Part};
+use crate::key::{is_printable, key_as_asked, KeyToken};
+use crate::usage::{By, Part, TopFilter};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +32,12 @@ pub struct UsageQuery {
 }
 
 /// The body of `rl.top`. Default: the last hour, 10 keys, by `used`, every
-/// policy.
+/// policy, every key.
+///
+/// Unknown fields are refused (400), so a worker of a release before a
+/// field refuses a query that names it rather than answer it as if it
+/// had not: a worker from before `group` answers a group's top with
+/// "unknown field `group`", never with every key of its partitions.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopQuery {
@@ -46,10 +51,27 @@ pub struct TopQuery {
     pub by: Option<By>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// Only the members of this group (SPEC §17): its token, one key
+    /// token (`acme`); ranked are the keys whose first token it is and
+    /// which have more (`acme.alice`, `acme.eng.alice`), not the group's
+    /// own key `acme`. The whole group lives in one partition, so only
+    /// that partition's owner ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+impl TopQuery {
+    /// Which keys the query ranks.
+    pub fn filter(&self) -> TopFilter<'_> {
+        TopFilter {
+            policy: self.policy.as_deref(),
+            group: self.group.as_deref(),
+        }
+    }
 }
 
 const USAGE_FIELDS: &str = "a usage request is empty or a map with the optional fields \"policy\" (a policy name), \"from_ms\" and \"to_ms\" (milliseconds since the epoch) and \"step\" (\"1m\", \"5m\", \"1h\" or \"1d\")";
-const TOP_FIELDS: &str = "a top request is empty or a map with the optional fields \"from_ms\" and \"to_ms\" (milliseconds since the epoch), \"n\" (1 to 1000), \"by\" (\"used\" or \"denied\") and \"policy\" (a policy name)";
+const TOP_FIELDS: &str = "a top request is empty or a map with the optional fields \"from_ms\" and \"to_ms\" (milliseconds since the epoch), \"n\" (1 to 1000), \"by\" (\"used\" or \"denied\"), \"policy\" (a policy name) and \"group\" (a group's key token, e.g. \"acme\")";
 
 /// Decodes the body of `rl.usage.<key>`; empty is every default.
 pub fn decode_usage_query(body: &[u8]) -> Result<(UsageQuery, Encoding), RequestError> {
@@ -62,7 +84,27 @@ pub fn decode_usage_query(body: &[u8]) -> Result<(UsageQuery, Encoding), Request
 pub fn decode_top_query(body: &[u8]) -> Result<(TopQuery, Encoding), RequestError> {
     let (query, encoding): (TopQuery, _) = decode(body, TOP_FIELDS)?;
     check_policy(query.policy.as_deref(), encoding)?;
+    if let Some(group) = &query.group {
+        check_group(group).map_err(|message| RequestError {
+            encoding,
+            reply: ErrorReply::bad_request(message),
+        })?;
+    }
     Ok((query, encoding))
+}
+
+/// Checks a top query's `group`: one key token, in its one spelling
+/// (SPEC §1), not a grouped key; the sentence says why not.
+pub fn check_group(group: &str) -> Result<(), String> {
+    let token = KeyToken::parse(group)
+        .map_err(|e| format!("the group {group:?} is not a key token: {e}"))?;
+    if token.is_grouped() {
+        return Err(format!(
+            "the group {group:?} has {} tokens; a group is named by its first token alone (\"acme\" for acme.eng.alice, SPEC §17)",
+            token.tokens()
+        ));
+    }
+    Ok(())
 }
 
 fn decode<T: DeserializeOwned + Default>(
@@ -281,6 +323,60 @@ mod tests {
         }
         let e = decode_top_query(br#"{"by":"cost"}"#).unwrap_err();
         assert!(e.reply.message.contains("by"), "{}", e.reply.message);
+    }
+
+    #[test]
+    fn a_groups_top_names_one_key_token_and_old_fields_still_decode() {
+        let (t, _) = decode_top_query(br#"{"n":3,"group":"bob%40x"}"#).unwrap();
+        assert_eq!(t.group.as_deref(), Some("bob%40x"));
+        assert_eq!(t.filter().group, Some("bob%40x"));
+        let packed = encode_query(&t, Encoding::MsgPack);
+        assert_eq!(decode_top_query(&packed).unwrap().0, t);
+        for (bad, says) in [
+            (&br#"{"group":"acme.eng"}"#[..], "first token alone"),
+            (br#"{"group":"bob@x"}"#, "percent-encode"),
+            (br#"{"group":""}"#, "empty"),
+            (br#"{"group":"*"}"#, "wildcard"),
+        ] {
+            let e = decode_top_query(bad).unwrap_err();
+            assert_eq!(e.reply.code, ErrorCode::BadRequest);
+            assert!(e.reply.message.contains(says), "{}", e.reply.message);
+        }
+        // Without a group, a query is encoded as before: an older worker
+        // reads it.
+        let plain = TopQuery {
+            n: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(encode_query(&plain, Encoding::Json), br#"{"n":3}"#);
+    }
+
+    /// What a worker of the release before `group` did with a group's
+    /// top: its `TopQuery` refused unknown fields, so it answered 400,
+    /// not every key of its partitions (docs/PROTOCOL.md).
+    #[test]
+    fn a_worker_without_group_refuses_a_groups_top_in_both_encodings() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Before {
+            from_ms: Option<u64>,
+            to_ms: Option<u64>,
+            n: Option<u64>,
+            by: Option<By>,
+            policy: Option<String>,
+        }
+        let query = TopQuery {
+            n: Some(5),
+            group: Some("acme".into()),
+            ..Default::default()
+        };
+        let json = encode_query(&query, Encoding::Json);
+        let e = serde_json::from_slice::<Before>(&json).unwrap_err();
+        assert!(e.to_string().contains("unknown field `group`"), "{e}");
+        let packed = encode_query(&query, Encoding::MsgPack);
+        let e = rmp_serde::from_slice::<Before>(&packed).unwrap_err();
+        assert!(e.to_string().contains("unknown field `group`"), "{e}");
     }
 
     #[test]

@@ -492,12 +492,17 @@ class SluiceClient:
         to_ms: Optional[int] = None,
         policy: Optional[str] = None,
         timeout: float = QUERY_TIMEOUT,
+        group: Optional[Union[str, bytes]] = None,
     ) -> Top:
         """The ``n`` keys that used (``by="denied"``: were denied) the most
-        in the range (default: the last hour), with their exact totals."""
+        in the range (default: the last hour), with their exact totals;
+        with ``group`` (a group's first token as asked, ``"acme"``), only
+        its members (SPEC §17: ``acme.alice``, ``acme.eng.alice``, not
+        ``acme`` itself)."""
         if policy is not None:
             check_policy(policy)
-        body = query_body(n=n, by=by, from_ms=from_ms, to_ms=to_ms, policy=policy)
+        token = None if group is None else encode_key(group)
+        body = query_body(n=n, by=by, from_ms=from_ms, to_ms=to_ms, policy=policy, group=token)
         msg = await self._query("rl.top", body, timeout)
         return decode_top(msg.data, msg.headers)
 

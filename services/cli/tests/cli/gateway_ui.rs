@@ -4,13 +4,14 @@
 //! role, not `client`), needs the page's CSRF field, a same-site request
 //! and a confirmation, and then resets exactly as `sluice reset` does.
 //! A read token's login sees the pages but may not reset. `--no-ui`
-//! leaves no dashboard. What a browser sees (the chart's points,
+//! leaves no dashboard. A group's page shows its own usage and its
+//! members in order, linked by their key fields. What a browser sees (the chart's points,
 //! the top list's order, escaping, the token gate, the CSP) is checked by
 //! a real headless browser: tests/ui/test_dashboard.py.
 
 use crate::common;
 
-use common::gateway::{config, http, Gateway};
+use common::gateway::{call, config, http, Gateway};
 use common::SLUICE;
 use sluice_core::config::Fallback;
 use sluice_core::nats_config::Role;
@@ -305,4 +306,112 @@ async fn with_no_ui_there_is_no_dashboard() {
     assert_eq!(resp.status().as_u16(), 200);
     gw.stop().await;
     on.stop().await;
+}
+
+/// Where `needle` is in `page`, or a panic that shows the page.
+fn at(page: &str, needle: &str) -> usize {
+    page.find(needle)
+        .unwrap_or_else(|| panic!("no {needle} in {page}"))
+}
+
+/// A group's page (SPEC §17): its own usage (the org's key under the
+/// outermost policy) and its members in order, each linked to its usage
+/// page by `org` and `key`; the top page links a grouped key's group; a
+/// grouped key's usage and state pages; and `/v1/usage?top=N&group=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_page_shows_its_own_usage_and_its_members_in_order() {
+    let _serial = serial().await;
+    let toml = common::groups_toml(100, 3, "");
+    let stack = Stack::start(SLUICE, &toml, 2).await;
+    let nats = stack.nats.connect().await.unwrap();
+    crate::common::ask_each(
+        &nats,
+        &[
+            ("acme.alice", "user", 4),
+            ("acme.bob", "user", 1),
+            ("acme.eng.carol", "tenper", 2),
+            ("globex.dave", "user", 2),
+        ],
+    )
+    .await;
+    let config = sluice_core::config::Config::from_toml(&toml, "groups.toml").unwrap();
+    let gw = Gateway::start(&stack.nats.url(), config, None).await;
+
+    // The org's pool: alice's 3 and bob's 1 used, alice's 4th denied.
+    let page = page_when(&gw, "/ui/group?org=acme&last=1h", |b| {
+        b.contains("data-key=\"acme/bob\"")
+    })
+    .await;
+    let own = at(&page, "data-used=\"4\" data-denied=\"1\"");
+    let rows = [
+        at(
+            &page,
+            "data-key=\"acme/alice\" data-used=\"3\" data-denied=\"1\"",
+        ),
+        at(&page, "data-key=\"acme/eng/carol\" data-used=\"2\""),
+        at(&page, "data-key=\"acme/bob\" data-used=\"1\""),
+    ];
+    assert!(own < rows[0] && rows.is_sorted(), "{page}");
+    assert!(page.contains("<option value=\"org\" selected>"), "{page}");
+    assert!(!page.contains("globex") && !page.contains("data-key=\"acme\""));
+    assert!(
+        page.contains("href=\"/ui/usage?org=acme&amp;key=alice&amp;policy=user\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("href=\"/ui/usage?org=acme&amp;team=eng&amp;key=carol&amp;policy=tenper\"")
+    );
+    let denied = page_when(&gw, "/ui/group?org=acme&by=denied&last=1h", |b| {
+        b.contains("1 members by denied")
+    })
+    .await;
+    assert!(denied.contains("data-key=\"acme/alice\""), "{denied}");
+
+    // The top page links each grouped key's group over its range.
+    let top = page_when(&gw, "/ui/top?last=1h", |b| b.contains("globex")).await;
+    assert!(
+        top.contains("href=\"/ui/group?org=acme&amp;last=1h\" data-group=\"acme\""),
+        "{top}"
+    );
+    assert!(top.contains("data-group=\"globex\""), "{top}");
+
+    // A member's usage and state pages name it by org and key.
+    let usage = page_when(&gw, "/ui/usage?org=acme&key=alice&policy=user", |b| {
+        b.contains("class=\"summary\"")
+    })
+    .await;
+    assert!(
+        usage.contains("data-used=\"3\" data-denied=\"1\""),
+        "{usage}"
+    );
+    assert!(usage.contains("acme/alice"), "{usage}");
+    assert!(usage.contains("href=\"/ui/key?org=acme&amp;key=alice&amp;policy=user\""));
+    let state = page_when(&gw, "/ui/key?org=acme&key=alice&policy=user", |b| {
+        b.contains("data-remaining")
+    })
+    .await;
+    assert!(
+        state.contains("data-used=\"3\" data-remaining=\"0\""),
+        "{state}"
+    );
+    let lost = page_when(&gw, "/ui/usage?team=eng&key=carol", |b| b.contains("error")).await;
+    assert!(lost.contains("a team is named with its org"), "{lost}");
+
+    // The same ranking as JSON; a group that is no key is a 400.
+    let (status, _, top) = call(http().get(gw.url("/v1/usage?top=5&group=acme"))).await;
+    assert_eq!(status.as_u16(), 200, "{top}");
+    let keys: Vec<&str> = top["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key_token"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["acme.alice", "acme.eng.carol", "acme.bob"]);
+    let (status, _, refused) = call(http().get(gw.url("/v1/usage?top=5&group="))).await;
+    assert_eq!(status.as_u16(), 400, "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("group"),
+        "{refused}"
+    );
+    gw.stop().await;
 }

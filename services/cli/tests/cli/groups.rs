@@ -5,11 +5,14 @@
 //! key with fewer tokens than its policy has levels is refused with the
 //! reason. Asks go as any client sends them, to `rl.allow.<org>.<key>`,
 //! through the server's mapping; then `sluice check acme/alice` and the
-//! other key commands, which take a key path.
+//! other key commands, which take a key path; a group's top (`rl.top`
+//! with `group`) ranks its members alone.
 
 use crate::common::SLUICE;
 use sluice_core::partition::partition_of;
-use sluice_tests::{ask, eventually, serial, AskError, Stack, TestConfig, TICK};
+use sluice_core::subject::TOP;
+use sluice_core::wire::usage::TopReply;
+use sluice_tests::{ask, error_of, eventually, request, serial, AskError, Stack, TestConfig, TICK};
 use std::time::Duration;
 
 /// An organisation's pool of 50 an hour (a sliding log: exact, with no
@@ -245,4 +248,82 @@ async fn an_override_of_a_grouped_key_is_set_exported_and_applied_as_that_key() 
     eventually(Duration::from_secs(10), TICK, user_limit)
         .await
         .expect("applied back, the override is the grouped key's");
+}
+
+/// `rl.top` of one group (`group`) ranks its members alone, of two and
+/// three tokens under any policy, and not the group's own key nor another
+/// group's; by used and by denied, with a policy too; `sluice usage --top
+/// --group` prints the same. A group that is not one key token is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_top_ranks_its_members_and_nothing_else() {
+    let _serial = serial().await;
+    let stack = Stack::start(SLUICE, &crate::common::groups_toml(100, 3, ""), 2).await;
+    let nats = stack.nats.connect().await.unwrap();
+    crate::common::ask_each(
+        &nats,
+        &[
+            ("acme.alice", "user", 4),
+            ("acme.bob", "user", 1),
+            ("acme.eng.carol", "tenper", 2),
+            ("acmeco.dave", "user", 2),
+            ("acme", "tenper", 5),
+        ],
+    )
+    .await;
+    let top = |body: &'static str| {
+        let nats = nats.clone();
+        async move {
+            let msg = request(&nats, TOP, body.as_bytes()).await.unwrap();
+            if let Some(e) = error_of(&msg) {
+                return Err(e);
+            }
+            let reply: TopReply = serde_json::from_slice(&msg.payload).unwrap();
+            Ok(reply
+                .keys
+                .into_iter()
+                .map(|k| (k.key_token, k.policy, k.used, k.denied))
+                .collect::<Vec<_>>())
+        }
+    };
+    let row = |k: &str, p: &str, used, denied| (k.to_string(), p.to_string(), used, denied);
+    let members = vec![
+        row("acme.alice", "user", 3, 1),
+        row("acme.eng.carol", "tenper", 2, 0),
+        row("acme.bob", "user", 1, 0),
+    ];
+    assert_eq!(top(r#"{"n":10,"group":"acme"}"#).await.unwrap(), members);
+    assert_eq!(
+        top(r#"{"n":10,"group":"acme","by":"denied"}"#)
+            .await
+            .unwrap(),
+        members[..1]
+    );
+    assert_eq!(
+        top(r#"{"n":10,"group":"acme","policy":"user"}"#)
+            .await
+            .unwrap(),
+        [members[0].clone(), members[2].clone()]
+    );
+    // Without the group the group's own key leads: its pool under org (4
+    // used: alice's 3 and bob's 1) and its plain asks.
+    let all = top(r#"{"n":2}"#).await.unwrap();
+    assert_eq!(all[0], row("acme", "tenper", 5, 0), "{all:?}");
+    assert_eq!(all[1], row("acme", "org", 4, 1), "{all:?}");
+    for bad in [r#"{"group":"acme.eng"}"#, r#"{"group":"a b"}"#] {
+        let e = top(bad).await.unwrap_err();
+        assert_eq!(e.code.status(), 400, "{bad}: {e}");
+    }
+
+    let shown = stack.run(&["usage", "--top", "5", "--group", "acme"]);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(
+        lines[0].starts_with("top 3 members of acme by used"),
+        "{shown}"
+    );
+    assert!(lines[2].contains("acme/alice"), "{shown}");
+    assert!(lines[3].contains("acme/eng/carol"), "{shown}");
+    let refused = stack.command(&["usage", "--top", "5", "--group", "acme/eng"]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("first token"), "{why}");
 }

@@ -1,4 +1,5 @@
-//! `GET /ui/key?key=K&policy=P`: a key's live state (SPEC §8,
+//! `GET /ui/key?key=K&policy=P` (`org=` and `team=` before a grouped
+//! key's own token): a key's live state (SPEC §8,
 //! `rl.inspect.<key>`, as `sluice inspect` asks it): per policy with state,
 //! each limit's max, window, used, remaining and time to reset, and any
 //! override in force.
@@ -11,7 +12,7 @@
 //! one with `confirm=yes` resets; both carry the CSRF field (`gate.rs`).
 
 use super::access::Access;
-use super::form::{href, policy_select};
+use super::form::{group_inputs, key_fields, key_href, key_path, policy_select};
 use super::gate::{check_post, Login};
 use super::page::{error_note, frame, ok, with_status};
 use super::paths;
@@ -22,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
-use sluice_client::queries;
+use sluice_client::{queries, KeyPath};
 use sluice_core::config::format_duration;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,8 @@ const DENIED: &str = "This gateway's NATS credentials may not publish there: ins
 #[derive(Deserialize, Default)]
 pub(crate) struct KeyForm {
     key: Option<String>,
+    org: Option<String>,
+    team: Option<String>,
     policy: Option<String>,
 }
 
@@ -49,6 +52,7 @@ pub(crate) async fn page(
     let form = html! {
         form.query method="get" action=(paths::KEY) {
             label { "key " input type="text" name="key" value=(key) required; }
+            (group_inputs(q.org.as_deref(), q.team.as_deref()))
             (policy_select(&app, policy, Some("every policy")))
             button type="submit" { "Inspect" }
         }
@@ -56,25 +60,27 @@ pub(crate) async fn page(
     let state = if key.is_empty() {
         html! { p.hint { "Name a key to see its counters as they stand now." } }
     } else {
-        state(&app, login, key, policy).await
+        match key_path(q.org.as_deref(), q.team.as_deref(), key) {
+            Ok(path) => state(&app, login, &path, policy).await,
+            Err(e) => html! { p.error { (e) } },
+        }
     };
     ok(frame(&app, paths::KEY, "Key", html! { (form) (state) }))
 }
 
-async fn state(app: &App, login: Login, key: &str, policy: Option<&str>) -> Markup {
+async fn state(app: &App, login: Login, key: &KeyPath, policy: Option<&str>) -> Markup {
     let access = &app.ui().access;
     if access.inspect() == Access::Denied {
         return html! { p.error.denied { "Cannot inspect keys. " (DENIED) } };
     }
-    let reply =
-        match queries::inspect(app.client.nats(), key.as_bytes(), policy, ADMIN_TIMEOUT).await {
-            Ok(r) => r,
-            Err(e) => return error_note("cannot inspect the key", &e),
-        };
+    let reply = match queries::inspect(app.client.nats(), key, policy, ADMIN_TIMEOUT).await {
+        Ok(r) => r,
+        Err(e) => return error_note("cannot inspect the key", &e),
+    };
     let ms = |v: u64| format_duration(Duration::from_millis(v));
     html! {
         nav.zoom {
-            a href=(href(paths::USAGE, &[("key", key), ("policy", policy.unwrap_or(""))])) { "usage history" }
+            a href=(key_href(paths::USAGE, key.token(), &[("policy", policy.unwrap_or(""))])) { "usage history" }
         }
         @if reply.policies.is_empty() {
             p.hint.whole { (key) ": no state (every limit is whole)." }
@@ -111,17 +117,20 @@ async fn state(app: &App, login: Login, key: &str, policy: Option<&str>) -> Mark
 }
 
 /// The reset button; `confirm`: the second step's.
-fn reset_form(app: &App, key: &str, policy: Option<&str>, confirm: bool) -> Markup {
+fn reset_form(app: &App, key: &KeyPath, policy: Option<&str>, confirm: bool) -> Markup {
+    let fields = key_fields(key.token());
     html! {
         form.reset method="post" action=(paths::RESET) {
-            input type="hidden" name="key" value=(key);
+            @for (name, value) in &fields {
+                input type="hidden" name=(name) value=(value);
+            }
             input type="hidden" name="policy" value=(policy.unwrap_or(""));
             input type="hidden" name="csrf" value=(app.ui().secrets.csrf());
             @if confirm {
                 input type="hidden" name="confirm" value="yes";
                 button.danger type="submit" { "Yes, reset" }
                 " "
-                a href=(href(paths::KEY, &[("key", key), ("policy", policy.unwrap_or(""))])) { "Cancel" }
+                a href=(key_href(paths::KEY, key.token(), &[("policy", policy.unwrap_or(""))])) { "Cancel" }
             } @else {
                 button type="submit" { "Reset…" }
             }
@@ -132,6 +141,10 @@ fn reset_form(app: &App, key: &str, policy: Option<&str>, confirm: bool) -> Mark
 #[derive(Deserialize)]
 pub(crate) struct ResetForm {
     key: String,
+    #[serde(default)]
+    org: String,
+    #[serde(default)]
+    team: String,
     #[serde(default)]
     policy: String,
     #[serde(default)]
@@ -149,7 +162,17 @@ pub(crate) async fn reset(
     if let Err(refused) = check_post(&app, &headers, &form.csrf) {
         return refused.into_response();
     }
-    let key = form.key.as_str();
+    let key = match key_path(Some(&form.org), Some(&form.team), &form.key) {
+        Ok(path) => path,
+        Err(e) => {
+            let body = html! { p.error { (e) } };
+            return with_status(
+                StatusCode::BAD_REQUEST,
+                frame(&app, paths::KEY, "Reset", body),
+            );
+        }
+    };
+    let key = &key;
     let policy = Some(form.policy.as_str()).filter(|p| !p.is_empty());
     let under = policy.map_or("every policy".to_string(), |p| format!("policy {p}"));
     if app.ui().access.reset() == Access::Denied {
@@ -169,8 +192,7 @@ pub(crate) async fn reset(
         };
         return ok(frame(&app, paths::KEY, "Reset a key", body));
     }
-    let body = match queries::reset(app.client.nats(), key.as_bytes(), policy, ADMIN_TIMEOUT).await
-    {
+    let body = match queries::reset(app.client.nats(), key, policy, ADMIN_TIMEOUT).await {
         Ok(reply) if reply.reset.is_empty() => {
             html! { p.done { (key) ": nothing to reset under " (under) "." } }
         }
@@ -179,7 +201,7 @@ pub(crate) async fn reset(
     };
     let back = html! {
         (body)
-        p { a href=(href(paths::KEY, &[("key", key), ("policy", policy.unwrap_or(""))])) { "Back to the key" } }
+        p { a href=(key_href(paths::KEY, key.token(), &[("policy", policy.unwrap_or(""))])) { "Back to the key" } }
     };
     ok(frame(&app, paths::KEY, "Reset a key", back))
 }

@@ -23,7 +23,8 @@
 //! - `range.rs`: the time range and step a page shows, and its zooms.
 //! - `chart.rs`: the SVG chart of a series (used and denied per step).
 //! - one file per page: `usage.rs` (a key's usage over a range), `top.rs`
-//!   (the top keys), `policies.rs` (the policies in force), `key.rs` (a
+//!   (the top keys), `group.rs` (a group's own usage and its top members,
+//!   SPEC §17), `policies.rs` (the policies in force), `key.rs` (a
 //!   key's live state and its reset), `status.rs` (partitions, owners,
 //!   workers), `alerts.rs` (the threshold alerts of SPEC §14).
 //!
@@ -37,6 +38,7 @@ mod alerts;
 mod chart;
 mod form;
 mod gate;
+mod group;
 mod key;
 mod page;
 mod paths;
@@ -61,6 +63,7 @@ pub use paths::PREFIX;
 fn page_route(path: &str) -> Option<MethodRouter<Arc<App>>> {
     Some(match path {
         paths::TOP => get(top::page),
+        paths::GROUP => get(group::page),
         paths::USAGE => get(usage::page),
         paths::KEY => get(key::page),
         paths::POLICIES => get(policies::page),

@@ -4,6 +4,7 @@
 /// Where the dashboard lives.
 pub const PREFIX: &str = "/ui";
 pub(crate) const TOP: &str = "/ui/top";
+pub(crate) const GROUP: &str = "/ui/group";
 pub(crate) const USAGE: &str = "/ui/usage";
 pub(crate) const KEY: &str = "/ui/key";
 pub(crate) const POLICIES: &str = "/ui/policies";
@@ -18,6 +19,7 @@ pub(crate) const STYLE: &str = "/ui/assets/style.css";
 /// is added with its line here and its handler in `mod.rs`'s `page_route`.
 pub(crate) const MENU: &[(&str, &str)] = &[
     (TOP, "Top keys"),
+    (GROUP, "Group"),
     (USAGE, "Usage"),
     (KEY, "Key"),
     (POLICIES, "Policies"),

@@ -7,6 +7,14 @@
 //! partition has answered (or refuses with a 503 naming those that did
 //! not).
 //!
+//! A group's top (`group`, SPEC §17) is the same scatter with one
+//! partition wanted: every key of a group lives in its first token's
+//! partition, so only that partition's owner ranks (its members alone)
+//! and the worker that was asked waits for that partition only. The
+//! owner says in its share which group it ranked: a worker of a release
+//! before groups would rank every key of the partition, so a share that
+//! does not say so is refused, not merged.
+//!
 //! A partition's N largest are found by the threshold algorithm over its
 //! buckets' ranked lists ([`sluice_core::usage::top_of`]), not by summing
 //! every key of every bucket in the range: with a million keys counted in
@@ -25,8 +33,9 @@ use crate::usage::UsageHistory;
 use anyhow::{Context as _, Result};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use sluice_core::partition::partition_of;
 use sluice_core::subject::{TOP, TOP_SCATTER};
-use sluice_core::usage::{cover, resolve_top, top, top_of, By, Counts, RankedBucket, TopPlan};
+use sluice_core::usage::{cover, resolve_top, top, top_of, By, Counts, RankedBucket, TopFilter};
 use sluice_core::wire::usage::{decode_top_query, TopEntry, TopReply};
 use sluice_core::wire::{Encoding, ErrorReply};
 use std::collections::BTreeMap;
@@ -50,6 +59,26 @@ struct Scatter {
     n: usize,
     by: By,
     policy: Option<String>,
+    /// Only this group's members, in its partition only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
+}
+
+impl Scatter {
+    fn filter(&self) -> TopFilter<'_> {
+        TopFilter {
+            policy: self.policy.as_deref(),
+            group: self.group.as_deref(),
+        }
+    }
+
+    /// The partitions whose share the query needs: the group's, or all.
+    fn partitions(&self, partitions: u32) -> Vec<u32> {
+        match &self.group {
+            Some(group) => vec![partition_of(group, partitions)],
+            None => (0..partitions).collect(),
+        }
+    }
 }
 
 /// A worker's share of a top query: the partitions it answers for and
@@ -62,6 +91,10 @@ struct Share {
     partitions: Vec<(u32, Vec<TopEntry>)>,
     #[serde(default)]
     error: Option<String>,
+    /// The group whose members alone it ranked (the scatter's), so that
+    /// the gatherer knows its worker read `group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
 }
 
 /// Answers `rl.top` (queue group: one worker takes each) and every
@@ -121,6 +154,7 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
         n: plan.n,
         by,
         policy: query.policy,
+        group: query.group,
     };
     let unavailable =
         |e: &dyn std::fmt::Display| ErrorReply::unavailable(format!("cannot ask the workers: {e}"));
@@ -133,23 +167,19 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
     )
     .await
     .map_err(|e| unavailable(&e))?;
-    let partitions = answering.partitions;
+    let wanted = scatter.partitions(answering.partitions);
     let mut answered: BTreeMap<u32, Vec<TopEntry>> = BTreeMap::new();
-    while (answered.len() as u32) < partitions {
+    while answered.len() < wanted.len() {
         let Some(msg) = replies.next().await else {
             break;
         };
         let Ok(share) = serde_json::from_slice::<Share>(&msg.payload) else {
             continue;
         };
-        if let Some(e) = share.error {
-            tracing::warn!("a worker could not give its share of a top query: {e}");
-        }
-        for (p, entries) in share.partitions {
-            answered.entry(p).or_insert(entries);
-        }
+        take_share(&mut answered, share, &scatter, &wanted)?;
     }
-    let missing: Vec<u32> = (0..partitions)
+    let missing: Vec<u32> = wanted
+        .into_iter()
         .filter(|p| !answered.contains_key(p))
         .collect();
     if !missing.is_empty() {
@@ -167,6 +197,33 @@ async fn gather_top(answering: &Answering, body: &[u8]) -> Result<TopReply, Erro
     })
 }
 
+/// Adds what `share` gives of the `wanted` partitions to `answered`; a
+/// share of a wanted partition ranked without the scatter's group (a
+/// worker of a release before groups' top ranks every key) refuses the
+/// query.
+fn take_share(
+    answered: &mut BTreeMap<u32, Vec<TopEntry>>,
+    share: Share,
+    scatter: &Scatter,
+    wanted: &[u32],
+) -> Result<(), ErrorReply> {
+    if let Some(e) = share.error {
+        tracing::warn!("a worker could not give its share of a top query: {e}");
+    }
+    for (p, entries) in share.partitions {
+        if !wanted.contains(&p) {
+            continue;
+        }
+        if share.group != scatter.group {
+            return Err(ErrorReply::unavailable(format!(
+                "the worker owning partition {p} ranks every key of it, not a group's members: it is of a release before groups' top (SPEC §17); upgrade it, or ask without group"
+            )));
+        }
+        answered.entry(p).or_insert(entries);
+    }
+    Ok(())
+}
+
 async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
     let Some(to) = msg.reply.clone() else {
         return;
@@ -177,21 +234,22 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
     let share = match serde_json::from_slice::<Scatter>(&msg.payload) {
         Ok(scatter) => {
             let now_ms = answering.clock.now().as_u64() / 1_000_000;
-            let plan = TopPlan {
-                from_ms: scatter.from_ms,
-                to_ms: scatter.to_ms,
-                n: scatter.n,
-                by: scatter.by,
-            };
-            let (plan, policy) = (&plan, scatter.policy.as_deref());
-            let mut ranked = futures::stream::iter(history.ledgers())
+            let plan = &scatter;
+            let wanted = scatter.partitions(answering.partitions);
+            let ledgers = history
+                .ledgers()
+                .into_iter()
+                .filter(|(partition, _)| wanted.contains(partition));
+            let mut ranked = futures::stream::iter(ledgers)
                 .map(|(partition, ledger)| async move {
-                    let top =
-                        partition_top(history, partition, &ledger, plan, policy, now_ms).await;
+                    let top = partition_top(history, partition, &ledger, plan, now_ms).await;
                     (partition, top)
                 })
                 .buffer_unordered(TOP_PARTITIONS_AT_ONCE);
-            let mut share = Share::default();
+            let mut share = Share {
+                group: scatter.group.clone(),
+                ..Default::default()
+            };
             let mut all = Vec::new();
             while let Some((partition, top)) = ranked.next().await {
                 match top {
@@ -219,7 +277,8 @@ async fn answer_share(answering: Arc<Answering>, msg: async_nats::Message) {
     let _ = answering.client.publish(to, body.into()).await;
 }
 
-/// The `plan.n` largest keys of one partition over the plan's range, by
+/// The `plan.n` largest keys of one partition over the plan's range
+/// (those its filter wants), by
 /// the threshold algorithm over its buckets' ranked lists: kept ones
 /// where the history's cache has them, built from the stored records (and
 /// kept) where it does not, and one of what the ledger's memory adds to
@@ -230,15 +289,15 @@ async fn partition_top(
     history: &UsageHistory,
     partition: u32,
     ledger: &Ledger,
-    plan: &TopPlan,
-    policy: Option<&str>,
+    plan: &Scatter,
     now_ms: u64,
 ) -> Result<Vec<TopEntry>> {
     wait_replayed(partition, ledger).await?;
     let tiers = &history.config.tiers;
     let usable = |b| ledger.is_final(b, now_ms, history.grace_ms);
     let buckets = cover(tiers, tiers.len() - 1, plan.from_ms, plan.to_ms, &usable);
-    let wanted = |p: &str, _: &str| policy.is_none_or(|want| want == p);
+    let filter = plan.filter();
+    let wanted = |p: &str, k: &str| filter.wants(k, p);
     let (cache, ledger_id) = (&history.top_cache, ledger.id());
     cache.asked(now_ms);
     // Read before any record: a list read before its bucket is written
@@ -310,8 +369,7 @@ async fn partition_top(
         }
     }
     // Ranked off the thread that answers requests.
-    let (n, by) = (plan.n, plan.by);
-    let policy = policy.map(str::to_string);
+    let plan = plan.clone();
     let (entries, ranked) = crate::blocking::run(move || -> Result<_> {
         let mut ranked = Vec::with_capacity(to_rank.len());
         for (bucket, version, payload) in to_rank {
@@ -330,7 +388,7 @@ async fn partition_top(
             .map(|list| &**list)
             .chain(std::iter::once(&fresh))
             .collect();
-        let (top, _) = top_of(&all, n, by, policy.as_deref());
+        let (top, _) = top_of(&all, plan.n, plan.by, plan.filter());
         Ok((entries(top), ranked))
     })
     .await
@@ -359,4 +417,66 @@ fn entries<S: Into<String>>(ranked: Vec<((S, S), Counts)>) -> Vec<TopEntry> {
         .into_iter()
         .map(|((token, policy), c)| TopEntry::new(token.into(), policy.into(), c.used, c.denied))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scatter(group: Option<&str>) -> Scatter {
+        Scatter {
+            from_ms: 0,
+            to_ms: 60_000,
+            n: 10,
+            by: By::Used,
+            policy: None,
+            group: group.map(str::to_string),
+        }
+    }
+
+    fn entry(key: &str) -> TopEntry {
+        TopEntry::new(key.into(), "user".into(), 1, 0)
+    }
+
+    #[test]
+    fn a_groups_top_wants_its_partition_alone_and_its_members_ranked() {
+        let acme = scatter(Some("acme"));
+        let at = partition_of("acme", 16);
+        assert_eq!(acme.partitions(16), [at]);
+        assert_eq!(scatter(None).partitions(4), [0, 1, 2, 3]);
+        // An old worker's scatter had no group: it reads as every key.
+        let old: Scatter =
+            serde_json::from_str(r#"{"from_ms":0,"to_ms":1,"n":3,"by":"used","policy":null}"#)
+                .unwrap();
+        assert_eq!(old.group, None);
+
+        // The owner's share says it ranked the group: taken; other
+        // partitions' shares are not the query's.
+        let mut answered = BTreeMap::new();
+        let other = Share {
+            partitions: vec![((at + 1) % 16, vec![entry("zed")])],
+            group: None,
+            ..Default::default()
+        };
+        take_share(&mut answered, other, &acme, &[at]).unwrap();
+        assert!(answered.is_empty());
+        let owner = Share {
+            partitions: vec![(at, vec![entry("acme.alice")])],
+            group: Some("acme".into()),
+            ..Default::default()
+        };
+        take_share(&mut answered, owner, &acme, &[at]).unwrap();
+        assert_eq!(answered[&at], [entry("acme.alice")]);
+
+        // A worker of a release before groups' top ignores `group` and
+        // ranks every key of the partition: its share is refused, not
+        // merged.
+        let before: Share = serde_json::from_str(&format!(
+            r#"{{"partitions":[[{at},[{{"key":"acme","policy":"org","used":9,"denied":0}}]]]}}"#
+        ))
+        .unwrap();
+        let e = take_share(&mut BTreeMap::new(), before, &acme, &[at]).unwrap_err();
+        assert_eq!(e.code, sluice_core::wire::ErrorCode::Unavailable);
+        assert!(e.message.contains("upgrade"), "{}", e.message);
+    }
 }

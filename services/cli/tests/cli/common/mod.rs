@@ -50,3 +50,17 @@ limits = [ {{ max = {user_max}, per = "1h" }} ]
         sluice_tests::TestConfig::new().toml()
     )
 }
+
+/// Asks each `(key token, policy, asks)` that many times, in order, each
+/// ask answered (allowed or denied): the traffic of a group's members
+/// that `groups.rs` and `gateway_ui.rs` rank.
+pub async fn ask_each(nats: &async_nats::Client, asks: &[(&str, &str, usize)]) {
+    for (key, policy, n) in asks {
+        let body = format!(r#"{{"policy":"{policy}"}}"#);
+        for _ in 0..*n {
+            sluice_tests::ask(nats, key, body.as_bytes())
+                .await
+                .unwrap_or_else(|e| panic!("{key} under {policy}: {e:?}"));
+        }
+    }
+}
