@@ -86,6 +86,7 @@ pub mod groups;
 mod history;
 mod plan;
 mod search;
+pub mod sent;
 #[cfg(test)]
 mod tests;
 

@@ -32,8 +32,10 @@ use crate::common;
 use common::SLUICE;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
+use sluice_core::wire::{DecisionReply, ErrorCode, ErrorReply};
+use sluice_tests::linearizability::sent::{outcome_of, until_known};
 use sluice_tests::linearizability::{check, CheckError, Op, Outcome, Recorded};
-use sluice_tests::{a_key_per_partition, eventually, request_within, AskError, Signal, Stack};
+use sluice_tests::{a_key_per_partition, eventually, request_within, Signal, Stack};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -166,44 +168,24 @@ async fn ask(
     .await;
     let ret = t0.elapsed().as_nanos() as u64;
     let mut held = None;
-    let outcome = match answer {
-        Ok(msg) => match sluice_core::wire::decode_reply(&msg.payload) {
-            Ok(sluice_core::wire::Reply::Decision(_))
-                if matches!(verb, Verb::Hit | Verb::Settle) =>
-            {
-                Outcome::Done
+    let decided = |d: DecisionReply| match d {
+        _ if matches!(verb, Verb::Hit | Verb::Settle) => Outcome::Done,
+        d if d.allowed => {
+            held = d.hold.map(|ticket| ticket.hold);
+            if d.wait_ms > 0 {
+                assert!(d.wait_ms <= WAIT_MS, "waited {} ms", d.wait_ms);
+                WAITED.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(sluice_core::wire::Reply::Decision(d)) if d.allowed => {
-                held = d.hold.map(|ticket| ticket.hold);
-                if d.wait_ms > 0 {
-                    assert!(d.wait_ms <= WAIT_MS, "waited {} ms", d.wait_ms);
-                    WAITED.fetch_add(1, Ordering::Relaxed);
-                }
-                Outcome::Admitted
-            }
-            Ok(sluice_core::wire::Reply::Decision(_)) => Outcome::Denied,
-            // A hold the owner does not know: the settle did nothing (a
-            // hold lost in a crash then shows as room the model lacks).
-            Ok(sluice_core::wire::Reply::Error(e))
-                if verb == Verb::Settle && e.code == sluice_core::wire::ErrorCode::UnknownHold =>
-            {
-                Outcome::NotDelivered
-            }
-            // A 503 (the journal could not store it, or the partition is
-            // moving): done in memory or not at all.
-            Ok(sluice_core::wire::Reply::Error(e)) => {
-                assert_eq!(
-                    e.code,
-                    sluice_core::wire::ErrorCode::Unavailable,
-                    "only unavailable may fail: {e:?}"
-                );
-                Outcome::Unknown
-            }
-            Err(e) => panic!("a reply that is neither a decision nor an error: {e:?}"),
-        },
-        Err(AskError::NoResponders) => Outcome::NotDelivered,
-        Err(_) => Outcome::Unknown,
+            Outcome::Admitted
+        }
+        _ => Outcome::Denied,
     };
+    // A hold the owner does not know: the settle did nothing (a hold lost
+    // in a crash then shows as room the model lacks).
+    let refused = |e: &ErrorReply| {
+        (verb == Verb::Settle && e.code == ErrorCode::UnknownHold).then_some(Outcome::NotDelivered)
+    };
+    let outcome = outcome_of(answer, decided, refused);
     let recorded = Recorded {
         client: lane,
         op,
@@ -225,29 +207,23 @@ async fn ask_until_known(
     lane: usize,
     t0: Instant,
 ) -> (Recorded, Option<String>) {
-    let (mut recorded, mut held) = ask(client, key, (kind, op, id), None, lane, t0).await;
-    let call = recorded.call;
-    let mut unknown = false;
-    for _ in 0..RETRIES {
-        if !matches!(op, Op::Allow { .. } | Op::Wait { .. } | Op::Hit { .. })
-            || t0.elapsed() > MAX_RUN
-        {
-            break;
+    // The operation's call is its first send's (sent again, it still
+    // began then).
+    let first_call = t0.elapsed().as_nanos() as u64;
+    let retried = matches!(op, Op::Allow { .. } | Op::Wait { .. } | Op::Hit { .. });
+    let mut sends = 0;
+    let send = || {
+        sends += 1;
+        if sends > 1 {
+            RETRIED.fetch_add(1, Ordering::Relaxed);
         }
-        match recorded.outcome {
-            Outcome::Unknown => unknown = true,
-            // Never delivered after a try that may have counted: still
-            // unknown; never delivered at all: nothing to retry for.
-            Outcome::NotDelivered if unknown => {}
-            _ => break,
-        }
-        RETRIED.fetch_add(1, Ordering::Relaxed);
-        (recorded, held) = ask(client, key, (kind, op, id), None, lane, t0).await;
-    }
-    if unknown && recorded.outcome == Outcome::NotDelivered {
-        recorded.outcome = Outcome::Unknown;
-    }
-    recorded.call = call;
+        ask(client, key, (kind, op, id), None, lane, t0)
+    };
+    let may_retry = || retried && t0.elapsed() <= MAX_RUN;
+    let ((mut recorded, held), outcome) =
+        until_known(RETRIES, may_retry, |(r, _)| r.outcome, send).await;
+    recorded.outcome = outcome;
+    recorded.call = first_call;
     (recorded, held)
 }
 

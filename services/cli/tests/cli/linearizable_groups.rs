@@ -16,10 +16,11 @@
 use crate::common::SLUICE;
 use sluice_core::partition::partition_of;
 use sluice_core::subject::Verb;
-use sluice_core::wire::{decode_reply, ErrorCode, Reply};
+use sluice_core::wire::DecisionReply;
 use sluice_tests::linearizability::groups::{check_group, GroupAsk, GroupLimits};
+use sluice_tests::linearizability::sent::{outcome_of, until_known};
 use sluice_tests::linearizability::Outcome;
-use sluice_tests::{request_within, serial, AskError, Stack, TICK};
+use sluice_tests::{request_within, serial, Stack, TICK};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,8 +60,8 @@ limits = [ {{ max = {MEMBER}, per = "36500d" }} ]
     )
 }
 
-/// Sends one grouped ask with `id`, again while its outcome is unknown;
-/// one operation from the first send to the last answer.
+/// One grouped ask under `member`, sent again with its id while its
+/// outcome is unknown: (its return, its outcome, its call), ns since `t0`.
 async fn ask(
     nats: &async_nats::Client,
     key: &str,
@@ -69,48 +70,17 @@ async fn ask(
     t0: Instant,
 ) -> (Option<u64>, Outcome, u64) {
     let body = format!(r#"{{"policy":"member","cost":{cost},"id":"{id}"}}"#);
+    let subject = Verb::Allow.client_subject(key);
     let call = t0.elapsed().as_nanos() as u64;
-    let mut unknown = false;
-    let mut outcome = Outcome::NotDelivered;
-    for _ in 0..=RETRIES {
-        let answer = request_within(
-            nats,
-            &Verb::Allow.client_subject(key),
-            body.as_bytes(),
-            CLIENT_TIMEOUT,
-        )
-        .await;
-        outcome = match answer {
-            Ok(msg) => match decode_reply(&msg.payload) {
-                Ok(Reply::Decision(d)) if d.allowed => Outcome::Admitted,
-                Ok(Reply::Decision(_)) => Outcome::Denied,
-                Ok(Reply::Error(e)) => {
-                    assert_eq!(
-                        e.code,
-                        ErrorCode::Unavailable,
-                        "only unavailable may fail: {e:?}"
-                    );
-                    Outcome::Unknown
-                }
-                Err(e) => panic!("neither a decision nor an error: {e:?}"),
-            },
-            Err(AskError::NoResponders) => Outcome::NotDelivered,
-            Err(_) => Outcome::Unknown,
+    let send = || async {
+        let answer = request_within(nats, &subject, body.as_bytes(), CLIENT_TIMEOUT).await;
+        let decided = |d: DecisionReply| match d.allowed {
+            true => Outcome::Admitted,
+            false => Outcome::Denied,
         };
-        match outcome {
-            Outcome::Unknown => unknown = true,
-            // Never delivered after a try that may have counted: still
-            // unknown; never delivered at all: its partition is moving.
-            Outcome::NotDelivered => {}
-            _ => break,
-        }
-        if t0.elapsed() > MAX_RUN {
-            break;
-        }
-    }
-    if unknown && outcome == Outcome::NotDelivered {
-        outcome = Outcome::Unknown;
-    }
+        outcome_of(answer, decided, |_| None)
+    };
+    let (_, outcome) = until_known(RETRIES, || t0.elapsed() <= MAX_RUN, |o| *o, send).await;
     let ret = (outcome != Outcome::Unknown).then(|| t0.elapsed().as_nanos() as u64);
     (ret, outcome, call)
 }
