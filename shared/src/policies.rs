@@ -102,9 +102,17 @@ impl Policies {
     /// if it has one (a blocked key keeps `base`'s, which its counter was
     /// counted under).
     pub fn in_force<'p>(&'p self, base: &'p Policy, key_token: &str) -> &'p Policy {
+        self.limits_for(base, key_token).unwrap_or(base)
+    }
+
+    /// The limits an ask of `key_token` under `base` is decided by: its
+    /// override's, or `base`'s; `None` when an override blocks the key
+    /// (`max = 0`: every ask that takes is denied).
+    pub fn limits_for<'p>(&'p self, base: &'p Policy, key_token: &str) -> Option<&'p Policy> {
         match self.override_of(base.name(), key_token) {
-            Some(Override::Limits(limits)) => limits.as_ref(),
-            _ => base,
+            Some(Override::Limits(limits)) => Some(limits.as_ref()),
+            Some(Override::Blocked) => None,
+            None => Some(base),
         }
     }
 
@@ -321,6 +329,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.override_of("default", "x%40y"), Some(&Override::Blocked));
+        let base = p.get("default").unwrap();
+        let limit_of = |token: &str| p.limits_for(base, token).map(|l| l.limits()[0].max());
+        assert_eq!(
+            (limit_of("bob"), limit_of("alice"), limit_of("x%40y")),
+            (Some(100), Some(base.limits()[0].max()), None),
+            "the override's, the base's, blocked"
+        );
+        assert_eq!(p.in_force(base, "x%40y").name(), "default");
         // An override of a policy not in force waits for it.
         p.apply(
             "override.later.k",

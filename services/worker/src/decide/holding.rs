@@ -25,7 +25,7 @@ use sluice_core::group;
 use sluice_core::holds::{self, Hold, HoldId, Reservation, Reserved, Settle};
 use sluice_core::key::KeyToken;
 use sluice_core::outstanding::Outstanding;
-use sluice_core::policies::{Override, Policies};
+use sluice_core::policies::Policies;
 use sluice_core::policy::{Decision, KeyState, Policy};
 use sluice_core::subject::Verb;
 use sluice_core::time::Nanos;
@@ -159,17 +159,13 @@ impl Decider {
         base: &'p Policy,
         at: &HoldAt,
     ) -> Result<Prepared<'p>, ErrorReply> {
-        let policy = match turn.policies.override_of(base.name(), token) {
-            None => base,
-            Some(Override::Limits(limits)) => limits.as_ref(),
-            Some(Override::Blocked) => {
-                return Ok(Prepared {
-                    base,
-                    policy: base,
-                    blocked: true,
-                    within: Nanos::ZERO,
-                })
-            }
+        let Some(policy) = turn.policies.limits_for(base, token) else {
+            return Ok(Prepared {
+                base,
+                policy: base,
+                blocked: true,
+                within: Nanos::ZERO,
+            });
         };
         // An override inherits its base's max_wait (SPEC §18).
         let within = ask::admit_wait(base, at.wait_ms)?;

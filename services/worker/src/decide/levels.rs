@@ -19,7 +19,6 @@ use sluice_core::ask::{self, Op};
 use sluice_core::group::{self, Chain, Level};
 use sluice_core::holds;
 use sluice_core::key::KeyToken;
-use sluice_core::policies::Override;
 use sluice_core::policy::{Decision, Policy};
 use sluice_core::wire::batch::Budget;
 use sluice_core::wire::{ErrorReply, LevelReply};
@@ -146,10 +145,8 @@ impl Decider {
     /// limits (or the denial of a key blocked by one), its block, its mode.
     fn check(&self, turn: &Turn<'_, '_, '_>, level: Level<'_, '_>, op: Op) -> Decision {
         let (base, token) = (level.policy, level.key.as_str());
-        let policy = match turn.policies.override_of(base.name(), token) {
-            Some(Override::Blocked) => return blocked(base),
-            Some(Override::Limits(limits)) => limits.as_ref(),
-            None => base,
+        let Some(policy) = turn.policies.limits_for(base, token) else {
+            return blocked(base);
         };
         let (now, counters) = (turn.now, turn.owned.counters);
         ask::with_counter_key(policy.name(), token, |key| {
