@@ -2,12 +2,13 @@
 //! against a nats-server that enforces sluice's roles: a key's reset is
 //! offered only by a gateway whose NATS credentials may reset (the `admin`
 //! role, not `client`), needs the page's CSRF field, a same-site request
-//! and a confirmation, and then resets exactly as `sluice reset` does.
-//! A read token's login sees the pages but may not reset. `--no-ui`
-//! leaves no dashboard. A group's page shows its own usage and its
-//! members in order, linked by their key fields. What a browser sees (the chart's points,
-//! the top list's order, escaping, the token gate, the CSP) is checked by
-//! a real headless browser: tests/ui/test_dashboard.py.
+//! and a confirmation, and then resets exactly as `sluice reset` does (a
+//! grouped key named by its fields, that key alone). A read token's login
+//! sees the pages but may not reset. `--no-ui` leaves no dashboard. A
+//! group's page shows its own usage and its members in order, linked by
+//! their key fields. What a browser sees (the chart's points, the top
+//! list's order, escaping, the token gate, the CSP) is checked by a real
+//! headless browser: tests/ui/test_dashboard.py.
 
 use crate::common;
 
@@ -142,6 +143,29 @@ async fn the_reset_is_offered_only_with_credentials_that_allow_it_and_needs_csrf
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("reset under tenper"), "{body}");
     assert_eq!(remaining().await, 10, "the key's limit is whole again");
+
+    // A grouped key (SPEC §17) is reset by its fields, `org` and `key`:
+    // that key alone, not the organisation's own.
+    for key in ["ui-org.ui-user", "ui-org.ui-user", "ui-org"] {
+        assert!(ask(&admin, key, TENPER).await.unwrap().allowed);
+    }
+    let left = |key: &'static str| {
+        let admin = admin.clone();
+        async move { ask(&admin, key, TENPER_PEEK).await.unwrap().remaining }
+    };
+    let grouped = format!("org=ui-org&team=&key=ui-user&policy=&csrf={csrf}&confirm=yes");
+    let (status, body) = post_reset(&gw, &grouped, Some(&origin)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        left("ui-org.ui-user").await,
+        10,
+        "the member's key is whole"
+    );
+    assert_eq!(
+        left("ui-org").await,
+        9,
+        "the organisation's key is untouched"
+    );
 
     // The client role's gateway refuses the action outright.
     let client_page = page_when(&client_gw, "/ui/key?key=ui-key", |b| {
