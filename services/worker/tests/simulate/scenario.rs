@@ -79,7 +79,14 @@ impl Scenario {
             regions,
             algorithm: pick::<&str>(
                 rng,
-                &["fixed_window", "fixed_window", "token_bucket", "gcra"],
+                &[
+                    "fixed_window",
+                    "fixed_window",
+                    "token_bucket",
+                    "gcra",
+                    "sliding_window",
+                    "sliding_log",
+                ],
             ),
             max: *pick(rng, &[5, 20, 100]),
             per: pick::<&str>(rng, &["1s", "2s"]),
@@ -183,7 +190,7 @@ on_cut = "{on_cut}"
     /// a window up to the skew early or late, so one share more per window
     /// boundary (docs/REGIONS-DESIGN.md, "Known gaps"). None without skew.
     pub fn skewed_shares(&self) -> u64 {
-        if self.skew == Nanos::ZERO || self.bucket() {
+        if self.skew == Nanos::ZERO || !self.fixed() {
             return 0;
         }
         let weights: u64 = self.regions.iter().map(|(_, w)| w).sum();
@@ -200,12 +207,24 @@ on_cut = "{on_cut}"
         }
     }
 
+    /// A token bucket or GCRA: its bound is over the whole run.
     pub fn bucket(&self) -> bool {
-        self.algorithm != "fixed_window"
+        matches!(self.algorithm, "token_bucket" | "gcra")
     }
 
-    /// Where a fixed window's count is kept: per window; a bucket's,
-    /// over the whole run.
+    /// A sliding log or window: its bound is over every span of `per`
+    /// (`sliding.rs`).
+    pub fn sliding(&self) -> bool {
+        matches!(self.algorithm, "sliding_log" | "sliding_window")
+    }
+
+    pub fn fixed(&self) -> bool {
+        self.algorithm == "fixed_window"
+    }
+
+    /// Where a fixed window's count is kept (a sliding policy's is
+    /// reported by the same windows): per window; a bucket's, over the
+    /// whole run.
     pub fn window_start(&self, now: Nanos) -> Nanos {
         match self.bucket() {
             true => Nanos::ZERO,

@@ -188,14 +188,6 @@ impl Region {
             .in_force(base, token)
             .counted_under(Some(&self.name));
         let fresh = || policy.limits()[0].reported();
-        if std::env::var("SIM_DEBUG").is_ok() {
-            eprintln!(
-                "ROOM {} {token} {:?} {:?}",
-                self.name,
-                self.counters(partition).state(&format!("default/{token}")),
-                policy.limits()
-            );
-        }
         self.counters(partition)
             .state(&format!("default/{token}"))
             .map_or_else(fresh, |state| policy.inspect(&state, now)[0].remaining)
@@ -684,18 +676,11 @@ impl World {
         self.hits_taken.insert(name, window);
     }
 
-    /// Whether the home's one count of `token`'s global fixed window has
-    /// room at `now` (what it counted: its own asks, the other regions'
-    /// shares and the slices out).
+    /// Whether the home's count of `token` has room at `now`: a global
+    /// fixed window's one count (its own asks, the other regions' shares
+    /// and the slices out), a sliding policy's part at the home.
     pub fn home_has_room(&self, token: &str, now: Nanos) -> bool {
-        let home = &self.regions[0];
-        let partition = KeyToken::parse(token)
-            .expect("a key")
-            .partition(self.partitions);
-        let policy = home.policies.get("default").expect("the policy");
-        home.counters(partition)
-            .state(&format!("default/{token}"))
-            .is_none_or(|state| policy.inspect(&state, now)[0].remaining > 0)
+        self.regions[0].room(token, self.partitions, now) > 0
     }
 
     /// Region `at`'s worker stops (`handover`: gracefully; else killed)

@@ -1,0 +1,251 @@
+//! One run of a scenario, step by step: each ask a plan makes is made on
+//! the world after what the network delivered by then, with the timers
+//! (sweeps, snapshots), restarts and cuts the scenario draws, and the
+//! checks after each step. Apart from `report.rs` (what the checks keep)
+//! and `world.rs` (the regions and the link), so that the order of a step
+//! reads in one place.
+
+use crate::report::{Admission, Report};
+use crate::scenario::Scenario;
+use crate::sliding::SlidingBound;
+use crate::world::{Answered, Region, World};
+use crate::{Ask, Broken, PARTITIONS, SEC, SWEEP_EVERY};
+use rand::rngs::StdRng;
+use rand::Rng;
+use sluice_core::time::Nanos;
+use std::time::Instant;
+
+/// Runs `scenario` for `steps` asks that `plan` makes, checking the bound
+/// after each, on `rng` (drawn from `seed`).
+pub(crate) fn simulate(
+    seed: u64,
+    rng: &mut StdRng,
+    scenario: &Scenario,
+    steps: usize,
+    plan: &mut dyn FnMut(&mut StdRng) -> Ask,
+    tracing: bool,
+) -> Result<Report, Box<Broken>> {
+    let mut run = Run::new(rng, scenario, tracing);
+    for _ in 0..steps {
+        let ask = plan(rng);
+        if let Err(what) = run.step(rng, &ask) {
+            return Err(Box::new(Broken {
+                seed,
+                what,
+                trace: run.world.trace,
+            }));
+        }
+    }
+    Ok(run.report)
+}
+
+/// A run under way.
+struct Run<'s> {
+    scenario: &'s Scenario,
+    world: World,
+    report: Report,
+    start: Nanos,
+    now: Nanos,
+    next_sweep: Nanos,
+    next_snapshot: Nanos,
+}
+
+impl<'s> Run<'s> {
+    /// The scenario's regions, each other than the home with its clock
+    /// off the home's (the simulation's) as the scenario's skew allows.
+    fn new(rng: &mut StdRng, scenario: &'s Scenario, tracing: bool) -> Run<'s> {
+        let epoch = Instant::now();
+        let regions = scenario
+            .regions
+            .iter()
+            .map(|(name, _)| {
+                let toml = scenario.toml(name);
+                Region::new(name, &toml, PARTITIONS, scenario.journal, epoch)
+            })
+            .collect();
+        let mut world = World::new(regions, crate::net::Net::new(scenario.faults), PARTITIONS);
+        let skew = i64::try_from(scenario.skew.0).unwrap_or(i64::MAX);
+        for region in world.regions.iter_mut().skip(1) {
+            region.offset = rng.gen_range(-skew..=skew);
+        }
+        world.tracing = tracing;
+        world.window = if scenario.fixed() { scenario.per() } else { 0 };
+        world.max = scenario.max;
+        world.trace.push(format!("{scenario:?}"));
+        let mut report = Report::default();
+        if scenario.sliding() {
+            let offsets = world.regions.iter().map(|r| r.offset).collect();
+            let most = scenario.limits() * scenario.max;
+            let log = scenario.algorithm == "sliding_log";
+            report.sliding = Some(SlidingBound::new(log, scenario.per(), most, offsets));
+        }
+        let start = Nanos(1_000 * SEC);
+        Run {
+            scenario,
+            world,
+            report,
+            start,
+            now: start,
+            next_sweep: start.saturating_add(SWEEP_EVERY),
+            next_snapshot: start.saturating_add(scenario.snapshot_every),
+        }
+    }
+
+    /// One step: time moves on to the ask, what is due arrives, the
+    /// timers and faults of the step, then the ask.
+    fn step(&mut self, rng: &mut StdRng, ask: &Ask) -> Result<(), String> {
+        self.now = self.now.saturating_add(ask.after);
+        let now = self.now;
+        self.world.deliver(rng, now);
+        self.settle_forwarded()?;
+        self.timers(rng);
+        if let Some(every) = self.scenario.restarts {
+            if rng.gen_range(0..every) == 0 {
+                let at = rng.gen_range(0..self.world.regions.len());
+                let handover = rng.gen_bool(0.5);
+                self.restart(rng, at, handover)?;
+            }
+        }
+        let cut = self
+            .scenario
+            .cuts
+            .at(rng, Nanos(now.0 - self.start.0), self.world.cut);
+        if cut != self.world.cut {
+            self.world.cut = cut;
+            if self.world.tracing {
+                self.world.note(now, format!("link cut: {cut}"));
+            }
+        }
+        if let Some(what) = self.world.counted_twice.take() {
+            return Err(what);
+        }
+        if ask.hit {
+            self.world.hit(rng, ask.at, &ask.key, now);
+            self.report.seen.hits += 1;
+            return Ok(());
+        }
+        self.ask(rng, ask)
+    }
+
+    /// The asks the home answered for another region since the last step,
+    /// each checked at the time the home decided it.
+    fn settle_forwarded(&mut self) -> Result<(), String> {
+        for settled in self.world.settled().into_iter().filter(|s| s.allowed) {
+            let admission = Admission {
+                key: &settled.key,
+                asked_in: settled.at,
+                decided_in: 0,
+                decided_at: settled.decided_at,
+            };
+            let window = (self.start, self.now);
+            self.report
+                .admit(self.scenario, admission, window)
+                .map_err(|what| format!("{what}, with an ask forwarded to the home"))?;
+        }
+        Ok(())
+    }
+
+    /// Owners give back ended slices, and write snapshots, when due.
+    fn timers(&mut self, rng: &mut StdRng) {
+        let now = self.now;
+        if now >= self.next_sweep {
+            self.world.sweep(rng, now);
+            self.next_sweep = now.saturating_add(SWEEP_EVERY);
+        }
+        if now >= self.next_snapshot {
+            for region in &mut self.world.regions {
+                region.snapshot(now);
+            }
+            self.next_snapshot = now.saturating_add(self.scenario.snapshot_every);
+        }
+    }
+
+    /// The step's ask, its answer checked: an admission against the
+    /// bound; a denial, when nothing is lost, against the home's room.
+    fn ask(&mut self, rng: &mut StdRng, ask: &Ask) -> Result<(), String> {
+        let (scenario, now) = (self.scenario, self.now);
+        let answered = self.world.ask(rng, ask.at, &ask.key, now);
+        self.report.seen.asks += 1;
+        self.report.window(scenario, &ask.key, now)[ask.at].asked += 1;
+        match answered {
+            Answered::Decided(d) if d.allowed => {
+                let admission = Admission {
+                    key: &ask.key,
+                    asked_in: ask.at,
+                    decided_in: ask.at,
+                    decided_at: now,
+                };
+                self.report.admit(scenario, admission, (self.start, now))?;
+            }
+            Answered::Decided(_) if !self.world.cut && !scenario.bucket() => {
+                let room = self.world.home_has_room(&ask.key, now);
+                if scenario.lossless && room {
+                    let at = scenario.regions[ask.at].0;
+                    return Err(format!(
+                        "{at} denied {} while the home's count had room, nothing lost \
+                         (max {} per {}, on_cut = {})",
+                        ask.key, scenario.max, scenario.per, scenario.on_cut
+                    ));
+                }
+                let count: u64 = self
+                    .report
+                    .window(scenario, &ask.key, now)
+                    .iter()
+                    .map(|c| c.admitted)
+                    .sum();
+                self.report.seen.denied_with_room += u64::from(count < scenario.max);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Region `at`'s worker is stopped (`handover`: gracefully; else
+    /// killed) and started again. What each key had room for there before
+    /// and after: the same after a handover or a kill in journal mode,
+    /// neither more nor less (`Err` else); a kill in snapshot mode may
+    /// give back what was counted since the last snapshot, which the key
+    /// may then admit again ([`Report::lost`]).
+    fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool) -> Result<(), String> {
+        let (scenario, now) = (self.scenario, self.now);
+        let room = |world: &World| -> Vec<u64> {
+            let region = &world.regions[at];
+            scenario
+                .keys
+                .iter()
+                .map(|key| region.room(key, PARTITIONS, now))
+                .collect()
+        };
+        let before = room(&self.world);
+        self.world.restart(rng, at, handover, now);
+        self.report.seen.restarts += 1;
+        let snapshot_kill = !handover && !scenario.journal;
+        // The home forgets the ids it remembered (SPEC §16) only when
+        // killed in snapshot mode.
+        self.world.home_forgot |= at == 0 && snapshot_kill;
+        self.report.seen.snapshot_kills += u64::from(snapshot_kill);
+        let after = room(&self.world);
+        let mut lost_here = 0;
+        for ((key, before), after) in scenario.keys.iter().zip(before).zip(after) {
+            if !snapshot_kill && after != before {
+                let how = match handover {
+                    true => "a handover",
+                    false => "a kill in journal mode",
+                };
+                let name = &self.world.regions[at].name;
+                return Err(format!(
+                    "{how} of {name} left {key} room for {after} units, not {before} \
+                     ({} max {} per {})",
+                    scenario.algorithm, scenario.max, scenario.per
+                ));
+            }
+            if snapshot_kill {
+                let lost = after.saturating_sub(before);
+                lost_here += lost;
+                self.report.lost(scenario, key, now, lost);
+            }
+        }
+        self.report.seen.most_lost = self.report.seen.most_lost.max(lost_here);
+        Ok(())
+    }
+}
