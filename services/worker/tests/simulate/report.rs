@@ -6,8 +6,10 @@
 
 use crate::scenario::Scenario;
 use crate::sliding::SlidingBound;
+use crate::usage::{add, ByKey};
 use crate::Seen;
 use sluice_core::time::Nanos;
+use sluice_core::usage::Counts as Usage;
 use std::collections::BTreeMap;
 
 /// What a run saw: the totals, and per key and window what each region
@@ -20,6 +22,12 @@ pub(crate) struct Report {
     pub lost: BTreeMap<(String, Nanos), u64>,
     /// A sliding policy's bound, checked over spans rather than windows.
     pub sliding: Option<SlidingBound>,
+    /// Per region, what it answered by key (used: admitted asks and
+    /// hits; denied: denied asks): the usage it must record, once.
+    pub answered: Vec<ByKey>,
+    /// Per region, the usage kills in snapshot mode took with its
+    /// ledgers (not stored yet).
+    pub usage_lost: Vec<ByKey>,
 }
 
 impl Report {
@@ -65,6 +73,44 @@ impl Report {
              past its bound (max {} per {}, on_cut = {})",
             scenario.algorithm, scenario.max, scenario.per, scenario.on_cut
         ))
+    }
+
+    /// Region `at` answered an ask of `key` (`allowed` or not), or
+    /// counted a hit (`allowed`): its usage there.
+    pub(crate) fn answered(&mut self, at: usize, key: &str, allowed: bool) {
+        let counts = Usage {
+            used: u64::from(allowed),
+            denied: u64::from(!allowed),
+        };
+        add(&mut self.answered[at], key, counts);
+    }
+
+    /// Region `name` (`at`) recorded `recorded`: `Err` unless that is what
+    /// it answered, less what kills in snapshot mode lost of it.
+    pub(crate) fn check_usage(
+        &self,
+        at: usize,
+        name: &str,
+        recorded: &ByKey,
+    ) -> Result<(), String> {
+        let none = Usage::default();
+        let keys = self.answered[at].keys().chain(recorded.keys());
+        for key in keys {
+            let answered = self.answered[at].get(key).unwrap_or(&none);
+            let recorded = recorded.get(key).unwrap_or(&none);
+            let lost = self.usage_lost[at].get(key).unwrap_or(&none);
+            let with_lost = Usage {
+                used: recorded.used + lost.used,
+                denied: recorded.denied + lost.denied,
+            };
+            if with_lost != *answered {
+                return Err(format!(
+                    "{name} recorded the usage of {key} as {recorded:?}, with {lost:?} lost \
+                     by kills in snapshot mode, but answered {answered:?}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A kill in snapshot mode at `now` gave `key` back room for `lost`

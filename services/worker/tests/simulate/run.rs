@@ -8,6 +8,7 @@
 use crate::report::{Admission, Report};
 use crate::scenario::Scenario;
 use crate::sliding::SlidingBound;
+use crate::usage::{add, ByKey};
 use crate::world::{Answered, Region, World};
 use crate::{Ask, Broken, PARTITIONS, SEC, SWEEP_EVERY};
 use rand::rngs::StdRng;
@@ -26,17 +27,22 @@ pub(crate) fn simulate(
     tracing: bool,
 ) -> Result<Report, Box<Broken>> {
     let mut run = Run::new(rng, scenario, tracing);
+    let mut checked = Ok(());
     for _ in 0..steps {
         let ask = plan(rng);
-        if let Err(what) = run.step(rng, &ask) {
-            return Err(Box::new(Broken {
-                seed,
-                what,
-                trace: run.world.trace,
-            }));
+        checked = run.step(rng, &ask);
+        if checked.is_err() {
+            break;
         }
     }
-    Ok(run.report)
+    match checked.and_then(|()| run.usage_recorded_once()) {
+        Ok(()) => Ok(run.report),
+        Err(what) => Err(Box::new(Broken {
+            seed,
+            what,
+            trace: run.world.trace,
+        })),
+    }
 }
 
 /// A run under way.
@@ -55,12 +61,13 @@ impl<'s> Run<'s> {
     /// off the home's (the simulation's) as the scenario's skew allows.
     fn new(rng: &mut StdRng, scenario: &'s Scenario, tracing: bool) -> Run<'s> {
         let epoch = Instant::now();
+        let start = Nanos(1_000 * SEC);
         let regions = scenario
             .regions
             .iter()
             .map(|(name, _)| {
                 let toml = scenario.toml(name);
-                Region::new(name, &toml, PARTITIONS, scenario.journal, epoch)
+                Region::new(name, &toml, PARTITIONS, scenario.journal, (epoch, start))
             })
             .collect();
         let mut world = World::new(regions, crate::net::Net::new(scenario.faults), PARTITIONS);
@@ -72,14 +79,17 @@ impl<'s> Run<'s> {
         world.window = if scenario.fixed() { scenario.per() } else { 0 };
         world.max = scenario.max;
         world.trace.push(format!("{scenario:?}"));
-        let mut report = Report::default();
+        let mut report = Report {
+            answered: vec![ByKey::new(); scenario.regions.len()],
+            usage_lost: vec![ByKey::new(); scenario.regions.len()],
+            ..Report::default()
+        };
         if scenario.sliding() {
             let offsets = world.regions.iter().map(|r| r.offset).collect();
             let most = scenario.limits() * scenario.max;
             let log = scenario.algorithm == "sliding_log";
             report.sliding = Some(SlidingBound::new(log, scenario.per(), most, offsets));
         }
-        let start = Nanos(1_000 * SEC);
         Run {
             scenario,
             world,
@@ -122,6 +132,7 @@ impl<'s> Run<'s> {
         if ask.hit {
             self.world.hit(rng, ask.at, &ask.key, now);
             self.report.seen.hits += 1;
+            self.report.answered(ask.at, &ask.key, true);
             return Ok(());
         }
         self.ask(rng, ask)
@@ -130,7 +141,12 @@ impl<'s> Run<'s> {
     /// The asks the home answered for another region since the last step,
     /// each checked at the time the home decided it.
     fn settle_forwarded(&mut self) -> Result<(), String> {
-        for settled in self.world.settled().into_iter().filter(|s| s.allowed) {
+        for settled in self.world.settled() {
+            self.report
+                .answered(settled.at, &settled.key, settled.allowed);
+            if !settled.allowed {
+                continue;
+            }
             let admission = Admission {
                 key: &settled.key,
                 asked_in: settled.at,
@@ -167,6 +183,9 @@ impl<'s> Run<'s> {
         let answered = self.world.ask(rng, ask.at, &ask.key, now);
         self.report.seen.asks += 1;
         self.report.window(scenario, &ask.key, now)[ask.at].asked += 1;
+        if let Answered::Decided(d) = answered {
+            self.report.answered(ask.at, &ask.key, d.allowed);
+        }
         match answered {
             Answered::Decided(d) if d.allowed => {
                 let admission = Admission {
@@ -217,13 +236,19 @@ impl<'s> Run<'s> {
                 .collect()
         };
         let before = room(&self.world);
-        self.world.restart(rng, at, handover, now);
+        let usage_held = self.world.restart(rng, at, handover, now);
         self.report.seen.restarts += 1;
         let snapshot_kill = !handover && !scenario.journal;
         // The home forgets the ids it remembered (SPEC §16) only when
         // killed in snapshot mode.
         self.world.home_forgot |= at == 0 && snapshot_kill;
         self.report.seen.snapshot_kills += u64::from(snapshot_kill);
+        if snapshot_kill {
+            for (key, counts) in usage_held {
+                self.report.seen.usage_lost += counts.used + counts.denied;
+                add(&mut self.report.usage_lost[at], &key, counts);
+            }
+        }
         let after = room(&self.world);
         let mut lost_here = 0;
         for ((key, before), after) in scenario.keys.iter().zip(before).zip(after) {
@@ -246,6 +271,20 @@ impl<'s> Run<'s> {
             }
         }
         self.report.seen.most_lost = self.report.seen.most_lost.max(lost_here);
+        Ok(())
+    }
+
+    /// At the run's end: each region recorded as usage what it answered
+    /// (its own asks, those it sent to the home, its hits), once, and
+    /// nothing another region answered (SPEC §9; docs/REGIONS-DESIGN.md,
+    /// "Usage"), less what kills in snapshot mode lost.
+    fn usage_recorded_once(&mut self) -> Result<(), String> {
+        for at in 0..self.world.regions.len() {
+            let region = &mut self.world.regions[at];
+            let recorded = region.usage();
+            self.report
+                .check_usage(at, region.name.as_str(), &recorded)?;
+        }
         Ok(())
     }
 }

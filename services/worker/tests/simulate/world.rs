@@ -1,48 +1,25 @@
-//! The simulated regions: in each, one owner of every partition with the
-//! real decision core ([`Decider`]) and the real global state
-//! (`sluice_core::region::state`) in its counters, snapshotted, journaled,
-//! killed and handed over as `owner.rs` keeps it; between them, the
-//! seeded network of `net.rs` carrying the real messages
+//! The simulated regions (`region.rs`) and between them the seeded
+//! network of `net.rs` carrying the real messages
 //! (`sluice_core::region::transport`), with the link task's rules for
 //! replies and timeouts and its health of the link
-//! ([`LinkHealth`]). Time is one simulated clock.
+//! (`sluice_core::region::transport::LinkHealth`).
+//! Time is one simulated clock.
 
 use crate::net::{Due, Net};
-use crate::owner::Partition;
+use crate::region::Outcome;
+pub use crate::region::{Answered, Region};
+use crate::usage::ByKey;
 use rand::rngs::StdRng;
-use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
-use sluice_core::policies::Policies;
-use sluice_core::policy::Decision;
 use sluice_core::region::global::ASK_TIMEOUT;
-use sluice_core::region::state::{Action, Event};
-use sluice_core::region::transport::{self, LinkHealth, Send};
-use sluice_core::region::RegionName;
+use sluice_core::region::state::Action;
+use sluice_core::region::transport::{self, Send};
 use sluice_core::subject::{link_answered, link_ask, LinkInbound, Verb};
 use sluice_core::time::Nanos;
 use sluice_core::wire::link;
 use sluice_core::wire::{decode_reply, Reply as WireReply};
-use sluice_worker::counters::Counters;
-use sluice_worker::decide::{Answer, Decider, Message, Owned};
 use sluice_worker::global::Forward;
-use sluice_worker::reply::Reply;
-use sluice_worker::turn_log::Recording;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Instant;
-
-/// One region's worker, owning every partition.
-pub struct Region {
-    pub name: RegionName,
-    decider: Decider,
-    policies: Arc<Policies>,
-    partitions: Vec<Partition>,
-    health: LinkHealth,
-    /// How far this region's clock is off the home's (ns; the home's is
-    /// the simulation's): everything it decides or stamps, it does by its
-    /// own clock.
-    pub offset: i64,
-}
 
 /// A message of the link, in flight.
 #[derive(Clone, Debug)]
@@ -84,16 +61,6 @@ enum Sent {
     Forward(Forward, Nanos),
 }
 
-/// What a region answered an ask.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Answered {
-    Decided(Decision),
-    /// Sent to the home, whose answer comes later ([`Settled`]).
-    Forwarded,
-    /// An error reply.
-    Other,
-}
-
 /// The answer to an ask forwarded to the home, as the asker got it: the
 /// home's (decided at `decided_at`), or the forward's denial when the
 /// home did not answer.
@@ -103,158 +70,6 @@ pub struct Settled {
     pub key: String,
     pub allowed: bool,
     pub decided_at: Nanos,
-}
-
-/// What a region's owner did with a message.
-enum Outcome {
-    /// The reply's body and what it answered.
-    Reply(Vec<u8>, Answered),
-    /// An ask to send to the home.
-    Forward(Forward),
-    None,
-}
-
-impl Region {
-    /// A region's worker, in journal mode when `journal`; `epoch`: the
-    /// simulated clock's start.
-    pub fn new(name: &str, toml: &str, partitions: u32, journal: bool, epoch: Instant) -> Region {
-        let mut config = Config::from_toml(toml, "sim.toml").expect("the simulated config");
-        config.usage.enabled = false;
-        let name = RegionName::new(name).expect("a region name");
-        let recording = match journal {
-            true => Recording::Records,
-            false => Recording::Nothing,
-        };
-        let decider =
-            Decider::new(Arc::new(config), Arc::default(), recording).in_region(name.clone());
-        Region {
-            name,
-            policies: decider.policies(),
-            decider,
-            partitions: (0..partitions)
-                .map(|p| Partition::new(p, journal, epoch))
-                .collect(),
-            health: LinkHealth::default(),
-            offset: 0,
-        }
-    }
-
-    /// This region's clock when the simulation's reads `now`.
-    pub fn clock(&self, now: Nanos) -> Nanos {
-        Nanos(now.0.saturating_add_signed(self.offset))
-    }
-
-    /// The worker stops (`handover`: gracefully, each partition's final
-    /// snapshot first; else killed) and starts again: every partition's
-    /// next owner takes over, and so the link's health starts over. What
-    /// the partitions must tell the other regions.
-    fn restart(&mut self, handover: bool, now: Nanos) -> Vec<Action> {
-        let now = self.clock(now);
-        let mut actions = Vec::new();
-        for partition in &mut self.partitions {
-            actions.extend(partition.next_owner(&self.decider, &self.policies, handover, now));
-        }
-        self.health = LinkHealth::default();
-        actions
-    }
-
-    /// A snapshot interval passed: each partition writes a snapshot if
-    /// its owner says one is due. How many did.
-    pub fn snapshot(&mut self, now: Nanos) -> usize {
-        let now = self.clock(now);
-        self.partitions
-            .iter_mut()
-            .filter_map(|p| p.tick(now).then_some(()))
-            .count()
-    }
-
-    fn owned(&self, partition: u32) -> Owned<'_> {
-        self.partitions[partition as usize].owner.owned()
-    }
-
-    fn counters(&self, partition: u32) -> &Counters {
-        self.partitions[partition as usize].counters()
-    }
-
-    /// How many units an ask of `token` would find room for here now,
-    /// under the limits its counter is kept under (a global bucket's: this
-    /// region's part): what a lost count gives back.
-    pub fn room(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
-        let now = self.clock(now);
-        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
-        let base = self.policies.get("default").expect("the policy");
-        let policy = self
-            .policies
-            .in_force(base, token)
-            .counted_under(Some(&self.name));
-        let fresh = || policy.limits()[0].reported();
-        self.counters(partition)
-            .state(&format!("default/{token}"))
-            .map_or_else(fresh, |state| policy.inspect(&state, now)[0].remaining)
-    }
-
-    /// How many units `token`'s fixed window holds counted here now (a
-    /// hit counts whether or not it fits, past `max` too).
-    pub fn used(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
-        let now = self.clock(now);
-        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
-        let policy = self.policies.get("default").expect("the policy");
-        self.counters(partition)
-            .state(&format!("default/{token}"))
-            .map_or(0, |state| policy.inspect(&state, now)[0].used)
-    }
-
-    /// Decides one message on `partition`'s subjects: the reply's body
-    /// and decision, and the actions (those for once stored go once its
-    /// records are, here at once).
-    fn decide(
-        &mut self,
-        partition: u32,
-        subject: &str,
-        body: &[u8],
-        wants_reply: bool,
-        now: Nanos,
-    ) -> (Outcome, Vec<Action>) {
-        let now = self.clock(now);
-        let owned = self.owned(partition);
-        let mut log = self.decider.turn_log(owned);
-        let message = Message {
-            subject,
-            body,
-            wants_reply,
-        };
-        let answer = self
-            .decider
-            .message(&self.policies, message, owned, now, &mut log);
-        let actions = log.take_actions();
-        let records = log.finish(self.decider.stats(), owned.stats);
-        let reply = match answer {
-            None => Outcome::None,
-            Some(Answer::Forward(forward)) => Outcome::Forward(forward),
-            Some(answer) => {
-                let answered = match &answer {
-                    Answer::Decision { decision, .. } => Answered::Decided(*decision),
-                    _ => Answered::Other,
-                };
-                Outcome::Reply(Reply::of(&answer, "sim").payload.to_vec(), answered)
-            }
-        };
-        self.partitions[partition as usize].store(records);
-        let mut all = actions.now;
-        all.extend(actions.stored);
-        (reply, all)
-    }
-
-    fn on_event(&self, partition: u32, event: Event) {
-        self.counters(partition).global().on_event(event);
-    }
-
-    /// The link's health changed: every partition is told.
-    fn tell_all(&self, event: Event) {
-        for partition in &self.partitions {
-            partition.counters().global().on_event(event.clone());
-        }
-    }
 }
 
 /// The regions and the link between them.
@@ -686,8 +501,9 @@ impl World {
     /// Region `at`'s worker stops (`handover`: gracefully; else killed)
     /// and starts again: what its link task waited for is forgotten with
     /// it, and what its partitions must tell the other regions is sent.
-    pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) {
-        let actions = self.regions[at].restart(handover, now);
+    /// The usage its ledgers held unstored.
+    pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) -> ByKey {
+        let (actions, usage_held) = self.regions[at].restart(handover, now);
         self.waiting.retain(|_, waiting| waiting.from != at);
         if self.tracing {
             let name = self.regions[at].name.clone();
@@ -698,6 +514,7 @@ impl World {
             self.note(now, format!("{name}'s worker {how} and started again"));
         }
         self.perform(rng, at, actions, now);
+        usage_held
     }
 
     /// Each region's owners give back the slices whose lease ended.
