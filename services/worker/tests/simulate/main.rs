@@ -42,10 +42,16 @@
 //! what it answered (its asks, those decided at the home for it, its
 //! hits), so nothing is recorded twice or at the home for another region,
 //! less what kills in snapshot mode took from the ledgers unstored.
-//! Not simulated yet: alerts. Holds do not
+//! Half the fixed windows alert (`alerts.rs`): each region's tally goes
+//! to the home as the link task sends it (`tallies.rs`), and each alert
+//! the home publishes must not count more than the regions spent in its
+//! window, and must not come again unless the home was killed since
+//! (the stream keeps one by its id); with nothing lost, every threshold
+//! reached in time must be alerted. Holds do not
 //! apply: a global policy refuses `concurrency` and `rl.reserve`
 //! (docs/REGIONS.md), so there is no hold to end once.
 
+mod alerts;
 mod net;
 mod owner;
 mod region;
@@ -54,6 +60,7 @@ mod run;
 mod scenario;
 mod scripted;
 mod sliding;
+mod tallies;
 mod usage;
 mod world;
 
@@ -94,6 +101,10 @@ pub(crate) struct Seen {
     /// Usage (used and denied units) kills in snapshot mode took from the
     /// ledgers before it was stored.
     pub usage_lost: u64,
+    /// Alerts the homes published, and published again after a kill
+    /// there (the stream keeps one, by its message id).
+    pub alerts: u64,
+    pub alerts_again: u64,
 }
 
 impl Seen {
@@ -108,6 +119,8 @@ impl Seen {
         self.snapshot_kills += other.snapshot_kills;
         self.most_lost = self.most_lost.max(other.most_lost);
         self.usage_lost += other.usage_lost;
+        self.alerts += other.alerts;
+        self.alerts_again += other.alerts_again;
     }
 }
 
@@ -208,7 +221,8 @@ fn no_seed_admits_more_than_a_global_window_allows() {
         Ok(total) => eprintln!(
             "{} seeds: {} asks and {} hits, {} admitted, {} denied while the link was up and the window had room, \
              {} workers killed or handed over and started again ({} killed in snapshot mode, \
-             losing {} units, at most {} at once, and {} units of usage not yet stored)",
+             losing {} units, at most {} at once, and {} units of usage not yet stored), \
+             {} alerts published ({} again after a kill at the home)",
             seeds(),
             total.asks,
             total.hits,
@@ -218,7 +232,9 @@ fn no_seed_admits_more_than_a_global_window_allows() {
             total.snapshot_kills,
             total.lost,
             total.most_lost,
-            total.usage_lost
+            total.usage_lost,
+            total.alerts,
+            total.alerts_again
         ),
         // Again with its trace: a seed replays exactly.
         Err(seed) => panic!("{}", run(seed, true).expect_err("it fails again")),

@@ -24,6 +24,7 @@ use sluice_core::policies::Policies;
 use sluice_core::region::state::Action;
 use sluice_core::time::Nanos;
 use sluice_core::usage::Tier;
+use sluice_worker::alerting::Sink;
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::Decider;
 use sluice_worker::journal::record::Record;
@@ -97,6 +98,9 @@ pub struct Partition {
     usage: UsageStore,
     /// The usage tiers each new owner's ledger counts in.
     tiers: Vec<Tier>,
+    /// Where each owner's counters send the alerts they fire: the
+    /// region's publisher.
+    alerts: Sink,
     /// When the simulated clock started, as an [`Instant`] (the owner
     /// measures snapshot intervals with those).
     epoch: Instant,
@@ -114,9 +118,14 @@ pub struct NextOwner {
 
 impl Partition {
     /// `partition` with nothing stored and no owner yet ([`Partition::open`]).
-    pub fn new(partition: u32, journal: bool, tiers: Vec<Tier>, epoch: Instant) -> Partition {
+    pub fn new(
+        partition: u32,
+        journal: bool,
+        (tiers, alerts): (Vec<Tier>, Sink),
+        epoch: Instant,
+    ) -> Partition {
         Partition {
-            owner: new_owner(partition, 1, epoch),
+            owner: new_owner(partition, 1, alerts.clone(), epoch),
             partition,
             lease_rev: 1,
             bucket: None,
@@ -126,6 +135,7 @@ impl Partition {
             },
             usage: UsageStore::default(),
             tiers,
+            alerts,
             epoch,
         }
     }
@@ -259,7 +269,8 @@ impl Partition {
         }
         let usage_held = self.owner.usage().map(|l| held(l)).unwrap_or_default();
         self.lease_rev += 1;
-        self.owner = new_owner(self.partition, self.lease_rev, self.epoch);
+        let alerts = self.alerts.clone();
+        self.owner = new_owner(self.partition, self.lease_rev, alerts, self.epoch);
         let actions = self.open(decider, policies, now);
         NextOwner {
             actions,
@@ -309,7 +320,7 @@ impl Partition {
     }
 }
 
-fn new_owner(partition: u32, lease_rev: u64, epoch: Instant) -> Owner {
+fn new_owner(partition: u32, lease_rev: u64, alerts: Sink, epoch: Instant) -> Owner {
     let settings = Settings {
         partition,
         worker_id: WORKER.into(),
@@ -318,7 +329,7 @@ fn new_owner(partition: u32, lease_rev: u64, epoch: Instant) -> Owner {
     Owner::new(
         settings,
         lease_rev,
-        Counters::new(),
+        Counters::new().alerting(alerts),
         Arc::new(ShardStats::default()),
         epoch,
     )

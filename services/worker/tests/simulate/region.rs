@@ -7,6 +7,7 @@
 
 use crate::owner::Partition;
 use crate::usage::{add, ByKey};
+use sluice_core::alerts::FiredAlert;
 use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::Policies;
@@ -16,6 +17,7 @@ use sluice_core::region::transport::LinkHealth;
 use sluice_core::region::RegionName;
 use sluice_core::time::Nanos;
 use sluice_core::usage::Tier;
+use sluice_worker::alerting::{Note, Sink};
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::{Answer, Decider, Message, Owned};
 use sluice_worker::global::Forward;
@@ -23,6 +25,7 @@ use sluice_worker::reply::Reply;
 use sluice_worker::turn_log::Recording;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// One region's worker, owning every partition.
 pub struct Region {
@@ -31,6 +34,8 @@ pub struct Region {
     pub policies: Arc<Policies>,
     partitions: Vec<Partition>,
     pub health: LinkHealth,
+    /// The alerts its owners fired, on their way to its publisher.
+    alerts: UnboundedReceiver<Note>,
     /// How far this region's clock is off the home's (ns; the home's is
     /// the simulation's): everything it decides or stamps, it does by its
     /// own clock.
@@ -75,6 +80,7 @@ impl Region {
             keep: Duration::from_secs(60),
         }];
         let tiers = config.usage.tiers.clone();
+        let (sink, alerts) = Sink::new();
         let name = RegionName::new(name).expect("a region name");
         let recording = match journal {
             true => Recording::Records,
@@ -87,9 +93,10 @@ impl Region {
             policies: decider.policies(),
             decider,
             partitions: (0..partitions)
-                .map(|p| Partition::new(p, journal, tiers.clone(), epoch))
+                .map(|p| Partition::new(p, journal, (tiers.clone(), sink.clone()), epoch))
                 .collect(),
             health: LinkHealth::default(),
+            alerts,
             offset: 0,
         };
         for partition in &mut region.partitions {
@@ -121,6 +128,25 @@ impl Region {
         }
         self.health = LinkHealth::default();
         (actions, usage_held)
+    }
+
+    /// The alerts its owners fired since the last call, published: each
+    /// stored in the stream at once (journal mode: after the records
+    /// before it, which are stored as their turn ends).
+    pub fn published(&mut self) -> Vec<FiredAlert> {
+        let mut published = Vec::new();
+        while let Ok(note) = self.alerts.try_recv() {
+            note.stored();
+            published.push(note.alert);
+        }
+        published
+    }
+
+    /// The alerts its owners fired and its publisher had not published
+    /// are gone with the worker (killed): its next owners fire them again
+    /// from what they restore.
+    pub fn forget_alerts(&mut self) {
+        while self.alerts.try_recv().is_ok() {}
     }
 
     /// The usage this region recorded, by key: stored, and what its

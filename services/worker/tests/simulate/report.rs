@@ -4,6 +4,7 @@
 //! policy its spans ([`SlidingBound`]). Apart from the run's steps
 //! (`run.rs`), which only say what happened.
 
+use crate::alerts::AlertCheck;
 use crate::scenario::Scenario;
 use crate::sliding::SlidingBound;
 use crate::usage::{add, ByKey};
@@ -28,6 +29,8 @@ pub(crate) struct Report {
     /// Per region, the usage kills in snapshot mode took with its
     /// ledgers (not stored yet).
     pub usage_lost: Vec<ByKey>,
+    /// A policy with alerts: what was spent, and what the home alerted.
+    pub alerts: Option<AlertCheck>,
 }
 
 impl Report {
@@ -76,13 +79,22 @@ impl Report {
     }
 
     /// Region `at` answered an ask of `key` (`allowed` or not), or
-    /// counted a hit (`allowed`): its usage there.
-    pub(crate) fn answered(&mut self, at: usize, key: &str, allowed: bool) {
+    /// counted a hit (`allowed`), at `now`, its clock reading `clock`:
+    /// its usage there, and what it spent.
+    pub(crate) fn answered(
+        &mut self,
+        (at, key): (usize, &str),
+        allowed: bool,
+        (clock, now): (Nanos, Nanos),
+    ) {
         let counts = Usage {
             used: u64::from(allowed),
             denied: u64::from(!allowed),
         };
         add(&mut self.answered[at], key, counts);
+        if let (Some(alerts), true) = (&mut self.alerts, allowed) {
+            alerts.spent(key, clock, now);
+        }
     }
 
     /// Region `name` (`at`) recorded `recorded`: `Err` unless that is what

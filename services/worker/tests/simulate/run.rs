@@ -5,16 +5,22 @@
 //! and `world.rs` (the regions and the link), so that the order of a step
 //! reads in one place.
 
+use crate::alerts::AlertCheck;
 use crate::report::{Admission, Report};
 use crate::scenario::Scenario;
 use crate::sliding::SlidingBound;
 use crate::usage::{add, ByKey};
 use crate::world::{Answered, Region, World};
-use crate::{Ask, Broken, PARTITIONS, SEC, SWEEP_EVERY};
+use crate::{Ask, Broken, MS, PARTITIONS, SEC, SWEEP_EVERY};
 use rand::rngs::StdRng;
 use rand::Rng;
 use sluice_core::time::Nanos;
 use std::time::Instant;
+
+/// How soon before its window ends a threshold reached must be alerted
+/// when nothing is lost: a tally report's interval (250 ms), a link trip
+/// (up to 150 ms) and a clock's skew (up to 50 ms), with room to spare.
+const ALERTED_WITHIN: Nanos = Nanos(600 * MS);
 
 /// Runs `scenario` for `steps` asks that `plan` makes, checking the bound
 /// after each, on `rng` (drawn from `seed`).
@@ -35,8 +41,14 @@ pub(crate) fn simulate(
             break;
         }
     }
-    match checked.and_then(|()| run.usage_recorded_once()) {
-        Ok(()) => Ok(run.report),
+    match checked.and_then(|()| run.at_the_end()) {
+        Ok(()) => {
+            if let Some(alerts) = &run.report.alerts {
+                run.report.seen.alerts = alerts.fired;
+                run.report.seen.alerts_again = alerts.again;
+            }
+            Ok(run.report)
+        }
         Err(what) => Err(Box::new(Broken {
             seed,
             what,
@@ -84,6 +96,10 @@ impl<'s> Run<'s> {
             usage_lost: vec![ByKey::new(); scenario.regions.len()],
             ..Report::default()
         };
+        if !scenario.alerts.is_empty() {
+            let per_ms = scenario.per() / 1_000_000;
+            report.alerts = Some(AlertCheck::new(per_ms, scenario.max, scenario.alerts));
+        }
         if scenario.sliding() {
             let offsets = world.regions.iter().map(|r| r.offset).collect();
             let most = scenario.limits() * scenario.max;
@@ -132,18 +148,48 @@ impl<'s> Run<'s> {
         if ask.hit {
             self.world.hit(rng, ask.at, &ask.key, now);
             self.report.seen.hits += 1;
-            self.report.answered(ask.at, &ask.key, true);
-            return Ok(());
+            let clock = self.world.regions[ask.at].clock(now);
+            self.report.answered((ask.at, &ask.key), true, (clock, now));
+            return self.alerts_published();
         }
-        self.ask(rng, ask)
+        self.ask(rng, ask)?;
+        self.alerts_published()
+    }
+
+    /// The alerts fired during the step, published: only at the home, and
+    /// each checked against what the regions spent.
+    fn alerts_published(&mut self) -> Result<(), String> {
+        for at in 0..self.world.regions.len() {
+            let published = self.world.regions[at].published();
+            let Some(check) = &mut self.report.alerts else {
+                continue;
+            };
+            for alert in published {
+                if self.world.tracing {
+                    let line = format!("{} alerts {:?}", self.world.regions[at].name, alert);
+                    self.world.note(self.now, line);
+                }
+                if at != 0 {
+                    let name = &self.world.regions[at].name;
+                    return Err(format!("{name}, not the home, alerted {:?}", alert.alert));
+                }
+                check.published(&alert)?;
+            }
+        }
+        Ok(())
     }
 
     /// The asks the home answered for another region since the last step,
     /// each checked at the time the home decided it.
     fn settle_forwarded(&mut self) -> Result<(), String> {
         for settled in self.world.settled() {
-            self.report
-                .answered(settled.at, &settled.key, settled.allowed);
+            // The asking region counts it as the answer comes back.
+            let clock = self.world.regions[settled.at].clock(self.now);
+            self.report.answered(
+                (settled.at, &settled.key),
+                settled.allowed,
+                (clock, self.now),
+            );
             if !settled.allowed {
                 continue;
             }
@@ -184,7 +230,9 @@ impl<'s> Run<'s> {
         self.report.seen.asks += 1;
         self.report.window(scenario, &ask.key, now)[ask.at].asked += 1;
         if let Answered::Decided(d) = answered {
-            self.report.answered(ask.at, &ask.key, d.allowed);
+            let clock = self.world.regions[ask.at].clock(now);
+            self.report
+                .answered((ask.at, &ask.key), d.allowed, (clock, now));
         }
         match answered {
             Answered::Decided(d) if d.allowed => {
@@ -236,6 +284,13 @@ impl<'s> Run<'s> {
                 .collect()
         };
         let before = room(&self.world);
+        // A handover's alerts are published before its final snapshot
+        // (were they not yet, the next owner would publish them again,
+        // and the stream keep one); a kill takes the publisher with it.
+        match handover {
+            true => self.alerts_published()?,
+            false => self.world.regions[at].forget_alerts(),
+        }
         let usage_held = self.world.restart(rng, at, handover, now);
         self.report.seen.restarts += 1;
         let snapshot_kill = !handover && !scenario.journal;
@@ -243,6 +298,9 @@ impl<'s> Run<'s> {
         // killed in snapshot mode.
         self.world.home_forgot |= at == 0 && snapshot_kill;
         self.report.seen.snapshot_kills += u64::from(snapshot_kill);
+        if let (Some(alerts), true) = (&mut self.report.alerts, at == 0 && !handover) {
+            alerts.home_killed();
+        }
         if snapshot_kill {
             for (key, counts) in usage_held {
                 self.report.seen.usage_lost += counts.used + counts.denied;
@@ -274,11 +332,16 @@ impl<'s> Run<'s> {
         Ok(())
     }
 
-    /// At the run's end: each region recorded as usage what it answered
-    /// (its own asks, those it sent to the home, its hits), once, and
-    /// nothing another region answered (SPEC §9; docs/REGIONS-DESIGN.md,
-    /// "Usage"), less what kills in snapshot mode lost.
-    fn usage_recorded_once(&mut self) -> Result<(), String> {
+    /// At the run's end: with nothing lost, every threshold reached in
+    /// time was alerted; and each region recorded as usage what it
+    /// answered (its own asks, those it sent to the home, its hits), once,
+    /// and nothing another region answered (SPEC §9;
+    /// docs/REGIONS-DESIGN.md, "Usage"), less what kills in snapshot mode
+    /// lost.
+    fn at_the_end(&mut self) -> Result<(), String> {
+        if let (Some(alerts), true) = (&self.report.alerts, self.scenario.lossless) {
+            alerts.all_fired(self.now, ALERTED_WITHIN)?;
+        }
         for at in 0..self.world.regions.len() {
             let region = &mut self.world.regions[at];
             let recorded = region.usage();

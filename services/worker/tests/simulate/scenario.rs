@@ -33,6 +33,9 @@ pub struct Scenario {
     /// A region's worker is stopped and started again about once per
     /// this many asks (`None`: never), killed or handed over at random.
     pub restarts: Option<u32>,
+    /// Threshold alerts (SPEC §14) on the policy, a fixed window's: fired
+    /// at the home by what every region spent.
+    pub alerts: &'static [u16],
     /// Nothing lost, cut or killed: then no region may deny an ask itself
     /// while the home's count has room (docs/REGIONS-DESIGN.md, "Asks the
     /// region cannot pay for go to the home"); the home's own answers
@@ -98,9 +101,22 @@ impl Scenario {
             skew: Nanos(*pick(rng, &[0, 0, 5, 50]) * MS),
             cuts: Cuts::Random(200),
             restarts: Some(150),
+            alerts: &[],
             lossless: false,
         }
+        .maybe_alerting(rng)
         .maybe_lossless(rng)
+    }
+
+    /// Half the fixed windows alert (the only algorithm that may).
+    fn maybe_alerting(self, rng: &mut StdRng) -> Scenario {
+        if !self.fixed() || !rng.gen_bool(0.5) {
+            return self;
+        }
+        Scenario {
+            alerts: &[25, 50, 90, 100],
+            ..self
+        }
     }
 
     /// A third of the seeds lose nothing: no message lost or doubled, the
@@ -143,6 +159,7 @@ impl Scenario {
             skew: Nanos::ZERO,
             cuts: Cuts::Never,
             restarts: None,
+            alerts: &[],
             lossless: true,
         }
     }
@@ -155,6 +172,7 @@ impl Scenario {
             .iter()
             .map(|(n, w)| format!("{n} = {w}"))
             .collect();
+        let alerts: Vec<String> = self.alerts.iter().map(u16::to_string).collect();
         format!(
             r#"region = "{region}"
 partitions = {PARTITIONS}
@@ -166,7 +184,9 @@ home = "east"
 regions = [{names}]
 region_shares = {{ {shares} }}
 on_cut = "{on_cut}"
+alerts = [{alerts}]
 "#,
+            alerts = alerts.join(", "),
             algorithm = self.algorithm,
             max = self.max,
             per = self.per,

@@ -8,14 +8,17 @@
 use crate::net::{Due, Net};
 use crate::region::Outcome;
 pub use crate::region::{Answered, Region};
+use crate::tallies::{PendingTallies, To};
 use crate::usage::ByKey;
 use rand::rngs::StdRng;
 use sluice_core::key::KeyToken;
 use sluice_core::region::global::ASK_TIMEOUT;
 use sluice_core::region::state::Action;
-use sluice_core::region::transport::{self, Send};
+use sluice_core::region::tally::Reported;
+use sluice_core::region::transport::{self, Outgoing, Send};
 use sluice_core::subject::{link_answered, link_ask, LinkInbound, Verb};
 use sluice_core::time::Nanos;
+use sluice_core::wire::batch::decode_results;
 use sluice_core::wire::link;
 use sluice_core::wire::{decode_reply, Reply as WireReply};
 use sluice_worker::global::Forward;
@@ -59,6 +62,8 @@ enum Sent {
     Hit(Action, u64),
     /// An ask forwarded to the home at the time given.
     Forward(Forward, Nanos),
+    /// Tallies reported to a home together.
+    Tallies(To, Vec<Reported>),
 }
 
 /// The answer to an ask forwarded to the home, as the asker got it: the
@@ -78,6 +83,8 @@ pub struct World {
     pub net: Net<Wire>,
     pub cut: bool,
     waiting: HashMap<u64, Waiting>,
+    /// Each region's tallies waiting for their homes.
+    tallies: Vec<PendingTallies>,
     /// Forwarded asks answered since the last look ([`World::settled`]).
     settled: Vec<Settled>,
     /// Each hit the home took (by its name in the simulation), with the
@@ -104,11 +111,15 @@ pub struct World {
 
 impl World {
     pub fn new(regions: Vec<Region>, net: Net<Wire>, partitions: u32) -> World {
+        let tallies = (0..regions.len())
+            .map(|_| PendingTallies::default())
+            .collect();
         World {
             regions,
             net,
             cut: false,
             waiting: HashMap::new(),
+            tallies,
             settled: Vec::new(),
             hits_taken: HashMap::new(),
             next_hit: 0,
@@ -176,8 +187,59 @@ impl World {
     /// Sends what region `from` left to cross the link.
     fn perform(&mut self, rng: &mut StdRng, from: usize, actions: Vec<Action>, now: Nanos) {
         for action in actions {
+            if let Action::Tally {
+                home,
+                partition,
+                report,
+                ..
+            } = action
+            {
+                // Kept by the link task and sent with the next tick's.
+                let to = (self.region_index(home.as_str()), partition);
+                self.tallies[from].add(to, report);
+                continue;
+            }
             self.send(rng, from, action, None, now);
         }
+    }
+
+    /// Every region's tallies waiting go to their homes, a request per
+    /// home and partition (the link task's tick).
+    fn send_tallies(&mut self, rng: &mut StdRng, now: Nanos) {
+        for from in 0..self.regions.len() {
+            for ((to, partition), reports) in self.tallies[from].take() {
+                let here = self.regions[from].name.clone();
+                let home = &self.regions[to].name;
+                let out = transport::tally_message(home, partition, &here, &reports);
+                let sent = Sent::Tallies((to, partition), reports);
+                let request = Some(self.wait(from, sent, now));
+                if self.tracing {
+                    self.note(now, format!("{here} sends {} ({request:?})", out.subject));
+                }
+                self.put(rng, (from, to), out, (request, None), now);
+            }
+        }
+    }
+
+    /// Puts `out` from region `from` to region `to` on the network: a
+    /// request when it waits as `request`, a hit when named `hit`.
+    fn put(
+        &mut self,
+        rng: &mut StdRng,
+        (from, to): (usize, usize),
+        out: Outgoing,
+        (request, hit): (Option<u64>, Option<u64>),
+        now: Nanos,
+    ) {
+        let wire = Wire::Message {
+            from,
+            to,
+            subject: out.subject,
+            body: out.body,
+            request,
+            hit,
+        };
+        self.net.send(rng, now, self.cut, wire);
     }
 
     /// Sends one action's messages; a hit under its name in the
@@ -209,15 +271,7 @@ impl World {
                 let line = format!("{from} sends {} ({request:?}): {action:?}", out.subject);
                 self.note(now, line);
             }
-            let wire = Wire::Message {
-                from,
-                to,
-                subject: out.subject,
-                body: out.body,
-                request,
-                hit,
-            };
-            self.net.send(rng, now, self.cut, wire);
+            self.put(rng, (from, to), out, (request, hit), now);
         }
     }
 
@@ -355,6 +409,13 @@ impl World {
             }
             Sent::Forward(forward, sent) => {
                 return self.relayed(rng, (waiting.from, forward, sent), reply, now)
+            }
+            Sent::Tallies(to, reports) => {
+                let taken = reply.is_some_and(|(body, _)| decode_results(body, 0).is_ok());
+                if !taken {
+                    self.tallies[waiting.from].put_back(to, reports);
+                }
+                return;
             }
         };
         let Action::Grant {
@@ -505,6 +566,7 @@ impl World {
     pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) -> ByKey {
         let (actions, usage_held) = self.regions[at].restart(handover, now);
         self.waiting.retain(|_, waiting| waiting.from != at);
+        self.tallies[at].clear();
         if self.tracing {
             let name = self.regions[at].name.clone();
             let how = match handover {
@@ -517,8 +579,10 @@ impl World {
         usage_held
     }
 
-    /// Each region's owners give back the slices whose lease ended.
+    /// Each region's owners give back the slices whose lease ended, and
+    /// its tallies waiting go to their homes (both every 250 ms).
     pub fn sweep(&mut self, rng: &mut StdRng, now: Nanos) {
+        self.send_tallies(rng, now);
         for at in 0..self.regions.len() {
             let region = &self.regions[at];
             let mut actions = Vec::new();
