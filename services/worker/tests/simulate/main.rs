@@ -28,7 +28,12 @@
 //! the worker's does (`owner.rs`), and now and then a region's worker is
 //! killed or handed over and its partitions taken over as a shard takes
 //! them. A handover, and a kill in journal mode, must lose no count: every
-//! key's room is the same after as before. A kill in snapshot mode loses
+//! key's room is the same after as before. Half the kills in journal mode
+//! come between an ask's turn and the storing of its records, as the
+//! worker orders them (`sluice_worker::outbox`: an answer waits for its
+//! records; actions marked to leave once they are stored wait too, the
+//! others have left): the ask is never answered, and every key's room must
+//! be what it was before that turn. A kill in snapshot mode loses
 //! what was counted since the last snapshot; the bound then holds with
 //! that loss added, and no more (docs/REGIONS-DESIGN.md, "Known gaps").
 //! Half the seeds set each other region's clock off the home's (within
@@ -90,8 +95,11 @@ pub(crate) struct Seen {
     pub denied_with_room: u64,
     /// Hits made (a tenth of the steps).
     pub hits: u64,
-    /// Workers killed or handed over, and started again.
+    /// Workers killed or handed over, and started again...
     pub restarts: u64,
+    /// ...of which killed between an ask's turn and the storing of its
+    /// records (journal mode).
+    pub crashed_in_turn: u64,
     /// Units a kill in snapshot mode lost (counted since the last
     /// snapshot), added to the bound of their window...
     pub lost: u64,
@@ -115,6 +123,7 @@ impl Seen {
         self.admitted += other.admitted;
         self.denied_with_room += other.denied_with_room;
         self.restarts += other.restarts;
+        self.crashed_in_turn += other.crashed_in_turn;
         self.lost += other.lost;
         self.snapshot_kills += other.snapshot_kills;
         self.most_lost = self.most_lost.max(other.most_lost);
@@ -220,7 +229,8 @@ fn no_seed_admits_more_than_a_global_window_allows() {
     match run_all(seeds()) {
         Ok(total) => eprintln!(
             "{} seeds: {} asks and {} hits, {} admitted, {} denied while the link was up and the window had room, \
-             {} workers killed or handed over and started again ({} killed in snapshot mode, \
+             {} workers killed or handed over and started again ({} before a turn's records \
+             were stored, {} killed in snapshot mode, \
              losing {} units, at most {} at once, and {} units of usage not yet stored), \
              {} alerts published ({} again after a kill at the home)",
             seeds(),
@@ -229,6 +239,7 @@ fn no_seed_admits_more_than_a_global_window_allows() {
             total.admitted,
             total.denied_with_room,
             total.restarts,
+            total.crashed_in_turn,
             total.snapshot_kills,
             total.lost,
             total.most_lost,

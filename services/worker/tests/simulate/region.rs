@@ -12,7 +12,7 @@ use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
 use sluice_core::policies::Policies;
 use sluice_core::policy::Decision;
-use sluice_core::region::state::{Action, Event};
+use sluice_core::region::state::{Action, Actions, Event};
 use sluice_core::region::transport::LinkHealth;
 use sluice_core::region::RegionName;
 use sluice_core::time::Nanos;
@@ -21,6 +21,7 @@ use sluice_worker::alerting::{Note, Sink};
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::{Answer, Decider, Message, Owned};
 use sluice_worker::global::Forward;
+use sluice_worker::journal::record::Record;
 use sluice_worker::reply::Reply;
 use sluice_worker::turn_log::Recording;
 use std::sync::Arc;
@@ -218,14 +219,44 @@ impl Region {
         wants_reply: bool,
         now: Nanos,
     ) -> (Outcome, Vec<Action>) {
-        let now = self.clock(now);
-        let owned = self.owned(partition);
-        let mut log = self.decider.turn_log(owned);
         let message = Message {
             subject,
             body,
             wants_reply,
         };
+        let (reply, actions, records) = self.turn(partition, message, now);
+        self.partitions[partition as usize].store(records);
+        let mut all = actions.now;
+        all.extend(actions.stored);
+        (reply, all)
+    }
+
+    /// Decides one ask on `partition`'s subjects, and the worker dies
+    /// before the turn's records are stored (journal mode): nothing is
+    /// answered (an answer waits for its records), nothing that leaves
+    /// only once they are stored leaves; what leaves at once, as the
+    /// turn ends, has left: those actions.
+    pub fn crash_in_turn(&mut self, partition: u32, subject: &str, now: Nanos) -> Vec<Action> {
+        let message = Message {
+            subject,
+            body: b"",
+            wants_reply: true,
+        };
+        let (_, actions, _) = self.turn(partition, message, now);
+        actions.now
+    }
+
+    /// One turn of the decision core on `message`: what to answer, the
+    /// actions, and the records to store.
+    fn turn(
+        &mut self,
+        partition: u32,
+        message: Message<'_>,
+        now: Nanos,
+    ) -> (Outcome, Actions, Vec<Record>) {
+        let now = self.clock(now);
+        let owned = self.owned(partition);
+        let mut log = self.decider.turn_log(owned);
         let answer = self
             .decider
             .message(&self.policies, message, owned, now, &mut log);
@@ -242,10 +273,7 @@ impl Region {
                 Outcome::Reply(Reply::of(&answer, "sim").payload.to_vec(), answered)
             }
         };
-        self.partitions[partition as usize].store(records);
-        let mut all = actions.now;
-        all.extend(actions.stored);
-        (reply, all)
+        (reply, actions, records)
     }
 
     pub fn on_event(&self, partition: u32, event: Event) {

@@ -57,6 +57,16 @@ pub(crate) fn simulate(
     }
 }
 
+/// How a worker stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stop<'a> {
+    /// Between two turns: handed over (`true`), or killed.
+    Between(bool),
+    /// Killed in the turn of an ask of this key, before its records were
+    /// stored (journal mode): the ask is never answered.
+    InTurn(&'a str),
+}
+
 /// A run under way.
 struct Run<'s> {
     scenario: &'s Scenario,
@@ -125,11 +135,18 @@ impl<'s> Run<'s> {
         self.world.deliver(rng, now);
         self.settle_forwarded()?;
         self.timers(rng);
+        let mut crash_in_turn = false;
         if let Some(every) = self.scenario.restarts {
             if rng.gen_range(0..every) == 0 {
                 let at = rng.gen_range(0..self.world.regions.len());
                 let handover = rng.gen_bool(0.5);
-                self.restart(rng, at, handover)?;
+                // Half the kills in journal mode come in the step's ask,
+                // between its turn and the storing of its records.
+                let journal_kill = !handover && self.scenario.journal && !ask.hit;
+                crash_in_turn = journal_kill && rng.gen_bool(0.5);
+                if !crash_in_turn {
+                    self.restart(rng, at, Stop::Between(handover))?;
+                }
             }
         }
         let cut = self
@@ -144,6 +161,10 @@ impl<'s> Run<'s> {
         }
         if let Some(what) = self.world.counted_twice.take() {
             return Err(what);
+        }
+        if crash_in_turn {
+            self.restart(rng, ask.at, Stop::InTurn(&ask.key))?;
+            return self.alerts_published();
         }
         if ask.hit {
             self.world.hit(rng, ask.at, &ask.key, now);
@@ -267,13 +288,15 @@ impl<'s> Run<'s> {
         Ok(())
     }
 
-    /// Region `at`'s worker is stopped (`handover`: gracefully; else
-    /// killed) and started again. What each key had room for there before
-    /// and after: the same after a handover or a kill in journal mode,
-    /// neither more nor less (`Err` else); a kill in snapshot mode may
-    /// give back what was counted since the last snapshot, which the key
-    /// may then admit again ([`Report::lost`]).
-    fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool) -> Result<(), String> {
+    /// Region `at`'s worker is stopped as `stop` says and started again.
+    /// What each key had room for there before and after: the same after
+    /// a handover or a kill in journal mode, neither more nor less (`Err`
+    /// else; a kill in a turn whose records were not stored: the same as
+    /// before that turn, whose ask was never answered); a kill in snapshot
+    /// mode may give back what was counted since the last snapshot, which
+    /// the key may then admit again ([`Report::lost`]).
+    fn restart(&mut self, rng: &mut StdRng, at: usize, stop: Stop<'_>) -> Result<(), String> {
+        let handover = stop == Stop::Between(true);
         let (scenario, now) = (self.scenario, self.now);
         let room = |world: &World| -> Vec<u64> {
             let region = &world.regions[at];
@@ -291,7 +314,13 @@ impl<'s> Run<'s> {
             true => self.alerts_published()?,
             false => self.world.regions[at].forget_alerts(),
         }
-        let usage_held = self.world.restart(rng, at, handover, now);
+        let usage_held = match stop {
+            Stop::InTurn(key) => {
+                self.report.seen.crashed_in_turn += 1;
+                self.world.crash_in_turn(rng, at, key, now)
+            }
+            Stop::Between(_) => self.world.restart(rng, at, handover, now),
+        };
         self.report.seen.restarts += 1;
         let snapshot_kill = !handover && !scenario.journal;
         // The home forgets the ids it remembered (SPEC §16) only when
@@ -311,9 +340,10 @@ impl<'s> Run<'s> {
         let mut lost_here = 0;
         for ((key, before), after) in scenario.keys.iter().zip(before).zip(after) {
             if !snapshot_kill && after != before {
-                let how = match handover {
-                    true => "a handover",
-                    false => "a kill in journal mode",
+                let how = match stop {
+                    Stop::Between(true) => "a handover",
+                    Stop::Between(false) => "a kill in journal mode",
+                    Stop::InTurn(_) => "a kill before a turn's records were stored",
                 };
                 let name = &self.world.regions[at].name;
                 return Err(format!(

@@ -579,6 +579,28 @@ impl World {
         usage_held
     }
 
+    /// Region `at`'s worker decides an ask of `token` and is killed
+    /// before the turn's records are stored (journal mode): the ask is
+    /// never answered, what the turn sent at once has left, and the
+    /// partitions' next owners take over. The usage the ledgers held.
+    pub fn crash_in_turn(&mut self, rng: &mut StdRng, at: usize, token: &str, now: Nanos) -> ByKey {
+        let partition = KeyToken::parse(token)
+            .expect("a key")
+            .partition(self.partitions);
+        let subject = Verb::Allow.mapped_subject(partition, token);
+        let actions = self.regions[at].crash_in_turn(partition, &subject, now);
+        if self.tracing {
+            let name = &self.regions[at].name;
+            let line =
+                format!("{name} decides an ask of {token}, killed before storing its records");
+            self.note(now, line);
+        }
+        self.perform(rng, at, actions, now);
+        // Its alerts wait for its records (journal mode): never published.
+        self.regions[at].forget_alerts();
+        self.restart(rng, at, false, now)
+    }
+
     /// Each region's owners give back the slices whose lease ended, and
     /// its tallies waiting go to their homes (both every 250 ms).
     pub fn sweep(&mut self, rng: &mut StdRng, now: Nanos) {
