@@ -329,7 +329,10 @@ fn new_owner(partition: u32, lease_rev: u64, alerts: Sink, epoch: Instant) -> Ow
     Owner::new(
         settings,
         lease_rev,
-        Counters::new().alerting(alerts),
+        // Buckets kept as long as a run lasts whatever the machine's
+        // clock does: moka expires them by real time, and an ask's need
+        // (sim time) read as real time could let a stalled run lose them.
+        Counters::with_min_idle_ttl(Duration::from_secs(3_600)).alerting(alerts),
         Arc::new(ShardStats::default()),
         epoch,
     )

@@ -197,6 +197,23 @@ impl Region {
             .map_or_else(fresh, |state| policy.inspect(&state, now)[0].remaining)
     }
 
+    /// How many units the slices this region holds of `token` (granted by
+    /// the home, a delegate's) have left now, lease ended or not: what a
+    /// crash loses (docs/REGIONS-DESIGN.md, "Handovers and crashes").
+    pub fn slices_held(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
+        let now = self.clock(now);
+        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
+        let counter_key = format!("default/{token}");
+        let mut global = self.counters(partition).global();
+        let books = global.delegates().carried(now, true);
+        books
+            .iter()
+            .filter(|b| b.key == counter_key)
+            .flat_map(|b| b.slices())
+            .map(|s| s.left())
+            .sum()
+    }
+
     /// How many units `token`'s fixed window holds counted here now (a
     /// hit counts whether or not it fits, past `max` too).
     pub fn used(&self, token: &str, partitions: u32, now: Nanos) -> u64 {

@@ -31,6 +31,13 @@ pub(crate) struct Report {
     pub usage_lost: Vec<ByKey>,
     /// A policy with alerts: what was spent, and what the home alerted.
     pub alerts: Option<AlertCheck>,
+    /// Per key and window, the units of slices kills took from the
+    /// regions that held them.
+    pub slices_lost: BTreeMap<(String, Nanos), u64>,
+    /// Per key and window, as it ended (`Scenario::watch_slices`): the
+    /// home's count, and the units left in the slices the other regions
+    /// held.
+    pub at_end: BTreeMap<(String, Nanos), (u64, u64)>,
 }
 
 impl Report {

@@ -135,6 +135,16 @@ impl<'s> Run<'s> {
         self.world.deliver(rng, now);
         self.settle_forwarded()?;
         self.timers(rng);
+        let elapsed = Nanos(now.0 - self.start.0);
+        let before = Nanos(elapsed.0 - ask.after.0);
+        for &(at_time, region) in &self.scenario.kills {
+            if at_time > before && at_time <= elapsed {
+                self.restart(rng, region, Stop::Between(false))?;
+            }
+        }
+        if self.scenario.watch_slices {
+            self.watch_slices();
+        }
         let mut crash_in_turn = false;
         if let Some(every) = self.scenario.restarts {
             if rng.gen_range(0..every) == 0 {
@@ -307,6 +317,9 @@ impl<'s> Run<'s> {
                 .collect()
         };
         let before = room(&self.world);
+        if stop != Stop::Between(true) {
+            self.slices_lost(at);
+        }
         // A handover's alerts are published before its final snapshot
         // (were they not yet, the next owner would publish them again,
         // and the stream keep one); a kill takes the publisher with it.
@@ -360,6 +373,38 @@ impl<'s> Run<'s> {
         }
         self.report.seen.most_lost = self.report.seen.most_lost.max(lost_here);
         Ok(())
+    }
+
+    /// Region `at` is killed: the units left in the slices it holds are
+    /// lost (a crash does not carry them; they stay counted at the home).
+    fn slices_lost(&mut self, at: usize) {
+        let now = self.now;
+        let mut lost_here = 0;
+        for key in &self.scenario.keys {
+            let held = self.world.regions[at].slices_held(key, PARTITIONS, now);
+            if held > 0 {
+                lost_here += held;
+                let window = (key.clone(), self.scenario.window_start(now));
+                *self.report.slices_lost.entry(window).or_default() += held;
+            }
+        }
+        self.report.seen.slices_lost += lost_here;
+        self.report.seen.kills_losing_slices += u64::from(lost_here > 0);
+    }
+
+    /// Each key's window as it stands now, kept as it ends: the home's
+    /// count and the slices the other regions hold.
+    fn watch_slices(&mut self) {
+        let now = self.now;
+        for key in &self.scenario.keys {
+            let regions = &self.world.regions;
+            let home = regions[0].used(key, PARTITIONS, now);
+            let held = (regions.iter().skip(1))
+                .map(|r| r.slices_held(key, PARTITIONS, now))
+                .sum();
+            let window = (key.clone(), self.scenario.window_start(now));
+            self.report.at_end.insert(window, (home, held));
+        }
     }
 
     /// At the run's end: with nothing lost, every threshold reached in

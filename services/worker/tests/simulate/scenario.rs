@@ -33,6 +33,12 @@ pub struct Scenario {
     /// A region's worker is stopped and started again about once per
     /// this many asks (`None`: never), killed or handed over at random.
     pub restarts: Option<u32>,
+    /// Workers killed at given times (since the start), by region, on
+    /// top of `restarts`.
+    pub kills: Vec<(Nanos, usize)>,
+    /// Keep, per key and window, the home's count and the slices the
+    /// other regions hold as the window ends ([`crate::Report::at_end`]).
+    pub watch_slices: bool,
     /// Threshold alerts (SPEC §14) on the policy, a fixed window's: fired
     /// at the home by what every region spent.
     pub alerts: &'static [u16],
@@ -101,6 +107,8 @@ impl Scenario {
             skew: Nanos(*pick(rng, &[0, 0, 5, 50]) * MS),
             cuts: Cuts::Random(200),
             restarts: Some(150),
+            kills: Vec::new(),
+            watch_slices: false,
             alerts: &[],
             lossless: false,
         }
@@ -159,6 +167,8 @@ impl Scenario {
             skew: Nanos::ZERO,
             cuts: Cuts::Never,
             restarts: None,
+            kills: Vec::new(),
+            watch_slices: false,
             alerts: &[],
             lossless: true,
         }

@@ -564,7 +564,8 @@ impl World {
     /// it, and what its partitions must tell the other regions is sent.
     /// The usage its ledgers held unstored.
     pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) -> ByKey {
-        let (actions, usage_held) = self.regions[at].restart(handover, now);
+        let (mut actions, usage_held) = self.regions[at].restart(handover, now);
+        in_a_stable_order(&mut actions);
         self.waiting.retain(|_, waiting| waiting.from != at);
         self.tallies[at].clear();
         if self.tracing {
@@ -617,7 +618,17 @@ impl World {
                         .sweep_global(policies, owned, region.clock(now)),
                 );
             }
+            in_a_stable_order(&mut actions);
             self.perform(rng, at, actions, now);
         }
     }
+}
+
+/// Sorts actions that come out of maps (a sweep's refunds, a takeover's
+/// tallies) in an order that does not depend on hashing, which differs
+/// from map to map and process to process: each action draws its delays
+/// from the seed's generator, so a seed replays exactly only if they are
+/// sent in the same order.
+fn in_a_stable_order(actions: &mut [Action]) {
+    actions.sort_by_cached_key(|action| format!("{action:?}"));
 }
