@@ -213,6 +213,12 @@ impl Slice {
         self.left
     }
 
+    /// When the owner took it out of the count ([`Grant::taken_at`], the
+    /// owner's clock): the window it was counted in.
+    pub fn taken_at(&self) -> Nanos {
+        self.taken_at
+    }
+
     /// What to give back when the slice ends (once nothing more is spent
     /// from it).
     pub fn refund(&self) -> Refund {

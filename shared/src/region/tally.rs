@@ -25,8 +25,10 @@
 //! An alert is published once by the home region, into its own stream.
 
 use crate::algorithm::fixed_window;
+use crate::limit::Limit;
 use crate::policy::KeyState;
 use crate::region::RegionName;
+use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
 /// Which tally of a key a counter holds; its counter key is the key's
@@ -97,6 +99,30 @@ pub fn windows_of(state: &KeyState) -> Vec<fixed_window::State> {
         KeyState::FixedWindow(windows) => windows.clone(),
         _ => Vec::new(),
     }
+}
+
+/// The windows of `reported` that are not over at `now` (the home's
+/// clock), each in the place of its limit among `limits`; one that is
+/// over reads as nothing reported. A window that ended is not alerted
+/// afterwards: the home forgets its tallies of it once idle, and its
+/// alerts fired, so a late report of it (sent again after a lost answer,
+/// or once a cut healed) would count it anew from the whole report and
+/// fire its thresholds a second time.
+pub fn not_over(
+    reported: &[fixed_window::State],
+    limits: &[Limit],
+    now: Nanos,
+) -> Vec<fixed_window::State> {
+    reported
+        .iter()
+        .zip(limits)
+        .map(
+            |(window, limit)| match limit.window_end(Nanos(window.start)) > now {
+                true => window.clone(),
+                false => fixed_window::State::default(),
+            },
+        )
+        .collect()
 }
 
 /// The home takes `reported` into the last report it kept of that region

@@ -18,7 +18,9 @@ use sluice_core::ask::{self, Op};
 use sluice_core::policies::Policies;
 use sluice_core::policy::Policy;
 use sluice_core::region::state::{Action, When};
-use sluice_core::region::tally::{add_new, spent_key, take_report, windows_of, Reported, TallyKey};
+use sluice_core::region::tally::{
+    add_new, not_over, spent_key, take_report, windows_of, Reported, TallyKey,
+};
 use sluice_core::region::RegionName;
 use sluice_core::time::Nanos;
 use sluice_core::wire::link::TallyBatch;
@@ -70,7 +72,10 @@ impl Decider {
     }
 
     /// At the home: another region's reports of what it spent; what is
-    /// new in each goes into the key's tally whose thresholds fire.
+    /// new in each goes into the key's tally whose thresholds fire, and
+    /// counts as a change of the partition, so that the next snapshot (a
+    /// handover's final one too) carries the tally and the alerts it
+    /// fired. A window the home's clock says is over takes nothing.
     pub(super) fn take_tallies(
         &self,
         policies: &Policies,
@@ -97,13 +102,14 @@ impl Decider {
                 let new = owned
                     .counters
                     .update(&tallies.silent, &from_key, now, |state| {
-                        take_report(state, &report.windows)
+                        take_report(state, &not_over(&report.windows, policy.limits(), now))
                     });
                 if new.iter().any(|&(_, units)| units > 0) {
                     let key = TallyKey::Global.of(buf);
                     owned
                         .counters
                         .update(&tallies.alerting, &key, now, |state| add_new(state, &new));
+                    owned.stats.add_changes(1);
                 }
             });
         }

@@ -12,10 +12,19 @@
 //! owner takes over through [`Owner::take_over`] with the decision core's
 //! [`Deciding`], and what it must tell the other regions comes back as
 //! actions.
+//!
+//! Usage is recorded as the worker records it: into the owner's ledger,
+//! at once in snapshot mode and from the stored records in journal mode,
+//! flushed on the owner's ticks and at a handover into the partition's
+//! [`UsageStore`], replayed from the journal at a takeover; a kill loses
+//! what the ledger held, which in journal mode the replay brings back.
 
+use crate::usage::{held, ByKey, UsageStore};
 use sluice_core::policies::Policies;
 use sluice_core::region::state::Action;
 use sluice_core::time::Nanos;
+use sluice_core::usage::Tier;
+use sluice_worker::alerting::Sink;
 use sluice_worker::counters::Counters;
 use sluice_worker::decide::Decider;
 use sluice_worker::journal::record::Record;
@@ -25,6 +34,8 @@ use sluice_worker::owner::{Found, Journal, Owner, Settings, Snapshot, Write};
 use sluice_worker::shard::deciding::Deciding;
 use sluice_worker::snapshot::{self, Manifest};
 use sluice_worker::stats::ShardStats;
+use sluice_worker::usage::counts_of;
+use sluice_worker::usage::ledger::Ledger;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,23 +88,44 @@ struct Stored {
     bytes: Vec<u8>,
 }
 
-/// One partition's owner, its bucket and its journal.
+/// One partition's owner, its bucket, its journal and its stored usage.
 pub struct Partition {
     pub owner: Owner,
     partition: u32,
     lease_rev: u64,
     bucket: Option<Stored>,
     journal: Records,
+    usage: UsageStore,
+    /// The usage tiers each new owner's ledger counts in.
+    tiers: Vec<Tier>,
+    /// Where each owner's counters send the alerts they fire: the
+    /// region's publisher.
+    alerts: Sink,
     /// When the simulated clock started, as an [`Instant`] (the owner
     /// measures snapshot intervals with those).
     epoch: Instant,
 }
 
+/// What a partition's next owner must do first, and what the last one
+/// took with it.
+pub struct NextOwner {
+    /// What it must tell the other regions.
+    pub actions: Vec<Action>,
+    /// The usage the last owner's ledger held unstored (a kill loses it;
+    /// in journal mode the replay brings it back).
+    pub usage_held: ByKey,
+}
+
 impl Partition {
-    /// The first owner of `partition`, with nothing stored.
-    pub fn new(partition: u32, journal: bool, epoch: Instant) -> Partition {
+    /// `partition` with nothing stored and no owner yet ([`Partition::open`]).
+    pub fn new(
+        partition: u32,
+        journal: bool,
+        (tiers, alerts): (Vec<Tier>, Sink),
+        epoch: Instant,
+    ) -> Partition {
         Partition {
-            owner: new_owner(partition, 1, epoch),
+            owner: new_owner(partition, 1, alerts.clone(), epoch),
             partition,
             lease_rev: 1,
             bucket: None,
@@ -101,6 +133,9 @@ impl Partition {
                 on: journal,
                 stored: Vec::new(),
             },
+            usage: UsageStore::default(),
+            tiers,
+            alerts,
             epoch,
         }
     }
@@ -109,11 +144,36 @@ impl Partition {
         self.owner.counters()
     }
 
-    /// A turn's records are stored (journal mode).
+    /// A turn's records are stored (journal mode): their usage reaches
+    /// the ledger, as the journal writer hands it over once stored.
     pub fn store(&mut self, records: Vec<Record>) {
-        if self.journal.on {
-            self.journal.stored.extend(records);
+        if !self.journal.on {
+            return;
         }
+        if let Some(ledger) = self.owner.usage() {
+            for record in &records {
+                if let Some(counts) = counts_of(record) {
+                    let t_ms = record.at().as_u64() / 1_000_000;
+                    ledger.add(record.policy(), record.key(), t_ms, counts);
+                }
+            }
+        }
+        self.journal.stored.extend(records);
+    }
+
+    /// Stores what the ledger holds, as the worker's flush does.
+    fn flush_usage(&mut self) {
+        if let Some(ledger) = self.owner.usage() {
+            let delivered = self.journal.stored.len() as u64;
+            self.usage.flush(ledger, delivered);
+        }
+    }
+
+    /// The partition's recorded usage: stored, and (stored now) what
+    /// its ledger holds.
+    pub fn usage(&mut self) -> ByKey {
+        self.flush_usage();
+        self.usage.totals()
     }
 
     fn instant(&self, now: Nanos) -> Instant {
@@ -124,7 +184,12 @@ impl Partition {
     /// Whether a snapshot was written.
     pub fn tick(&mut self, now: Nanos) -> bool {
         let at = self.instant(now);
-        match self.owner.tick(&self.journal, at, now).write {
+        let due = self.owner.tick(&self.journal, at, now);
+        if due.usage_flush {
+            self.flush_usage();
+            self.owner.usage_flushed();
+        }
+        match due.write {
             Some(Write::Snapshot(snapshot)) => {
                 self.write(snapshot, now);
                 true
@@ -138,7 +203,9 @@ impl Partition {
     }
 
     /// Copies the counters between turns, encodes them as the worker
-    /// does, and stores them with their manifest.
+    /// does, stores the usage first when the snapshot asks (journal mode:
+    /// it claims no position past the stored usage), and stores them with
+    /// their manifest.
     fn write(&mut self, snapshot: Snapshot, now: Nanos) {
         let handover = snapshot.handover;
         let (copy, carried) = self
@@ -146,7 +213,12 @@ impl Partition {
             .copy_between_turns(|c| Carried::read(c, now, handover))
             .expect("no turn is in progress between two steps");
         let encoded = snapshot::encode(&copy, &carried, now).expect("the counters encode");
-        let mut manifest = snapshot.complete(&copy, carried, None);
+        let mut stored_through = None;
+        if snapshot.flush_usage.is_some() {
+            self.flush_usage();
+            stored_through = self.owner.usage().map(|ledger| ledger.stored_through());
+        }
+        let mut manifest = snapshot.complete(&copy, carried, stored_through);
         encoded.describe(&mut manifest);
         let bytes = encoded
             .chunks()
@@ -179,23 +251,37 @@ impl Partition {
         self.bucket.as_ref().map_or(Vec::new(), |s| s.bytes.clone())
     }
 
-    /// The owner goes (`handover`: after its final snapshot; else killed)
-    /// and the next one takes over: what it must tell the other regions.
+    /// The owner goes (`handover`: after its last usage flush and final
+    /// snapshot; else killed) and the next one takes over.
     pub fn next_owner(
         &mut self,
         decider: &Decider,
         policies: &Policies,
         handover: bool,
         now: Nanos,
-    ) -> Vec<Action> {
+    ) -> NextOwner {
         if handover {
+            self.flush_usage();
             let at = self.instant(now);
             if let Some(last) = self.owner.final_snapshot(&self.journal, true, at, now) {
                 self.write(last, now);
             }
         }
+        let usage_held = self.owner.usage().map(|l| held(l)).unwrap_or_default();
         self.lease_rev += 1;
-        self.owner = new_owner(self.partition, self.lease_rev, self.epoch);
+        let alerts = self.alerts.clone();
+        self.owner = new_owner(self.partition, self.lease_rev, alerts, self.epoch);
+        let actions = self.open(decider, policies, now);
+        NextOwner {
+            actions,
+            usage_held,
+        }
+    }
+
+    /// The owner takes the partition over as a shard does: the snapshot's
+    /// counters and carried state, in journal mode the records after it
+    /// (their usage too); what it must tell the other regions.
+    pub fn open(&mut self, decider: &Decider, policies: &Policies, now: Nanos) -> Vec<Action> {
         let rules = Deciding { decider, policies };
         let mut found = Found::default();
         if let Some(stored) = &self.bucket {
@@ -214,14 +300,19 @@ impl Partition {
                 rev: stored.rev,
             };
         }
+        let since = found.manifest.as_ref().map_or(0, |m| m.journal_seq);
+        let tiers = self.tiers.clone();
         let taken = self.owner.take_over(
             found,
             &Since::default(),
             &self.journal,
-            |_| None,
+            |stored_through| Some(Arc::new(Ledger::new(tiers, stored_through))),
             &rules,
             now,
         );
+        if let (true, Some(ledger)) = (self.journal.on, self.owner.usage()) {
+            self.usage.replay(ledger, &self.journal.stored, since);
+        }
         // Fenced: the manifest names the new owner.
         let rev = self.keep(taken.manifest.clone(), self.bytes());
         self.owner.fenced(taken.manifest, rev, self.instant(now));
@@ -229,7 +320,7 @@ impl Partition {
     }
 }
 
-fn new_owner(partition: u32, lease_rev: u64, epoch: Instant) -> Owner {
+fn new_owner(partition: u32, lease_rev: u64, alerts: Sink, epoch: Instant) -> Owner {
     let settings = Settings {
         partition,
         worker_id: WORKER.into(),
@@ -238,7 +329,10 @@ fn new_owner(partition: u32, lease_rev: u64, epoch: Instant) -> Owner {
     Owner::new(
         settings,
         lease_rev,
-        Counters::new(),
+        // Buckets kept as long as a run lasts whatever the machine's
+        // clock does: moka expires them by real time, and an ask's need
+        // (sim time) read as real time could let a stalled run lose them.
+        Counters::with_min_idle_ttl(Duration::from_secs(3_600)).alerting(alerts),
         Arc::new(ShardStats::default()),
         epoch,
     )

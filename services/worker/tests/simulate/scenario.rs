@@ -33,6 +33,15 @@ pub struct Scenario {
     /// A region's worker is stopped and started again about once per
     /// this many asks (`None`: never), killed or handed over at random.
     pub restarts: Option<u32>,
+    /// Workers killed at given times (since the start), by region, on
+    /// top of `restarts`.
+    pub kills: Vec<(Nanos, usize)>,
+    /// Keep, per key and window, the home's count and the slices the
+    /// other regions hold as the window ends ([`crate::Report::at_end`]).
+    pub watch_slices: bool,
+    /// Threshold alerts (SPEC §14) on the policy, a fixed window's: fired
+    /// at the home by what every region spent.
+    pub alerts: &'static [u16],
     /// Nothing lost, cut or killed: then no region may deny an ask itself
     /// while the home's count has room (docs/REGIONS-DESIGN.md, "Asks the
     /// region cannot pay for go to the home"); the home's own answers
@@ -79,7 +88,14 @@ impl Scenario {
             regions,
             algorithm: pick::<&str>(
                 rng,
-                &["fixed_window", "fixed_window", "token_bucket", "gcra"],
+                &[
+                    "fixed_window",
+                    "fixed_window",
+                    "token_bucket",
+                    "gcra",
+                    "sliding_window",
+                    "sliding_log",
+                ],
             ),
             max: *pick(rng, &[5, 20, 100]),
             per: pick::<&str>(rng, &["1s", "2s"]),
@@ -91,9 +107,24 @@ impl Scenario {
             skew: Nanos(*pick(rng, &[0, 0, 5, 50]) * MS),
             cuts: Cuts::Random(200),
             restarts: Some(150),
+            kills: Vec::new(),
+            watch_slices: false,
+            alerts: &[],
             lossless: false,
         }
+        .maybe_alerting(rng)
         .maybe_lossless(rng)
+    }
+
+    /// Half the fixed windows alert (the only algorithm that may).
+    fn maybe_alerting(self, rng: &mut StdRng) -> Scenario {
+        if !self.fixed() || !rng.gen_bool(0.5) {
+            return self;
+        }
+        Scenario {
+            alerts: &[25, 50, 90, 100],
+            ..self
+        }
     }
 
     /// A third of the seeds lose nothing: no message lost or doubled, the
@@ -136,6 +167,9 @@ impl Scenario {
             skew: Nanos::ZERO,
             cuts: Cuts::Never,
             restarts: None,
+            kills: Vec::new(),
+            watch_slices: false,
+            alerts: &[],
             lossless: true,
         }
     }
@@ -148,6 +182,7 @@ impl Scenario {
             .iter()
             .map(|(n, w)| format!("{n} = {w}"))
             .collect();
+        let alerts: Vec<String> = self.alerts.iter().map(u16::to_string).collect();
         format!(
             r#"region = "{region}"
 partitions = {PARTITIONS}
@@ -159,7 +194,9 @@ home = "east"
 regions = [{names}]
 region_shares = {{ {shares} }}
 on_cut = "{on_cut}"
+alerts = [{alerts}]
 "#,
+            alerts = alerts.join(", "),
             algorithm = self.algorithm,
             max = self.max,
             per = self.per,
@@ -183,7 +220,7 @@ on_cut = "{on_cut}"
     /// a window up to the skew early or late, so one share more per window
     /// boundary (docs/REGIONS-DESIGN.md, "Known gaps"). None without skew.
     pub fn skewed_shares(&self) -> u64 {
-        if self.skew == Nanos::ZERO || self.bucket() {
+        if self.skew == Nanos::ZERO || !self.fixed() {
             return 0;
         }
         let weights: u64 = self.regions.iter().map(|(_, w)| w).sum();
@@ -200,12 +237,24 @@ on_cut = "{on_cut}"
         }
     }
 
+    /// A token bucket or GCRA: its bound is over the whole run.
     pub fn bucket(&self) -> bool {
-        self.algorithm != "fixed_window"
+        matches!(self.algorithm, "token_bucket" | "gcra")
     }
 
-    /// Where a fixed window's count is kept: per window; a bucket's,
-    /// over the whole run.
+    /// A sliding log or window: its bound is over every span of `per`
+    /// (`sliding.rs`).
+    pub fn sliding(&self) -> bool {
+        matches!(self.algorithm, "sliding_log" | "sliding_window")
+    }
+
+    pub fn fixed(&self) -> bool {
+        self.algorithm == "fixed_window"
+    }
+
+    /// Where a fixed window's count is kept (a sliding policy's is
+    /// reported by the same windows): per window; a bucket's, over the
+    /// whole run.
     pub fn window_start(&self, now: Nanos) -> Nanos {
         match self.bucket() {
             true => Nanos::ZERO,

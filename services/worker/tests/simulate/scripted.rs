@@ -216,3 +216,50 @@ fn with_demand_ten_to_one_a_quiet_home_gets_all_it_asks() {
         }
     }
 }
+
+/// A delegate killed while it holds slices loses what is left in them: a
+/// crash does not carry them (no record says what an ask spent of which),
+/// and their units stay counted at the home until the window ends. So a
+/// window admits, over both regions, exactly what the home counted less
+/// what the crash lost and what the delegate still held as it ended
+/// (docs/REGIONS-DESIGN.md, "Handovers and crashes"), and no more than
+/// `max`. West decides from slices alone (`on_cut = "closed"`), killed in
+/// journal mode in the middle of windows 1 and 2, demand below the limit.
+/// It found a slice the home took just after a window's end lost at the
+/// delegate (24 of a window's 100 units; `Delegates::sweep`).
+#[test]
+fn a_delegate_killed_holding_slices_loses_only_what_they_held() {
+    let scenario = Scenario {
+        on_cut: "closed",
+        journal: true,
+        faults: Faults {
+            drop_per_mille: 0,
+            duplicate_per_mille: 0,
+            max_delay: Nanos(2 * MS),
+        },
+        kills: vec![(Nanos(1_500 * MS), 1), (Nanos(2_500 * MS), 1)],
+        watch_slices: true,
+        lossless: false,
+        ..Scenario::two_regions()
+    };
+    let mut lost_in_all = 0;
+    for seed in 0..4 {
+        // Below the limit (about 70 a second), so that west holds slices.
+        let report = run(&scenario, seed, Nanos(14 * MS), 4, alternate);
+        for (window, east, west) in windows(&report, 4) {
+            let start = Nanos(START + window * SEC);
+            let key = ("k0".to_string(), start);
+            let (home, held) = report.at_end[&key];
+            let lost = report.slices_lost.get(&key).copied().unwrap_or(0);
+            lost_in_all += lost;
+            let admitted = east.admitted + west.admitted;
+            assert_eq!(
+                admitted + lost + held,
+                home,
+                "seed {seed}, window {window}: admitted {admitted} of the home's {home}, \
+                 {lost} lost in slices by a kill, {held} held at the end"
+            );
+        }
+    }
+    assert!(lost_in_all > 0, "the kills found slices to lose");
+}

@@ -1,48 +1,28 @@
-//! The simulated regions: in each, one owner of every partition with the
-//! real decision core ([`Decider`]) and the real global state
-//! (`sluice_core::region::state`) in its counters, snapshotted, journaled,
-//! killed and handed over as `owner.rs` keeps it; between them, the
-//! seeded network of `net.rs` carrying the real messages
+//! The simulated regions (`region.rs`) and between them the seeded
+//! network of `net.rs` carrying the real messages
 //! (`sluice_core::region::transport`), with the link task's rules for
 //! replies and timeouts and its health of the link
-//! ([`LinkHealth`]). Time is one simulated clock.
+//! (`sluice_core::region::transport::LinkHealth`).
+//! Time is one simulated clock.
 
 use crate::net::{Due, Net};
-use crate::owner::Partition;
+use crate::region::Outcome;
+pub use crate::region::{Answered, Region};
+use crate::tallies::{PendingTallies, To};
+use crate::usage::ByKey;
 use rand::rngs::StdRng;
-use sluice_core::config::Config;
 use sluice_core::key::KeyToken;
-use sluice_core::policies::Policies;
-use sluice_core::policy::Decision;
 use sluice_core::region::global::ASK_TIMEOUT;
-use sluice_core::region::state::{Action, Event};
-use sluice_core::region::transport::{self, LinkHealth, Send};
-use sluice_core::region::RegionName;
+use sluice_core::region::state::Action;
+use sluice_core::region::tally::Reported;
+use sluice_core::region::transport::{self, Outgoing, Send};
 use sluice_core::subject::{link_answered, link_ask, LinkInbound, Verb};
 use sluice_core::time::Nanos;
+use sluice_core::wire::batch::decode_results;
 use sluice_core::wire::link;
 use sluice_core::wire::{decode_reply, Reply as WireReply};
-use sluice_worker::counters::Counters;
-use sluice_worker::decide::{Answer, Decider, Message, Owned};
 use sluice_worker::global::Forward;
-use sluice_worker::reply::Reply;
-use sluice_worker::turn_log::Recording;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Instant;
-
-/// One region's worker, owning every partition.
-pub struct Region {
-    pub name: RegionName,
-    decider: Decider,
-    policies: Arc<Policies>,
-    partitions: Vec<Partition>,
-    health: LinkHealth,
-    /// How far this region's clock is off the home's (ns; the home's is
-    /// the simulation's): everything it decides or stamps, it does by its
-    /// own clock.
-    pub offset: i64,
-}
 
 /// A message of the link, in flight.
 #[derive(Clone, Debug)]
@@ -82,16 +62,8 @@ enum Sent {
     Hit(Action, u64),
     /// An ask forwarded to the home at the time given.
     Forward(Forward, Nanos),
-}
-
-/// What a region answered an ask.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Answered {
-    Decided(Decision),
-    /// Sent to the home, whose answer comes later ([`Settled`]).
-    Forwarded,
-    /// An error reply.
-    Other,
+    /// Tallies reported to a home together.
+    Tallies(To, Vec<Reported>),
 }
 
 /// The answer to an ask forwarded to the home, as the asker got it: the
@@ -105,172 +77,14 @@ pub struct Settled {
     pub decided_at: Nanos,
 }
 
-/// What a region's owner did with a message.
-enum Outcome {
-    /// The reply's body and what it answered.
-    Reply(Vec<u8>, Answered),
-    /// An ask to send to the home.
-    Forward(Forward),
-    None,
-}
-
-impl Region {
-    /// A region's worker, in journal mode when `journal`; `epoch`: the
-    /// simulated clock's start.
-    pub fn new(name: &str, toml: &str, partitions: u32, journal: bool, epoch: Instant) -> Region {
-        let mut config = Config::from_toml(toml, "sim.toml").expect("the simulated config");
-        config.usage.enabled = false;
-        let name = RegionName::new(name).expect("a region name");
-        let recording = match journal {
-            true => Recording::Records,
-            false => Recording::Nothing,
-        };
-        let decider =
-            Decider::new(Arc::new(config), Arc::default(), recording).in_region(name.clone());
-        Region {
-            name,
-            policies: decider.policies(),
-            decider,
-            partitions: (0..partitions)
-                .map(|p| Partition::new(p, journal, epoch))
-                .collect(),
-            health: LinkHealth::default(),
-            offset: 0,
-        }
-    }
-
-    /// This region's clock when the simulation's reads `now`.
-    pub fn clock(&self, now: Nanos) -> Nanos {
-        Nanos(now.0.saturating_add_signed(self.offset))
-    }
-
-    /// The worker stops (`handover`: gracefully, each partition's final
-    /// snapshot first; else killed) and starts again: every partition's
-    /// next owner takes over, and so the link's health starts over. What
-    /// the partitions must tell the other regions.
-    fn restart(&mut self, handover: bool, now: Nanos) -> Vec<Action> {
-        let now = self.clock(now);
-        let mut actions = Vec::new();
-        for partition in &mut self.partitions {
-            actions.extend(partition.next_owner(&self.decider, &self.policies, handover, now));
-        }
-        self.health = LinkHealth::default();
-        actions
-    }
-
-    /// A snapshot interval passed: each partition writes a snapshot if
-    /// its owner says one is due. How many did.
-    pub fn snapshot(&mut self, now: Nanos) -> usize {
-        let now = self.clock(now);
-        self.partitions
-            .iter_mut()
-            .filter_map(|p| p.tick(now).then_some(()))
-            .count()
-    }
-
-    fn owned(&self, partition: u32) -> Owned<'_> {
-        self.partitions[partition as usize].owner.owned()
-    }
-
-    fn counters(&self, partition: u32) -> &Counters {
-        self.partitions[partition as usize].counters()
-    }
-
-    /// How many units an ask of `token` would find room for here now,
-    /// under the limits its counter is kept under (a global bucket's: this
-    /// region's part): what a lost count gives back.
-    pub fn room(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
-        let now = self.clock(now);
-        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
-        let base = self.policies.get("default").expect("the policy");
-        let policy = self
-            .policies
-            .in_force(base, token)
-            .counted_under(Some(&self.name));
-        let fresh = || policy.limits()[0].reported();
-        if std::env::var("SIM_DEBUG").is_ok() {
-            eprintln!(
-                "ROOM {} {token} {:?} {:?}",
-                self.name,
-                self.counters(partition).state(&format!("default/{token}")),
-                policy.limits()
-            );
-        }
-        self.counters(partition)
-            .state(&format!("default/{token}"))
-            .map_or_else(fresh, |state| policy.inspect(&state, now)[0].remaining)
-    }
-
-    /// How many units `token`'s fixed window holds counted here now (a
-    /// hit counts whether or not it fits, past `max` too).
-    pub fn used(&self, token: &str, partitions: u32, now: Nanos) -> u64 {
-        let now = self.clock(now);
-        let partition = KeyToken::parse(token).expect("a key").partition(partitions);
-        let policy = self.policies.get("default").expect("the policy");
-        self.counters(partition)
-            .state(&format!("default/{token}"))
-            .map_or(0, |state| policy.inspect(&state, now)[0].used)
-    }
-
-    /// Decides one message on `partition`'s subjects: the reply's body
-    /// and decision, and the actions (those for once stored go once its
-    /// records are, here at once).
-    fn decide(
-        &mut self,
-        partition: u32,
-        subject: &str,
-        body: &[u8],
-        wants_reply: bool,
-        now: Nanos,
-    ) -> (Outcome, Vec<Action>) {
-        let now = self.clock(now);
-        let owned = self.owned(partition);
-        let mut log = self.decider.turn_log(owned);
-        let message = Message {
-            subject,
-            body,
-            wants_reply,
-        };
-        let answer = self
-            .decider
-            .message(&self.policies, message, owned, now, &mut log);
-        let actions = log.take_actions();
-        let records = log.finish(self.decider.stats(), owned.stats);
-        let reply = match answer {
-            None => Outcome::None,
-            Some(Answer::Forward(forward)) => Outcome::Forward(forward),
-            Some(answer) => {
-                let answered = match &answer {
-                    Answer::Decision { decision, .. } => Answered::Decided(*decision),
-                    _ => Answered::Other,
-                };
-                Outcome::Reply(Reply::of(&answer, "sim").payload.to_vec(), answered)
-            }
-        };
-        self.partitions[partition as usize].store(records);
-        let mut all = actions.now;
-        all.extend(actions.stored);
-        (reply, all)
-    }
-
-    fn on_event(&self, partition: u32, event: Event) {
-        self.counters(partition).global().on_event(event);
-    }
-
-    /// The link's health changed: every partition is told.
-    fn tell_all(&self, event: Event) {
-        for partition in &self.partitions {
-            partition.counters().global().on_event(event.clone());
-        }
-    }
-}
-
 /// The regions and the link between them.
 pub struct World {
     pub regions: Vec<Region>,
     pub net: Net<Wire>,
     pub cut: bool,
     waiting: HashMap<u64, Waiting>,
+    /// Each region's tallies waiting for their homes.
+    tallies: Vec<PendingTallies>,
     /// Forwarded asks answered since the last look ([`World::settled`]).
     settled: Vec<Settled>,
     /// Each hit the home took (by its name in the simulation), with the
@@ -297,11 +111,15 @@ pub struct World {
 
 impl World {
     pub fn new(regions: Vec<Region>, net: Net<Wire>, partitions: u32) -> World {
+        let tallies = (0..regions.len())
+            .map(|_| PendingTallies::default())
+            .collect();
         World {
             regions,
             net,
             cut: false,
             waiting: HashMap::new(),
+            tallies,
             settled: Vec::new(),
             hits_taken: HashMap::new(),
             next_hit: 0,
@@ -369,8 +187,59 @@ impl World {
     /// Sends what region `from` left to cross the link.
     fn perform(&mut self, rng: &mut StdRng, from: usize, actions: Vec<Action>, now: Nanos) {
         for action in actions {
+            if let Action::Tally {
+                home,
+                partition,
+                report,
+                ..
+            } = action
+            {
+                // Kept by the link task and sent with the next tick's.
+                let to = (self.region_index(home.as_str()), partition);
+                self.tallies[from].add(to, report);
+                continue;
+            }
             self.send(rng, from, action, None, now);
         }
+    }
+
+    /// Every region's tallies waiting go to their homes, a request per
+    /// home and partition (the link task's tick).
+    fn send_tallies(&mut self, rng: &mut StdRng, now: Nanos) {
+        for from in 0..self.regions.len() {
+            for ((to, partition), reports) in self.tallies[from].take() {
+                let here = self.regions[from].name.clone();
+                let home = &self.regions[to].name;
+                let out = transport::tally_message(home, partition, &here, &reports);
+                let sent = Sent::Tallies((to, partition), reports);
+                let request = Some(self.wait(from, sent, now));
+                if self.tracing {
+                    self.note(now, format!("{here} sends {} ({request:?})", out.subject));
+                }
+                self.put(rng, (from, to), out, (request, None), now);
+            }
+        }
+    }
+
+    /// Puts `out` from region `from` to region `to` on the network: a
+    /// request when it waits as `request`, a hit when named `hit`.
+    fn put(
+        &mut self,
+        rng: &mut StdRng,
+        (from, to): (usize, usize),
+        out: Outgoing,
+        (request, hit): (Option<u64>, Option<u64>),
+        now: Nanos,
+    ) {
+        let wire = Wire::Message {
+            from,
+            to,
+            subject: out.subject,
+            body: out.body,
+            request,
+            hit,
+        };
+        self.net.send(rng, now, self.cut, wire);
     }
 
     /// Sends one action's messages; a hit under its name in the
@@ -402,15 +271,7 @@ impl World {
                 let line = format!("{from} sends {} ({request:?}): {action:?}", out.subject);
                 self.note(now, line);
             }
-            let wire = Wire::Message {
-                from,
-                to,
-                subject: out.subject,
-                body: out.body,
-                request,
-                hit,
-            };
-            self.net.send(rng, now, self.cut, wire);
+            self.put(rng, (from, to), out, (request, hit), now);
         }
     }
 
@@ -549,6 +410,13 @@ impl World {
             Sent::Forward(forward, sent) => {
                 return self.relayed(rng, (waiting.from, forward, sent), reply, now)
             }
+            Sent::Tallies(to, reports) => {
+                let taken = reply.is_some_and(|(body, _)| decode_results(body, 0).is_ok());
+                if !taken {
+                    self.tallies[waiting.from].put_back(to, reports);
+                }
+                return;
+            }
         };
         let Action::Grant {
             home,
@@ -684,26 +552,22 @@ impl World {
         self.hits_taken.insert(name, window);
     }
 
-    /// Whether the home's one count of `token`'s global fixed window has
-    /// room at `now` (what it counted: its own asks, the other regions'
-    /// shares and the slices out).
+    /// Whether the home's count of `token` has room at `now`: a global
+    /// fixed window's one count (its own asks, the other regions' shares
+    /// and the slices out), a sliding policy's part at the home.
     pub fn home_has_room(&self, token: &str, now: Nanos) -> bool {
-        let home = &self.regions[0];
-        let partition = KeyToken::parse(token)
-            .expect("a key")
-            .partition(self.partitions);
-        let policy = home.policies.get("default").expect("the policy");
-        home.counters(partition)
-            .state(&format!("default/{token}"))
-            .is_none_or(|state| policy.inspect(&state, now)[0].remaining > 0)
+        self.regions[0].room(token, self.partitions, now) > 0
     }
 
     /// Region `at`'s worker stops (`handover`: gracefully; else killed)
     /// and starts again: what its link task waited for is forgotten with
     /// it, and what its partitions must tell the other regions is sent.
-    pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) {
-        let actions = self.regions[at].restart(handover, now);
+    /// The usage its ledgers held unstored.
+    pub fn restart(&mut self, rng: &mut StdRng, at: usize, handover: bool, now: Nanos) -> ByKey {
+        let (mut actions, usage_held) = self.regions[at].restart(handover, now);
+        in_a_stable_order(&mut actions);
         self.waiting.retain(|_, waiting| waiting.from != at);
+        self.tallies[at].clear();
         if self.tracing {
             let name = self.regions[at].name.clone();
             let how = match handover {
@@ -713,10 +577,35 @@ impl World {
             self.note(now, format!("{name}'s worker {how} and started again"));
         }
         self.perform(rng, at, actions, now);
+        usage_held
     }
 
-    /// Each region's owners give back the slices whose lease ended.
+    /// Region `at`'s worker decides an ask of `token` and is killed
+    /// before the turn's records are stored (journal mode): the ask is
+    /// never answered, what the turn sent at once has left, and the
+    /// partitions' next owners take over. The usage the ledgers held.
+    pub fn crash_in_turn(&mut self, rng: &mut StdRng, at: usize, token: &str, now: Nanos) -> ByKey {
+        let partition = KeyToken::parse(token)
+            .expect("a key")
+            .partition(self.partitions);
+        let subject = Verb::Allow.mapped_subject(partition, token);
+        let actions = self.regions[at].crash_in_turn(partition, &subject, now);
+        if self.tracing {
+            let name = &self.regions[at].name;
+            let line =
+                format!("{name} decides an ask of {token}, killed before storing its records");
+            self.note(now, line);
+        }
+        self.perform(rng, at, actions, now);
+        // Its alerts wait for its records (journal mode): never published.
+        self.regions[at].forget_alerts();
+        self.restart(rng, at, false, now)
+    }
+
+    /// Each region's owners give back the slices whose lease ended, and
+    /// its tallies waiting go to their homes (both every 250 ms).
     pub fn sweep(&mut self, rng: &mut StdRng, now: Nanos) {
+        self.send_tallies(rng, now);
         for at in 0..self.regions.len() {
             let region = &self.regions[at];
             let mut actions = Vec::new();
@@ -729,7 +618,17 @@ impl World {
                         .sweep_global(policies, owned, region.clock(now)),
                 );
             }
+            in_a_stable_order(&mut actions);
             self.perform(rng, at, actions, now);
         }
     }
+}
+
+/// Sorts actions that come out of maps (a sweep's refunds, a takeover's
+/// tallies) in an order that does not depend on hashing, which differs
+/// from map to map and process to process: each action draws its delays
+/// from the seed's generator, so a seed replays exactly only if they are
+/// sent in the same order.
+fn in_a_stable_order(actions: &mut [Action]) {
+    actions.sort_by_cached_key(|action| format!("{action:?}"));
 }
