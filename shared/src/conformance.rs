@@ -30,7 +30,7 @@ pub use body::{hex, unhex, Body};
 pub use decisions::{decisions_file, DecisionCase, DecisionsFile, Step};
 
 use crate::key::{try_encode_key, try_encode_path, KeyToken, MAX_TOKEN_LEN};
-use crate::partition::{fnv1a32, partition_of};
+use crate::partition::{fnv1a32, hashed_part, partition_of};
 use crate::wire::{decode_request, Encoding, ErrorReply};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -240,7 +240,7 @@ pub fn partitions_file() -> PartitionsFile {
         cases: tokens
             .into_iter()
             .map(|token| PartitionCase {
-                fnv1a32: fnv1a32(first_token(&token).as_bytes()),
+                fnv1a32: fnv1a32(hashed_part(&token)),
                 partition: PARTITION_COUNTS
                     .iter()
                     .map(|&n| (n, partition_of(&token, n)))
@@ -329,12 +329,6 @@ fn as_vector_says(
         (Err(r), None, Some(want)) => r.status == want.status && r.error == want.error,
         _ => false,
     }
-}
-
-/// The part of a subject token a partition is hashed from: a grouped
-/// key's first token, a plain key's whole token.
-fn first_token(token: &str) -> &str {
-    token.split('.').next().unwrap_or(token)
 }
 
 /// The path vectors a client's encoder (`encode(tokens)`) gets wrong: a

@@ -62,6 +62,13 @@ impl<'p, 'k> Chain<'p, 'k> {
         self.len == 0
     }
 
+    /// The group's token: the first token of its keys, which every level
+    /// shares (and its partition is hashed from).
+    pub fn group(&self) -> &'k str {
+        let outermost = self.level(0).expect("a chain has a level").key;
+        outermost.level(1).expect("a key has a token").as_str()
+    }
+
     /// The level at `index`, outermost first.
     pub fn level(&self, index: usize) -> Option<Level<'p, 'k>> {
         self.levels.get(index).copied().flatten()

@@ -35,13 +35,18 @@ pub const fn partition_of(token: &str, partitions: u32) -> u32 {
     if partitions == 0 {
         return 0;
     }
+    fnv1a32(hashed_part(token)) % partitions
+}
+
+/// The bytes of `token` its partition is hashed from: a grouped key's
+/// first token, a plain key's whole token.
+pub const fn hashed_part(token: &str) -> &[u8] {
     let bytes = token.as_bytes();
     let mut end = 0;
     while end < bytes.len() && bytes[end] != b'.' {
         end += 1;
     }
-    let (first, _) = bytes.split_at(end);
-    fnv1a32(first) % partitions
+    bytes.split_at(end).0
 }
 
 #[cfg(test)]

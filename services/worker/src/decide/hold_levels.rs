@@ -44,9 +44,7 @@ impl Decider {
         chain: &Chain<'p, '_>,
         at: HoldAt,
     ) -> Result<HoldAnswer<'p>, ErrorReply> {
-        let first = chain.level(0).expect("a chain has a level").key;
-        let counters = turn.owned.counters;
-        let _group = counters.group(first.level(1).expect("a key has a token").as_str());
+        let _group = turn.owned.counters.group(chain.group());
         let answers = match at.verb {
             Verb::Reserve => self.reserve_levels(turn, chain, at)?,
             _ => self.at_every_level(turn, chain, at)?,

@@ -42,9 +42,7 @@ impl Decider {
             refuse_unheld(level.policy, op)?;
             ask::admit(|_| Some(level.policy), level.policy.name(), op)?;
         }
-        let first = chain.level(0).expect("a chain has a level").key;
-        let counters = turn.owned.counters;
-        let _group = counters.group(first.level(1).expect("a key has a token").as_str());
+        let _group = turn.owned.counters.group(chain.group());
         let takes = matches!(op, Op::Allow(cost) | Op::Wait { cost, .. } if cost > 0);
         let decisions = if takes {
             let checked: Vec<Decision> = chain.levels().map(|l| self.check(turn, l, op)).collect();
